@@ -1,0 +1,18 @@
+//! latscope's measurement core. Nothing in this crate performs I/O: engines elsewhere measure,
+//! this crate holds what they measured (histograms, summaries), the result model every command
+//! returns, and the renderings of that model (human tables, JSON).
+//!
+//! Data flows one way: engine → histogram → [`summary::Summary`] → report struct in [`model`] →
+//! [`render`].
+
+pub mod hist;
+pub mod log2;
+pub mod model;
+pub mod render;
+pub mod sweep;
+pub mod summary;
+pub mod units;
+
+pub use hist::LatencyHistogram;
+pub use log2::Log2Histogram;
+pub use summary::Summary;

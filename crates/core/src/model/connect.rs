@@ -1,0 +1,43 @@
+//! `latscope connect`: connection set-up latency (LMbench lat_connect, netperf TCP_CRR).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Meta;
+use crate::summary::Summary;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectMode {
+    /// connect() then close(): the three-way handshake as the client sees it.
+    Connect,
+    /// connect + request + response + close against latscope serve (netperf TCP_CRR).
+    Crr,
+}
+
+/// The report of `latscope connect`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConnectReport {
+    pub meta: Meta,
+    pub target: String,
+    pub mode: ConnectMode,
+    pub parallel: u32,
+    pub attempts: u64,
+    pub succeeded: u64,
+    /// Connection refused (RST to the SYN).
+    pub refused: u64,
+    /// No answer within the timeout (SYN dropped or filtered).
+    pub timed_out: u64,
+    /// Other failures, by message.
+    pub other_errors: u64,
+    pub elapsed_ns: u64,
+    /// Successful operations per second.
+    pub rate_per_sec: f64,
+    /// connect() latency: SYN sent → connection established.
+    pub connect: Summary,
+    /// `--crr` only: connect → request → response → close, per transaction.
+    pub transaction: Option<Summary>,
+    /// A sample of distinct error messages.
+    pub error_samples: Vec<String>,
+    pub interrupted: bool,
+}

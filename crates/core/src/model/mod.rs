@@ -1,0 +1,64 @@
+//! One serde struct per command's result: the JSON contract (`--json`), and what the human
+//! renderings are made from. Schemas are derived with `schemars` and committed under `schema/`.
+
+pub mod connect;
+pub mod rr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::summary::Summary;
+
+/// Schema version of every report; bump on incompatible changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Who produced a report, and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Meta {
+    /// Always "latscope".
+    pub tool: String,
+    pub version: String,
+    pub schema_version: u32,
+    /// The subcommand: "rr", "connect", ...
+    pub command: String,
+    /// Wall-clock start, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+}
+
+impl Meta {
+    pub fn new(command: &str, version: &str, started_unix_ms: u64) -> Self {
+        Meta {
+            tool: "latscope".into(),
+            version: version.into(),
+            schema_version: SCHEMA_VERSION,
+            command: command.into(),
+            started_unix_ms,
+        }
+    }
+}
+
+/// One `--json-lines` record for a measurement interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct IntervalEvent {
+    /// Always "interval".
+    pub event: String,
+    pub command: String,
+    /// What the interval belongs to, e.g. "64B/64B" for a size of a sweep.
+    pub label: String,
+    /// Interval start and end, ns since the measurement began.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Operations completed in the interval and their rate.
+    pub count: u64,
+    pub rate_per_sec: f64,
+    pub errors: u64,
+    pub latency: Summary,
+}
+
+/// The last `--json-lines` record: the whole report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SummaryEvent<R> {
+    /// Always "summary".
+    pub event: String,
+    pub report: R,
+}

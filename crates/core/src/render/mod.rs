@@ -1,0 +1,56 @@
+//! Renderings of the result model. The human view and `--json` are made from the same struct.
+
+mod connect;
+mod rr;
+pub mod table;
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+pub use table::Table;
+
+/// How a command prints its result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Aligned tables and plain-language notes.
+    #[default]
+    Human,
+    /// One JSON document at the end.
+    Json,
+    /// One JSON object per line: an event per interval, then `{"event":"summary",...}`.
+    JsonLines,
+}
+
+/// A report that can be shown to a person.
+pub trait Human {
+    /// Write the human-readable rendering.
+    fn render_human(&self, out: &mut String);
+}
+
+/// Print `report` in `format` to `w`.
+pub fn emit<R: Human + Serialize>(report: &R, format: OutputFormat, w: &mut dyn Write) -> io::Result<()> {
+    match format {
+        OutputFormat::Human => {
+            let mut s = String::new();
+            report.render_human(&mut s);
+            w.write_all(s.as_bytes())
+        }
+        OutputFormat::Json => {
+            serde_json::to_writer_pretty(&mut *w, report)?;
+            writeln!(w)
+        }
+        OutputFormat::JsonLines => {
+            let ev = crate::model::SummaryEvent { event: "summary".into(), report };
+            serde_json::to_writer(&mut *w, &ev)?;
+            writeln!(w)
+        }
+    }
+}
+
+/// Write one `--json-lines` event.
+pub fn emit_event<E: Serialize>(event: &E, w: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer(&mut *w, event)?;
+    writeln!(w)?;
+    w.flush()
+}

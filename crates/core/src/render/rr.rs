@@ -1,0 +1,155 @@
+use std::fmt::Write;
+
+use super::{Human, Table};
+use crate::model::rr::{LoadMode, RrReport, ServerBehaviour, SockOpts, Transport, WriteMode};
+use crate::summary::Summary;
+use crate::units::{format_ns, format_si};
+
+fn onoff(b: bool) -> &'static str {
+    if b { "on" } else { "off" }
+}
+
+pub(crate) fn sockopts_text(o: &SockOpts, transport: Transport) -> String {
+    if transport != Transport::Tcp {
+        return String::new();
+    }
+    let mut s = format!("TCP_NODELAY {}", onoff(o.nodelay));
+    if o.quickack {
+        s.push_str(", TCP_QUICKACK");
+    }
+    if o.cork {
+        s.push_str(", TCP_CORK");
+    }
+    if let Some(b) = o.sndbuf {
+        let _ = write!(s, ", SO_SNDBUF {b}");
+    }
+    if let Some(b) = o.rcvbuf {
+        let _ = write!(s, ", SO_RCVBUF {b}");
+    }
+    s
+}
+
+fn server_text(b: &ServerBehaviour, transport: Transport) -> String {
+    let mut parts = vec![match b.write_mode {
+        WriteMode::Single => "responds in one write".to_string(),
+        WriteMode::Split => format!("responds in two writes ({} B, then the rest)", b.split_at),
+    }];
+    if b.think_ns > 0 {
+        parts.push(format!("thinks {} before replying", format_ns(b.think_ns as f64)));
+    }
+    let so = sockopts_text(&b.sockopts, transport);
+    if !so.is_empty() {
+        parts.push(so);
+    }
+    if b.drop_every > 0 {
+        parts.push(format!("drops every {}th request", b.drop_every));
+    }
+    parts.join(", ")
+}
+
+impl Human for RrReport {
+    fn render_human(&self, out: &mut String) {
+        let load = match &self.load {
+            LoadMode::Closed => "closed loop".to_string(),
+            LoadMode::Open { rate_per_sec } => format!("open loop at {}/s", format_si(*rate_per_sec)),
+        };
+        let _ = writeln!(
+            out,
+            "latscope rr {} — {}, {} connection{}, {}",
+            self.target,
+            self.transport.name(),
+            self.connections,
+            if self.connections == 1 { "" } else { "s" },
+            load
+        );
+        let client = sockopts_text(&self.client, self.transport);
+        if !client.is_empty() {
+            let _ = writeln!(out, "  client: {client}");
+        }
+        let _ = writeln!(out, "  server: {}", server_text(&self.server, self.transport));
+        out.push('\n');
+
+        let open = matches!(self.load, LoadMode::Open { .. });
+        let mut headers: Vec<&str> = vec!["request/response", "trans/s"];
+        headers.extend(Summary::HEADERS);
+        headers.push("one-way p50");
+        if self.transport == Transport::Udp {
+            headers.push("lost");
+        }
+        if open {
+            headers.push("late sends");
+        }
+        let mut t = Table::new(&headers);
+        let flagged = |size: u32| {
+            self.size_jump.as_ref().is_some_and(|j| j.sizes.contains(&u64::from(size)))
+        };
+        for r in &self.results {
+            let mark = if flagged(r.response_bytes.max(r.request_bytes)) { " !" } else { "" };
+            let mut cells = vec![
+                format!("{} B / {} B{}", r.request_bytes, r.response_bytes, mark),
+                format_si(r.transactions_per_sec),
+            ];
+            cells.extend(r.rtt.cells());
+            cells.push(if r.rtt.count > 0 { format_ns(r.one_way_p50_ns as f64) } else { "-".into() });
+            if self.transport == Transport::Udp {
+                cells.push(r.lost.to_string());
+            }
+            if open {
+                cells.push(r.late_sends.to_string());
+            }
+            t.row(cells);
+            if let Some(ci) = &r.rtt_from_intended {
+                let mut cells = vec!["  from intended send".to_string(), String::new()];
+                cells.extend(ci.cells());
+                t.row(cells);
+            }
+        }
+        t.render("  ", out);
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "  RTT: request write → last response byte read. One-way = RTT/2, an estimate that assumes a symmetric path."
+        );
+        if open {
+            let _ = writeln!(
+                out,
+                "  Open loop: 'from intended send' counts from when each request was due, so stalls are not hidden (coordinated omission)."
+            );
+        }
+        for r in &self.results {
+            if r.timeouts > 0 {
+                let _ = writeln!(out, "  {} B: {} request(s) timed out", r.request_bytes, r.timeouts);
+            }
+            if r.late_responses > 0 {
+                let _ = writeln!(out, "  {} B: {} late response(s) ignored", r.request_bytes, r.late_responses);
+            }
+            for e in &r.errors {
+                let _ = writeln!(out, "  error: {e}");
+            }
+        }
+        if let Some(j) = &self.size_jump {
+            let _ = writeln!(
+                out,
+                "\n  ! latency jumps at {} size(s) ({}): p50 {} against {} elsewhere (+{}).\n    Likely cause: {}",
+                j.sizes.len(),
+                size_ranges(&j.sizes),
+                format_ns(j.jumped_p50_ns as f64),
+                format_ns(j.baseline_p50_ns as f64),
+                format_ns(j.excess_ns as f64),
+                j.likely_cause
+            );
+        }
+        if self.interrupted {
+            let _ = writeln!(out, "\n  (interrupted: figures cover what was measured before Ctrl-C)");
+        }
+    }
+}
+
+/// "64–1024 B" style description of a sorted size list (at most a few ranges).
+fn size_ranges(sizes: &[u64]) -> String {
+    match (sizes.first(), sizes.last()) {
+        (Some(a), Some(b)) if a == b => format!("{a} B"),
+        (Some(a), Some(b)) => format!("{a}–{b} B"),
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,58 @@
+//! Errors of the socket engines, each mapped to one of latscope's documented exit codes.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum NetError {
+    /// The name did not resolve, or no route leads to it.
+    #[error("cannot reach {target}: {reason}")]
+    Unreachable { target: String, reason: String },
+    /// Nothing listens on the port.
+    #[error("connection to {target} refused: is `latscope serve` (or the service) running there?")]
+    Refused { target: String },
+    /// No answer within the timeout.
+    #[error("{target} did not answer within {timeout}")]
+    Timeout { target: String, timeout: String },
+    /// Something answered, but not the latscope protocol.
+    #[error("{target} does not speak the latscope protocol ({detail}); start `latscope serve` there or pick its port")]
+    WrongProtocol { target: String, detail: String },
+    /// The latscope server refused the test (a limit, an unknown test kind).
+    #[error("the server refused the test: {0}")]
+    ServerRefused(String),
+    /// The peer broke the protocol mid-test.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Bad parameters for the engine.
+    #[error("{0}")]
+    Invalid(String),
+    /// A capability is missing.
+    #[error("{what} needs {capability}: {remedy}")]
+    Privilege { what: String, capability: String, remedy: String },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl NetError {
+    /// latscope's documented exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            NetError::Invalid(_) => 2,
+            NetError::Unreachable { .. }
+            | NetError::Refused { .. }
+            | NetError::Timeout { .. }
+            | NetError::WrongProtocol { .. }
+            | NetError::ServerRefused(_)
+            | NetError::Protocol(_) => 3,
+            NetError::Privilege { .. } => 4,
+            NetError::Io { .. } => 5,
+        }
+    }
+
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        NetError::Io { context: context.into(), source }
+    }
+}

@@ -1,0 +1,32 @@
+//! The command line: one clap definition produces parsing and `--help`.
+
+use clap::{Parser, Subcommand};
+
+use crate::cmd;
+
+const ABOUT: &str = "Measure network latency and throughput at every layer, and explain where the latency comes from.";
+
+const AFTER_HELP: &str = "\
+Examples:
+  latscope demo                              the healthy vs. Nagle-stalled server story
+  latscope serve                             the peer server every test talks to (port 7373)
+  latscope rr 127.0.0.1                      request/response RTT (TCP ping-pong)
+  latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
+  latscope connect 10.0.0.2:443 -n 1000      TCP connection set-up latency
+  latscope schema rr                         JSON schema of `rr --json`
+
+Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
+wrong protocol; 4 missing privileges; 5 local system error; 130 interrupted (partial results).";
+
+#[derive(Parser, Debug)]
+#[command(name = "latscope", version, about = ABOUT, after_help = AFTER_HELP, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the JSON schema of a command's `--json` output.
+    Schema(cmd::schema::SchemaArgs),
+}

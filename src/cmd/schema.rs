@@ -1,0 +1,34 @@
+//! `latscope schema COMMAND`: the JSON schema of a command's `--json` document.
+
+use clap::{Args, ValueEnum};
+use latscope_core::model;
+use schemars::schema_for;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SchemaKind {
+    Rr,
+    Connect,
+    Interval,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  latscope schema rr > rr.schema.json\n  latscope schema interval   # one --json-lines interval event")]
+pub struct SchemaArgs {
+    /// Which document.
+    pub kind: SchemaKind,
+}
+
+/// The schema as pretty JSON text.
+pub fn schema_text(kind: SchemaKind) -> String {
+    let schema = match kind {
+        SchemaKind::Rr => schema_for!(model::rr::RrReport),
+        SchemaKind::Connect => schema_for!(model::connect::ConnectReport),
+        SchemaKind::Interval => schema_for!(model::IntervalEvent),
+    };
+    serde_json::to_string_pretty(&schema).unwrap_or_default()
+}
+
+pub fn run(args: &SchemaArgs) -> anyhow::Result<u8> {
+    println!("{}", schema_text(args.kind));
+    Ok(crate::exit::OK)
+}

@@ -1,0 +1,65 @@
+//! The output options every measuring command shares, and the Ctrl-C flag.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::Args;
+use latscope_core::render::OutputFormat;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct OutputArgs {
+    /// Print one JSON document (schema: `latscope schema COMMAND`) instead of tables.
+    #[arg(long, conflicts_with = "json_lines")]
+    pub json: bool,
+    /// Print one JSON object per line: an event per interval, then the summary.
+    #[arg(long)]
+    pub json_lines: bool,
+    /// Never show the live progress line (it is shown only when stderr is a terminal).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl OutputArgs {
+    pub fn format(&self) -> OutputFormat {
+        if self.json {
+            OutputFormat::Json
+        } else if self.json_lines {
+            OutputFormat::JsonLines
+        } else {
+            OutputFormat::Human
+        }
+    }
+
+    /// Whether to draw progress: only for people (a terminal on stderr), never for JSON pipes.
+    pub fn progress(&self) -> bool {
+        !self.no_progress && std::io::stderr().is_terminal()
+    }
+}
+
+/// Set by the first Ctrl-C (SIGINT/SIGTERM); engines poll it and stop with partial results.
+/// A second Ctrl-C exits at once with code 130.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        // Failing to install the handler (another one exists, e.g. in tests) only costs the
+        // graceful stop; the default action still ends the process.
+        let _ = ctrlc::set_handler(move || {
+            if f.swap(true, Ordering::SeqCst) {
+                std::process::exit(i32::from(crate::exit::INTERRUPTED));
+            }
+        });
+        flag
+    })
+    .clone()
+}
+
+/// Milliseconds since the Unix epoch, for report metadata.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
