@@ -6,6 +6,7 @@ pub mod cli;
 pub mod cmd;
 pub mod exit;
 pub mod output;
+pub mod progress;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

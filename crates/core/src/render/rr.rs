@@ -29,7 +29,7 @@ pub(crate) fn sockopts_text(o: &SockOpts, transport: Transport) -> String {
     s
 }
 
-fn server_text(b: &ServerBehaviour, transport: Transport) -> String {
+pub(crate) fn server_text(b: &ServerBehaviour, transport: Transport) -> String {
     let mut parts = vec![match b.write_mode {
         WriteMode::Single => "responds in one write".to_string(),
         WriteMode::Split => format!("responds in two writes ({} B, then the rest)", b.split_at),
