@@ -17,7 +17,7 @@ use latscope_core::sweep::classify_stall;
 use latscope_core::units::parse_duration;
 use latscope_net::connect::ConnectConfig;
 use latscope_net::proto::Limits;
-use latscope_net::rr::{RrConfig, StopAfter};
+use latscope_net::rr::{Peer, RrConfig, StopAfter};
 use latscope_net::serve::{ServeConfig, Server, ServerHandle};
 use latscope_net::sock::Target;
 
@@ -75,6 +75,7 @@ fn rr_config(addr: SocketAddr, duration: Duration, quickack: bool) -> RrConfig {
         timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(2),
         interval: Duration::from_secs(1),
+        peer: Peer::Latscope,
     }
 }
 

@@ -11,12 +11,19 @@ use latscope_core::render::{OutputFormat, emit, emit_event};
 use latscope_core::sweep::parse_size_list;
 use latscope_core::units::{parse_count, parse_duration, parse_rate, parse_size};
 use latscope_net::proto::DEFAULT_PORT;
-use latscope_net::rr::{RrConfig, StopAfter};
+use latscope_net::rr::{Peer, RrConfig, StopAfter};
 use latscope_net::sock::{Family, Target};
 
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 use crate::progress::Progress;
+
+/// `--peer` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PeerKind {
+    Latscope,
+    Sockperf,
+}
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
@@ -26,6 +33,7 @@ Examples:
   latscope rr unix:/tmp/latscope.sock           unix stream socket
   latscope rr 10.0.0.2 -c 8 --rate 20k          open loop, 20k requests/s over 8 connections
   latscope rr 10.0.0.2 --sizes 1:65536:x2       latency per message size; flags sizes that stall
+  latscope rr 10.0.0.2:11111 --peer sockperf    against a `sockperf server`, like sockperf ping-pong
   latscope rr 10.0.0.2 -s 1024 --server-split 128 --server-nagle
                                                 reproduce Nagle × delayed ACK (expect ~40 ms)
 
@@ -40,6 +48,10 @@ pub struct RrArgs {
     /// UDP datagrams instead of TCP (each carries a 20-byte latscope header).
     #[arg(long)]
     pub udp: bool,
+    /// The server at TARGET: latscope serve, or a `sockperf server` (the same server that
+    /// `sockperf ping-pong` measures; request = response size, at least 14 B).
+    #[arg(long, value_enum, default_value_t = PeerKind::Latscope)]
+    pub peer: PeerKind,
     /// Request and response size.
     #[arg(short, long, default_value = "64", value_parser = parse_size, value_name = "SIZE")]
     pub size: u64,
@@ -138,17 +150,14 @@ fn buf_size(what: &str, v: Option<u64>) -> anyhow::Result<Option<u32>> {
     }
 }
 
-fn msg_size(what: &str, v: u64, transport: Transport) -> anyhow::Result<u32> {
-    let (min, max) = match transport {
-        Transport::Udp => (20, 65_507),
-        _ => (1, 1 << 30),
+fn msg_size(what: &str, v: u64, transport: Transport, peer: PeerKind) -> anyhow::Result<u32> {
+    let (min, max, why) = match (peer, transport) {
+        (PeerKind::Sockperf, Transport::Udp) => (14, 65_507, "sockperf messages carry a 14-byte header and fit one datagram"),
+        (PeerKind::Sockperf, _) => (14, 1 << 30, "sockperf messages carry a 14-byte header; at most 1 GiB"),
+        (_, Transport::Udp) => (20, 65_507, "UDP messages carry a 20-byte latscope header and fit one datagram"),
+        _ => (1, 1 << 30, "a message holds at least 1 byte and at most 1 GiB"),
     };
     if v < min || v > max {
-        let why = if transport == Transport::Udp {
-            "UDP messages carry a 20-byte latscope header and fit one datagram"
-        } else {
-            "messages must hold at least one byte"
-        };
         return Err(exit::coded(exit::USAGE, format!("{what} {v} B is out of range {min}–{max} B: {why}")));
     }
     Ok(v as u32)
@@ -178,13 +187,32 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
     let sizes: Vec<(u32, u32)> = match &a.sizes {
         Some(list) => parse_size_list(list)?
             .into_iter()
-            .map(|s| msg_size("size", s, transport).map(|s| (s, s)))
+            .map(|s| msg_size("size", s, transport, a.peer).map(|s| (s, s)))
             .collect::<anyhow::Result<_>>()?,
         None => vec![(
-            msg_size("request size", a.request_size.unwrap_or(a.size), transport)?,
-            msg_size("response size", a.response_size.unwrap_or(a.size), transport)?,
+            msg_size("request size", a.request_size.unwrap_or(a.size), transport, a.peer)?,
+            msg_size("response size", a.response_size.unwrap_or(a.size), transport, a.peer)?,
         )],
     };
+    if a.peer == PeerKind::Sockperf {
+        if sizes.iter().any(|(q, r)| q != r) {
+            return Err(exit::coded(exit::USAGE, "a sockperf server echoes each message: request and response sizes must be equal"));
+        }
+        if transport == Transport::Unix {
+            return Err(exit::coded(exit::USAGE, "--peer sockperf works over TCP and UDP only"));
+        }
+        let asks_server = a.server_nagle
+            || a.server_split.is_some()
+            || a.server_quickack
+            || a.server_cork
+            || a.server_sndbuf.is_some()
+            || a.server_rcvbuf.is_some()
+            || a.server_think.is_some()
+            || a.server_drop_every.is_some();
+        if asks_server {
+            return Err(exit::coded(exit::USAGE, "--server-* options need latscope serve at the other end, not sockperf"));
+        }
+    }
     if a.connections == 0 || a.connections > 10_000 {
         return Err(exit::coded(exit::USAGE, "--connections must be between 1 and 10000"));
     }
@@ -240,6 +268,10 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
         timeout,
         connect_timeout: a.connect_timeout,
         interval: a.interval,
+        peer: match a.peer {
+            PeerKind::Latscope => Peer::Latscope,
+            PeerKind::Sockperf => Peer::Sockperf,
+        },
     })
 }
 

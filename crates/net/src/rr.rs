@@ -61,6 +61,31 @@ pub struct RrConfig {
     pub connect_timeout: Duration,
     /// Interval of the `on_interval` callback.
     pub interval: Duration,
+    /// Which server speaks at the other end.
+    pub peer: Peer,
+}
+
+/// The server at the other end of an rr test.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Peer {
+    /// `latscope serve`: the test is negotiated (sizes, server behaviour, limits).
+    #[default]
+    Latscope,
+    /// A `sockperf server`: each message starts with sockperf's 14-byte header and is echoed
+    /// back whole, so `rr` and `sockperf ping-pong` can measure the very same server.
+    Sockperf,
+}
+
+/// sockperf's message header: u64 sequence, u16 flags, u32 total length, all big-endian.
+pub const SOCKPERF_HEADER_LEN: usize = 14;
+/// Flags of a client message that asks for a reply (sockperf: CLIENT | PONG_REQUEST).
+const SOCKPERF_PING: u16 = 0x3;
+
+fn sockperf_header(buf: &mut [u8], seq: u64) {
+    let len = buf.len() as u32;
+    buf[..8].copy_from_slice(&seq.to_be_bytes());
+    buf[8..10].copy_from_slice(&SOCKPERF_PING.to_be_bytes());
+    buf[10..14].copy_from_slice(&len.to_be_bytes());
 }
 
 /// Accepted test: the connection, the behaviour the server will apply, the UDP token.
@@ -169,6 +194,7 @@ struct WorkerPlan {
     schedule: Option<Schedule>,
     timeout: Duration,
     client: SockOpts,
+    peer: Peer,
 }
 
 fn worker_out(open: bool) -> WorkerOut {
@@ -227,8 +253,9 @@ fn stream_worker(mut conn: Conn, plan: WorkerPlan, stop: &AtomicBool, live: Opti
     let _ = conn.set_write_timeout(Some(plan.timeout));
     let tcp = conn.is_tcp();
     let fd = conn.as_raw_fd();
-    let req = vec![b'q'; plan.req];
+    let mut req = vec![b'q'; plan.req];
     let mut resp = vec![0u8; plan.resp];
+    let mut seq = 0u64;
     loop {
         let due = schedule.as_mut().map(Schedule::next_due);
         if let Some(d) = due {
@@ -237,6 +264,10 @@ fn stream_worker(mut conn: Conn, plan: WorkerPlan, stop: &AtomicBool, live: Opti
         let t0 = Instant::now();
         if plan.finished(&out, t0, stop) {
             break;
+        }
+        if plan.peer == Peer::Sockperf {
+            seq += 1;
+            sockperf_header(&mut req, seq);
         }
         if tcp && plan.client.cork {
             let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, 1);
@@ -310,7 +341,7 @@ fn bump_errors(live: Option<&Mutex<Live>>) {
     }
 }
 
-fn udp_worker(udp: UdpSocket, token: u64, plan: WorkerPlan, stop: &AtomicBool, live: Option<&Mutex<Live>>) -> WorkerOut {
+fn udp_worker(udp: UdpSocket, token: Option<u64>, plan: WorkerPlan, stop: &AtomicBool, live: Option<&Mutex<Live>>) -> WorkerOut {
     let mut out = worker_out(plan.schedule.is_some());
     let mut schedule = plan.schedule.clone();
     let wait = POLL.min(plan.timeout);
@@ -328,7 +359,10 @@ fn udp_worker(udp: UdpSocket, token: u64, plan: WorkerPlan, stop: &AtomicBool, l
             break;
         }
         seq += 1;
-        UdpHeader { token, seq }.write(&mut req);
+        match token {
+            Some(token) => UdpHeader { token, seq }.write(&mut req),
+            None => sockperf_header(&mut req, seq),
+        }
         if let Err(e) = udp.send(&req) {
             // ECONNREFUSED here is the ICMP port-unreachable of an earlier datagram.
             out.error = Some(format!("conn {}: sending a datagram: {e}", plan.index));
@@ -337,9 +371,9 @@ fn udp_worker(udp: UdpSocket, token: u64, plan: WorkerPlan, stop: &AtomicBool, l
         }
         let answered = loop {
             match udp.recv(&mut buf) {
-                Ok(n) => match UdpHeader::parse(&buf[..n]) {
-                    Some(h) if h.token == token && h.seq == seq => break Some(Instant::now()),
-                    Some(h) if h.token == token && h.seq < seq => out.late_responses += 1,
+                Ok(n) => match reply_seq(&buf[..n], token) {
+                    Some(s) if s == seq => break Some(Instant::now()),
+                    Some(s) if s < seq => out.late_responses += 1,
                     _ => {}
                 },
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {}
@@ -370,6 +404,15 @@ fn udp_worker(udp: UdpSocket, token: u64, plan: WorkerPlan, stop: &AtomicBool, l
         }
     }
     out
+}
+
+/// The sequence number of a reply, if it belongs to this test.
+fn reply_seq(buf: &[u8], token: Option<u64>) -> Option<u64> {
+    match token {
+        Some(t) => UdpHeader::parse(buf).filter(|h| h.token == t).map(|h| h.seq),
+        None if buf.len() >= SOCKPERF_HEADER_LEN => Some(u64::from_be_bytes(buf[..8].try_into().ok()?)),
+        None => None,
+    }
 }
 
 /// Run the measurement. `on_interval` is called from this thread every `cfg.interval`.
@@ -415,6 +458,10 @@ pub fn run(
         meta,
         target: cfg.target.to_string(),
         transport: cfg.transport,
+        peer: match cfg.peer {
+            Peer::Latscope => "latscope".into(),
+            Peer::Sockperf => "sockperf".into(),
+        },
         connections: cfg.connections,
         load: match cfg.rate {
             Some(r) => LoadMode::Open { rate_per_sec: r },
@@ -445,6 +492,21 @@ fn run_size(
     // Open every session before starting the clock, so set-up cost is not measured.
     let mut sessions = Vec::with_capacity(cfg.connections as usize);
     for _ in 0..cfg.connections {
+        if cfg.peer == Peer::Sockperf {
+            // No negotiation: a plain connection (its fd stays open for UDP runs too, unused).
+            let conn = if udp {
+                None
+            } else {
+                Some(connect(&cfg.target, cfg.addr, cfg.connect_timeout)?)
+            };
+            sessions.push(conn.map(|conn| Session {
+                conn,
+                server: cfg.server.clone(),
+                udp_token: None,
+                hello: ServerHello { software: "sockperf".into(), limits: proto::Limits { max_tests: 0, max_duration_ms: 0, max_message_bytes: 0 }, auth_required: false },
+            }));
+            continue;
+        }
         let mut start = Start {
             kind: if udp { TestKind::UdpRr } else { TestKind::Rr },
             request_bytes: req,
@@ -465,9 +527,9 @@ fn run_size(
             }
             other => other?,
         };
-        sessions.push(session);
+        sessions.push(Some(session));
     }
-    let server = sessions.first().map(|s| s.server.clone()).unwrap_or_default();
+    let server = sessions.iter().flatten().next().map(|s| s.server.clone()).unwrap_or_else(|| cfg.server.clone());
     let label = format!("{req}B/{resp}B");
     let n = cfg.connections;
     let barrier = Barrier::new(n as usize + 1);
@@ -503,14 +565,17 @@ fn run_size(
                     schedule: cfg.rate.map(|r| Schedule::new(t_start, r, i, n)),
                     timeout: cfg.timeout,
                     client: cfg.client.clone(),
+                    peer: cfg.peer,
                 };
-                match (udp_sock, session.udp_token) {
-                    (Some(sock), Some(token)) => {
+                match (udp_sock, session) {
+                    (Some(sock), session) => {
+                        let token = session.as_ref().and_then(|s| s.udp_token);
                         let out = udp_worker(sock, token, plan, stop, live);
-                        drop(session.conn);
+                        drop(session);
                         out
                     }
-                    _ => stream_worker(session.conn, plan, stop, live),
+                    (None, Some(session)) => stream_worker(session.conn, plan, stop, live),
+                    (None, None) => worker_out(false),
                 }
             }));
         }
