@@ -16,7 +16,9 @@ impl Progress {
             return Progress(None);
         }
         let pb = ProgressBar::new_spinner();
-        if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {prefix} {msg}") {
+        if let Ok(style) =
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {prefix} {msg}")
+        {
             pb.set_style(style);
         }
         pb.set_prefix(prefix.to_string());
@@ -39,7 +41,11 @@ impl Progress {
                 format_si(ev.rate_per_sec),
                 format_ns(ev.latency.p50_ns as f64),
                 format_ns(ev.latency.p99_ns as f64),
-                if ev.errors > 0 { format!("  errors {}", ev.errors) } else { String::new() }
+                if ev.errors > 0 {
+                    format!("  errors {}", ev.errors)
+                } else {
+                    String::new()
+                }
             ));
         }
     }

@@ -65,15 +65,30 @@ pub struct ConnectArgs {
 pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
     let target = Target::parse(&a.target, DEFAULT_PORT)?;
     if matches!(target, Target::Unix(_)) {
-        return Err(exit::coded(exit::USAGE, "connect measures TCP: give HOST:PORT, not a unix socket"));
+        return Err(exit::coded(
+            exit::USAGE,
+            "connect measures TCP: give HOST:PORT, not a unix socket",
+        ));
     }
-    let family = if a.ipv4 { Family::V4 } else if a.ipv6 { Family::V6 } else { Family::Any };
+    let family = if a.ipv4 {
+        Family::V4
+    } else if a.ipv6 {
+        Family::V6
+    } else {
+        Family::Any
+    };
     let addr = target.resolve(family)?;
     if a.parallel == 0 || a.parallel > 10_000 {
-        return Err(exit::coded(exit::USAGE, "--parallel must be between 1 and 10000"));
+        return Err(exit::coded(
+            exit::USAGE,
+            "--parallel must be between 1 and 10000",
+        ));
     }
     if a.size == 0 || a.size > 1 << 30 {
-        return Err(exit::coded(exit::USAGE, "--size must be between 1 B and 1 GiB"));
+        return Err(exit::coded(
+            exit::USAGE,
+            "--size must be between 1 B and 1 GiB",
+        ));
     }
     if a.timeout.is_zero() {
         return Err(exit::coded(exit::USAGE, "--timeout must be above zero"));
@@ -81,21 +96,33 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
     let stop_after = match (a.count, a.duration) {
         (Some(0), _) => return Err(exit::coded(exit::USAGE, "--count must be at least 1")),
         (Some(n), _) => StopAfter::Count(n),
-        (None, Some(d)) if d.is_zero() => return Err(exit::coded(exit::USAGE, "--duration must be above zero")),
+        (None, Some(d)) if d.is_zero() => {
+            return Err(exit::coded(exit::USAGE, "--duration must be above zero"));
+        }
         (None, Some(d)) => StopAfter::Duration(d),
         (None, None) => StopAfter::Count(200),
     };
     Ok(ConnectConfig {
         target,
         addr,
-        mode: if a.crr { ConnectMode::Crr } else { ConnectMode::Connect },
+        mode: if a.crr {
+            ConnectMode::Crr
+        } else {
+            ConnectMode::Connect
+        },
         stop_after,
         parallel: a.parallel,
         timeout: a.timeout,
         interval: a.interval,
         request_bytes: a.size as u32,
         response_bytes: a.size as u32,
-        server: ServerBehaviour { sockopts: SockOpts { nodelay: true, ..SockOpts::default() }, ..ServerBehaviour::default() },
+        server: ServerBehaviour {
+            sockopts: SockOpts {
+                nodelay: true,
+                ..SockOpts::default()
+            },
+            ..ServerBehaviour::default()
+        },
     })
 }
 
@@ -115,7 +142,14 @@ pub fn report_code(r: &ConnectReport) -> u8 {
 pub fn run(a: &ConnectArgs) -> anyhow::Result<u8> {
     let cfg = config(a)?;
     let progress = Progress::new(a.output.progress(), &format!("connect {}", cfg.target));
-    progress.set(format!("{} …", if a.crr { "connect+request+response+close" } else { "connecting" }));
+    progress.set(format!(
+        "{} …",
+        if a.crr {
+            "connect+request+response+close"
+        } else {
+            "connecting"
+        }
+    ));
     let meta = Meta::new("connect", env!("CARGO_PKG_VERSION"), unix_ms());
     let report = latscope_net::connect::run(&cfg, meta, &stop_flag())?;
     progress.set(format!("{}/s", format_si(report.rate_per_sec)));

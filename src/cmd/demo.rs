@@ -52,7 +52,11 @@ fn start_server(behaviour: ServerBehaviour) -> anyhow::Result<ServerHandle> {
         bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
         port: 0,
         unix: None,
-        limits: Limits { max_tests: 64, max_duration_ms: 600_000, max_message_bytes: 1 << 20 },
+        limits: Limits {
+            max_tests: 64,
+            max_duration_ms: 600_000,
+            max_message_bytes: 1 << 20,
+        },
         max_connections: 256,
         handshake_timeout: Duration::from_secs(5),
         forced: Some(behaviour),
@@ -62,7 +66,10 @@ fn start_server(behaviour: ServerBehaviour) -> anyhow::Result<ServerHandle> {
 
 fn rr_config(addr: SocketAddr, duration: Duration, quickack: bool) -> RrConfig {
     RrConfig {
-        target: Target::Inet { host: addr.ip().to_string(), port: addr.port() },
+        target: Target::Inet {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+        },
         addr: Some(addr),
         transport: Transport::Tcp,
         sizes: vec![(64, RESPONSE)],
@@ -70,7 +77,11 @@ fn rr_config(addr: SocketAddr, duration: Duration, quickack: bool) -> RrConfig {
         stop_after: StopAfter::Duration(duration),
         warmup: Duration::from_millis(300),
         rate: None,
-        client: SockOpts { nodelay: true, quickack, ..SockOpts::default() },
+        client: SockOpts {
+            nodelay: true,
+            quickack,
+            ..SockOpts::default()
+        },
         server: ServerBehaviour::default(),
         timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(2),
@@ -79,15 +90,32 @@ fn rr_config(addr: SocketAddr, duration: Duration, quickack: bool) -> RrConfig {
     }
 }
 
-fn measure_rr(addr: SocketAddr, duration: Duration, quickack: bool, stop: &AtomicBool) -> anyhow::Result<RrSizeResult> {
+fn measure_rr(
+    addr: SocketAddr,
+    duration: Duration,
+    quickack: bool,
+    stop: &AtomicBool,
+) -> anyhow::Result<RrSizeResult> {
     let meta = Meta::new("rr", env!("CARGO_PKG_VERSION"), unix_ms());
-    let r = latscope_net::rr::run(&rr_config(addr, duration, quickack), meta, stop, &mut |_| {}, false)?;
-    r.results.into_iter().next().ok_or_else(|| exit::coded(exit::SYSTEM, "no result"))
+    let r = latscope_net::rr::run(
+        &rr_config(addr, duration, quickack),
+        meta,
+        stop,
+        &mut |_| {},
+        false,
+    )?;
+    r.results
+        .into_iter()
+        .next()
+        .ok_or_else(|| exit::coded(exit::SYSTEM, "no result"))
 }
 
 fn measure_path(addr: SocketAddr, stop: &AtomicBool) -> anyhow::Result<latscope_core::Summary> {
     let cfg = ConnectConfig {
-        target: Target::Inet { host: addr.ip().to_string(), port: addr.port() },
+        target: Target::Inet {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+        },
         addr,
         mode: ConnectMode::Connect,
         stop_after: StopAfter::Count(200),
@@ -106,43 +134,71 @@ fn measure_path(addr: SocketAddr, stop: &AtomicBool) -> anyhow::Result<latscope_
 pub fn verdict(healthy: &DemoServer, slow: &DemoServer, quick: &RrSizeResult) -> DemoVerdict {
     let (hp, sp) = (healthy.path_rtt.p50_ns, slow.path_rtt.p50_ns);
     let same_path = hp.max(sp) <= 2 * hp.min(sp) || hp.abs_diff(sp) < 100_000;
-    let excess = slow.request.rtt.p50_ns.saturating_sub(healthy.request.rtt.p50_ns);
-    let stalled = excess >= 1_000_000 && slow.request.rtt.p50_ns >= 10 * healthy.request.rtt.p50_ns.max(1);
+    let excess = slow
+        .request
+        .rtt
+        .p50_ns
+        .saturating_sub(healthy.request.rtt.p50_ns);
+    let stalled =
+        excess >= 1_000_000 && slow.request.rtt.p50_ns >= 10 * healthy.request.rtt.p50_ns.max(1);
     DemoVerdict {
         same_path,
         excess_ns: excess,
         stalled,
         likely_cause: classify_stall(excess),
-        quickack_fixes_it: stalled && quick.rtt.count > 0 && quick.rtt.p50_ns * 10 < slow.request.rtt.p50_ns,
+        quickack_fixes_it: stalled
+            && quick.rtt.count > 0
+            && quick.rtt.p50_ns * 10 < slow.request.rtt.p50_ns,
     }
 }
 
 pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
     if a.duration < Duration::from_millis(100) {
-        return Err(exit::coded(exit::USAGE, "--duration must be at least 100ms"));
+        return Err(exit::coded(
+            exit::USAGE,
+            "--duration must be at least 100ms",
+        ));
     }
     let stop = stop_flag();
     let healthy_b = ServerBehaviour {
         write_mode: WriteMode::Single,
-        sockopts: SockOpts { nodelay: true, ..SockOpts::default() },
+        sockopts: SockOpts {
+            nodelay: true,
+            ..SockOpts::default()
+        },
         ..ServerBehaviour::default()
     };
     let slow_b = ServerBehaviour {
         write_mode: WriteMode::Split,
         split_at: HEADER,
-        sockopts: SockOpts { nodelay: false, ..SockOpts::default() },
+        sockopts: SockOpts {
+            nodelay: false,
+            ..SockOpts::default()
+        },
         ..ServerBehaviour::default()
     };
     let healthy_srv = start_server(healthy_b.clone())?;
     let slow_srv = start_server(slow_b.clone())?;
     let progress = Progress::new(a.output.progress(), "demo");
     let mut servers = Vec::new();
-    for (name, srv, b) in [("healthy", &healthy_srv, healthy_b), ("slow", &slow_srv, slow_b)] {
+    for (name, srv, b) in [
+        ("healthy", &healthy_srv, healthy_b),
+        ("slow", &slow_srv, slow_b),
+    ] {
         progress.set(format!("{name} server: path RTT"));
         let path_rtt = measure_path(srv.tcp_addr, &stop)?;
-        progress.set(format!("{name} server: request/response for {}", latscope_core::units::format_duration(a.duration)));
+        progress.set(format!(
+            "{name} server: request/response for {}",
+            latscope_core::units::format_duration(a.duration)
+        ));
         let request = measure_rr(srv.tcp_addr, a.duration, false, &stop)?;
-        servers.push(DemoServer { name: name.into(), address: srv.tcp_addr.to_string(), behaviour: b, path_rtt, request });
+        servers.push(DemoServer {
+            name: name.into(),
+            address: srv.tcp_addr.to_string(),
+            behaviour: b,
+            path_rtt,
+            request,
+        });
     }
     progress.set("slow server with client TCP_QUICKACK".into());
     let quick = measure_rr(slow_srv.tcp_addr, a.duration, true, &stop)?;
@@ -160,5 +216,9 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
     let mut out = std::io::stdout().lock();
     emit(&report, a.output.format(), &mut out)?;
     out.flush()?;
-    Ok(if report.interrupted { exit::INTERRUPTED } else { exit::OK })
+    Ok(if report.interrupted {
+        exit::INTERRUPTED
+    } else {
+        exit::OK
+    })
 }

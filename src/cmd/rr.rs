@@ -133,7 +133,11 @@ pub struct RrArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", help_heading = "Server behaviour (asked of latscope serve)")]
     pub server_think: Option<Duration>,
     /// Server (UDP): drop every Nth request, to see losses counted.
-    #[arg(long, value_name = "N", help_heading = "Server behaviour (asked of latscope serve)")]
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Server behaviour (asked of latscope serve)"
+    )]
     pub server_drop_every: Option<u32>,
 
     #[command(flatten)]
@@ -142,9 +146,10 @@ pub struct RrArgs {
 
 fn buf_size(what: &str, v: Option<u64>) -> anyhow::Result<Option<u32>> {
     match v {
-        Some(b) if b == 0 || b > i32::MAX as u64 => {
-            Err(exit::coded(exit::USAGE, format!("{what} must be between 1 B and 2 GiB")))
-        }
+        Some(b) if b == 0 || b > i32::MAX as u64 => Err(exit::coded(
+            exit::USAGE,
+            format!("{what} must be between 1 B and 2 GiB"),
+        )),
         Some(b) => Ok(Some(b as u32)),
         None => Ok(None),
     }
@@ -152,13 +157,32 @@ fn buf_size(what: &str, v: Option<u64>) -> anyhow::Result<Option<u32>> {
 
 fn msg_size(what: &str, v: u64, transport: Transport, peer: PeerKind) -> anyhow::Result<u32> {
     let (min, max, why) = match (peer, transport) {
-        (PeerKind::Sockperf, Transport::Udp) => (14, 65_507, "sockperf messages carry a 14-byte header and fit one datagram"),
-        (PeerKind::Sockperf, _) => (14, 1 << 30, "sockperf messages carry a 14-byte header; at most 1 GiB"),
-        (_, Transport::Udp) => (20, 65_507, "UDP messages carry a 20-byte latscope header and fit one datagram"),
-        _ => (1, 1 << 30, "a message holds at least 1 byte and at most 1 GiB"),
+        (PeerKind::Sockperf, Transport::Udp) => (
+            14,
+            65_507,
+            "sockperf messages carry a 14-byte header and fit one datagram",
+        ),
+        (PeerKind::Sockperf, _) => (
+            14,
+            1 << 30,
+            "sockperf messages carry a 14-byte header; at most 1 GiB",
+        ),
+        (_, Transport::Udp) => (
+            20,
+            65_507,
+            "UDP messages carry a 20-byte latscope header and fit one datagram",
+        ),
+        _ => (
+            1,
+            1 << 30,
+            "a message holds at least 1 byte and at most 1 GiB",
+        ),
     };
     if v < min || v > max {
-        return Err(exit::coded(exit::USAGE, format!("{what} {v} B is out of range {min}–{max} B: {why}")));
+        return Err(exit::coded(
+            exit::USAGE,
+            format!("{what} {v} B is out of range {min}–{max} B: {why}"),
+        ));
     }
     Ok(v as u32)
 }
@@ -170,16 +194,32 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
         (None, Some(t)) => {
             let t = Target::parse(t, DEFAULT_PORT)?;
             let tr = match (&t, a.udp) {
-                (Target::Unix(_), true) => return Err(exit::coded(exit::USAGE, "--udp cannot be used with a unix socket")),
+                (Target::Unix(_), true) => {
+                    return Err(exit::coded(
+                        exit::USAGE,
+                        "--udp cannot be used with a unix socket",
+                    ));
+                }
                 (Target::Unix(_), false) => Transport::Unix,
                 (_, true) => Transport::Udp,
                 (_, false) => Transport::Tcp,
             };
             (t, tr)
         }
-        (None, None) => return Err(exit::coded(exit::USAGE, "no target: give HOST[:PORT] or --unix PATH")),
+        (None, None) => {
+            return Err(exit::coded(
+                exit::USAGE,
+                "no target: give HOST[:PORT] or --unix PATH",
+            ));
+        }
     };
-    let family = if a.ipv4 { Family::V4 } else if a.ipv6 { Family::V6 } else { Family::Any };
+    let family = if a.ipv4 {
+        Family::V4
+    } else if a.ipv6 {
+        Family::V6
+    } else {
+        Family::Any
+    };
     let addr = match &target {
         Target::Unix(_) => None,
         t => Some(t.resolve(family)?),
@@ -190,16 +230,32 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
             .map(|s| msg_size("size", s, transport, a.peer).map(|s| (s, s)))
             .collect::<anyhow::Result<_>>()?,
         None => vec![(
-            msg_size("request size", a.request_size.unwrap_or(a.size), transport, a.peer)?,
-            msg_size("response size", a.response_size.unwrap_or(a.size), transport, a.peer)?,
+            msg_size(
+                "request size",
+                a.request_size.unwrap_or(a.size),
+                transport,
+                a.peer,
+            )?,
+            msg_size(
+                "response size",
+                a.response_size.unwrap_or(a.size),
+                transport,
+                a.peer,
+            )?,
         )],
     };
     if a.peer == PeerKind::Sockperf {
         if sizes.iter().any(|(q, r)| q != r) {
-            return Err(exit::coded(exit::USAGE, "a sockperf server echoes each message: request and response sizes must be equal"));
+            return Err(exit::coded(
+                exit::USAGE,
+                "a sockperf server echoes each message: request and response sizes must be equal",
+            ));
         }
         if transport == Transport::Unix {
-            return Err(exit::coded(exit::USAGE, "--peer sockperf works over TCP and UDP only"));
+            return Err(exit::coded(
+                exit::USAGE,
+                "--peer sockperf works over TCP and UDP only",
+            ));
         }
         let asks_server = a.server_nagle
             || a.server_split.is_some()
@@ -210,18 +266,26 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
             || a.server_think.is_some()
             || a.server_drop_every.is_some();
         if asks_server {
-            return Err(exit::coded(exit::USAGE, "--server-* options need latscope serve at the other end, not sockperf"));
+            return Err(exit::coded(
+                exit::USAGE,
+                "--server-* options need latscope serve at the other end, not sockperf",
+            ));
         }
     }
     if a.connections == 0 || a.connections > 10_000 {
-        return Err(exit::coded(exit::USAGE, "--connections must be between 1 and 10000"));
+        return Err(exit::coded(
+            exit::USAGE,
+            "--connections must be between 1 and 10000",
+        ));
     }
     if a.count == Some(0) {
         return Err(exit::coded(exit::USAGE, "--count must be at least 1"));
     }
     let stop_after = match (a.count, a.duration) {
         (Some(n), _) => StopAfter::Count(n),
-        (None, Some(d)) if d.is_zero() => return Err(exit::coded(exit::USAGE, "--duration must be above zero")),
+        (None, Some(d)) if d.is_zero() => {
+            return Err(exit::coded(exit::USAGE, "--duration must be above zero"));
+        }
         (None, Some(d)) => StopAfter::Duration(d),
         (None, None) if a.sizes.is_some() => StopAfter::Duration(Duration::from_secs(1)),
         (None, None) => StopAfter::Duration(Duration::from_secs(5)),
@@ -230,9 +294,16 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
         return Err(exit::coded(exit::USAGE, "--interval must be at least 10ms"));
     }
     if a.server_split == Some(0) {
-        return Err(exit::coded(exit::USAGE, "--server-split must be at least 1 byte"));
+        return Err(exit::coded(
+            exit::USAGE,
+            "--server-split must be at least 1 byte",
+        ));
     }
-    let timeout = a.timeout.unwrap_or(if transport == Transport::Udp { Duration::from_secs(1) } else { Duration::from_secs(10) });
+    let timeout = a.timeout.unwrap_or(if transport == Transport::Udp {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(10)
+    });
     if timeout.is_zero() {
         return Err(exit::coded(exit::USAGE, "--timeout must be above zero"));
     }
@@ -253,7 +324,11 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
             rcvbuf: buf_size("--rcvbuf", a.rcvbuf)?,
         },
         server: ServerBehaviour {
-            write_mode: if a.server_split.is_some() { WriteMode::Split } else { WriteMode::Single },
+            write_mode: if a.server_split.is_some() {
+                WriteMode::Split
+            } else {
+                WriteMode::Single
+            },
             split_at: a.server_split.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
             think_ns: a.server_think.map(|d| d.as_nanos() as u64).unwrap_or(0),
             sockopts: SockOpts {
@@ -280,8 +355,15 @@ pub fn report_code(r: &RrReport) -> u8 {
     if r.interrupted {
         return exit::INTERRUPTED;
     }
-    let failed = r.results.iter().any(|s| s.lost > 0 || s.timeouts > 0 || !s.errors.is_empty());
-    if failed || r.size_jump.is_some() { exit::FINDINGS } else { exit::OK }
+    let failed = r
+        .results
+        .iter()
+        .any(|s| s.lost > 0 || s.timeouts > 0 || !s.errors.is_empty());
+    if failed || r.size_jump.is_some() {
+        exit::FINDINGS
+    } else {
+        exit::OK
+    }
 }
 
 pub fn run(a: &RrArgs) -> anyhow::Result<u8> {

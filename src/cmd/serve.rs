@@ -69,14 +69,25 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     fn forced(&self) -> Option<ServerBehaviour> {
-        if self.split_response.is_none() && !self.nagle && self.think.is_none() && self.drop_every.is_none() {
+        if self.split_response.is_none()
+            && !self.nagle
+            && self.think.is_none()
+            && self.drop_every.is_none()
+        {
             return None;
         }
         Some(ServerBehaviour {
-            write_mode: if self.split_response.is_some() { WriteMode::Split } else { WriteMode::Single },
+            write_mode: if self.split_response.is_some() {
+                WriteMode::Split
+            } else {
+                WriteMode::Single
+            },
             split_at: self.split_response.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
             think_ns: self.think.map(|d| d.as_nanos() as u64).unwrap_or(0),
-            sockopts: SockOpts { nodelay: !self.nagle, ..SockOpts::default() },
+            sockopts: SockOpts {
+                nodelay: !self.nagle,
+                ..SockOpts::default()
+            },
             drop_every: self.drop_every.unwrap_or(0),
         })
     }
@@ -84,10 +95,16 @@ impl ServeArgs {
 
 pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
     if a.max_message == 0 || a.max_message > u64::from(u32::MAX) {
-        return Err(crate::exit::coded(crate::exit::USAGE, "--max-message must be between 1 B and 4 GiB"));
+        return Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "--max-message must be between 1 B and 4 GiB",
+        ));
     }
     if a.split_response == Some(0) {
-        return Err(crate::exit::coded(crate::exit::USAGE, "--split-response must be at least 1 byte"));
+        return Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "--split-response must be at least 1 byte",
+        ));
     }
     let cfg = ServeConfig {
         bind: a.bind,
@@ -103,7 +120,8 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
         forced: a.forced(),
     };
     let quiet = a.quiet;
-    let server = Server::bind(cfg, stop_flag(), move |ev| log(&ev, quiet)).context("cannot start the server")?;
+    let server = Server::bind(cfg, stop_flag(), move |ev| log(&ev, quiet))
+        .context("cannot start the server")?;
     server.run()?;
     Ok(crate::exit::OK)
 }
@@ -111,15 +129,33 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
 fn log(ev: &ServeEvent, quiet: bool) {
     match ev {
         ServeEvent::Listening { tcp, udp, unix } => {
-            let unix = unix.as_ref().map(|p| format!(", unix {}", p.display())).unwrap_or_default();
+            let unix = unix
+                .as_ref()
+                .map(|p| format!(", unix {}", p.display()))
+                .unwrap_or_default();
             eprintln!("latscope serve: listening on tcp {tcp}, udp {udp}{unix} (Ctrl-C stops)");
         }
         _ if quiet => {}
-        ServeEvent::TestStarted { id, peer, kind, request_bytes, response_bytes } => {
+        ServeEvent::TestStarted {
+            id,
+            peer,
+            kind,
+            request_bytes,
+            response_bytes,
+        } => {
             eprintln!("test {id} from {peer}: {kind:?} {request_bytes} B / {response_bytes} B");
         }
-        ServeEvent::TestEnded { id, transactions, elapsed, reason, .. } => {
-            eprintln!("test {id} ended: {transactions} transactions in {} ({reason})", format_duration(*elapsed));
+        ServeEvent::TestEnded {
+            id,
+            transactions,
+            elapsed,
+            reason,
+            ..
+        } => {
+            eprintln!(
+                "test {id} ended: {transactions} transactions in {} ({reason})",
+                format_duration(*elapsed)
+            );
         }
         ServeEvent::Refused { peer, reason } => eprintln!("refused {peer}: {reason}"),
     }

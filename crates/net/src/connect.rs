@@ -65,7 +65,13 @@ fn classify(e: &io::Error) -> Outcome {
     }
 }
 
-fn one_attempt(cfg: &ConnectConfig, start: &Start, request: &[u8], resp: &mut [u8], t: &mut Tally) -> Outcome {
+fn one_attempt(
+    cfg: &ConnectConfig,
+    start: &Start,
+    request: &[u8],
+    resp: &mut [u8],
+    t: &mut Tally,
+) -> Outcome {
     let t0 = Instant::now();
     let stream = match TcpStream::connect_timeout(&cfg.addr, cfg.timeout) {
         Ok(s) => s,
@@ -123,7 +129,9 @@ pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<Connect
             .map(|i| {
                 let (start, request, samples) = (&start, &request, &samples);
                 let quota = match cfg.stop_after {
-                    StopAfter::Count(total) => Some(total / u64::from(n) + u64::from(u64::from(i) < total % u64::from(n))),
+                    StopAfter::Count(total) => {
+                        Some(total / u64::from(n) + u64::from(u64::from(i) < total % u64::from(n)))
+                    }
                     StopAfter::Duration(_) => None,
                 };
                 scope.spawn(move || {
@@ -172,18 +180,36 @@ pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<Connect
     }
     let elapsed = match (cfg.stop_after, stop.load(Ordering::Relaxed)) {
         (StopAfter::Duration(d), false) => d,
-        _ => total.last_done.map(|t| t - t_start).unwrap_or_else(|| t_start.elapsed()),
+        _ => total
+            .last_done
+            .map(|t| t - t_start)
+            .unwrap_or_else(|| t_start.elapsed()),
     };
     let succeeded = match cfg.mode {
         ConnectMode::Connect => total.connect.count(),
         ConnectMode::Crr => total.transaction.count(),
     };
-    let mut error_samples: Vec<String> = samples.into_inner().map(|s| s.into_iter().collect()).unwrap_or_default();
+    let mut error_samples: Vec<String> = samples
+        .into_inner()
+        .map(|s| s.into_iter().collect())
+        .unwrap_or_default();
     if total.refused > 0 {
-        error_samples.insert(0, format!("{} refused: nothing listens on {}", total.refused, cfg.target));
+        error_samples.insert(
+            0,
+            format!(
+                "{} refused: nothing listens on {}",
+                total.refused, cfg.target
+            ),
+        );
     }
     if total.timed_out > 0 {
-        error_samples.insert(0, format!("{} timed out: SYN or response dropped (filtered port or overloaded server)", total.timed_out));
+        error_samples.insert(
+            0,
+            format!(
+                "{} timed out: SYN or response dropped (filtered port or overloaded server)",
+                total.timed_out
+            ),
+        );
     }
     Ok(ConnectReport {
         meta,
@@ -196,7 +222,11 @@ pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<Connect
         timed_out: total.timed_out,
         other_errors: total.other,
         elapsed_ns: elapsed.as_nanos() as u64,
-        rate_per_sec: if elapsed.is_zero() { 0.0 } else { succeeded as f64 / elapsed.as_secs_f64() },
+        rate_per_sec: if elapsed.is_zero() {
+            0.0
+        } else {
+            succeeded as f64 / elapsed.as_secs_f64()
+        },
         connect: total.connect.summary(),
         transaction: (cfg.mode == ConnectMode::Crr).then(|| total.transaction.summary()),
         error_samples,

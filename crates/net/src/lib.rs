@@ -7,6 +7,6 @@ pub mod serve;
 pub mod sock;
 
 pub use error::NetError;
+pub mod connect;
 pub mod pace;
 pub mod rr;
-pub mod connect;

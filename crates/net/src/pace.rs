@@ -46,7 +46,12 @@ pub struct Schedule {
 impl Schedule {
     pub fn new(start: Instant, total_rate: f64, index: u32, n: u32) -> Schedule {
         let period_ns = 1e9 * f64::from(n) / total_rate;
-        Schedule { start, period_ns, offset_ns: period_ns * f64::from(index) / f64::from(n), next: 0 }
+        Schedule {
+            start,
+            period_ns,
+            offset_ns: period_ns * f64::from(index) / f64::from(n),
+            next: 0,
+        }
     }
 
     /// The next intended send time.

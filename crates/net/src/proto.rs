@@ -130,7 +130,9 @@ impl std::fmt::Display for FrameError {
         match self {
             FrameError::Io(e) => write!(f, "{e}"),
             FrameError::NotLatscope(b) => write!(f, "it sent {}", printable(b)),
-            FrameError::Version(v) => write!(f, "protocol version {v}, this latscope speaks {VERSION}"),
+            FrameError::Version(v) => {
+                write!(f, "protocol version {v}, this latscope speaks {VERSION}")
+            }
             FrameError::TooLarge(n) => write!(f, "a {n}-byte control frame (limit {MAX_FRAME})"),
             FrameError::Json(e) => write!(f, "malformed control message: {e}"),
         }
@@ -147,10 +149,20 @@ impl From<io::Error> for FrameError {
 pub fn printable(b: &[u8]) -> String {
     let s: String = b
         .iter()
-        .take(24)
-        .map(|&c| if (0x20..0x7f).contains(&c) { c as char } else { '.' })
+        .take(40)
+        .map(|&c| {
+            if (0x20..0x7f).contains(&c) {
+                c as char
+            } else {
+                '.'
+            }
+        })
         .collect();
-    if b.len() > 24 { format!("\"{s}…\"") } else { format!("\"{s}\"") }
+    if b.len() > 40 {
+        format!("\"{s}…\"")
+    } else {
+        format!("\"{s}\"")
+    }
 }
 
 /// Encode a greeting followed by its hello frame.
@@ -176,7 +188,10 @@ pub fn read_greeting<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> Result<
         match r.read(&mut head[got..]) {
             Ok(0) => {
                 return Err(if got == 0 {
-                    FrameError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "closed without a greeting"))
+                    FrameError::Io(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "closed without a greeting",
+                    ))
                 } else {
                     FrameError::NotLatscope(head[..got].to_vec())
                 });
@@ -186,8 +201,14 @@ pub fn read_greeting<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> Result<
                 // Fail fast on a foreign greeting, before waiting for all ten bytes.
                 let k = got.min(MAGIC.len());
                 if head[..k] != MAGIC[..k] {
-                    // Read a little more for a useful message, without blocking for long.
-                    return Err(FrameError::NotLatscope(head[..got].to_vec()));
+                    // One more read (bounded by the socket's timeout) so the message can show
+                    // what the peer is, e.g. a whole HTTP status line.
+                    let mut seen = head[..got].to_vec();
+                    let mut more = [0u8; 40];
+                    if let Ok(m) = r.read(&mut more) {
+                        seen.extend_from_slice(&more[..m]);
+                    }
+                    return Err(FrameError::NotLatscope(seen));
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -251,7 +272,10 @@ mod tests {
 
     #[test]
     fn greeting_roundtrip() {
-        let hello = ClientHello { software: "latscope test".into(), auth: None };
+        let hello = ClientHello {
+            software: "latscope test".into(),
+            auth: None,
+        };
         let mut buf = Vec::new();
         encode_greeting(&hello, &mut buf);
         let start = Start {
@@ -282,18 +306,30 @@ mod tests {
     fn wrong_version_and_oversize() {
         let mut buf = MAGIC.to_vec();
         buf.extend_from_slice(&9u16.to_be_bytes());
-        assert!(matches!(read_greeting::<ServerHello>(&mut &buf[..]), Err(FrameError::Version(9))));
+        assert!(matches!(
+            read_greeting::<ServerHello>(&mut &buf[..]),
+            Err(FrameError::Version(9))
+        ));
         let big = ((MAX_FRAME + 1) as u32).to_be_bytes();
-        assert!(matches!(read_frame::<Start>(&mut &big[..]), Err(FrameError::TooLarge(_))));
+        assert!(matches!(
+            read_frame::<Start>(&mut &big[..]),
+            Err(FrameError::TooLarge(_))
+        ));
         let mut bad = 3u32.to_be_bytes().to_vec();
         bad.extend_from_slice(b"{x}");
-        assert!(matches!(read_frame::<Start>(&mut &bad[..]), Err(FrameError::Json(_))));
+        assert!(matches!(
+            read_frame::<Start>(&mut &bad[..]),
+            Err(FrameError::Json(_))
+        ));
     }
 
     #[test]
     fn udp_header() {
         let mut b = [0u8; 32];
-        let h = UdpHeader { token: 0xdead_beef_0102_0304, seq: 42 };
+        let h = UdpHeader {
+            token: 0xdead_beef_0102_0304,
+            seq: 42,
+        };
         h.write(&mut b);
         assert_eq!(UdpHeader::parse(&b), Some(h));
         assert_eq!(UdpHeader::parse(&b[..19]), None);

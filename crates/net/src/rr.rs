@@ -14,13 +14,17 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use latscope_core::LatencyHistogram;
-use latscope_core::model::rr::{LoadMode, RrReport, RrSizeResult, ServerBehaviour, SockOpts, Transport};
+use latscope_core::model::rr::{
+    LoadMode, RrReport, RrSizeResult, ServerBehaviour, SockOpts, Transport,
+};
 use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::sweep::find_jump;
 
 use crate::NetError;
 use crate::pace::{Schedule, precise_timers, sleep_until};
-use crate::proto::{self, ClientHello, FrameError, Reply, ServerHello, Start, TestKind, UDP_HEADER_LEN, UdpHeader};
+use crate::proto::{
+    self, ClientHello, FrameError, Reply, ServerHello, Start, TestKind, UDP_HEADER_LEN, UdpHeader,
+};
 use crate::sock::{Conn, Target, connect, set_int};
 
 /// Blocked reads wake this often to look at the stop flag.
@@ -110,15 +114,24 @@ pub fn open_session(
 }
 
 /// Greet and ask for a test on an already connected socket.
-pub fn handshake(mut conn: Conn, target: &Target, start: &Start, first_message: &[u8]) -> Result<Session, NetError> {
+pub fn handshake(
+    mut conn: Conn,
+    target: &Target,
+    start: &Start,
+    first_message: &[u8],
+) -> Result<Session, NetError> {
     let name = target.to_string();
     let io_err = |e: io::Error| NetError::io(format!("talking to {name}"), e);
-    conn.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io_err)?;
+    conn.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(io_err)?;
     if conn.is_tcp() {
         set_int(conn.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).map_err(io_err)?;
     }
     let mut out = Vec::with_capacity(256 + first_message.len());
-    let hello = ClientHello { software: format!("latscope {}", env!("CARGO_PKG_VERSION")), auth: None };
+    let hello = ClientHello {
+        software: format!("latscope {}", env!("CARGO_PKG_VERSION")),
+        auth: None,
+    };
     proto::encode_greeting(&hello, &mut out);
     proto::encode_frame(start, &mut out);
     out.extend_from_slice(first_message);
@@ -136,29 +149,58 @@ pub fn handshake(mut conn: Conn, target: &Target, start: &Start, first_message: 
         e => NetError::Protocol(format!("{name}: {e}")),
     })?;
     match reply {
-        Reply::Accepted { server: behaviour, udp_token, .. } => {
-            Ok(Session { conn, server: behaviour, udp_token, hello: server })
-        }
+        Reply::Accepted {
+            server: behaviour,
+            udp_token,
+            ..
+        } => Ok(Session {
+            conn,
+            server: behaviour,
+            udp_token,
+            hello: server,
+        }),
         Reply::Refused { message, .. } => Err(NetError::ServerRefused(message)),
     }
 }
 
 fn greeting_error(name: &str, e: FrameError, write_err: Option<io::Error>) -> NetError {
     match e {
-        FrameError::NotLatscope(bytes) => NetError::WrongProtocol { target: name.into(), detail: format!("it answered {}", proto::printable(&bytes)) },
+        FrameError::NotLatscope(bytes) => NetError::WrongProtocol {
+            target: name.into(),
+            detail: format!("it answered {}", proto::printable(&bytes)),
+        },
         FrameError::Version(v) => NetError::WrongProtocol {
             target: name.into(),
-            detail: format!("it speaks latscope protocol version {v}, this latscope speaks {}; use matching versions", proto::VERSION),
+            detail: format!(
+                "it speaks latscope protocol version {v}, this latscope speaks {}; use matching versions",
+                proto::VERSION
+            ),
         },
-        FrameError::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => NetError::WrongProtocol {
-            target: name.into(),
-            detail: format!("no latscope greeting within {}", latscope_core::units::format_duration(HANDSHAKE_TIMEOUT)),
-        },
+        FrameError::Io(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            NetError::WrongProtocol {
+                target: name.into(),
+                detail: format!(
+                    "no latscope greeting within {}",
+                    latscope_core::units::format_duration(HANDSHAKE_TIMEOUT)
+                ),
+            }
+        }
         FrameError::Io(e) => NetError::WrongProtocol {
             target: name.into(),
-            detail: format!("it closed the connection without a latscope greeting ({})", write_err.unwrap_or(e)),
+            detail: format!(
+                "it closed the connection without a latscope greeting ({})",
+                write_err.unwrap_or(e)
+            ),
         },
-        other => NetError::WrongProtocol { target: name.into(), detail: other.to_string() },
+        other => NetError::WrongProtocol {
+            target: name.into(),
+            detail: other.to_string(),
+        },
     }
 }
 
@@ -220,7 +262,14 @@ impl WorkerPlan {
 
     /// Record one completed transaction.
     #[inline]
-    fn record(&self, out: &mut WorkerOut, live: Option<&Mutex<Live>>, due: Option<Instant>, t0: Instant, t1: Instant) {
+    fn record(
+        &self,
+        out: &mut WorkerOut,
+        live: Option<&Mutex<Live>>,
+        due: Option<Instant>,
+        t0: Instant,
+        t1: Instant,
+    ) {
         if t0 < self.measure_from {
             return;
         }
@@ -242,7 +291,12 @@ impl WorkerPlan {
     }
 }
 
-fn stream_worker(mut conn: Conn, plan: WorkerPlan, stop: &AtomicBool, live: Option<&Mutex<Live>>) -> WorkerOut {
+fn stream_worker(
+    mut conn: Conn,
+    plan: WorkerPlan,
+    stop: &AtomicBool,
+    live: Option<&Mutex<Live>>,
+) -> WorkerOut {
     let mut out = worker_out(plan.schedule.is_some());
     let mut schedule = plan.schedule.clone();
     if let Err(e) = conn.apply(&plan.client) {
@@ -299,7 +353,14 @@ fn stream_worker(mut conn: Conn, plan: WorkerPlan, stop: &AtomicBool, live: Opti
                         let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
                     }
                 }
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
                     if stop.load(Ordering::Relaxed) {
                         failed = Some(String::new());
                         break;
@@ -341,7 +402,13 @@ fn bump_errors(live: Option<&Mutex<Live>>) {
     }
 }
 
-fn udp_worker(udp: UdpSocket, token: Option<u64>, plan: WorkerPlan, stop: &AtomicBool, live: Option<&Mutex<Live>>) -> WorkerOut {
+fn udp_worker(
+    udp: UdpSocket,
+    token: Option<u64>,
+    plan: WorkerPlan,
+    stop: &AtomicBool,
+    live: Option<&Mutex<Live>>,
+) -> WorkerOut {
     let mut out = worker_out(plan.schedule.is_some());
     let mut schedule = plan.schedule.clone();
     let wait = POLL.min(plan.timeout);
@@ -376,7 +443,13 @@ fn udp_worker(udp: UdpSocket, token: Option<u64>, plan: WorkerPlan, stop: &Atomi
                     Some(s) if s < seq => out.late_responses += 1,
                     _ => {}
                 },
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
                 Err(e) => {
                     out.error = Some(format!("conn {}: receiving: {e}", plan.index));
                     break None;
@@ -409,8 +482,12 @@ fn udp_worker(udp: UdpSocket, token: Option<u64>, plan: WorkerPlan, stop: &Atomi
 /// The sequence number of a reply, if it belongs to this test.
 fn reply_seq(buf: &[u8], token: Option<u64>) -> Option<u64> {
     match token {
-        Some(t) => UdpHeader::parse(buf).filter(|h| h.token == t).map(|h| h.seq),
-        None if buf.len() >= SOCKPERF_HEADER_LEN => Some(u64::from_be_bytes(buf[..8].try_into().ok()?)),
+        Some(t) => UdpHeader::parse(buf)
+            .filter(|h| h.token == t)
+            .map(|h| h.seq),
+        None if buf.len() >= SOCKPERF_HEADER_LEN => {
+            Some(u64::from_be_bytes(buf[..8].try_into().ok()?))
+        }
         None => None,
     }
 }
@@ -448,7 +525,12 @@ pub fn run(
         let pts: Vec<(u64, u64)> = results
             .iter()
             .filter(|r| r.rtt.count > 0)
-            .map(|r| (u64::from(r.request_bytes.max(r.response_bytes)), r.rtt.p50_ns))
+            .map(|r| {
+                (
+                    u64::from(r.request_bytes.max(r.response_bytes)),
+                    r.rtt.p50_ns,
+                )
+            })
             .collect();
         find_jump(&pts)
     } else {
@@ -503,7 +585,15 @@ fn run_size(
                 conn,
                 server: cfg.server.clone(),
                 udp_token: None,
-                hello: ServerHello { software: "sockperf".into(), limits: proto::Limits { max_tests: 0, max_duration_ms: 0, max_message_bytes: 0 }, auth_required: false },
+                hello: ServerHello {
+                    software: "sockperf".into(),
+                    limits: proto::Limits {
+                        max_tests: 0,
+                        max_duration_ms: 0,
+                        max_message_bytes: 0,
+                    },
+                    auth_required: false,
+                },
             }));
             continue;
         }
@@ -520,7 +610,9 @@ fn run_size(
             start.duration_ms = 3_600_000;
         }
         let session = match open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[]) {
-            Err(NetError::ServerRefused(msg)) if lifetime.is_none() && msg.contains("test exceeds") => {
+            Err(NetError::ServerRefused(msg))
+                if lifetime.is_none() && msg.contains("test exceeds") =>
+            {
                 let probe = open_probe_limits(cfg)?;
                 start.duration_ms = probe;
                 open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[])?
@@ -529,11 +621,18 @@ fn run_size(
         };
         sessions.push(Some(session));
     }
-    let server = sessions.iter().flatten().next().map(|s| s.server.clone()).unwrap_or_else(|| cfg.server.clone());
+    let server = sessions
+        .iter()
+        .flatten()
+        .next()
+        .map(|s| s.server.clone())
+        .unwrap_or_else(|| cfg.server.clone());
     let label = format!("{req}B/{resp}B");
     let n = cfg.connections;
     let barrier = Barrier::new(n as usize + 1);
-    let lives: Vec<Option<Mutex<Live>>> = (0..n).map(|_| want_intervals.then(Mutex::default)).collect();
+    let lives: Vec<Option<Mutex<Live>>> = (0..n)
+        .map(|_| want_intervals.then(Mutex::default))
+        .collect();
     let t_start_cell: Mutex<Option<Instant>> = Mutex::new(None);
     let outs: Vec<WorkerOut> = thread::scope(|scope| -> Result<Vec<WorkerOut>, NetError> {
         let mut handles = Vec::with_capacity(n as usize);
@@ -543,14 +642,20 @@ fn run_size(
             let live = lives[i as usize].as_ref();
             let t_start_cell = &t_start_cell;
             let quota = match cfg.stop_after {
-                StopAfter::Count(total) => Some(total / u64::from(n) + u64::from(u64::from(i) < total % u64::from(n))),
+                StopAfter::Count(total) => {
+                    Some(total / u64::from(n) + u64::from(u64::from(i) < total % u64::from(n)))
+                }
                 StopAfter::Duration(_) => None,
             };
             let udp_sock = if udp { Some(udp_socket(cfg)?) } else { None };
             handles.push(scope.spawn(move || {
                 precise_timers();
                 barrier.wait();
-                let t_start = t_start_cell.lock().ok().and_then(|g| *g).unwrap_or_else(Instant::now);
+                let t_start = t_start_cell
+                    .lock()
+                    .ok()
+                    .and_then(|g| *g)
+                    .unwrap_or_else(Instant::now);
                 let measure_from = t_start + cfg.warmup;
                 let plan = WorkerPlan {
                     index: i,
@@ -587,10 +692,12 @@ fn run_size(
         // Coordinate: per-interval events until every worker is done.
         let mut next = t_start + cfg.interval;
         let mut idx_start = t_start;
-        while !handles.iter().all(|h| h.is_finished()) {
+        // Without interval consumers, just wait: a coordinator waking every few ms would steal
+        // the CPU from the workers on small machines.
+        while want_intervals && !handles.iter().all(|h| h.is_finished()) {
             thread::sleep(Duration::from_millis(20).min(cfg.interval));
             let now = Instant::now();
-            if want_intervals && now >= next {
+            if now >= next {
                 emit_interval(&lives, &label, t_start, idx_start, now, on_interval);
                 idx_start = now;
                 next = now + cfg.interval;
@@ -604,7 +711,11 @@ fn run_size(
         }
         Ok(handles.into_iter().filter_map(|h| h.join().ok()).collect())
     })?;
-    let t_start = t_start_cell.lock().ok().and_then(|g| *g).unwrap_or_else(Instant::now);
+    let t_start = t_start_cell
+        .lock()
+        .ok()
+        .and_then(|g| *g)
+        .unwrap_or_else(Instant::now);
     let measure_from = t_start + cfg.warmup;
     let mut hist = LatencyHistogram::new();
     let mut intended = cfg.rate.map(|_| LatencyHistogram::new());
@@ -646,7 +757,11 @@ fn run_size(
     };
     r.transactions = hist.count();
     r.elapsed_ns = elapsed.as_nanos() as u64;
-    r.transactions_per_sec = if elapsed.is_zero() { 0.0 } else { r.transactions as f64 / elapsed.as_secs_f64() };
+    r.transactions_per_sec = if elapsed.is_zero() {
+        0.0
+    } else {
+        r.transactions as f64 / elapsed.as_secs_f64()
+    };
     r.rtt = hist.summary();
     r.rtt_from_intended = intended.map(|h| h.summary());
     r.one_way_p50_ns = r.rtt.p50_ns / 2;
@@ -667,12 +782,19 @@ fn open_probe_limits(cfg: &RrConfig) -> Result<u64, NetError> {
 }
 
 fn udp_socket(cfg: &RrConfig) -> Result<UdpSocket, NetError> {
-    let addr = cfg.addr.ok_or_else(|| NetError::Invalid("UDP needs a network target".into()))?;
-    let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
-        .parse()
-        .map_err(|_| NetError::Invalid("bind address".into()))?;
+    let addr = cfg
+        .addr
+        .ok_or_else(|| NetError::Invalid("UDP needs a network target".into()))?;
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()
+    .map_err(|_| NetError::Invalid("bind address".into()))?;
     let s = UdpSocket::bind(bind).map_err(|e| NetError::io("binding a UDP socket", e))?;
-    s.connect(addr).map_err(|e| NetError::io(format!("connecting a UDP socket to {addr}"), e))?;
+    s.connect(addr)
+        .map_err(|e| NetError::io(format!("connecting a UDP socket to {addr}"), e))?;
     Ok(s)
 }
 
@@ -702,7 +824,11 @@ fn emit_interval(
         start_ns: (from - t_start).as_nanos() as u64,
         end_ns: (to - t_start).as_nanos() as u64,
         count: h.count(),
-        rate_per_sec: if secs > 0.0 { h.count() as f64 / secs } else { 0.0 },
+        rate_per_sec: if secs > 0.0 {
+            h.count() as f64 / secs
+        } else {
+            0.0
+        },
         errors,
         latency: h.summary(),
     };

@@ -19,8 +19,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::NetError;
 use crate::proto::{
-    self, ClientHello, FrameError, Limits, Reply, ServerHello, Start, TestKind, UDP_ECHO_MAGIC, UDP_ECHO_REPLY,
-    UDP_ECHO_REQUEST, UDP_HEADER_LEN, UdpHeader,
+    self, ClientHello, FrameError, Limits, Reply, ServerHello, Start, TestKind, UDP_ECHO_MAGIC,
+    UDP_ECHO_REPLY, UDP_ECHO_REQUEST, UDP_HEADER_LEN, UdpHeader,
 };
 use crate::sock::{Conn, set_int};
 
@@ -52,7 +52,11 @@ impl Default for ServeConfig {
             bind: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
             port: proto::DEFAULT_PORT,
             unix: None,
-            limits: Limits { max_tests: 128, max_duration_ms: 3_600_000, max_message_bytes: 4 << 20 },
+            limits: Limits {
+                max_tests: 128,
+                max_duration_ms: 3_600_000,
+                max_message_bytes: 4 << 20,
+            },
             max_connections: 1024,
             handshake_timeout: Duration::from_secs(5),
             forced: None,
@@ -63,10 +67,29 @@ impl Default for ServeConfig {
 /// Something the server did, for its log. The server itself never prints.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ServeEvent {
-    Listening { tcp: SocketAddr, udp: SocketAddr, unix: Option<PathBuf> },
-    TestStarted { id: u64, peer: String, kind: TestKind, request_bytes: u32, response_bytes: u32 },
-    TestEnded { id: u64, peer: String, transactions: u64, elapsed: Duration, reason: String },
-    Refused { peer: String, reason: String },
+    Listening {
+        tcp: SocketAddr,
+        udp: SocketAddr,
+        unix: Option<PathBuf>,
+    },
+    TestStarted {
+        id: u64,
+        peer: String,
+        kind: TestKind,
+        request_bytes: u32,
+        response_bytes: u32,
+    },
+    TestEnded {
+        id: u64,
+        peer: String,
+        transactions: u64,
+        elapsed: Duration,
+        reason: String,
+    },
+    Refused {
+        peer: String,
+        reason: String,
+    },
 }
 
 struct UdpTest {
@@ -123,7 +146,11 @@ impl Drop for ServerHandle {
 }
 
 fn bind_pair(bind: IpAddr, port: u16) -> io::Result<(TcpListener, UdpSocket)> {
-    let domain = if bind.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
+    let domain = if bind.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
     // With port 0 the kernel picks a TCP port that may be taken for UDP: retry a few times.
     let mut last = None;
     for _ in 0..32 {
@@ -160,8 +187,12 @@ impl Server {
         let (tcp, udp) = match bind_pair(cfg.bind, cfg.port) {
             Ok(p) => p,
             // IPv6 disabled on this host: fall back to IPv4 only.
-            Err(e) if cfg.bind == IpAddr::V6(Ipv6Addr::UNSPECIFIED) && e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
-                bind_pair(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), cfg.port).map_err(|e| bind_error(&where_, e))?
+            Err(e)
+                if cfg.bind == IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                    && e.raw_os_error() == Some(libc::EAFNOSUPPORT) =>
+            {
+                bind_pair(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), cfg.port)
+                    .map_err(|e| bind_error(&where_, e))?
             }
             Err(e) => return Err(bind_error(&where_, e)),
         };
@@ -172,16 +203,20 @@ impl Server {
                 if p.exists() && std::os::unix::net::UnixStream::connect(p).is_err() {
                     let _ = std::fs::remove_file(p);
                 }
-                let l = UnixListener::bind(p).map_err(|e| bind_error(&format!("binding {}", p.display()), e))?;
+                let l = UnixListener::bind(p)
+                    .map_err(|e| bind_error(&format!("binding {}", p.display()), e))?;
                 Some((l, p.clone()))
             }
             None => None,
         };
-        tcp.set_nonblocking(true).map_err(|e| NetError::io("listener", e))?;
+        tcp.set_nonblocking(true)
+            .map_err(|e| NetError::io("listener", e))?;
         if let Some((l, _)) = &unix {
-            l.set_nonblocking(true).map_err(|e| NetError::io("listener", e))?;
+            l.set_nonblocking(true)
+                .map_err(|e| NetError::io("listener", e))?;
         }
-        udp.set_read_timeout(Some(POLL)).map_err(|e| NetError::io("udp socket", e))?;
+        udp.set_read_timeout(Some(POLL))
+            .map_err(|e| NetError::io("udp socket", e))?;
         Ok(Server {
             tcp,
             udp,
@@ -199,7 +234,9 @@ impl Server {
     }
 
     pub fn tcp_addr(&self) -> SocketAddr {
-        self.tcp.local_addr().unwrap_or_else(|_| SocketAddr::new(self.shared.cfg.bind, 0))
+        self.tcp
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::new(self.shared.cfg.bind, 0))
     }
 
     /// Run until the stop flag is set. Removes the unix socket file on the way out.
@@ -207,7 +244,10 @@ impl Server {
         let sh = self.shared.clone();
         (sh.log)(ServeEvent::Listening {
             tcp: self.tcp_addr(),
-            udp: self.udp.local_addr().map_err(|e| NetError::io("udp socket", e))?,
+            udp: self
+                .udp
+                .local_addr()
+                .map_err(|e| NetError::io("udp socket", e))?,
             unix: self.unix.as_ref().map(|(_, p)| p.clone()),
         });
         let udp_shared = sh.clone();
@@ -217,13 +257,27 @@ impl Server {
             .spawn(move || udp_loop(&udp, &udp_shared))
             .map_err(|e| NetError::io("spawning the UDP thread", e))?;
 
-        let mut fds = vec![libc::pollfd { fd: self.tcp.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let mut fds = vec![libc::pollfd {
+            fd: self.tcp.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
         if let Some((l, _)) = &self.unix {
-            fds.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            fds.push(libc::pollfd {
+                fd: l.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
         }
         while !sh.stop.load(Ordering::Relaxed) {
             // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the whole call.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL.as_millis() as i32) };
+            let n = unsafe {
+                libc::poll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    POLL.as_millis() as i32,
+                )
+            };
             if n <= 0 {
                 continue;
             }
@@ -255,13 +309,19 @@ impl Server {
                 let _ = self.run();
             })
             .map_err(|e| NetError::io("spawning the server", e))?;
-        Ok(ServerHandle { tcp_addr, stop, thread: Some(thread) })
+        Ok(ServerHandle {
+            tcp_addr,
+            stop,
+            thread: Some(thread),
+        })
     }
 }
 
 fn bind_error(what: &str, e: io::Error) -> NetError {
     match e.kind() {
-        io::ErrorKind::AddrInUse => NetError::Invalid(format!("{what}: address in use — another server runs there; pick another with --port")),
+        io::ErrorKind::AddrInUse => NetError::Invalid(format!(
+            "{what}: address in use — another server runs there; pick another with --port"
+        )),
         io::ErrorKind::PermissionDenied => NetError::Privilege {
             what: what.into(),
             capability: "CAP_NET_BIND_SERVICE (ports below 1024)".into(),
@@ -289,33 +349,59 @@ fn try_slot(counter: &AtomicU32, max: u32) -> Option<Slot<'_>> {
 fn spawn_conn(sh: &Arc<Shared>, conn: Conn, peer: String, peer_ip: Option<IpAddr>) {
     let sh2 = sh.clone();
     let peer2 = peer.clone();
-    let spawned = thread::Builder::new().name("serve-conn".into()).stack_size(256 * 1024).spawn(move || {
-        let Some(_slot) = try_slot(&sh2.conns, sh2.cfg.max_connections) else {
-            let mut conn = conn;
-            let _ = refuse(&mut conn, "busy", "too many connections; try again later");
-            (sh2.log)(ServeEvent::Refused { peer: peer2, reason: "too many connections".into() });
-            return;
-        };
-        handle_conn(&sh2, conn, peer2, peer_ip);
-    });
+    let spawned = thread::Builder::new()
+        .name("serve-conn".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let Some(_slot) = try_slot(&sh2.conns, sh2.cfg.max_connections) else {
+                let mut conn = conn;
+                let _ = refuse(&mut conn, "busy", "too many connections; try again later");
+                (sh2.log)(ServeEvent::Refused {
+                    peer: peer2,
+                    reason: "too many connections".into(),
+                });
+                return;
+            };
+            handle_conn(&sh2, conn, peer2, peer_ip);
+        });
     if spawned.is_err() {
-        (sh.log)(ServeEvent::Refused { peer, reason: "cannot start a thread".into() });
+        (sh.log)(ServeEvent::Refused {
+            peer,
+            reason: "cannot start a thread".into(),
+        });
     }
 }
 
 fn refuse(conn: &mut Conn, code: &str, message: &str) -> io::Result<()> {
-    proto::write_frame(conn, &Reply::Refused { code: code.into(), message: message.into() })
+    proto::write_frame(
+        conn,
+        &Reply::Refused {
+            code: code.into(),
+            message: message.into(),
+        },
+    )
 }
 
 /// Check a test request against the limits; the refusal text tells the client what to change.
 fn validate(start: &Start, limits: &Limits, unix: bool) -> Result<(), (&'static str, String)> {
     let max = limits.max_message_bytes;
-    for (what, n) in [("request", start.request_bytes), ("response", start.response_bytes)] {
+    for (what, n) in [
+        ("request", start.request_bytes),
+        ("response", start.response_bytes),
+    ] {
         if n == 0 {
-            return Err(("invalid", format!("{what} size 0: messages must be at least 1 byte")));
+            return Err((
+                "invalid",
+                format!("{what} size 0: messages must be at least 1 byte"),
+            ));
         }
         if n > max {
-            return Err(("limit", format!("{what} size {n} B exceeds this server's limit of {max} B (serve --max-message)")));
+            return Err((
+                "limit",
+                format!(
+                    "{what} size {n} B exceeds this server's limit of {max} B (serve --max-message)"
+                ),
+            ));
         }
     }
     if start.duration_ms > limits.max_duration_ms {
@@ -330,16 +416,29 @@ fn validate(start: &Start, limits: &Limits, unix: bool) -> Result<(), (&'static 
     }
     if start.kind == TestKind::UdpRr {
         if unix {
-            return Err(("invalid", "UDP tests need a TCP control connection, not a unix socket".into()));
+            return Err((
+                "invalid",
+                "UDP tests need a TCP control connection, not a unix socket".into(),
+            ));
         }
-        if start.request_bytes < UDP_HEADER_LEN as u32 || start.response_bytes < UDP_HEADER_LEN as u32 {
-            return Err(("invalid", format!("UDP messages carry a {UDP_HEADER_LEN}-byte header: sizes must be ≥ {UDP_HEADER_LEN}")));
+        if start.request_bytes < UDP_HEADER_LEN as u32
+            || start.response_bytes < UDP_HEADER_LEN as u32
+        {
+            return Err((
+                "invalid",
+                format!(
+                    "UDP messages carry a {UDP_HEADER_LEN}-byte header: sizes must be ≥ {UDP_HEADER_LEN}"
+                ),
+            ));
         }
         if start.request_bytes > 65_507 || start.response_bytes > 65_507 {
             return Err(("invalid", "UDP messages are at most 65507 bytes".into()));
         }
         if start.server.think_ns > 0 {
-            return Err(("invalid", "think time is supported on stream tests only".into()));
+            return Err((
+                "invalid",
+                "think time is supported on stream tests only".into(),
+            ));
         }
     }
     if start.server.think_ns > 10_000_000_000 {
@@ -365,11 +464,23 @@ fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_ip: Option<I
     if conn.write_all(&greeting).is_err() {
         return;
     }
-    let log_refused = |reason: String| (sh.log)(ServeEvent::Refused { peer: peer.clone(), reason });
+    let log_refused = |reason: String| {
+        (sh.log)(ServeEvent::Refused {
+            peer: peer.clone(),
+            reason,
+        })
+    };
     let _client: ClientHello = match proto::read_greeting(&mut conn) {
         Ok(h) => h,
         Err(FrameError::Version(v)) => {
-            let _ = refuse(&mut conn, "version", &format!("protocol version {v} is not supported; this server speaks {}", proto::VERSION));
+            let _ = refuse(
+                &mut conn,
+                "version",
+                &format!(
+                    "protocol version {v} is not supported; this server speaks {}",
+                    proto::VERSION
+                ),
+            );
             return log_refused(format!("protocol version {v}"));
         }
         Err(e) => return log_refused(format!("bad greeting: {e}")),
@@ -386,14 +497,21 @@ fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_ip: Option<I
         return log_refused(msg);
     }
     let Some(_test) = try_slot(&sh.tests, cfg.limits.max_tests) else {
-        let msg = format!("this server already runs its limit of {} tests; try again later", cfg.limits.max_tests);
+        let msg = format!(
+            "this server already runs its limit of {} tests; try again later",
+            cfg.limits.max_tests
+        );
         let _ = refuse(&mut conn, "busy", &msg);
         return log_refused(msg);
     };
     let behaviour = cfg.forced.clone().unwrap_or_else(|| start.server.clone());
     let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
     let token = (start.kind == TestKind::UdpRr).then(random_token);
-    let reply = Reply::Accepted { test_id: id, server: behaviour.clone(), udp_token: token };
+    let reply = Reply::Accepted {
+        test_id: id,
+        server: behaviour.clone(),
+        udp_token: token,
+    };
     if proto::write_frame(&mut conn, &reply).is_err() {
         return;
     }
@@ -407,10 +525,18 @@ fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_ip: Option<I
     let began = Instant::now();
     let deadline = began + Duration::from_millis(start.duration_ms.max(1));
     let (transactions, reason) = match (start.kind, token) {
-        (TestKind::UdpRr, Some(token)) => udp_test(sh, &mut conn, &start, &behaviour, token, peer_ip, deadline),
+        (TestKind::UdpRr, Some(token)) => {
+            udp_test(sh, &mut conn, &start, &behaviour, token, peer_ip, deadline)
+        }
         _ => stream_test(sh, &mut conn, &start, &behaviour, deadline),
     };
-    (sh.log)(ServeEvent::TestEnded { id, peer, transactions, elapsed: began.elapsed(), reason });
+    (sh.log)(ServeEvent::TestEnded {
+        id,
+        peer,
+        transactions,
+        elapsed: began.elapsed(),
+        reason,
+    });
 }
 
 fn random_token() -> u64 {
@@ -422,14 +548,23 @@ fn random_token() -> u64 {
     if n == 8 {
         u64::from_ne_bytes(b)
     } else {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
         t ^ ((&b as *const _ as u64).rotate_left(29))
     }
 }
 
 /// Read exactly `buf.len()` bytes, waking every [`POLL`] to check the stop flag and deadline.
 /// Returns Ok(false) on a clean EOF before the first byte.
-fn read_full(conn: &mut Conn, buf: &mut [u8], sh: &Shared, deadline: Instant, quickack: bool) -> Result<bool, String> {
+fn read_full(
+    conn: &mut Conn,
+    buf: &mut [u8],
+    sh: &Shared,
+    deadline: Instant,
+    quickack: bool,
+) -> Result<bool, String> {
     let mut got = 0;
     while got < buf.len() {
         match conn.read(&mut buf[got..]) {
@@ -442,7 +577,14 @@ fn read_full(conn: &mut Conn, buf: &mut [u8], sh: &Shared, deadline: Instant, qu
                     let _ = set_int(conn.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
                 }
             }
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
                 if sh.stop.load(Ordering::Relaxed) {
                     return Err("server stopping".into());
                 }
@@ -456,7 +598,13 @@ fn read_full(conn: &mut Conn, buf: &mut [u8], sh: &Shared, deadline: Instant, qu
     Ok(true)
 }
 
-fn stream_test(sh: &Shared, conn: &mut Conn, start: &Start, b: &ServerBehaviour, deadline: Instant) -> (u64, String) {
+fn stream_test(
+    sh: &Shared,
+    conn: &mut Conn,
+    start: &Start,
+    b: &ServerBehaviour,
+    deadline: Instant,
+) -> (u64, String) {
     if let Err(e) = conn.apply(&b.sockopts) {
         return (0, format!("setting socket options: {e}"));
     }
@@ -464,7 +612,8 @@ fn stream_test(sh: &Shared, conn: &mut Conn, start: &Start, b: &ServerBehaviour,
     let _ = conn.set_write_timeout(Some(Duration::from_secs(10)));
     let mut req = vec![0u8; start.request_bytes as usize];
     let resp = vec![b'r'; start.response_bytes as usize];
-    let split = (b.write_mode == WriteMode::Split).then(|| (b.split_at as usize).clamp(1, resp.len()));
+    let split =
+        (b.write_mode == WriteMode::Split).then(|| (b.split_at as usize).clamp(1, resp.len()));
     let tcp = conn.is_tcp();
     let fd = conn.as_raw_fd();
     let think = Duration::from_nanos(b.think_ns);
@@ -482,7 +631,9 @@ fn stream_test(sh: &Shared, conn: &mut Conn, start: &Start, b: &ServerBehaviour,
             let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, 1);
         }
         let wrote = match split {
-            Some(at) if at < resp.len() => conn.write_all(&resp[..at]).and_then(|_| conn.write_all(&resp[at..])),
+            Some(at) if at < resp.len() => conn
+                .write_all(&resp[..at])
+                .and_then(|_| conn.write_all(&resp[at..])),
             _ => conn.write_all(&resp),
         };
         if tcp && b.sockopts.cork {
@@ -558,7 +709,9 @@ fn udp_loop(udp: &UdpSocket, sh: &Shared) {
             let _ = udp.send_to(pkt, from);
             continue;
         }
-        let Some(h) = UdpHeader::parse(pkt) else { continue };
+        let Some(h) = UdpHeader::parse(pkt) else {
+            continue;
+        };
         let test = match sh.udp_tests.read() {
             Ok(m) => m.get(&h.token).cloned(),
             Err(_) => None,
@@ -583,18 +736,43 @@ mod tests {
     use super::*;
 
     fn start(kind: TestKind, req: u32, resp: u32, dur: u64) -> Start {
-        Start { kind, request_bytes: req, response_bytes: resp, duration_ms: dur, server: ServerBehaviour::default() }
+        Start {
+            kind,
+            request_bytes: req,
+            response_bytes: resp,
+            duration_ms: dur,
+            server: ServerBehaviour::default(),
+        }
     }
 
     #[test]
     fn limits_are_enforced() {
-        let l = Limits { max_tests: 1, max_duration_ms: 10_000, max_message_bytes: 1000 };
+        let l = Limits {
+            max_tests: 1,
+            max_duration_ms: 10_000,
+            max_message_bytes: 1000,
+        };
         assert!(validate(&start(TestKind::Rr, 64, 64, 1000), &l, false).is_ok());
-        assert_eq!(validate(&start(TestKind::Rr, 0, 64, 1000), &l, false).map_err(|e| e.0), Err("invalid"));
-        assert_eq!(validate(&start(TestKind::Rr, 64, 2000, 1000), &l, false).map_err(|e| e.0), Err("limit"));
-        assert_eq!(validate(&start(TestKind::Rr, 64, 64, 20_000), &l, false).map_err(|e| e.0), Err("limit"));
-        assert_eq!(validate(&start(TestKind::UdpRr, 10, 64, 1000), &l, false).map_err(|e| e.0), Err("invalid"));
-        assert_eq!(validate(&start(TestKind::UdpRr, 64, 64, 1000), &l, true).map_err(|e| e.0), Err("invalid"));
+        assert_eq!(
+            validate(&start(TestKind::Rr, 0, 64, 1000), &l, false).map_err(|e| e.0),
+            Err("invalid")
+        );
+        assert_eq!(
+            validate(&start(TestKind::Rr, 64, 2000, 1000), &l, false).map_err(|e| e.0),
+            Err("limit")
+        );
+        assert_eq!(
+            validate(&start(TestKind::Rr, 64, 64, 20_000), &l, false).map_err(|e| e.0),
+            Err("limit")
+        );
+        assert_eq!(
+            validate(&start(TestKind::UdpRr, 10, 64, 1000), &l, false).map_err(|e| e.0),
+            Err("invalid")
+        );
+        assert_eq!(
+            validate(&start(TestKind::UdpRr, 64, 64, 1000), &l, true).map_err(|e| e.0),
+            Err("invalid")
+        );
     }
 
     #[test]
@@ -612,7 +790,9 @@ mod tests {
 
     #[test]
     fn mapped_addresses_match() {
-        let v4: IpAddr = "127.0.0.1".parse().unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        let v4: IpAddr = "127.0.0.1"
+            .parse()
+            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
         let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap_or(v4);
         assert_eq!(canonical(mapped), v4);
     }

@@ -42,7 +42,12 @@ impl Conn {
     pub fn apply(&self, o: &SockOpts) -> io::Result<()> {
         let fd = self.as_raw_fd();
         if self.is_tcp() {
-            set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, i32::from(o.nodelay))?;
+            set_int(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                i32::from(o.nodelay),
+            )?;
             if o.quickack {
                 set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)?;
             }
@@ -110,7 +115,11 @@ pub fn set_int(fd: RawFd, level: i32, opt: i32, value: i32) -> io::Result<()> {
             std::mem::size_of::<i32>() as libc::socklen_t,
         )
     };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// getsockopt for an int option.
@@ -119,7 +128,11 @@ pub fn get_int(fd: RawFd, level: i32, opt: i32) -> io::Result<i32> {
     let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
     // SAFETY: `value` and `len` are valid for writes of the sizes given.
     let rc = unsafe { libc::getsockopt(fd, level, opt, (&mut value as *mut i32).cast(), &mut len) };
-    if rc == 0 { Ok(value) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Where to measure: a host and port, or a unix socket path.
@@ -137,7 +150,9 @@ impl Target {
             return Ok(Target::Unix(PathBuf::from(p)));
         }
         if s.is_empty() {
-            return Err(NetError::Invalid("empty target: give HOST or HOST:PORT".into()));
+            return Err(NetError::Invalid(
+                "empty target: give HOST or HOST:PORT".into(),
+            ));
         }
         if let Some(rest) = s.strip_prefix('[') {
             let (host, tail) = rest
@@ -148,25 +163,42 @@ impl Target {
                 None if tail.is_empty() => default_port,
                 None => return Err(NetError::Invalid(format!("invalid target '{s}'"))),
             };
-            return Ok(Target::Inet { host: host.into(), port });
+            return Ok(Target::Inet {
+                host: host.into(),
+                port,
+            });
         }
         if s.parse::<std::net::Ipv6Addr>().is_ok() {
-            return Ok(Target::Inet { host: s.into(), port: default_port });
+            return Ok(Target::Inet {
+                host: s.into(),
+                port: default_port,
+            });
         }
         match s.rsplit_once(':') {
-            Some((host, port)) => Ok(Target::Inet { host: host.into(), port: parse_port(s, port)? }),
-            None => Ok(Target::Inet { host: s.into(), port: default_port }),
+            Some((host, port)) => Ok(Target::Inet {
+                host: host.into(),
+                port: parse_port(s, port)?,
+            }),
+            None => Ok(Target::Inet {
+                host: s.into(),
+                port: default_port,
+            }),
         }
     }
 
     /// Resolve once to a socket address, preferring the requested family.
     pub fn resolve(&self, family: Family) -> Result<SocketAddr, NetError> {
         let Target::Inet { host, port } = self else {
-            return Err(NetError::Invalid("a unix socket has no network address".into()));
+            return Err(NetError::Invalid(
+                "a unix socket has no network address".into(),
+            ));
         };
         let addrs: Vec<SocketAddr> = (host.as_str(), *port)
             .to_socket_addrs()
-            .map_err(|e| NetError::Unreachable { target: self.to_string(), reason: format!("name lookup failed: {e}") })?
+            .map_err(|e| NetError::Unreachable {
+                target: self.to_string(),
+                reason: format!("name lookup failed: {e}"),
+            })?
             .collect();
         addrs
             .iter()
@@ -226,12 +258,17 @@ impl Family {
 /// Turn a connect error into the engine error users should see.
 pub fn connect_error(target: &str, e: io::Error, timeout: Duration) -> NetError {
     match e.kind() {
-        io::ErrorKind::ConnectionRefused => NetError::Refused { target: target.into() },
+        io::ErrorKind::ConnectionRefused => NetError::Refused {
+            target: target.into(),
+        },
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => NetError::Timeout {
             target: target.into(),
             timeout: latscope_core::units::format_duration(timeout),
         },
-        io::ErrorKind::NotFound => NetError::Unreachable { target: target.into(), reason: "no such socket file".into() },
+        io::ErrorKind::NotFound => NetError::Unreachable {
+            target: target.into(),
+            reason: "no such socket file".into(),
+        },
         io::ErrorKind::PermissionDenied => NetError::Privilege {
             what: format!("connecting to {target}"),
             capability: "permission on the socket".into(),
@@ -239,7 +276,10 @@ pub fn connect_error(target: &str, e: io::Error, timeout: Duration) -> NetError 
         },
         _ => match e.raw_os_error() {
             Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) | Some(libc::EADDRNOTAVAIL) => {
-                NetError::Unreachable { target: target.into(), reason: e.to_string() }
+                NetError::Unreachable {
+                    target: target.into(),
+                    reason: e.to_string(),
+                }
             }
             _ => NetError::io(format!("connecting to {target}"), e),
         },
@@ -247,13 +287,19 @@ pub fn connect_error(target: &str, e: io::Error, timeout: Duration) -> NetError 
 }
 
 /// Connect to a target with a timeout.
-pub fn connect(target: &Target, addr: Option<SocketAddr>, timeout: Duration) -> Result<Conn, NetError> {
+pub fn connect(
+    target: &Target,
+    addr: Option<SocketAddr>,
+    timeout: Duration,
+) -> Result<Conn, NetError> {
     let name = target.to_string();
     match (target, addr) {
-        (Target::Unix(p), _) => UnixStream::connect(p).map(Conn::Unix).map_err(|e| connect_error(&name, e, timeout)),
-        (Target::Inet { .. }, Some(a)) => {
-            TcpStream::connect_timeout(&a, timeout).map(Conn::Tcp).map_err(|e| connect_error(&name, e, timeout))
-        }
+        (Target::Unix(p), _) => UnixStream::connect(p)
+            .map(Conn::Unix)
+            .map_err(|e| connect_error(&name, e, timeout)),
+        (Target::Inet { .. }, Some(a)) => TcpStream::connect_timeout(&a, timeout)
+            .map(Conn::Tcp)
+            .map_err(|e| connect_error(&name, e, timeout)),
         (Target::Inet { .. }, None) => Err(NetError::Invalid("target not resolved".into())),
     }
 }
@@ -264,15 +310,45 @@ mod tests {
 
     #[test]
     fn parse_targets() {
-        assert_eq!(Target::parse("host", 7).ok(), Some(Target::Inet { host: "host".into(), port: 7 }));
-        assert_eq!(Target::parse("h:80", 7).ok(), Some(Target::Inet { host: "h".into(), port: 80 }));
-        assert_eq!(Target::parse("[::1]:80", 7).ok(), Some(Target::Inet { host: "::1".into(), port: 80 }));
-        assert_eq!(Target::parse("::1", 7).ok(), Some(Target::Inet { host: "::1".into(), port: 7 }));
-        assert_eq!(Target::parse("unix:/tmp/x", 7).ok(), Some(Target::Unix("/tmp/x".into())));
+        assert_eq!(
+            Target::parse("host", 7).ok(),
+            Some(Target::Inet {
+                host: "host".into(),
+                port: 7
+            })
+        );
+        assert_eq!(
+            Target::parse("h:80", 7).ok(),
+            Some(Target::Inet {
+                host: "h".into(),
+                port: 80
+            })
+        );
+        assert_eq!(
+            Target::parse("[::1]:80", 7).ok(),
+            Some(Target::Inet {
+                host: "::1".into(),
+                port: 80
+            })
+        );
+        assert_eq!(
+            Target::parse("::1", 7).ok(),
+            Some(Target::Inet {
+                host: "::1".into(),
+                port: 7
+            })
+        );
+        assert_eq!(
+            Target::parse("unix:/tmp/x", 7).ok(),
+            Some(Target::Unix("/tmp/x".into()))
+        );
         assert!(Target::parse("h:0", 7).is_err());
         assert!(Target::parse("h:99999", 7).is_err());
         assert!(Target::parse("", 7).is_err());
-        assert_eq!(Target::parse("[::1]:80", 7).map(|t| t.to_string()).ok(), Some("[::1]:80".into()));
+        assert_eq!(
+            Target::parse("[::1]:80", 7).map(|t| t.to_string()).ok(),
+            Some("[::1]:80".into())
+        );
     }
 
     #[test]

@@ -8,8 +8,18 @@ use crate::units::{format_ns, format_si};
 
 impl Human for DemoReport {
     fn render_human(&self, out: &mut String) {
-        let _ = writeln!(out, "latscope demo — two servers on this machine's loopback: same path, different server behaviour\n");
-        let mut t = Table::new(&["server", "address", "path RTT p50", "request p50", "request p99", "trans/s"]);
+        let _ = writeln!(
+            out,
+            "latscope demo — two servers on this machine's loopback: same path, different server behaviour\n"
+        );
+        let mut t = Table::new(&[
+            "server",
+            "address",
+            "path RTT p50",
+            "request p50",
+            "request p99",
+            "trans/s",
+        ]);
         for s in &self.servers {
             t.row(vec![
                 s.name.clone(),
@@ -32,11 +42,18 @@ impl Human for DemoReport {
         t.render("  ", out);
         out.push('\n');
         for s in &self.servers {
-            let _ = writeln!(out, "  {}: {}", s.name, server_text(&s.behaviour, Transport::Tcp));
+            let _ = writeln!(
+                out,
+                "  {}: {}",
+                s.name,
+                server_text(&s.behaviour, Transport::Tcp)
+            );
         }
         out.push('\n');
         let v = &self.verdict;
-        let (Some(h), Some(s)) = (self.servers.first(), self.servers.get(1)) else { return };
+        let (Some(h), Some(s)) = (self.servers.first(), self.servers.get(1)) else {
+            return;
+        };
         if v.same_path {
             let _ = writeln!(
                 out,
@@ -45,7 +62,10 @@ impl Human for DemoReport {
                 format_ns(s.path_rtt.p50_ns as f64)
             );
         } else {
-            let _ = writeln!(out, "  Path: connect latency differs between the two servers; the comparison below is less clean.");
+            let _ = writeln!(
+                out,
+                "  Path: connect latency differs between the two servers; the comparison below is less clean."
+            );
         }
         if !v.stalled {
             let _ = writeln!(
@@ -81,7 +101,10 @@ impl Human for DemoReport {
              on the client, TCP_QUICKACK helps where the server cannot be changed."
         );
         if self.interrupted {
-            let _ = writeln!(out, "\n  (interrupted: figures cover what was measured before Ctrl-C)");
+            let _ = writeln!(
+                out,
+                "\n  (interrupted: figures cover what was measured before Ctrl-C)"
+            );
         }
     }
 }
