@@ -318,6 +318,33 @@ fn refused_connects_are_counted_not_fatal() {
     assert_eq!(doc["attempts"], 7);
 }
 
+/// sockperf ping-pong's median RTT in µs (with --full-rtt) against `port`.
+fn sockperf_p50_us(port: u16, secs: u32) -> f64 {
+    let pp = std::process::Command::new("sockperf")
+        .args([
+            "ping-pong",
+            "--tcp",
+            "-i",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-m",
+            "64",
+            "-t",
+            &secs.to_string(),
+            "--full-rtt",
+        ])
+        .output()
+        .expect("sockperf ping-pong");
+    let text =
+        String::from_utf8_lossy(&pp.stdout).into_owned() + &String::from_utf8_lossy(&pp.stderr);
+    text.lines()
+        .find(|l| l.contains("percentile 50.000"))
+        .and_then(|l| l.rsplit('=').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sockperf median in: {text}"))
+}
+
 #[test]
 fn rr_agrees_with_sockperf_on_the_same_server() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -340,38 +367,21 @@ fn rr_agrees_with_sockperf_on_the_same_server() {
         .expect("sockperf is installed by scripts/setup.sh");
     std::thread::sleep(Duration::from_millis(500));
     let target = format!("127.0.0.1:{port}");
-    let (code, out, err) = run(&["rr", &target, "--peer", "sockperf", "-d", "2s", "--json"]);
-    let pp = std::process::Command::new("sockperf")
-        .args([
-            "ping-pong",
-            "--tcp",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-m",
-            "64",
-            "-t",
-            "2",
-            "--full-rtt",
-        ])
-        .output()
-        .expect("sockperf ping-pong");
+    // Alternate the two clients so that a noisy neighbour hits both; compare each one's best
+    // median (the machine is shared: interference only ever adds latency).
+    let (mut ours, mut theirs) = (f64::MAX, f64::MAX);
+    for _ in 0..3 {
+        let (code, out, err) = run(&["rr", &target, "--peer", "sockperf", "-d", "1s", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let p50 = json_checked(&out, "rr")["results"][0]["rtt"]["p50_ns"]
+            .as_u64()
+            .unwrap() as f64
+            / 1000.0;
+        ours = ours.min(p50);
+        theirs = theirs.min(sockperf_p50_us(port, 1));
+    }
     let _ = sp.kill();
     let _ = sp.wait();
-    assert_eq!(code, 0, "{err}");
-    let ours = json_checked(&out, "rr")["results"][0]["rtt"]["p50_ns"]
-        .as_u64()
-        .unwrap() as f64
-        / 1000.0;
-    let text =
-        String::from_utf8_lossy(&pp.stdout).into_owned() + &String::from_utf8_lossy(&pp.stderr);
-    let theirs: f64 = text
-        .lines()
-        .find(|l| l.contains("percentile 50.000"))
-        .and_then(|l| l.rsplit('=').next())
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no sockperf median in: {text}"));
     let ratio = ours / theirs;
     assert!(
         (0.75..=1.25).contains(&ratio),
