@@ -96,3 +96,5 @@ pub fn validate(doc: &serde_json::Value, kind: &str) {
 pub fn sock_path(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("latscope-test-{tag}-{}.sock", std::process::id()))
 }
+
+pub mod netns;
