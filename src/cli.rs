@@ -13,6 +13,7 @@ Examples:
   latscope rr 127.0.0.1                      request/response RTT (TCP ping-pong)
   latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
   latscope connect 10.0.0.2:443 -n 1000      TCP connection set-up latency
+  latscope stream 10.0.0.2 -P 4 --bidir      throughput both ways, 4 streams each
   latscope schema rr                         JSON schema of `rr --json`
 
 Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
@@ -38,6 +39,9 @@ pub enum Command {
     Rr(cmd::rr::RrArgs),
     /// TCP connection set-up latency against any server; --crr: connect+request+response+close.
     Connect(cmd::connect::ConnectArgs),
+    /// Throughput over TCP, UDP or unix sockets: per direction, per stream, per interval, with
+    /// both sides' CPU and system-call cost, UDP loss and jitter, and latency under load.
+    Stream(cmd::stream::StreamArgs),
     /// Print the JSON schema of a command's `--json` output.
     Schema(cmd::schema::SchemaArgs),
 }

@@ -151,7 +151,14 @@ fn test_limit_is_enforced() {
 
 #[test]
 fn committed_schemas_match_the_code() {
-    for kind in ["rr", "connect", "demo", "interval"] {
+    for kind in [
+        "rr",
+        "connect",
+        "demo",
+        "interval",
+        "stream",
+        "stream-interval",
+    ] {
         let (code, out, _) = run(&["schema", kind]);
         assert_eq!(code, 0);
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -5,6 +5,7 @@ pub mod demo;
 pub mod rr;
 pub mod schema;
 pub mod serve;
+pub mod stream;
 
 use crate::cli::{Cli, Command};
 
@@ -15,6 +16,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Serve(a) => serve::run(&a),
         Command::Rr(a) => rr::run(&a),
         Command::Connect(a) => connect::run(&a),
+        Command::Stream(a) => stream::run(&a),
         Command::Schema(a) => schema::run(&a),
     }
 }

@@ -9,6 +9,8 @@ pub enum SchemaKind {
     Rr,
     Connect,
     Demo,
+    Stream,
+    StreamInterval,
     Interval,
 }
 
@@ -27,6 +29,8 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::Rr => schema_for!(model::rr::RrReport),
         SchemaKind::Connect => schema_for!(model::connect::ConnectReport),
         SchemaKind::Demo => schema_for!(model::demo::DemoReport),
+        SchemaKind::Stream => schema_for!(model::stream::StreamReport),
+        SchemaKind::StreamInterval => schema_for!(model::stream::StreamInterval),
         SchemaKind::Interval => schema_for!(model::IntervalEvent),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()

@@ -4,6 +4,7 @@
 pub mod connect;
 pub mod demo;
 pub mod rr;
+pub mod stream;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -3,6 +3,7 @@
 mod connect;
 mod demo;
 mod rr;
+pub mod stream;
 pub mod table;
 
 use std::io::{self, Write};
