@@ -1,6 +1,7 @@
 //! Renderings of the result model. The human view and `--json` are made from the same struct.
 
 mod connect;
+pub mod ping;
 mod rr;
 pub mod table;
 
