@@ -1,6 +1,8 @@
 //! One module per subcommand: arguments → engine → result → rendering.
 
+pub mod ping;
 pub mod schema;
+pub mod trace;
 
 use crate::cli::{Cli, Command};
 
@@ -8,5 +10,7 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Schema(a) => schema::run(&a),
+        Command::Ping(a) => ping::run(&a),
+        Command::Trace(a) => trace::run(&a),
     }
 }

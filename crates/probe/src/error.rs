@@ -13,7 +13,11 @@ pub enum ProbeError {
     Unreachable { target: String, reason: String },
     /// A capability is missing for the requested mode (exit code 4).
     #[error("{what} needs {capability}: {remedy}")]
-    Privilege { what: String, capability: String, remedy: String },
+    Privilege {
+        what: String,
+        capability: String,
+        remedy: String,
+    },
     /// A socket call failed (exit code 5).
     #[error("{context}: {source}")]
     Io {
@@ -36,6 +40,9 @@ impl ProbeError {
 
     /// Wrap an I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        ProbeError::Io { context: context.into(), source }
+        ProbeError::Io {
+            context: context.into(),
+            source,
+        }
     }
 }

@@ -47,15 +47,24 @@ pub fn resolve(host: &str, family: Family) -> Result<IpAddr, ProbeError> {
             if family == Family::V4 { "IPv4" } else { "IPv6" }
         )));
     }
-    let addrs = (host, 0).to_socket_addrs().map_err(|e| ProbeError::Unreachable {
-        target: host.to_string(),
-        reason: format!("the name does not resolve ({e})"),
-    })?;
+    let addrs = (host, 0)
+        .to_socket_addrs()
+        .map_err(|e| ProbeError::Unreachable {
+            target: host.to_string(),
+            reason: format!("the name does not resolve ({e})"),
+        })?;
     let all: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
-    all.iter().copied().find(ok).ok_or_else(|| ProbeError::Unreachable {
-        target: host.to_string(),
-        reason: format!("no {} address (found: {:?})", if family == Family::V6 { "IPv6" } else { "IPv4" }, all),
-    })
+    all.iter()
+        .copied()
+        .find(ok)
+        .ok_or_else(|| ProbeError::Unreachable {
+            target: host.to_string(),
+            reason: format!(
+                "no {} address (found: {:?})",
+                if family == Family::V6 { "IPv6" } else { "IPv4" },
+                all
+            ),
+        })
 }
 
 /// What ping or trace was asked to use.
@@ -110,7 +119,9 @@ pub fn open(dst: IpAddr, req: ProbeRequest) -> Result<(Box<dyn Prober>, String),
 /// A description of the constant flow and the probe identifier (Paris traceroute).
 pub fn flow_text(mode: ProbeMode) -> &'static str {
     match mode {
-        ProbeMode::Syn => "Paris flow: constant addresses and ports; probes told apart by TCP sequence number",
+        ProbeMode::Syn => {
+            "Paris flow: constant addresses and ports; probes told apart by TCP sequence number"
+        }
         ProbeMode::Udp => {
             "Paris flow: constant addresses, ports and UDP checksum; probes told apart by a payload word and its complement"
         }
@@ -127,10 +138,25 @@ mod tests {
 
     #[test]
     fn resolves_literals_and_checks_family() {
-        assert_eq!(resolve("127.0.0.1", Family::Any).expect("v4"), IpAddr::from([127, 0, 0, 1]));
-        assert_eq!(resolve("[::1]", Family::V6).expect("v6"), "::1".parse::<IpAddr>().expect("ip"));
-        assert!(matches!(resolve("::1", Family::V4), Err(ProbeError::Invalid(_))));
-        assert!(matches!(resolve("localhost", Family::V4), Ok(IpAddr::V4(_))));
-        assert!(matches!(resolve("no-such-host.invalid", Family::Any), Err(ProbeError::Unreachable { .. })));
+        assert_eq!(
+            resolve("127.0.0.1", Family::Any).expect("v4"),
+            IpAddr::from([127, 0, 0, 1])
+        );
+        assert_eq!(
+            resolve("[::1]", Family::V6).expect("v6"),
+            "::1".parse::<IpAddr>().expect("ip")
+        );
+        assert!(matches!(
+            resolve("::1", Family::V4),
+            Err(ProbeError::Invalid(_))
+        ));
+        assert!(matches!(
+            resolve("localhost", Family::V4),
+            Ok(IpAddr::V4(_))
+        ));
+        assert!(matches!(
+            resolve("no-such-host.invalid", Family::Any),
+            Err(ProbeError::Unreachable { .. })
+        ));
     }
 }

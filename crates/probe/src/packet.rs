@@ -32,7 +32,12 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
 }
 
 fn be32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes([*b.get(at)?, *b.get(at + 1)?, *b.get(at + 2)?, *b.get(at + 3)?]))
+    Some(u32::from_be_bytes([
+        *b.get(at)?,
+        *b.get(at + 1)?,
+        *b.get(at + 2)?,
+        *b.get(at + 3)?,
+    ]))
 }
 
 /// Add `data` to a running one's-complement sum (RFC 1071), as big-endian 16-bit words.
@@ -117,7 +122,13 @@ pub fn parse_tcp(b: &[u8]) -> Option<TcpSegment> {
 /// hping3-style flag letters: `SA`, `RA`, ...
 pub fn tcp_flag_letters(flags: u8) -> String {
     let mut s = String::new();
-    for (bit, c) in [(TCP_FIN, 'F'), (TCP_SYN, 'S'), (TCP_RST, 'R'), (TCP_PSH, 'P'), (TCP_ACK, 'A')] {
+    for (bit, c) in [
+        (TCP_FIN, 'F'),
+        (TCP_SYN, 'S'),
+        (TCP_RST, 'R'),
+        (TCP_PSH, 'P'),
+        (TCP_ACK, 'A'),
+    ] {
         if flags & bit != 0 {
             s.push(c);
         }
@@ -286,13 +297,21 @@ pub struct IcmpMessage<'a> {
 /// first).
 pub fn parse_icmp(v6: bool, b: &[u8]) -> Option<IcmpMessage<'_>> {
     let kind = icmp_kind(v6, *b.first()?, *b.get(1)?);
-    let mut msg = IcmpMessage { kind, echo: None, quote: None };
+    let mut msg = IcmpMessage {
+        kind,
+        echo: None,
+        quote: None,
+    };
     match kind {
         IcmpKind::EchoReply => msg.echo = parse_echo(b),
         IcmpKind::Other(..) => {}
         _ => {
             let inner = b.get(8..)?;
-            msg.quote = if v6 { parse_quoted_ipv6(inner) } else { parse_quoted_ipv4(inner) };
+            msg.quote = if v6 {
+                parse_quoted_ipv6(inner)
+            } else {
+                parse_quoted_ipv4(inner)
+            };
         }
     }
     Some(msg)
@@ -300,7 +319,12 @@ pub fn parse_icmp(v6: bool, b: &[u8]) -> Option<IcmpMessage<'_>> {
 
 fn parse_quoted_ipv4(b: &[u8]) -> Option<Quote<'_>> {
     let h = parse_ipv4(b)?;
-    Some(Quote { src: h.src, dst: h.dst, proto: h.proto, transport: b.get(h.header_len..)? })
+    Some(Quote {
+        src: h.src,
+        dst: h.dst,
+        proto: h.proto,
+        transport: b.get(h.header_len..)?,
+    })
 }
 
 fn parse_quoted_ipv6(b: &[u8]) -> Option<Quote<'_>> {
@@ -310,7 +334,12 @@ fn parse_quoted_ipv6(b: &[u8]) -> Option<Quote<'_>> {
     let src: [u8; 16] = b.get(8..24)?.try_into().ok()?;
     let dst: [u8; 16] = b.get(24..40)?.try_into().ok()?;
     // Extension headers are not used by our probes; a quote with one is not ours.
-    Some(Quote { src: IpAddr::from(src), dst: IpAddr::from(dst), proto: b[6], transport: b.get(40..)? })
+    Some(Quote {
+        src: IpAddr::from(src),
+        dst: IpAddr::from(dst),
+        proto: b[6],
+        transport: b.get(40..)?,
+    })
 }
 
 #[cfg(test)]
@@ -332,24 +361,37 @@ mod tests {
 
     #[test]
     fn syn_checksum_verifies() {
-        for (s, d) in [(A, B), (IpAddr::V6(Ipv6Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2)))]
-        {
+        for (s, d) in [
+            (A, B),
+            (
+                IpAddr::V6(Ipv6Addr::LOCALHOST),
+                IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2)),
+            ),
+        ] {
             let h = tcp_syn(s, d, 40000, 80, 0xdead_beef);
             // A correct checksum makes the whole sum fold to zero.
             assert_eq!(fold(sum16(pseudo_header_sum(s, d, PROTO_TCP, 20), &h)), 0);
             let seg = parse_tcp(&h).expect("parses");
-            assert_eq!((seg.sport, seg.dport, seg.seq, seg.flags), (40000, 80, 0xdead_beef, TCP_SYN));
+            assert_eq!(
+                (seg.sport, seg.dport, seg.seq, seg.flags),
+                (40000, 80, 0xdead_beef, TCP_SYN)
+            );
         }
     }
 
     #[test]
     fn echo_checksum_constant_across_seq() {
-        let c: Vec<[u8; 2]> = (0..500u16).map(|s| {
-            let p = icmp_echo(false, 0x1234, s.wrapping_mul(131), 56);
-            assert_eq!(fold(sum16(0, &p)), 0, "checksum valid");
-            [p[2], p[3]]
-        }).collect();
-        assert!(c.iter().all(|x| *x == c[0]), "Paris: the ICMP checksum must not change with seq");
+        let c: Vec<[u8; 2]> = (0..500u16)
+            .map(|s| {
+                let p = icmp_echo(false, 0x1234, s.wrapping_mul(131), 56);
+                assert_eq!(fold(sum16(0, &p)), 0, "checksum valid");
+                [p[2], p[3]]
+            })
+            .collect();
+        assert!(
+            c.iter().all(|x| *x == c[0]),
+            "Paris: the ICMP checksum must not change with seq"
+        );
         assert_eq!(parse_echo(&icmp_echo(false, 7, 9, 0)), Some((7, 9)));
     }
 
@@ -358,7 +400,11 @@ mod tests {
         let first = udp_checksum(A, B, 33434, 7373, &udp_probe(0, 64));
         for id in [1u16, 2, 255, 0x8000, 0xffff] {
             let p = udp_probe(id, 64);
-            assert_eq!(udp_checksum(A, B, 33434, 7373, &p), first, "Paris: UDP checksum constant");
+            assert_eq!(
+                udp_checksum(A, B, 33434, 7373, &p),
+                first,
+                "Paris: UDP checksum constant"
+            );
             assert_eq!(parse_udp_probe(&p, LSP_ECHO_REQUEST), Some(id));
             let mut echo = p.clone();
             echo[4] = LSP_ECHO_REPLY;

@@ -64,7 +64,7 @@ pub(crate) fn timestamps_text(prober: &dyn Prober, kernel: u64, total: u64) -> S
     if total == 0 {
         return format!("{} (no answers)", prober.ts_source().name());
     }
-    if kernel == total {
+    if kernel == total || prober.ts_source() == crate::sys::TsSource::User {
         return prober.ts_source().name().to_string();
     }
     format!(
@@ -82,7 +82,11 @@ pub fn ping(
     stop: &AtomicBool,
     on_reply: &mut dyn FnMut(&PingReply),
 ) -> Result<PingReport, ProbeError> {
-    let interval = if opts.flood { Duration::from_millis(10) } else { opts.interval };
+    let interval = if opts.flood {
+        Duration::from_millis(10)
+    } else {
+        opts.interval
+    };
     let start = Instant::now();
     let mut next_send = start;
     let mut outstanding: VecDeque<(u16, u64, Instant)> = VecDeque::new();
@@ -120,16 +124,25 @@ pub fn ping(
             next_send = (next_send + interval).max(now);
             continue;
         }
-        let mut wake = outstanding.front().map(|o| o.2 + opts.timeout).unwrap_or(now + opts.timeout);
+        let mut wake = outstanding
+            .front()
+            .map(|o| o.2 + opts.timeout)
+            .unwrap_or(now + opts.timeout);
         if more {
             wake = wake.min(next_send);
         }
-        let wait = wake.saturating_duration_since(now).min(Duration::from_millis(100));
+        let wait = wake
+            .saturating_duration_since(now)
+            .min(Duration::from_millis(100));
         responses.clear();
         prober.recv(wait, &mut responses)?;
         for r in responses.drain(..) {
-            let Some(pos) = outstanding.iter().position(|o| o.0 == r.id) else { continue };
-            let Some((rtt_ns, kernel)) = rtt_of(prober, &r) else { continue };
+            let Some(pos) = outstanding.iter().position(|o| o.0 == r.id) else {
+                continue;
+            };
+            let Some((rtt_ns, kernel)) = rtt_of(prober, &r) else {
+                continue;
+            };
             let (_, probe_seq, _) = outstanding.remove(pos).unwrap_or((r.id, 0, now));
             prober.forget(r.id);
             received += 1;
@@ -174,12 +187,20 @@ pub fn ping(
         sent,
         received,
         lost,
-        loss_percent: if sent == 0 { 0.0 } else { lost as f64 * 100.0 / sent as f64 },
+        loss_percent: if sent == 0 {
+            0.0
+        } else {
+            lost as f64 * 100.0 / sent as f64
+        },
         replies_by_kind: kinds.into_iter().map(|(k, n)| (k.to_string(), n)).collect(),
         rtt: hist.summary(),
         port_state,
         elapsed_ns,
-        rate_per_sec: if elapsed_ns == 0 { 0.0 } else { sent as f64 * 1e9 / elapsed_ns as f64 },
+        rate_per_sec: if elapsed_ns == 0 {
+            0.0
+        } else {
+            sent as f64 * 1e9 / elapsed_ns as f64
+        },
         replies,
         interrupted,
     })
@@ -224,7 +245,11 @@ mod tests {
                     out.push(Response {
                         id,
                         from: "10.0.0.2".parse().expect("ip"),
-                        kind: if id % 2 == 0 { ReplyKind::SynAck } else { ReplyKind::Rst },
+                        kind: if id % 2 == 0 {
+                            ReplyKind::SynAck
+                        } else {
+                            ReplyKind::Rst
+                        },
                         tcp_flags: Some(0x12),
                         ttl: Some(64),
                         size: 44,
@@ -251,7 +276,12 @@ mod tests {
 
     #[test]
     fn counts_answers_losses_and_rtts() {
-        let mut f = Fake { delay_ns: 250_000, drop: vec![3], sent: BTreeMap::new(), clock: 0 };
+        let mut f = Fake {
+            delay_ns: 250_000,
+            drop: vec![3],
+            sent: BTreeMap::new(),
+            clock: 0,
+        };
         let ctx = PingContext {
             meta: Meta::new("ping", "0", 0),
             target: "x".into(),
@@ -280,6 +310,9 @@ mod tests {
     fn port_states() {
         assert_eq!(port_state(&[PortState::Closed], 1), PortState::Closed);
         assert_eq!(port_state(&[], 0), PortState::Filtered);
-        assert_eq!(port_state(&[PortState::Closed, PortState::Open], 2), PortState::Open);
+        assert_eq!(
+            port_state(&[PortState::Closed, PortState::Open], 2),
+            PortState::Open
+        );
     }
 }

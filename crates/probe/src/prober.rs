@@ -85,7 +85,10 @@ impl TxBook {
 
     /// The oldest probe still waiting (for errors that do not quote an id).
     fn oldest(&self) -> Option<u16> {
-        self.tx.iter().min_by_key(|(_, (ns, _))| *ns).map(|(id, _)| *id)
+        self.tx
+            .iter()
+            .min_by_key(|(_, (ns, _))| *ns)
+            .map(|(id, _)| *id)
     }
 }
 
@@ -135,7 +138,11 @@ pub fn privilege_error(what: &str) -> ProbeError {
 
 /// Whether this process may open raw sockets (CAP_NET_RAW in effect), tried for real.
 pub fn have_raw(v6: bool) -> bool {
-    let proto = if v6 { libc::IPPROTO_ICMPV6 } else { libc::IPPROTO_ICMP };
+    let proto = if v6 {
+        libc::IPPROTO_ICMPV6
+    } else {
+        libc::IPPROTO_ICMP
+    };
     sys::socket(domain(v6), libc::SOCK_RAW, proto).is_ok()
 }
 
@@ -172,8 +179,12 @@ fn read_raw_icmp(
                 None => continue,
             }
         };
-        let Some(msg) = packet::parse_icmp(v6, icmp) else { continue };
-        let Some(kind) = map_icmp(msg.kind) else { continue };
+        let Some(msg) = packet::parse_icmp(v6, icmp) else {
+            continue;
+        };
+        let Some(kind) = map_icmp(msg.kind) else {
+            continue;
+        };
         if let Some(id) = matcher(&msg, from) {
             out.push(Response {
                 id,
@@ -222,14 +233,28 @@ impl SynProber {
     pub fn new(dst: IpAddr, dport: u16, ports: usize) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
         let tcp = raw_socket(v6, libc::IPPROTO_TCP, "--syn (TCP SYN probes)")?;
-        let icmp = raw_socket(v6, if v6 { libc::IPPROTO_ICMPV6 } else { libc::IPPROTO_ICMP }, "--syn")?;
+        let icmp = raw_socket(
+            v6,
+            if v6 {
+                libc::IPPROTO_ICMPV6
+            } else {
+                libc::IPPROTO_ICMP
+            },
+            "--syn",
+        )?;
         let src = sys::source_for(dst).map_err(|e| unreachable(dst, e))?;
         let mut sports = Vec::new();
         let mut reserved = Vec::new();
         for _ in 0..ports.max(1) {
-            let s = sys::socket(domain(v6), libc::SOCK_STREAM, 0).map_err(|e| ProbeError::io("TCP socket", e))?;
-            sys::bind(&s, SocketAddr::new(src, 0)).map_err(|e| ProbeError::io("reserving a source port", e))?;
-            sports.push(sys::local_addr(&s).map_err(|e| ProbeError::io("getsockname", e))?.port());
+            let s = sys::socket(domain(v6), libc::SOCK_STREAM, 0)
+                .map_err(|e| ProbeError::io("TCP socket", e))?;
+            sys::bind(&s, SocketAddr::new(src, 0))
+                .map_err(|e| ProbeError::io("reserving a source port", e))?;
+            sports.push(
+                sys::local_addr(&s)
+                    .map_err(|e| ProbeError::io("getsockname", e))?
+                    .port(),
+            );
             reserved.push(s);
         }
         let ts = sys::enable_timestamps(&tcp);
@@ -265,7 +290,10 @@ impl SynProber {
 }
 
 fn unreachable(dst: IpAddr, e: io::Error) -> ProbeError {
-    ProbeError::Unreachable { target: dst.to_string(), reason: format!("no route ({e})") }
+    ProbeError::Unreachable {
+        target: dst.to_string(),
+        reason: format!("no route ({e})"),
+    }
 }
 
 /// A random 32-bit value from the kernel.
@@ -273,7 +301,11 @@ pub fn random_u32() -> u32 {
     let mut b = [0u8; 4];
     // SAFETY: b is a writable 4-byte buffer.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n == 4 { u32::from_ne_bytes(b) } else { (sys::now_ns() as u32) ^ std::process::id() }
+    if n == 4 {
+        u32::from_ne_bytes(b)
+    } else {
+        (sys::now_ns() as u32) ^ std::process::id()
+    }
 }
 
 impl Prober for SynProber {
@@ -281,12 +313,20 @@ impl Prober for SynProber {
         if ttl != self.ttl
             && let Some(t) = ttl
         {
-            sys::set_ttl(&self.tcp, self.v6, t).map_err(|e| ProbeError::io("setting the TTL", e))?;
+            sys::set_ttl(&self.tcp, self.v6, t)
+                .map_err(|e| ProbeError::io("setting the TTL", e))?;
             self.ttl = ttl;
         }
-        let seg = packet::tcp_syn(self.src, self.dst, self.port_for(id), self.dport, self.seq_base.wrapping_add(u32::from(id)));
+        let seg = packet::tcp_syn(
+            self.src,
+            self.dst,
+            self.port_for(id),
+            self.dport,
+            self.seq_base.wrapping_add(u32::from(id)),
+        );
         let t = sys::now_ns();
-        sys::send_to(&self.tcp, &seg, Some(SocketAddr::new(self.dst, 0))).map_err(|e| send_error(self.dst, e))?;
+        sys::send_to(&self.tcp, &seg, Some(SocketAddr::new(self.dst, 0)))
+            .map_err(|e| send_error(self.dst, e))?;
         self.book.sent(id, t, self.ts);
         let book = &mut self.book;
         let _ = drain_errqueue(&self.tcp, book, &mut self.buf, |_, _| {});
@@ -308,22 +348,31 @@ impl Prober for SynProber {
                     }
                 } else {
                     match packet::parse_ipv4(data) {
-                        Some(h) if h.proto == packet::PROTO_TCP => (h.src, &data[h.header_len..], Some(h.ttl)),
+                        Some(h) if h.proto == packet::PROTO_TCP => {
+                            (h.src, &data[h.header_len..], Some(h.ttl))
+                        }
                         _ => continue,
                     }
                 };
-                let Some(seg) = packet::parse_tcp(seg_bytes) else { continue };
-                if from != self.dst || seg.sport != self.dport || !self.sports.contains(&seg.dport) {
+                let Some(seg) = packet::parse_tcp(seg_bytes) else {
+                    continue;
+                };
+                if from != self.dst || seg.sport != self.dport || !self.sports.contains(&seg.dport)
+                {
                     continue;
                 }
                 let kind = if seg.flags & packet::TCP_RST != 0 {
                     ReplyKind::Rst
-                } else if seg.flags & (packet::TCP_SYN | packet::TCP_ACK) == packet::TCP_SYN | packet::TCP_ACK {
+                } else if seg.flags & (packet::TCP_SYN | packet::TCP_ACK)
+                    == packet::TCP_SYN | packet::TCP_ACK
+                {
                     ReplyKind::SynAck
                 } else {
                     continue;
                 };
-                let Some(id) = self.id_of(seg.ack.wrapping_sub(1)) else { continue };
+                let Some(id) = self.id_of(seg.ack.wrapping_sub(1)) else {
+                    continue;
+                };
                 if self.port_for(id) != seg.dport {
                     continue;
                 }
@@ -338,7 +387,8 @@ impl Prober for SynProber {
                     rx_kernel: m.kernel_ns.is_some(),
                 });
             }
-            let (dst, dport, sports, base) = (self.dst, self.dport, self.sports.clone(), self.seq_base);
+            let (dst, dport, sports, base) =
+                (self.dst, self.dport, self.sports.clone(), self.seq_base);
             read_raw_icmp(&self.icmp, self.v6, &mut buf, out, |msg, _| {
                 let q = msg.quote.as_ref()?;
                 let t = packet::parse_tcp(q.transport).or_else(|| {
@@ -352,7 +402,11 @@ impl Prober for SynProber {
                         flags: 0,
                     })
                 })?;
-                if q.proto != packet::PROTO_TCP || q.dst != dst || t.dport != dport || !sports.contains(&t.sport) {
+                if q.proto != packet::PROTO_TCP
+                    || q.dst != dst
+                    || t.dport != dport
+                    || !sports.contains(&t.sport)
+                {
                     return None;
                 }
                 u16::try_from(t.seq.wrapping_sub(base)).ok()
@@ -412,12 +466,23 @@ pub struct UdpProber {
 impl UdpProber {
     pub fn new(dst: IpAddr, port: u16, size: usize) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
-        let fd = sys::socket(domain(v6), libc::SOCK_DGRAM, 0).map_err(|e| ProbeError::io("UDP socket", e))?;
+        let fd = sys::socket(domain(v6), libc::SOCK_DGRAM, 0)
+            .map_err(|e| ProbeError::io("UDP socket", e))?;
         sys::connect(&fd, SocketAddr::new(dst, port)).map_err(|e| unreachable(dst, e))?;
         sys::enable_recv_err(&fd, v6).map_err(|e| ProbeError::io("IP_RECVERR", e))?;
         let _ = sys::enable_recv_ttl(&fd, v6);
         let ts = sys::enable_timestamps(&fd);
-        Ok(UdpProber { v6, fd, size, ts, book: TxBook::default(), ttl: None, buf: vec![0u8; 65536], dst, held: Vec::new() })
+        Ok(UdpProber {
+            v6,
+            fd,
+            size,
+            ts,
+            book: TxBook::default(),
+            ttl: None,
+            buf: vec![0u8; 65536],
+            dst,
+            held: Vec::new(),
+        })
     }
 
     /// Read the error queue: TX timestamps into the book, ICMP errors into `held`.
@@ -430,14 +495,23 @@ impl UdpProber {
             if e.origin != libc::SO_EE_ORIGIN_ICMP && e.origin != libc::SO_EE_ORIGIN_ICMP6 {
                 return;
             }
-            let Some(kind) = map_icmp(packet::icmp_kind(v6, e.icmp_type, e.icmp_code)) else { return };
+            let Some(kind) = map_icmp(packet::icmp_kind(v6, e.icmp_type, e.icmp_code)) else {
+                return;
+            };
             let Some(from) = e.offender else { return };
-            errs.push((packet::parse_udp_probe(data, packet::LSP_ECHO_REQUEST), from, kind, *m));
+            errs.push((
+                packet::parse_udp_probe(data, packet::LSP_ECHO_REQUEST),
+                from,
+                kind,
+                *m,
+            ));
         });
         self.buf = buf;
         for (id, from, kind, m) in errs {
             // A router that quotes only 8 bytes leaves no id: the oldest waiting probe it is.
-            let Some(id) = id.or_else(|| self.book.oldest()) else { continue };
+            let Some(id) = id.or_else(|| self.book.oldest()) else {
+                continue;
+            };
             self.held.push(Response {
                 id,
                 from,
@@ -488,11 +562,20 @@ impl Prober for UdpProber {
                     Ok(Some(m)) => m,
                     Ok(None) => return Ok(()),
                     // The pending ICMP error is reported once on the normal queue too.
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)) => continue,
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
+                        ) =>
+                    {
+                        continue;
+                    }
                     Err(e) => return Err(e),
                 };
                 let data = &buf[..m.len.min(buf.len())];
-                let Some(id) = packet::parse_udp_probe(data, packet::LSP_ECHO_REPLY) else { continue };
+                let Some(id) = packet::parse_udp_probe(data, packet::LSP_ECHO_REPLY) else {
+                    continue;
+                };
                 out.push(Response {
                     id,
                     from: m.from.map(|a| a.ip()).unwrap_or(self.dst),
@@ -548,7 +631,11 @@ pub struct IcmpProber {
 impl IcmpProber {
     pub fn new(dst: IpAddr, size: usize) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
-        let proto = if v6 { libc::IPPROTO_ICMPV6 } else { libc::IPPROTO_ICMP };
+        let proto = if v6 {
+            libc::IPPROTO_ICMPV6
+        } else {
+            libc::IPPROTO_ICMP
+        };
         let (fd, raw) = match sys::socket(domain(v6), libc::SOCK_DGRAM, proto) {
             Ok(fd) => (fd, false),
             Err(_) => match sys::socket(domain(v6), libc::SOCK_RAW, proto) {
@@ -570,7 +657,9 @@ impl IcmpProber {
         } else {
             // The kernel uses the socket's "port" as the echo id.
             sys::connect(&fd, SocketAddr::new(dst, 0)).map_err(|e| unreachable(dst, e))?;
-            sys::local_addr(&fd).map_err(|e| ProbeError::io("getsockname", e))?.port()
+            sys::local_addr(&fd)
+                .map_err(|e| ProbeError::io("getsockname", e))?
+                .port()
         };
         if !raw {
             sys::enable_recv_err(&fd, v6).map_err(|e| ProbeError::io("IP_RECVERR", e))?;
@@ -602,8 +691,12 @@ impl IcmpProber {
             if e.origin != libc::SO_EE_ORIGIN_ICMP && e.origin != libc::SO_EE_ORIGIN_ICMP6 {
                 return;
             }
-            let Some(kind) = map_icmp(packet::icmp_kind(v6, e.icmp_type, e.icmp_code)) else { return };
-            let (Some(from), Some((_, seq))) = (e.offender, packet::parse_echo(data)) else { return };
+            let Some(kind) = map_icmp(packet::icmp_kind(v6, e.icmp_type, e.icmp_code)) else {
+                return;
+            };
+            let (Some(from), Some((_, seq))) = (e.offender, packet::parse_echo(data)) else {
+                return;
+            };
             errs.push(Response {
                 id: seq,
                 from,
@@ -636,7 +729,11 @@ impl Prober for IcmpProber {
         }
         let p = packet::icmp_echo(self.v6, self.ident, id, self.size);
         let t = sys::now_ns();
-        let to = if self.raw { Some(SocketAddr::new(self.dst, 0)) } else { None };
+        let to = if self.raw {
+            Some(SocketAddr::new(self.dst, 0))
+        } else {
+            None
+        };
         sys::send_to(&self.fd, &p, to).map_err(|e| send_error(self.dst, e))?;
         self.book.sent(id, t, self.ts);
         Ok(())
@@ -655,7 +752,11 @@ impl Prober for IcmpProber {
                     return (id == ident && from == dst).then_some(seq);
                 }
                 let q = msg.quote.as_ref()?;
-                let want = if v6 { packet::PROTO_ICMPV6 } else { packet::PROTO_ICMP };
+                let want = if v6 {
+                    packet::PROTO_ICMPV6
+                } else {
+                    packet::PROTO_ICMP
+                };
                 let (id, seq) = packet::parse_echo(q.transport)?;
                 (q.proto == want && q.dst == dst && id == ident).then_some(seq)
             })
@@ -664,26 +765,39 @@ impl Prober for IcmpProber {
             let r = self.drain();
             out.append(&mut self.held);
             buf = std::mem::take(&mut self.buf);
-            r.and_then(|_| loop {
-                let m = match sys::recv_msg(&self.fd, &mut buf, false) {
-                    Ok(Some(m)) => m,
-                    Ok(None) => return Ok(()),
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::ECONNREFUSED)) => continue,
-                    Err(e) => return Err(e),
-                };
-                let data = &buf[..m.len.min(buf.len())];
-                let Some(msg) = packet::parse_icmp(v6, data) else { continue };
-                let (IcmpKind::EchoReply, Some((_, seq))) = (msg.kind, msg.echo) else { continue };
-                out.push(Response {
-                    id: seq,
-                    from: m.from.map(|a| a.ip()).unwrap_or(dst),
-                    kind: ReplyKind::EchoReply,
-                    tcp_flags: None,
-                    ttl: m.ttl,
-                    size: m.len,
-                    rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
-                    rx_kernel: m.kernel_ns.is_some(),
-                });
+            r.and_then(|_| {
+                loop {
+                    let m = match sys::recv_msg(&self.fd, &mut buf, false) {
+                        Ok(Some(m)) => m,
+                        Ok(None) => return Ok(()),
+                        Err(e)
+                            if matches!(
+                                e.raw_os_error(),
+                                Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::ECONNREFUSED)
+                            ) =>
+                        {
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let data = &buf[..m.len.min(buf.len())];
+                    let Some(msg) = packet::parse_icmp(v6, data) else {
+                        continue;
+                    };
+                    let (IcmpKind::EchoReply, Some((_, seq))) = (msg.kind, msg.echo) else {
+                        continue;
+                    };
+                    out.push(Response {
+                        id: seq,
+                        from: m.from.map(|a| a.ip()).unwrap_or(dst),
+                        kind: ReplyKind::EchoReply,
+                        tcp_flags: None,
+                        ttl: m.ttl,
+                        size: m.len,
+                        rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                        rx_kernel: m.kernel_ns.is_some(),
+                    });
+                }
             })
         };
         self.buf = buf;
@@ -721,7 +835,12 @@ pub struct ConnectProber {
 
 impl ConnectProber {
     pub fn new(dst: IpAddr, port: u16) -> Self {
-        ConnectProber { dst: SocketAddr::new(dst, port), pending: Vec::new(), tx: HashMap::new(), done: Vec::new() }
+        ConnectProber {
+            dst: SocketAddr::new(dst, port),
+            pending: Vec::new(),
+            tx: HashMap::new(),
+            done: Vec::new(),
+        }
     }
 
     fn finish(&mut self, id: u16, err: Option<io::Error>) {
@@ -747,7 +866,9 @@ impl ConnectProber {
 impl Prober for ConnectProber {
     fn send(&mut self, id: u16, ttl: Option<u8>) -> Result<(), ProbeError> {
         if ttl.is_some() {
-            return Err(ProbeError::Invalid("TCP connect probes cannot trace; use --syn, --udp or --icmp".into()));
+            return Err(ProbeError::Invalid(
+                "TCP connect probes cannot trace; use --syn, --udp or --icmp".into(),
+            ));
         }
         let fd = sys::socket(domain(self.dst.is_ipv6()), libc::SOCK_STREAM, 0)
             .map_err(|e| ProbeError::io("TCP socket", e))?;
@@ -807,4 +928,3 @@ impl Prober for ConnectProber {
         ProbeMode::Connect
     }
 }
-

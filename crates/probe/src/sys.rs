@@ -42,26 +42,39 @@ pub enum TsMode {
 
 /// CLOCK_REALTIME in nanoseconds: the clock kernel software timestamps use.
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid, writable timespec; CLOCK_REALTIME always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
 }
 
 /// A non-blocking, close-on-exec socket.
 pub fn socket(domain: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: plain syscall; the returned descriptor is owned by the OwnedFd below.
-    let fd = cvt(unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, proto) })?;
+    let fd =
+        cvt(unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, proto) })?;
     // SAFETY: fd was just returned by socket() and is not owned elsewhere.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `setsockopt` with an `int` value.
-pub fn set_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+pub fn set_int(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: the pointer and length describe a live c_int.
     cvt(unsafe {
         libc::setsockopt(
@@ -79,7 +92,13 @@ pub fn set_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: libc::c_i
 pub fn set_raw<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
     // SAFETY: the pointer and length describe a live T.
     cvt(unsafe {
-        libc::setsockopt(fd.as_raw_fd(), level, name, (v as *const T).cast(), size_of::<T>() as libc::socklen_t)
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (v as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
     })
     .map(|_| ())
 }
@@ -91,7 +110,14 @@ pub fn enable_timestamps(fd: &OwnedFd) -> TsMode {
         | libc::SOF_TIMESTAMPING_TX_SOFTWARE
         | libc::SOF_TIMESTAMPING_OPT_ID
         | libc::SOF_TIMESTAMPING_OPT_TSONLY;
-    if set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, flags as libc::c_int).is_ok() {
+    if set_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_TIMESTAMPING,
+        flags as libc::c_int,
+    )
+    .is_ok()
+    {
         return TsMode::TxRx;
     }
     if set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).is_ok() {
@@ -121,7 +147,12 @@ pub fn enable_recv_err(fd: &OwnedFd, v6: bool) -> io::Result<()> {
 /// Set the TTL / hop limit of outgoing unicast packets.
 pub fn set_ttl(fd: &OwnedFd, v6: bool, ttl: u8) -> io::Result<()> {
     if v6 {
-        set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, libc::c_int::from(ttl))
+        set_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_UNICAST_HOPS,
+            libc::c_int::from(ttl),
+        )
     } else {
         set_int(fd, libc::IPPROTO_IP, libc::IP_TTL, libc::c_int::from(ttl))
     }
@@ -142,11 +173,15 @@ impl RawAddr {
                 let sin = libc::sockaddr_in {
                     sin_family: libc::AF_INET as libc::sa_family_t,
                     sin_port: a.port().to_be(),
-                    sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(a.ip().octets()),
+                    },
                     sin_zero: [0; 8],
                 };
                 // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in.
-                unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+                unsafe {
+                    std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin)
+                };
                 size_of::<libc::sockaddr_in>()
             }
             SocketAddr::V6(a) => {
@@ -154,15 +189,22 @@ impl RawAddr {
                     sin6_family: libc::AF_INET6 as libc::sa_family_t,
                     sin6_port: a.port().to_be(),
                     sin6_flowinfo: a.flowinfo(),
-                    sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.ip().octets(),
+                    },
                     sin6_scope_id: a.scope_id(),
                 };
                 // SAFETY: sockaddr_storage is larger than and suitably aligned for sockaddr_in6.
-                unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+                unsafe {
+                    std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6)
+                };
                 size_of::<libc::sockaddr_in6>()
             }
         };
-        RawAddr { storage, len: len as libc::socklen_t }
+        RawAddr {
+            storage,
+            len: len as libc::socklen_t,
+        }
     }
 
     fn ptr(&self) -> *const libc::sockaddr {
@@ -224,11 +266,20 @@ pub fn local_addr(fd: &OwnedFd) -> io::Result<SocketAddr> {
     let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: as above.
     cvt(unsafe {
-        libc::getsockname(fd.as_raw_fd(), (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len)
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
     })?;
     // SAFETY: the kernel wrote len bytes into storage.
-    unsafe { decode_addr((&storage as *const libc::sockaddr_storage).cast(), len as usize) }
-        .ok_or_else(|| io::Error::other("getsockname returned an unknown address family"))
+    unsafe {
+        decode_addr(
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len as usize,
+        )
+    }
+    .ok_or_else(|| io::Error::other("getsockname returned an unknown address family"))
 }
 
 /// `SO_ERROR`: the pending error of a socket (used after a non-blocking connect).
@@ -237,7 +288,13 @@ pub fn take_error(fd: &OwnedFd) -> io::Result<Option<io::Error>> {
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: v is a writable c_int and len its size.
     cvt(unsafe {
-        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR, (&mut v as *mut libc::c_int).cast(), &mut len)
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
     })?;
     Ok((v != 0).then(|| io::Error::from_raw_os_error(v)))
 }
@@ -248,12 +305,25 @@ pub fn send_to(fd: &OwnedFd, data: &[u8], to: Option<SocketAddr>) -> io::Result<
         Some(to) => {
             let a = RawAddr::new(to);
             // SAFETY: data is a live slice, a a valid sockaddr.
-            unsafe { libc::sendto(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), 0, a.ptr(), a.len) }
+            unsafe {
+                libc::sendto(
+                    fd.as_raw_fd(),
+                    data.as_ptr().cast(),
+                    data.len(),
+                    0,
+                    a.ptr(),
+                    a.len,
+                )
+            }
         }
         // SAFETY: data is a live slice.
         None => unsafe { libc::send(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), 0) },
     };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r as usize) }
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
 }
 
 /// An extended error from the error queue (IP_RECVERR / IPV6_RECVERR).
@@ -294,7 +364,10 @@ pub fn recv_msg(fd: &OwnedFd, buf: &mut [u8], errqueue: bool) -> io::Result<Opti
     let mut control = [0u64; 64];
     // SAFETY: plain old data.
     let mut from: libc::sockaddr_storage = unsafe { zeroed() };
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     // SAFETY: msghdr is plain old data; every pointer set below outlives the call.
     let mut mh: libc::msghdr = unsafe { zeroed() };
     mh.msg_name = (&mut from as *mut libc::sockaddr_storage).cast();
@@ -303,7 +376,8 @@ pub fn recv_msg(fd: &OwnedFd, buf: &mut [u8], errqueue: bool) -> io::Result<Opti
     mh.msg_iovlen = 1;
     mh.msg_control = control.as_mut_ptr().cast();
     mh.msg_controllen = size_of::<[u64; 64]>() as _;
-    let flags = libc::MSG_DONTWAIT | libc::MSG_TRUNC | if errqueue { libc::MSG_ERRQUEUE } else { 0 };
+    let flags =
+        libc::MSG_DONTWAIT | libc::MSG_TRUNC | if errqueue { libc::MSG_ERRQUEUE } else { 0 };
     // SAFETY: mh describes valid buffers (name, iov, control) for the duration of the call.
     let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut mh, flags) };
     if n < 0 {
@@ -313,9 +387,17 @@ pub fn recv_msg(fd: &OwnedFd, buf: &mut [u8], errqueue: bool) -> io::Result<Opti
         }
         return Err(e);
     }
-    let mut msg = Msg { len: n as usize, ..Msg::default() };
+    let mut msg = Msg {
+        len: n as usize,
+        ..Msg::default()
+    };
     // SAFETY: the kernel wrote msg_namelen bytes of address into `from`.
-    msg.from = unsafe { decode_addr((&from as *const libc::sockaddr_storage).cast(), mh.msg_namelen as usize) };
+    msg.from = unsafe {
+        decode_addr(
+            (&from as *const libc::sockaddr_storage).cast(),
+            mh.msg_namelen as usize,
+        )
+    };
     // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&mh);
@@ -323,11 +405,17 @@ pub fn recv_msg(fd: &OwnedFd, buf: &mut [u8], errqueue: bool) -> io::Result<Opti
             let (level, ty) = ((*c).cmsg_level, (*c).cmsg_type);
             let data = libc::CMSG_DATA(c);
             let dlen = (*c).cmsg_len as usize - (data as usize - c as usize);
-            if level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPING && dlen >= 3 * size_of::<libc::timespec>() {
+            if level == libc::SOL_SOCKET
+                && ty == libc::SCM_TIMESTAMPING
+                && dlen >= 3 * size_of::<libc::timespec>()
+            {
                 // scm_timestamping: [0] software, [1] deprecated, [2] hardware.
                 let t = std::ptr::read_unaligned(data.cast::<[libc::timespec; 3]>());
                 msg.kernel_ns = ts_ns(&t[0]).or(ts_ns(&t[2]));
-            } else if level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPNS && dlen >= size_of::<libc::timespec>() {
+            } else if level == libc::SOL_SOCKET
+                && ty == libc::SCM_TIMESTAMPNS
+                && dlen >= size_of::<libc::timespec>()
+            {
                 msg.kernel_ns = ts_ns(&std::ptr::read_unaligned(data.cast::<libc::timespec>()));
             } else if (level == libc::IPPROTO_IP && ty == libc::IP_TTL)
                 || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_HOPLIMIT)
@@ -362,12 +450,28 @@ pub fn recv_msg(fd: &OwnedFd, buf: &mut [u8], errqueue: bool) -> io::Result<Opti
 /// Wait until one of `fds` is readable (or has a queued error), at most `timeout`.
 /// Returns the readiness (revents) per descriptor.
 pub fn poll_in(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<i16>> {
-    let mut p: Vec<libc::pollfd> =
-        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     // Round up so a sub-millisecond wait does not spin; ppoll gives ns resolution.
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as _,
+    };
     // SAFETY: p is a live array of pollfd of the given length; ts is valid.
-    let r = unsafe { libc::ppoll(p.as_mut_ptr(), p.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    let r = unsafe {
+        libc::ppoll(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
@@ -380,11 +484,27 @@ pub fn poll_in(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<i16>> {
 
 /// Wait for writability (non-blocking connect), returning revents per descriptor.
 pub fn poll_out(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<i16>> {
-    let mut p: Vec<libc::pollfd> =
-        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLOUT, revents: 0 }).collect();
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as _,
+    };
     // SAFETY: p is a live array of pollfd of the given length; ts is valid.
-    let r = unsafe { libc::ppoll(p.as_mut_ptr(), p.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    let r = unsafe {
+        libc::ppoll(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
@@ -397,7 +517,11 @@ pub fn poll_out(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<i16>> {
 
 /// The source address the kernel would use to reach `dst` (a connected UDP socket's name).
 pub fn source_for(dst: IpAddr) -> io::Result<IpAddr> {
-    let domain = if dst.is_ipv6() { libc::AF_INET6 } else { libc::AF_INET };
+    let domain = if dst.is_ipv6() {
+        libc::AF_INET6
+    } else {
+        libc::AF_INET
+    };
     let fd = socket(domain, libc::SOCK_DGRAM, 0)?;
     connect(&fd, SocketAddr::new(dst, 9))?;
     Ok(local_addr(&fd)?.ip())
@@ -405,7 +529,15 @@ pub fn source_for(dst: IpAddr) -> io::Result<IpAddr> {
 
 /// `SO_LINGER {on, 0}`: close() sends RST instead of FIN, leaving no TIME_WAIT behind.
 pub fn set_linger_zero(fd: &OwnedFd) -> io::Result<()> {
-    set_raw(fd, libc::SOL_SOCKET, libc::SO_LINGER, &libc::linger { l_onoff: 1, l_linger: 0 })
+    set_raw(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_LINGER,
+        &libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -425,12 +557,17 @@ mod tests {
         send_to(&b, b"hello", Some(to)).expect("send");
         poll_in(&[a.as_raw_fd()], Duration::from_secs(2)).expect("poll");
         let mut buf = [0u8; 64];
-        let m = recv_msg(&a, &mut buf, false).expect("recv").expect("a message");
+        let m = recv_msg(&a, &mut buf, false)
+            .expect("recv")
+            .expect("a message");
         assert_eq!(m.len, 5);
         assert_eq!(m.ttl, Some(42));
         assert_ne!(mode, TsMode::None, "this kernel supports socket timestamps");
         let k = m.kernel_ns.expect("kernel timestamp");
-        assert!(k + 1_000_000 >= before && k <= now_ns() + 1_000_000, "timestamp on CLOCK_REALTIME");
+        assert!(
+            k + 1_000_000 >= before && k <= now_ns() + 1_000_000,
+            "timestamp on CLOCK_REALTIME"
+        );
         assert!(recv_msg(&a, &mut buf, false).expect("recv").is_none());
     }
 }

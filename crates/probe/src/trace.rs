@@ -114,8 +114,14 @@ fn batch(
         } else if answered == sent || now >= last_send + opts.wait {
             break;
         }
-        let deadline = if next < probes.len() { last_send + opts.spacing } else { last_send + opts.wait };
-        let wait = deadline.saturating_duration_since(now).min(Duration::from_millis(100));
+        let deadline = if next < probes.len() {
+            last_send + opts.spacing
+        } else {
+            last_send + opts.wait
+        };
+        let wait = deadline
+            .saturating_duration_since(now)
+            .min(Duration::from_millis(100));
         responses.clear();
         prober.recv(wait, &mut responses)?;
         for r in responses.drain(..) {
@@ -123,7 +129,9 @@ fn batch(
             if !matches!(fates[k], Fate::Lost) || k >= next {
                 continue;
             }
-            let Some((rtt, kernel)) = rtt_of(prober, &r) else { continue };
+            let Some((rtt, kernel)) = rtt_of(prober, &r) else {
+                continue;
+            };
             if r.from == dst {
                 let ttl = probes[k].1;
                 dest_ttl = Some(dest_ttl.map_or(ttl, |d| d.min(ttl)));
@@ -181,9 +189,15 @@ fn plain(
         if stop.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let probes: Vec<(u16, u8)> = (0..opts.queries.max(1)).map(|_| (ids.next(), ttl)).collect();
+        let probes: Vec<(u16, u8)> = (0..opts.queries.max(1))
+            .map(|_| (ids.next(), ttl))
+            .collect();
         let fates = batch(prober, dst, &probes, opts, stop)?;
-        let mut hop = TraceHop { ttl, probes: Vec::new(), destination: false };
+        let mut hop = TraceHop {
+            ttl,
+            probes: Vec::new(),
+            destination: false,
+        };
         for f in fates {
             match f {
                 Fate::Answered(r, rtt, kernel) => {
@@ -193,9 +207,17 @@ fn plain(
                         hop.destination = true;
                         out.destination_reply.get_or_insert(r.kind);
                     }
-                    hop.probes.push(HopProbe { from: Some(r.from.to_string()), kind: Some(r.kind), rtt_ns: Some(rtt) });
+                    hop.probes.push(HopProbe {
+                        from: Some(r.from.to_string()),
+                        kind: Some(r.kind),
+                        rtt_ns: Some(rtt),
+                    });
                 }
-                Fate::Lost => hop.probes.push(HopProbe { from: None, kind: None, rtt_ns: None }),
+                Fate::Lost => hop.probes.push(HopProbe {
+                    from: None,
+                    kind: None,
+                    rtt_ns: None,
+                }),
                 Fate::Skipped => {}
             }
         }
@@ -234,7 +256,10 @@ fn report(
 ) -> Result<(), ProbeError> {
     let mut limit = opts.max_ttl;
     let mut acc: Vec<HopAcc> = Vec::new();
-    acc.resize_with(usize::from(opts.max_ttl - opts.first_ttl) + 1, HopAcc::default);
+    acc.resize_with(
+        usize::from(opts.max_ttl - opts.first_ttl) + 1,
+        HopAcc::default,
+    );
     let mut dest_ttl: Option<u8> = None;
     for round in 0..rounds {
         if stop.load(Ordering::Relaxed) {
@@ -274,7 +299,11 @@ fn report(
         if round + 1 < rounds {
             let until = round_start + opts.round_interval;
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(until.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)));
+                std::thread::sleep(
+                    until
+                        .saturating_duration_since(Instant::now())
+                        .min(Duration::from_millis(50)),
+                );
             }
         }
     }
@@ -364,7 +393,11 @@ mod tests {
 
     fn path(silent: u8) -> Path {
         Path {
-            routers: vec!["10.0.1.2".parse().expect("ip"), "10.0.2.2".parse().expect("ip"), "10.0.3.2".parse().expect("ip")],
+            routers: vec![
+                "10.0.1.2".parse().expect("ip"),
+                "10.0.2.2".parse().expect("ip"),
+                "10.0.3.2".parse().expect("ip"),
+            ],
             dst: "10.0.4.2".parse().expect("ip"),
             silent,
             sent: BTreeMap::new(),
@@ -376,14 +409,21 @@ mod tests {
     fn plain_trace_finds_routers_then_destination() {
         let mut p = path(2);
         let dst = p.dst;
-        let opts = TraceOptions { wait: Duration::from_millis(30), spacing: Duration::from_millis(5), ..Default::default() };
+        let opts = TraceOptions {
+            wait: Duration::from_millis(30),
+            spacing: Duration::from_millis(5),
+            ..Default::default()
+        };
         let mut seen = Vec::new();
         let stop = AtomicBool::new(false);
         let o = trace(&mut p, dst, &opts, &stop, &mut |h| seen.push(h.ttl)).expect("trace");
         assert_eq!(seen, vec![1, 2, 3, 4]);
         assert!(o.reached);
         assert_eq!(o.destination_reply, Some(ReplyKind::SynAck));
-        assert!(o.hops[1].probes.iter().all(|p| p.from.is_none()), "silent hop shows as *");
+        assert!(
+            o.hops[1].probes.iter().all(|p| p.from.is_none()),
+            "silent hop shows as *"
+        );
         assert_eq!(o.hops[2].probes[0].from.as_deref(), Some("10.0.3.2"));
         assert_eq!(o.hops[3].probes.len(), 3);
         assert!(o.hops[3].destination);

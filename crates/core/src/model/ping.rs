@@ -61,14 +61,19 @@ pub enum ReplyKind {
 impl ReplyKind {
     /// Whether this kind of reply comes from the destination itself.
     pub fn from_destination(self) -> bool {
-        !matches!(self, ReplyKind::TimeExceeded | ReplyKind::Prohibited | ReplyKind::Unreachable)
+        !matches!(
+            self,
+            ReplyKind::TimeExceeded | ReplyKind::Prohibited | ReplyKind::Unreachable
+        )
     }
 
     /// The port state this reply implies (None for ICMP echo and router replies).
     pub fn port_state(self) -> Option<PortState> {
         match self {
             ReplyKind::SynAck | ReplyKind::Connected | ReplyKind::UdpEcho => Some(PortState::Open),
-            ReplyKind::Rst | ReplyKind::Refused | ReplyKind::PortUnreachable => Some(PortState::Closed),
+            ReplyKind::Rst | ReplyKind::Refused | ReplyKind::PortUnreachable => {
+                Some(PortState::Closed)
+            }
             ReplyKind::Prohibited => Some(PortState::Filtered),
             _ => None,
         }

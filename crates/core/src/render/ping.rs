@@ -24,14 +24,26 @@ pub fn reply_line(r: &PingReply) -> String {
 }
 
 /// The header line printed before the first reply.
-pub fn ping_header(target: &str, address: &str, port: Option<u16>, mode: &str, why: &str) -> String {
+pub fn ping_header(
+    target: &str,
+    address: &str,
+    port: Option<u16>,
+    mode: &str,
+    why: &str,
+) -> String {
     let port = port.map(|p| format!(" port {p}")).unwrap_or_default();
     format!("PING {target} ({address}){port}: {mode} ({why})")
 }
 
 impl Human for PingReport {
     fn render_human(&self, out: &mut String) {
-        let _ = writeln!(out, "\n--- {} ({}) {} ping statistics ---", self.target, self.address, self.mode.name());
+        let _ = writeln!(
+            out,
+            "\n--- {} ({}) {} ping statistics ---",
+            self.target,
+            self.address,
+            self.mode.name()
+        );
         let _ = writeln!(
             out,
             "{} probes sent, {} answered, {} lost ({:.1}% loss), {} probes/s over {}",
@@ -43,11 +55,20 @@ impl Human for PingReport {
             format_ns(self.elapsed_ns as f64)
         );
         if !self.replies_by_kind.is_empty() {
-            let kinds: Vec<String> = self.replies_by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            let kinds: Vec<String> = self
+                .replies_by_kind
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
             let _ = writeln!(out, "answers: {}", kinds.join(", "));
         }
         if let Some(p) = self.port_state {
-            let _ = writeln!(out, "port {}: {}", self.port.unwrap_or(0), format!("{p:?}").to_lowercase());
+            let _ = writeln!(
+                out,
+                "port {}: {}",
+                self.port.unwrap_or(0),
+                format!("{p:?}").to_lowercase()
+            );
         }
         if self.rtt.count > 0 {
             let _ = writeln!(
@@ -68,7 +89,10 @@ impl Human for PingReport {
         }
         let _ = writeln!(out, "timestamps: {}", self.timestamps);
         if self.interrupted {
-            let _ = writeln!(out, "(interrupted: figures cover what was measured before Ctrl-C)");
+            let _ = writeln!(
+                out,
+                "(interrupted: figures cover what was measured before Ctrl-C)"
+            );
         }
     }
 }
@@ -90,10 +114,17 @@ pub fn hop_line(h: &TraceHop) -> String {
         }
     }
     if h.destination {
-        if let Some(k) = h.probes.iter().find_map(|p| p.kind.filter(|k| k.from_destination())) {
+        if let Some(k) = h
+            .probes
+            .iter()
+            .find_map(|p| p.kind.filter(|k| k.from_destination()))
+        {
             let _ = write!(s, "  [destination: {}]", k.label());
         }
-    } else if let Some(k) = h.probes.iter().find_map(|p| p.kind.filter(|k| !k.from_destination() && *k != crate::model::ping::ReplyKind::TimeExceeded)) {
+    } else if let Some(k) = h.probes.iter().find_map(|p| {
+        p.kind
+            .filter(|k| !k.from_destination() && *k != crate::model::ping::ReplyKind::TimeExceeded)
+    }) {
         let _ = write!(s, "  !{}", k.label());
     }
     s
@@ -104,23 +135,51 @@ pub fn trace_header(r: &TraceReport) -> String {
     let port = r.port.map(|p| format!(" port {p}")).unwrap_or_default();
     format!(
         "trace to {} ({}){}, {} probes, ttl {}..{}, {} per hop; {} ({})",
-        r.target, r.address, port, r.mode.name(), r.first_ttl, r.max_ttl, r.queries, r.flow, r.mode_reason
+        r.target,
+        r.address,
+        port,
+        r.mode.name(),
+        r.first_ttl,
+        r.max_ttl,
+        r.queries,
+        r.flow,
+        r.mode_reason
     )
 }
 
 fn stats_row(h: &HopStats) -> Vec<String> {
-    let host = if h.addresses.is_empty() { "???".to_string() } else { h.addresses.join(" ") };
-    let ns = |v: u64| if h.received == 0 { "-".to_string() } else { format_ns(v as f64) };
+    let host = if h.addresses.is_empty() {
+        "???".to_string()
+    } else {
+        h.addresses.join(" ")
+    };
+    let ns = |v: u64| {
+        if h.received == 0 {
+            "-".to_string()
+        } else {
+            format_ns(v as f64)
+        }
+    };
     vec![
         format!("{:>2}.", h.ttl),
         host,
         format!("{:.1}%", h.loss_percent),
         h.sent.to_string(),
-        h.last_ns.map(|v| format_ns(v as f64)).unwrap_or_else(|| "-".into()),
+        h.last_ns
+            .map(|v| format_ns(v as f64))
+            .unwrap_or_else(|| "-".into()),
         ns(h.rtt.min_ns),
-        if h.received == 0 { "-".into() } else { format_ns(h.rtt.mean_ns) },
+        if h.received == 0 {
+            "-".into()
+        } else {
+            format_ns(h.rtt.mean_ns)
+        },
         ns(h.rtt.max_ns),
-        if h.received == 0 { "-".into() } else { format_ns(h.rtt.stddev_ns) },
+        if h.received == 0 {
+            "-".into()
+        } else {
+            format_ns(h.rtt.stddev_ns)
+        },
         ns(h.rtt.p50_ns),
         ns(h.rtt.p90_ns),
     ]
@@ -131,7 +190,9 @@ impl Human for TraceReport {
         if let Some(rep) = &self.report {
             let _ = writeln!(out, "{}", trace_header(self));
             let _ = writeln!(out, "report over {} rounds:", self.rounds.unwrap_or(0));
-            let mut t = Table::new(&["hop", "host", "loss", "sent", "last", "min", "avg", "max", "stddev", "p50", "p90"]);
+            let mut t = Table::new(&[
+                "hop", "host", "loss", "sent", "last", "min", "avg", "max", "stddev", "p50", "p90",
+            ]);
             for h in rep {
                 t.row(stats_row(h));
             }
@@ -139,8 +200,17 @@ impl Human for TraceReport {
         }
         match (self.reached, self.destination_reply) {
             (true, Some(k)) => {
-                let ttl = self.hops.iter().chain(std::iter::empty()).find(|h| h.destination).map(|h| h.ttl);
-                let ttl = ttl.or_else(|| self.report.as_ref().and_then(|r| r.iter().find(|h| h.destination).map(|h| h.ttl)));
+                let ttl = self
+                    .hops
+                    .iter()
+                    .chain(std::iter::empty())
+                    .find(|h| h.destination)
+                    .map(|h| h.ttl);
+                let ttl = ttl.or_else(|| {
+                    self.report
+                        .as_ref()
+                        .and_then(|r| r.iter().find(|h| h.destination).map(|h| h.ttl))
+                });
                 let _ = writeln!(
                     out,
                     "destination {} reached at hop {}: {}",
@@ -150,12 +220,19 @@ impl Human for TraceReport {
                 );
             }
             _ => {
-                let _ = writeln!(out, "destination {} not reached within {} hops", self.address, self.max_ttl);
+                let _ = writeln!(
+                    out,
+                    "destination {} not reached within {} hops",
+                    self.address, self.max_ttl
+                );
             }
         }
         let _ = writeln!(out, "timestamps: {}", self.timestamps);
         if self.interrupted {
-            let _ = writeln!(out, "(interrupted: figures cover what was measured before Ctrl-C)");
+            let _ = writeln!(
+                out,
+                "(interrupted: figures cover what was measured before Ctrl-C)"
+            );
         }
     }
 }

@@ -1,0 +1,191 @@
+//! `latscope trace` in a namespace lab: client — R1 — R2 — R3 — destination.
+
+mod probe_lab;
+
+use probe_lab::{Chain, sh};
+use serde_json::Value;
+
+/// The responder of each hop of a plain trace (`None` for a hop with no answer).
+fn hop_addrs(v: &Value) -> Vec<Option<String>> {
+    v["hops"]
+        .as_array()
+        .expect("hops")
+        .iter()
+        .map(|h| {
+            h["probes"]
+                .as_array()
+                .expect("probes")
+                .iter()
+                .find_map(|p| p["from"].as_str().map(String::from))
+        })
+        .collect()
+}
+
+fn run_trace(lab: &Chain, args: &[&str]) -> Value {
+    let mut a = vec!["trace", "--json", "-w", "500ms", "-m", "8"];
+    a.extend_from_slice(args);
+    let out = lab.client().latscope(&a);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "trace {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    probe_lab::json(&out)
+}
+
+#[test]
+fn trace_finds_routers_then_destination_in_every_mode() {
+    let lab = Chain::new();
+    let _web = probe_lab::tcp_server(Some(lab.dest()), "0.0.0.0:80");
+    let want: Vec<Option<String>> = Chain::hops_v4().into_iter().map(Some).collect();
+    for (mode, reply) in [
+        ("--syn", "syn_ack"),
+        ("--udp", "port_unreachable"),
+        ("--icmp", "echo_reply"),
+    ] {
+        let v = run_trace(&lab, &[mode, "10.9.4.2"]);
+        assert_eq!(
+            hop_addrs(&v),
+            want,
+            "{mode}: hops in order, then the destination"
+        );
+        assert_eq!(v["reached"], true);
+        assert_eq!(v["destination_reply"], reply, "{mode}");
+        let hops = v["hops"].as_array().expect("hops");
+        assert_eq!(hops.len(), 4);
+        assert!(hops[3]["destination"].as_bool().expect("bool"));
+        for h in &hops[..3] {
+            for p in h["probes"].as_array().expect("probes") {
+                assert_eq!(p["kind"], "time_exceeded", "{mode}: {h}");
+                let rtt = p["rtt_ns"].as_u64().expect("rtt");
+                assert!(rtt > 0 && rtt < 100_000_000, "{mode}: RTT {rtt} ns on veth");
+            }
+        }
+    }
+    // Default mode as root: TCP SYN; a closed port answers RST.
+    let v = run_trace(&lab, &["-p", "81", "-q", "1", "10.9.4.2"]);
+    assert_eq!(v["mode"], "syn");
+    assert_eq!(v["destination_reply"], "rst");
+    assert_eq!(hop_addrs(&v), want);
+}
+
+#[test]
+fn trace_ipv6() {
+    let lab = Chain::new();
+    let want: Vec<Option<String>> = Chain::hops_v6().into_iter().map(Some).collect();
+    for mode in ["--syn", "--udp", "--icmp"] {
+        let v = run_trace(&lab, &[mode, "-q", "2", "fd09:4::2"]);
+        assert_eq!(hop_addrs(&v), want, "{mode} over IPv6");
+    }
+}
+
+#[test]
+fn silent_router_shows_as_star_and_the_trace_continues() {
+    let lab = Chain::new();
+    let r2 = &lab.nodes[2];
+    // R2 forwards, but never sends time exceeded (a common firewall/CoPP setting).
+    r2.exec(&["nft", "add table inet lsprobe"]);
+    r2.exec(&[
+        "nft",
+        "add chain inet lsprobe out { type filter hook output priority 0 ; policy accept ; }",
+    ]);
+    r2.exec(&[
+        "nft",
+        "add rule inet lsprobe out icmp type time-exceeded drop",
+    ]);
+    r2.exec(&[
+        "nft",
+        "add rule inet lsprobe out icmpv6 type time-exceeded drop",
+    ]);
+    for mode in ["--syn", "--udp", "--icmp"] {
+        let v = run_trace(&lab, &[mode, "10.9.4.2"]);
+        let hops = hop_addrs(&v);
+        assert_eq!(
+            hops,
+            vec![
+                Some("10.9.1.2".to_string()),
+                None,
+                Some("10.9.3.2".to_string()),
+                Some("10.9.4.2".to_string())
+            ],
+            "{mode}"
+        );
+        assert!(
+            v["hops"][1]["probes"]
+                .as_array()
+                .expect("probes")
+                .iter()
+                .all(|p| p["from"].is_null())
+        );
+    }
+    // Human output marks the silent hop with stars.
+    let out = lab
+        .client()
+        .latscope(&["trace", "--icmp", "-q", "2", "-w", "300ms", "10.9.4.2"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("2 ") && l.matches('*').count() == 2),
+        "{text}"
+    );
+    assert!(text.contains("[destination: echo-reply]"), "{text}");
+    // The report shows the loss at hop 2 and none elsewhere.
+    let out = lab.client().latscope(&[
+        "trace", "--report", "--json", "--icmp", "-c", "4", "-i", "50ms", "-w", "300ms", "-m", "8",
+        "10.9.4.2",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = probe_lab::json(&out);
+    let rep = v["report"].as_array().expect("report");
+    assert_eq!(rep.len(), 4, "{rep:?}");
+    let loss: Vec<f64> = rep
+        .iter()
+        .map(|h| h["loss_percent"].as_f64().expect("loss"))
+        .collect();
+    assert_eq!(loss, vec![0.0, 100.0, 0.0, 0.0]);
+    assert!(rep.iter().all(|h| h["sent"] == 4));
+    assert_eq!(rep[3]["addresses"][0], "10.9.4.2");
+    assert!(rep[3]["destination"].as_bool().expect("bool"));
+    assert!(
+        rep[0]["rtt"]["p90_ns"].as_u64().expect("p90")
+            >= rep[0]["rtt"]["p50_ns"].as_u64().expect("p50")
+    );
+}
+
+#[test]
+fn agrees_with_traceroute_tcp() {
+    let lab = Chain::new();
+    let _web = probe_lab::tcp_server(Some(lab.dest()), "0.0.0.0:80");
+    let out = lab.client().exec(&[
+        "traceroute",
+        "-T",
+        "-n",
+        "-q",
+        "1",
+        "-w",
+        "1",
+        "-p",
+        "80",
+        "10.9.4.2",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let theirs: Vec<Option<String>> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .filter(|a| *a != "*")
+                .map(String::from)
+        })
+        .collect();
+    let ours = hop_addrs(&run_trace(&lab, &["--syn", "-p", "80", "10.9.4.2"]));
+    assert_eq!(ours, theirs, "traceroute -T said:\n{text}");
+    sh(&["true"]);
+}
