@@ -13,7 +13,7 @@ Examples:
   latscope rr 127.0.0.1                      request/response RTT (TCP ping-pong)
   latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
   latscope connect 10.0.0.2:443 -n 1000      TCP connection set-up latency
-  latscope ping --syn -p 443 10.0.0.2         TCP SYN ping: RTT and open/closed/filtered
+  latscope ping --syn -p 443 10.0.0.2        TCP SYN ping: RTT and open/closed/filtered
   latscope trace --report -c 50 10.0.0.2     per-hop loss and RTT percentiles (mtr report)
   latscope schema rr                         JSON schema of `rr --json`
 

@@ -23,16 +23,34 @@ fn rtt_matches_injected_delay_in_every_mode() {
     // The bound: within max(3 %, 200 us) of the injected delay.
     let tol_ms = (d_ms * 0.03).max(0.2);
     let (tp, up) = (tcp.port.to_string(), udp.port.to_string());
-    for (mode, port) in [("--syn", tp.as_str()), ("--connect", tp.as_str()), ("--udp", up.as_str()), ("--icmp", "0")] {
-        let out = dl.client.latscope(&["ping", mode, "-c", "15", "-i", "30ms", "-W", "2s", "-p", port, "--json", "10.8.0.2"]);
-        assert_eq!(out.status.code(), Some(0), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+    for (mode, port) in [
+        ("--syn", tp.as_str()),
+        ("--connect", tp.as_str()),
+        ("--udp", up.as_str()),
+        ("--icmp", "0"),
+    ] {
+        let out = dl.client.latscope(&[
+            "ping", mode, "-c", "15", "-i", "30ms", "-W", "2s", "-p", port, "--json", "10.8.0.2",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v = json(&out);
         assert_eq!(v["received"], 15, "{mode}: {v}");
         let p50 = p50_ms(&v);
-        assert!((p50 - d_ms).abs() <= tol_ms, "{mode}: median RTT {p50:.3} ms vs injected {d_ms} ms (± {tol_ms:.3} ms)");
+        assert!(
+            (p50 - d_ms).abs() <= tol_ms,
+            "{mode}: median RTT {p50:.3} ms vs injected {d_ms} ms (± {tol_ms:.3} ms)"
+        );
         if mode != "--connect" {
             assert!(
-                v["timestamps"].as_str().expect("ts").starts_with("kernel software TX+RX"),
+                v["timestamps"]
+                    .as_str()
+                    .expect("ts")
+                    .starts_with("kernel software TX+RX"),
                 "{mode}: {}",
                 v["timestamps"]
             );
@@ -60,36 +78,65 @@ fn syn_ping_port_states_and_no_half_open_connection() {
     let filtered = open.port.wrapping_add(1).max(1024);
     let closed = open.port.wrapping_add(2).max(1025);
     s.exec(&["nft", "add table inet lsprobe"]);
-    s.exec(&["nft", "add chain inet lsprobe in { type filter hook input priority 0 ; policy accept ; }"]);
-    s.exec(&["nft", &format!("add rule inet lsprobe in tcp dport {filtered} drop")]);
+    s.exec(&[
+        "nft",
+        "add chain inet lsprobe in { type filter hook input priority 0 ; policy accept ; }",
+    ]);
+    s.exec(&[
+        "nft",
+        &format!("add rule inet lsprobe in tcp dport {filtered} drop"),
+    ]);
     let ping = |port: u16| {
         let p = port.to_string();
-        let out = c.latscope(&["ping", "--syn", "-c", "5", "-i", "20ms", "-W", "300ms", "-p", &p, "--json", "10.7.0.2"]);
+        let out = c.latscope(&[
+            "ping", "--syn", "-c", "5", "-i", "20ms", "-W", "300ms", "-p", &p, "--json", "10.7.0.2",
+        ]);
         (out.status.code(), json(&out))
     };
     let (code, v) = ping(open.port);
     assert_eq!(code, Some(0));
-    assert_eq!((v["sent"].as_u64(), v["received"].as_u64(), v["port_state"].as_str()), (Some(5), Some(5), Some("open")));
+    assert_eq!(
+        (
+            v["sent"].as_u64(),
+            v["received"].as_u64(),
+            v["port_state"].as_str()
+        ),
+        (Some(5), Some(5), Some("open"))
+    );
     assert_eq!(v["replies_by_kind"][0], serde_json::json!(["SA", 5]));
     assert_eq!(v["replies"][0]["flags"], "SA");
     assert_eq!(v["replies"][0]["ttl"], 64);
     let (code, v) = ping(closed);
     assert_eq!(code, Some(0));
-    assert_eq!((v["received"].as_u64(), v["port_state"].as_str()), (Some(5), Some("closed")));
+    assert_eq!(
+        (v["received"].as_u64(), v["port_state"].as_str()),
+        (Some(5), Some("closed"))
+    );
     assert_eq!(v["replies"][0]["flags"], "RA");
     let (code, v) = ping(filtered);
     assert_eq!(code, Some(1), "no answer at all is exit code 1");
-    assert_eq!((v["sent"].as_u64(), v["lost"].as_u64(), v["port_state"].as_str()), (Some(5), Some(5), Some("filtered")));
+    assert_eq!(
+        (
+            v["sent"].as_u64(),
+            v["lost"].as_u64(),
+            v["port_state"].as_str()
+        ),
+        (Some(5), Some(5), Some("filtered"))
+    );
     assert_eq!(v["loss_percent"], 100.0);
     // The kernel reset every SYN-ACK (no socket owns the reserved source ports): nothing
     // half-open or established remains on the target.
     std::thread::sleep(Duration::from_millis(100));
     let ss = String::from_utf8_lossy(&s.exec(&["ss", "-tanH"]).stdout).to_string();
     assert!(
-        !ss.lines().any(|l| l.starts_with("SYN-RECV") || l.starts_with("ESTAB")),
+        !ss.lines()
+            .any(|l| l.starts_with("SYN-RECV") || l.starts_with("ESTAB")),
         "half-open or established connections left on the target:\n{ss}"
     );
-    assert!(ss.lines().any(|l| l.starts_with("LISTEN")), "the listener is still there:\n{ss}");
+    assert!(
+        ss.lines().any(|l| l.starts_with("LISTEN")),
+        "the listener is still there:\n{ss}"
+    );
 }
 
 fn hping3_rtts_ms(text: &str) -> Vec<f64> {
@@ -105,38 +152,81 @@ fn agrees_with_hping3_syn() {
     let dl = DelayLine::new(Duration::from_millis(10));
     let tcp = probe_lab::tcp_server(Some(&dl.server), "0.0.0.0:0");
     let p = tcp.port.to_string();
-    let out = dl.client.try_exec(&["hping3", "-S", "-p", &p, "-c", "10", "-i", "u30000", "10.8.0.2"]);
+    let out = dl.client.try_exec(&[
+        "hping3", "-S", "-p", &p, "-c", "10", "-i", "u30000", "10.8.0.2",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let mut theirs = hping3_rtts_ms(&text);
-    assert!(theirs.len() >= 8, "hping3 output:\n{text}{}", String::from_utf8_lossy(&out.stderr));
-    let out = dl.client.latscope(&["ping", "--syn", "-c", "10", "-i", "30ms", "-p", &p, "--json", "10.8.0.2"]);
+    assert!(
+        theirs.len() >= 8,
+        "hping3 output:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = dl.client.latscope(&[
+        "ping", "--syn", "-c", "10", "-i", "30ms", "-p", &p, "--json", "10.8.0.2",
+    ]);
     let ours = p50_ms(&json(&out));
     let theirs = median(&mut theirs);
     // hping3 prints 0.1 ms steps and times with the user-space clock: agree within 1 ms.
-    assert!((ours - theirs).abs() <= 1.0, "latscope median {ours:.3} ms vs hping3 {theirs:.3} ms");
+    assert!(
+        (ours - theirs).abs() <= 1.0,
+        "latscope median {ours:.3} ms vs hping3 {theirs:.3} ms"
+    );
 }
 
 fn capsh(cmd: &str) -> std::process::Output {
-    Command::new("capsh").args(["--drop=cap_net_raw", "--", "-c", cmd]).output().expect("capsh")
+    Command::new("capsh")
+        .args(["--drop=cap_net_raw", "--", "-c", cmd])
+        .output()
+        .expect("capsh")
 }
 
 #[test]
 fn without_cap_net_raw_syn_fails_clearly_and_default_falls_back_to_connect() {
     let srv = probe_lab::tcp_server(None, "127.0.0.1:0");
-    let out = capsh(&format!("exec {BIN} ping --syn -c 1 -p {} 127.0.0.1", srv.port));
+    let out = capsh(&format!(
+        "exec {BIN} ping --syn -c 1 -p {} 127.0.0.1",
+        srv.port
+    ));
     assert_eq!(out.status.code(), Some(4), "exit code 4 (privilege)");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("CAP_NET_RAW") && err.contains("--connect"), "{err}");
+    assert!(
+        err.contains("CAP_NET_RAW") && err.contains("--connect"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "one line: {err}");
-    let out = capsh(&format!("exec {BIN} ping -c 3 -i 20ms -p {} --json 127.0.0.1", srv.port));
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = capsh(&format!(
+        "exec {BIN} ping -c 3 -i 20ms -p {} --json 127.0.0.1",
+        srv.port
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v = json(&out);
     assert_eq!(v["mode"], "connect");
-    assert!(v["mode_reason"].as_str().expect("reason").contains("no CAP_NET_RAW"));
-    assert_eq!((v["received"].as_u64(), v["port_state"].as_str()), (Some(3), Some("open")));
+    assert!(
+        v["mode_reason"]
+            .as_str()
+            .expect("reason")
+            .contains("no CAP_NET_RAW")
+    );
+    assert_eq!(
+        (v["received"].as_u64(), v["port_state"].as_str()),
+        (Some(3), Some("open"))
+    );
     // trace falls back to UDP without the capability.
-    let out = capsh(&format!("exec {BIN} trace -q 1 -w 300ms -m 3 --json 127.0.0.1"));
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = capsh(&format!(
+        "exec {BIN} trace -q 1 -w 300ms -m 3 --json 127.0.0.1"
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v = json(&out);
     assert_eq!(v["mode"], "udp");
     assert_eq!(v["destination_reply"], "port_unreachable");
@@ -154,10 +244,17 @@ fn loopback_ipv6_every_mode() {
         ("--icmp", "0", "echo_reply"),
     ] {
         let out = Command::new(BIN)
-            .args(["ping", mode, "-6", "-c", "3", "-i", "10ms", "-p", port, "--json", "::1"])
+            .args([
+                "ping", mode, "-6", "-c", "3", "-i", "10ms", "-p", port, "--json", "::1",
+            ])
             .output()
             .expect("run");
-        assert_eq!(out.status.code(), Some(0), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v = json(&out);
         assert_eq!(v["address"], "::1");
         assert_eq!(v["received"], 3, "{mode}");
@@ -178,32 +275,78 @@ fn ctrl_c_prints_statistics_so_far() {
     let out = child.wait_with_output().expect("wait");
     assert_eq!(out.status.code(), Some(130));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("ping statistics") && text.contains("interrupted"), "{text}");
+    assert!(
+        text.contains("ping statistics") && text.contains("interrupted"),
+        "{text}"
+    );
     let sent: u64 = text
         .lines()
-        .find_map(|l| l.split(" probes sent").next().filter(|_| l.contains("probes sent")).and_then(|n| n.parse().ok()))
+        .find_map(|l| {
+            l.split(" probes sent")
+                .next()
+                .filter(|_| l.contains("probes sent"))
+                .and_then(|n| n.parse().ok())
+        })
         .expect("a 'probes sent' line");
     assert!(sent > 10 && sent < 100_000, "{sent} probes before Ctrl-C");
 }
 
 #[test]
 fn flood_and_json_schema() {
-    let out = Command::new(BIN).args(["ping", "--icmp", "--flood", "-c", "3000", "127.0.0.1"]).output().expect("run");
+    let out = Command::new(BIN)
+        .args(["ping", "--icmp", "--flood", "-c", "3000", "127.0.0.1"])
+        .output()
+        .expect("run");
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("seq="), "no per-reply lines in flood mode");
     assert!(text.contains("3000 probes sent, 3000 answered"), "{text}");
     for (kind, args) in [
-        ("ping", vec!["ping", "--udp", "-c", "2", "-i", "10ms", "-p", "9", "--json", "127.0.0.1"]),
-        ("trace", vec!["trace", "--icmp", "-q", "1", "--json", "127.0.0.1"]),
-        ("trace", vec!["trace", "--report", "-c", "2", "-i", "10ms", "--json", "127.0.0.1"]),
+        (
+            "ping",
+            vec![
+                "ping",
+                "--udp",
+                "-c",
+                "2",
+                "-i",
+                "10ms",
+                "-p",
+                "9",
+                "--json",
+                "127.0.0.1",
+            ],
+        ),
+        (
+            "trace",
+            vec!["trace", "--icmp", "-q", "1", "--json", "127.0.0.1"],
+        ),
+        (
+            "trace",
+            vec![
+                "trace",
+                "--report",
+                "-c",
+                "2",
+                "-i",
+                "10ms",
+                "--json",
+                "127.0.0.1",
+            ],
+        ),
     ] {
-        let schema = Command::new(BIN).args(["schema", kind]).output().expect("schema");
+        let schema = Command::new(BIN)
+            .args(["schema", kind])
+            .output()
+            .expect("schema");
         let schema: Value = serde_json::from_slice(&schema.stdout).expect("schema JSON");
         let out = Command::new(BIN).args(&args).output().expect("run");
         let doc = json(&out);
         let validator = jsonschema::validator_for(&schema).expect("valid schema");
         let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
-        assert!(errors.is_empty(), "{args:?} does not match `latscope schema {kind}`: {errors:?}");
+        assert!(
+            errors.is_empty(),
+            "{args:?} does not match `latscope schema {kind}`: {errors:?}"
+        );
     }
 }

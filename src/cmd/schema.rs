@@ -14,9 +14,7 @@ pub enum SchemaKind {
 }
 
 #[derive(Args, Debug)]
-#[command(
-    after_help = "Examples:\n  latscope schema rr > rr.schema.json\n  latscope schema interval   # one --json-lines interval event"
-)]
+#[command(after_help = "Examples:\n  latscope schema rr > rr.schema.json\n  latscope schema interval   # one --json-lines interval event")]
 pub struct SchemaArgs {
     /// Which document.
     pub kind: SchemaKind,

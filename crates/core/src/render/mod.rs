@@ -30,11 +30,7 @@ pub trait Human {
 }
 
 /// Print `report` in `format` to `w`.
-pub fn emit<R: Human + Serialize>(
-    report: &R,
-    format: OutputFormat,
-    w: &mut dyn Write,
-) -> io::Result<()> {
+pub fn emit<R: Human + Serialize>(report: &R, format: OutputFormat, w: &mut dyn Write) -> io::Result<()> {
     match format {
         OutputFormat::Human => {
             let mut s = String::new();
@@ -46,10 +42,7 @@ pub fn emit<R: Human + Serialize>(
             writeln!(w)
         }
         OutputFormat::JsonLines => {
-            let ev = crate::model::SummaryEvent {
-                event: "summary".into(),
-                report,
-            };
+            let ev = crate::model::SummaryEvent { event: "summary".into(), report };
             serde_json::to_writer(&mut *w, &ev)?;
             writeln!(w)
         }
