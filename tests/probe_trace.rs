@@ -2,7 +2,7 @@
 
 mod probe_lab;
 
-use probe_lab::{Chain, sh};
+use probe_lab::Chain;
 use serde_json::Value;
 
 /// The responder of each hop of a plain trace (`None` for a hop with no answer).
@@ -187,5 +187,38 @@ fn agrees_with_traceroute_tcp() {
         .collect();
     let ours = hop_addrs(&run_trace(&lab, &["--syn", "-p", "80", "10.9.4.2"]));
     assert_eq!(ours, theirs, "traceroute -T said:\n{text}");
-    sh(&["true"]);
+}
+
+#[test]
+fn unprivileged_icmp_trace_with_ping_sockets() {
+    let lab = Chain::new();
+    let c = lab.client();
+    c.exec(&["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"]);
+    let cmd = format!(
+        "exec {} trace --icmp -q 2 -w 500ms -m 8 --json 10.9.4.2",
+        probe_lab::BIN
+    );
+    let out = c.try_exec(&["capsh", "--drop=cap_net_raw", "--", "-c", &cmd]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = probe_lab::json(&out);
+    assert!(
+        v["mode_reason"]
+            .as_str()
+            .expect("reason")
+            .contains("unprivileged ping socket"),
+        "{v}"
+    );
+    let want: Vec<Option<String>> = Chain::hops_v4().into_iter().map(Some).collect();
+    assert_eq!(hop_addrs(&v), want);
+    // Without the capability and without ping sockets, --icmp says what to do.
+    c.exec(&["sysctl", "-qw", "net.ipv4.ping_group_range=1 0"]);
+    let out = c.try_exec(&["capsh", "--drop=cap_net_raw", "--", "-c", &cmd]);
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ping_group_range"), "{err}");
 }

@@ -108,6 +108,9 @@ pub struct PingArgs {
     /// Payload bytes (UDP and ICMP; default 56 ICMP, 16 UDP).
     #[arg(short = 's', long)]
     pub size: Option<usize>,
+    /// Time with the user-space clock only, as hping3 does (default: kernel timestamps).
+    #[arg(long)]
+    pub user_timestamps: bool,
     #[command(flatten)]
     pub family: FamilyArgs,
     #[command(flatten)]
@@ -165,6 +168,7 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
             port,
             payload,
             trace: false,
+            kernel_timestamps: !args.user_timestamps,
         },
     )
     .map_err(probe_error)?;

@@ -139,6 +139,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
             port: first_port,
             payload,
             trace: true,
+            kernel_timestamps: true,
         },
     ) {
         Ok((p, r)) if mode.is_none() && p.mode() == ProbeMode::Udp && udp_port != first_port => {
@@ -150,6 +151,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
                     port: udp_port,
                     payload,
                     trace: true,
+                    kernel_timestamps: true,
                 },
             )
             .map_err(probe_error)?;

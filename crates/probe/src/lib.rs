@@ -76,6 +76,8 @@ pub struct ProbeRequest {
     pub payload: usize,
     /// For a trace: one source port (constant flow), and connect mode refused.
     pub trace: bool,
+    /// Use kernel timestamps where the socket offers them (false: user-space clock only).
+    pub kernel_timestamps: bool,
 }
 
 /// Open the prober for `req`, returning it with a sentence saying why this mode.
@@ -83,17 +85,17 @@ pub fn open(dst: IpAddr, req: ProbeRequest) -> Result<(Box<dyn Prober>, String),
     let syn_ports = if req.trace { 1 } else { 16 };
     match req.mode {
         Some(ProbeMode::Syn) => {
-            Ok((Box::new(SynProber::new(dst, req.port, syn_ports)?), "chosen with --syn; raw socket (CAP_NET_RAW)".into()))
+            Ok((Box::new(SynProber::new(dst, req.port, syn_ports, req.kernel_timestamps)?), "chosen with --syn; raw socket (CAP_NET_RAW)".into()))
         }
         Some(ProbeMode::Connect) if req.trace => Err(ProbeError::Invalid(
             "trace cannot use TCP connect probes (no TTL answers reach a socket); use --syn, --udp or --icmp".into(),
         )),
         Some(ProbeMode::Connect) => Ok((Box::new(ConnectProber::new(dst, req.port)), "chosen with --connect".into())),
         Some(ProbeMode::Udp) => {
-            Ok((Box::new(UdpProber::new(dst, req.port, req.payload)?), "chosen with --udp; no privilege needed".into()))
+            Ok((Box::new(UdpProber::new(dst, req.port, req.payload, req.kernel_timestamps)?), "chosen with --udp; no privilege needed".into()))
         }
         Some(ProbeMode::Icmp) => {
-            let p = IcmpProber::new(dst, req.payload)?;
+            let p = IcmpProber::new(dst, req.payload, req.kernel_timestamps)?;
             let why = if p.is_raw() {
                 "chosen with --icmp; raw ICMP socket (ping sockets not allowed by net.ipv4.ping_group_range)"
             } else {
@@ -101,10 +103,10 @@ pub fn open(dst: IpAddr, req: ProbeRequest) -> Result<(Box<dyn Prober>, String),
             };
             Ok((Box::new(p), why.into()))
         }
-        None => match SynProber::new(dst, req.port, syn_ports) {
+        None => match SynProber::new(dst, req.port, syn_ports, req.kernel_timestamps) {
             Ok(p) => Ok((Box::new(p), "default: CAP_NET_RAW is available, so TCP SYN from a raw socket".into())),
             Err(ProbeError::Privilege { .. }) if req.trace => Ok((
-                Box::new(UdpProber::new(dst, req.port, req.payload)?),
+                Box::new(UdpProber::new(dst, req.port, req.payload, req.kernel_timestamps)?),
                 "default: no CAP_NET_RAW for TCP SYN probes, so UDP (the kernel reports ICMP errors to the socket)".into(),
             )),
             Err(ProbeError::Privilege { .. }) => Ok((

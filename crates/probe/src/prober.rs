@@ -230,7 +230,7 @@ pub struct SynProber {
 
 impl SynProber {
     /// `ports` source ports (1 for a trace: the flow must not change).
-    pub fn new(dst: IpAddr, dport: u16, ports: usize) -> Result<Self, ProbeError> {
+    pub fn new(dst: IpAddr, dport: u16, ports: usize, kernel_ts: bool) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
         let tcp = raw_socket(v6, libc::IPPROTO_TCP, "--syn (TCP SYN probes)")?;
         let icmp = raw_socket(
@@ -257,8 +257,14 @@ impl SynProber {
             );
             reserved.push(s);
         }
-        let ts = sys::enable_timestamps(&tcp);
-        sys::enable_timestamps(&icmp);
+        let ts = if kernel_ts {
+            sys::enable_timestamps(&tcp)
+        } else {
+            TsMode::None
+        };
+        if kernel_ts {
+            sys::enable_timestamps(&icmp);
+        }
         if v6 {
             let _ = sys::enable_recv_ttl(&tcp, true);
             let _ = sys::enable_recv_ttl(&icmp, true);
@@ -464,14 +470,18 @@ pub struct UdpProber {
 }
 
 impl UdpProber {
-    pub fn new(dst: IpAddr, port: u16, size: usize) -> Result<Self, ProbeError> {
+    pub fn new(dst: IpAddr, port: u16, size: usize, kernel_ts: bool) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
         let fd = sys::socket(domain(v6), libc::SOCK_DGRAM, 0)
             .map_err(|e| ProbeError::io("UDP socket", e))?;
         sys::connect(&fd, SocketAddr::new(dst, port)).map_err(|e| unreachable(dst, e))?;
         sys::enable_recv_err(&fd, v6).map_err(|e| ProbeError::io("IP_RECVERR", e))?;
         let _ = sys::enable_recv_ttl(&fd, v6);
-        let ts = sys::enable_timestamps(&fd);
+        let ts = if kernel_ts {
+            sys::enable_timestamps(&fd)
+        } else {
+            TsMode::None
+        };
         Ok(UdpProber {
             v6,
             fd,
@@ -629,7 +639,7 @@ pub struct IcmpProber {
 }
 
 impl IcmpProber {
-    pub fn new(dst: IpAddr, size: usize) -> Result<Self, ProbeError> {
+    pub fn new(dst: IpAddr, size: usize, kernel_ts: bool) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
         let proto = if v6 {
             libc::IPPROTO_ICMPV6
@@ -665,7 +675,11 @@ impl IcmpProber {
             sys::enable_recv_err(&fd, v6).map_err(|e| ProbeError::io("IP_RECVERR", e))?;
         }
         let _ = sys::enable_recv_ttl(&fd, v6);
-        let ts = sys::enable_timestamps(&fd);
+        let ts = if kernel_ts {
+            sys::enable_timestamps(&fd)
+        } else {
+            TsMode::None
+        };
         Ok(IcmpProber {
             v6,
             fd,
