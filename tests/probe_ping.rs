@@ -260,6 +260,19 @@ fn loopback_ipv6_every_mode() {
         assert_eq!(v["received"], 3, "{mode}");
         assert_eq!(v["replies"][0]["kind"], kind, "{mode}");
     }
+    // UDP to a closed port: ICMPv6 port unreachable is the answer, the port is closed.
+    let closed = std::net::UdpSocket::bind("[::1]:0").expect("bind");
+    let port = closed.local_addr().expect("addr").port().to_string();
+    drop(closed);
+    let out = Command::new(BIN)
+        .args([
+            "ping", "--udp", "-c", "2", "-i", "10ms", "-p", &port, "--json", "::1",
+        ])
+        .output()
+        .expect("run");
+    let v = json(&out);
+    assert_eq!(v["replies"][0]["kind"], "port_unreachable", "{v}");
+    assert_eq!(v["port_state"], "closed");
 }
 
 #[test]

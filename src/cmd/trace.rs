@@ -220,8 +220,31 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
             OutputFormat::Json => {}
         }
     };
-    let outcome = latscope_probe::trace::trace(prober.as_mut(), dst, &opts, &stop, &mut on_hop)
-        .map_err(probe_error)?;
+    let bar = (args.report && args.output.progress()).then(|| {
+        let b = indicatif::ProgressBar::new(args.count);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("round {pos}/{len} {wide_bar} {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut on_round = |done: u64, _total: u64| {
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    };
+    let outcome = latscope_probe::trace::trace(
+        prober.as_mut(),
+        dst,
+        &opts,
+        &stop,
+        &mut on_hop,
+        &mut on_round,
+    );
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let outcome = outcome.map_err(probe_error)?;
     report.reached = outcome.reached;
     report.destination_reply = outcome.destination_reply;
     report.hops = outcome.hops;

@@ -82,7 +82,20 @@ pub struct ProbeRequest {
 
 /// Open the prober for `req`, returning it with a sentence saying why this mode.
 pub fn open(dst: IpAddr, req: ProbeRequest) -> Result<(Box<dyn Prober>, String), ProbeError> {
-    let syn_ports = if req.trace { 1 } else { 16 };
+    let r = open_prober(dst, req)?;
+    if req.kernel_timestamps {
+        // The first socket asking for RX timestamps makes net_enable_timestamp() flip a static
+        // key from a workqueue (net/core/dev.c); packets received before it runs carry no
+        // timestamp. Give it a moment so the first probes are timed by the kernel too.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(r)
+}
+
+fn open_prober(dst: IpAddr, req: ProbeRequest) -> Result<(Box<dyn Prober>, String), ProbeError> {
+    // Pings rotate over 64 reserved source ports so that up to 64 probes can be in flight
+    // without reusing a 4-tuple the target still holds; a trace keeps one (Paris).
+    let syn_ports = if req.trace { 1 } else { 64 };
     match req.mode {
         Some(ProbeMode::Syn) => {
             Ok((Box::new(SynProber::new(dst, req.port, syn_ports, req.kernel_timestamps)?), "chosen with --syn; raw socket (CAP_NET_RAW)".into()))

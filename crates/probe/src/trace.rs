@@ -152,13 +152,15 @@ fn batch(
     Ok(fates)
 }
 
-/// Trace the path to `dst`. `on_hop` sees each hop as it completes (plain trace only).
+/// Trace the path to `dst`. `on_hop` sees each hop as it completes (plain trace);
+/// `on_round(done, total)` each finished round (`--report`).
 pub fn trace(
     prober: &mut dyn Prober,
     dst: IpAddr,
     opts: &TraceOptions,
     stop: &AtomicBool,
     on_hop: &mut dyn FnMut(&TraceHop),
+    on_round: &mut dyn FnMut(u64, u64),
 ) -> Result<TraceOutcome, ProbeError> {
     if opts.first_ttl == 0 || opts.first_ttl > opts.max_ttl {
         return Err(ProbeError::Invalid(format!(
@@ -170,7 +172,7 @@ pub fn trace(
     let mut out = TraceOutcome::default();
     match opts.rounds {
         None => plain(prober, dst, opts, stop, on_hop, &mut ids, &mut out)?,
-        Some(n) => report(prober, dst, opts, stop, n, &mut ids, &mut out)?,
+        Some(n) => report(prober, dst, opts, stop, n, &mut ids, &mut out, on_round)?,
     }
     out.interrupted = stop.load(Ordering::Relaxed);
     Ok(out)
@@ -253,6 +255,7 @@ fn report(
     rounds: u64,
     ids: &mut Ids,
     out: &mut TraceOutcome,
+    on_round: &mut dyn FnMut(u64, u64),
 ) -> Result<(), ProbeError> {
     let mut limit = opts.max_ttl;
     let mut acc: Vec<HopAcc> = Vec::new();
@@ -296,6 +299,7 @@ fn report(
             limit = d;
         }
         out.rounds_done = round + 1;
+        on_round(round + 1, rounds);
         if round + 1 < rounds {
             let until = round_start + opts.round_interval;
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
@@ -416,7 +420,15 @@ mod tests {
         };
         let mut seen = Vec::new();
         let stop = AtomicBool::new(false);
-        let o = trace(&mut p, dst, &opts, &stop, &mut |h| seen.push(h.ttl)).expect("trace");
+        let o = trace(
+            &mut p,
+            dst,
+            &opts,
+            &stop,
+            &mut |h| seen.push(h.ttl),
+            &mut |_, _| {},
+        )
+        .expect("trace");
         assert_eq!(seen, vec![1, 2, 3, 4]);
         assert!(o.reached);
         assert_eq!(o.destination_reply, Some(ReplyKind::SynAck));
@@ -442,7 +454,12 @@ mod tests {
             ..Default::default()
         };
         let stop = AtomicBool::new(false);
-        let o = trace(&mut p, dst, &opts, &stop, &mut |_| {}).expect("trace");
+        let mut rounds = Vec::new();
+        let o = trace(&mut p, dst, &opts, &stop, &mut |_| {}, &mut |d, t| {
+            rounds.push((d, t))
+        })
+        .expect("trace");
+        assert_eq!(rounds, vec![(1, 3), (2, 3), (3, 3)]);
         let r = o.report.expect("report");
         assert_eq!(r.len(), 4, "hops beyond the destination are dropped: {r:?}");
         assert_eq!((r[0].sent, r[0].received), (3, 3));
