@@ -172,7 +172,7 @@ pub fn trace(
     let mut out = TraceOutcome::default();
     match opts.rounds {
         None => plain(prober, dst, opts, stop, on_hop, &mut ids, &mut out)?,
-        Some(n) => report(prober, dst, opts, stop, n, &mut ids, &mut out, on_round)?,
+        Some(_) => report(prober, dst, opts, stop, &mut ids, &mut out, on_round)?,
     }
     out.interrupted = stop.load(Ordering::Relaxed);
     Ok(out)
@@ -252,11 +252,11 @@ fn report(
     dst: IpAddr,
     opts: &TraceOptions,
     stop: &AtomicBool,
-    rounds: u64,
     ids: &mut Ids,
     out: &mut TraceOutcome,
     on_round: &mut dyn FnMut(u64, u64),
 ) -> Result<(), ProbeError> {
+    let rounds = opts.rounds.unwrap_or(1);
     let mut limit = opts.max_ttl;
     let mut acc: Vec<HopAcc> = Vec::new();
     acc.resize_with(
