@@ -45,16 +45,25 @@ fn rtt_matches_injected_delay_in_every_mode() {
             (p50 - d_ms).abs() <= tol_ms,
             "{mode}: median RTT {p50:.3} ms vs injected {d_ms} ms (± {tol_ms:.3} ms)"
         );
-        if mode != "--connect" {
-            assert!(
-                v["timestamps"]
-                    .as_str()
-                    .expect("ts")
-                    .starts_with("kernel software TX+RX"),
-                "{mode}: {}",
-                v["timestamps"]
-            );
-        }
+        // Every RTT timed by the kernel: SO_TIMESTAMPING, or TCP_INFO's handshake sample.
+        let want = if mode == "--connect" {
+            "kernel handshake RTT (TCP_INFO"
+        } else {
+            "kernel software TX+RX"
+        };
+        assert!(
+            v["timestamps"].as_str().expect("ts").starts_with(want),
+            "{mode}: {}",
+            v["timestamps"]
+        );
+        assert!(
+            v["replies"]
+                .as_array()
+                .expect("replies")
+                .iter()
+                .all(|r| r["kernel_timestamps"] == true),
+            "{mode}: every RTT kernel-timed"
+        );
         if mode != "--icmp" {
             assert_eq!(v["port_state"], "open", "{mode}");
         }

@@ -839,11 +839,12 @@ impl Prober for IcmpProber {
 }
 
 /// TCP connect() probes: a non-blocking connect per probe, closed with RST (SO_LINGER 0) so
-/// floods leave no TIME_WAIT behind. Times come from the user-space clock.
+/// floods leave no TIME_WAIT behind. The RTT of a completed handshake is the kernel's own
+/// sample (TCP_INFO); refusals and kernels without it are timed with the user-space clock.
 pub struct ConnectProber {
     dst: SocketAddr,
     pending: Vec<(u16, OwnedFd)>,
-    tx: HashMap<u16, u64>,
+    tx: HashMap<u16, (u64, bool)>,
     done: Vec<Response>,
 }
 
@@ -857,7 +858,14 @@ impl ConnectProber {
         }
     }
 
-    fn finish(&mut self, id: u16, err: Option<io::Error>) {
+    fn finish(&mut self, id: u16, err: Option<io::Error>, kernel_rtt_us: Option<u32>) {
+        let mut rx_ns = sys::now_ns();
+        let mut rx_kernel = false;
+        if let (Some(us), Some(tx)) = (kernel_rtt_us, self.tx.get_mut(&id)) {
+            rx_ns = tx.0 + u64::from(us) * 1000;
+            rx_kernel = true;
+            tx.1 = true;
+        }
         let kind = match err.as_ref().and_then(|e| e.raw_os_error()) {
             None => ReplyKind::Connected,
             Some(libc::ECONNREFUSED) => ReplyKind::Refused,
@@ -871,8 +879,8 @@ impl ConnectProber {
             tcp_flags: None,
             ttl: None,
             size: 0,
-            rx_ns: sys::now_ns(),
-            rx_kernel: false,
+            rx_ns,
+            rx_kernel,
         });
     }
 }
@@ -889,14 +897,17 @@ impl Prober for ConnectProber {
         let _ = sys::set_int(&fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
         let _ = sys::set_linger_zero(&fd);
         let t = sys::now_ns();
-        self.tx.insert(id, t);
+        self.tx.insert(id, (t, false));
         match sys::connect(&fd, self.dst) {
-            Ok(()) => self.finish(id, None),
+            Ok(()) => {
+                let rtt = sys::tcp_rtt_us(&fd);
+                self.finish(id, None, rtt)
+            }
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => self.pending.push((id, fd)),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENETUNREACH)) => {
                 return Err(unreachable(self.dst.ip(), e));
             }
-            Err(e) => self.finish(id, Some(e)),
+            Err(e) => self.finish(id, Some(e), None),
         }
         Ok(())
     }
@@ -911,7 +922,12 @@ impl Prober for ConnectProber {
                 if rev[k] != 0 {
                     let (id, fd) = self.pending.remove(i);
                     let err = sys::take_error(&fd).unwrap_or_else(Some);
-                    self.finish(id, err);
+                    let rtt = if err.is_none() {
+                        sys::tcp_rtt_us(&fd)
+                    } else {
+                        None
+                    };
+                    self.finish(id, err, rtt);
                 } else {
                     i += 1;
                 }
@@ -925,7 +941,7 @@ impl Prober for ConnectProber {
     }
 
     fn tx_time(&mut self, id: u16) -> Option<(u64, bool)> {
-        self.tx.get(&id).map(|t| (*t, false))
+        self.tx.get(&id).copied()
     }
 
     fn forget(&mut self, id: u16) {
@@ -935,7 +951,7 @@ impl Prober for ConnectProber {
     }
 
     fn ts_source(&self) -> TsSource {
-        TsSource::User
+        TsSource::TcpInfo
     }
 
     fn mode(&self) -> ProbeMode {

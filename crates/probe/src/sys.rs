@@ -17,6 +17,8 @@ pub enum TsSource {
     KernelRx,
     /// Kernel software timestamps on both send (SO_TIMESTAMPING TX) and receive.
     Kernel,
+    /// The kernel's handshake RTT sample of a TCP connection (TCP_INFO, 1 us resolution).
+    TcpInfo,
 }
 
 impl TsSource {
@@ -26,6 +28,7 @@ impl TsSource {
             TsSource::User => "user-space clock",
             TsSource::KernelRx => "kernel RX (SO_TIMESTAMPNS) + user-space TX",
             TsSource::Kernel => "kernel software TX+RX (SO_TIMESTAMPING)",
+            TsSource::TcpInfo => "kernel handshake RTT (TCP_INFO, 1 us resolution)",
         }
     }
 }
@@ -525,6 +528,26 @@ pub fn source_for(dst: IpAddr) -> io::Result<IpAddr> {
     let fd = socket(domain, libc::SOCK_DGRAM, 0)?;
     connect(&fd, SocketAddr::new(dst, 9))?;
     Ok(local_addr(&fd)?.ip())
+}
+
+/// The kernel's RTT estimate of a TCP connection (`TCP_INFO` tcpi_rtt, microseconds). Right
+/// after the handshake it is the SYN → SYN-ACK sample, timed in the kernel (tcp_ack_update_rtt
+/// in net/ipv4/tcp_input.c), so scheduling delays of the caller do not enter it.
+pub fn tcp_rtt_us(fd: &OwnedFd) -> Option<u32> {
+    // SAFETY: tcp_info is plain old data; all-zero is valid.
+    let mut info: libc::tcp_info = unsafe { zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: info is writable and len is its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && info.tcpi_rtt > 0 && info.tcpi_total_retrans == 0).then_some(info.tcpi_rtt)
 }
 
 /// `SO_LINGER {on, 0}`: close() sends RST instead of FIN, leaving no TIME_WAIT behind.
