@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -344,6 +344,8 @@ pub struct DelayLine {
     pub client: Netns,
     pub server: Netns,
     pub delay: Duration,
+    /// How long each client→server packet was actually held (read → written).
+    held: Arc<Mutex<Vec<Duration>>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -391,6 +393,7 @@ impl DelayLine {
         let mut threads = Vec::new();
         // client → server: reader stamps, writer releases at stamp + delay.
         let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+        let held = Arc::new(Mutex::new(Vec::new()));
         {
             let (st, c) = (stop.clone(), tun_c.clone());
             threads.push(std::thread::spawn(move || {
@@ -398,19 +401,20 @@ impl DelayLine {
                 while !st.load(Ordering::SeqCst) {
                     if wait_readable(c.as_raw_fd(), 20) {
                         while let Some(n) = read_fd(c.as_raw_fd(), &mut buf) {
-                            let _ = tx.send((Instant::now() + delay, buf[..n].to_vec()));
+                            let _ = tx.send((Instant::now(), buf[..n].to_vec()));
                         }
                     }
                 }
             }));
         }
         {
-            let (st, s) = (stop.clone(), tun_s.clone());
+            let (st, s, h) = (stop.clone(), tun_s.clone(), held.clone());
             threads.push(std::thread::spawn(move || {
                 while !st.load(Ordering::SeqCst) {
-                    let Ok((due, pkt)) = rx.recv_timeout(Duration::from_millis(20)) else {
+                    let Ok((read_at, pkt)) = rx.recv_timeout(Duration::from_millis(20)) else {
                         continue;
                     };
+                    let due = read_at + delay;
                     // Sleep to just before the due time, then spin: thread wake-up latency on a
                     // busy machine would otherwise add itself to the injected delay.
                     loop {
@@ -425,6 +429,9 @@ impl DelayLine {
                         }
                     }
                     write_fd(s.as_raw_fd(), &pkt);
+                    if let Ok(mut h) = h.lock() {
+                        h.push(read_at.elapsed());
+                    }
                 }
             }));
         }
@@ -446,9 +453,20 @@ impl DelayLine {
             client,
             server,
             delay,
+            held,
             stop,
             threads,
         }
+    }
+
+    /// The median time packets were actually held since the last call (the forwarder can be
+    /// late on a busy machine: that lateness is part of the delay the probes saw), and how
+    /// many packets.
+    pub fn take_held_median(&self) -> (Duration, usize) {
+        let mut h = std::mem::take(&mut *self.held.lock().expect("lock"));
+        h.sort();
+        let n = h.len();
+        (h.get(n / 2).copied().unwrap_or(self.delay), n)
     }
 }
 
