@@ -45,7 +45,7 @@ fn rtt_matches_injected_delay_in_every_mode() {
         let d_ms = held.as_secs_f64() * 1e3;
         assert!(n >= 15, "{mode}: {n} packets crossed the delay line");
         assert!(
-            d_ms >= 20.0 && d_ms < 22.0,
+            (20.0..22.0).contains(&d_ms),
             "{mode}: the delay line held packets {d_ms:.3} ms"
         );
         // The bound: within max(3 %, 200 us) of the injected delay.
