@@ -382,3 +382,57 @@ fn flood_and_json_schema() {
         );
     }
 }
+
+#[test]
+fn trace_report_ctrl_c_and_json_lines() {
+    let child = Command::new(BIN)
+        .args([
+            "trace",
+            "--report",
+            "--icmp",
+            "-c",
+            "100000",
+            "-i",
+            "5ms",
+            "127.0.0.1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(600));
+    // SAFETY: sending SIGINT to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("report over") && text.contains("127.0.0.1") && text.contains("interrupted"),
+        "{text}"
+    );
+    // --json-lines: one event per answer, then the summary.
+    let out = Command::new(BIN)
+        .args([
+            "ping",
+            "--icmp",
+            "-c",
+            "3",
+            "-i",
+            "5ms",
+            "--json-lines",
+            "127.0.0.1",
+        ])
+        .output()
+        .expect("run");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 4);
+    assert!(
+        lines[..3]
+            .iter()
+            .all(|l| l["event"] == "reply" && l["rtt_ns"].as_u64() > Some(0))
+    );
+    assert_eq!(lines[3]["event"], "summary");
+    assert_eq!(lines[3]["report"]["received"], 3);
+}

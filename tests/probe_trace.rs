@@ -222,3 +222,95 @@ fn unprivileged_icmp_trace_with_ping_sockets() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ping_group_range"), "{err}");
 }
+
+/// The probes of one trace as captured on the wire: (protocol, TTL, flow key).
+fn captured_probes(pcap: &[u8]) -> Vec<(u8, u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = 24; // pcap global header
+    while at + 16 <= pcap.len() {
+        let caplen = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().expect("4")) as usize;
+        let pkt = &pcap[at + 16..(at + 16 + caplen).min(pcap.len())];
+        at += 16 + caplen;
+        // Ethernet, then IPv4.
+        if pkt.len() < 14 + 20 || pkt[12..14] != [0x08, 0x00] {
+            continue;
+        }
+        let ip = &pkt[14..];
+        let ihl = usize::from(ip[0] & 0x0f) * 4;
+        let (ttl, proto) = (ip[8], ip[9]);
+        let l4 = &ip[ihl..];
+        // The flow key a per-flow load balancer may hash: addresses, protocol, ports and, as
+        // Paris traceroute does, the UDP / ICMP checksum too.
+        let mut key = ip[12..20].to_vec();
+        match proto {
+            6 if l4.len() >= 14 && l4[13] == 0x02 => key.extend_from_slice(&l4[0..4]),
+            17 if l4.len() >= 8 => key.extend_from_slice(&l4[0..8]),
+            1 if l4.len() >= 8 && l4[0] == 8 => key.extend_from_slice(&l4[0..6]),
+            _ => continue,
+        }
+        out.push((proto, ttl, key));
+    }
+    out
+}
+
+#[test]
+fn paris_flow_is_constant_on_the_wire() {
+    let lab = Chain::new();
+    let _web = probe_lab::tcp_server(Some(lab.dest()), "0.0.0.0:80");
+    let r1 = &lab.nodes[1];
+    let pcap = std::env::temp_dir().join(format!("{}.pcap", probe_lab::unique("cap")));
+    struct Cleanup(std::path::PathBuf, std::process::Child);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = self.1.kill();
+            let _ = self.1.wait();
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let child = std::process::Command::new("ip")
+        .args([
+            "netns", "exec", &r1.name, "tcpdump", "-i", "left", "-U", "--immediate-mode", "-n", "-s", "128",
+        ])
+        .arg("-w")
+        .arg(&pcap)
+        .args(["src", "host", "10.9.1.1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tcpdump");
+    let mut guard = Cleanup(pcap.clone(), child);
+    for _ in 0..100 {
+        if std::fs::metadata(&pcap)
+            .map(|m| m.len() >= 24)
+            .unwrap_or(false)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for mode in ["--syn", "--udp", "--icmp"] {
+        run_trace(&lab, &[mode, "-q", "3", "10.9.4.2"]);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: SIGTERM to our own child; tcpdump flushes and exits.
+    unsafe { libc::kill(guard.1.id() as i32, libc::SIGTERM) };
+    let _ = guard.1.wait();
+    let data = std::fs::read(&pcap).expect("pcap");
+    let probes = captured_probes(&data);
+    for proto in [6u8, 17, 1] {
+        let p: Vec<_> = probes.iter().filter(|x| x.0 == proto).collect();
+        let mut ttls: Vec<u8> = p.iter().map(|x| x.1).collect();
+        ttls.dedup();
+        assert_eq!(
+            ttls,
+            vec![1, 2, 3, 4],
+            "proto {proto}: 3 probes per TTL 1..4 in order"
+        );
+        assert_eq!(p.len(), 12, "proto {proto}");
+        assert!(
+            p.iter().all(|x| x.2 == p[0].2),
+            "proto {proto}: every probe of the trace has the same flow key (Paris): {p:?}"
+        );
+    }
+}
