@@ -550,6 +550,47 @@ pub fn tcp_rtt_us(fd: &OwnedFd) -> Option<u32> {
     (r == 0 && info.tcpi_rtt > 0 && info.tcpi_total_retrans == 0).then_some(info.tcpi_rtt)
 }
 
+fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// Attach a classic BPF filter to a raw TCP socket so the kernel hands it only segments from
+/// `peer`'s port `port` (from `peer` itself, for IPv4 where the IP header is visible): a raw
+/// TCP socket otherwise gets a copy of every TCP segment the host receives.
+pub fn attach_tcp_filter(fd: &OwnedFd, peer: IpAddr, port: u16) -> io::Result<()> {
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const LD_H_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
+    const LD_H_IND: u16 = 0x48; // BPF_LD | BPF_H | BPF_IND
+    const LDX_B_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH: X = 4 * ([k] & 0xf)
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let prog: Vec<libc::sock_filter> = match peer {
+        // Raw IPv4 sockets see the IP header: source address at 12, then the TCP source port
+        // at the header length.
+        IpAddr::V4(a) => vec![
+            bpf(LD_W_ABS, 0, 0, 12),
+            bpf(JEQ_K, 0, 4, u32::from_be_bytes(a.octets())),
+            bpf(LDX_B_MSH, 0, 0, 0),
+            bpf(LD_H_IND, 0, 0, 0),
+            bpf(JEQ_K, 0, 1, u32::from(port)),
+            bpf(RET_K, 0, 0, 0xffff),
+            bpf(RET_K, 0, 0, 0),
+        ],
+        // Raw IPv6 sockets start at the TCP header.
+        IpAddr::V6(_) => vec![
+            bpf(LD_H_ABS, 0, 0, 0),
+            bpf(JEQ_K, 0, 1, u32::from(port)),
+            bpf(RET_K, 0, 0, 0xffff),
+            bpf(RET_K, 0, 0, 0),
+        ],
+    };
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    set_raw(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
+
 /// `SO_LINGER {on, 0}`: close() sends RST instead of FIN, leaving no TIME_WAIT behind.
 pub fn set_linger_zero(fd: &OwnedFd) -> io::Result<()> {
     set_raw(
@@ -602,5 +643,40 @@ mod tests {
             k + 1_000_000 >= before && k <= now_ns() + 1_000_000,
             "timestamp on CLOCK_REALTIME"
         );
+    }
+
+    #[test]
+    fn tcp_filter_passes_only_the_peer_port() {
+        let Ok(raw) = socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_TCP) else {
+            eprintln!("skipped: no CAP_NET_RAW");
+            return;
+        };
+        // A closed port (bound, never listening) answers SYNs with RST.
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let other = holder.local_addr().expect("addr");
+        let closed = {
+            let s = socket(libc::AF_INET, libc::SOCK_STREAM, 0).expect("socket");
+            bind(&s, "127.0.0.1:0".parse().expect("addr")).expect("bind");
+            let p = local_addr(&s).expect("addr").port();
+            drop(s);
+            p
+        };
+        let lo: IpAddr = "127.0.0.1".parse().expect("ip");
+        attach_tcp_filter(&raw, lo, closed).expect("attach");
+        // Unrelated TCP traffic on loopback must not reach the socket.
+        let c = std::net::TcpStream::connect(other).expect("connect");
+        drop(c);
+        let mut buf = [0u8; 256];
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(recv_msg(&raw, &mut buf, false).expect("recv").is_none(), "filtered out");
+        // A SYN to the closed port: its RST passes.
+        let syn = crate::packet::tcp_syn(lo, lo, 40001, closed, 77);
+        send_to(&raw, &syn, Some(SocketAddr::new(lo, 0))).expect("send");
+        poll_in(&[raw.as_raw_fd()], Duration::from_secs(2)).expect("poll");
+        let m = recv_msg(&raw, &mut buf, false).expect("recv").expect("the RST");
+        let h = crate::packet::parse_ipv4(&buf[..m.len]).expect("ip");
+        let seg = crate::packet::parse_tcp(&buf[h.header_len..m.len]).expect("tcp");
+        assert_eq!((seg.sport, seg.dport, seg.ack), (closed, 40001, 78));
+        assert!(seg.flags & crate::packet::TCP_RST != 0);
     }
 }

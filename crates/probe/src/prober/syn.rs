@@ -26,6 +26,8 @@ impl SynProber {
     pub fn new(dst: IpAddr, dport: u16, ports: usize, kernel_ts: bool) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
         let tcp = raw_socket(v6, libc::IPPROTO_TCP, "--syn (TCP SYN probes)")?;
+        // Best effort: without the filter every TCP segment is copied to us and matched below.
+        let _ = sys::attach_tcp_filter(&tcp, dst, dport);
         let icmp = raw_socket(
             v6,
             if v6 {
