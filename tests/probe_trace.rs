@@ -130,6 +130,21 @@ fn silent_router_shows_as_star_and_the_trace_continues() {
         "{text}"
     );
     assert!(text.contains("[destination: echo-reply]"), "{text}");
+    // Not reached within the max TTL: exit code 1, the hops so far.
+    let out = lab.client().latscope(&[
+        "trace", "--udp", "-q", "1", "-w", "300ms", "-m", "3", "--json", "10.9.4.2",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = probe_lab::json(&out);
+    assert_eq!(v["reached"], false);
+    assert_eq!(
+        hop_addrs(&v),
+        vec![
+            Some("10.9.1.2".to_string()),
+            None,
+            Some("10.9.3.2".to_string())
+        ]
+    );
     // The report shows the loss at hop 2 and none elsewhere.
     let out = lab.client().latscope(&[
         "trace", "--report", "--json", "--icmp", "-c", "4", "-i", "50ms", "-w", "300ms", "-m", "8",
@@ -269,7 +284,17 @@ fn paris_flow_is_constant_on_the_wire() {
     }
     let child = std::process::Command::new("ip")
         .args([
-            "netns", "exec", &r1.name, "tcpdump", "-i", "left", "-U", "--immediate-mode", "-n", "-s", "128",
+            "netns",
+            "exec",
+            &r1.name,
+            "tcpdump",
+            "-i",
+            "left",
+            "-U",
+            "--immediate-mode",
+            "-n",
+            "-s",
+            "128",
         ])
         .arg("-w")
         .arg(&pcap)
