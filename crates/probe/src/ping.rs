@@ -173,7 +173,8 @@ pub fn ping(
     // Probes still waiting when interrupted are neither answered nor lost.
     let sent = received + lost;
     let elapsed_ns = start.elapsed().as_nanos() as u64;
-    let port_state = ctx.port.map(|_| port_state(&states, received));
+    let udp = prober.mode() == latscope_core::model::ping::ProbeMode::Udp;
+    let port_state = ctx.port.map(|_| port_state(&states, udp));
     let mode = prober.mode();
     Ok(PingReport {
         meta: ctx.meta,
@@ -207,14 +208,16 @@ pub fn ping(
 }
 
 /// open if anything said open; closed if the host said nothing listens; otherwise filtered
-/// (silence or an administrative reject).
-fn port_state(states: &[PortState], received: u64) -> PortState {
+/// (silence or an administrative reject) — for UDP, silence may also be a service that does not
+/// answer: open|filtered.
+fn port_state(states: &[PortState], udp: bool) -> PortState {
     if states.contains(&PortState::Open) {
         PortState::Open
     } else if states.contains(&PortState::Closed) {
         PortState::Closed
+    } else if udp && !states.contains(&PortState::Filtered) {
+        PortState::OpenFiltered
     } else {
-        let _ = received;
         PortState::Filtered
     }
 }
@@ -308,10 +311,15 @@ mod tests {
 
     #[test]
     fn port_states() {
-        assert_eq!(port_state(&[PortState::Closed], 1), PortState::Closed);
-        assert_eq!(port_state(&[], 0), PortState::Filtered);
+        assert_eq!(port_state(&[PortState::Closed], false), PortState::Closed);
+        assert_eq!(port_state(&[], false), PortState::Filtered);
+        assert_eq!(port_state(&[], true), PortState::OpenFiltered);
         assert_eq!(
-            port_state(&[PortState::Closed, PortState::Open], 2),
+            port_state(&[PortState::Filtered], true),
+            PortState::Filtered
+        );
+        assert_eq!(
+            port_state(&[PortState::Closed, PortState::Open], false),
             PortState::Open
         );
     }

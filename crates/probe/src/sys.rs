@@ -668,12 +668,17 @@ mod tests {
         drop(c);
         let mut buf = [0u8; 256];
         std::thread::sleep(Duration::from_millis(20));
-        assert!(recv_msg(&raw, &mut buf, false).expect("recv").is_none(), "filtered out");
+        assert!(
+            recv_msg(&raw, &mut buf, false).expect("recv").is_none(),
+            "filtered out"
+        );
         // A SYN to the closed port: its RST passes.
         let syn = crate::packet::tcp_syn(lo, lo, 40001, closed, 77);
         send_to(&raw, &syn, Some(SocketAddr::new(lo, 0))).expect("send");
         poll_in(&[raw.as_raw_fd()], Duration::from_secs(2)).expect("poll");
-        let m = recv_msg(&raw, &mut buf, false).expect("recv").expect("the RST");
+        let m = recv_msg(&raw, &mut buf, false)
+            .expect("recv")
+            .expect("the RST");
         let h = crate::packet::parse_ipv4(&buf[..m.len]).expect("ip");
         let seg = crate::packet::parse_tcp(&buf[h.header_len..m.len]).expect("tcp");
         assert_eq!((seg.sport, seg.dport, seg.ack), (closed, 40001, 78));

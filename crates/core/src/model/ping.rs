@@ -106,6 +106,21 @@ pub enum PortState {
     Closed,
     /// No answer (probes dropped) or an administrative reject.
     Filtered,
+    /// UDP without any answer: a firewall drops the probes, or a service listens and does not
+    /// answer these datagrams (nmap's "open|filtered").
+    #[serde(rename = "open|filtered")]
+    OpenFiltered,
+}
+
+impl PortState {
+    pub fn name(self) -> &'static str {
+        match self {
+            PortState::Open => "open",
+            PortState::Closed => "closed",
+            PortState::Filtered => "filtered",
+            PortState::OpenFiltered => "open|filtered",
+        }
+    }
 }
 
 /// One answered probe (one line of `latscope ping`).

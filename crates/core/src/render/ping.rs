@@ -63,12 +63,7 @@ impl Human for PingReport {
             let _ = writeln!(out, "answers: {}", kinds.join(", "));
         }
         if let Some(p) = self.port_state {
-            let _ = writeln!(
-                out,
-                "port {}: {}",
-                self.port.unwrap_or(0),
-                format!("{p:?}").to_lowercase()
-            );
+            let _ = writeln!(out, "port {}: {}", self.port.unwrap_or(0), p.name());
         }
         if self.rtt.count > 0 {
             let _ = writeln!(
