@@ -122,13 +122,23 @@ impl Prober for IcmpProber {
             self.ttl = ttl;
         }
         let p = packet::icmp_echo(self.v6, self.ident, id, self.size);
-        let t = sys::now_ns();
         let to = if self.raw {
             Some(SocketAddr::new(self.dst, 0))
         } else {
+            // An ICMP error about an earlier probe sets the socket error, which fails the next
+            // send (ping_err in net/ipv4/ping.c): reading the error queue clears it.
+            let _ = self.drain();
             None
         };
-        sys::send_to(&self.fd, &p, to).map_err(|e| send_error(self.dst, e))?;
+        let t = sys::now_ns();
+        match sys::send_to(&self.fd, &p, to) {
+            Ok(_) => {}
+            Err(e) if !self.raw && is_reported_icmp_error(&e) => {
+                let _ = self.drain();
+                sys::send_to(&self.fd, &p, to).map_err(|e| send_error(self.dst, e))?;
+            }
+            Err(e) => return Err(send_error(self.dst, e)),
+        }
         self.book.sent(id, t, self.ts);
         Ok(())
     }

@@ -77,8 +77,12 @@ impl TxBook {
     }
 
     fn kernel_tx(&mut self, key: u32, ns: u64) {
+        // A failed send may or may not consume an OPT_ID key (kernel versions differ), which
+        // would shift keys by one: a timestamp older than the probe's own user-space send time
+        // belongs to an earlier probe, and is not used.
         if let Some(id) = self.key_to_id.remove(&key)
             && let Some(e) = self.tx.get_mut(&id)
+            && ns + 1_000 >= e.0
         {
             *e = (ns, true);
         }
@@ -236,6 +240,14 @@ pub fn random_u32() -> u32 {
     } else {
         (sys::now_ns() as u32) ^ std::process::id()
     }
+}
+
+/// The errors a datagram socket reports once after an ICMP error about an earlier packet.
+fn is_reported_icmp_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EPROTO)
+    )
 }
 
 fn send_error(dst: IpAddr, e: io::Error) -> ProbeError {

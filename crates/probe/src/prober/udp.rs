@@ -95,11 +95,16 @@ impl Prober for UdpProber {
             self.ttl = ttl;
         }
         let p = packet::udp_probe(id, self.size);
+        // Read queued ICMP errors first: that clears the socket error, which would otherwise
+        // fail this send with ECONNREFUSED.
+        let _ = self.drain();
         let t = sys::now_ns();
         match sys::send_to(&self.fd, &p, None) {
             Ok(_) => {}
-            // A previous ICMP error reported on this send: the probe did not leave; resend once.
-            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+            // An ICMP error that arrived since the drain, reported on this send: the probe did
+            // not leave; read the error and resend once.
+            Err(e) if is_reported_icmp_error(&e) => {
+                let _ = self.drain();
                 sys::send_to(&self.fd, &p, None).map_err(|e| send_error(self.dst, e))?;
             }
             Err(e) => return Err(send_error(self.dst, e)),
