@@ -450,39 +450,41 @@ pub fn recv_msg(fd: &OwnedFd, buf: &mut [u8], errqueue: bool) -> io::Result<Opti
     Ok(Some(msg))
 }
 
-/// Wait until one of `fds` is readable (or has a queued error), at most `timeout`.
-/// Returns the readiness (revents) per descriptor.
-pub fn poll_in(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<i16>> {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // Round up so a sub-millisecond wait does not spin; ppoll gives ns resolution.
+/// Wait until one of `fds` (at most 4) is readable or has a queued error, at most `timeout`.
+/// Nothing is allocated: this is on every probe's path.
+pub fn poll_in(fds: &[RawFd], timeout: Duration) -> io::Result<()> {
+    let mut p = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; 4];
+    if fds.len() > p.len() {
+        return Err(io::Error::other("poll_in takes at most 4 descriptors"));
+    }
+    for (slot, &fd) in p.iter_mut().zip(fds) {
+        slot.fd = fd;
+    }
+    // ppoll: nanosecond timeouts, so microsecond intervals are kept.
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as _,
     };
-    // SAFETY: p is a live array of pollfd of the given length; ts is valid.
+    // SAFETY: p is a live array of at least fds.len() pollfd; ts is valid.
     let r = unsafe {
         libc::ppoll(
             p.as_mut_ptr(),
-            p.len() as libc::nfds_t,
+            fds.len() as libc::nfds_t,
             &ts,
             std::ptr::null(),
         )
     };
     if r < 0 {
         let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(vec![0; fds.len()]);
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
-        return Err(e);
     }
-    Ok(p.iter().map(|x| x.revents).collect())
+    Ok(())
 }
 
 /// Wait for writability (non-blocking connect), returning revents per descriptor.

@@ -169,8 +169,7 @@ impl Prober for SynProber {
                     rx_kernel: m.kernel_ns.is_some(),
                 });
             }
-            let (dst, dport, sports, base) =
-                (self.dst, self.dport, self.sports.clone(), self.seq_base);
+            let (dst, dport, sports, base) = (self.dst, self.dport, &self.sports, self.seq_base);
             read_raw_icmp(&self.icmp, self.v6, &mut buf, out, |msg, _| {
                 let q = msg.quote.as_ref()?;
                 let t = packet::parse_tcp(q.transport).or_else(|| {
