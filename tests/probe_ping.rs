@@ -436,3 +436,46 @@ fn trace_report_ctrl_c_and_json_lines() {
     assert_eq!(lines[3]["event"], "summary");
     assert_eq!(lines[3]["report"]["received"], 3);
 }
+
+#[test]
+fn probes_overlap_when_the_interval_is_shorter_than_the_rtt() {
+    let dl = DelayLine::new(Duration::from_millis(20));
+    let tcp = probe_lab::tcp_server(Some(&dl.server), "0.0.0.0:0");
+    let udp = probe_lab::udp_echo(Some(&dl.server), "0.0.0.0:0");
+    let (tp, up) = (tcp.port.to_string(), udp.port.to_string());
+    // 1 ms apart over a 20 ms path: ~20 probes in flight, each matched to its own answer.
+    for (mode, port) in [
+        ("--syn", tp.as_str()),
+        ("--udp", up.as_str()),
+        ("--icmp", "0"),
+    ] {
+        let out = dl.client.latscope(&[
+            "ping", mode, "-c", "60", "-i", "1ms", "-W", "2s", "-p", port, "--json", "10.8.0.2",
+        ]);
+        let v = json(&out);
+        assert_eq!(v["received"], 60, "{mode}: {}", v["replies_by_kind"]);
+        let p50 = p50_ms(&v);
+        let max = v["rtt"]["max_ns"].as_u64().expect("max") as f64 / 1e6;
+        assert!(
+            p50 > 19.9 && max < 30.0,
+            "{mode}: p50 {p50} ms, max {max} ms"
+        );
+        let elapsed = v["elapsed_ns"].as_u64().expect("elapsed") as f64 / 1e6;
+        assert!(
+            elapsed < 59.0 + 20.0 + 40.0,
+            "{mode}: probes overlapped ({elapsed} ms)"
+        );
+        let mut seqs: Vec<u64> = v["replies"]
+            .as_array()
+            .expect("replies")
+            .iter()
+            .map(|r| r["seq"].as_u64().expect("seq"))
+            .collect();
+        seqs.sort();
+        assert_eq!(
+            seqs,
+            (0..60).collect::<Vec<u64>>(),
+            "{mode}: every probe answered once"
+        );
+    }
+}
