@@ -10,18 +10,28 @@ pub enum ProbeError {
     Invalid(String),
     /// The name did not resolve, or no route leads to it (exit code 3).
     #[error("cannot reach {target}: {reason}")]
-    Unreachable { target: String, reason: String },
+    Unreachable {
+        /// The target as given.
+        target: String,
+        /// Why it cannot be reached.
+        reason: String,
+    },
     /// A capability is missing for the requested mode (exit code 4).
     #[error("{what} needs {capability}: {remedy}")]
     Privilege {
+        /// What needs it.
         what: String,
+        /// The capability missing.
         capability: String,
+        /// What to do, and what works without it.
         remedy: String,
     },
     /// A socket call failed (exit code 5).
     #[error("{context}: {source}")]
     Io {
+        /// What was being done.
         context: String,
+        /// The system error.
         #[source]
         source: std::io::Error,
     },

@@ -7,6 +7,8 @@
 //! [`ping`] and [`trace`] are the engines. Engines stream answers to a callback and return the
 //! result model of `latscope_core::model::ping`; they never print.
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod packet;
 pub mod ping;
@@ -26,7 +28,9 @@ pub enum Family {
     /// Whatever the name resolves to first.
     #[default]
     Any,
+    /// IPv4 only (`-4`).
     V4,
+    /// IPv6 only (`-6`).
     V6,
 }
 
@@ -72,7 +76,9 @@ pub fn resolve(host: &str, family: Family) -> Result<IpAddr, ProbeError> {
 pub struct ProbeRequest {
     /// None: the best the privileges allow.
     pub mode: Option<ProbeMode>,
+    /// Destination port (TCP and UDP).
     pub port: u16,
+    /// UDP / ICMP payload bytes.
     pub payload: usize,
     /// For a trace: one source port (constant flow), and connect mode refused.
     pub trace: bool,

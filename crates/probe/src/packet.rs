@@ -4,23 +4,31 @@
 
 use std::net::IpAddr;
 
-/// IP protocol numbers used here.
+/// IP protocol number of ICMP.
 pub const PROTO_ICMP: u8 = 1;
+/// IP protocol number of TCP.
 pub const PROTO_TCP: u8 = 6;
+/// IP protocol number of UDP.
 pub const PROTO_UDP: u8 = 17;
+/// IP protocol number of ICMPv6.
 pub const PROTO_ICMPV6: u8 = 58;
 
-/// TCP flag bits.
+/// TCP flag: finish.
 pub const TCP_FIN: u8 = 0x01;
+/// TCP flag: synchronize.
 pub const TCP_SYN: u8 = 0x02;
+/// TCP flag: reset.
 pub const TCP_RST: u8 = 0x04;
+/// TCP flag: push.
 pub const TCP_PSH: u8 = 0x08;
+/// TCP flag: acknowledgment field valid.
 pub const TCP_ACK: u8 = 0x10;
 
 /// The first bytes of every UDP probe payload: latscope serve's echo request (`LSP1` + 0x01).
 pub const LSP_MAGIC: &[u8; 4] = b"LSP1";
 /// latscope serve's echo request / reply codes (byte 4 of the datagram).
 pub const LSP_ECHO_REQUEST: u8 = 0x01;
+/// latscope serve's echo reply code.
 pub const LSP_ECHO_REPLY: u8 = 0x02;
 /// Size of the fixed part of a UDP probe payload (magic, code, pad, id, compensation word).
 pub const UDP_PROBE_MIN: usize = 10;
@@ -101,10 +109,15 @@ pub fn tcp_syn(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, seq: u32) -> [u
 /// The fields of a received TCP segment that ping and trace use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpSegment {
+    /// Source port.
     pub sport: u16,
+    /// Destination port.
     pub dport: u16,
+    /// Sequence number.
     pub seq: u32,
+    /// Acknowledgment number.
     pub ack: u32,
+    /// Flag bits (`TCP_SYN`, ...).
     pub flags: u8,
 }
 
@@ -139,10 +152,15 @@ pub fn tcp_flag_letters(flags: u8) -> String {
 /// A parsed IPv4 header: what follows it and who sent it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ipv4Header {
+    /// Source address.
     pub src: IpAddr,
+    /// Destination address.
     pub dst: IpAddr,
+    /// Protocol of the payload.
     pub proto: u8,
+    /// Time to live.
     pub ttl: u8,
+    /// Identification field.
     pub id: u16,
     /// Header length in bytes.
     pub header_len: usize,
@@ -173,6 +191,7 @@ pub fn parse_ipv4(b: &[u8]) -> Option<Ipv4Header> {
 /// ICMP message kinds that matter to ping and trace, for IPv4 and IPv6 alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IcmpKind {
+    /// Echo reply (the destination answered an echo request).
     EchoReply,
     /// Time exceeded in transit (a router on the path).
     TimeExceeded,
@@ -277,7 +296,9 @@ pub fn udp_checksum(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, payload: &
 pub struct Quote<'a> {
     /// Source and destination of the quoted (our) packet.
     pub src: IpAddr,
+    /// Destination address of the quoted packet.
     pub dst: IpAddr,
+    /// Protocol of the quoted packet's payload.
     pub proto: u8,
     /// The quoted transport header and whatever of the payload the router included.
     pub transport: &'a [u8],
@@ -286,6 +307,7 @@ pub struct Quote<'a> {
 /// An ICMP or ICMPv6 message as read from a raw socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IcmpMessage<'a> {
+    /// What kind of ICMP message.
     pub kind: IcmpKind,
     /// The echo id/seq for echo replies.
     pub echo: Option<(u16, u16)>,

@@ -45,11 +45,17 @@ impl Default for PingOptions {
 /// What the caller knows about the run, copied into the report.
 #[derive(Clone, Debug)]
 pub struct PingContext {
+    /// Report metadata.
     pub meta: Meta,
+    /// The target as given.
     pub target: String,
+    /// The address it resolved to.
     pub address: IpAddr,
+    /// Destination port (TCP and UDP modes).
     pub port: Option<u16>,
+    /// Why this probe mode.
     pub mode_reason: String,
+    /// Payload bytes per probe.
     pub payload_bytes: u64,
 }
 

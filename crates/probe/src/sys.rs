@@ -36,6 +36,7 @@ impl TsSource {
 /// The timestamping a socket got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TsMode {
+    /// No kernel timestamps.
     None,
     /// SO_TIMESTAMPNS: receive timestamps only.
     RxOnly,
@@ -168,6 +169,7 @@ pub struct RawAddr {
 }
 
 impl RawAddr {
+    /// The kernel form of `addr`.
     pub fn new(addr: SocketAddr) -> Self {
         // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
         let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
@@ -332,10 +334,13 @@ pub fn send_to(fd: &OwnedFd, data: &[u8], to: Option<SocketAddr>) -> io::Result<
 /// An extended error from the error queue (IP_RECVERR / IPV6_RECVERR).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExtErr {
+    /// The errno the error maps to (ENOMSG for timestamps).
     pub errno: u32,
     /// SO_EE_ORIGIN_*: ICMP, ICMP6, or TIMESTAMPING.
     pub origin: u8,
+    /// ICMP type of the error.
     pub icmp_type: u8,
+    /// ICMP code of the error.
     pub icmp_code: u8,
     /// For timestamps: the OPT_ID key of the send.
     pub data: u32,
@@ -348,10 +353,13 @@ pub struct ExtErr {
 pub struct Msg {
     /// Bytes of data (may exceed the buffer if truncated).
     pub len: usize,
+    /// The sender.
     pub from: Option<SocketAddr>,
     /// Kernel receive (or, on the error queue, transmit) timestamp, CLOCK_REALTIME ns.
     pub kernel_ns: Option<u64>,
+    /// TTL / hop limit of the packet, when asked for.
     pub ttl: Option<u8>,
+    /// An extended error (error queue only).
     pub err: Option<ExtErr>,
 }
 

@@ -17,7 +17,9 @@ use crate::prober::{Prober, Response};
 /// How to trace.
 #[derive(Clone, Debug)]
 pub struct TraceOptions {
+    /// First TTL to probe.
     pub first_ttl: u8,
+    /// Largest TTL to probe.
     pub max_ttl: u8,
     /// Probes per hop.
     pub queries: u32,
@@ -27,6 +29,7 @@ pub struct TraceOptions {
     pub spacing: Duration,
     /// `--report`: this many rounds (one probe per hop each), and the time between rounds.
     pub rounds: Option<u64>,
+    /// Time between `--report` rounds.
     pub round_interval: Duration,
 }
 
@@ -47,13 +50,21 @@ impl Default for TraceOptions {
 /// What a trace found (the report is assembled by the caller).
 #[derive(Clone, Debug, Default)]
 pub struct TraceOutcome {
+    /// The hops, one per TTL (plain trace).
     pub hops: Vec<TraceHop>,
+    /// Whether the destination answered.
     pub reached: bool,
+    /// How the destination answered first.
     pub destination_reply: Option<ReplyKind>,
+    /// Per-hop statistics (`--report`).
     pub report: Option<Vec<HopStats>>,
+    /// Rounds completed (`--report`).
     pub rounds_done: u64,
+    /// RTTs timed by the kernel at both ends.
     pub kernel_rtts: u64,
+    /// RTTs measured.
     pub rtts: u64,
+    /// Stopped by Ctrl-C.
     pub interrupted: bool,
 }
 

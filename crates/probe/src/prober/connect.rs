@@ -13,6 +13,7 @@ pub struct ConnectProber {
 }
 
 impl ConnectProber {
+    /// Probes to `dst`:`port`.
     pub fn new(dst: IpAddr, port: u16) -> Self {
         ConnectProber {
             dst: SocketAddr::new(dst, port),

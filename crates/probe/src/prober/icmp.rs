@@ -19,6 +19,7 @@ pub struct IcmpProber {
 }
 
 impl IcmpProber {
+    /// Echo probes to `dst` with `size` payload bytes; `kernel_ts` asks for kernel timestamps.
     pub fn new(dst: IpAddr, size: usize, kernel_ts: bool) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
         let proto = if v6 {

@@ -31,15 +31,21 @@ pub use udp::UdpProber;
 /// An answer to probe `id`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
+    /// The probe answered.
     pub id: u16,
+    /// Who answered.
     pub from: IpAddr,
+    /// What the answer says.
     pub kind: ReplyKind,
     /// TCP flags of the answer, for TCP answers.
     pub tcp_flags: Option<u8>,
+    /// TTL / hop limit of the answer, when visible.
     pub ttl: Option<u8>,
+    /// Bytes received.
     pub size: usize,
     /// Receive time, CLOCK_REALTIME ns.
     pub rx_ns: u64,
+    /// Whether `rx_ns` is a kernel timestamp.
     pub rx_kernel: bool,
 }
 

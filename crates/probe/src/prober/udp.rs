@@ -19,6 +19,7 @@ pub struct UdpProber {
 }
 
 impl UdpProber {
+    /// Probes to `dst`:`port` with `size` payload bytes; `kernel_ts` asks for kernel timestamps.
     pub fn new(dst: IpAddr, port: u16, size: usize, kernel_ts: bool) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
         let fd = sys::socket(domain(v6), libc::SOCK_DGRAM, 0)
