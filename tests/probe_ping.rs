@@ -186,9 +186,13 @@ fn agrees_with_hping3_syn() {
     ]);
     let ours = p50_ms(&json(&out));
     let theirs = median(&mut theirs);
-    // hping3 prints 0.1 ms steps and times with the user-space clock: agree within 1 ms.
+    eprintln!("SYN median RTT over a 10 ms line: latscope {ours:.3} ms, hping3 {theirs:.3} ms");
+    // hping3 prints 0.1 ms steps and times answers when its libpcap loop delivers them, which
+    // adds 0.5-1 ms here (on loopback its median is ~0.6 ms for a ~25 us RTT, see
+    // benches/ping_vs_hping3.sh). So: latscope never above hping3 (beyond its rounding), and
+    // at most 1.5 ms below.
     assert!(
-        (ours - theirs).abs() <= 1.0,
+        ours <= theirs + 0.1 && theirs - ours <= 1.5,
         "latscope median {ours:.3} ms vs hping3 {theirs:.3} ms"
     );
 }
