@@ -27,7 +27,11 @@ impl SynProber {
         let v6 = dst.is_ipv6();
         let tcp = raw_socket(v6, libc::IPPROTO_TCP, "--syn (TCP SYN probes)")?;
         // Best effort: without the filter every TCP segment is copied to us and matched below.
-        let _ = sys::attach_tcp_filter(&tcp, dst, dport);
+        if sys::attach_tcp_filter(&tcp, dst, dport).is_ok() {
+            // Drop what was queued before the filter applied.
+            let mut scratch = [0u8; 64];
+            while let Ok(Some(_)) = sys::recv_msg(&tcp, &mut scratch, false) {}
+        }
         let icmp = raw_socket(
             v6,
             if v6 {
