@@ -15,10 +15,19 @@ fn p50_ms(v: &Value) -> f64 {
 
 #[test]
 fn rtt_matches_injected_delay_in_every_mode() {
+    delay_line_check("10.8.0.2", "0.0.0.0:0");
+}
+
+#[test]
+fn rtt_matches_injected_delay_in_every_mode_ipv6() {
+    delay_line_check("fd08::2", "[::]:0");
+}
+
+fn delay_line_check(target: &str, bind: &str) {
     let delay = Duration::from_millis(20);
     let dl = DelayLine::new(delay);
-    let tcp = probe_lab::tcp_server(Some(&dl.server), "0.0.0.0:0");
-    let udp = probe_lab::udp_echo(Some(&dl.server), "0.0.0.0:0");
+    let tcp = probe_lab::tcp_server(Some(&dl.server), bind);
+    let udp = probe_lab::udp_echo(Some(&dl.server), bind);
     let (tp, up) = (tcp.port.to_string(), udp.port.to_string());
     for (mode, port) in [
         ("--syn", tp.as_str()),
@@ -28,7 +37,7 @@ fn rtt_matches_injected_delay_in_every_mode() {
     ] {
         let _ = dl.take_held_median();
         let out = dl.client.latscope(&[
-            "ping", mode, "-c", "15", "-i", "30ms", "-W", "2s", "-p", port, "--json", "10.8.0.2",
+            "ping", mode, "-c", "15", "-i", "30ms", "-W", "2s", "-p", port, "--json", target,
         ]);
         assert_eq!(
             out.status.code(),
@@ -50,10 +59,10 @@ fn rtt_matches_injected_delay_in_every_mode() {
         );
         // The bound: within max(3 %, 200 us) of the injected delay.
         let tol_ms = (d_ms * 0.03).max(0.2);
-        eprintln!("{mode}: median RTT {p50:.3} ms, injected {d_ms:.3} ms");
+        eprintln!("{mode} {target}: median RTT {p50:.3} ms, injected {d_ms:.3} ms");
         assert!(
             (p50 - d_ms).abs() <= tol_ms,
-            "{mode}: median RTT {p50:.3} ms vs injected {d_ms:.3} ms (± {tol_ms:.3} ms)"
+            "{mode} {target}: median RTT {p50:.3} ms vs injected {d_ms:.3} ms (± {tol_ms:.3} ms)"
         );
         // Every RTT timed by the kernel: SO_TIMESTAMPING, or TCP_INFO's handshake sample.
         let want = if mode == "--connect" {

@@ -338,7 +338,8 @@ fn open_tun(name: &str) -> OwnedFd {
     fd
 }
 
-/// A point-to-point link between namespaces `client` (10.8.0.1) and `server` (10.8.0.2) made of
+/// A point-to-point link between namespaces `client` (10.8.0.1, fd08::1) and `server` (10.8.0.2,
+/// fd08::2) made of
 /// two TUN devices; packets from client to server are held for `delay`, the way back is direct.
 pub struct DelayLine {
     pub client: Netns,
@@ -387,6 +388,12 @@ impl DelayLine {
         server.ip(&["addr", "add", "10.8.0.2", "peer", "10.8.0.1", "dev", "dl0"]);
         client.ip(&["link", "set", "dl0", "up"]);
         server.ip(&["link", "set", "dl0", "up"]);
+        client.ip(&[
+            "-6", "addr", "add", "fd08::1", "peer", "fd08::2", "dev", "dl0", "nodad",
+        ]);
+        server.ip(&[
+            "-6", "addr", "add", "fd08::2", "peer", "fd08::1", "dev", "dl0", "nodad",
+        ]);
         let stop = Arc::new(AtomicBool::new(false));
         let tun_c = Arc::new(tun_c);
         let tun_s = Arc::new(tun_s);
