@@ -90,6 +90,22 @@ impl Netns {
             .unwrap_or_else(|e| panic!("{args:?}: {e}"))
     }
 
+    /// Wait until `addr` is routable from this namespace: IPv6 addresses and their routes are
+    /// completed from a kernel workqueue, later than `ip addr add` returns on a busy machine.
+    pub fn wait_route(&self, addr: &str) {
+        for _ in 0..200 {
+            if self
+                .try_exec(&["ip", "route", "get", addr])
+                .status
+                .success()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{addr} never became routable in {}", self.name);
+    }
+
     /// Run latscope inside the namespace.
     pub fn latscope(&self, args: &[&str]) -> Output {
         let mut v = vec![BIN];
@@ -189,6 +205,11 @@ impl Chain {
                     &via6,
                 ]);
             }
+        }
+        // Every node must reach both ends before a test starts (IPv6 routes settle late).
+        for ns in &nodes {
+            ns.wait_route("fd09:1::1");
+            ns.wait_route("fd09:4::2");
         }
         Chain { nodes }
     }
@@ -394,6 +415,8 @@ impl DelayLine {
         server.ip(&[
             "-6", "addr", "add", "fd08::2", "peer", "fd08::1", "dev", "dl0", "nodad",
         ]);
+        client.wait_route("fd08::2");
+        server.wait_route("fd08::1");
         let stop = Arc::new(AtomicBool::new(false));
         let tun_c = Arc::new(tun_c);
         let tun_s = Arc::new(tun_s);

@@ -601,6 +601,68 @@ pub fn attach_tcp_filter(fd: &OwnedFd, peer: IpAddr, port: u16) -> io::Result<()
     set_raw(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
 }
 
+/// Let a raw ICMP / ICMPv6 socket receive only the message types in `pass` (ICMP_FILTER,
+/// ICMP6_FILTER in linux/icmp.h, linux/icmpv6.h: a set bit blocks a type), and give it a
+/// bigger receive buffer: a raw ICMP socket otherwise queues every ICMP message of the host,
+/// and a busy neighbour's pings could overflow it.
+pub fn restrict_icmp(fd: &OwnedFd, v6: bool, pass: &[u8]) -> io::Result<()> {
+    let _ = set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+    if v6 {
+        const ICMP6_FILTER: libc::c_int = 1;
+        let mut blocked = [u32::MAX; 8];
+        for &t in pass {
+            blocked[usize::from(t >> 5)] &= !(1u32 << (t & 31));
+        }
+        set_raw(fd, libc::IPPROTO_ICMPV6, ICMP6_FILTER, &blocked)
+    } else {
+        const ICMP_FILTER: libc::c_int = 1;
+        let mut blocked = u32::MAX;
+        for &t in pass.iter().filter(|t| **t < 32) {
+            blocked &= !(1u32 << t);
+        }
+        set_raw(fd, libc::SOL_RAW, ICMP_FILTER, &blocked)
+    }
+}
+
+/// Attach a classic BPF filter to a raw ICMP / ICMPv6 socket that drops echo replies whose id
+/// is not `ident` (other programs' pings); errors pass, and are matched in user space.
+pub fn attach_echo_filter(fd: &OwnedFd, v6: bool, ident: u16) -> io::Result<()> {
+    const LD_B_ABS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+    const LD_H_ABS: u16 = 0x28;
+    const LD_B_IND: u16 = 0x50; // BPF_LD | BPF_B | BPF_IND
+    const LD_H_IND: u16 = 0x48;
+    const LDX_B_MSH: u16 = 0xb1;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    let prog: Vec<libc::sock_filter> = if v6 {
+        // ICMPv6 raw sockets start at the ICMPv6 header.
+        vec![
+            bpf(LD_B_ABS, 0, 0, 0),
+            bpf(JEQ_K, 0, 2, 129),
+            bpf(LD_H_ABS, 0, 0, 4),
+            bpf(JEQ_K, 0, 1, u32::from(ident)),
+            bpf(RET_K, 0, 0, 0xffff),
+            bpf(RET_K, 0, 0, 0),
+        ]
+    } else {
+        // IPv4 raw sockets start at the IP header.
+        vec![
+            bpf(LDX_B_MSH, 0, 0, 0),
+            bpf(LD_B_IND, 0, 0, 0),
+            bpf(JEQ_K, 0, 2, 0),
+            bpf(LD_H_IND, 0, 0, 4),
+            bpf(JEQ_K, 0, 1, u32::from(ident)),
+            bpf(RET_K, 0, 0, 0xffff),
+            bpf(RET_K, 0, 0, 0),
+        ]
+    };
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    set_raw(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
+
 /// `SO_LINGER {on, 0}`: close() sends RST instead of FIN, leaving no TIME_WAIT behind.
 pub fn set_linger_zero(fd: &OwnedFd) -> io::Result<()> {
     set_raw(
@@ -696,5 +758,47 @@ mod tests {
         let seg = crate::packet::parse_tcp(&buf[h.header_len..m.len]).expect("tcp");
         assert_eq!((seg.sport, seg.dport, seg.ack), (closed, 40001, 78));
         assert!(seg.flags & crate::packet::TCP_RST != 0);
+    }
+
+    #[test]
+    fn echo_filter_passes_only_our_id() {
+        for v6 in [false, true] {
+            let (domain, proto, lo) = if v6 {
+                (libc::AF_INET6, libc::IPPROTO_ICMPV6, "::1")
+            } else {
+                (libc::AF_INET, libc::IPPROTO_ICMP, "127.0.0.1")
+            };
+            let Ok(raw) = socket(domain, libc::SOCK_RAW, proto) else {
+                eprintln!("skipped: no CAP_NET_RAW");
+                return;
+            };
+            let ours = 0x4c53;
+            restrict_icmp(&raw, v6, if v6 { &[129, 1, 3] } else { &[0, 3, 11] })
+                .expect("type filter");
+            attach_echo_filter(&raw, v6, ours).expect("attach");
+            let mut buf = [0u8; 256];
+            while recv_msg(&raw, &mut buf, false).expect("recv").is_some() {}
+            let to = SocketAddr::new(lo.parse().expect("ip"), 0);
+            // Someone else's ping (and our own echo request, looped back): filtered out.
+            send_to(
+                &raw,
+                &crate::packet::icmp_echo(v6, ours ^ 1, 1, 8),
+                Some(to),
+            )
+            .expect("send");
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(
+                recv_msg(&raw, &mut buf, false).expect("recv").is_none(),
+                "v6={v6}"
+            );
+            // Ours: the reply passes.
+            send_to(&raw, &crate::packet::icmp_echo(v6, ours, 2, 8), Some(to)).expect("send");
+            poll_in(&[raw.as_raw_fd()], Duration::from_secs(2)).expect("poll");
+            let m = recv_msg(&raw, &mut buf, false)
+                .expect("recv")
+                .expect("our reply");
+            let icmp = if v6 { &buf[..m.len] } else { &buf[20..m.len] };
+            assert_eq!(crate::packet::parse_echo(icmp), Some((ours, 2)), "v6={v6}");
+        }
     }
 }

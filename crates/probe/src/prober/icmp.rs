@@ -52,7 +52,14 @@ impl IcmpProber {
                 .map_err(|e| ProbeError::io("getsockname", e))?
                 .port()
         };
-        if !raw {
+        if raw {
+            // Echo replies to us, destination unreachable, time exceeded: nothing else.
+            let _ = sys::restrict_icmp(&fd, v6, if v6 { &[129, 1, 3] } else { &[0, 3, 11] });
+            if sys::attach_echo_filter(&fd, v6, ident).is_ok() {
+                let mut scratch = [0u8; 64];
+                while let Ok(Some(_)) = sys::recv_msg(&fd, &mut scratch, false) {}
+            }
+        } else {
             sys::enable_recv_err(&fd, v6).map_err(|e| ProbeError::io("IP_RECVERR", e))?;
         }
         let _ = sys::enable_recv_ttl(&fd, v6);

@@ -41,6 +41,8 @@ impl SynProber {
             },
             "--syn",
         )?;
+        // Only errors about our probes matter: destination unreachable, time exceeded.
+        let _ = sys::restrict_icmp(&icmp, v6, if v6 { &[1, 3] } else { &[3, 11] });
         let src = sys::source_for(dst).map_err(|e| unreachable(dst, e))?;
         let mut sports = Vec::new();
         let mut reserved = Vec::new();
