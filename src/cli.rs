@@ -14,6 +14,8 @@ Examples:
   latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
   latscope connect 10.0.0.2:443 -n 1000      TCP connection set-up latency
   latscope stream 10.0.0.2 -P 4 --bidir      throughput both ways, 4 streams each
+  latscope ping --syn -p 443 10.0.0.2        TCP SYN ping: RTT and open/closed/filtered
+  latscope trace --report -c 50 10.0.0.2     per-hop loss and RTT percentiles (mtr report)
   latscope schema rr                         JSON schema of `rr --json`
 
 Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
@@ -44,4 +46,8 @@ pub enum Command {
     Stream(cmd::stream::StreamArgs),
     /// Print the JSON schema of a command's `--json` output.
     Schema(cmd::schema::SchemaArgs),
+    /// RTT to a host with TCP SYN, TCP connect, UDP or ICMP echo probes (hping3-style).
+    Ping(cmd::ping::PingArgs),
+    /// The hops to a host with one constant flow (Paris traceroute); --report for mtr-style statistics.
+    Trace(cmd::trace::TraceArgs),
 }

@@ -158,6 +158,8 @@ fn committed_schemas_match_the_code() {
         "interval",
         "stream",
         "stream-interval",
+        "ping",
+        "trace",
     ] {
         let (code, out, _) = run(&["schema", kind]);
         assert_eq!(code, 0);
@@ -288,7 +290,9 @@ fn every_subcommand_has_help_with_examples() {
     let (code, top, _) = run(&["--help"]);
     assert_eq!(code, 0);
     assert!(top.contains("Exit codes"));
-    for cmd in ["serve", "rr", "connect", "demo", "schema"] {
+    for cmd in [
+        "serve", "rr", "connect", "stream", "ping", "trace", "demo", "schema",
+    ] {
         let (code, out, _) = run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");
         assert!(out.contains("Examples:"), "{cmd} --help has examples");

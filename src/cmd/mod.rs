@@ -2,10 +2,12 @@
 
 pub mod connect;
 pub mod demo;
+pub mod ping;
 pub mod rr;
 pub mod schema;
 pub mod serve;
 pub mod stream;
+pub mod trace;
 
 use crate::cli::{Cli, Command};
 
@@ -18,5 +20,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Connect(a) => connect::run(&a),
         Command::Stream(a) => stream::run(&a),
         Command::Schema(a) => schema::run(&a),
+        Command::Ping(a) => ping::run(&a),
+        Command::Trace(a) => trace::run(&a),
     }
 }

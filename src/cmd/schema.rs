@@ -12,6 +12,8 @@ pub enum SchemaKind {
     Stream,
     StreamInterval,
     Interval,
+    Ping,
+    Trace,
 }
 
 #[derive(Args, Debug)]
@@ -32,6 +34,8 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::Stream => schema_for!(model::stream::StreamReport),
         SchemaKind::StreamInterval => schema_for!(model::stream::StreamInterval),
         SchemaKind::Interval => schema_for!(model::IntervalEvent),
+        SchemaKind::Ping => schema_for!(model::ping::PingReport),
+        SchemaKind::Trace => schema_for!(model::ping::TraceReport),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }

@@ -2,6 +2,7 @@
 
 mod connect;
 mod demo;
+pub mod ping;
 mod rr;
 pub mod stream;
 pub mod table;
