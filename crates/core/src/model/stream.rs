@@ -144,7 +144,7 @@ pub struct StreamInterval {
     pub rate_bps: f64,
     /// TCP senders: retransmits in this interval, cwnd and RTT at its end.
     pub tcp: Option<TcpFigures>,
-    /// UDP receivers: datagrams lost in this interval so far as sequence gaps show.
+    /// UDP receivers: datagrams missing so far (sequence gaps below the highest received).
     pub udp_lost: Option<u64>,
 }
 

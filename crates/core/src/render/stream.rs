@@ -42,7 +42,7 @@ pub fn interval_line(ev: &StreamInterval) -> String {
         );
     }
     if let Some(l) = ev.udp_lost {
-        let _ = write!(s, "  gaps {l}");
+        let _ = write!(s, "  lost so far {l}");
     }
     s
 }
