@@ -9,6 +9,7 @@ const ABOUT: &str = "Measure network latency and throughput at every layer, and 
 const AFTER_HELP: &str = "\
 Examples:
   latscope demo                              the healthy vs. Nagle-stalled server story
+  latscope diagnose 10.0.0.2                 where does the latency come from? (evidence + fix)
   latscope serve                             the peer server every test talks to (port 7373)
   latscope rr 127.0.0.1                      request/response RTT (TCP ping-pong)
   latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
@@ -44,6 +45,8 @@ pub enum Command {
     /// Throughput over TCP, UDP or unix sockets: per direction, per stream, per interval, with
     /// both sides' CPU and system-call cost, UDP loss and jitter, and latency under load.
     Stream(cmd::stream::StreamArgs),
+    /// Run the right measurements and name the cause of latency, with evidence and a fix.
+    Diagnose(cmd::diagnose::DiagnoseArgs),
     /// Print the JSON schema of a command's `--json` output.
     Schema(cmd::schema::SchemaArgs),
     /// RTT to a host with TCP SYN, TCP connect, UDP or ICMP echo probes (hping3-style).

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod cmd;
+pub mod diagnose;
 pub mod exit;
 pub mod output;
 pub mod progress;

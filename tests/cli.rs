@@ -160,6 +160,7 @@ fn committed_schemas_match_the_code() {
         "stream-interval",
         "ping",
         "trace",
+        "diagnose",
     ] {
         let (code, out, _) = run(&["schema", kind]);
         assert_eq!(code, 0);
@@ -291,7 +292,7 @@ fn every_subcommand_has_help_with_examples() {
     assert_eq!(code, 0);
     assert!(top.contains("Exit codes"));
     for cmd in [
-        "serve", "rr", "connect", "stream", "ping", "trace", "demo", "schema",
+        "serve", "rr", "connect", "stream", "ping", "trace", "diagnose", "demo", "schema",
     ] {
         let (code, out, _) = run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");

@@ -2,6 +2,7 @@
 
 pub mod connect;
 pub mod demo;
+pub mod diagnose;
 pub mod ping;
 pub mod rr;
 pub mod schema;
@@ -15,6 +16,7 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Demo(a) => demo::run(&a),
+        Command::Diagnose(a) => diagnose::run(&a),
         Command::Serve(a) => serve::run(&a),
         Command::Rr(a) => rr::run(&a),
         Command::Connect(a) => connect::run(&a),

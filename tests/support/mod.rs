@@ -34,6 +34,7 @@ pub fn server(
         max_connections: 256,
         handshake_timeout: Duration::from_secs(2),
         forced,
+        workers: None,
     };
     Server::bind(cfg, Arc::new(AtomicBool::new(false)), |_| {})
         .expect("bind")

@@ -49,6 +49,9 @@ pub struct ServeConfig {
     /// Behaviour applied to every test regardless of what clients ask (to emulate a given
     /// server, e.g. the split-write, Nagle-on one).
     pub forced: Option<ServerBehaviour>,
+    /// Handle at most this many requests at once across all connections, like that many
+    /// single-threaded workers: the rest wait their turn (socket queueing). None: no limit.
+    pub workers: Option<u32>,
 }
 
 impl Default for ServeConfig {
@@ -65,6 +68,7 @@ impl Default for ServeConfig {
             max_connections: 1024,
             handshake_timeout: Duration::from_secs(5),
             forced: None,
+            workers: None,
         }
     }
 }
@@ -113,6 +117,9 @@ struct Shared {
     next_id: AtomicU64,
     udp_tests: RwLock<HashMap<u64, Arc<UdpTest>>>,
     streams: RwLock<HashMap<u64, Arc<StreamTest>>>,
+    /// Requests being handled and the FIFO of waiting ones, against `cfg.workers`.
+    busy: Mutex<WorkerQueue>,
+    free: Condvar,
     /// A clone of the UDP socket for stream tests in which the server sends datagrams.
     udp_out: Option<UdpSocket>,
     log: Box<dyn Fn(ServeEvent) + Send + Sync>,
@@ -270,6 +277,8 @@ impl Server {
                 next_id: AtomicU64::new(1),
                 udp_tests: RwLock::new(HashMap::new()),
                 streams: RwLock::new(HashMap::new()),
+                busy: Mutex::new(WorkerQueue::default()),
+                free: Condvar::new(),
                 udp_out,
                 log: Box::new(log),
             }),
@@ -371,6 +380,54 @@ fn bind_error(what: &str, e: io::Error) -> NetError {
             remedy: "use a port ≥ 1024".into(),
         },
         _ => NetError::io(what, e),
+    }
+}
+
+/// First come, first served admission to the `--workers` slots (a plain semaphore would let
+/// the thread that just finished win again and starve the others — unlike a real worker,
+/// which takes queued requests in order).
+#[derive(Debug, Default)]
+struct WorkerQueue {
+    busy: u32,
+    next_ticket: u64,
+    next_admit: u64,
+}
+
+/// One of `--workers` request slots; waits its turn, gives the slot back when dropped.
+struct WorkerPermit<'a>(Option<&'a Shared>);
+
+impl<'a> WorkerPermit<'a> {
+    fn take(sh: &'a Shared) -> WorkerPermit<'a> {
+        let Some(max) = sh.cfg.workers else {
+            return WorkerPermit(None);
+        };
+        let Ok(mut q) = sh.busy.lock() else {
+            return WorkerPermit(None);
+        };
+        let ticket = q.next_ticket;
+        q.next_ticket += 1;
+        while q.next_admit != ticket || q.busy >= max {
+            q = match sh.free.wait(q) {
+                Ok(q) => q,
+                Err(_) => return WorkerPermit(None),
+            };
+        }
+        q.next_admit += 1;
+        q.busy += 1;
+        // The next ticket may be admissible too (more than one free slot).
+        sh.free.notify_all();
+        WorkerPermit(Some(sh))
+    }
+}
+
+impl Drop for WorkerPermit<'_> {
+    fn drop(&mut self) {
+        if let Some(sh) = self.0
+            && let Ok(mut q) = sh.busy.lock()
+        {
+            q.busy = q.busy.saturating_sub(1);
+            sh.free.notify_all();
+        }
     }
 }
 
@@ -739,6 +796,7 @@ fn stream_test(
             Ok(false) => return (n, "client closed".into()),
             Err(e) => return (n, e),
         }
+        let _worker = WorkerPermit::take(sh);
         if !think.is_zero() {
             thread::sleep(think);
         }
@@ -754,6 +812,7 @@ fn stream_test(
         if tcp && b.sockopts.cork {
             let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, 0);
         }
+        drop(_worker);
         if let Err(e) = wrote {
             return (n, format!("write failed: {e}"));
         }

@@ -3,6 +3,7 @@
 
 pub mod connect;
 pub mod demo;
+pub mod diagnose;
 pub mod ping;
 pub mod rr;
 pub mod stream;

@@ -2,6 +2,7 @@
 
 mod connect;
 mod demo;
+mod diagnose;
 pub mod ping;
 mod rr;
 pub mod stream;
