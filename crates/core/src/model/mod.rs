@@ -3,6 +3,7 @@
 
 pub mod connect;
 pub mod rr;
+pub mod sockets;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,367 @@
+//! One scan: find the processes and their socket fds (/proc), list the sockets of every network
+//! namespace involved (sock_diag, entered on a helper thread), join the two by socket inode,
+//! read each socket's options through pidfd_getfd, and derive findings.
+//!
+//! Processes and sockets that disappear while we look are expected: they become a note in the
+//! report (once per process), never an error per fd.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
+
+use latscope_core::model::Meta;
+use latscope_core::model::sockets::{Access, Owner, RouteLimits, SocketRow, SocketsReport};
+
+use crate::diag::{self, DiagSocket};
+use crate::error::{InspectError, Result};
+use crate::procfs::{self, ProcError};
+use crate::sockopt::{self, OptError, Pidfd};
+use crate::{findings, netns, route};
+
+/// Which sockets to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Selection {
+    /// Sockets held by one process.
+    Pid(u32),
+    /// Sockets whose local or remote port is this one (any process, any scanned namespace).
+    Port(u16),
+    /// Every socket of every process we can read.
+    All,
+}
+
+impl Selection {
+    /// "pid 1234" / "port 80" / "all".
+    pub fn describe(&self) -> String {
+        match self {
+            Selection::Pid(p) => format!("pid {p}"),
+            Selection::Port(p) => format!("port {p}"),
+            Selection::All => "all".into(),
+        }
+    }
+}
+
+struct Proc {
+    pid: u32,
+    comm: String,
+    netns: u64,
+    /// socket inode → fds
+    sockets: HashMap<u64, Vec<i32>>,
+}
+
+/// Where to find a network namespace: a process living in it, or an open namespace fd.
+enum NsHandle {
+    Own,
+    Pid(u32),
+    File(std::fs::File),
+}
+
+/// Scan and build the report.
+pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
+    let mut notes = Vec::new();
+    let mut access = Access { cap_sys_ptrace: procfs::has_cap_sys_ptrace(), ..Access::default() };
+    let own_ns = procfs::own_netns().unwrap_or(0);
+
+    // 1. Processes and their socket fds.
+    let pids = match selection {
+        Selection::Pid(p) => {
+            if !procfs::exists(p) {
+                return Err(InspectError::NoSuchProcess(p));
+            }
+            vec![p]
+        }
+        _ => procfs::all_pids().map_err(|e| InspectError::io("listing /proc", e))?,
+    };
+    let self_pid = std::process::id();
+    let mut procs = Vec::new();
+    for pid in pids {
+        if pid == self_pid && selection != Selection::Pid(pid) {
+            continue;
+        }
+        let read = procfs::netns(pid).and_then(|ns| procfs::socket_fds(pid).map(|s| (ns, s)));
+        match read {
+            Ok((netns, sockets)) => procs.push(Proc { pid, comm: procfs::comm(pid), netns, sockets }),
+            Err(ProcError::Gone) => {
+                if let Selection::Pid(p) = selection {
+                    return Err(InspectError::NoSuchProcess(p));
+                }
+            }
+            Err(ProcError::Denied) => {
+                access.processes_unreadable += 1;
+                if let Selection::Pid(p) = selection {
+                    return Err(InspectError::Privilege {
+                        what: format!("reading the fds of pid {p} (/proc/{p}/fd)"),
+                        capability: "CAP_SYS_PTRACE",
+                    });
+                }
+            }
+            Err(ProcError::Other) => {}
+        }
+    }
+    let mut owners: HashMap<u64, Vec<Owner>> = HashMap::new();
+    for p in &procs {
+        for (inode, fds) in &p.sockets {
+            for &fd in fds {
+                owners.entry(*inode).or_default().push(Owner { pid: p.pid, comm: p.comm.clone(), fd });
+            }
+        }
+    }
+    let wanted_inodes: Option<HashSet<u64>> = match selection {
+        Selection::Pid(_) => Some(owners.keys().copied().collect()),
+        _ => None,
+    };
+
+    // 2. Namespaces to list: every namespace of a selected process, plus our own.
+    let mut namespaces: Vec<(u64, NsHandle)> = Vec::new();
+    let mut seen_ns = HashSet::new();
+    if !matches!(selection, Selection::Pid(_)) {
+        seen_ns.insert(own_ns);
+        namespaces.push((own_ns, NsHandle::Own));
+    }
+    for p in &procs {
+        if p.sockets.is_empty() || !seen_ns.insert(p.netns) {
+            continue;
+        }
+        namespaces.push((p.netns, if p.netns == own_ns { NsHandle::Own } else { NsHandle::Pid(p.pid) }));
+    }
+
+    let mut listed: Vec<(u64, Vec<DiagSocket>)> = Vec::new();
+    let mut ns_denied = 0u32;
+    for (ns, handle) in namespaces {
+        match dump_ns(handle) {
+            Ok(v) => listed.push((ns, v)),
+            Err(InspectError::Privilege { .. }) => ns_denied += 1,
+            Err(e) => notes.push(format!("network namespace {ns}: {e}")),
+        }
+    }
+
+    // 3. Sockets held by a selected process but not found in any namespace listed so far were
+    // created in another namespace (a thread that called setns, a socket passed over a unix
+    // socket). Ask the socket itself for its namespace (SIOCGSKNS) and list that one too.
+    if access.cap_sys_ptrace {
+        let found: HashSet<u64> = listed.iter().flat_map(|(_, v)| v.iter().map(|s| s.inode)).collect();
+        let mut extra: Vec<(u64, std::fs::File)> = Vec::new();
+        let mut pidfds: HashMap<u32, Option<Pidfd>> = HashMap::new();
+        for p in &procs {
+            for (inode, fds) in &p.sockets {
+                if found.contains(inode) || wanted_inodes.as_ref().is_some_and(|w| !w.contains(inode)) {
+                    continue;
+                }
+                let Some(pidfd) = pidfds.entry(p.pid).or_insert_with(|| Pidfd::open(p.pid).ok()) else {
+                    continue;
+                };
+                let Ok(dup) = pidfd.get_fd(fds[0]) else { continue };
+                if let Some((_, nsfile)) = sockopt::inet_socket_netns(&dup)
+                    && let Some(ino) = sockopt::file_inode(&nsfile)
+                    && seen_ns.insert(ino)
+                {
+                    extra.push((ino, nsfile));
+                }
+            }
+        }
+        for (ns, file) in extra {
+            match dump_ns(NsHandle::File(file)) {
+                Ok(v) => listed.push((ns, v)),
+                Err(InspectError::Privilege { .. }) => ns_denied += 1,
+                Err(e) => notes.push(format!("network namespace {ns}: {e}")),
+            }
+        }
+    }
+
+    // 4. Rows.
+    let mut rows = Vec::new();
+    for (ns, sockets) in &listed {
+        for s in sockets {
+            let keep = match selection {
+                Selection::Pid(_) => wanted_inodes.as_ref().is_some_and(|w| w.contains(&s.inode)),
+                Selection::Port(port) => s.local.port() == port || s.remote.port() == port,
+                // TIME-WAIT and SYN-RECV mini-sockets have inode 0 and no owner.
+                Selection::All => s.inode != 0,
+            };
+            if !keep {
+                continue;
+            }
+            let mut o = if s.inode != 0 { owners.get(&s.inode).cloned().unwrap_or_default() } else { Vec::new() };
+            o.sort_by_key(|x| (x.pid, x.fd));
+            rows.push(row_from(s, *ns, *ns == own_ns, o));
+        }
+    }
+
+    // 5. Options, through a duplicate of the fd.
+    let mut pidfds: HashMap<u32, std::result::Result<Pidfd, OptError>> = HashMap::new();
+    let mut gone_pids = BTreeSet::new();
+    let mut denied = 0u32;
+    for row in &mut rows {
+        let proto = if row.proto == "tcp" { diag::Proto::Tcp } else { diag::Proto::Udp };
+        let mut first_err = None;
+        for owner in &row.owners {
+            let pidfd = pidfds.entry(owner.pid).or_insert_with(|| Pidfd::open(owner.pid));
+            let res = match pidfd {
+                Ok(p) => sockopt::read_remote(p, owner.fd, row.inode, proto),
+                Err(e) => Err(e.clone()),
+            };
+            match res {
+                Ok(opts) => {
+                    row.options = Some(opts);
+                    first_err = None;
+                    break;
+                }
+                Err(e) => {
+                    if e == OptError::ProcessGone {
+                        gone_pids.insert((owner.pid, owner.comm.clone()));
+                    }
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            if e == OptError::Denied {
+                denied += 1;
+            }
+            row.options_error = Some(e.to_string());
+        }
+    }
+    for (pid, comm) in gone_pids {
+        notes.push(format!("pid {pid} ({comm}) exited during the scan; its sockets are shown as the kernel last listed them"));
+    }
+    let closed = rows.iter().filter(|r| r.options_error.as_deref() == Some(&OptError::SocketGone.to_string())).count();
+    if closed > 0 {
+        notes.push(format!("{closed} socket(s) closed during the scan; shown as the kernel last listed them, without options"));
+    }
+
+    // 6. Per-route limits for remote addresses, looked up in each socket's namespace.
+    add_route_limits(&mut rows, &listed);
+
+    // 7. Findings, with the other end of loopback / same-host connections when we saw it.
+    let index: HashMap<(u64, &str, &str), usize> =
+        rows.iter().enumerate().map(|(i, r)| ((r.netns, r.local.as_str(), r.remote.as_str()), i)).collect();
+    let found: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let peer = index.get(&(r.netns, r.remote.as_str(), r.local.as_str())).map(|&i| &rows[i]);
+            findings::for_socket(r, peer)
+        })
+        .collect();
+    for (r, f) in rows.iter_mut().zip(found) {
+        r.findings = f;
+    }
+    rows.sort_by(|a, b| {
+        let ka = a.owners.first().map(|o| (o.pid, o.fd)).unwrap_or((u32::MAX, i32::MAX));
+        let kb = b.owners.first().map(|o| (o.pid, o.fd)).unwrap_or((u32::MAX, i32::MAX));
+        ka.cmp(&kb).then_with(|| a.proto.cmp(&b.proto)).then_with(|| a.local.cmp(&b.local))
+    });
+
+    // 8. Say what is missing, and why.
+    if denied > 0 || (!access.cap_sys_ptrace && rows.iter().any(|r| r.options.is_none() && !r.owners.is_empty())) {
+        access.missing.push(format!(
+            "options (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_SNDBUF/SO_RCVBUF, TCP_NOTSENT_LOWAT, keep-alive, busy-poll) of {} socket(s): \
+             they are read from a duplicate of the owner's fd (pidfd_getfd), which needs CAP_SYS_PTRACE for processes with other credentials or more capabilities",
+            rows.iter().filter(|r| r.options.is_none() && !r.owners.is_empty()).count()
+        ));
+    }
+    if access.processes_unreadable > 0 {
+        access.missing.push(format!(
+            "owning process and fd for sockets of {} process(es): /proc/PID/fd needs ptrace read access (CAP_SYS_PTRACE); \
+             sock_diag still lists their sockets with state, addresses, uid and tcp_info",
+            access.processes_unreadable
+        ));
+    }
+    if ns_denied > 0 {
+        access.missing.push(format!(
+            "sockets of {ns_denied} other network namespace(s): entering a namespace needs CAP_SYS_ADMIN"
+        ));
+    }
+    if rows.iter().any(|r| r.proto == "tcp") {
+        access.missing.push(
+            "per-socket delayed-ACK / RTO limits set by BPF (TCP_BPF_DELACK_MAX, TCP_BPF_RTO_MIN via bpf_setsockopt) cannot be read from user space; \
+             tcp_info's ato/rto show their effect"
+                .into(),
+        );
+    }
+
+    Ok(SocketsReport { meta, selection: selection.describe(), access, sockets: rows, notes })
+}
+
+fn dump_ns(handle: NsHandle) -> Result<Vec<DiagSocket>> {
+    match handle {
+        NsHandle::Own => diag::dump_all(),
+        NsHandle::Pid(pid) => netns::run_in_netns_of(pid, diag::dump_all),
+        NsHandle::File(f) => netns::run_in_netns(f, "a socket's network namespace".into(), diag::dump_all),
+    }
+}
+
+fn fmt_addr(a: &SocketAddr) -> String {
+    match a {
+        SocketAddr::V4(v) => v.to_string(),
+        SocketAddr::V6(v) => match v.ip().to_ipv4_mapped() {
+            Some(m) => format!("{m}:{}", v.port()),
+            None => format!("[{}]:{}", v.ip(), v.port()),
+        },
+    }
+}
+
+fn row_from(s: &DiagSocket, netns: u64, own: bool, owners: Vec<Owner>) -> SocketRow {
+    SocketRow {
+        proto: s.proto.name().into(),
+        family: if s.local.is_ipv4() { "ipv4" } else { "ipv6" }.into(),
+        state: diag::state_name(s.proto, s.state).into(),
+        local: fmt_addr(&s.local),
+        remote: fmt_addr(&s.remote),
+        inode: s.inode,
+        uid: s.uid,
+        netns,
+        netns_is_own: own,
+        owners,
+        options: None,
+        options_error: None,
+        tcp: s.tcp.clone(),
+        mem: s.mem.clone(),
+        route: None,
+        findings: Vec::new(),
+    }
+}
+
+/// Look up `ip route` rto_min/quickack for the remote address of each connected TCP socket.
+fn add_route_limits(rows: &mut [SocketRow], listed: &[(u64, Vec<DiagSocket>)]) {
+    // Remote addresses per namespace, with a process to enter it by (the first owner).
+    let mut by_ns: HashMap<u64, (Option<u32>, bool, BTreeSet<std::net::IpAddr>)> = HashMap::new();
+    let remotes: HashMap<u64, SocketAddr> =
+        listed.iter().flat_map(|(_, v)| v.iter().map(|s| (s.inode, s.remote))).collect();
+    for r in rows.iter() {
+        if r.proto != "tcp" || r.state != "ESTAB" || r.inode == 0 {
+            continue;
+        }
+        let Some(remote) = remotes.get(&r.inode) else { continue };
+        let e = by_ns.entry(r.netns).or_insert((None, r.netns_is_own, BTreeSet::new()));
+        if e.0.is_none() {
+            e.0 = r.owners.first().map(|o| o.pid);
+        }
+        e.2.insert(remote.ip());
+    }
+    let mut limits: HashMap<(u64, std::net::IpAddr), RouteLimits> = HashMap::new();
+    for (ns, (pid, own, ips)) in by_ns {
+        let ips: Vec<_> = ips.into_iter().collect();
+        let lookup = move || -> Result<Vec<(std::net::IpAddr, Option<RouteLimits>)>> {
+            let mut rl = route::RouteLookup::open()?;
+            Ok(ips.iter().map(|ip| (*ip, rl.limits(*ip).ok().flatten())).collect())
+        };
+        let res = if own {
+            lookup()
+        } else if let Some(pid) = pid {
+            netns::run_in_netns_of(pid, lookup)
+        } else {
+            continue;
+        };
+        // Routes are an extra; a failure here leaves the column empty.
+        if let Ok(v) = res {
+            for (ip, l) in v {
+                if let Some(l) = l {
+                    limits.insert((ns, ip), l);
+                }
+            }
+        }
+    }
+    for r in rows.iter_mut() {
+        if let Some(remote) = remotes.get(&r.inode) {
+            r.route = limits.get(&(r.netns, remote.ip())).cloned();
+        }
+    }
+}
