@@ -9,10 +9,14 @@ pub enum SchemaKind {
     Rr,
     Connect,
     Interval,
+    Sockets,
+    Setsockopt,
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Examples:\n  latscope schema rr > rr.schema.json\n  latscope schema interval   # one --json-lines interval event")]
+#[command(
+    after_help = "Examples:\n  latscope schema rr > rr.schema.json\n  latscope schema interval   # one --json-lines interval event"
+)]
 pub struct SchemaArgs {
     /// Which document.
     pub kind: SchemaKind,
@@ -24,6 +28,8 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::Rr => schema_for!(model::rr::RrReport),
         SchemaKind::Connect => schema_for!(model::connect::ConnectReport),
         SchemaKind::Interval => schema_for!(model::IntervalEvent),
+        SchemaKind::Sockets => schema_for!(model::sockets::SocketsReport),
+        SchemaKind::Setsockopt => schema_for!(model::sockets::SetsockoptEvent),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }

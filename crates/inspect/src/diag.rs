@@ -92,7 +92,9 @@ fn request(family: u8, proto: Proto) -> Vec<u8> {
         Proto::Udp => libc::IPPROTO_UDP as u8,
     };
     // idiag_ext: bit (attr - 1) asks for attribute `attr`.
-    req[2] = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_CONG - 1)) | (1 << (INET_DIAG_SKMEMINFO - 1));
+    req[2] = (1 << (INET_DIAG_INFO - 1))
+        | (1 << (INET_DIAG_CONG - 1))
+        | (1 << (INET_DIAG_SKMEMINFO - 1));
     req[4..8].copy_from_slice(&u32::MAX.to_ne_bytes()); // every state
     // Cookie "no cookie" (~0) so the kernel does not try to match one.
     req[48..56].copy_from_slice(&[0xff; 8]);
@@ -100,11 +102,18 @@ fn request(family: u8, proto: Proto) -> Vec<u8> {
 }
 
 fn dump(nl: &mut Netlink, family: u8, proto: Proto, out: &mut Vec<DiagSocket>) -> Result<()> {
-    let replies = match nl.request(SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, &request(family, proto)) {
+    let replies = match nl.request(
+        SOCK_DIAG_BY_FAMILY,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        &request(family, proto),
+    ) {
         Ok(r) => r,
         // No IPv6 or no udp_diag module: nothing of that kind to show.
         Err(InspectError::Io { source, .. })
-            if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::EAFNOSUPPORT) | Some(libc::EINVAL)) =>
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::ENOENT) | Some(libc::EAFNOSUPPORT) | Some(libc::EINVAL)
+            ) =>
         {
             return Ok(());
         }
@@ -171,7 +180,16 @@ pub fn parse_msg(proto: Proto, b: &[u8]) -> Result<DiagSocket> {
     if let Some(t) = tcp.as_mut() {
         t.congestion = cong;
     }
-    Ok(DiagSocket { proto, local, remote, state, inode, uid, tcp, mem })
+    Ok(DiagSocket {
+        proto,
+        local,
+        remote,
+        state,
+        inode,
+        uid,
+        tcp,
+        mem,
+    })
 }
 
 #[cfg(test)]

@@ -10,7 +10,10 @@ pub enum InspectError {
     NoSuchProcess(u32),
     /// A kernel interface refused for lack of a capability.
     #[error("{what}: permission denied (needs {capability})")]
-    Privilege { what: String, capability: &'static str },
+    Privilege {
+        what: String,
+        capability: &'static str,
+    },
     /// The kernel does not offer an interface this needs.
     #[error("{what}: not supported by this kernel ({detail})")]
     Unsupported { what: String, detail: String },
@@ -29,7 +32,10 @@ pub enum InspectError {
 impl InspectError {
     /// Wrap an I/O error with what was being done.
     pub fn io(what: impl Into<String>, source: io::Error) -> Self {
-        InspectError::Io { what: what.into(), source }
+        InspectError::Io {
+            what: what.into(),
+            source,
+        }
     }
 
     /// The documented latscope exit code for this error.

@@ -10,11 +10,19 @@ use latscope_core::model::sockets::{Finding, Severity, SocketRow};
 use latscope_core::units::format_bytes;
 
 fn f(severity: Severity, rule: &str, text: String) -> Finding {
-    Finding { severity, rule: rule.into(), text }
+    Finding {
+        severity,
+        rule: rule.into(),
+        text,
+    }
 }
 
 fn ms(us: u32) -> String {
-    if us >= 10_000 { format!("{} ms", us / 1000) } else { format!("{:.1} ms", f64::from(us) / 1000.0) }
+    if us >= 10_000 {
+        format!("{} ms", us / 1000)
+    } else {
+        format!("{:.1} ms", f64::from(us) / 1000.0)
+    }
 }
 
 /// Share of `part` in `whole` in percent, when `whole` is large enough to mean something.
@@ -41,13 +49,19 @@ pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
                 "listening socket with Nagle on (TCP_NODELAY off): accepted connections inherit it unless the server sets TCP_NODELAY after accept()".into(),
             ));
         } else if row.state == "ESTAB" {
-            let both_ways =
-                tcp.is_some_and(|t| t.data_segs_in.unwrap_or(0) > 0 && t.data_segs_out.unwrap_or(0) > 0);
+            let both_ways = tcp.is_some_and(|t| {
+                t.data_segs_in.unwrap_or(0) > 0 && t.data_segs_out.unwrap_or(0) > 0
+            });
             if both_ways {
-                let peer_ato = peer.and_then(|p| p.tcp.as_ref()).map(|t| t.ato_us).filter(|&a| a > 0);
+                let peer_ato = peer
+                    .and_then(|p| p.tcp.as_ref())
+                    .map(|t| t.ato_us)
+                    .filter(|&a| a > 0);
                 let wait = match peer_ato {
                     Some(a) => format!("the peer delays its ACKs up to {} (its ato)", ms(a)),
-                    None => "the peer may delay its ACK up to 40 ms (Linux) or 200 ms (others)".into(),
+                    None => {
+                        "the peer may delay its ACK up to 40 ms (Linux) or 200 ms (others)".into()
+                    }
                 };
                 out.push(f(
                     Severity::Warn,
@@ -67,17 +81,25 @@ pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
         ));
     }
     if let Some(t) = tcp.filter(|_| row.state == "ESTAB") {
-        // Our own delayed-ACK timeout matters to a peer that runs Nagle.
-        if t.ato_us >= 40_000 {
-            let peer_nagle = peer.and_then(|p| p.options.as_ref()).and_then(|o| o.nodelay) == Some(false);
-            let text = if peer_nagle {
-                format!("delays its ACKs up to {} (ato) while the peer runs Nagle: the peer's short writes wait for them", ms(t.ato_us))
-            } else {
-                format!("delays its ACKs up to {} (ato); TCP_QUICKACK or `ip route ... quickack 1` turns that off", ms(t.ato_us))
-            };
-            out.push(f(if peer_nagle { Severity::Warn } else { Severity::Info }, "delayed-ack", text));
+        // Our own delayed-ACK timeout matters when the peer runs Nagle (otherwise a delayed ACK
+        // rides on the response and costs nothing).
+        let peer_nagle = peer
+            .and_then(|p| p.options.as_ref())
+            .and_then(|o| o.nodelay)
+            == Some(false);
+        if t.ato_us >= 40_000 && peer_nagle {
+            out.push(f(
+                Severity::Warn,
+                "delayed-ack",
+                format!(
+                    "delays its ACKs up to {} (ato) while the peer runs Nagle: the peer's short writes wait for them; TCP_QUICKACK or `ip route ... quickack 1` avoids it",
+                    ms(t.ato_us)
+                ),
+            ));
         }
-        if let Some((pct, p, w)) = share(t.sndbuf_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0) {
+        if let Some((pct, p, w)) =
+            share(t.sndbuf_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0)
+        {
             out.push(f(
                 Severity::Warn,
                 "sndbuf-limited",
@@ -88,7 +110,8 @@ pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
                 ),
             ));
         }
-        if let Some((pct, _, _)) = share(t.rwnd_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0) {
+        if let Some((pct, _, _)) = share(t.rwnd_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0)
+        {
             out.push(f(
                 Severity::Warn,
                 "rwnd-limited",
@@ -107,7 +130,9 @@ pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
             ));
         }
         if let Some(n) = t.notsent_bytes.filter(|&n| n >= 64 * 1024) {
-            let lowat_set = opts.and_then(|o| o.notsent_lowat).is_some_and(|l| l < u32::MAX / 2);
+            let lowat_set = opts
+                .and_then(|o| o.notsent_lowat)
+                .is_some_and(|l| l > 0 && l < u32::MAX / 2);
             if !lowat_set {
                 out.push(f(
                     Severity::Info,
@@ -131,18 +156,34 @@ pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
         out.push(f(
             Severity::Warn,
             "rcvbuf-drops",
-            format!("{} packets dropped because the receive buffer ({}) was full", m.drops, format_bytes(f64::from(m.rcvbuf))),
+            format!(
+                "{} packets dropped because the receive buffer ({}) was full",
+                m.drops,
+                format_bytes(f64::from(m.rcvbuf))
+            ),
         ));
     }
     if let Some(us) = opts.and_then(|o| o.busy_poll_us).filter(|&u| u > 0) {
-        out.push(f(Severity::Info, "busy-poll", format!("busy-polls the device queue for up to {us} µs on reads (SO_BUSY_POLL)")));
+        out.push(f(
+            Severity::Info,
+            "busy-poll",
+            format!("busy-polls the device queue for up to {us} µs on reads (SO_BUSY_POLL)"),
+        ));
     }
     if let Some(r) = &row.route {
         if r.quickack == Some(true) {
-            out.push(f(Severity::Info, "route-quickack", "the route to the peer disables delayed ACKs (quickack 1)".into()));
+            out.push(f(
+                Severity::Info,
+                "route-quickack",
+                "the route to the peer disables delayed ACKs (quickack 1)".into(),
+            ));
         }
         if let Some(m) = r.rto_min_ms {
-            out.push(f(Severity::Info, "route-rto-min", format!("the route to the peer sets the minimum RTO to {m} ms (rto_min)")));
+            out.push(f(
+                Severity::Info,
+                "route-rto-min",
+                format!("the route to the peer sets the minimum RTO to {m} ms (rto_min)"),
+            ));
         }
     }
     out
@@ -165,7 +206,11 @@ mod tests {
             netns: 1,
             netns_is_own: true,
             owners: vec![],
-            options: Some(SocketOptions { nodelay: Some(false), cork: Some(false), ..Default::default() }),
+            options: Some(SocketOptions {
+                nodelay: Some(false),
+                cork: Some(false),
+                ..Default::default()
+            }),
             options_error: None,
             tcp: Some(TcpStats {
                 data_segs_in: Some(5),
@@ -192,30 +237,51 @@ mod tests {
         let v = for_socket(&r, Some(&peer));
         assert_eq!(rules(&v), ["nagle-on-rr", "delayed-ack", "sndbuf-limited"]);
         assert!(v[0].text.contains("40 ms"), "{}", v[0].text);
-        assert!(v[2].text.starts_with("send buffer limited 30% of the time"), "{}", v[2].text);
+        assert!(
+            v[2].text.starts_with("send buffer limited 30% of the time"),
+            "{}",
+            v[2].text
+        );
         assert_eq!(v[1].severity, Severity::Warn);
     }
 
     #[test]
     fn nodelay_on_is_quiet() {
         let mut r = row("ESTAB");
-        r.options = Some(SocketOptions { nodelay: Some(true), ..Default::default() });
-        r.tcp = Some(TcpStats { ato_us: 4_000, ..Default::default() });
+        r.options = Some(SocketOptions {
+            nodelay: Some(true),
+            ..Default::default()
+        });
+        r.tcp = Some(TcpStats {
+            ato_us: 4_000,
+            ..Default::default()
+        });
         assert!(for_socket(&r, None).is_empty());
     }
 
     #[test]
     fn listener_and_cork() {
         let mut r = row("LISTEN");
-        r.options = Some(SocketOptions { nodelay: Some(false), cork: Some(true), ..Default::default() });
-        assert_eq!(rules(&for_socket(&r, None)), ["nagle-on-listener", "cork-on"]);
+        r.options = Some(SocketOptions {
+            nodelay: Some(false),
+            cork: Some(true),
+            ..Default::default()
+        });
+        assert_eq!(
+            rules(&for_socket(&r, None)),
+            ["nagle-on-listener", "cork-on"]
+        );
     }
 
     #[test]
     fn little_sending_is_not_limited() {
         let mut r = row("ESTAB");
         r.options = None;
-        r.tcp = Some(TcpStats { busy_time_us: Some(5_000), sndbuf_limited_us: Some(5_000), ..Default::default() });
+        r.tcp = Some(TcpStats {
+            busy_time_us: Some(5_000),
+            sndbuf_limited_us: Some(5_000),
+            ..Default::default()
+        });
         assert!(for_socket(&r, None).is_empty());
     }
 }

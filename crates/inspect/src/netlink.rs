@@ -32,9 +32,18 @@ impl Netlink {
     /// network namespace of the calling thread.
     pub fn open(protocol: i32) -> Result<Self> {
         // SAFETY: plain socket(2) call; the returned fd is checked and then owned.
-        let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) };
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                protocol,
+            )
+        };
         if fd < 0 {
-            return Err(InspectError::io("opening a netlink socket", io::Error::last_os_error()));
+            return Err(InspectError::io(
+                "opening a netlink socket",
+                io::Error::last_os_error(),
+            ));
         }
         // SAFETY: fd is a fresh, valid descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -43,7 +52,12 @@ impl Netlink {
 
     /// Send a request (`msg_type`, `flags`, `payload` after the header) and collect every reply
     /// message's (type, payload) until NLMSG_DONE — or, without NLM_F_DUMP, the first reply.
-    pub fn request(&mut self, msg_type: u16, flags: u16, payload: &[u8]) -> Result<Vec<(u16, Vec<u8>)>> {
+    pub fn request(
+        &mut self,
+        msg_type: u16,
+        flags: u16,
+        payload: &[u8],
+    ) -> Result<Vec<(u16, Vec<u8>)>> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let len = NLMSG_HDRLEN + payload.len();
@@ -69,14 +83,18 @@ impl Netlink {
             )
         };
         if sent < 0 {
-            return Err(InspectError::io("sending a netlink request", io::Error::last_os_error()));
+            return Err(InspectError::io(
+                "sending a netlink request",
+                io::Error::last_os_error(),
+            ));
         }
         let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
         let mut out = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             // SAFETY: buf is valid for buf.len() bytes for the duration of the call.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let n =
+                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
             if n < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -103,12 +121,19 @@ impl Netlink {
                 match mtype {
                     NLMSG_DONE => return Ok(out),
                     NLMSG_ERROR => {
-                        let errno = if body.len() >= 4 { i32::from_ne_bytes([body[0], body[1], body[2], body[3]]) } else { 0 };
+                        let errno = if body.len() >= 4 {
+                            i32::from_ne_bytes([body[0], body[1], body[2], body[3]])
+                        } else {
+                            0
+                        };
                         if errno == 0 {
                             // An ACK.
                             return Ok(out);
                         }
-                        return Err(InspectError::io("netlink request", io::Error::from_raw_os_error(-errno)));
+                        return Err(InspectError::io(
+                            "netlink request",
+                            io::Error::from_raw_os_error(-errno),
+                        ));
                     }
                     t => {
                         out.push((t, body.to_vec()));

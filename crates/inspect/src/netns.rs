@@ -38,7 +38,10 @@ where
             if rc != 0 {
                 let e = io::Error::last_os_error();
                 return Err(if e.kind() == io::ErrorKind::PermissionDenied {
-                    InspectError::Privilege { what: format!("entering {what}"), capability: "CAP_SYS_ADMIN" }
+                    InspectError::Privilege {
+                        what: format!("entering {what}"),
+                        capability: "CAP_SYS_ADMIN",
+                    }
                 } else {
                     InspectError::io(format!("entering {what}"), e)
                 });

@@ -53,12 +53,18 @@ pub fn exists(pid: u32) -> bool {
 
 /// The process name (`/proc/PID/comm`), or "?" if it cannot be read.
 pub fn comm(pid: u32) -> String {
-    fs::read_to_string(proc_path(pid, "comm")).map(|s| s.trim_end().to_string()).unwrap_or_else(|_| "?".into())
+    fs::read_to_string(proc_path(pid, "comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// Parse the inode out of a link target like `socket:[12345]` or `net:[4026531840]`.
 pub fn bracket_inode(link: &str, prefix: &str) -> Option<u64> {
-    link.strip_prefix(prefix)?.strip_prefix(":[")?.strip_suffix(']')?.parse().ok()
+    link.strip_prefix(prefix)?
+        .strip_prefix(":[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// The inode of the process's network namespace.
@@ -79,9 +85,17 @@ pub fn socket_fds(pid: u32) -> Result<HashMap<u64, Vec<i32>>, ProcError> {
     let mut out: HashMap<u64, Vec<i32>> = HashMap::new();
     for entry in dir {
         let Ok(entry) = entry else { continue };
-        let Some(fd) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
         // An fd closed between readdir and readlink simply is not there any more.
-        let Ok(target) = fs::read_link(entry.path()) else { continue };
+        let Ok(target) = fs::read_link(entry.path()) else {
+            continue;
+        };
         if let Some(inode) = bracket_inode(&target.to_string_lossy(), "socket") {
             out.entry(inode).or_default().push(fd);
         }

@@ -26,7 +26,9 @@ pub struct RouteLookup {
 impl RouteLookup {
     /// Open in the calling thread's network namespace.
     pub fn open() -> Result<Self> {
-        Ok(RouteLookup { nl: Netlink::open(libc::NETLINK_ROUTE)? })
+        Ok(RouteLookup {
+            nl: Netlink::open(libc::NETLINK_ROUTE)?,
+        })
     }
 
     /// The rto_min / quickack metrics of the route to `dst`; None if the route sets neither.

@@ -57,7 +57,10 @@ enum NsHandle {
 /// Scan and build the report.
 pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     let mut notes = Vec::new();
-    let mut access = Access { cap_sys_ptrace: procfs::has_cap_sys_ptrace(), ..Access::default() };
+    let mut access = Access {
+        cap_sys_ptrace: procfs::has_cap_sys_ptrace(),
+        ..Access::default()
+    };
     let own_ns = procfs::own_netns().unwrap_or(0);
 
     // 1. Processes and their socket fds.
@@ -78,7 +81,12 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
         }
         let read = procfs::netns(pid).and_then(|ns| procfs::socket_fds(pid).map(|s| (ns, s)));
         match read {
-            Ok((netns, sockets)) => procs.push(Proc { pid, comm: procfs::comm(pid), netns, sockets }),
+            Ok((netns, sockets)) => procs.push(Proc {
+                pid,
+                comm: procfs::comm(pid),
+                netns,
+                sockets,
+            }),
             Err(ProcError::Gone) => {
                 if let Selection::Pid(p) = selection {
                     return Err(InspectError::NoSuchProcess(p));
@@ -100,7 +108,11 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     for p in &procs {
         for (inode, fds) in &p.sockets {
             for &fd in fds {
-                owners.entry(*inode).or_default().push(Owner { pid: p.pid, comm: p.comm.clone(), fd });
+                owners.entry(*inode).or_default().push(Owner {
+                    pid: p.pid,
+                    comm: p.comm.clone(),
+                    fd,
+                });
             }
         }
     }
@@ -120,7 +132,14 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
         if p.sockets.is_empty() || !seen_ns.insert(p.netns) {
             continue;
         }
-        namespaces.push((p.netns, if p.netns == own_ns { NsHandle::Own } else { NsHandle::Pid(p.pid) }));
+        namespaces.push((
+            p.netns,
+            if p.netns == own_ns {
+                NsHandle::Own
+            } else {
+                NsHandle::Pid(p.pid)
+            },
+        ));
     }
 
     let mut listed: Vec<(u64, Vec<DiagSocket>)> = Vec::new();
@@ -137,18 +156,28 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     // created in another namespace (a thread that called setns, a socket passed over a unix
     // socket). Ask the socket itself for its namespace (SIOCGSKNS) and list that one too.
     if access.cap_sys_ptrace {
-        let found: HashSet<u64> = listed.iter().flat_map(|(_, v)| v.iter().map(|s| s.inode)).collect();
+        let found: HashSet<u64> = listed
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|s| s.inode))
+            .collect();
         let mut extra: Vec<(u64, std::fs::File)> = Vec::new();
         let mut pidfds: HashMap<u32, Option<Pidfd>> = HashMap::new();
         for p in &procs {
             for (inode, fds) in &p.sockets {
-                if found.contains(inode) || wanted_inodes.as_ref().is_some_and(|w| !w.contains(inode)) {
+                if found.contains(inode)
+                    || wanted_inodes.as_ref().is_some_and(|w| !w.contains(inode))
+                {
                     continue;
                 }
-                let Some(pidfd) = pidfds.entry(p.pid).or_insert_with(|| Pidfd::open(p.pid).ok()) else {
+                let Some(pidfd) = pidfds
+                    .entry(p.pid)
+                    .or_insert_with(|| Pidfd::open(p.pid).ok())
+                else {
                     continue;
                 };
-                let Ok(dup) = pidfd.get_fd(fds[0]) else { continue };
+                let Ok(dup) = pidfd.get_fd(fds[0]) else {
+                    continue;
+                };
                 if let Some((_, nsfile)) = sockopt::inet_socket_netns(&dup)
                     && let Some(ino) = sockopt::file_inode(&nsfile)
                     && seen_ns.insert(ino)
@@ -179,7 +208,11 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             if !keep {
                 continue;
             }
-            let mut o = if s.inode != 0 { owners.get(&s.inode).cloned().unwrap_or_default() } else { Vec::new() };
+            let mut o = if s.inode != 0 {
+                owners.get(&s.inode).cloned().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             o.sort_by_key(|x| (x.pid, x.fd));
             rows.push(row_from(s, *ns, *ns == own_ns, o));
         }
@@ -190,10 +223,16 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     let mut gone_pids = BTreeSet::new();
     let mut denied = 0u32;
     for row in &mut rows {
-        let proto = if row.proto == "tcp" { diag::Proto::Tcp } else { diag::Proto::Udp };
+        let proto = if row.proto == "tcp" {
+            diag::Proto::Tcp
+        } else {
+            diag::Proto::Udp
+        };
         let mut first_err = None;
         for owner in &row.owners {
-            let pidfd = pidfds.entry(owner.pid).or_insert_with(|| Pidfd::open(owner.pid));
+            let pidfd = pidfds
+                .entry(owner.pid)
+                .or_insert_with(|| Pidfd::open(owner.pid));
             let res = match pidfd {
                 Ok(p) => sockopt::read_remote(p, owner.fd, row.inode, proto),
                 Err(e) => Err(e.clone()),
@@ -222,7 +261,10 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     for (pid, comm) in gone_pids {
         notes.push(format!("pid {pid} ({comm}) exited during the scan; its sockets are shown as the kernel last listed them"));
     }
-    let closed = rows.iter().filter(|r| r.options_error.as_deref() == Some(&OptError::SocketGone.to_string())).count();
+    let closed = rows
+        .iter()
+        .filter(|r| r.options_error.as_deref() == Some(&OptError::SocketGone.to_string()))
+        .count();
     if closed > 0 {
         notes.push(format!("{closed} socket(s) closed during the scan; shown as the kernel last listed them, without options"));
     }
@@ -231,12 +273,17 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     add_route_limits(&mut rows, &listed);
 
     // 7. Findings, with the other end of loopback / same-host connections when we saw it.
-    let index: HashMap<(u64, &str, &str), usize> =
-        rows.iter().enumerate().map(|(i, r)| ((r.netns, r.local.as_str(), r.remote.as_str()), i)).collect();
+    let index: HashMap<(u64, &str, &str), usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.netns, r.local.as_str(), r.remote.as_str()), i))
+        .collect();
     let found: Vec<_> = rows
         .iter()
         .map(|r| {
-            let peer = index.get(&(r.netns, r.remote.as_str(), r.local.as_str())).map(|&i| &rows[i]);
+            let peer = index
+                .get(&(r.netns, r.remote.as_str(), r.local.as_str()))
+                .map(|&i| &rows[i]);
             findings::for_socket(r, peer)
         })
         .collect();
@@ -244,23 +291,39 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
         r.findings = f;
     }
     rows.sort_by(|a, b| {
-        let ka = a.owners.first().map(|o| (o.pid, o.fd)).unwrap_or((u32::MAX, i32::MAX));
-        let kb = b.owners.first().map(|o| (o.pid, o.fd)).unwrap_or((u32::MAX, i32::MAX));
-        ka.cmp(&kb).then_with(|| a.proto.cmp(&b.proto)).then_with(|| a.local.cmp(&b.local))
+        let ka = a
+            .owners
+            .first()
+            .map(|o| (o.pid, o.fd))
+            .unwrap_or((u32::MAX, i32::MAX));
+        let kb = b
+            .owners
+            .first()
+            .map(|o| (o.pid, o.fd))
+            .unwrap_or((u32::MAX, i32::MAX));
+        ka.cmp(&kb)
+            .then_with(|| a.proto.cmp(&b.proto))
+            .then_with(|| a.local.cmp(&b.local))
     });
 
     // 8. Say what is missing, and why.
-    if denied > 0 || (!access.cap_sys_ptrace && rows.iter().any(|r| r.options.is_none() && !r.owners.is_empty())) {
+    let without_options = rows.iter().filter(|r| r.options.is_none()).count();
+    if without_options > 0 && (denied > 0 || !access.cap_sys_ptrace) {
         access.missing.push(format!(
-            "options (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_SNDBUF/SO_RCVBUF, TCP_NOTSENT_LOWAT, keep-alive, busy-poll) of {} socket(s): \
-             they are read from a duplicate of the owner's fd (pidfd_getfd), which needs CAP_SYS_PTRACE for processes with other credentials or more capabilities",
-            rows.iter().filter(|r| r.options.is_none() && !r.owners.is_empty()).count()
+            "options (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_SNDBUF/SO_RCVBUF, TCP_NOTSENT_LOWAT, congestion control, keep-alive, busy-poll) \
+             of {without_options} socket(s): they are read from a duplicate of the owner's fd (pidfd_getfd), which needs CAP_SYS_PTRACE \
+             for processes with other credentials or more capabilities than latscope"
         ));
     }
     if access.processes_unreadable > 0 {
+        let why = if access.cap_sys_ptrace {
+            "they live in a more privileged user namespace"
+        } else {
+            "/proc/PID/fd and /proc/PID/ns need ptrace read access (CAP_SYS_PTRACE)"
+        };
         access.missing.push(format!(
-            "owning process and fd for sockets of {} process(es): /proc/PID/fd needs ptrace read access (CAP_SYS_PTRACE); \
-             sock_diag still lists their sockets with state, addresses, uid and tcp_info",
+            "owning process and fd for sockets of {} process(es) whose /proc entries could not be read: {why}; \
+             sock_diag still lists their sockets (state, addresses, uid, tcp_info) in namespaces latscope can see",
             access.processes_unreadable
         ));
     }
@@ -277,14 +340,22 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
         );
     }
 
-    Ok(SocketsReport { meta, selection: selection.describe(), access, sockets: rows, notes })
+    Ok(SocketsReport {
+        meta,
+        selection: selection.describe(),
+        access,
+        sockets: rows,
+        notes,
+    })
 }
 
 fn dump_ns(handle: NsHandle) -> Result<Vec<DiagSocket>> {
     match handle {
         NsHandle::Own => diag::dump_all(),
         NsHandle::Pid(pid) => netns::run_in_netns_of(pid, diag::dump_all),
-        NsHandle::File(f) => netns::run_in_netns(f, "a socket's network namespace".into(), diag::dump_all),
+        NsHandle::File(f) => {
+            netns::run_in_netns(f, "a socket's network namespace".into(), diag::dump_all)
+        }
     }
 }
 
@@ -323,14 +394,20 @@ fn row_from(s: &DiagSocket, netns: u64, own: bool, owners: Vec<Owner>) -> Socket
 fn add_route_limits(rows: &mut [SocketRow], listed: &[(u64, Vec<DiagSocket>)]) {
     // Remote addresses per namespace, with a process to enter it by (the first owner).
     let mut by_ns: HashMap<u64, (Option<u32>, bool, BTreeSet<std::net::IpAddr>)> = HashMap::new();
-    let remotes: HashMap<u64, SocketAddr> =
-        listed.iter().flat_map(|(_, v)| v.iter().map(|s| (s.inode, s.remote))).collect();
+    let remotes: HashMap<u64, SocketAddr> = listed
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|s| (s.inode, s.remote)))
+        .collect();
     for r in rows.iter() {
         if r.proto != "tcp" || r.state != "ESTAB" || r.inode == 0 {
             continue;
         }
-        let Some(remote) = remotes.get(&r.inode) else { continue };
-        let e = by_ns.entry(r.netns).or_insert((None, r.netns_is_own, BTreeSet::new()));
+        let Some(remote) = remotes.get(&r.inode) else {
+            continue;
+        };
+        let e = by_ns
+            .entry(r.netns)
+            .or_insert((None, r.netns_is_own, BTreeSet::new()));
         if e.0.is_none() {
             e.0 = r.owners.first().map(|o| o.pid);
         }
@@ -341,7 +418,10 @@ fn add_route_limits(rows: &mut [SocketRow], listed: &[(u64, Vec<DiagSocket>)]) {
         let ips: Vec<_> = ips.into_iter().collect();
         let lookup = move || -> Result<Vec<(std::net::IpAddr, Option<RouteLimits>)>> {
             let mut rl = route::RouteLookup::open()?;
-            Ok(ips.iter().map(|ip| (*ip, rl.limits(*ip).ok().flatten())).collect())
+            Ok(ips
+                .iter()
+                .map(|ip| (*ip, rl.limits(*ip).ok().flatten()))
+                .collect())
         };
         let res = if own {
             lookup()

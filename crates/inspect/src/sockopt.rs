@@ -31,7 +31,9 @@ impl std::fmt::Display for OptError {
         match self {
             OptError::ProcessGone => f.write_str("the process exited during the scan"),
             OptError::SocketGone => f.write_str("the socket was closed during the scan"),
-            OptError::Denied => f.write_str("not permitted to duplicate the fd (needs CAP_SYS_PTRACE)"),
+            OptError::Denied => {
+                f.write_str("not permitted to duplicate the fd (needs CAP_SYS_PTRACE)")
+            }
             OptError::Unsupported => f.write_str("pidfd_getfd is not available (Linux 5.6+)"),
             OptError::Other(m) => f.write_str(m),
         }
@@ -46,7 +48,8 @@ impl Pidfd {
     /// pidfd_open(pid, 0).
     pub fn open(pid: u32) -> Result<Self, OptError> {
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
+        let fd =
+            unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
         if fd < 0 {
             let e = io::Error::last_os_error();
             return Err(match e.raw_os_error() {
@@ -63,7 +66,14 @@ impl Pidfd {
     /// Duplicate the process's `fd` into this process (closed when the result drops).
     pub fn get_fd(&self, fd: i32) -> Result<OwnedFd, OptError> {
         // SAFETY: pidfd_getfd(pidfd, targetfd, flags) returns a new fd (O_CLOEXEC) or -1.
-        let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, self.0.as_raw_fd(), fd, 0 as libc::c_uint) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_getfd,
+                self.0.as_raw_fd(),
+                fd,
+                0 as libc::c_uint,
+            )
+        };
         if r < 0 {
             let e = io::Error::last_os_error();
             return Err(match e.raw_os_error() {
@@ -128,7 +138,10 @@ pub fn inet_socket_netns(fd: &OwnedFd) -> Option<(i32, std::fs::File)> {
         return None;
     }
     // SAFETY: a fresh fd returned by the kernel, owned from here on.
-    Some((domain, std::fs::File::from(unsafe { OwnedFd::from_raw_fd(ns) })))
+    Some((
+        domain,
+        std::fs::File::from(unsafe { OwnedFd::from_raw_fd(ns) }),
+    ))
 }
 
 /// The inode of a namespace fd (what `/proc/PID/ns/net` shows in brackets).
@@ -154,9 +167,8 @@ pub fn read_options(fd: RawFd, proto: Proto) -> SocketOptions {
         o.nodelay = flag(tcp, libc::TCP_NODELAY);
         o.cork = flag(tcp, libc::TCP_CORK);
         o.quickack_now = flag(tcp, libc::TCP_QUICKACK);
-        // The kernel reports UINT_MAX (as an int: -1) when TCP_NOTSENT_LOWAT is unset; the
-        // sysctl net.ipv4.tcp_notsent_lowat then applies (also UINT_MAX by default).
-        o.notsent_lowat = get_int(fd, tcp, libc::TCP_NOTSENT_LOWAT).and_then(|v| u32::try_from(v).ok());
+        // 0 when not set on the socket: the sysctl net.ipv4.tcp_notsent_lowat applies.
+        o.notsent_lowat = get_int(fd, tcp, libc::TCP_NOTSENT_LOWAT).map(|v| v as u32);
         o.congestion = get_string(fd, tcp, libc::TCP_CONGESTION);
         o.user_timeout_ms = uint(tcp, libc::TCP_USER_TIMEOUT);
         o.maxseg = uint(tcp, libc::TCP_MAXSEG);
@@ -171,7 +183,12 @@ pub fn read_options(fd: RawFd, proto: Proto) -> SocketOptions {
 
 /// Duplicate `fd` of the process behind `pidfd`, check it is still socket `inode`, read its
 /// options, and close the duplicate.
-pub fn read_remote(pidfd: &Pidfd, fd: i32, inode: u64, proto: Proto) -> Result<SocketOptions, OptError> {
+pub fn read_remote(
+    pidfd: &Pidfd,
+    fd: i32,
+    inode: u64,
+    proto: Proto,
+) -> Result<SocketOptions, OptError> {
     let dup = pidfd.get_fd(fd)?;
     if inode_of(&dup) != Some(inode) {
         // The fd number was closed and reused for something else.
@@ -200,7 +217,10 @@ mod tests {
         assert_eq!(o.nodelay, Some(true));
         assert_eq!(o.cork, Some(false));
         assert!(o.congestion.is_some());
-        assert_eq!(read_remote(&pidfd, c.as_raw_fd(), ino + 1, Proto::Tcp), Err(OptError::SocketGone));
+        assert_eq!(
+            read_remote(&pidfd, c.as_raw_fd(), ino + 1, Proto::Tcp),
+            Err(OptError::SocketGone)
+        );
         assert_eq!(pidfd.get_fd(100_000).err(), Some(OptError::SocketGone));
     }
 }

@@ -41,7 +41,8 @@ mod off {
 pub const MIN_LEN: usize = 104;
 
 fn u32_opt(b: &[u8], o: usize) -> Option<u32> {
-    b.get(o..o + 4).map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(o..o + 4)
+        .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 fn u64_opt(b: &[u8], o: usize) -> Option<u64> {
@@ -79,8 +80,15 @@ pub fn parse(b: &[u8]) -> Option<TcpStats> {
         retrans: u(off::RETRANS),
         total_retrans: u(off::TOTAL_RETRANS),
         notsent_bytes: u32_opt(b, off::NOTSENT_BYTES),
-        delivery_rate_bps: u64_opt(b, off::DELIVERY_RATE).map(|bytes_per_s| bytes_per_s.saturating_mul(8)),
-        pacing_rate_bps: u64_opt(b, off::PACING_RATE).map(|r| if r == u64::MAX { r } else { r.saturating_mul(8) }),
+        delivery_rate_bps: u64_opt(b, off::DELIVERY_RATE)
+            .map(|bytes_per_s| bytes_per_s.saturating_mul(8)),
+        pacing_rate_bps: u64_opt(b, off::PACING_RATE).map(|r| {
+            if r == u64::MAX {
+                r
+            } else {
+                r.saturating_mul(8)
+            }
+        }),
         bytes_acked: u64_opt(b, off::BYTES_ACKED),
         bytes_received: u64_opt(b, off::BYTES_RECEIVED),
         data_segs_in: u32_opt(b, off::DATA_SEGS_IN),

@@ -97,7 +97,9 @@ pub fn parse_format(text: &str) -> Option<Layout> {
     let mut l = Layout::default();
     let mut found = 0;
     for line in text.lines() {
-        let Some(rest) = line.trim().strip_prefix("field:") else { continue };
+        let Some(rest) = line.trim().strip_prefix("field:") else {
+            continue;
+        };
         let mut parts = rest.split(';');
         let decl = parts.next()?.trim();
         let name = decl.rsplit([' ', '*']).next()?.trim();
@@ -121,6 +123,7 @@ pub fn parse_format(text: &str) -> Option<Layout> {
 pub struct RawCall {
     pub pid: u32,
     pub tid: u32,
+    /// CLOCK_MONOTONIC at the call; [`Watcher::poll`] converts it to Unix time.
     pub time_unix_ns: u64,
     pub fd: i32,
     pub level: i32,
@@ -151,11 +154,16 @@ pub struct Watcher {
     layout: Layout,
     lost: u64,
     mounted: Option<PathBuf>,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns.
+    wall_offset_ns: i128,
 }
 
 impl std::fmt::Debug for Watcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watcher").field("cpus", &self.rings.len()).field("lost", &self.lost).finish()
+        f.debug_struct("Watcher")
+            .field("cpus", &self.rings.len())
+            .field("lost", &self.lost)
+            .finish()
     }
 }
 
@@ -182,18 +190,43 @@ fn tracefs() -> Result<(PathBuf, bool)> {
     }
     let target = c"/sys/kernel/tracing";
     // SAFETY: mount(2) with static C strings; a failure is reported below.
-    let rc = unsafe { libc::mount(c"tracefs".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null()) };
+    let rc = unsafe {
+        libc::mount(
+            c"tracefs".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
     if rc == 0 && Path::new("/sys/kernel/tracing").join(EVENT_DIR).exists() {
         return Ok((PathBuf::from("/sys/kernel/tracing"), true));
     }
     let e = io::Error::last_os_error();
     if rc != 0 && e.kind() == io::ErrorKind::PermissionDenied {
-        return Err(InspectError::Privilege { what: "mounting tracefs to find the setsockopt tracepoint".into(), capability: "CAP_SYS_ADMIN" });
+        return Err(InspectError::Privilege {
+            what: "mounting tracefs to find the setsockopt tracepoint".into(),
+            capability: "CAP_SYS_ADMIN",
+        });
     }
     Err(InspectError::Unsupported {
         what: "the syscalls:sys_enter_setsockopt tracepoint".into(),
         detail: "no tracefs with syscall events (needs CONFIG_FTRACE_SYSCALLS)".into(),
     })
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
+fn wall_offset_ns() -> i128 {
+    clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 fn online_cpus() -> Vec<i32> {
@@ -210,7 +243,9 @@ fn online_cpus() -> Vec<i32> {
         }
     }
     if cpus.is_empty() {
-        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let n = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         cpus.extend(0..n as i32);
     }
     cpus
@@ -221,13 +256,22 @@ impl Watcher {
     pub fn open() -> Result<Self> {
         let (root, mounted) = tracefs()?;
         let mounted = mounted.then(|| root.clone());
-        let mut w = Watcher { rings: Vec::new(), layout: Layout::default(), lost: 0, mounted };
+        let mut w = Watcher {
+            rings: Vec::new(),
+            layout: Layout::default(),
+            lost: 0,
+            mounted,
+            wall_offset_ns: wall_offset_ns(),
+        };
         let dir = root.join(EVENT_DIR);
         let id: u64 = fs::read_to_string(dir.join("id"))
             .map_err(|e| InspectError::io(format!("reading {}/id", dir.display()), e))?
             .trim()
             .parse()
-            .map_err(|_| InspectError::Malformed { what: "tracepoint id".into(), detail: "not a number".into() })?;
+            .map_err(|_| InspectError::Malformed {
+                what: "tracepoint id".into(),
+                detail: "not a number".into(),
+            })?;
         let format = fs::read_to_string(dir.join("format"))
             .map_err(|e| InspectError::io(format!("reading {}/format", dir.display()), e))?;
         w.layout = parse_format(&format).ok_or_else(|| InspectError::Malformed {
@@ -249,14 +293,24 @@ impl Watcher {
 
     /// Wait up to `timeout_ms` for calls, and return those that arrived, oldest first.
     pub fn poll(&mut self, timeout_ms: i32) -> Vec<RawCall> {
-        let mut fds: Vec<libc::pollfd> =
-            self.rings.iter().map(|r| libc::pollfd { fd: r.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+        let mut fds: Vec<libc::pollfd> = self
+            .rings
+            .iter()
+            .map(|r| libc::pollfd {
+                fd: r.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
         // SAFETY: fds is a valid array of fds.len() pollfd structs.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         let mut out = Vec::new();
         for i in 0..self.rings.len() {
             let lost = drain(&self.rings[i], &self.layout, &mut out);
             self.lost += lost;
+        }
+        for c in &mut out {
+            c.time_unix_ns = (i128::from(c.time_unix_ns) + self.wall_offset_ns).max(0) as u64;
         }
         out.sort_by_key(|c| c.time_unix_ns);
         out
@@ -272,7 +326,9 @@ fn open_cpu(id: u64, cpu: i32, page: usize) -> Result<CpuRing> {
         sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW,
         flags: FLAG_DISABLED | FLAG_USE_CLOCKID,
         wakeup_events: 1,
-        clockid: libc::CLOCK_REALTIME,
+        // CLOCK_REALTIME is refused for tracepoints (not NMI-safe); MONOTONIC is converted to
+        // wall-clock time with an offset taken at start.
+        clockid: libc::CLOCK_MONOTONIC,
         ..PerfEventAttr::default()
     };
     if let Some(sp) = PERF_REG_SP {
@@ -283,13 +339,21 @@ fn open_cpu(id: u64, cpu: i32, page: usize) -> Result<CpuRing> {
     // SAFETY: attr is a valid perf_event_attr of the size it declares; pid -1 + cpu = every
     // process on that CPU; no group.
     let fd = unsafe {
-        libc::syscall(libc::SYS_perf_event_open, &raw const attr, -1 as libc::pid_t, cpu, -1 as libc::c_int, PERF_FLAG_FD_CLOEXEC)
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &raw const attr,
+            -1 as libc::pid_t,
+            cpu,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
     };
     if fd < 0 {
         let e = io::Error::last_os_error();
         return Err(match e.raw_os_error() {
             Some(libc::EACCES) | Some(libc::EPERM) => InspectError::Privilege {
-                what: "attaching to the syscalls:sys_enter_setsockopt tracepoint (perf_event_open)".into(),
+                what: "attaching to the syscalls:sys_enter_setsockopt tracepoint (perf_event_open)"
+                    .into(),
                 capability: "CAP_PERFMON (or CAP_SYS_ADMIN)",
             },
             _ => InspectError::io(format!("perf_event_open on CPU {cpu}"), e),
@@ -299,19 +363,43 @@ fn open_cpu(id: u64, cpu: i32, page: usize) -> Result<CpuRing> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let len = page * (1 + RING_PAGES);
     // SAFETY: mapping the perf ring buffer of a valid perf fd, read/write as perf requires.
-    let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
     if base == libc::MAP_FAILED {
-        return Err(InspectError::io("mapping the perf ring buffer", io::Error::last_os_error()));
+        return Err(InspectError::io(
+            "mapping the perf ring buffer",
+            io::Error::last_os_error(),
+        ));
     }
-    let ring = CpuRing { fd, base: base.cast(), len, page };
+    let ring = CpuRing {
+        fd,
+        base: base.cast(),
+        len,
+        page,
+    };
     // Only the levels we care about reach user space; a kernel that rejects the filter just
     // sends everything, and we filter below.
     let filter = c"level == 1 || level == 6 || level == 17";
     // SAFETY: SET_FILTER takes a NUL-terminated string; ENABLE takes no argument.
     unsafe {
-        libc::ioctl(ring.fd.as_raw_fd(), PERF_EVENT_IOC_SET_FILTER as _, filter.as_ptr());
+        libc::ioctl(
+            ring.fd.as_raw_fd(),
+            PERF_EVENT_IOC_SET_FILTER as _,
+            filter.as_ptr(),
+        );
         if libc::ioctl(ring.fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) != 0 {
-            return Err(InspectError::io("enabling the perf event", io::Error::last_os_error()));
+            return Err(InspectError::io(
+                "enabling the perf event",
+                io::Error::last_os_error(),
+            ));
         }
     }
     Ok(ring)
@@ -323,7 +411,10 @@ fn drain(ring: &CpuRing, layout: &Layout, out: &mut Vec<RawCall>) -> u64 {
     // SAFETY: the first page of the mapping is struct perf_event_mmap_page; data_head is at
     // offset 1024 and data_tail at 1032, both 8-byte aligned u64 that the kernel and we share.
     let (head_ptr, tail_ptr) = unsafe {
-        (&*(ring.base.add(1024) as *const AtomicU64), &*(ring.base.add(1032) as *const AtomicU64))
+        (
+            &*(ring.base.add(1024) as *const AtomicU64),
+            &*(ring.base.add(1032) as *const AtomicU64),
+        )
     };
     let head = head_ptr.load(Ordering::Acquire);
     let mut tail = tail_ptr.load(Ordering::Relaxed);
@@ -406,7 +497,10 @@ pub fn parse_sample(rec: &[u8], layout: &Layout) -> Option<RawCall> {
         off += 8;
         if size > 0 {
             let bytes = rec.get(off..off + size)?;
-            let dyn_size = rd64(rec, off + size).map(|d| d as usize).unwrap_or(size).min(size);
+            let dyn_size = rd64(rec, off + size)
+                .map(|d| d as usize)
+                .unwrap_or(size)
+                .min(size);
             if let Some(sp) = sp {
                 call.stack = Some((sp, bytes[..dyn_size].to_vec()));
             }
@@ -479,8 +573,14 @@ fn decode(kind: Kind, b: &[u8]) -> Option<String> {
 /// Read `len` bytes at `addr` in process `pid` (process_vm_readv; needs ptrace attach access).
 fn read_process_memory(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; len];
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len };
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    };
     // SAFETY: local points into buf (len bytes); remote is only read by the kernel, in the
     // other process, with its own checks.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
@@ -500,7 +600,10 @@ pub fn to_event(call: &RawCall) -> Option<SetsockoptEvent> {
         });
         let (bytes, src) = match from_stack {
             Some(b) => (Some(b), "stack snapshot at the call"),
-            None => (read_process_memory(call.pid, call.optval, len), "process memory after the call"),
+            None => (
+                read_process_memory(call.pid, call.optval, len),
+                "process memory after the call",
+            ),
         };
         if let Some(b) = bytes {
             value = decode(kind, &b);
@@ -543,7 +646,16 @@ mod tests {
     #[test]
     fn parses_format() {
         let l = parse_format(FORMAT).expect("layout");
-        assert_eq!(l, Layout { fd: 16, level: 24, optname: 32, optval: 40, optlen: 48 });
+        assert_eq!(
+            l,
+            Layout {
+                fd: 16,
+                level: 24,
+                optname: 32,
+                optval: 40,
+                optlen: 48
+            }
+        );
         assert!(parse_format("field:int fd;\toffset:16;\tsize:8;").is_none());
     }
 
@@ -572,12 +684,18 @@ mod tests {
             rec.extend_from_slice(&32u64.to_ne_bytes());
         }
         let c = parse_sample(&rec, &layout).expect("sample");
-        assert_eq!((c.pid, c.tid, c.fd, c.level, c.optname, c.optlen), (42, 43, 5, 6, 1, 4));
+        assert_eq!(
+            (c.pid, c.tid, c.fd, c.level, c.optname, c.optlen),
+            (42, 43, 5, 6, 1, 4)
+        );
         if PERF_REG_SP.is_some() {
             let e = to_event(&c).expect("event");
             assert_eq!(e.option, "TCP_NODELAY");
             assert_eq!(e.value.as_deref(), Some("1"));
-            assert_eq!(e.value_source.as_deref(), Some("stack snapshot at the call"));
+            assert_eq!(
+                e.value_source.as_deref(),
+                Some("stack snapshot at the call")
+            );
             assert_eq!(e.unix_ms, 1_700_000_000_000);
         }
     }

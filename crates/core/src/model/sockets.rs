@@ -91,7 +91,8 @@ pub struct SocketOptions {
     /// for bookkeeping overhead).
     pub sndbuf: Option<u32>,
     pub rcvbuf: Option<u32>,
-    /// TCP_NOTSENT_LOWAT in bytes; None when unset (the kernel reports UINT_MAX… as "off").
+    /// TCP_NOTSENT_LOWAT in bytes as getsockopt returns it: 0 = not set on the socket (the sysctl
+    /// net.ipv4.tcp_notsent_lowat applies, by default UINT_MAX = no limit).
     pub notsent_lowat: Option<u32>,
     /// TCP_CONGESTION.
     pub congestion: Option<String>,

@@ -2,6 +2,7 @@
 
 mod connect;
 mod rr;
+mod sockets;
 pub mod table;
 
 use std::io::{self, Write};
