@@ -14,13 +14,14 @@
 //! works wherever perf tracepoints are allowed (CAP_PERFMON or CAP_SYS_ADMIN), and the stack
 //! snapshot gives the same exactness bpf_probe_read_user would for the common case.
 //!
-//! Everything is detached when the [`Watcher`] drops (fds closed, buffers unmapped, and tracefs
-//! unmounted again if we mounted it).
+//! Everything is detached when the [`Watcher`] drops (fds closed, buffers unmapped). When tracefs
+//! is not mounted, it is mounted only inside a private mount namespace of a short-lived helper
+//! thread, to read the tracepoint's id and format: the system's mounts are never changed.
 
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use latscope_core::model::sockets::SetsockoptEvent;
@@ -153,7 +154,6 @@ pub struct Watcher {
     rings: Vec<CpuRing>,
     layout: Layout,
     lost: u64,
-    mounted: Option<PathBuf>,
     /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns.
     wall_offset_ns: i128,
 }
@@ -169,50 +169,95 @@ impl std::fmt::Debug for Watcher {
 
 impl Drop for Watcher {
     fn drop(&mut self) {
+        // Closing the perf fds detaches from the tracepoint; unmapping frees the rings.
         self.rings.clear();
-        if let Some(p) = self.mounted.take()
-            && let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
-        {
-            // SAFETY: unmounting the tracefs we mounted ourselves; failure (busy) is harmless.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
     }
 }
 
 const EVENT_DIR: &str = "events/syscalls/sys_enter_setsockopt";
 
-/// Find tracefs (mounting it at /sys/kernel/tracing if nothing is mounted; returns whether we did).
-fn tracefs() -> Result<(PathBuf, bool)> {
+fn read_event_files(root: &Path) -> Result<(u64, String)> {
+    let dir = root.join(EVENT_DIR);
+    let id = fs::read_to_string(dir.join("id"))
+        .map_err(|e| InspectError::io(format!("reading {}/id", dir.display()), e))?
+        .trim()
+        .parse()
+        .map_err(|_| InspectError::Malformed {
+            what: "tracepoint id".into(),
+            detail: "not a number".into(),
+        })?;
+    let format = fs::read_to_string(dir.join("format"))
+        .map_err(|e| InspectError::io(format!("reading {}/format", dir.display()), e))?;
+    Ok((id, format))
+}
+
+/// The setsockopt tracepoint's id and format. From a mounted tracefs if there is one; otherwise
+/// a helper thread unshares its mount namespace (CLONE_NEWNS; needs CAP_SYS_ADMIN), makes it
+/// private, mounts tracefs there and reads the two files — the mount vanishes with the thread.
+fn tracepoint_files() -> Result<(u64, String)> {
     for p in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
         if Path::new(p).join(EVENT_DIR).exists() {
-            return Ok((PathBuf::from(p), false));
+            return read_event_files(Path::new(p));
         }
     }
-    let target = c"/sys/kernel/tracing";
-    // SAFETY: mount(2) with static C strings; a failure is reported below.
-    let rc = unsafe {
-        libc::mount(
-            c"tracefs".as_ptr(),
-            target.as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc == 0 && Path::new("/sys/kernel/tracing").join(EVENT_DIR).exists() {
-        return Ok((PathBuf::from("/sys/kernel/tracing"), true));
-    }
-    let e = io::Error::last_os_error();
-    if rc != 0 && e.kind() == io::ErrorKind::PermissionDenied {
-        return Err(InspectError::Privilege {
-            what: "mounting tracefs to find the setsockopt tracepoint".into(),
-            capability: "CAP_SYS_ADMIN",
-        });
-    }
-    Err(InspectError::Unsupported {
-        what: "the syscalls:sys_enter_setsockopt tracepoint".into(),
-        detail: "no tracefs with syscall events (needs CONFIG_FTRACE_SYSCALLS)".into(),
-    })
+    let h = std::thread::Builder::new()
+        .name("tracefs-helper".into())
+        .spawn(|| -> Result<(u64, String)> {
+            let fail = |what: &str| {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::PermissionDenied {
+                    InspectError::Privilege {
+                        what: format!("{what} to reach the setsockopt tracepoint"),
+                        capability: "CAP_SYS_ADMIN",
+                    }
+                } else {
+                    InspectError::io(what, e)
+                }
+            };
+            // SAFETY: unshare(CLONE_NEWNS) only affects this helper thread (it also unshares
+            // its fs_struct); the thread ends right after reading two files.
+            if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+                return Err(fail("unsharing the mount namespace"));
+            }
+            // SAFETY: static C strings; MS_REC|MS_PRIVATE keeps our mounts from propagating.
+            if unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                )
+            } != 0
+            {
+                return Err(fail("making the private mount namespace private"));
+            }
+            // SAFETY: as above; the mount exists only in this thread's namespace.
+            if unsafe {
+                libc::mount(
+                    c"tracefs".as_ptr(),
+                    c"/sys/kernel/tracing".as_ptr(),
+                    c"tracefs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            } != 0
+            {
+                return Err(fail("mounting tracefs"));
+            }
+            if !Path::new("/sys/kernel/tracing").join(EVENT_DIR).exists() {
+                return Err(InspectError::Unsupported {
+                    what: "the syscalls:sys_enter_setsockopt tracepoint".into(),
+                    detail: "tracefs has no syscall events (needs CONFIG_FTRACE_SYSCALLS)".into(),
+                });
+            }
+            read_event_files(Path::new("/sys/kernel/tracing"))
+        })
+        .map_err(|e| InspectError::io("starting the tracefs helper thread", e))?;
+    h.join().map_err(|_| InspectError::Malformed {
+        what: "tracefs helper thread".into(),
+        detail: "it panicked".into(),
+    })?
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
@@ -254,26 +299,13 @@ fn online_cpus() -> Vec<i32> {
 impl Watcher {
     /// Attach to the tracepoint on every online CPU.
     pub fn open() -> Result<Self> {
-        let (root, mounted) = tracefs()?;
-        let mounted = mounted.then(|| root.clone());
+        let (id, format) = tracepoint_files()?;
         let mut w = Watcher {
             rings: Vec::new(),
             layout: Layout::default(),
             lost: 0,
-            mounted,
             wall_offset_ns: wall_offset_ns(),
         };
-        let dir = root.join(EVENT_DIR);
-        let id: u64 = fs::read_to_string(dir.join("id"))
-            .map_err(|e| InspectError::io(format!("reading {}/id", dir.display()), e))?
-            .trim()
-            .parse()
-            .map_err(|_| InspectError::Malformed {
-                what: "tracepoint id".into(),
-                detail: "not a number".into(),
-            })?;
-        let format = fs::read_to_string(dir.join("format"))
-            .map_err(|e| InspectError::io(format!("reading {}/format", dir.display()), e))?;
         w.layout = parse_format(&format).ok_or_else(|| InspectError::Malformed {
             what: "sys_enter_setsockopt format".into(),
             detail: "fields fd/level/optname/optval/optlen not found".into(),
