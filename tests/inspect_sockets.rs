@@ -52,6 +52,11 @@ fn known_options_are_reported_exactly() {
         unsafe { libc::setsockopt(o, TCP, libc::TCP_CONGESTION, reno.as_ptr().cast(), 4) },
         0
     );
+    // TCP_DELACK_MAX_US / TCP_RTO_MIN_US exist on newer kernels only (6.18 here).
+    // SAFETY: v outlives the call.
+    let newer = [(46, 5000), (45, 50_000)].map(|(name, v): (i32, i32)| unsafe {
+        libc::setsockopt(o, TCP, name, (&raw const v).cast(), 4) == 0
+    });
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
     setopt(udp.as_raw_fd(), SOL_SOCKET, libc::SO_RCVBUF, 20000);
 
@@ -118,6 +123,16 @@ fn known_options_are_reported_exactly() {
     assert_eq!(k["user_timeout_ms"], 3000);
     assert_eq!(k["busy_poll_us"], 50);
     assert_eq!(k["congestion"], "reno");
+    if newer[0] {
+        // The kernel keeps it in jiffies: compare with what getsockopt says here.
+        assert_eq!(k["delack_max_us"], getopt(o, TCP, 46));
+        assert!(k["delack_max_us"].as_u64().unwrap() < 200_000);
+    } else {
+        assert!(k["delack_max_us"].is_null());
+    }
+    if newer[1] {
+        assert_eq!(k["rto_min_us"], getopt(o, TCP, 45));
+    }
 
     let u = row(&report, me, udp.as_raw_fd());
     assert_eq!(u["proto"], "udp");

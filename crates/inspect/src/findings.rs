@@ -152,6 +152,28 @@ pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
             ));
         }
     }
+    // Per-socket limits that differ from the kernel defaults (TCP_RTO_MIN = 200 ms,
+    // TCP_DELACK_MAX = 200 ms in include/net/tcp.h): someone tuned them, often a BPF program.
+    if let Some(us) = opts.and_then(|o| o.delack_max_us).filter(|&u| u != 200_000) {
+        out.push(f(
+            Severity::Info,
+            "delack-max",
+            format!(
+                "delayed ACKs are capped at {} on this socket (TCP_DELACK_MAX_US)",
+                ms(us)
+            ),
+        ));
+    }
+    if let Some(us) = opts.and_then(|o| o.rto_min_us).filter(|&u| u != 200_000) {
+        out.push(f(
+            Severity::Info,
+            "rto-min",
+            format!(
+                "minimum retransmission timeout is {} on this socket (TCP_RTO_MIN_US)",
+                ms(us)
+            ),
+        ));
+    }
     if let Some(m) = row.mem.as_ref().filter(|m| m.drops > 0) {
         out.push(f(
             Severity::Warn,

@@ -332,10 +332,17 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             "sockets of {ns_denied} other network namespace(s): entering a namespace needs CAP_SYS_ADMIN"
         ));
     }
-    if rows.iter().any(|r| r.proto == "tcp") {
+    let tcp_with_options = rows
+        .iter()
+        .filter(|r| r.proto == "tcp" && r.options.is_some());
+    if tcp_with_options.clone().any(|r| {
+        r.options
+            .as_ref()
+            .is_some_and(|o| o.delack_max_us.is_none())
+    }) {
         access.missing.push(
-            "per-socket delayed-ACK / RTO limits set by BPF (TCP_BPF_DELACK_MAX, TCP_BPF_RTO_MIN via bpf_setsockopt) cannot be read from user space; \
-             tcp_info's ato/rto show their effect"
+            "per-socket delayed-ACK / minimum-RTO limits: this kernel has no TCP_DELACK_MAX_US / TCP_RTO_MIN_US, so limits set by \
+             BPF (TCP_BPF_DELACK_MAX, TCP_BPF_RTO_MIN) cannot be read from user space; tcp_info's ato and rto show their effect"
                 .into(),
         );
     }

@@ -122,6 +122,10 @@ pub fn get_string(fd: RawFd, level: i32, name: i32) -> Option<String> {
 }
 
 const SO_BUSY_POLL: i32 = 46;
+/// Newer TCP options (include/uapi/linux/tcp.h); older kernels answer ENOPROTOOPT.
+pub const TCP_RTO_MAX_MS: i32 = 44;
+pub const TCP_RTO_MIN_US: i32 = 45;
+pub const TCP_DELACK_MAX_US: i32 = 46;
 /// ioctl that returns an fd for a socket's network namespace (linux/sockios.h).
 const SIOCGSKNS: libc::c_ulong = 0x894C;
 
@@ -172,6 +176,9 @@ pub fn read_options(fd: RawFd, proto: Proto) -> SocketOptions {
         o.congestion = get_string(fd, tcp, libc::TCP_CONGESTION);
         o.user_timeout_ms = uint(tcp, libc::TCP_USER_TIMEOUT);
         o.maxseg = uint(tcp, libc::TCP_MAXSEG);
+        o.rto_min_us = uint(tcp, TCP_RTO_MIN_US);
+        o.rto_max_ms = uint(tcp, TCP_RTO_MAX_MS);
+        o.delack_max_us = uint(tcp, TCP_DELACK_MAX_US);
         if o.keepalive == Some(true) {
             o.keepidle_s = uint(tcp, libc::TCP_KEEPIDLE);
             o.keepintvl_s = uint(tcp, libc::TCP_KEEPINTVL);

@@ -107,6 +107,14 @@ pub struct SocketOptions {
     pub user_timeout_ms: Option<u32>,
     /// TCP_MAXSEG.
     pub maxseg: Option<u32>,
+    /// TCP_RTO_MIN_US: the socket's minimum retransmission timeout (default 200 ms; also what
+    /// a BPF program's TCP_BPF_RTO_MIN sets). None on kernels without the option.
+    pub rto_min_us: Option<u32>,
+    /// TCP_RTO_MAX_MS: the socket's maximum retransmission timeout (default 120 s).
+    pub rto_max_ms: Option<u32>,
+    /// TCP_DELACK_MAX_US: the longest this socket delays an ACK (default 200 ms; also what
+    /// TCP_BPF_DELACK_MAX sets). None on kernels without the option.
+    pub delack_max_us: Option<u32>,
 }
 
 /// TCP state from tcp_info (parsed at whatever length the kernel returned; fields newer than the

@@ -99,6 +99,8 @@ impl Human for SocketsReport {
                 "cc",
                 "keepalive",
                 "busy_poll",
+                "rto_min",
+                "delack_max",
             ]);
             let mut any = false;
             for (i, r) in self.sockets.iter().enumerate() {
@@ -133,6 +135,8 @@ impl Human for SocketsReport {
                             }
                         })
                         .unwrap_or_else(|| "-".into()),
+                    o.rto_min_us.map(us).unwrap_or_else(|| "-".into()),
+                    o.delack_max_us.map(us).unwrap_or_else(|| "-".into()),
                 ]);
             }
             if any {
