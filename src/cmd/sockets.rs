@@ -76,8 +76,10 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<u8> {
         }
     };
     let report = latscope_inspect::scan(selection, meta()).map_err(inspect_err)?;
-    let mut stdout = std::io::stdout().lock();
+    // Buffered: the pretty JSON of thousands of sockets is otherwise one write(2) per line.
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     render::emit(&report, args.output.format(), &mut stdout).context("writing the report")?;
+    stdout.flush().context("writing the report")?;
     let warn = report
         .sockets
         .iter()
@@ -116,6 +118,7 @@ fn watch(args: &SocketsArgs) -> anyhow::Result<u8> {
     let mut events = 0u64;
     let mut stdout = std::io::stdout().lock();
     let mut interrupted = false;
+    let mut decoder = latscope_inspect::watch::Decoder::new();
     loop {
         if stop.load(Ordering::SeqCst) {
             interrupted = true;
@@ -126,13 +129,13 @@ fn watch(args: &SocketsArgs) -> anyhow::Result<u8> {
         }
         let wait = limit
             .map(|l| l.saturating_sub(start.elapsed()))
-            .unwrap_or(Duration::from_millis(200));
-        let wait_ms = wait.min(Duration::from_millis(200)).as_millis() as i32;
+            .unwrap_or(Duration::from_millis(100));
+        let wait_ms = wait.min(Duration::from_millis(100)).as_millis() as i32;
         for call in watcher.poll(wait_ms) {
             if args.pid.is_some_and(|p| p != call.pid) {
                 continue;
             }
-            let Some(ev) = latscope_inspect::watch::to_event(&call) else {
+            let Some(ev) = decoder.event(&call) else {
                 continue;
             };
             events += 1;

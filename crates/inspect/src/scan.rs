@@ -95,9 +95,18 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             Err(ProcError::Denied) => {
                 access.processes_unreadable += 1;
                 if let Selection::Pid(p) = selection {
-                    return Err(InspectError::Privilege {
-                        what: format!("reading the fds of pid {p} (/proc/{p}/fd)"),
-                        capability: "CAP_SYS_PTRACE",
+                    let what = format!("reading the fds of pid {p} (/proc/{p}/fd)");
+                    return Err(if access.cap_sys_ptrace {
+                        // Even CAP_SYS_PTRACE does not reach into a more privileged user namespace.
+                        InspectError::io(
+                            format!("{what}: the process is in a more privileged user namespace"),
+                            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+                        )
+                    } else {
+                        InspectError::Privilege {
+                            what,
+                            capability: "CAP_SYS_PTRACE",
+                        }
                     });
                 }
             }
