@@ -162,3 +162,24 @@ fn watch_with_duration_ends_by_itself() {
     assert_eq!(v["event"], "summary");
     assert_eq!(v["report"]["interrupted"], false);
 }
+
+#[test]
+fn watch_names_a_process_that_exited_before_it_was_looked_up() {
+    let watch = Watch::start(&[]);
+    // `ip` opens a netlink socket with setsockopt(SO_SNDBUF, 32768) (iproute2's rtnl_open) and
+    // exits at once: its name can only come from the kernel's exec record.
+    let mut child = std::process::Command::new("ip")
+        .args(["link", "show", "lo"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let ev = watch
+        .wait_for(10, |e| e["pid"] == pid && e["option"] == "SO_SNDBUF")
+        .expect("--watch did not report ip's SO_SNDBUF");
+    assert_eq!(ev["comm"], "ip");
+    assert_eq!(ev["value"], "32768");
+    let (code, _) = watch.interrupt();
+    assert_eq!(code, Some(130));
+}

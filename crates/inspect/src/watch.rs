@@ -37,6 +37,7 @@ const PERF_SAMPLE_RAW: u64 = 1 << 10;
 const PERF_SAMPLE_REGS_USER: u64 = 1 << 12;
 const PERF_SAMPLE_STACK_USER: u64 = 1 << 13;
 const PERF_RECORD_LOST: u32 = 2;
+const PERF_RECORD_COMM: u32 = 3;
 const PERF_RECORD_SAMPLE: u32 = 9;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
@@ -83,6 +84,7 @@ struct PerfEventAttr {
 }
 
 const FLAG_DISABLED: u64 = 1 << 0;
+const FLAG_COMM: u64 = 1 << 9;
 const FLAG_WATERMARK: u64 = 1 << 14;
 const FLAG_USE_CLOCKID: u64 = 1 << 25;
 
@@ -136,6 +138,9 @@ pub struct RawCall {
     pub optlen: u32,
     /// (user stack pointer, bytes from it upwards) at syscall entry.
     pub stack: Option<(u64, Vec<u8>)>,
+    /// The process name, when the kernel reported it (PERF_RECORD_COMM at exec) — so that
+    /// short-lived processes are named even after they exit.
+    pub comm: Option<String>,
 }
 
 struct CpuRing {
@@ -159,6 +164,8 @@ pub struct Watcher {
     lost: u64,
     /// CLOCK_REALTIME − CLOCK_MONOTONIC, ns.
     wall_offset_ns: i128,
+    /// Process names seen in PERF_RECORD_COMM records (pid → name), bounded.
+    comms: HashMap<u32, String>,
 }
 
 impl std::fmt::Debug for Watcher {
@@ -308,6 +315,7 @@ impl Watcher {
             layout: Layout::default(),
             lost: 0,
             wall_offset_ns: wall_offset_ns(),
+            comms: HashMap::new(),
         };
         w.layout = parse_format(&format).ok_or_else(|| InspectError::Malformed {
             what: "sys_enter_setsockopt format".into(),
@@ -340,12 +348,18 @@ impl Watcher {
         // SAFETY: fds is a valid array of fds.len() pollfd structs.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         let mut out = Vec::new();
+        let mut comms = Vec::new();
         for i in 0..self.rings.len() {
-            let lost = drain(&self.rings[i], &self.layout, &mut out);
+            let lost = drain(&self.rings[i], &self.layout, &mut out, &mut comms);
             self.lost += lost;
         }
+        if self.comms.len() > 4096 {
+            self.comms.clear();
+        }
+        self.comms.extend(comms);
         for c in &mut out {
             c.time_unix_ns = (i128::from(c.time_unix_ns) + self.wall_offset_ns).max(0) as u64;
+            c.comm = self.comms.get(&c.pid).cloned();
         }
         out.sort_by_key(|c| c.time_unix_ns);
         out
@@ -361,7 +375,8 @@ fn open_cpu(id: u64, cpu: i32, page: usize) -> Result<CpuRing> {
         sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW,
         // Wake the reader when a quarter of the ring is full rather than at every call: a burst
         // of calls then costs one wake-up, and `poll` drains the rings at least every 100 ms.
-        flags: FLAG_DISABLED | FLAG_USE_CLOCKID | FLAG_WATERMARK,
+        // FLAG_COMM: also report exec()s, to name processes that exit before we look them up.
+        flags: FLAG_DISABLED | FLAG_USE_CLOCKID | FLAG_WATERMARK | FLAG_COMM,
         wakeup_events: (page * RING_PAGES / 4) as u32,
         // CLOCK_REALTIME is refused for tracepoints (not NMI-safe); MONOTONIC is converted to
         // wall-clock time with an offset taken at start.
@@ -443,7 +458,12 @@ fn open_cpu(id: u64, cpu: i32, page: usize) -> Result<CpuRing> {
 }
 
 /// Copy out every record in `ring`; returns the number of samples the kernel reported lost.
-fn drain(ring: &CpuRing, layout: &Layout, out: &mut Vec<RawCall>) -> u64 {
+fn drain(
+    ring: &CpuRing,
+    layout: &Layout,
+    out: &mut Vec<RawCall>,
+    comms: &mut Vec<(u32, String)>,
+) -> u64 {
     let data_size = ring.len - ring.page;
     // SAFETY: the first page of the mapping is struct perf_event_mmap_page; data_head is at
     // offset 1024 and data_tail at 1032, both 8-byte aligned u64 that the kernel and we share.
@@ -481,6 +501,14 @@ fn drain(ring: &CpuRing, layout: &Layout, out: &mut Vec<RawCall>) -> u64 {
                 }
             }
             PERF_RECORD_LOST if rec.len() >= 16 => lost += rd64(&rec, 8).unwrap_or(0),
+            // struct { u32 pid, tid; char comm[]; }: keep process (not thread) names.
+            PERF_RECORD_COMM if rec.len() > 8 && rd32(&rec, 0) == rd32(&rec, 4) => {
+                let name = rec[8..].split(|&c| c == 0).next().unwrap_or(&[]);
+                comms.push((
+                    rd32(&rec, 0).unwrap_or(0),
+                    String::from_utf8_lossy(name).into_owned(),
+                ));
+            }
             _ => {}
         }
         tail += size;
@@ -521,6 +549,7 @@ pub fn parse_sample(rec: &[u8], layout: &Layout) -> Option<RawCall> {
         optval: arg(layout.optval)?,
         optlen: arg(layout.optlen)? as u32,
         stack: None,
+        comm: None,
     };
     if PERF_REG_SP.is_some() {
         let abi = rd64(rec, off)?;
@@ -669,10 +698,11 @@ impl Decoder {
             }
         }
         let effective = self.read_back(call, readback, kind);
-        let comm = self
-            .procs
-            .get(&call.pid)
-            .map(|p| p.0.clone())
+        // The name at exec (from the kernel), else the one read from /proc by read_back.
+        let comm = call
+            .comm
+            .clone()
+            .or_else(|| self.procs.get(&call.pid).map(|p| p.0.clone()))
             .unwrap_or_else(|| "?".into());
         Some(SetsockoptEvent {
             event: "setsockopt".into(),
