@@ -168,6 +168,21 @@ fn json_matches_the_schema() {
 }
 
 #[test]
+fn committed_schemas_match_the_code() {
+    for kind in ["sockets", "setsockopt"] {
+        let out = latscope(&["schema", kind]);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("schema/{kind}.schema.json"));
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            committed.trim(),
+            "schema/{kind}.schema.json is stale: run `latscope schema {kind} > schema/{kind}.schema.json`"
+        );
+    }
+}
+
+#[test]
 fn socket_in_another_namespace_held_by_this_process_is_found() {
     let ns = Netns::new("t");
     let path = ns.path();

@@ -41,7 +41,8 @@ fn pct(part: Option<u64>, whole: Option<u64>) -> String {
 /// "nginx[1234]" for the first owner, "+N" for more.
 pub(crate) fn owner_text(r: &SocketRow) -> (String, String) {
     match r.owners.first() {
-        None => ("?".into(), "-".into()),
+        // No readable owner: the uid is still known from sock_diag.
+        None => (format!("uid {}", r.uid), "-".into()),
         Some(o) => {
             let more = if r.owners.len() > 1 {
                 format!(" +{}", r.owners.len() - 1)
