@@ -186,18 +186,51 @@ fn committed_schemas_match_the_code() {
 fn socket_in_another_namespace_held_by_this_process_is_found() {
     let ns = Netns::new("t");
     let path = ns.path();
+    // A local address whose route carries per-route TCP limits, as `ip route` sets them.
+    for args in [
+        &["addr", "add", "10.99.0.2/32", "dev", "lo"][..],
+        &[
+            "route",
+            "replace",
+            "local",
+            "10.99.0.2",
+            "dev",
+            "lo",
+            "table",
+            "local",
+            "rto_min",
+            "5ms",
+            "quickack",
+            "1",
+        ],
+    ] {
+        assert!(
+            Command::new("ip")
+                .arg("-n")
+                .arg(&ns.name)
+                .args(args)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
     // A helper thread enters the namespace and opens a listener and a connection there; the fds
     // stay with this process, the sockets stay in that namespace.
-    let (l, c) = std::thread::spawn(move || {
+    let (l, mut c, mut a) = std::thread::spawn(move || {
         let f = std::fs::File::open(&path).unwrap();
         // SAFETY: setns on a valid namespace fd; only this helper thread moves.
         assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = TcpListener::bind("10.99.0.2:0").unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        (l, c)
+        let (a, _) = l.accept().unwrap();
+        (l, c, a)
     })
     .join()
     .unwrap();
+    c.write_all(b"q").unwrap();
+    a.read_exact(&mut [0u8; 1]).unwrap();
+    a.write_all(b"r").unwrap();
+    c.read_exact(&mut [0u8; 1]).unwrap();
     let me = std::process::id();
     let (report, out) = latscope_json(&["sockets", "--pid", &me.to_string(), "--json"]);
     assert!(
@@ -213,6 +246,24 @@ fn socket_in_another_namespace_held_by_this_process_is_found() {
     assert_eq!(r["state"], "ESTAB");
     assert_eq!(r["netns"], inode(&ns.path()));
     assert!(r["tcp"]["rtt_us"].as_u64().is_some());
+    // The route's limits, looked up in that namespace, and the kernel applying them.
+    assert_eq!(r["route"]["rto_min_ms"], 5);
+    assert_eq!(r["route"]["quickack"], true);
+    assert!(
+        r["tcp"]["rto_us"].as_u64().unwrap() < 200_000,
+        "{}",
+        r["tcp"]
+    );
+    let rules: Vec<&str> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert!(
+        rules.contains(&"route-rto-min") && rules.contains(&"route-quickack"),
+        "{rules:?}"
+    );
 }
 
 #[test]

@@ -152,13 +152,15 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     }
 
     let mut listed: Vec<(u64, Vec<DiagSocket>)> = Vec::new();
+    let mut handles: HashMap<u64, NsHandle> = HashMap::new();
     let mut ns_denied = 0u32;
     for (ns, handle) in namespaces {
-        match dump_ns(handle) {
+        match in_ns(&handle, diag::dump_all) {
             Ok(v) => listed.push((ns, v)),
             Err(InspectError::Privilege { .. }) => ns_denied += 1,
             Err(e) => notes.push(format!("network namespace {ns}: {e}")),
         }
+        handles.insert(ns, handle);
     }
 
     // 3. Sockets held by a selected process but not found in any namespace listed so far were
@@ -196,11 +198,13 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             }
         }
         for (ns, file) in extra {
-            match dump_ns(NsHandle::File(file)) {
+            let handle = NsHandle::File(file);
+            match in_ns(&handle, diag::dump_all) {
                 Ok(v) => listed.push((ns, v)),
                 Err(InspectError::Privilege { .. }) => ns_denied += 1,
                 Err(e) => notes.push(format!("network namespace {ns}: {e}")),
             }
+            handles.insert(ns, handle);
         }
     }
 
@@ -279,7 +283,7 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     }
 
     // 6. Per-route limits for remote addresses, looked up in each socket's namespace.
-    add_route_limits(&mut rows, &listed);
+    add_route_limits(&mut rows, &listed, &handles);
 
     // 7. Findings, with the other end of loopback / same-host connections when we saw it.
     let index: HashMap<(u64, &str, &str), usize> = rows
@@ -365,12 +369,20 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     })
 }
 
-fn dump_ns(handle: NsHandle) -> Result<Vec<DiagSocket>> {
+/// Run `f` in the namespace `handle` stands for.
+fn in_ns<T, F>(handle: &NsHandle, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+{
     match handle {
-        NsHandle::Own => diag::dump_all(),
-        NsHandle::Pid(pid) => netns::run_in_netns_of(pid, diag::dump_all),
-        NsHandle::File(f) => {
-            netns::run_in_netns(f, "a socket's network namespace".into(), diag::dump_all)
+        NsHandle::Own => f(),
+        NsHandle::Pid(pid) => netns::run_in_netns_of(*pid, f),
+        NsHandle::File(file) => {
+            let file = file
+                .try_clone()
+                .map_err(|e| InspectError::io("duplicating a namespace fd", e))?;
+            netns::run_in_netns(file, "a socket's network namespace".into(), f)
         }
     }
 }
@@ -407,30 +419,30 @@ fn row_from(s: &DiagSocket, netns: u64, own: bool, owners: Vec<Owner>) -> Socket
 }
 
 /// Look up `ip route` rto_min/quickack for the remote address of each connected TCP socket.
-fn add_route_limits(rows: &mut [SocketRow], listed: &[(u64, Vec<DiagSocket>)]) {
-    // Remote addresses per namespace, with a process to enter it by (the first owner).
-    let mut by_ns: HashMap<u64, (Option<u32>, bool, BTreeSet<std::net::IpAddr>)> = HashMap::new();
+fn add_route_limits(
+    rows: &mut [SocketRow],
+    listed: &[(u64, Vec<DiagSocket>)],
+    handles: &HashMap<u64, NsHandle>,
+) {
     let remotes: HashMap<u64, SocketAddr> = listed
         .iter()
         .flat_map(|(_, v)| v.iter().map(|s| (s.inode, s.remote)))
         .collect();
+    // Remote addresses of connected TCP sockets, per namespace.
+    let mut by_ns: HashMap<u64, BTreeSet<std::net::IpAddr>> = HashMap::new();
     for r in rows.iter() {
         if r.proto != "tcp" || r.state != "ESTAB" || r.inode == 0 {
             continue;
         }
-        let Some(remote) = remotes.get(&r.inode) else {
-            continue;
-        };
-        let e = by_ns
-            .entry(r.netns)
-            .or_insert((None, r.netns_is_own, BTreeSet::new()));
-        if e.0.is_none() {
-            e.0 = r.owners.first().map(|o| o.pid);
+        if let Some(remote) = remotes.get(&r.inode) {
+            by_ns.entry(r.netns).or_default().insert(remote.ip());
         }
-        e.2.insert(remote.ip());
     }
     let mut limits: HashMap<(u64, std::net::IpAddr), RouteLimits> = HashMap::new();
-    for (ns, (pid, own, ips)) in by_ns {
+    for (ns, ips) in by_ns {
+        let Some(handle) = handles.get(&ns) else {
+            continue;
+        };
         let ips: Vec<_> = ips.into_iter().collect();
         let lookup = move || -> Result<Vec<(std::net::IpAddr, Option<RouteLimits>)>> {
             let mut rl = route::RouteLookup::open()?;
@@ -439,15 +451,8 @@ fn add_route_limits(rows: &mut [SocketRow], listed: &[(u64, Vec<DiagSocket>)]) {
                 .map(|ip| (*ip, rl.limits(*ip).ok().flatten()))
                 .collect())
         };
-        let res = if own {
-            lookup()
-        } else if let Some(pid) = pid {
-            netns::run_in_netns_of(pid, lookup)
-        } else {
-            continue;
-        };
         // Routes are an extra; a failure here leaves the column empty.
-        if let Ok(v) = res {
+        if let Ok(v) = in_ns(handle, lookup) {
             for (ip, l) in v {
                 if let Some(l) = l {
                     limits.insert((ns, ip), l);
