@@ -65,7 +65,7 @@ pub fn sysctl(path: &str) -> i64 {
 }
 
 /// The socket rows of a report held by `pid` under `fd`.
-pub fn row<'a>(report: &'a Value, pid: u32, fd: RawFd) -> &'a Value {
+pub fn row(report: &Value, pid: u32, fd: RawFd) -> &Value {
     report["sockets"]
         .as_array()
         .unwrap()
