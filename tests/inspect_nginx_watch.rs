@@ -183,3 +183,19 @@ fn watch_names_a_process_that_exited_before_it_was_looked_up() {
     let (code, _) = watch.interrupt();
     assert_eq!(code, Some(130));
 }
+
+#[test]
+fn watch_without_privileges_says_which_capability() {
+    let cmd = format!("{BIN} sockets --watch --duration 1s");
+    let out = std::process::Command::new("capsh")
+        .args(["--drop=cap_perfmon,cap_sys_admin", "--", "-c", &cmd])
+        .output()
+        .expect("capsh (libcap2-bin)");
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("CAP_SYS_ADMIN") || err.contains("CAP_PERFMON"),
+        "{err}"
+    );
+}

@@ -220,6 +220,25 @@ mod tests {
     }
 
     #[test]
+    fn garbage_messages_and_tcp_info_do_not_panic() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for n in 0..3000usize {
+            let b: Vec<u8> = (0..n % 400)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let _ = parse_msg(Proto::Tcp, &b);
+            let _ = parse_msg(Proto::Udp, &b);
+            let _ = tcpinfo::parse(&b);
+            let _ = crate::route::parse_metrics(&b);
+        }
+    }
+
+    #[test]
     fn rejects_short_message() {
         assert!(parse_msg(Proto::Tcp, &[0u8; 10]).is_err());
     }

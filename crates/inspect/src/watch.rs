@@ -218,7 +218,7 @@ fn tracepoint_files() -> Result<(u64, String)> {
                 if e.kind() == io::ErrorKind::PermissionDenied {
                     InspectError::Privilege {
                         what: format!("{what} to reach the setsockopt tracepoint"),
-                        capability: "CAP_SYS_ADMIN",
+                        capability: "CAP_SYS_ADMIN, or tracefs mounted at /sys/kernel/tracing",
                     }
                 } else {
                     InspectError::io(what, e)
@@ -535,7 +535,7 @@ pub fn parse_sample(rec: &[u8], layout: &Layout) -> Option<RawCall> {
     let tid = rd32(rec, 4)?;
     let time = rd64(rec, 8)?;
     let raw_size = rd32(rec, 16)? as usize;
-    let raw = rec.get(20..20 + raw_size)?;
+    let raw = rec.get(20..20usize.checked_add(raw_size)?)?;
     let mut off = 20 + raw_size;
     // Syscall tracepoint arguments are stored as unsigned long; the low 32 bits hold the ints.
     let arg = |o: usize| rd64(raw, o);
@@ -562,11 +562,9 @@ pub fn parse_sample(rec: &[u8], layout: &Layout) -> Option<RawCall> {
         let size = rd64(rec, off)? as usize;
         off += 8;
         if size > 0 {
-            let bytes = rec.get(off..off + size)?;
-            let dyn_size = rd64(rec, off + size)
-                .map(|d| d as usize)
-                .unwrap_or(size)
-                .min(size);
+            let end = off.checked_add(size)?;
+            let bytes = rec.get(off..end)?;
+            let dyn_size = rd64(rec, end).map(|d| d as usize).unwrap_or(size).min(size);
             if let Some(sp) = sp {
                 call.stack = Some((sp, bytes[..dyn_size].to_vec()));
             }
@@ -809,6 +807,34 @@ mod tests {
                 Some("stack snapshot at the call")
             );
             assert_eq!(e.unix_ms, 1_700_000_000_000);
+        }
+    }
+
+    /// Deterministic pseudo-random bytes (xorshift64), for the no-panic tests below.
+    fn noise(seed: u64, n: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn garbage_samples_do_not_panic() {
+        let layout = parse_format(FORMAT).expect("layout");
+        for seed in 0..2000u64 {
+            let mut rec = noise(seed, (seed % 700) as usize);
+            // Sometimes plausible sizes, sometimes huge ones.
+            if rec.len() >= 24 && seed % 3 == 0 {
+                rec[16..20].copy_from_slice(&56u32.to_ne_bytes());
+            }
+            if let Some(c) = parse_sample(&rec, &layout) {
+                let _ = option_info(c.level, c.optname);
+            }
         }
     }
 
