@@ -52,6 +52,9 @@ pub struct SocketsArgs {
     pub output: OutputArgs,
 }
 
+/// Above this many calls in one poll (≤ 100 ms), events go out without the read-back value.
+const READ_BACK_MAX_BATCH: usize = 256;
+
 fn meta() -> Meta {
     Meta::new("sockets", env!("CARGO_PKG_VERSION"), output::unix_ms())
 }
@@ -116,7 +119,8 @@ fn watch(args: &SocketsArgs) -> anyhow::Result<u8> {
     let json = args.output.format() != OutputFormat::Human;
     let start = Instant::now();
     let mut events = 0u64;
-    let mut stdout = std::io::stdout().lock();
+    // Buffered, flushed once per batch: a write(2) per event would slow the drain in bursts.
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     let mut interrupted = false;
     let mut decoder = latscope_inspect::watch::Decoder::new();
     loop {
@@ -131,23 +135,31 @@ fn watch(args: &SocketsArgs) -> anyhow::Result<u8> {
             .map(|l| l.saturating_sub(start.elapsed()))
             .unwrap_or(Duration::from_millis(100));
         let wait_ms = wait.min(Duration::from_millis(100)).as_millis() as i32;
-        for call in watcher.poll(wait_ms) {
+        let calls = watcher.poll(wait_ms);
+        // In a burst, reading each option back from its socket would let the rings overflow.
+        let read_back = calls.len() <= READ_BACK_MAX_BATCH;
+        for call in calls {
             if args.pid.is_some_and(|p| p != call.pid) {
                 continue;
             }
-            let Some(ev) = decoder.event(&call) else {
+            let Some(ev) = decoder.event(&call, read_back) else {
                 continue;
             };
             events += 1;
             let res = if json {
-                render::emit_event(&ev, &mut stdout)
+                serde_json::to_writer(&mut stdout, &ev)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| writeln!(stdout))
             } else {
-                writeln!(stdout, "{}", ev.human_line()).and_then(|_| stdout.flush())
+                writeln!(stdout, "{}", ev.human_line())
             };
             // A closed pipe (`| head`) ends the watch quietly.
             if res.is_err() {
                 return Ok(exit::OK);
             }
+        }
+        if stdout.flush().is_err() {
+            return Ok(exit::OK);
         }
     }
     let summary = WatchSummary {
@@ -158,7 +170,7 @@ fn watch(args: &SocketsArgs) -> anyhow::Result<u8> {
     };
     drop(watcher);
     let _ = if json {
-        render::emit(&summary, OutputFormat::JsonLines, &mut stdout)
+        render::emit(&summary, OutputFormat::JsonLines, &mut stdout).and_then(|_| stdout.flush())
     } else {
         let mut s = String::new();
         render::Human::render_human(&summary, &mut s);

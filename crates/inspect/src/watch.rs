@@ -670,8 +670,10 @@ impl Decoder {
         Decoder::default()
     }
 
-    /// The event for `call`; None for options `--watch` does not report.
-    pub fn event(&mut self, call: &RawCall) -> Option<SetsockoptEvent> {
+    /// The event for `call`; None for options `--watch` does not report. `read_back`: also read
+    /// the option's effective value from the socket (a few syscalls; callers skip it in bursts so
+    /// the rings keep draining).
+    pub fn event(&mut self, call: &RawCall, read_back: bool) -> Option<SetsockoptEvent> {
         let (level_name, opt_name, kind, readback) = option_info(call.level, call.optname)?;
         let len = (call.optlen as usize).min(64);
         let mut value = None;
@@ -695,7 +697,11 @@ impl Decoder {
                 source = value.as_ref().map(|_| src.to_string());
             }
         }
-        let effective = self.read_back(call, readback, kind);
+        let effective = if read_back {
+            self.read_back(call, readback, kind)
+        } else {
+            None
+        };
         // The name at exec (from the kernel), else the one read from /proc by read_back.
         let comm = call
             .comm
@@ -799,7 +805,7 @@ mod tests {
             (42, 43, 5, 6, 1, 4)
         );
         if PERF_REG_SP.is_some() {
-            let e = Decoder::new().event(&c).expect("event");
+            let e = Decoder::new().event(&c, true).expect("event");
             assert_eq!(e.option, "TCP_NODELAY");
             assert_eq!(e.value.as_deref(), Some("1"));
             assert_eq!(
