@@ -425,3 +425,31 @@ fn without_cap_sys_ptrace_shows_sock_diag_and_says_what_is_missing() {
         "{err}"
     );
 }
+
+#[test]
+fn without_ptrace_or_admin_a_container_socket_is_still_listed_from_proc() {
+    let ns = Netns::new("r");
+    let nginx = Nginx::start("rdc", false, Some(&ns));
+    let cmd = format!("{BIN} sockets --port {} --json", nginx.port);
+    let out = Command::new("capsh")
+        .args(["--drop=cap_sys_ptrace,cap_sys_admin", "--", "-c", &cmd])
+        .output()
+        .expect("capsh (libcap2-bin)");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("no JSON; stderr {}", String::from_utf8_lossy(&out.stderr)));
+    let local = format!("127.0.0.1:{}", nginx.port);
+    let rows = report["sockets"].as_array().unwrap();
+    let l = rows
+        .iter()
+        .find(|r| r["local"] == local && r["state"] == "LISTEN")
+        .unwrap_or_else(|| panic!("nginx's listener in {} not listed: {report}", ns.name));
+    // Listed from /proc/PID/net: namespace unknown, no owner, no tcp_info, no options.
+    assert_eq!(l["netns"], 0);
+    assert_eq!(l["owners"].as_array().unwrap().len(), 0);
+    assert!(l["options"].is_null() && l["tcp"].is_null());
+    let missing = report["access"]["missing"].to_string();
+    assert!(
+        missing.contains("/proc/PID/net") && missing.contains("CAP_SYS_ADMIN"),
+        "{missing}"
+    );
+}

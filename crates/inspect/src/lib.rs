@@ -4,7 +4,8 @@
 //! - [`procfs`]: processes, their names, network namespaces and socket fds (`/proc`).
 //! - [`diag`] + [`tcpinfo`]: every TCP/UDP socket of a namespace with tcp_info, congestion
 //!   control and memory (NETLINK_SOCK_DIAG, hand-written on [`netlink`]).
-//! - [`netns`]: running those queries inside another network namespace (containers).
+//! - [`netns`]: running those queries inside another network namespace (containers);
+//!   [`procnet`]: `/proc/PID/net/*` for namespaces latscope may not enter.
 //! - [`sockopt`]: pidfd_open + pidfd_getfd, then getsockopt on the duplicate.
 //! - [`route`]: per-route `rto_min` / `quickack` (RTM_GETROUTE).
 //! - [`findings`]: plain-word rules over one socket.
@@ -16,6 +17,7 @@ pub mod findings;
 pub mod netlink;
 pub mod netns;
 pub mod procfs;
+pub mod procnet;
 pub mod route;
 pub mod scan;
 pub mod sockopt;

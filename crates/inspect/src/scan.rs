@@ -15,7 +15,7 @@ use crate::diag::{self, DiagSocket};
 use crate::error::{InspectError, Result};
 use crate::procfs::{self, ProcError};
 use crate::sockopt::{self, OptError, Pidfd};
-use crate::{findings, netns, route};
+use crate::{findings, netns, procnet, route};
 
 /// Which sockets to show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +75,7 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     };
     let self_pid = std::process::id();
     let mut procs = Vec::new();
+    let mut denied_pids = Vec::new();
     for pid in pids {
         if pid == self_pid && selection != Selection::Pid(pid) {
             continue;
@@ -94,6 +95,7 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             }
             Err(ProcError::Denied) => {
                 access.processes_unreadable += 1;
+                denied_pids.push(pid);
                 if let Selection::Pid(p) = selection {
                     let what = format!("reading the fds of pid {p} (/proc/{p}/fd)");
                     return Err(if access.cap_sys_ptrace {
@@ -205,6 +207,38 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
                 Err(e) => notes.push(format!("network namespace {ns}: {e}")),
             }
             handles.insert(ns, handle);
+        }
+    }
+
+    // 3b. Processes whose namespace latscope may not read or enter still show their namespace's
+    // sockets in /proc/PID/net (no tcp_info, namespace unknown = 0). Only sockets no namespace
+    // listing had yet, deduplicated by inode (unique across namespaces).
+    let mut from_procnet = 0usize;
+    if !matches!(selection, Selection::Pid(_)) && (!denied_pids.is_empty() || ns_denied > 0) {
+        let mut found: HashSet<u64> = listed
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|s| s.inode))
+            .collect();
+        let mut extra = Vec::new();
+        let listed_ns: HashSet<u64> = listed.iter().map(|(ns, _)| *ns).collect();
+        let mut pids = denied_pids.clone();
+        pids.extend(
+            procs
+                .iter()
+                .filter(|p| !listed_ns.contains(&p.netns))
+                .map(|p| p.pid),
+        );
+        let mut seen_files = HashSet::new();
+        for pid in pids {
+            for s in procnet::sockets_of_new_ns(pid, &mut seen_files) {
+                if s.inode != 0 && found.insert(s.inode) {
+                    extra.push(s);
+                }
+            }
+        }
+        from_procnet = extra.len();
+        if !extra.is_empty() {
+            listed.push((0, extra));
         }
     }
 
@@ -338,6 +372,19 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             "owning process and fd for sockets of {} process(es) whose /proc entries could not be read: {why}; \
              sock_diag still lists their sockets (state, addresses, uid, tcp_info) in namespaces latscope can see",
             access.processes_unreadable
+        ));
+    }
+    let from_procnet = if from_procnet > 0 {
+        rows.iter()
+            .filter(|r| r.netns == 0 && !r.netns_is_own)
+            .count()
+    } else {
+        0
+    };
+    if from_procnet > 0 {
+        access.missing.push(format!(
+            "tcp_info, memory and namespace of {from_procnet} socket(s) in network namespaces latscope may not enter: \
+             they are listed from /proc/PID/net (state, addresses, uid); entering needs CAP_SYS_ADMIN, identifying the namespace CAP_SYS_PTRACE"
         ));
     }
     if ns_denied > 0 {

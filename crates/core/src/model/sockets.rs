@@ -57,7 +57,8 @@ pub struct SocketRow {
     pub inode: u64,
     /// The socket's owner uid.
     pub uid: u32,
-    /// Network namespace inode (`/proc/PID/ns/net`), and whether it is this process's own.
+    /// Network namespace inode (`/proc/PID/ns/net`), and whether it is this process's own. 0 when
+    /// unknown: the socket was listed from `/proc/PID/net` of a process latscope may not inspect.
     pub netns: u64,
     pub netns_is_own: bool,
     /// Processes holding the socket; empty when no process could be matched (or read).

@@ -71,10 +71,10 @@ impl Human for SocketsReport {
             ]);
             for (i, r) in self.sockets.iter().enumerate() {
                 let (p, fd) = owner_text(r);
-                let ns = if r.netns_is_own {
-                    "own".to_string()
-                } else {
-                    r.netns.to_string()
+                let ns = match (r.netns_is_own, r.netns) {
+                    (true, _) => "own".to_string(),
+                    (false, 0) => "?".to_string(),
+                    (false, n) => n.to_string(),
                 };
                 t.row(vec![
                     (i + 1).to_string(),
