@@ -13,6 +13,9 @@ Examples:
   latscope rr 127.0.0.1                      request/response RTT (TCP ping-pong)
   latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
   latscope connect 10.0.0.2:443 -n 1000      TCP connection set-up latency
+  latscope stream 10.0.0.2 -P 4 --bidir      throughput both ways, 4 streams each
+  latscope ping --syn -p 443 10.0.0.2        TCP SYN ping: RTT and open/closed/filtered
+  latscope trace --report -c 50 10.0.0.2     per-hop loss and RTT percentiles (mtr report)
   latscope schema rr                         JSON schema of `rr --json`
   latscope sockets --pid 1234                TCP_NODELAY, buffers, RTT, ato... of a running process's sockets
 
@@ -26,10 +29,28 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Two built-in servers on loopback, one healthy and one Nagle-stalled: measure both and
+    /// explain the difference.
+    Demo(cmd::demo::DemoArgs),
+    /// Run the peer server every latscope test talks to (TCP+UDP port 7373, unix socket).
+    Serve(cmd::serve::ServeArgs),
+    /// Request/response latency (ping-pong) over TCP, UDP or a unix socket; size sweeps.
+    Rr(cmd::rr::RrArgs),
+    /// TCP connection set-up latency against any server; --crr: connect+request+response+close.
+    Connect(cmd::connect::ConnectArgs),
+    /// Throughput over TCP, UDP or unix sockets: per direction, per stream, per interval, with
+    /// both sides' CPU and system-call cost, UDP loss and jitter, and latency under load.
+    Stream(cmd::stream::StreamArgs),
     /// Print the JSON schema of a command's `--json` output.
     Schema(cmd::schema::SchemaArgs),
+    /// RTT to a host with TCP SYN, TCP connect, UDP or ICMP echo probes (hping3-style).
+    Ping(cmd::ping::PingArgs),
+    /// The hops to a host with one constant flow (Paris traceroute); --report for mtr-style statistics.
+    Trace(cmd::trace::TraceArgs),
     /// Options and TCP state of running processes' sockets (pidfd_getfd + sock_diag); --watch setsockopt calls.
     Sockets(cmd::sockets::SocketsArgs),
 }

@@ -1,14 +1,28 @@
 //! One module per subcommand: arguments → engine → result → rendering.
 
+pub mod connect;
+pub mod demo;
+pub mod ping;
+pub mod rr;
 pub mod schema;
+pub mod serve;
 pub mod sockets;
+pub mod stream;
+pub mod trace;
 
 use crate::cli::{Cli, Command};
 
 /// Run the parsed command; returns the exit code.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
+        Command::Demo(a) => demo::run(&a),
+        Command::Serve(a) => serve::run(&a),
+        Command::Rr(a) => rr::run(&a),
+        Command::Connect(a) => connect::run(&a),
+        Command::Stream(a) => stream::run(&a),
         Command::Schema(a) => schema::run(&a),
+        Command::Ping(a) => ping::run(&a),
+        Command::Trace(a) => trace::run(&a),
         Command::Sockets(a) => sockets::run(&a),
     }
 }

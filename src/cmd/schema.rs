@@ -8,7 +8,12 @@ use schemars::schema_for;
 pub enum SchemaKind {
     Rr,
     Connect,
+    Demo,
+    Stream,
+    StreamInterval,
     Interval,
+    Ping,
+    Trace,
     Sockets,
     Setsockopt,
 }
@@ -27,7 +32,12 @@ pub fn schema_text(kind: SchemaKind) -> String {
     let schema = match kind {
         SchemaKind::Rr => schema_for!(model::rr::RrReport),
         SchemaKind::Connect => schema_for!(model::connect::ConnectReport),
+        SchemaKind::Demo => schema_for!(model::demo::DemoReport),
+        SchemaKind::Stream => schema_for!(model::stream::StreamReport),
+        SchemaKind::StreamInterval => schema_for!(model::stream::StreamInterval),
         SchemaKind::Interval => schema_for!(model::IntervalEvent),
+        SchemaKind::Ping => schema_for!(model::ping::PingReport),
+        SchemaKind::Trace => schema_for!(model::ping::TraceReport),
         SchemaKind::Sockets => schema_for!(model::sockets::SocketsReport),
         SchemaKind::Setsockopt => schema_for!(model::sockets::SetsockoptEvent),
     };

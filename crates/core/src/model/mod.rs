@@ -2,8 +2,11 @@
 //! renderings are made from. Schemas are derived with `schemars` and committed under `schema/`.
 
 pub mod connect;
+pub mod demo;
+pub mod ping;
 pub mod rr;
 pub mod sockets;
+pub mod stream;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -70,7 +70,9 @@ pub enum LoadMode {
     Closed,
     /// Requests at a constant total rate; latency counted from each request's intended send
     /// time (coordinated-omission corrected).
-    Open { rate_per_sec: f64 },
+    Open {
+        rate_per_sec: f64,
+    },
 }
 
 /// Figures for one request/response size pair.
@@ -108,6 +110,8 @@ pub struct RrReport {
     /// "HOST:PORT" or "unix:PATH".
     pub target: String,
     pub transport: Transport,
+    /// The server measured: "latscope" (behaviour negotiated) or "sockperf".
+    pub peer: String,
     pub connections: u32,
     pub load: LoadMode,
     pub client: SockOpts,

@@ -1,8 +1,11 @@
 //! Renderings of the result model. The human view and `--json` are made from the same struct.
 
 mod connect;
+mod demo;
+pub mod ping;
 mod rr;
 mod sockets;
+pub mod stream;
 pub mod table;
 
 use std::io::{self, Write};
@@ -30,7 +33,11 @@ pub trait Human {
 }
 
 /// Print `report` in `format` to `w`.
-pub fn emit<R: Human + Serialize>(report: &R, format: OutputFormat, w: &mut dyn Write) -> io::Result<()> {
+pub fn emit<R: Human + Serialize>(
+    report: &R,
+    format: OutputFormat,
+    w: &mut dyn Write,
+) -> io::Result<()> {
     match format {
         OutputFormat::Human => {
             let mut s = String::new();
@@ -42,7 +49,10 @@ pub fn emit<R: Human + Serialize>(report: &R, format: OutputFormat, w: &mut dyn 
             writeln!(w)
         }
         OutputFormat::JsonLines => {
-            let ev = crate::model::SummaryEvent { event: "summary".into(), report };
+            let ev = crate::model::SummaryEvent {
+                event: "summary".into(),
+                report,
+            };
             serde_json::to_writer(&mut *w, &ev)?;
             writeln!(w)
         }
