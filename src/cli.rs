@@ -18,6 +18,7 @@ Examples:
   latscope ping --syn -p 443 10.0.0.2        TCP SYN ping: RTT and open/closed/filtered
   latscope trace --report -c 50 10.0.0.2     per-hop loss and RTT percentiles (mtr report)
   latscope schema rr                         JSON schema of `rr --json`
+  latscope sockets --pid 1234                TCP_NODELAY, buffers, RTT, ato... of a running process's sockets
 
 Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
 wrong protocol; 4 missing privileges; 5 local system error; 130 interrupted (partial results).";
@@ -53,4 +54,6 @@ pub enum Command {
     Ping(cmd::ping::PingArgs),
     /// The hops to a host with one constant flow (Paris traceroute); --report for mtr-style statistics.
     Trace(cmd::trace::TraceArgs),
+    /// Options and TCP state of running processes' sockets (pidfd_getfd + sock_diag); --watch setsockopt calls.
+    Sockets(cmd::sockets::SocketsArgs),
 }

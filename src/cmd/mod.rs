@@ -7,6 +7,7 @@ pub mod ping;
 pub mod rr;
 pub mod schema;
 pub mod serve;
+pub mod sockets;
 pub mod stream;
 pub mod trace;
 
@@ -24,5 +25,6 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Schema(a) => schema::run(&a),
         Command::Ping(a) => ping::run(&a),
         Command::Trace(a) => trace::run(&a),
+        Command::Sockets(a) => sockets::run(&a),
     }
 }

@@ -15,6 +15,8 @@ pub enum SchemaKind {
     Interval,
     Ping,
     Trace,
+    Sockets,
+    Setsockopt,
 }
 
 #[derive(Args, Debug)]
@@ -38,6 +40,8 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::Interval => schema_for!(model::IntervalEvent),
         SchemaKind::Ping => schema_for!(model::ping::PingReport),
         SchemaKind::Trace => schema_for!(model::ping::TraceReport),
+        SchemaKind::Sockets => schema_for!(model::sockets::SocketsReport),
+        SchemaKind::Setsockopt => schema_for!(model::sockets::SetsockoptEvent),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod diagnose;
 pub mod ping;
 pub mod rr;
+pub mod sockets;
 pub mod stream;
 
 use schemars::JsonSchema;

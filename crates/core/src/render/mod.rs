@@ -5,6 +5,7 @@ mod demo;
 mod diagnose;
 pub mod ping;
 mod rr;
+mod sockets;
 pub mod stream;
 pub mod table;
 
