@@ -14,6 +14,7 @@ Examples:
   latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
   latscope connect 10.0.0.2:443 -n 1000      TCP connection set-up latency
   latscope schema rr                         JSON schema of `rr --json`
+  latscope stack -i eth0                     where received packets wait in the kernel (eBPF)
 
 Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
 wrong protocol; 4 missing privileges; 5 local system error; 130 interrupted (partial results).";
@@ -29,4 +30,6 @@ pub struct Cli {
 pub enum Command {
     /// Print the JSON schema of a command's `--json` output.
     Schema(cmd::schema::SchemaArgs),
+    /// Kernel receive-stack latency per hook point (eBPF; netstacklat's probes), optionally as Prometheus metrics.
+    Stack(cmd::stack::StackArgs),
 }

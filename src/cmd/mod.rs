@@ -1,6 +1,7 @@
 //! One module per subcommand: arguments → engine → result → rendering.
 
 pub mod schema;
+pub mod stack;
 
 use crate::cli::{Cli, Command};
 
@@ -8,5 +9,6 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Schema(a) => schema::run(&a),
+        Command::Stack(a) => stack::run(&a),
     }
 }
