@@ -295,15 +295,15 @@ const UDP_READ: [Hook; 3] = [
     },
     Hook {
         kind: HookKind::TpBtf,
-        label: "tp_btf/skb_copy_datagram_iovec+consume_skb",
-        programs: &["lsstk_udpr_tp", "lsstk_udpr_tpc"],
-        semantics: "udp_recvmsg() copied the datagram (skb_copy_datagram_iovec) or freed it (consume_skb); PARTIAL: linear datagrams read on 6.18+ pass neither",
+        label: "tp_btf/sock_recv_length+sk_data_ready",
+        programs: &["lsstk_udpr_tp", "lsstk_udpr_q"],
+        semantics: "sock:sock_recv_length after udp_recvmsg() returned a datagram; its stamp was queued per socket at sk_data_ready (FIFO)",
     },
     Hook {
         kind: HookKind::RawTp,
-        label: "raw_tp/skb_copy_datagram_iovec+consume_skb",
-        programs: &["lsstk_udpr_raw", "lsstk_udpr_rawc"],
-        semantics: "udp_recvmsg() copied the datagram (skb_copy_datagram_iovec) or freed it (consume_skb); PARTIAL: linear datagrams read on 6.18+ pass neither",
+        label: "raw_tp/sock_recv_length+sk_data_ready",
+        programs: &["lsstk_udpr_raw", "lsstk_udpr_rawq"],
+        semantics: "sock:sock_recv_length after udp_recvmsg() returned a datagram; its stamp was queued per socket at sk_data_ready (FIFO)",
     },
 ];
 

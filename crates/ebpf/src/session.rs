@@ -276,21 +276,17 @@ fn load_and_attach(
     {
         let m = &mut open.maps;
         let o = &owner.maps;
-        m.lsstk_hist
-            .reuse_fd(o.lsstk_hist.as_fd())
-            .map_err(|e| e.to_string())?;
-        m.lsstk_zero
-            .reuse_fd(o.lsstk_zero.as_fd())
-            .map_err(|e| e.to_string())?;
-        m.lsstk_stats
-            .reuse_fd(o.lsstk_stats.as_fd())
-            .map_err(|e| e.to_string())?;
-        m.lsstk_stamps
-            .reuse_fd(o.lsstk_stamps.as_fd())
-            .map_err(|e| e.to_string())?;
-        m.lsstk_udpseen
-            .reuse_fd(o.lsstk_udpseen.as_fd())
-            .map_err(|e| e.to_string())?;
+        let shared = [
+            (&mut m.lsstk_hist, o.lsstk_hist.as_fd()),
+            (&mut m.lsstk_zero, o.lsstk_zero.as_fd()),
+            (&mut m.lsstk_stats, o.lsstk_stats.as_fd()),
+            (&mut m.lsstk_stamps, o.lsstk_stamps.as_fd()),
+            (&mut m.lsstk_udpfifo, o.lsstk_udpfifo.as_fd()),
+            (&mut m.lsstk_udpts, o.lsstk_udpts.as_fd()),
+        ];
+        for (map, fd) in shared {
+            map.reuse_fd(fd).map_err(|e| e.to_string())?;
+        }
     }
     for mut prog in open.open_object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();

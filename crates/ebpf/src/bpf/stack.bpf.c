@@ -223,6 +223,11 @@ static __always_inline int record(u32 probe, struct sk_buff *skb, struct sock *s
 				  u8 want, u64 pre_ts)
 {
 	struct pkt p = {};
+	/* For queued/read skbs skb->sk is the owning socket (TCP sets it with skb_set_owner_r();
+	 * UDP leaves it NULL and reuses skb->dev as dev_scratch, so skb->dev is not trusted in
+	 * task context). */
+	if (!sk && skb && nh_mode == NH_HEADER)
+		sk = BPF_CORE_READ(skb, sk);
 	if (skb) {
 		if (parse_pkt(skb, nh_mode, &p) < 0)
 			return 0;
@@ -245,7 +250,7 @@ static __always_inline int record(u32 probe, struct sk_buff *skb, struct sock *s
 	u32 ifindex = 0;
 	if (skb) {
 		ifindex = BPF_CORE_READ(skb, skb_iif);
-		if (!ifindex)
+		if (!ifindex && ctx_kind == CTX_SOFTIRQ)
 			ifindex = BPF_CORE_READ(skb, dev, ifindex);
 	}
 	if (filter_ifindex && ifindex != filter_ifindex)
@@ -255,11 +260,11 @@ static __always_inline int record(u32 probe, struct sk_buff *skb, struct sock *s
 		u64 ns = 0;
 		if (sk) {
 			ns = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
-		} else if (skb && BPF_CORE_READ(skb, dev)) {
-			ns = BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
 		} else if (ctx_kind == CTX_TASK) {
 			struct task_struct *t = (void *)bpf_get_current_task();
 			ns = BPF_CORE_READ(t, nsproxy, net_ns, ns.inum);
+		} else if (skb && BPF_CORE_READ(skb, dev)) {
+			ns = BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
 		}
 		if (ns != filter_netns)
 			return 0;
@@ -537,61 +542,126 @@ int BPF_PROG(lsstk_tcpr_raw, const struct sk_buff *skb, int len)
 	return record(PROBE_TCP_READ, (struct sk_buff *)skb, NULL, NH_HEADER, CTX_TASK, IPPROTO_TCP_, 0);
 }
 
-/* UDP reads: udp_recvmsg() copies linear datagrams with copy_linear_skb(), which has no
- * tracepoint; only non-linear ones (fragmented, GRO, large sends over loopback) go through
- * skb_copy_datagram_iter() and its skb:skb_copy_datagram_iovec tracepoint. Kernels before 6.18
- * then free the datagram with __consume_stateless_skb(), which fires skb:consume_skb in the
- * reader's context (6.18 defers the free, without the tracepoint). Both are used; lsstk_udpseen
- * keeps one datagram from being counted twice. */
+/* UDP reads. udp_recvmsg() copies linear datagrams with copy_linear_skb() and unverified ones
+ * with skb_copy_and_csum_datagram_msg(), neither of which has a tracepoint, and 6.18 frees the
+ * datagram without skb:consume_skb. What every read does pass is sock:sock_recv_length (after the
+ * protocol's recvmsg returns, in the reader's context) — without the skb. UDP sockets are FIFO,
+ * so the stamp of each datagram is pushed on a per-socket queue when it is enqueued
+ * (sock:sk_data_ready, the receive queue's tail) and popped by each successful non-peeking read.
+ * Datagrams already queued when latscope attached are skipped (their count is taken from the
+ * queues' lengths the first time the socket is seen). */
+struct udp_fifo {
+	u64 head;
+	u64 tail;
+	u64 skip;
+};
+
+struct udp_fifo_key {
+	u64 sk;
+	u64 seq;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 8192);
 	__type(key, u64);
-	__type(value, u8);
-} lsstk_udpseen SEC(".maps");
+	__type(value, struct udp_fifo);
+} lsstk_udpfifo SEC(".maps");
 
-SEC("tp_btf/skb_copy_datagram_iovec")
-int BPF_PROG(lsstk_udpr_tp, const struct sk_buff *skb, int len)
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct udp_fifo_key);
+	__type(value, u64);
+} lsstk_udpts SEC(".maps");
+
+#define MSG_PEEK_ 2
+
+static __always_inline int udp_push(struct sock *sk)
 {
-	struct pkt p = {};
-	if (parse_pkt((struct sk_buff *)skb, NH_HEADER, &p) < 0 || p.proto != IPPROTO_UDP_)
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_UDP_)
 		return 0;
-	u64 key = (u64)skb;
-	u8 one = 1;
-	bpf_map_update_elem(&lsstk_udpseen, &key, &one, BPF_ANY);
-	return record(PROBE_UDP_READ, (struct sk_buff *)skb, NULL, NH_HEADER, CTX_TASK, IPPROTO_UDP_, 0);
+	u32 qlen = BPF_CORE_READ(sk, sk_receive_queue.qlen);
+	if (qlen == 0)
+		return 0;
+	struct sk_buff *skb = BPF_CORE_READ(sk, sk_receive_queue.prev);
+	if (!skb)
+		return 0;
+	u64 key = (u64)sk;
+	struct udp_fifo *q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
+	if (!q) {
+		struct udp_sock *up = (void *)sk;
+		struct udp_fifo init = {};
+		/* everything queued before this datagram predates us */
+		init.skip = qlen - 1 + BPF_CORE_READ(up, reader_queue.qlen);
+		bpf_map_update_elem(&lsstk_udpfifo, &key, &init, BPF_NOEXIST);
+		q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
+		if (!q)
+			return 0;
+	}
+	u64 skbkey = (u64)skb;
+	u64 ts = 0;
+	u64 *st = bpf_map_lookup_elem(&lsstk_stamps, &skbkey);
+	if (st)
+		ts = *st;
+	else
+		ts = skb_rx_tstamp(skb);
+	struct udp_fifo_key fk = {.sk = key, .seq = q->tail};
+	bpf_map_update_elem(&lsstk_udpts, &fk, &ts, BPF_ANY);
+	q->tail += 1;
+	return 0;
 }
 
-SEC("tp_btf/consume_skb")
-int BPF_PROG(lsstk_udpr_tpc, struct sk_buff *skb)
+static __always_inline int udp_pop(struct sock *sk, int ret, int flags)
 {
-	u64 key = (u64)skb;
-	if (bpf_map_lookup_elem(&lsstk_udpseen, &key)) {
-		bpf_map_delete_elem(&lsstk_udpseen, &key);
+	if (ret < 0 || (flags & MSG_PEEK_))
+		return 0;
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_UDP_)
+		return 0;
+	u64 key = (u64)sk;
+	struct udp_fifo *q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
+	if (!q)
+		return 0;
+	if (q->skip) {
+		q->skip -= 1;
 		return 0;
 	}
-	return record(PROBE_UDP_READ, skb, NULL, NH_HEADER, CTX_TASK, IPPROTO_UDP_, 0);
-}
-
-SEC("raw_tp/skb_copy_datagram_iovec")
-int BPF_PROG(lsstk_udpr_raw, const struct sk_buff *skb, int len)
-{
-	struct pkt p = {};
-	if (parse_pkt((struct sk_buff *)skb, NH_HEADER, &p) < 0 || p.proto != IPPROTO_UDP_)
+	if (q->head >= q->tail)
 		return 0;
-	u64 key = (u64)skb;
-	u8 one = 1;
-	bpf_map_update_elem(&lsstk_udpseen, &key, &one, BPF_ANY);
-	return record(PROBE_UDP_READ, (struct sk_buff *)skb, NULL, NH_HEADER, CTX_TASK, IPPROTO_UDP_, 0);
-}
-
-SEC("raw_tp/consume_skb")
-int BPF_PROG(lsstk_udpr_rawc, struct sk_buff *skb)
-{
-	u64 key = (u64)skb;
-	if (bpf_map_lookup_elem(&lsstk_udpseen, &key)) {
-		bpf_map_delete_elem(&lsstk_udpseen, &key);
+	struct udp_fifo_key fk = {.sk = key, .seq = q->head};
+	q->head += 1;
+	u64 *tsp = bpf_map_lookup_elem(&lsstk_udpts, &fk);
+	if (!tsp)
+		return 0;
+	u64 ts = *tsp;
+	bpf_map_delete_elem(&lsstk_udpts, &fk);
+	if (!ts) {
+		stat_inc(PROBE_UDP_READ, STAT_NO_STAMP);
 		return 0;
 	}
-	return record(PROBE_UDP_READ, skb, NULL, NH_HEADER, CTX_TASK, IPPROTO_UDP_, 0);
+	return record(PROBE_UDP_READ, NULL, sk, NH_HEADER, CTX_TASK, IPPROTO_UDP_, ts);
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(lsstk_udpr_q, struct sock *sk)
+{
+	return udp_push(sk);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(lsstk_udpr_tp, struct sock *sk, int ret, int flags)
+{
+	return udp_pop(sk, ret, flags);
+}
+
+SEC("raw_tp/sk_data_ready")
+int BPF_PROG(lsstk_udpr_rawq, struct sock *sk)
+{
+	return udp_push(sk);
+}
+
+SEC("raw_tp/sock_recv_length")
+int BPF_PROG(lsstk_udpr_raw, struct sock *sk, int ret, int flags)
+{
+	return udp_pop(sk, ret, flags);
 }
