@@ -25,7 +25,13 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 SP_PORT=$(free_port); IP_PORT=$(free_port)
 
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+# Per-program run time (bpftool's run_time_ns/run_cnt) needs kernel.bpf_stats_enabled: turned on
+# for the run, restored on exit.
+OLD_STATS=$(sysctl -n kernel.bpf_stats_enabled 2>/dev/null || echo "")
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true
+  [[ -n "$OLD_STATS" ]] && sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS" || true
+}
 trap cleanup EXIT INT TERM
 
 sockperf server -i 127.0.0.1 -p "$SP_PORT" >/dev/null 2>&1 & PIDS+=($!)
@@ -60,7 +66,22 @@ for r in $(seq 1 "$ROUNDS"); do
   for _ in $(seq 1 100); do grep -q attached /tmp/lsstk-bench-$$.err 2>/dev/null && break; sleep 0.1; done
   grep -q attached /tmp/lsstk-bench-$$.err || { cat /tmp/lsstk-bench-$$.err; exit 5; }
   sleep 0.3
+  [[ -n "$OLD_STATS" ]] && sysctl -qw kernel.bpf_stats_enabled=1
+  T0=$(date +%s.%N)
   measure on
+  T1=$(date +%s.%N)
+  bpftool prog show -j | python3 -c '
+import json, sys
+t = float(sys.argv[2]) - float(sys.argv[1])
+progs = [p for p in json.load(sys.stdin) if p.get("name", "").startswith("lsstk_")]
+run_ns = sum(p.get("run_time_ns", 0) for p in progs)
+runs = sum(p.get("run_cnt", 0) for p in progs)
+print("  BPF cost while on: %d runs, %.0f ns per run, %.2f%% of one CPU" % (runs, run_ns / runs if runs else 0, 100 * run_ns / 1e9 / t))
+for p in sorted(progs, key=lambda p: -p.get("run_time_ns", 0))[:4]:
+    if p.get("run_cnt"):
+        print("    %-16s %9d runs %6.0f ns/run" % (p["name"], p["run_cnt"], p["run_time_ns"] / p["run_cnt"]))
+' "$T0" "$T1"
+  [[ -n "$OLD_STATS" ]] && sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS"
   kill -INT "$LS"; wait "$LS" || true
   python3 - "/tmp/lsstk-bench-$$.json" <<'PY'
 import json, sys

@@ -64,7 +64,7 @@ pub struct StackArgs {
     /// Only reads by this process (applies to the socket-read probes).
     #[arg(long)]
     pub pid: Option<u32>,
-    /// Only sockets in this cgroup v2 (directory or id; not applied to ip-start).
+    /// Only sockets in this cgroup v2 (directory or id); ip-start, which has no socket yet, then records nothing.
     #[arg(long, value_name = "CGROUP")]
     pub cgroup: Option<String>,
     /// Only packets to this local port.

@@ -278,6 +278,7 @@ fn load_and_attach(
         let o = &owner.maps;
         let shared = [
             (&mut m.lsstk_hist, o.lsstk_hist.as_fd()),
+            (&mut m.lsstk_hista, o.lsstk_hista.as_fd()),
             (&mut m.lsstk_zero, o.lsstk_zero.as_fd()),
             (&mut m.lsstk_stats, o.lsstk_stats.as_fd()),
             (&mut m.lsstk_stamps, o.lsstk_stamps.as_fd()),
@@ -441,32 +442,35 @@ impl Session {
 
     /// Read and sum every (probe, group) histogram over CPUs. Cumulative since start.
     pub fn read_histograms(&self) -> Result<Vec<RawHistogram>, StackError> {
-        let map = &self.owner.maps.lsstk_hist;
         let mut out: BTreeMap<(u32, u64), Log2Histogram> = BTreeMap::new();
+        // Without grouping: the per-probe array.
+        let arr = &self.owner.maps.lsstk_hista;
+        for probe in Probe::ALL {
+            if let Some(per_cpu) = arr
+                .lookup_percpu(&probe.id().to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| StackError::Read(e.to_string()))?
+            {
+                let h = self.sum_cpus(&per_cpu);
+                if h.count() > 0 {
+                    out.entry((probe.id(), 0)).or_default().merge(&h);
+                }
+            }
+        }
+        // Grouped: the (probe, group) hash.
+        let map = &self.owner.maps.lsstk_hist;
         for key in map.keys() {
             if key.len() < 16 {
                 continue;
             }
             let probe_id = u32::from_ne_bytes(le4(&key[0..4]));
             let group = u64::from_ne_bytes(le8(&key[8..16]));
-            let Some(per_cpu) = map
+            if let Some(per_cpu) = map
                 .lookup_percpu(&key, MapFlags::ANY)
                 .map_err(|e| StackError::Read(e.to_string()))?
-            else {
-                continue;
-            };
-            let mut counts = [0u64; latscope_core::log2::BUCKETS];
-            let mut sum = 0u64;
-            for v in per_cpu.iter().take(self.ncpus) {
-                for (k, c) in counts.iter_mut().enumerate() {
-                    *c += u64::from_ne_bytes(le8(&v[k * 8..k * 8 + 8]));
-                }
-                let o = latscope_core::log2::BUCKETS * 8;
-                sum = sum.wrapping_add(u64::from_ne_bytes(le8(&v[o..o + 8])));
+            {
+                let h = self.sum_cpus(&per_cpu);
+                out.entry((probe_id, group)).or_default().merge(&h);
             }
-            out.entry((probe_id, group))
-                .or_default()
-                .merge(&Log2Histogram::from_buckets(&counts, sum));
         }
         Ok(out
             .into_iter()
@@ -474,6 +478,23 @@ impl Session {
                 Probe::from_id(p).map(|probe| RawHistogram { probe, group, hist })
             })
             .collect())
+    }
+
+    /// Sum one `struct hist_val` over CPUs.
+    fn sum_cpus(&self, per_cpu: &[Vec<u8>]) -> Log2Histogram {
+        let mut counts = [0u64; latscope_core::log2::BUCKETS];
+        let mut sum = 0u64;
+        let o = latscope_core::log2::BUCKETS * 8;
+        for v in per_cpu.iter().take(self.ncpus) {
+            if v.len() < o + 8 {
+                continue;
+            }
+            for (k, c) in counts.iter_mut().enumerate() {
+                *c += u64::from_ne_bytes(le8(&v[k * 8..k * 8 + 8]));
+            }
+            sum = sum.wrapping_add(u64::from_ne_bytes(le8(&v[o..o + 8])));
+        }
+        Log2Histogram::from_buckets(&counts, sum)
     }
 
     /// Timestamp counters per probe, cumulative.
