@@ -139,6 +139,7 @@ fn config(a: &StackArgs) -> anyhow::Result<StackConfig> {
             GroupByArg::Interface => GroupBy::Interface,
             GroupByArg::Cgroup => GroupBy::Cgroup,
         },
+        try_all: a.list_probes,
     })
 }
 

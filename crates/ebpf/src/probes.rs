@@ -265,13 +265,10 @@ const UDP_ENQUEUED: [Hook; 3] = [
     },
 ];
 
+/// tcp-socket-read tries the tracepoint first: netstacklat's fentry/tcp_recv_timestamp fires only
+/// for readers that asked for timestamps (tcp_recvmsg() calls it only then), so it is the last
+/// resort here, where it would silently miss most applications.
 const TCP_READ: [Hook; 3] = [
-    Hook {
-        kind: HookKind::Fentry,
-        label: "fentry/tcp_recv_timestamp",
-        programs: &["lsstk_tcpr_fe"],
-        semantics: "tcp_recv_timestamp() at the end of tcp_recvmsg(): stamp of the last skb read (reader must ask for timestamps)",
-    },
     Hook {
         kind: HookKind::TpBtf,
         label: "tp_btf/skb_copy_datagram_iovec",
@@ -283,6 +280,12 @@ const TCP_READ: [Hook; 3] = [
         label: "raw_tp/skb_copy_datagram_iovec",
         programs: &["lsstk_tcpr_raw"],
         semantics: "skb:skb_copy_datagram_iovec: each skb whose payload recvmsg()/read() copies to user space",
+    },
+    Hook {
+        kind: HookKind::Fentry,
+        label: "fentry/tcp_recv_timestamp",
+        programs: &["lsstk_tcpr_fe"],
+        semantics: "tcp_recv_timestamp() at the end of tcp_recvmsg(): stamp of the last skb read (reader must ask for timestamps)",
     },
 ];
 
@@ -340,11 +343,20 @@ mod tests {
     }
 
     #[test]
-    fn every_probe_tries_fentry_first_then_a_fallback() {
+    fn every_probe_has_fentry_and_a_fallback() {
         for p in Probe::ALL {
             let hooks = p.hooks();
-            assert_eq!(hooks[0].kind, HookKind::Fentry, "{p}");
-            assert!(hooks.len() >= 2, "{p} has no fallback");
+            let first = if p == Probe::TcpSocketRead {
+                HookKind::TpBtf
+            } else {
+                HookKind::Fentry
+            };
+            assert_eq!(hooks[0].kind, first, "{p}");
+            assert!(hooks.iter().any(|h| h.kind == HookKind::Fentry), "{p}");
+            assert!(
+                hooks.iter().any(|h| h.kind != HookKind::Fentry),
+                "{p} has no fallback"
+            );
         }
     }
 

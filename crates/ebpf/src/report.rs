@@ -161,6 +161,9 @@ pub fn render_probe_list(status: &[ProbeStatus], stamp_hook: Option<&str>, out: 
                 let _ = writeln!(out, "{:<20}   {}", "", st.probe.description());
             }
         }
+        for h in &st.also_available {
+            let _ = writeln!(out, "{:<20}   also possible: {h}", "");
+        }
         for r in &st.refused {
             let _ = writeln!(out, "{:<20}   not {}: {}", "", r.hook, r.error);
         }

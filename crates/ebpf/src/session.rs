@@ -78,6 +78,9 @@ pub struct StackConfig {
     pub mode: HookMode,
     pub filters: Filters,
     pub group_by: GroupBy,
+    /// Also try the implementations after the chosen one (and detach them again), to report
+    /// everything the kernel allows (`--list-probes`).
+    pub try_all: bool,
 }
 
 /// Why one implementation could not be used.
@@ -101,8 +104,10 @@ pub struct ProbeStatus {
     pub hook_kind: Option<crate::probes::HookKind>,
     /// Where "now" is taken with that implementation.
     pub semantics: Option<String>,
-    /// Implementations tried before it (or all of them, if none worked) and why they failed.
+    /// Implementations that were refused, and why.
     pub refused: Vec<HookAttempt>,
+    /// Implementations after the chosen one that would also work (only with `try_all`).
+    pub also_available: Vec<String>,
 }
 
 impl ProbeStatus {
@@ -375,6 +380,7 @@ impl Session {
                 hook_kind: None,
                 semantics: None,
                 refused: Vec::new(),
+                also_available: Vec::new(),
             };
             for hook in probe.hooks() {
                 let skip = match cfg.mode {
@@ -382,16 +388,20 @@ impl Session {
                     HookMode::Fentry => hook.kind != HookKind::Fentry,
                     HookMode::Fallback => hook.kind == HookKind::Fentry,
                 };
-                if skip {
+                if skip || (st.hook.is_some() && !cfg.try_all) {
                     continue;
                 }
                 match load_and_attach(&owner, &rodata, hook, cgroup.as_ref()) {
+                    Ok(a) if st.hook.is_some() => {
+                        // Only probing: detach at once.
+                        drop(a);
+                        st.also_available.push(hook.label.to_string());
+                    }
                     Ok(a) => {
                         attached.push(a);
                         st.hook = Some(hook.label.to_string());
                         st.hook_kind = Some(hook.kind);
                         st.semantics = Some(hook.semantics.to_string());
-                        break;
                     }
                     Err(e) => st.refused.push(HookAttempt {
                         hook: hook.label.to_string(),
