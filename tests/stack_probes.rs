@@ -40,6 +40,16 @@ fn veth_traffic_reaches_every_available_probe_with_plausible_counts() {
     std::thread::sleep(Duration::from_millis(200));
     let (code, out) = stack.interrupt();
     assert_eq!(code, 130, "Ctrl-C exits 130 with the partial report");
+    // The JSON is what `latscope schema stack` promises.
+    let schema_out = Command::new(BIN)
+        .args(["schema", "stack"])
+        .output()
+        .unwrap();
+    let schema: serde_json::Value = serde_json::from_slice(&schema_out.stdout).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    if let Err(e) = jsonschema::validate(&schema, &doc) {
+        panic!("report does not match its schema: {e}");
+    }
     let r = report(&out);
     assert!(r.interrupted);
     let mut seen = BTreeMap::new();
@@ -390,4 +400,61 @@ fn bad_filters_are_usage_errors() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn filters_apply_in_the_kernel() {
+    let _g = lock();
+    let lab = Lab::new("f");
+    let (listener, _udp, port) = lab.servers();
+    let netns = Lab::netns_path(&lab.ns_b);
+    let p = port.to_string();
+    // --pid of a process that reads nothing here: reads vanish, tcp-start (softirq) stays.
+    let stack = Stack::start(&[
+        "--json",
+        "--netns",
+        &netns,
+        "--lport",
+        &p,
+        "--pid",
+        "1",
+        "-p",
+        "tcp-start,tcp-socket-read",
+    ]);
+    lab.tcp_transactions(&listener, 50, 100, Duration::ZERO);
+    let r = report(&stack.interrupt().1);
+    assert!(hist(&r, Probe::TcpStart).count() >= 50);
+    assert_eq!(hist(&r, Probe::TcpSocketRead).count(), 0);
+    // Our own pid: the reads are there; a remote port nobody uses: nothing at all.
+    let me = std::process::id().to_string();
+    let stack = Stack::start(&[
+        "--json",
+        "--netns",
+        &netns,
+        "--lport",
+        &p,
+        "--pid",
+        &me,
+        "-p",
+        "tcp-socket-read",
+    ]);
+    lab.tcp_transactions(&listener, 50, 100, Duration::ZERO);
+    let r = report(&stack.interrupt().1);
+    assert!(hist(&r, Probe::TcpSocketRead).count() >= 50);
+    let stack = Stack::start(&[
+        "--json",
+        "--netns",
+        &netns,
+        "--rport",
+        "9",
+        "-p",
+        "ip-start,tcp-start,tcp-socket-read",
+    ]);
+    lab.tcp_transactions(&listener, 20, 100, Duration::ZERO);
+    let r = report(&stack.interrupt().1);
+    assert!(
+        r.histograms.iter().all(|h| h.count == 0),
+        "{:?}",
+        r.histograms
+    );
 }

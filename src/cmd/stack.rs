@@ -394,3 +394,42 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
         exit::OK
     })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use latscope_core::Log2Histogram;
+
+    fn raw(probe: Probe, group: u64, values: &[u64]) -> RawHistogram {
+        let mut hist = Log2Histogram::new();
+        for &v in values {
+            hist.record(v);
+        }
+        RawHistogram { probe, group, hist }
+    }
+
+    #[test]
+    fn interval_delta_subtracts_per_probe_and_group_and_drops_empty() {
+        let before = vec![raw(Probe::TcpStart, 0, &[1000]), raw(Probe::IpStart, 0, &[10])];
+        let now = vec![
+            raw(Probe::TcpStart, 0, &[1000, 2000, 2000]),
+            raw(Probe::IpStart, 0, &[10]),
+            raw(Probe::UdpStart, 3, &[5]),
+        ];
+        let d = delta(&now, &before);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!(d[0].probe, Probe::TcpStart);
+        assert_eq!(d[0].hist.count(), 2);
+        assert_eq!(d[0].hist.sum_ns, 4000);
+        assert_eq!((d[1].probe, d[1].group, d[1].hist.count()), (Probe::UdpStart, 3, 1));
+    }
+
+    #[test]
+    fn group_labels() {
+        assert_eq!(group_label(GroupBy::None, 7), "all");
+        assert_eq!(group_label(GroupBy::Cgroup, 42), "cgroup42");
+        assert_eq!(group_label(GroupBy::Interface, 1), "lo");
+        assert_eq!(group_label(GroupBy::Interface, 999_999), "if999999");
+    }
+}
