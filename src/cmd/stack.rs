@@ -411,7 +411,10 @@ mod tests {
 
     #[test]
     fn interval_delta_subtracts_per_probe_and_group_and_drops_empty() {
-        let before = vec![raw(Probe::TcpStart, 0, &[1000]), raw(Probe::IpStart, 0, &[10])];
+        let before = vec![
+            raw(Probe::TcpStart, 0, &[1000]),
+            raw(Probe::IpStart, 0, &[10]),
+        ];
         let now = vec![
             raw(Probe::TcpStart, 0, &[1000, 2000, 2000]),
             raw(Probe::IpStart, 0, &[10]),
@@ -422,7 +425,10 @@ mod tests {
         assert_eq!(d[0].probe, Probe::TcpStart);
         assert_eq!(d[0].hist.count(), 2);
         assert_eq!(d[0].hist.sum_ns, 4000);
-        assert_eq!((d[1].probe, d[1].group, d[1].hist.count()), (Probe::UdpStart, 3, 1));
+        assert_eq!(
+            (d[1].probe, d[1].group, d[1].hist.count()),
+            (Probe::UdpStart, 3, 1)
+        );
     }
 
     #[test]

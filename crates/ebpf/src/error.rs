@@ -52,3 +52,25 @@ impl StackError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn privilege_and_btf_are_exit_4_and_say_what_still_works() {
+        for e in [
+            StackError::Privilege("missing CAP_BPF".into()),
+            StackError::NoBtf,
+        ] {
+            assert_eq!(e.exit_code(), 4);
+            assert!(e.to_string().contains("latscope works"), "{e}");
+        }
+        assert!(
+            StackError::Privilege("x".into())
+                .to_string()
+                .contains("CAP_PERFMON")
+        );
+        assert_eq!(StackError::NothingAttached("x".into()).exit_code(), 5);
+    }
+}

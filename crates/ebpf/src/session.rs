@@ -412,15 +412,22 @@ impl Session {
             status.push(st);
         }
         if status.iter().all(|s| !s.available()) {
-            let why = status
+            // One line: the distinct reasons, each with the hooks it applies to.
+            let mut reasons: Vec<(String, Vec<String>)> = Vec::new();
+            for r in status.iter().flat_map(|s| s.refused.iter()) {
+                match reasons.iter_mut().find(|(e, _)| *e == r.error) {
+                    Some((_, hooks)) => hooks.push(r.hook.clone()),
+                    None => reasons.push((r.error.clone(), vec![r.hook.clone()])),
+                }
+            }
+            let mut why = reasons
                 .iter()
-                .flat_map(|s| {
-                    s.refused
-                        .iter()
-                        .map(move |r| format!("{} via {}: {}", s.probe, r.hook, r.error))
-                })
+                .map(|(e, hooks)| format!("{} ({})", e, hooks.join(", ")))
                 .collect::<Vec<_>>()
                 .join("; ");
+            if cfg.mode != HookMode::Auto {
+                why.push_str("; try --hooks auto");
+            }
             return Err(StackError::NothingAttached(why));
         }
         let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| StackError::Load(e.to_string()))?;
