@@ -49,11 +49,15 @@ stream() {
     python3 -c 'import json,sys; print("%.0f" % json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])'
 }
 
-declare -A SUM
+declare -A SUM LAST COST COSTS
+# Total run time (ns) of latscope's BPF programs so far (needs kernel.bpf_stats_enabled).
+bpf_ns() {
+  bpftool prog show -j | python3 -c 'import json,sys; print(sum(p.get("run_time_ns",0) for p in json.load(sys.stdin) if p.get("name","").startswith("lsstk_")))'
+}
 measure() { # $1 = off|on
   local v
-  v=$(pp); SUM[udp_$1]=$(( ${SUM[udp_$1]:-0} + v )); echo "  sockperf udp ping-pong ($1): $v transactions/s"
-  v=$(pp --tcp); SUM[tcp_$1]=$(( ${SUM[tcp_$1]:-0} + v )); echo "  sockperf tcp ping-pong ($1): $v transactions/s"
+  v=$(pp); SUM[udp_$1]=$(( ${SUM[udp_$1]:-0} + v )); LAST[udp_$1]=$v; echo "  sockperf udp ping-pong ($1): $v transactions/s"
+  v=$(pp --tcp); SUM[tcp_$1]=$(( ${SUM[tcp_$1]:-0} + v )); LAST[tcp_$1]=$v; echo "  sockperf tcp ping-pong ($1): $v transactions/s"
   v=$(stream); SUM[str_$1]=$(( ${SUM[str_$1]:-0} + v )); echo "  iperf3 tcp stream ($1): $(( v / 1000000 )) Mbit/s"
 }
 
@@ -66,22 +70,24 @@ for r in $(seq 1 "$ROUNDS"); do
   for _ in $(seq 1 100); do grep -q attached /tmp/lsstk-bench-$$.err 2>/dev/null && break; sleep 0.1; done
   grep -q attached /tmp/lsstk-bench-$$.err || { cat /tmp/lsstk-bench-$$.err; exit 5; }
   sleep 0.3
-  [[ -n "$OLD_STATS" ]] && sysctl -qw kernel.bpf_stats_enabled=1
-  T0=$(date +%s.%N)
   measure on
-  T1=$(date +%s.%N)
-  bpftool prog show -j | python3 -c '
-import json, sys
-t = float(sys.argv[2]) - float(sys.argv[1])
-progs = [p for p in json.load(sys.stdin) if p.get("name", "").startswith("lsstk_")]
-run_ns = sum(p.get("run_time_ns", 0) for p in progs)
-runs = sum(p.get("run_cnt", 0) for p in progs)
-print("  BPF cost while on: %d runs, %.0f ns per run, %.2f%% of one CPU" % (runs, run_ns / runs if runs else 0, 100 * run_ns / 1e9 / t))
-for p in sorted(progs, key=lambda p: -p.get("run_time_ns", 0))[:4]:
-    if p.get("run_cnt"):
-        print("    %-16s %9d runs %6.0f ns/run" % (p["name"], p["run_cnt"], p["run_time_ns"] / p["run_cnt"]))
-' "$T0" "$T1"
-  [[ -n "$OLD_STATS" ]] && sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS"
+  # Cost pass (stats switched on only here: they add two clock reads per program run).
+  if [[ -n "$OLD_STATS" ]]; then
+    for kind in udp tcp; do
+      flag=""; [[ $kind == tcp ]] && flag="--tcp"
+      sysctl -qw kernel.bpf_stats_enabled=1
+      B0=$(bpf_ns); TPS=$(pp $flag); B1=$(bpf_ns)
+      sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS"
+      python3 -c '
+import sys
+b0, b1, tps, secs, off = map(float, sys.argv[1:6]); kind = sys.argv[6]
+per_tx = (b1 - b0) / (tps * secs) if tps else 0
+print("  BPF time per %s transaction: %.0f ns (%.1f%% of a %.1f us transaction)" % (kind, per_tx, 100 * per_tx * off / 1e9 if off else 0, 1e6 / off if off else 0))
+' "$B0" "$B1" "$TPS" "$SECS" "${LAST[${kind}_off]}" "$kind"
+      COST[$kind]=$(python3 -c 'import sys; b0,b1,t,s=map(float,sys.argv[1:]); print((b1-b0)/(t*s) if t else 0)' "$B0" "$B1" "$TPS" "$SECS")
+      COSTS[$kind]="${COSTS[$kind]:-} ${COST[$kind]}"
+    done
+  fi
   kill -INT "$LS"; wait "$LS" || true
   python3 - "/tmp/lsstk-bench-$$.json" <<'PY'
 import json, sys
@@ -100,3 +106,15 @@ echo "summary over $ROUNDS round(s) of ${SECS}s (ratio = with / without; target 
 echo "  sockperf udp ping-pong: $(ratio "${SUM[udp_off]}" "${SUM[udp_on]}")x"
 echo "  sockperf tcp ping-pong: $(ratio "${SUM[tcp_off]}" "${SUM[tcp_on]}")x"
 echo "  iperf3 tcp stream:      $(ratio "${SUM[str_off]}" "${SUM[str_on]}")x"
+if [[ -n "${COSTS[udp]:-}" ]]; then
+  echo "ratio predicted from the measured BPF time per transaction (robust to machine noise):"
+  for kind in udp tcp; do
+    python3 -c '
+import sys
+costs = [float(x) for x in sys.argv[1].split()]
+off = float(sys.argv[2]) / float(sys.argv[3])  # mean transactions/s without latscope
+c = sorted(costs)[len(costs) // 2]
+print("  sockperf %s ping-pong: %.3fx  (%.0f ns of BPF per transaction, %.1f us per transaction)" % (sys.argv[4], 1 / (1 + c * off / 1e9), c, 1e6 / off))
+' "${COSTS[$kind]}" "${SUM[${kind}_off]}" "$ROUNDS" "$kind"
+  done
+fi

@@ -222,6 +222,7 @@ struct Rodata {
     filter_lport: u16,
     filter_rport: u16,
     group_by: u32,
+    stamp_in_ip_start: bool,
 }
 
 impl Rodata {
@@ -242,6 +243,7 @@ impl Rodata {
                 GroupBy::Interface => 1,
                 GroupBy::Cgroup => 2,
             },
+            stamp_in_ip_start: false,
         }
     }
 
@@ -260,6 +262,7 @@ impl Rodata {
         ro.filter_lport = self.filter_lport;
         ro.filter_rport = self.filter_rport;
         ro.group_by = self.group_by;
+        ro.stamp_in_ip_start = self.stamp_in_ip_start;
         Ok(())
     }
 }
@@ -355,18 +358,8 @@ impl Session {
             .load()
             .map_err(|e| StackError::from_load(&e, &take_libbpf_log()))?;
 
-        // The stamper for skbs without a realtime skb->tstamp goes first: programs on one
-        // tracepoint run in attach order, and ip-start shares its tracepoint. Best effort: without
-        // it such packets are counted as `no_stamp` (or timed from a later kernel stamp).
         let mut attached = Vec::new();
         let mut stamp_hook = None;
-        for hook in STAMP_HOOKS.iter() {
-            if let Ok(a) = load_and_attach(&owner, &rodata, hook, None) {
-                attached.push(a);
-                stamp_hook = Some(hook);
-                break;
-            }
-        }
         let wanted: Vec<Probe> = if cfg.probes.is_empty() {
             Probe::ALL.to_vec()
         } else {
@@ -391,7 +384,12 @@ impl Session {
                 if skip || (st.hook.is_some() && !cfg.try_all) {
                     continue;
                 }
-                match load_and_attach(&owner, &rodata, hook, cgroup.as_ref()) {
+                // ip-start on netif_receive_skb is where skbs without a realtime stamp get
+                // latscope's: it stamps first, then records (so those read ~0 there).
+                let stamps_here = probe == Probe::IpStart
+                    && matches!(hook.kind, HookKind::TpBtf | HookKind::RawTp);
+                let ro = Rodata { stamp_in_ip_start: stamps_here, ..rodata };
+                match load_and_attach(&owner, &ro, hook, cgroup.as_ref()) {
                     Ok(a) if st.hook.is_some() => {
                         // Only probing: detach at once.
                         drop(a);
@@ -399,6 +397,9 @@ impl Session {
                     }
                     Ok(a) => {
                         attached.push(a);
+                        if stamps_here {
+                            stamp_hook = Some(hook);
+                        }
                         st.hook = Some(hook.label.to_string());
                         st.hook_kind = Some(hook.kind);
                         st.semantics = Some(hook.semantics.to_string());
@@ -410,6 +411,18 @@ impl Session {
                 }
             }
             status.push(st);
+        }
+        // Without ip-start on netif_receive_skb, a separate stamper goes there (it runs before
+        // every other hook; the fentry ip-start at ip_rcv_core comes later in the path). Best
+        // effort: without it such packets are counted as `no_stamp` or timed from a later stamp.
+        if stamp_hook.is_none() {
+            for hook in STAMP_HOOKS.iter() {
+                if let Ok(a) = load_and_attach(&owner, &rodata, hook, None) {
+                    attached.push(a);
+                    stamp_hook = Some(hook);
+                    break;
+                }
+            }
         }
         if status.iter().all(|s| !s.available()) {
             // One line: the distinct reasons, each with the hooks it applies to.

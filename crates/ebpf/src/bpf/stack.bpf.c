@@ -61,6 +61,8 @@ const volatile u64 filter_cgroup = 0;
 const volatile u16 filter_lport = 0;
 const volatile u16 filter_rport = 0;
 const volatile u32 group_by = GROUP_NONE;
+/* ip-start's netif_receive_skb programs also do the stamping (one program per packet less). */
+const volatile bool stamp_in_ip_start = false;
 
 struct hist_key {
 	u32 probe;
@@ -281,12 +283,16 @@ int BPF_PROG(lsstk_ip6_fe, struct sk_buff *skb)
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(lsstk_ip_tp, struct sk_buff *skb)
 {
+	if (stamp_in_ip_start)
+		stamp_skb_direct(skb);
 	return record_direct(PROBE_IP_START, skb, NULL, NH_DATA, CTX_SOFTIRQ, PROTO_ANY, 0);
 }
 
 SEC("raw_tp/netif_receive_skb")
 int BPF_PROG(lsstk_ip_raw, struct sk_buff *skb)
 {
+	if (stamp_in_ip_start)
+		stamp_skb_probe(skb);
 	return record_probe(PROBE_IP_START, skb, NULL, NH_DATA, CTX_SOFTIRQ, PROTO_ANY, 0);
 }
 
