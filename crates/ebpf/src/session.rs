@@ -388,7 +388,10 @@ impl Session {
                 // latscope's: it stamps first, then records (so those read ~0 there).
                 let stamps_here = probe == Probe::IpStart
                     && matches!(hook.kind, HookKind::TpBtf | HookKind::RawTp);
-                let ro = Rodata { stamp_in_ip_start: stamps_here, ..rodata };
+                let ro = Rodata {
+                    stamp_in_ip_start: stamps_here,
+                    ..rodata
+                };
                 match load_and_attach(&owner, &ro, hook, cgroup.as_ref()) {
                     Ok(a) if st.hook.is_some() => {
                         // Only probing: detach at once.
