@@ -150,17 +150,32 @@ fn start(cfg: &StackConfig) -> anyhow::Result<Session> {
     })
 }
 
-fn group_label(group_by: GroupBy, group: u64) -> String {
+/// Interface indices are per network namespace: names are looked up only when the packets are
+/// known to be from latscope's own namespace (`names`), else the label is `if<index>`.
+fn group_label(group_by: GroupBy, group: u64, names: bool) -> String {
     match group_by {
         GroupBy::None => "all".into(),
-        GroupBy::Interface => sys::ifname(group as u32).unwrap_or_else(|| format!("if{group}")),
+        GroupBy::Interface if names => {
+            sys::ifname(group as u32).unwrap_or_else(|| format!("if{group}"))
+        }
+        GroupBy::Interface => format!("if{group}"),
         GroupBy::Cgroup => format!("cgroup{group}"),
+    }
+}
+
+/// Whether `--netns` (if any) is latscope's own namespace.
+fn netns_is_own(filter: Option<u64>) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match filter {
+        None => true,
+        Some(ino) => std::fs::metadata("/proc/self/ns/net").is_ok_and(|m| m.ino() == ino),
     }
 }
 
 struct View<'a> {
     session: &'a Session,
     group_by: GroupBy,
+    names: bool,
 }
 
 impl View<'_> {
@@ -179,7 +194,7 @@ impl View<'_> {
                 ProbeHistogram::new(
                     r.probe,
                     &self.hook_of(r.probe),
-                    group_label(self.group_by, r.group),
+                    group_label(self.group_by, r.group, self.names),
                     r.hist.clone(),
                 )
             })
@@ -290,6 +305,7 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let view = View {
         session: &session,
         group_by: cfg.group_by,
+        names: netns_is_own(cfg.filters.netns_inode),
     };
     let refused: Vec<String> = session
         .status()
@@ -433,9 +449,12 @@ mod tests {
 
     #[test]
     fn group_labels() {
-        assert_eq!(group_label(GroupBy::None, 7), "all");
-        assert_eq!(group_label(GroupBy::Cgroup, 42), "cgroup42");
-        assert_eq!(group_label(GroupBy::Interface, 1), "lo");
-        assert_eq!(group_label(GroupBy::Interface, 999_999), "if999999");
+        assert_eq!(group_label(GroupBy::None, 7, true), "all");
+        assert_eq!(group_label(GroupBy::Cgroup, 42, true), "cgroup42");
+        assert_eq!(group_label(GroupBy::Interface, 1, true), "lo");
+        assert_eq!(group_label(GroupBy::Interface, 1, false), "if1");
+        assert_eq!(group_label(GroupBy::Interface, 999_999, true), "if999999");
+        assert!(netns_is_own(None));
+        assert!(!netns_is_own(Some(1)));
     }
 }
