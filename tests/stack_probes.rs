@@ -441,6 +441,43 @@ fn filters_apply_in_the_kernel() {
     lab.tcp_transactions(&listener, 50, 100, Duration::ZERO);
     let r = report(&stack.interrupt().1);
     assert!(hist(&r, Probe::TcpSocketRead).count() >= 50);
+    // The veth's ifindex inside B: its packets are there; another index: none.
+    let link = Command::new("ip")
+        .args([
+            "-n",
+            &lab.ns_b,
+            "-o",
+            "link",
+            "show",
+            "dev",
+            &format!("{}v", lab.ns_b),
+        ])
+        .output()
+        .unwrap();
+    let ifindex = String::from_utf8_lossy(&link.stdout)
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    let stack = Stack::start(&[
+        "--json",
+        "--netns",
+        &netns,
+        "-i",
+        &ifindex,
+        "--lport",
+        &p,
+        "-p",
+        "tcp-start",
+    ]);
+    lab.tcp_transactions(&listener, 20, 100, Duration::ZERO);
+    let r = report(&stack.interrupt().1);
+    assert!(hist(&r, Probe::TcpStart).count() >= 20);
+    let stack = Stack::start(&["--json", "--netns", &netns, "-i", "999", "-p", "tcp-start"]);
+    lab.tcp_transactions(&listener, 20, 100, Duration::ZERO);
+    let r = report(&stack.interrupt().1);
+    assert_eq!(hist(&r, Probe::TcpStart).count(), 0);
     let stack = Stack::start(&[
         "--json",
         "--netns",
