@@ -495,3 +495,61 @@ fn filters_apply_in_the_kernel() {
         r.histograms
     );
 }
+
+#[test]
+fn json_lines_gives_interval_deltas_then_the_summary() {
+    let _g = lock();
+    let lab = Lab::new("j");
+    let (listener, _udp, port) = lab.servers();
+    let netns = Lab::netns_path(&lab.ns_b);
+    let mut stack = Stack::start(&[
+        "--json-lines",
+        "-r",
+        "300ms",
+        "-d",
+        "2s",
+        "--netns",
+        &netns,
+        "--lport",
+        &port.to_string(),
+        "-p",
+        "tcp-socket-read",
+    ]);
+    lab.tcp_transactions(&listener, 30, 100, Duration::ZERO);
+    let (code, out) = stack.wait();
+    assert_eq!(code, 0);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let schema_out = Command::new(BIN)
+        .args(["schema", "stack-interval"])
+        .output()
+        .unwrap();
+    let schema: serde_json::Value = serde_json::from_slice(&schema_out.stdout).unwrap();
+    let (summary, intervals) = lines.split_last().unwrap();
+    assert_eq!(summary["event"], "summary");
+    assert!(intervals.len() >= 3, "{out}");
+    let mut reads = 0;
+    for ev in intervals {
+        assert_eq!(ev["event"], "interval");
+        if let Err(e) = jsonschema::validate(&schema, ev) {
+            panic!("interval event does not match its schema: {e}");
+        }
+        for h in ev["histograms"].as_array().unwrap() {
+            reads += h["count"].as_u64().unwrap();
+        }
+    }
+    // Interval deltas add up to the cumulative total of the summary (minus the tail after the
+    // last interval).
+    let total: u64 = summary["report"]["histograms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["count"].as_u64().unwrap())
+        .sum();
+    assert!(
+        total >= 30 && reads <= total && reads >= 30,
+        "intervals {reads}, total {total}"
+    );
+}
