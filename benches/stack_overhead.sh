@@ -30,6 +30,7 @@ PIDS=()
 OLD_STATS=$(sysctl -n kernel.bpf_stats_enabled 2>/dev/null || echo "")
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true
+  rm -f "/tmp/lsstk-bench-$$.json" "/tmp/lsstk-bench-$$.err"
   [[ -n "$OLD_STATS" ]] && sysctl -qw kernel.bpf_stats_enabled="$OLD_STATS" || true
 }
 trap cleanup EXIT INT TERM
