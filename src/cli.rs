@@ -19,6 +19,7 @@ Examples:
   latscope trace --report -c 50 10.0.0.2     per-hop loss and RTT percentiles (mtr report)
   latscope schema rr                         JSON schema of `rr --json`
   latscope sockets --pid 1234                TCP_NODELAY, buffers, RTT, ato... of a running process's sockets
+  latscope stack -i eth0                     where received packets wait in the kernel (eBPF)
 
 Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
 wrong protocol; 4 missing privileges; 5 local system error; 130 interrupted (partial results).";
@@ -56,4 +57,6 @@ pub enum Command {
     Trace(cmd::trace::TraceArgs),
     /// Options and TCP state of running processes' sockets (pidfd_getfd + sock_diag); --watch setsockopt calls.
     Sockets(cmd::sockets::SocketsArgs),
+    /// Kernel receive-stack latency per hook point (eBPF; netstacklat's probes), optionally as Prometheus metrics.
+    Stack(cmd::stack::StackArgs),
 }

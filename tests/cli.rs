@@ -161,6 +161,10 @@ fn committed_schemas_match_the_code() {
         "ping",
         "trace",
         "diagnose",
+        "sockets",
+        "setsockopt",
+        "stack",
+        "stack-interval",
     ] {
         let (code, out, _) = run(&["schema", kind]);
         assert_eq!(code, 0);
@@ -300,7 +304,8 @@ fn every_subcommand_has_help_with_examples() {
     assert_eq!(code, 0);
     assert!(top.contains("Exit codes"));
     for cmd in [
-        "serve", "rr", "connect", "stream", "ping", "trace", "diagnose", "demo", "schema",
+        "serve", "rr", "connect", "stream", "ping", "trace", "sockets", "stack", "diagnose",
+        "demo", "schema",
     ] {
         let (code, out, _) = run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");

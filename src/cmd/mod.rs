@@ -8,6 +8,7 @@ pub mod rr;
 pub mod schema;
 pub mod serve;
 pub mod sockets;
+pub mod stack;
 pub mod stream;
 pub mod trace;
 
@@ -26,5 +27,6 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ping(a) => ping::run(&a),
         Command::Trace(a) => trace::run(&a),
         Command::Sockets(a) => sockets::run(&a),
+        Command::Stack(a) => stack::run(&a),
     }
 }

@@ -17,6 +17,8 @@ pub enum SchemaKind {
     Trace,
     Sockets,
     Setsockopt,
+    Stack,
+    StackInterval,
 }
 
 #[derive(Args, Debug)]
@@ -42,6 +44,8 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::Trace => schema_for!(model::ping::TraceReport),
         SchemaKind::Sockets => schema_for!(model::sockets::SocketsReport),
         SchemaKind::Setsockopt => schema_for!(model::sockets::SetsockoptEvent),
+        SchemaKind::Stack => schema_for!(latscope_ebpf::report::StackReport),
+        SchemaKind::StackInterval => schema_for!(latscope_ebpf::report::StackInterval),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }
