@@ -29,4 +29,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the JSON schema of a command's `--json` output.
     Schema(cmd::schema::SchemaArgs),
+    /// Capture packets live (AF_PACKET ring, tcpdump filter syntax) into a pcap file.
+    Capture(cmd::capture::CaptureArgs),
+    /// Find the stalls in a capture: Nagle x delayed ACK, RTO, zero window, think time ...
+    Analyze(cmd::analyze::AnalyzeArgs),
 }

@@ -1,5 +1,7 @@
 //! One module per subcommand: arguments → engine → result → rendering.
 
+pub mod analyze;
+pub mod capture;
 pub mod schema;
 
 use crate::cli::{Cli, Command};
@@ -8,5 +10,7 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Schema(a) => schema::run(&a),
+        Command::Capture(a) => capture::run(&a),
+        Command::Analyze(a) => analyze::run(&a),
     }
 }

@@ -9,6 +9,8 @@ pub enum SchemaKind {
     Rr,
     Connect,
     Interval,
+    Analyze,
+    Capture,
 }
 
 #[derive(Args, Debug)]
@@ -24,6 +26,8 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::Rr => schema_for!(model::rr::RrReport),
         SchemaKind::Connect => schema_for!(model::connect::ConnectReport),
         SchemaKind::Interval => schema_for!(model::IntervalEvent),
+        SchemaKind::Analyze => schema_for!(latscope_wire::report::AnalyzeReport),
+        SchemaKind::Capture => schema_for!(latscope_wire::report::CaptureReport),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }
