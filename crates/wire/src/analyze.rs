@@ -58,6 +58,9 @@ pub const MAX_UNACKED: usize = 4096;
 pub const MAX_TX_KEPT: usize = 256;
 /// Ladder rows kept for `--conn`.
 pub const MAX_LADDER_ROWS: usize = 100_000;
+// Connections whose FINs were both acknowledged are summarised at once; a later straggler
+// (a retransmitted final ACK) would open a new, SYN-less connection, as the price of memory
+// that follows the open connections only.
 
 const DELACK_MIN_NS: u64 = 15_000_000;
 const CORK_MIN_NS: u64 = 180_000_000;
@@ -197,6 +200,8 @@ struct Dir {
     max_seg: u32,
     bytes: u64,
     fin: bool,
+    /// Relative sequence just after this side's FIN.
+    fin_end: Option<u32>,
     // Stall tracking.
     last_data: Option<DataSeg>,
     last_pkt_ts: u64,
@@ -205,6 +210,9 @@ struct Dir {
     last_pkt_ack: u32,
     last_pkt_pure_ack: bool,
     last_data_ts: u64,
+    /// When this side last retransmitted: a release after a retransmission is loss recovery,
+    /// not a delayed ACK or cork.
+    last_rexmit_ts: Option<u64>,
     zero_since: Option<(u64, u64)>,
 }
 
@@ -562,9 +570,15 @@ impl Analyzer {
         let tracing = self.opts.trace_conn == Some(c.id);
         self.notes.clear();
         self.process(&mut c, frame, ts, src, sp, tcp, seglen, tracing);
-        let closed_now = c.closed_at.is_some();
+        // Both FINs sent and acknowledged: nothing more belongs to this connection, so it is
+        // summarised now. Half-closed and reset connections linger (LINGER_NS) for stragglers.
+        let acked = |d: usize| c.dirs[d].fin_end.is_some_and(|e| !lt(c.dirs[1 - d].lastack, e));
+        let done = acked(0) && acked(1);
         self.slab[slot] = Some(c);
-        let _ = closed_now;
+        if done {
+            self.table.remove(&key);
+            self.retire(slot);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -667,6 +681,7 @@ impl Analyzer {
         }
         if fl & flags::FIN != 0 {
             c.dirs[d].fin = true;
+            c.dirs[d].fin_end = Some(seq.wrapping_add(seglen).wrapping_add(1));
         }
         if c.dirs[0].fin && c.dirs[1].fin && c.closed_at.is_none() {
             c.closed_at = Some(ts);
@@ -862,6 +877,9 @@ impl Analyzer {
             });
         }
 
+        if a & (A_RETRANS | A_FAST | A_SPURIOUS | A_OOO) != 0 {
+            c.dirs[d].last_rexmit_ts = Some(ts);
+        }
         // Count.
         let k = &mut c.counts;
         if a & A_RETRANS != 0 {
@@ -927,12 +945,16 @@ impl Analyzer {
         // Effective MSS of the sender: what the peer advertised, minus the timestamp option.
         let smss = match c.dirs[r].mss_opt {
             Some(m) => u32::from(m).saturating_sub(if c.dirs[d].timestamps { 12 } else { 0 }),
-            None => c.dirs[d].max_seg.max(536),
+            // No handshake captured: the largest segment seen, but at least Ethernet's MSS.
+            None => c.dirs[d].max_seg.max(1460),
         };
         let new_seg = DataSeg { ts, frame, len: seglen, end: 0 };
         let prev = c.dirs[d].last_data;
         c.dirs[d].last_data = Some(DataSeg { end: c.dirs[d].nextseq, ..new_seg });
         let Some(d1) = prev else { return };
+        if c.dirs[d].last_rexmit_ts.is_some_and(|t| t >= d1.ts) {
+            return;
+        }
         let p = &c.dirs[r];
         let gap = ts.saturating_sub(d1.ts);
         // The peer's last packet: a pure ACK of exactly up to D1's end, after D1, no peer data

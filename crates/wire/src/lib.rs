@@ -11,6 +11,7 @@ pub mod capfile;
 pub mod packet;
 pub mod render;
 pub mod report;
+pub mod synth;
 
 pub use analyze::{AnalyzeOptions, Analyzer};
 pub use capfile::{CaptureReader, PcapWriter, ReadError};
