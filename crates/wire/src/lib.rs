@@ -8,6 +8,8 @@
 
 pub mod analyze;
 pub mod capfile;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod packet;
 pub mod render;
 pub mod report;
