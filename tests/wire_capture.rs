@@ -1,6 +1,8 @@
 //! `latscope capture` against tcpdump on the same traffic, `analyze --live`, and
 //! retransmission counts against tshark on a capture with nftables-made loss.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod wire_lab;
 
 use std::io::{Read, Write};
@@ -8,7 +10,9 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
-use wire_lab::{BIN, Bg, Netns, TempDir, analyze_json, http_client, http_server, tshark_count, Pattern};
+use wire_lab::{
+    BIN, Bg, Netns, Pattern, TempDir, analyze_json, http_client, http_server, tshark_count,
+};
 
 #[test]
 fn capture_matches_tcpdump_packet_count() {
@@ -18,24 +22,45 @@ fn capture_matches_tcpdump_packet_count() {
     let (addr, server) = http_server(Pattern::SplitNoDelay, 5);
     let filter = format!("tcp port {}", addr.port());
     let td = Bg::tcpdump("lo", &theirs, &filter);
-    let ls = Bg::latscope_capture(None, &["-i", "lo", "-w", ours.to_str().unwrap(), "--json", &filter]);
+    let ls = Bg::latscope_capture(
+        None,
+        &["-i", "lo", "-w", ours.to_str().unwrap(), "--json", &filter],
+    );
     http_client(addr, 5, 4);
     server.join().unwrap();
     let out = ls.stop();
     let _ = td.stop();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let n_ours = tshark_count(&ours, "");
     let n_theirs = tshark_count(&theirs, "");
-    assert!(n_theirs >= 5 * (3 + 4 * 3), "tcpdump saw {n_theirs} packets");
-    assert_eq!(n_ours, n_theirs, "latscope capture vs tcpdump packet counts");
+    assert!(
+        n_theirs >= 5 * (3 + 4 * 3),
+        "tcpdump saw {n_theirs} packets"
+    );
+    assert_eq!(
+        n_ours, n_theirs,
+        "latscope capture vs tcpdump packet counts"
+    );
     assert_eq!(report["packets"].as_u64().unwrap(), n_ours);
     assert_eq!(report["kernel_drops"], 0);
-    assert!(report["filter_mode"].as_str().unwrap().starts_with("kernel"));
+    assert!(
+        report["filter_mode"]
+            .as_str()
+            .unwrap()
+            .starts_with("kernel")
+    );
     // Nanosecond magic, readable by tshark with the same connections.
     let raw = std::fs::read(&ours).unwrap();
     assert_eq!(&raw[..4], &0xa1b2_3c4du32.to_le_bytes());
-    assert_eq!(tshark_count(&ours, "tcp.flags.syn==1 && tcp.flags.ack==0"), 5);
+    assert_eq!(
+        tshark_count(&ours, "tcp.flags.syn==1 && tcp.flags.ack==0"),
+        5
+    );
 }
 
 #[test]
@@ -45,7 +70,18 @@ fn capture_count_and_bad_filter() {
     let (addr, server) = http_server(Pattern::SplitNoDelay, 3);
     let port = addr.port().to_string();
     let mut child = Command::new(BIN)
-        .args(["capture", "-i", "lo", "-c", "7", "-w", f.to_str().unwrap(), "tcp", "port", &port])
+        .args([
+            "capture",
+            "-i",
+            "lo",
+            "-c",
+            "7",
+            "-w",
+            f.to_str().unwrap(),
+            "tcp",
+            "port",
+            &port,
+        ])
         .stderr(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -57,10 +93,16 @@ fn capture_count_and_bad_filter() {
     assert!(st.success());
     assert_eq!(tshark_count(&f, ""), 7);
 
-    let out = Command::new(BIN).args(["capture", "-i", "lo", "-w", "/dev/null", "port", "eighty"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["capture", "-i", "lo", "-w", "/dev/null", "port", "eighty"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid capture filter"));
-    let out = Command::new(BIN).args(["capture", "-i", "nosuchif0", "-w", "/dev/null"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["capture", "-i", "nosuchif0", "-w", "/dev/null"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no network interface"));
 }
@@ -70,7 +112,17 @@ fn analyze_live_finds_nagle() {
     let (addr, server) = http_server(Pattern::SplitNagle, 1);
     let port = addr.port().to_string();
     let child = Command::new(BIN)
-        .args(["analyze", "--live", "-i", "lo", "-d", "3s", "-f", &format!("tcp port {port}"), "--json"])
+        .args([
+            "analyze",
+            "--live",
+            "-i",
+            "lo",
+            "-d",
+            "3s",
+            "-f",
+            &format!("tcp port {port}"),
+            "--json",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -99,13 +151,25 @@ fn retransmissions_match_tshark_under_nft_loss() {
     let dir = TempDir::new();
     let file = dir.path("loss.pcap");
     let conns = 8;
-    let server = ns.spawn(move || {
-        let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
-        l
-    })
-    .join()
-    .unwrap();
-    let cap = Bg::latscope_capture(Some(&ns.name), &["-i", "lo", "-w", file.to_str().unwrap(), "tcp", "port", "5000"]);
+    let server = ns
+        .spawn(move || {
+            let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
+            l
+        })
+        .join()
+        .unwrap();
+    let cap = Bg::latscope_capture(
+        Some(&ns.name),
+        &[
+            "-i",
+            "lo",
+            "-w",
+            file.to_str().unwrap(),
+            "tcp",
+            "port",
+            "5000",
+        ],
+    );
     let srv = std::thread::spawn(move || {
         for _ in 0..conns {
             let (mut s, _) = server.accept().unwrap();
@@ -131,10 +195,16 @@ fn retransmissions_match_tshark_under_nft_loss() {
     .unwrap();
     srv.join().unwrap();
     let out = cap.stop();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (_, v) = analyze_json(&file, &[]);
     let c = &v["counts"];
-    let ours = c["retransmission"].as_u64().unwrap() + c["fast_retransmission"].as_u64().unwrap() + c["spurious_retransmission"].as_u64().unwrap();
+    let ours = c["retransmission"].as_u64().unwrap()
+        + c["fast_retransmission"].as_u64().unwrap()
+        + c["spurious_retransmission"].as_u64().unwrap();
     let ts_retrans = tshark_count(&file, "tcp.analysis.retransmission");
     let ts_fast = tshark_count(&file, "tcp.analysis.fast_retransmission");
     let ts_spur = tshark_count(&file, "tcp.analysis.spurious_retransmission");
@@ -143,14 +213,47 @@ fn retransmissions_match_tshark_under_nft_loss() {
     let ts_zw = tshark_count(&file, "tcp.analysis.zero_window");
     let ts_wf = tshark_count(&file, "tcp.analysis.window_full");
     let ts_lost = tshark_count(&file, "tcp.analysis.lost_segment");
-    eprintln!("latscope {c}\ntshark retrans={ts_retrans} fast={ts_fast} spurious={ts_spur} dup={ts_dup} ooo={ts_ooo} zw={ts_zw} wf={ts_wf} lost={ts_lost}");
-    assert!(ts_retrans > 0, "the nft rule should have caused retransmissions");
+    eprintln!(
+        "latscope {c}\ntshark retrans={ts_retrans} fast={ts_fast} spurious={ts_spur} dup={ts_dup} ooo={ts_ooo} zw={ts_zw} wf={ts_wf} lost={ts_lost}"
+    );
+    assert!(
+        ts_retrans > 0,
+        "the nft rule should have caused retransmissions"
+    );
     assert_eq!(ours, ts_retrans, "tcp.analysis.retransmission");
-    assert_eq!(c["fast_retransmission"].as_u64().unwrap(), ts_fast, "tcp.analysis.fast_retransmission");
-    assert_eq!(c["spurious_retransmission"].as_u64().unwrap(), ts_spur, "tcp.analysis.spurious_retransmission");
-    assert_eq!(c["duplicate_ack"].as_u64().unwrap(), ts_dup, "tcp.analysis.duplicate_ack");
-    assert_eq!(c["out_of_order"].as_u64().unwrap(), ts_ooo, "tcp.analysis.out_of_order");
-    assert_eq!(c["zero_window"].as_u64().unwrap(), ts_zw, "tcp.analysis.zero_window");
-    assert_eq!(c["window_full"].as_u64().unwrap(), ts_wf, "tcp.analysis.window_full");
-    assert_eq!(c["lost_segment"].as_u64().unwrap(), ts_lost, "tcp.analysis.lost_segment");
+    assert_eq!(
+        c["fast_retransmission"].as_u64().unwrap(),
+        ts_fast,
+        "tcp.analysis.fast_retransmission"
+    );
+    assert_eq!(
+        c["spurious_retransmission"].as_u64().unwrap(),
+        ts_spur,
+        "tcp.analysis.spurious_retransmission"
+    );
+    assert_eq!(
+        c["duplicate_ack"].as_u64().unwrap(),
+        ts_dup,
+        "tcp.analysis.duplicate_ack"
+    );
+    assert_eq!(
+        c["out_of_order"].as_u64().unwrap(),
+        ts_ooo,
+        "tcp.analysis.out_of_order"
+    );
+    assert_eq!(
+        c["zero_window"].as_u64().unwrap(),
+        ts_zw,
+        "tcp.analysis.zero_window"
+    );
+    assert_eq!(
+        c["window_full"].as_u64().unwrap(),
+        ts_wf,
+        "tcp.analysis.window_full"
+    );
+    assert_eq!(
+        c["lost_segment"].as_u64().unwrap(),
+        ts_lost,
+        "tcp.analysis.lost_segment"
+    );
 }

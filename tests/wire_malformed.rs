@@ -1,6 +1,8 @@
 //! `latscope analyze` on damaged input: a clear one-line error (exit 2) or a counted skip with
 //! a warning, never a panic.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod wire_lab;
 
 use std::process::Command;
@@ -28,8 +30,12 @@ fn record(b: &mut Vec<u8>, data: &[u8], orig: u32) {
 
 fn tcp_frame() -> Vec<u8> {
     let mut f = vec![0u8; 12];
-    f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 44, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
-    f.extend_from_slice(&[0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 4, 0, 0, 0, 0, 0]);
+    f.extend_from_slice(&[
+        0x08, 0x00, 0x45, 0, 0, 44, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
+    f.extend_from_slice(&[
+        0x9c, 0x40, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 4, 0, 0, 0, 0, 0,
+    ]);
     f.extend_from_slice(b"GET ");
     f
 }
@@ -38,7 +44,11 @@ fn run(dir: &TempDir, name: &str, bytes: &[u8]) -> (i32, String, String) {
     let p = dir.path(name);
     std::fs::write(&p, bytes).unwrap();
     let out = Command::new(BIN).arg("analyze").arg(&p).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -48,7 +58,11 @@ fn damaged_files_give_clear_errors_or_counted_skips() {
     assert_eq!(code, 2);
     assert!(err.contains("too short to be a capture"), "{err}");
 
-    let (code, _, err) = run(&dir, "text.pcap", b"this is not a capture file at all, just text\n");
+    let (code, _, err) = run(
+        &dir,
+        "text.pcap",
+        b"this is not a capture file at all, just text\n",
+    );
     assert_eq!(code, 2);
     assert!(err.contains("not a pcap or pcapng file"), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
@@ -59,7 +73,10 @@ fn damaged_files_give_clear_errors_or_counted_skips() {
     b.extend_from_slice(&[0xff; 40]);
     let (code, _, err) = run(&dir, "garbage.pcap", &b);
     assert_eq!(code, 2);
-    assert!(err.contains("corrupt capture at byte") && err.contains("record 2"), "{err}");
+    assert!(
+        err.contains("corrupt capture at byte") && err.contains("record 2"),
+        "{err}"
+    );
 
     // A file cut in the middle of a record: what came before is analysed, with a warning.
     let mut b = pcap_header(1, 65535);
@@ -68,7 +85,10 @@ fn damaged_files_give_clear_errors_or_counted_skips() {
     b.truncate(b.len() - 10);
     let (code, out, _) = run(&dir, "cut.pcap", &b);
     assert_eq!(code, 0);
-    assert!(out.contains("1 frames") && out.contains("ends in the middle of a packet"), "{out}");
+    assert!(
+        out.contains("1 frames") && out.contains("ends in the middle of a packet"),
+        "{out}"
+    );
 
     // Snap length cut before the TCP header: counted and reported.
     let mut b = pcap_header(1, 40);
@@ -85,7 +105,10 @@ fn damaged_files_give_clear_errors_or_counted_skips() {
     assert_eq!(code, 0);
     assert!(out.contains("link type latscope does not decode"), "{out}");
 
-    let out = Command::new(BIN).args(["analyze", "/nonexistent/latscope-wire.pcap"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["analyze", "/nonexistent/latscope-wire.pcap"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open"));
 }
@@ -97,9 +120,17 @@ fn json_matches_schema() {
     record(&mut b, &tcp_frame(), 58);
     let p = dir.path("one.pcap");
     std::fs::write(&p, &b).unwrap();
-    let out = Command::new(BIN).arg("analyze").arg(&p).args(["--json", "--conn", "0"]).output().unwrap();
+    let out = Command::new(BIN)
+        .arg("analyze")
+        .arg(&p)
+        .args(["--json", "--conn", "0"])
+        .output()
+        .unwrap();
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let schema_out = Command::new(BIN).args(["schema", "analyze"]).output().unwrap();
+    let schema_out = Command::new(BIN)
+        .args(["schema", "analyze"])
+        .output()
+        .unwrap();
     let schema: serde_json::Value = serde_json::from_slice(&schema_out.stdout).unwrap();
     let v = jsonschema::validator_for(&schema).unwrap();
     let errs: Vec<String> = v.iter_errors(&doc).map(|e| e.to_string()).collect();

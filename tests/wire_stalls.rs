@@ -2,6 +2,8 @@
 //! transaction flagged, the first of each connection not), the same with TCP_NODELAY (nothing
 //! flagged), and a server that thinks before replying (think time, not Nagle).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod wire_lab;
 
 use std::time::Duration;
@@ -17,16 +19,36 @@ fn capture_scenario(pattern: Pattern) -> (TempDir, std::path::PathBuf, Vec<Durat
     let file = dir.path("lab.pcap");
     let (addr, server) = http_server(pattern, CONNS);
     let port = addr.port().to_string();
-    let cap = Bg::latscope_capture(None, &["-i", "lo", "-w", file.to_str().unwrap(), "tcp", "port", &port]);
+    let cap = Bg::latscope_capture(
+        None,
+        &[
+            "-i",
+            "lo",
+            "-w",
+            file.to_str().unwrap(),
+            "tcp",
+            "port",
+            &port,
+        ],
+    );
     let lat = http_client(addr, CONNS, REQS);
     server.join().unwrap();
     let out = cap.stop();
-    assert!(out.status.success(), "capture failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "capture failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (dir, file, lat)
 }
 
 fn kinds(v: &Value) -> Vec<String> {
-    v["findings"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap().to_string()).collect()
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn conns(v: &Value) -> Vec<Value> {
@@ -48,21 +70,40 @@ fn nagle_split_response_every_slow_transaction_flagged() {
         let tx = c["transactions"].as_array().unwrap();
         assert_eq!(tx.len(), REQS);
         // The first exchange: the client is still in quick-ack mode, so nothing waits.
-        assert!(tx[0]["stall"].is_null(), "first transaction flagged: {:#}", tx[0]);
+        assert!(
+            tx[0]["stall"].is_null(),
+            "first transaction flagged: {:#}",
+            tx[0]
+        );
         for (i, t) in tx.iter().enumerate() {
             let dur = t["duration_ns"].as_u64().unwrap();
             let slow = dur >= 20_000_000; // a delayed ACK costs ≥ 40 ms on Linux
             let flagged = t["stall"] == "nagle_delayed_ack";
-            assert_eq!(slow, flagged, "transaction {i} of conn {}: {:#}", c["id"], t);
+            assert_eq!(
+                slow, flagged,
+                "transaction {i} of conn {}: {:#}",
+                c["id"], t
+            );
             assert_eq!(t["http_request"], format!("GET /{i} HTTP/1.1"));
         }
     }
     // Every slow request the client measured is one flagged stall.
-    let slow_measured = lat.iter().filter(|d| **d >= Duration::from_millis(20)).count() as u64;
+    let slow_measured = lat
+        .iter()
+        .filter(|d| **d >= Duration::from_millis(20))
+        .count() as u64;
     assert_eq!(f["count"].as_u64().unwrap(), slow_measured);
-    assert!(slow_measured >= CONNS as u64, "expected delayed ACK stalls, client saw {lat:?}");
+    assert!(
+        slow_measured >= CONNS as u64,
+        "expected delayed ACK stalls, client saw {lat:?}"
+    );
     // The ladder marks the stall.
-    let out = std::process::Command::new(wire_lab::BIN).arg("analyze").arg(&file).args(["--conn", "0"]).output().unwrap();
+    let out = std::process::Command::new(wire_lab::BIN)
+        .arg("analyze")
+        .arg(&file)
+        .args(["--conn", "0"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("STALL Nagle x delayed ACK"), "{text}");
     assert!(text.contains("delayed ACK ("), "{text}");
@@ -73,7 +114,12 @@ fn nodelay_nothing_flagged() {
     let (_dir, file, _) = capture_scenario(Pattern::SplitNoDelay);
     let (code, v) = analyze_json(&file, &[]);
     let k = kinds(&v);
-    assert!(!k.iter().any(|k| k == "nagle_delayed_ack" || k == "delayed_ack" || k == "cork"), "{:#}", v["findings"]);
+    assert!(
+        !k.iter()
+            .any(|k| k == "nagle_delayed_ack" || k == "delayed_ack" || k == "cork"),
+        "{:#}",
+        v["findings"]
+    );
     assert_eq!(v["transactions"], (CONNS * REQS) as u64);
     for c in conns(&v) {
         for t in c["transactions"].as_array().unwrap() {
@@ -90,11 +136,19 @@ fn think_time_is_not_nagle() {
     let (_dir, file, _) = capture_scenario(Pattern::Think(Duration::from_millis(60)));
     let (code, v) = analyze_json(&file, &[]);
     assert_eq!(code, 1);
-    assert_eq!(kinds(&v), vec!["think_time".to_string()], "{:#}", v["findings"]);
+    assert_eq!(
+        kinds(&v),
+        vec!["think_time".to_string()],
+        "{:#}",
+        v["findings"]
+    );
     let f = &v["findings"][0];
     assert_eq!(f["count"], (CONNS * REQS) as u64);
     let mean = f["lost_ns"].as_u64().unwrap() / (CONNS * REQS) as u64;
-    assert!((55_000_000..200_000_000).contains(&mean), "mean think {mean} ns");
+    assert!(
+        (55_000_000..200_000_000).contains(&mean),
+        "mean think {mean} ns"
+    );
     for c in conns(&v) {
         for t in c["transactions"].as_array().unwrap() {
             assert_eq!(t["stall"], "think_time");

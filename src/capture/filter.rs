@@ -63,7 +63,11 @@ enum Expr {
     And(Box<Expr>, Box<Expr>),
     Or(Box<Expr>, Box<Expr>),
     Not(Box<Expr>),
-    Prim { proto: Option<Proto>, dir: Dir, kind: Option<Kind> },
+    Prim {
+        proto: Option<Proto>,
+        dir: Dir,
+        kind: Option<Kind>,
+    },
 }
 
 struct Parser<'a> {
@@ -90,7 +94,10 @@ fn tokenize(s: &str) -> Vec<&str> {
             i += 2;
         } else {
             let st = i;
-            while i < b.len() && !b[i].is_ascii_whitespace() && !matches!(b[i], b'(' | b')' | b'!' | b'&' | b'|') {
+            while i < b.len()
+                && !b[i].is_ascii_whitespace()
+                && !matches!(b[i], b'(' | b')' | b'!' | b'&' | b'|')
+            {
                 i += 1;
             }
             if st == i {
@@ -120,7 +127,10 @@ fn service_port(s: &str) -> Option<u16> {
 
 impl<'a> Parser<'a> {
     fn err(&self, why: impl Into<String>) -> FilterError {
-        FilterError { expr: self.expr.to_string(), why: why.into() }
+        FilterError {
+            expr: self.expr.to_string(),
+            why: why.into(),
+        }
     }
     fn peek(&self) -> Option<&'a str> {
         self.toks.get(self.pos).copied()
@@ -170,25 +180,39 @@ impl<'a> Parser<'a> {
         }
     }
     fn value(&mut self, kind: &'static str) -> Result<Kind, FilterError> {
-        let v = self.next().ok_or_else(|| self.err(format!("'{kind}' needs a value")))?;
+        let v = self
+            .next()
+            .ok_or_else(|| self.err(format!("'{kind}' needs a value")))?;
         match kind {
-            "host" => v
-                .parse::<IpAddr>()
-                .map(Kind::Host)
-                .map_err(|_| self.err(format!("'{v}' is not an IP address (host names are not resolved; give an address)"))),
+            "host" => v.parse::<IpAddr>().map(Kind::Host).map_err(|_| {
+                self.err(format!(
+                    "'{v}' is not an IP address (host names are not resolved; give an address)"
+                ))
+            }),
             "net" => {
                 let (a, len) = v.split_once('/').unwrap_or((v, ""));
-                let ip: IpAddr = a.parse().map_err(|_| self.err(format!("'{a}' is not a network address")))?;
+                let ip: IpAddr = a
+                    .parse()
+                    .map_err(|_| self.err(format!("'{a}' is not a network address")))?;
                 let max = if ip.is_ipv4() { 32 } else { 128 };
-                let len = if len.is_empty() { max } else { len.parse::<u8>().map_err(|_| self.err(format!("bad prefix length in '{v}'")))? };
+                let len = if len.is_empty() {
+                    max
+                } else {
+                    len.parse::<u8>()
+                        .map_err(|_| self.err(format!("bad prefix length in '{v}'")))?
+                };
                 if len > max {
                     return Err(self.err(format!("prefix length {len} is too long for {ip}")));
                 }
                 Ok(Kind::Net(ip, len))
             }
-            "port" => service_port(v).map(Kind::Port).ok_or_else(|| self.err(format!("'{v}' is not a port number"))),
+            "port" => service_port(v)
+                .map(Kind::Port)
+                .ok_or_else(|| self.err(format!("'{v}' is not a port number"))),
             _ => {
-                let (a, b) = v.split_once('-').ok_or_else(|| self.err(format!("portrange needs A-B, got '{v}'")))?;
+                let (a, b) = v
+                    .split_once('-')
+                    .ok_or_else(|| self.err(format!("portrange needs A-B, got '{v}'")))?;
                 match (service_port(a), service_port(b)) {
                     (Some(a), Some(b)) if a <= b => Ok(Kind::PortRange(a, b)),
                     _ => Err(self.err(format!("'{v}' is not a port range"))),
@@ -251,7 +275,9 @@ impl<'a> Parser<'a> {
         if proto.is_none() && kind.is_none() {
             return Err(self.err(format!("unexpected '{}'", self.peek().unwrap_or(""))));
         }
-        if matches!(proto, Some(Proto::Arp | Proto::Icmp | Proto::Icmp6)) && matches!(kind, Some(Kind::Port(_) | Kind::PortRange(..))) {
+        if matches!(proto, Some(Proto::Arp | Proto::Icmp | Proto::Icmp6))
+            && matches!(kind, Some(Kind::Port(_) | Kind::PortRange(..)))
+        {
             return Err(self.err("ports only exist for tcp and udp"));
         }
         Ok(Expr::Prim { proto, dir, kind })
@@ -297,7 +323,12 @@ enum Load {
 enum Cond {
     True,
     False,
-    Test { load: Load, mask: Option<u32>, op: u16, k: u32 },
+    Test {
+        load: Load,
+        mask: Option<u32>,
+        op: u16,
+        k: u32,
+    },
     And(Box<Cond>, Box<Cond>),
     Or(Box<Cond>, Box<Cond>),
     Not(Box<Cond>),
@@ -310,7 +341,12 @@ fn or(a: Cond, b: Cond) -> Cond {
     Cond::Or(Box::new(a), Box::new(b))
 }
 fn test(load: Load, k: u32) -> Cond {
-    Cond::Test { load, mask: None, op: JEQ_K, k }
+    Cond::Test {
+        load,
+        mask: None,
+        op: JEQ_K,
+        k,
+    }
 }
 
 struct Lower {
@@ -323,13 +359,23 @@ impl Lower {
     fn is_v4(&self) -> Cond {
         match self.link {
             FilterLink::Ethernet => test(Load::Abs(LD_H_ABS, 12), 0x0800),
-            FilterLink::RawIp => Cond::Test { load: Load::Abs(LD_B_ABS, 0), mask: Some(0xf0), op: JEQ_K, k: 0x40 },
+            FilterLink::RawIp => Cond::Test {
+                load: Load::Abs(LD_B_ABS, 0),
+                mask: Some(0xf0),
+                op: JEQ_K,
+                k: 0x40,
+            },
         }
     }
     fn is_v6(&self) -> Cond {
         match self.link {
             FilterLink::Ethernet => test(Load::Abs(LD_H_ABS, 12), 0x86dd),
-            FilterLink::RawIp => Cond::Test { load: Load::Abs(LD_B_ABS, 0), mask: Some(0xf0), op: JEQ_K, k: 0x60 },
+            FilterLink::RawIp => Cond::Test {
+                load: Load::Abs(LD_B_ABS, 0),
+                mask: Some(0xf0),
+                op: JEQ_K,
+                k: 0x60,
+            },
         }
     }
     fn is_arp(&self) -> Cond {
@@ -360,9 +406,18 @@ impl Lower {
             match ip {
                 IpAddr::V4(a) => {
                     let off = self.l3 + if src { 12 } else { 16 };
-                    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
+                    let mask = if prefix == 0 {
+                        0
+                    } else {
+                        u32::MAX << (32 - u32::from(prefix))
+                    };
                     let k = u32::from(a) & mask;
-                    let c = Cond::Test { load: Load::Abs(LD_W_ABS, off), mask: (mask != u32::MAX).then_some(mask), op: JEQ_K, k };
+                    let c = Cond::Test {
+                        load: Load::Abs(LD_W_ABS, off),
+                        mask: (mask != u32::MAX).then_some(mask),
+                        op: JEQ_K,
+                        k,
+                    };
                     and(self.is_v4(), c)
                 }
                 IpAddr::V6(a) => {
@@ -376,10 +431,22 @@ impl Lower {
                             break;
                         }
                         let n = (p - bits_before).min(32);
-                        let mask = if n == 32 { u32::MAX } else { u32::MAX << (32 - n) };
+                        let mask = if n == 32 {
+                            u32::MAX
+                        } else {
+                            u32::MAX << (32 - n)
+                        };
                         let i = (w * 4) as usize;
                         let k = u32::from_be_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]) & mask;
-                        c = and(c, Cond::Test { load: Load::Abs(LD_W_ABS, base + w * 4), mask: (mask != u32::MAX).then_some(mask), op: JEQ_K, k });
+                        c = and(
+                            c,
+                            Cond::Test {
+                                load: Load::Abs(LD_W_ABS, base + w * 4),
+                                mask: (mask != u32::MAX).then_some(mask),
+                                op: JEQ_K,
+                                k,
+                            },
+                        );
                     }
                     c
                 }
@@ -397,7 +464,20 @@ impl Lower {
             if lo == hi {
                 test(load, lo)
             } else {
-                and(Cond::Test { load, mask: None, op: JGE_K, k: lo }, Cond::Not(Box::new(Cond::Test { load, mask: None, op: JGT_K, k: hi })))
+                and(
+                    Cond::Test {
+                        load,
+                        mask: None,
+                        op: JGE_K,
+                        k: lo,
+                    },
+                    Cond::Not(Box::new(Cond::Test {
+                        load,
+                        mask: None,
+                        op: JGT_K,
+                        k: hi,
+                    })),
+                )
             }
         };
         let sides = |src: Load, dst: Load| match dir {
@@ -416,15 +496,29 @@ impl Lower {
             it.fold(first, |acc, &p| or(acc, f(p)))
         };
         let v4 = and(
-            and(self.is_v4(), any_of(&|p| test(Load::Abs(LD_B_ABS, self.l3 + 9), p))),
             and(
-                Cond::Not(Box::new(Cond::Test { load: Load::Abs(LD_H_ABS, self.l3 + 6), mask: None, op: JSET_K, k: 0x1fff })),
+                self.is_v4(),
+                any_of(&|p| test(Load::Abs(LD_B_ABS, self.l3 + 9), p)),
+            ),
+            and(
+                Cond::Not(Box::new(Cond::Test {
+                    load: Load::Abs(LD_H_ABS, self.l3 + 6),
+                    mask: None,
+                    op: JSET_K,
+                    k: 0x1fff,
+                })),
                 sides(Load::Ind(0), Load::Ind(2)),
             ),
         );
         let v6 = and(
-            and(self.is_v6(), any_of(&|p| test(Load::Abs(LD_B_ABS, self.l3 + 6), p))),
-            sides(Load::Abs(LD_H_ABS, self.l3 + 40), Load::Abs(LD_H_ABS, self.l3 + 42)),
+            and(
+                self.is_v6(),
+                any_of(&|p| test(Load::Abs(LD_B_ABS, self.l3 + 6), p)),
+            ),
+            sides(
+                Load::Abs(LD_H_ABS, self.l3 + 40),
+                Load::Abs(LD_H_ABS, self.l3 + 42),
+            ),
         );
         if matches!(proto, Some(Proto::Ip)) {
             v4
@@ -533,12 +627,22 @@ impl Program {
 /// Compile `expr` (empty = everything) for `link`. Accepted packets are cut to `snaplen`.
 /// With `drop_outgoing` (the loopback device, where every packet is seen twice), packets the
 /// host sends are rejected first, as libpcap does.
-pub fn compile(expr: &str, link: FilterLink, snaplen: u32, drop_outgoing: bool) -> Result<Program, FilterError> {
+pub fn compile(
+    expr: &str,
+    link: FilterLink,
+    snaplen: u32,
+    drop_outgoing: bool,
+) -> Result<Program, FilterError> {
     let toks = tokenize(expr);
     let cond = if toks.is_empty() {
         Cond::True
     } else {
-        let mut p = Parser { toks, pos: 0, expr, last: None };
+        let mut p = Parser {
+            toks,
+            pos: 0,
+            expr,
+            last: None,
+        };
         let e = p.or()?;
         if p.pos < p.toks.len() {
             return Err(p.err(format!("unexpected '{}'", p.toks[p.pos])));
@@ -550,11 +654,20 @@ pub fn compile(expr: &str, link: FilterLink, snaplen: u32, drop_outgoing: bool) 
         Lower { link, l3 }.lower(&e)
     };
     let cond = if drop_outgoing {
-        and(Cond::Not(Box::new(test(Load::Abs(LD_W_ABS, AD_PKTTYPE), PACKET_OUTGOING))), cond)
+        and(
+            Cond::Not(Box::new(test(
+                Load::Abs(LD_W_ABS, AD_PKTTYPE),
+                PACKET_OUTGOING,
+            ))),
+            cond,
+        )
     } else {
         cond
     };
-    let mut g = Gen { l3_hint: if link == FilterLink::Ethernet { 14 } else { 0 }, ..Gen::default() };
+    let mut g = Gen {
+        l3_hint: if link == FilterLink::Ethernet { 14 } else { 0 },
+        ..Gen::default()
+    };
     let acc = g.label();
     let rej = g.label();
     g.emit_cond(&cond, acc, rej);
@@ -565,9 +678,14 @@ pub fn compile(expr: &str, link: FilterLink, snaplen: u32, drop_outgoing: bool) 
     let mut insns = Vec::with_capacity(g.code.len());
     for (i, &(code, t, f, k)) in g.code.iter().enumerate() {
         let rel = |l: Option<usize>| -> u32 {
-            l.and_then(|l| g.labels[l]).map_or(0, |target| (target - (i + 1)) as u32)
+            l.and_then(|l| g.labels[l])
+                .map_or(0, |target| (target - (i + 1)) as u32)
         };
-        let (jt, jf, k) = if code == JA { (0, 0, rel(t)) } else { (rel(t), rel(f), k) };
+        let (jt, jf, k) = if code == JA {
+            (0, 0, rel(t))
+        } else {
+            (rel(t), rel(f), k)
+        };
         insns.push(Insn { code, jt, jf, k });
     }
     Ok(Program { insns })
@@ -629,6 +747,7 @@ pub fn run(p: &Program, pkt: &[u8], pkttype: u32) -> u32 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -677,7 +796,10 @@ mod tests {
         assert!(m("net 192.168.0.0/16 and udp", &udp53));
         assert!(m("port 53 or port 80", &tcp80) && m("port 53 or 80", &udp53));
         assert!(m("not port 53", &tcp80) && !m("! port 53", &udp53));
-        assert!(m("tcp and (port 80 or port 443) and not host 1.2.3.4", &tcp80));
+        assert!(m(
+            "tcp and (port 80 or port 443) and not host 1.2.3.4",
+            &tcp80
+        ));
         assert!(m("tcp && port 80 || udp", &udp53));
         assert!(m("portrange 70-90", &tcp80) && !m("portrange 81-90", &tcp80));
         assert!(m("ip", &tcp80) && !m("ip6", &tcp80));
@@ -708,9 +830,21 @@ mod tests {
 
     #[test]
     fn errors_are_clear() {
-        for bad in ["host", "host example.com", "port x", "tcp and", "(tcp", "foo", "net 10.0.0.0/40", "icmp port 1"] {
+        for bad in [
+            "host",
+            "host example.com",
+            "port x",
+            "tcp and",
+            "(tcp",
+            "foo",
+            "net 10.0.0.0/40",
+            "icmp port 1",
+        ] {
             let e = compile(bad, FilterLink::Ethernet, 100, false).unwrap_err();
-            assert!(e.to_string().contains("invalid capture filter"), "{bad}: {e}");
+            assert!(
+                e.to_string().contains("invalid capture filter"),
+                "{bad}: {e}"
+            );
         }
     }
 

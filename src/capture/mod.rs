@@ -68,7 +68,11 @@ pub struct CaptureStats {
 const BLOCK: usize = 1 << 20;
 
 fn iface_type(name: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/sys/class/net/{name}/type")).ok()?.trim().parse().ok()
+    std::fs::read_to_string(format!("/sys/class/net/{name}/type"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl LiveCapture {
@@ -77,14 +81,21 @@ impl LiveCapture {
         let (ifindex, hatype) = if cfg.iface == "any" {
             (0, 0)
         } else {
-            let cname = std::ffi::CString::new(cfg.iface.clone())
-                .map_err(|_| exit::coded(exit::USAGE, format!("interface name '{}' contains a NUL byte", cfg.iface)))?;
+            let cname = std::ffi::CString::new(cfg.iface.clone()).map_err(|_| {
+                exit::coded(
+                    exit::USAGE,
+                    format!("interface name '{}' contains a NUL byte", cfg.iface),
+                )
+            })?;
             // SAFETY: a valid NUL-terminated string.
             let idx = unsafe { libc::if_nametoindex(cname.as_ptr()) };
             if idx == 0 {
                 return Err(exit::coded(
                     exit::USAGE,
-                    format!("no network interface named '{}' (list them with `ip link`; 'any' captures on all)", cfg.iface),
+                    format!(
+                        "no network interface named '{}' (list them with `ip link`; 'any' captures on all)",
+                        cfg.iface
+                    ),
                 ));
             }
             (idx, iface_type(&cfg.iface).unwrap_or(0))
@@ -93,9 +104,14 @@ impl LiveCapture {
         // (tun, ip tunnels, "any") is opened as SOCK_DGRAM and written as raw IP.
         let ethernet = matches!(hatype, 1 | 772);
         let loopback = hatype == 772;
-        let (flink, link) = if ethernet { (FilterLink::Ethernet, LinkType::Ethernet) } else { (FilterLink::RawIp, LinkType::Raw) };
+        let (flink, link) = if ethernet {
+            (FilterLink::Ethernet, LinkType::Ethernet)
+        } else {
+            (FilterLink::RawIp, LinkType::Raw)
+        };
         let snaplen = cfg.snaplen.clamp(64, 262_144);
-        let prog = filter::compile(&cfg.filter, flink, snaplen, loopback).map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
+        let prog = filter::compile(&cfg.filter, flink, snaplen, loopback)
+            .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
         let block_nr = (cfg.buffer_bytes / BLOCK).clamp(2, 1024);
         let open = |f: Option<&[filter::Insn]>| Ring::open(ifindex, !ethernet, f, BLOCK, block_nr);
         let (ring, mode) = if prog.fits_kernel() {
@@ -107,7 +123,16 @@ impl LiveCapture {
         } else {
             (open(None).map_err(privilege_or)?, FilterMode::UserSpace)
         };
-        Ok(LiveCapture { ring, filter_len: prog.insns.len(), prog, mode, link, loopback, dgram: !ethernet, snaplen })
+        Ok(LiveCapture {
+            ring,
+            filter_len: prog.insns.len(),
+            prog,
+            mode,
+            link,
+            loopback,
+            dgram: !ethernet,
+            snaplen,
+        })
     }
 
     /// The link type of the frames handed out.
@@ -132,7 +157,13 @@ impl LiveCapture {
         let mut packets = 0u64;
         let mut bytes = 0u64;
         let mut err: Option<io::Error> = None;
-        let (prog, mode, loopback, dgram, snaplen) = (&self.prog, self.mode, self.loopback, self.dgram, self.snaplen as usize);
+        let (prog, mode, loopback, dgram, snaplen) = (
+            &self.prog,
+            self.mode,
+            self.loopback,
+            self.dgram,
+            self.snaplen as usize,
+        );
         let mut interrupted = false;
         let keep_len = |p: &ring::RingPacket<'_>| -> usize {
             if dgram && !matches!(p.protocol, 0x0800 | 0x86dd) {
@@ -144,11 +175,16 @@ impl LiveCapture {
                     if loopback && ring::is_outgoing(p.pkttype) {
                         return 0;
                     }
-                    (filter::run(prog, p.data, u32::from(p.pkttype)) as usize).min(p.data.len()).min(snaplen)
+                    (filter::run(prog, p.data, u32::from(p.pkttype)) as usize)
+                        .min(p.data.len())
+                        .min(snaplen)
                 }
             }
         };
-        let mut deliver = |p: ring::RingPacket<'_>, packets: &mut u64, bytes: &mut u64, err: &mut Option<io::Error>| {
+        let mut deliver = |p: ring::RingPacket<'_>,
+                           packets: &mut u64,
+                           bytes: &mut u64,
+                           err: &mut Option<io::Error>| {
             if err.is_some() || count.is_some_and(|c| *packets >= c) {
                 return;
             }
@@ -163,14 +199,16 @@ impl LiveCapture {
             }
         };
         loop {
-            if count.is_some_and(|c| packets >= c) || duration.is_some_and(|d| start.elapsed() >= d) {
+            if count.is_some_and(|c| packets >= c) || duration.is_some_and(|d| start.elapsed() >= d)
+            {
                 break;
             }
             if stop.load(Ordering::Relaxed) {
                 interrupted = true;
                 break;
             }
-            self.ring.poll_block(100, |p| deliver(p, &mut packets, &mut bytes, &mut err))?;
+            self.ring
+                .poll_block(100, |p| deliver(p, &mut packets, &mut bytes, &mut err))?;
             if let Some(e) = err.take() {
                 return Err(anyhow::Error::new(e).context("writing captured packets"));
             }
@@ -179,7 +217,9 @@ impl LiveCapture {
         // are kept (a partially filled block is retired by the kernel within 50 ms).
         std::thread::sleep(Duration::from_millis(60));
         loop {
-            let n = self.ring.poll_block(0, |p| deliver(p, &mut packets, &mut bytes, &mut err))?;
+            let n = self
+                .ring
+                .poll_block(0, |p| deliver(p, &mut packets, &mut bytes, &mut err))?;
             if n == 0 || count.is_some_and(|c| packets >= c) {
                 break;
             }
@@ -187,7 +227,13 @@ impl LiveCapture {
         if let Some(e) = err {
             return Err(anyhow::Error::new(e).context("writing captured packets"));
         }
-        Ok(CaptureStats { packets, bytes, kernel: self.ring.stats(), elapsed: start.elapsed(), interrupted })
+        Ok(CaptureStats {
+            packets,
+            bytes,
+            kernel: self.ring.stats(),
+            elapsed: start.elapsed(),
+            interrupted,
+        })
     }
 }
 
@@ -202,5 +248,9 @@ fn privilege(e: io::Error) -> anyhow::Error {
 }
 
 fn privilege_or(e: io::Error) -> anyhow::Error {
-    if e.kind() == io::ErrorKind::PermissionDenied { privilege(e) } else { anyhow::Error::new(e).context("opening the capture socket") }
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        privilege(e)
+    } else {
+        anyhow::Error::new(e).context("opening the capture socket")
+    }
 }

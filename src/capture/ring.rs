@@ -95,17 +95,39 @@ impl Ring {
     /// Open a socket on `ifindex` (0 = all interfaces). `dgram` sockets deliver packets without
     /// the link-layer header. `filter`, when given, is attached before binding so no unfiltered
     /// packet ever enters the ring.
-    pub fn open(ifindex: u32, dgram: bool, filter: Option<&[Insn]>, block_size: usize, block_nr: usize) -> io::Result<Ring> {
-        let ty = if dgram { libc::SOCK_DGRAM } else { libc::SOCK_RAW };
+    pub fn open(
+        ifindex: u32,
+        dgram: bool,
+        filter: Option<&[Insn]>,
+        block_size: usize,
+        block_nr: usize,
+    ) -> io::Result<Ring> {
+        let ty = if dgram {
+            libc::SOCK_DGRAM
+        } else {
+            libc::SOCK_RAW
+        };
         // SAFETY: plain socket(2) call; the result is checked before use.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, ty | libc::SOCK_CLOEXEC, i32::from(ETH_P_ALL.to_be())) };
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                ty | libc::SOCK_CLOEXEC,
+                i32::from(ETH_P_ALL.to_be()),
+            )
+        };
         if raw < 0 {
             return Err(last_err("socket(AF_PACKET)"));
         }
         // SAFETY: `raw` is a fresh, valid descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let ver: libc::c_int = TPACKET_V3;
-        setsockopt(&fd, SOL_PACKET, PACKET_VERSION, &ver, "PACKET_VERSION TPACKET_V3")?;
+        setsockopt(
+            &fd,
+            SOL_PACKET,
+            PACKET_VERSION,
+            &ver,
+            "PACKET_VERSION TPACKET_V3",
+        )?;
         if let Some(f) = filter {
             attach_filter(&fd, f)?;
         }
@@ -124,12 +146,27 @@ impl Ring {
         // SAFETY: mapping the ring the kernel just allocated for this socket; length matches
         // the request; the result is checked against MAP_FAILED.
         let map = unsafe {
-            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         if map == libc::MAP_FAILED {
             return Err(last_err("mmap of the packet ring"));
         }
-        let ring = Ring { fd, map: map.cast(), map_len, block_size, block_nr, cur: 0, stats: KernelStats::default() };
+        let ring = Ring {
+            fd,
+            map: map.cast(),
+            map_len,
+            block_size,
+            block_nr,
+            cur: 0,
+            stats: KernelStats::default(),
+        };
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -164,12 +201,20 @@ impl Ring {
 
     /// Wait up to `timeout_ms` for the next block and hand each of its packets to `f`.
     /// Returns the number of packets seen.
-    pub fn poll_block(&mut self, timeout_ms: i32, mut f: impl FnMut(RingPacket<'_>)) -> io::Result<usize> {
+    pub fn poll_block(
+        &mut self,
+        timeout_ms: i32,
+        mut f: impl FnMut(RingPacket<'_>),
+    ) -> io::Result<usize> {
         let blk = self.block(self.cur);
         // SAFETY: blk points at the block header inside the mapping.
         let status = Self::read_u32(unsafe { blk.add(BLK_STATUS) });
         if status & TP_STATUS_USER == 0 {
-            let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN | libc::POLLERR, revents: 0 };
+            let mut pfd = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN | libc::POLLERR,
+                revents: 0,
+            };
             // SAFETY: one valid pollfd.
             let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
             if rc < 0 {
@@ -199,14 +244,24 @@ impl Ring {
             let snap = Self::read_u32(unsafe { h.add(H_SNAPLEN) }) as usize;
             let len = Self::read_u32(unsafe { h.add(H_LEN) });
             // SAFETY: inside the header checked above.
-            let mac = usize::from(u16::from_ne_bytes(unsafe { std::ptr::read(h.add(H_MAC).cast::<[u8; 2]>()) }));
-            let protocol = u16::from_be_bytes(unsafe { std::ptr::read(h.add(H_SLL + SLL_PROTOCOL).cast::<[u8; 2]>()) });
+            let mac = usize::from(u16::from_ne_bytes(unsafe {
+                std::ptr::read(h.add(H_MAC).cast::<[u8; 2]>())
+            }));
+            let protocol = u16::from_be_bytes(unsafe {
+                std::ptr::read(h.add(H_SLL + SLL_PROTOCOL).cast::<[u8; 2]>())
+            });
             let pkttype = unsafe { std::ptr::read(h.add(H_SLL + SLL_PKTTYPE)) };
             if off + mac + snap <= self.block_size {
                 // SAFETY: the packet bytes lie inside this block (checked), and the kernel does not
                 // touch the block until we set TP_STATUS_KERNEL below, after `f` returned.
                 let data = unsafe { std::slice::from_raw_parts(h.add(mac), snap) };
-                f(RingPacket { ts_ns: u64::from(sec) * 1_000_000_000 + u64::from(nsec), orig_len: len, data, pkttype, protocol });
+                f(RingPacket {
+                    ts_ns: u64::from(sec) * 1_000_000_000 + u64::from(nsec),
+                    orig_len: len,
+                    data,
+                    pkttype,
+                    protocol,
+                });
             }
             if next == 0 {
                 break;
@@ -226,7 +281,13 @@ impl Ring {
         let mut len = std::mem::size_of::<TpacketStatsV3>() as libc::socklen_t;
         // SAFETY: `s` is large enough for tpacket_stats_v3 and `len` says so.
         let rc = unsafe {
-            libc::getsockopt(self.fd.as_raw_fd(), SOL_PACKET, PACKET_STATISTICS, (&mut s as *mut TpacketStatsV3).cast(), &mut len)
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                SOL_PACKET,
+                PACKET_STATISTICS,
+                (&mut s as *mut TpacketStatsV3).cast(),
+                &mut len,
+            )
         };
         if rc == 0 {
             self.stats.packets += u64::from(s.tp_packets);
@@ -244,10 +305,22 @@ impl Drop for Ring {
     }
 }
 
-fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: &T, what: &str) -> io::Result<()> {
+fn setsockopt<T>(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: &T,
+    what: &str,
+) -> io::Result<()> {
     // SAFETY: `v` points to a live T and the length passed is its size.
     let rc = unsafe {
-        libc::setsockopt(fd.as_raw_fd(), level, name, (v as *const T).cast(), std::mem::size_of::<T>() as libc::socklen_t)
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
     };
     if rc < 0 { Err(last_err(what)) } else { Ok(()) }
 }
@@ -255,10 +328,24 @@ fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: &T, wha
 fn attach_filter(fd: &OwnedFd, insns: &[Insn]) -> io::Result<()> {
     let mut prog: Vec<libc::sock_filter> = insns
         .iter()
-        .map(|i| libc::sock_filter { code: i.code, jt: i.jt as u8, jf: i.jf as u8, k: i.k })
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt as u8,
+            jf: i.jf as u8,
+            k: i.k,
+        })
         .collect();
-    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_mut_ptr() };
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog, "SO_ATTACH_FILTER")
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    setsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_ATTACH_FILTER,
+        &fprog,
+        "SO_ATTACH_FILTER",
+    )
 }
 
 /// Whether a packet the ring delivered is the host's own copy on loopback (seen twice there).

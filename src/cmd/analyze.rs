@@ -12,7 +12,10 @@ use latscope_core::model::Meta;
 use latscope_core::render::emit;
 use latscope_core::units::{parse_duration, parse_size};
 use latscope_wire::capfile::FileKind;
-use latscope_wire::{AnalyzeOptions, Analyzer, CaptureReader, PcapWriter, ReadError, analyze_capture, build_report, decode};
+use latscope_wire::{
+    AnalyzeOptions, Analyzer, CaptureReader, PcapWriter, ReadError, analyze_capture, build_report,
+    decode,
+};
 
 use crate::capture::{CaptureConfig, LiveCapture};
 use crate::exit;
@@ -70,25 +73,42 @@ fn read_error(path: &str, e: ReadError) -> anyhow::Error {
 
 pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
     let started = unix_ms();
-    let opts = AnalyzeOptions { trace_conn: a.conn, top: a.top };
+    let opts = AnalyzeOptions {
+        trace_conn: a.conn,
+        top: a.top,
+    };
     let mut analyzer = Analyzer::new(opts);
     let stop = stop_flag();
     let mut warnings = Vec::new();
     let mut interrupted = false;
     let (source, format) = if a.live {
         let iface = a.interface.clone().unwrap_or_default();
-        let cfg = CaptureConfig { iface: iface.clone(), filter: a.filter.clone(), snaplen: a.snaplen, buffer_bytes: a.buffer as usize };
+        let cfg = CaptureConfig {
+            iface: iface.clone(),
+            filter: a.filter.clone(),
+            snaplen: a.snaplen,
+            buffer_bytes: a.buffer as usize,
+        };
         let mut cap = LiveCapture::open(&cfg)?;
         let link = cap.link_type();
         let mut writer = match &a.write {
             Some(p) => {
-                let f = File::create(p).map_err(|e| exit::coded(exit::USAGE, format!("cannot create '{}': {e}", p.display())))?;
-                Some(PcapWriter::new(BufWriter::with_capacity(1 << 20, f), link, a.snaplen.clamp(64, 262_144))?)
+                let f = File::create(p).map_err(|e| {
+                    exit::coded(exit::USAGE, format!("cannot create '{}': {e}", p.display()))
+                })?;
+                Some(PcapWriter::new(
+                    BufWriter::with_capacity(1 << 20, f),
+                    link,
+                    a.snaplen.clamp(64, 262_144),
+                )?)
             }
             None => None,
         };
         if a.output.progress() {
-            eprintln!("latscope: capturing on {iface} for {:?}, Ctrl-C to stop early", a.duration);
+            eprintln!(
+                "latscope: capturing on {iface} for {:?}, Ctrl-C to stop early",
+                a.duration
+            );
         }
         let mut frame = 0u64;
         let stats = cap.run(&stop, None, Some(a.duration), |ts, orig, data| {
@@ -103,21 +123,27 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
             w.flush()?;
         }
         if stats.kernel.drops > 0 {
-            warnings.push(format!("the kernel dropped {} packets (ring full): the analysis misses them", stats.kernel.drops));
+            warnings.push(format!(
+                "the kernel dropped {} packets (ring full): the analysis misses them",
+                stats.kernel.drops
+            ));
         }
         interrupted = stats.interrupted;
         (format!("live:{iface}"), "live".to_string())
     } else {
         let path = a.file.clone().unwrap_or_default();
         let name = path.display().to_string();
-        let f = File::open(&path).map_err(|e| exit::coded(exit::USAGE, format!("cannot open '{name}': {e}")))?;
+        let f = File::open(&path)
+            .map_err(|e| exit::coded(exit::USAGE, format!("cannot open '{name}': {e}")))?;
         let total = f.metadata().map(|m| m.len()).unwrap_or(0);
         let reader = CaptureReader::new(f).map_err(|e| read_error(&name, e))?;
         let bar = if a.output.progress() {
             let b = indicatif::ProgressBar::new(total);
             b.set_style(
-                indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             Some(b)
         } else {
@@ -136,7 +162,10 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
             warnings.push("the file ends in the middle of a packet (cut short); everything before it was analysed".into());
         }
         if summary.stats.skipped_blocks > 0 {
-            warnings.push(format!("{} pcapng blocks of other types were skipped", summary.stats.skipped_blocks));
+            warnings.push(format!(
+                "{} pcapng blocks of other types were skipped",
+                summary.stats.skipped_blocks
+            ));
         }
         interrupted = interrupted || summary.interrupted;
         let fmt = match summary.kind {
@@ -148,7 +177,13 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
     if interrupted {
         warnings.push("interrupted: partial results".into());
     }
-    let report = build_report(Meta::new("analyze", env!("CARGO_PKG_VERSION"), started), source, &format, analyzer.finish(), warnings);
+    let report = build_report(
+        Meta::new("analyze", env!("CARGO_PKG_VERSION"), started),
+        source,
+        &format,
+        analyzer.finish(),
+        warnings,
+    );
     emit(&report, a.output.format(), &mut io::stdout().lock())?;
     Ok(if interrupted {
         exit::INTERRUPTED

@@ -60,19 +60,31 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
         buffer_bytes: a.buffer as usize,
     };
     let mut cap = LiveCapture::open(&cfg)?;
-    let out: Box<dyn Write> = if a.write == "-" {
-        Box::new(io::stdout().lock())
-    } else {
-        Box::new(File::create(&a.write).map_err(|e| exit::coded(exit::USAGE, format!("cannot create '{}': {e}", a.write)))?)
-    };
-    let mut w = PcapWriter::new(BufWriter::with_capacity(1 << 20, out), cap.link_type(), cfg.snaplen.clamp(64, 262_144))?;
+    let out: Box<dyn Write> =
+        if a.write == "-" {
+            Box::new(io::stdout().lock())
+        } else {
+            Box::new(File::create(&a.write).map_err(|e| {
+                exit::coded(exit::USAGE, format!("cannot create '{}': {e}", a.write))
+            })?)
+        };
+    let mut w = PcapWriter::new(
+        BufWriter::with_capacity(1 << 20, out),
+        cap.link_type(),
+        cfg.snaplen.clamp(64, 262_144),
+    )?;
     let mode = match cap.filter_mode() {
         FilterMode::Kernel => format!("kernel (classic BPF, {} instructions)", cap.filter_len),
         FilterMode::UserSpace => "user space".to_string(),
     };
-    eprintln!("latscope: capturing on {} (filter: {}), Ctrl-C to stop", a.interface, mode);
+    eprintln!(
+        "latscope: capturing on {} (filter: {}), Ctrl-C to stop",
+        a.interface, mode
+    );
     let stop = stop_flag();
-    let stats = cap.run(&stop, a.count, a.duration, |ts, orig, data| w.write_frame(ts, orig, data))?;
+    let stats = cap.run(&stop, a.count, a.duration, |ts, orig, data| {
+        w.write_frame(ts, orig, data)
+    })?;
     w.flush()?;
     let report = CaptureReport {
         meta: Meta::new("capture", env!("CARGO_PKG_VERSION"), started),
@@ -98,5 +110,9 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
     // Ctrl-C is the normal end of an open-ended capture; it only counts as an interruption
     // when a count or duration was asked for and not reached.
     let limited = a.count.is_some() || a.duration.is_some();
-    Ok(if stats.interrupted && limited { exit::INTERRUPTED } else { exit::OK })
+    Ok(if stats.interrupted && limited {
+        exit::INTERRUPTED
+    } else {
+        exit::OK
+    })
 }

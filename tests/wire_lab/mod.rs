@@ -2,7 +2,7 @@
 //! background, small TCP servers with chosen write patterns, a network namespace with an
 //! nftables loss rule, and tshark queries. Everything is named with the test's pid and cleaned
 //! up in Drop.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -19,7 +19,11 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A unique name for this process and call: `lsw<pid>x<n>` (≤ 15 chars for interfaces).
 pub fn unique(prefix: &str) -> String {
-    format!("{prefix}{}x{}", std::process::id() % 100_000, SEQ.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "{prefix}{}x{}",
+        std::process::id() % 100_000,
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// A temp directory removed on drop.
@@ -62,7 +66,8 @@ fn wait_ready(child: &mut Child, marker: &'static str) {
             line.clear();
         }
     });
-    rx.recv_timeout(Duration::from_secs(20)).expect("capture did not start within 20 s");
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("capture did not start within 20 s");
     // The socket is bound before the line is printed; give the ring a moment anyway.
     std::thread::sleep(Duration::from_millis(200));
 }
@@ -82,7 +87,12 @@ impl Bg {
                 c
             }
         };
-        let mut child = cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = cmd
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         wait_ready(&mut child, "capturing on");
         Bg { child: Some(child) }
     }
@@ -181,7 +191,8 @@ pub fn http_client(addr: SocketAddr, conns: usize, reqs: usize) -> Vec<Duration>
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         for i in 0..reqs {
             let t0 = std::time::Instant::now();
-            s.write_all(format!("GET /{i} HTTP/1.1\r\nHost: lab\r\n\r\n").as_bytes()).unwrap();
+            s.write_all(format!("GET /{i} HTTP/1.1\r\nHost: lab\r\n\r\n").as_bytes())
+                .unwrap();
             let mut got = Vec::new();
             let mut chunk = [0u8; 1024];
             while !got.ends_with(b"body") {
@@ -200,23 +211,45 @@ pub fn http_client(addr: SocketAddr, conns: usize, reqs: usize) -> Vec<Duration>
 
 /// Run `latscope analyze FILE --json [extra]`; returns (exit code, JSON).
 pub fn analyze_json(file: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
-    let out = Command::new(BIN).arg("analyze").arg(file).arg("--json").args(extra).output().unwrap();
+    let out = Command::new(BIN)
+        .arg("analyze")
+        .arg(file)
+        .arg("--json")
+        .args(extra)
+        .output()
+        .unwrap();
     let code = out.status.code().unwrap_or(-1);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("analyze output is not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "analyze output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     (code, v)
 }
 
 /// Count the frames of `file` matching a tshark display filter ("" = all).
 pub fn tshark_count(file: &Path, filter: &str) -> u64 {
     let mut c = Command::new("tshark");
-    c.arg("-r").arg(file).args(["-T", "fields", "-e", "frame.number"]);
+    c.arg("-r")
+        .arg(file)
+        .args(["-T", "fields", "-e", "frame.number"]);
     if !filter.is_empty() {
         c.args(["-Y", filter]);
     }
-    let out = c.output().expect("tshark is installed (scripts/packages.d/wire.txt)");
-    assert!(out.status.success(), "tshark failed on {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count() as u64
+    let out = c
+        .output()
+        .expect("tshark is installed (scripts/packages.d/wire.txt)");
+    assert!(
+        out.status.success(),
+        "tshark failed on {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64
 }
 
 /// A network namespace with `lo` up at MTU 1500, deleted on drop (with its nft tables).
@@ -227,10 +260,16 @@ pub struct Netns {
 impl Netns {
     pub fn new() -> Netns {
         let name = unique("lsw");
-        let st = Command::new("ip").args(["netns", "add", &name]).status().unwrap();
+        let st = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap();
         assert!(st.success(), "ip netns add failed (needs root)");
         let ns = Netns { name };
-        let st = Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "mtu", "1500", "up"]).status().unwrap();
+        let st = Command::new("ip")
+            .args(["-n", &ns.name, "link", "set", "lo", "mtu", "1500", "up"])
+            .status()
+            .unwrap();
         assert!(st.success());
         ns
     }
@@ -242,12 +281,19 @@ impl Netns {
             .stdin(Stdio::piped())
             .spawn()
             .unwrap();
-        c.stdin.take().unwrap().write_all(ruleset.as_bytes()).unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(ruleset.as_bytes())
+            .unwrap();
         assert!(c.wait().unwrap().success(), "nft rejected the ruleset");
     }
 
     /// Run `f` on a thread that has entered the namespace (setns only moves the calling thread).
-    pub fn spawn<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
         let path = format!("/var/run/netns/{}", self.name);
         std::thread::spawn(move || {
             let fd = std::fs::File::open(&path).unwrap();
@@ -262,6 +308,8 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
     }
 }

@@ -49,7 +49,8 @@ use latscope_core::LatencyHistogram;
 
 use crate::packet::{Addr, Decoded, SkipReason, TcpView, Transport, flags};
 use crate::report::{
-    ConnSummary, Finding, Ladder, LadderRow, Skipped, StallExample, StallKind, TcpCounts, Transaction,
+    ConnSummary, Finding, Ladder, LadderRow, Skipped, StallExample, StallKind, TcpCounts,
+    Transaction,
 };
 
 /// Unacknowledged segments kept per direction (Wireshark keeps 10 000; the oldest are dropped).
@@ -82,7 +83,10 @@ pub struct AnalyzeOptions {
 
 impl Default for AnalyzeOptions {
     fn default() -> Self {
-        AnalyzeOptions { trace_conn: None, top: 20 }
+        AnalyzeOptions {
+            trace_conn: None,
+            top: 20,
+        }
     }
 }
 
@@ -134,9 +138,19 @@ struct FlowKey {
 impl FlowKey {
     fn new(src: Addr, sp: u16, dst: Addr, dp: u16) -> Self {
         if (src, sp) <= (dst, dp) {
-            FlowKey { a: src, ap: sp, b: dst, bp: dp }
+            FlowKey {
+                a: src,
+                ap: sp,
+                b: dst,
+                bp: dp,
+            }
         } else {
-            FlowKey { a: dst, ap: dp, b: src, bp: sp }
+            FlowKey {
+                a: dst,
+                ap: dp,
+                b: src,
+                bp: sp,
+            }
         }
     }
 }
@@ -369,14 +383,27 @@ fn flag_string(f: u8) -> String {
     v.join(",")
 }
 
-const HTTP_METHODS: [&[u8]; 9] =
-    [b"GET ", b"POST ", b"HEAD ", b"PUT ", b"DELETE ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"TRACE "];
+const HTTP_METHODS: [&[u8]; 9] = [
+    b"GET ",
+    b"POST ",
+    b"HEAD ",
+    b"PUT ",
+    b"DELETE ",
+    b"OPTIONS ",
+    b"PATCH ",
+    b"CONNECT ",
+    b"TRACE ",
+];
 
 fn http_request_line(p: &[u8]) -> Option<String> {
     if !HTTP_METHODS.iter().any(|m| p.starts_with(m)) {
         return None;
     }
-    let end = p.iter().take(120).position(|&c| c == b'\r' || c == b'\n').unwrap_or(p.len().min(120));
+    let end = p
+        .iter()
+        .take(120)
+        .position(|&c| c == b'\r' || c == b'\n')
+        .unwrap_or(p.len().min(120));
     Some(String::from_utf8_lossy(&p[..end]).into_owned())
 }
 
@@ -468,7 +495,9 @@ impl Analyzer {
         let mut done = Vec::new();
         for (k, &i) in &self.table {
             if let Some(c) = &self.slab[i] {
-                if c.closed_at.is_some_and(|t| now.saturating_sub(t) > LINGER_NS) {
+                if c.closed_at
+                    .is_some_and(|t| now.saturating_sub(t) > LINGER_NS)
+                {
                     done.push(*k);
                 }
             }
@@ -488,10 +517,25 @@ impl Analyzer {
         }
     }
 
-    fn new_conn(&mut self, frame: u64, ts: u64, src: (Addr, u16), dst: (Addr, u16), fl: u8) -> Conn {
+    fn new_conn(
+        &mut self,
+        frame: u64,
+        ts: u64,
+        src: (Addr, u16),
+        dst: (Addr, u16),
+        fl: u8,
+    ) -> Conn {
         // Who is the client: the SYN sender; the SYN-ACK's receiver; else the higher port.
-        let src_is_client = if fl & flags::SYN != 0 { fl & flags::ACK == 0 } else { src.1 > dst.1 };
-        let (client, server) = if src_is_client { (src, dst) } else { (dst, src) };
+        let src_is_client = if fl & flags::SYN != 0 {
+            fl & flags::ACK == 0
+        } else {
+            src.1 > dst.1
+        };
+        let (client, server) = if src_is_client {
+            (src, dst)
+        } else {
+            (dst, src)
+        };
         let id = self.next_id;
         self.next_id += 1;
         if self.opts.trace_conn == Some(id) {
@@ -527,7 +571,15 @@ impl Analyzer {
         }
     }
 
-    fn on_tcp(&mut self, frame: u64, ts: u64, src: Addr, dst: Addr, tcp: &TcpView<'_>, seglen: u32) {
+    fn on_tcp(
+        &mut self,
+        frame: u64,
+        ts: u64,
+        src: Addr,
+        dst: Addr,
+        tcp: &TcpView<'_>,
+        seglen: u32,
+    ) {
         let sp = tcp.src_port();
         let dp = tcp.dst_port();
         let fl = tcp.flags();
@@ -537,7 +589,8 @@ impl Analyzer {
                 // A new SYN on a finished connection (port reuse) starts a new connection.
                 let reuse = fl & (flags::SYN | flags::ACK) == flags::SYN
                     && self.slab[i].as_ref().is_some_and(|c| {
-                        (c.closed_at.is_some() || c.rst) || c.client_isn.is_some_and(|isn| isn != tcp.seq())
+                        (c.closed_at.is_some() || c.rst)
+                            || c.client_isn.is_some_and(|isn| isn != tcp.seq())
                     });
                 if reuse {
                     self.table.remove(&key);
@@ -566,13 +619,19 @@ impl Analyzer {
                 i
             }
         };
-        let Some(mut c) = self.slab[slot].take() else { return };
+        let Some(mut c) = self.slab[slot].take() else {
+            return;
+        };
         let tracing = self.opts.trace_conn == Some(c.id);
         self.notes.clear();
         self.process(&mut c, frame, ts, src, sp, tcp, seglen, tracing);
         // Both FINs sent and acknowledged: nothing more belongs to this connection, so it is
         // summarised now. Half-closed and reset connections linger (LINGER_NS) for stragglers.
-        let acked = |d: usize| c.dirs[d].fin_end.is_some_and(|e| !lt(c.dirs[1 - d].lastack, e));
+        let acked = |d: usize| {
+            c.dirs[d]
+                .fin_end
+                .is_some_and(|e| !lt(c.dirs[1 - d].lastack, e))
+        };
         let done = acked(0) && acked(1);
         self.slab[slot] = Some(c);
         if done {
@@ -582,9 +641,23 @@ impl Analyzer {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn process(&mut self, c: &mut Conn, frame: u64, ts: u64, src: Addr, sp: u16, tcp: &TcpView<'_>, seglen: u32, tracing: bool) {
+    fn process(
+        &mut self,
+        c: &mut Conn,
+        frame: u64,
+        ts: u64,
+        src: Addr,
+        sp: u16,
+        tcp: &TcpView<'_>,
+        seglen: u32,
+        tracing: bool,
+    ) {
         let fl = tcp.flags();
-        let d = if (src, sp) == c.client { 0usize } else { 1usize };
+        let d = if (src, sp) == c.client {
+            0usize
+        } else {
+            1usize
+        };
         let r = 1 - d;
         c.frames += 1;
         c.last_ts = ts;
@@ -628,7 +701,11 @@ impl Analyzer {
 
         // Relative sequence numbers, as Wireshark shows them.
         if !c.dirs[d].base_set {
-            c.dirs[d].base = if syn { raw_seq } else { raw_seq.wrapping_sub(1) };
+            c.dirs[d].base = if syn {
+                raw_seq
+            } else {
+                raw_seq.wrapping_sub(1)
+            };
             c.dirs[d].base_set = true;
         }
         if ackf && !c.dirs[r].base_set {
@@ -636,9 +713,17 @@ impl Analyzer {
             c.dirs[r].base_set = true;
         }
         let seq = raw_seq.wrapping_sub(c.dirs[d].base);
-        let ack = if ackf { raw_ack.wrapping_sub(c.dirs[r].base) } else { 0 };
+        let ack = if ackf {
+            raw_ack.wrapping_sub(c.dirs[r].base)
+        } else {
+            0
+        };
         let raw_win = u32::from(tcp.window());
-        let window = if syn || c.dirs[d].win_scale < 0 { raw_win } else { raw_win << c.dirs[d].win_scale };
+        let window = if syn || c.dirs[d].win_scale < 0 {
+            raw_win
+        } else {
+            raw_win << c.dirs[d].win_scale
+        };
 
         // Stall detection looks at the state *before* this segment updates it.
         let advances = seglen > 0 && (c.dirs[d].nextseq == 0 || seq == c.dirs[d].nextseq);
@@ -667,7 +752,8 @@ impl Analyzer {
         fwd.last_pkt_frame = frame;
         fwd.last_pkt_len = seglen;
         fwd.last_pkt_ack = ack;
-        fwd.last_pkt_pure_ack = seglen == 0 && fl & (flags::SYN | flags::FIN | flags::RST) == 0 && ackf;
+        fwd.last_pkt_pure_ack =
+            seglen == 0 && fl & (flags::SYN | flags::FIN | flags::RST) == 0 && ackf;
         if seglen > 0 {
             fwd.bytes += u64::from(seglen);
             fwd.max_seg = fwd.max_seg.max(seglen);
@@ -738,10 +824,20 @@ impl Analyzer {
             if seglen <= 1 && seq == f.nextseq.wrapping_sub(1) && sfr == 0 {
                 a |= A_KEEP_ALIVE;
             }
-            if seglen == 0 && window != 0 && window != f.window && seq == f.nextseq && ack == f.lastack && sfr == 0 {
+            if seglen == 0
+                && window != 0
+                && window != f.window
+                && seq == f.nextseq
+                && ack == f.lastack
+                && sfr == 0
+            {
                 a |= A_WIN_UPDATE;
             }
-            if seglen > 0 && rv.win_scale != -1 && seq.wrapping_add(seglen) == rv.lastack.wrapping_add(rv.window) && sfr == 0 {
+            if seglen > 0
+                && rv.win_scale != -1
+                && seq.wrapping_add(seglen) == rv.lastack.wrapping_add(rv.window)
+                && sfr == 0
+            {
                 a |= A_WIN_FULL;
             }
             if seglen == 0
@@ -766,9 +862,19 @@ impl Analyzer {
                 a |= A_ZWP_ACK;
                 break 'fwd;
             }
-            if seglen == 0 && window != 0 && window == f.window && seq == f.nextseq && ack == f.lastack && sfr == 0 {
+            if seglen == 0
+                && window != 0
+                && window == f.window
+                && seq == f.nextseq
+                && ack == f.lastack
+                && sfr == 0
+            {
                 let f = &mut c.dirs[d];
-                f.dupacknum = if f.dupacknum == -1 { 1 } else { f.dupacknum + 1 };
+                f.dupacknum = if f.dupacknum == -1 {
+                    1
+                } else {
+                    f.dupacknum + 1
+                };
                 a |= A_DUP_ACK;
                 if tracing {
                     self.notes.push(format!("dup ACK #{}", f.dupacknum));
@@ -779,7 +885,10 @@ impl Analyzer {
             c.dirs[d].dupacknum = 0;
         }
         // ACKed unseen segment.
-        if c.dirs[r].maxseqtobeacked != 0 && gt(ack, c.dirs[r].maxseqtobeacked) && fl & flags::ACK != 0 {
+        if c.dirs[r].maxseqtobeacked != 0
+            && gt(ack, c.dirs[r].maxseqtobeacked)
+            && fl & flags::ACK != 0
+        {
             let rv = &mut c.dirs[r];
             if lt(rv.maxseqtobeacked, rv.nextseq) {
                 rv.maxseqtobeacked = rv.nextseq;
@@ -844,7 +953,12 @@ impl Analyzer {
             }
             // Kept sorted by arrival; Wireshark pushes at the head and scans all, we push at the
             // back and scan from the oldest.
-            f.unacked.push_back(Unacked { frame, seq, nextseq, ts });
+            f.unacked.push_back(Unacked {
+                frame,
+                seq,
+                nextseq,
+                ts,
+            });
         }
         {
             let f = &mut c.dirs[d];
@@ -929,7 +1043,10 @@ impl Analyzer {
         if let Some((t0, f0)) = rto {
             let lost = ts.saturating_sub(t0);
             if tracing {
-                self.notes.push(format!("retransmission (timer, {} after #{f0})", fmt_ms(lost)));
+                self.notes.push(format!(
+                    "retransmission (timer, {} after #{f0})",
+                    fmt_ms(lost)
+                ));
             }
             self.stall(c, StallKind::RtoRetransmission, frame, f0, lost, false);
         }
@@ -937,10 +1054,26 @@ impl Analyzer {
     }
 
     /// Was this new data segment released by a delayed ACK, or by the cork timer?
-    fn detect_release(&mut self, c: &mut Conn, d: usize, frame: u64, ts: u64, seglen: u32, tracing: bool) {
+    fn detect_release(
+        &mut self,
+        c: &mut Conn,
+        d: usize,
+        frame: u64,
+        ts: u64,
+        seglen: u32,
+        tracing: bool,
+    ) {
         let r = 1 - d;
-        let rtt_to_sender = if d == 1 { c.rtt_to_server } else { c.rtt_to_client };
-        let rtt_to_peer = if d == 1 { c.rtt_to_client } else { c.rtt_to_server };
+        let rtt_to_sender = if d == 1 {
+            c.rtt_to_server
+        } else {
+            c.rtt_to_client
+        };
+        let rtt_to_peer = if d == 1 {
+            c.rtt_to_client
+        } else {
+            c.rtt_to_server
+        };
         let release_window = rtt_to_sender.map_or(2_000_000, |v| 2 * v + 1_000_000);
         // Effective MSS of the sender: what the peer advertised, minus the timestamp option.
         let smss = match c.dirs[r].mss_opt {
@@ -948,9 +1081,17 @@ impl Analyzer {
             // No handshake captured: the largest segment seen, but at least Ethernet's MSS.
             None => c.dirs[d].max_seg.max(1460),
         };
-        let new_seg = DataSeg { ts, frame, len: seglen, end: 0 };
+        let new_seg = DataSeg {
+            ts,
+            frame,
+            len: seglen,
+            end: 0,
+        };
         let prev = c.dirs[d].last_data;
-        c.dirs[d].last_data = Some(DataSeg { end: c.dirs[d].nextseq, ..new_seg });
+        c.dirs[d].last_data = Some(DataSeg {
+            end: c.dirs[d].nextseq,
+            ..new_seg
+        });
         let Some(d1) = prev else { return };
         if c.dirs[d].last_rexmit_ts.is_some_and(|t| t >= d1.ts) {
             return;
@@ -965,10 +1106,17 @@ impl Analyzer {
             && p.last_pkt_ack == d1.end
             && ts.saturating_sub(p.last_pkt_ts) <= release_window
         {
-            let ack_delay = p.last_pkt_ts.saturating_sub(d1.ts).saturating_sub(rtt_to_peer.unwrap_or(0));
+            let ack_delay = p
+                .last_pkt_ts
+                .saturating_sub(d1.ts)
+                .saturating_sub(rtt_to_peer.unwrap_or(0));
             if ack_delay >= DELACK_MIN_NS {
                 let small = d1.len < smss && seglen < smss;
-                let kind = if small { StallKind::NagleDelayedAck } else { StallKind::DelayedAck };
+                let kind = if small {
+                    StallKind::NagleDelayedAck
+                } else {
+                    StallKind::DelayedAck
+                };
                 let ack_frame = p.last_pkt_frame;
                 if tracing {
                     self.notes.push(format!(
@@ -980,7 +1128,11 @@ impl Analyzer {
                         fmt_ms(ack_delay)
                     ));
                     if let Some(row) = self.ladder.iter_mut().rev().find(|r| r.frame == ack_frame) {
-                        row.notes.push(format!("delayed ACK ({} after #{})", fmt_ms(ack_delay), d1.frame));
+                        row.notes.push(format!(
+                            "delayed ACK ({} after #{})",
+                            fmt_ms(ack_delay),
+                            d1.frame
+                        ));
                     }
                 }
                 self.stall(c, kind, frame, d1.frame, gap, false);
@@ -994,13 +1146,25 @@ impl Analyzer {
             && c.dirs[r].last_data_ts <= d1.ts
         {
             if tracing {
-                self.notes.push(format!("<< STALL TCP_CORK: {} after #{} with no trigger from the peer", fmt_ms(gap), d1.frame));
+                self.notes.push(format!(
+                    "<< STALL TCP_CORK: {} after #{} with no trigger from the peer",
+                    fmt_ms(gap),
+                    d1.frame
+                ));
             }
             self.stall(c, StallKind::Cork, frame, d1.frame, gap, false);
         }
     }
 
-    fn transactions(&mut self, c: &mut Conn, d: usize, frame: u64, ts: u64, payload: &[u8], tracing: bool) {
+    fn transactions(
+        &mut self,
+        c: &mut Conn,
+        d: usize,
+        frame: u64,
+        ts: u64,
+        payload: &[u8],
+        tracing: bool,
+    ) {
         if d == 0 {
             if c.tx_state == TxState::Response {
                 self.close_tx(c);
@@ -1039,7 +1203,10 @@ impl Analyzer {
                     self.think_hist.record(think.max(1));
                     if think >= THINK_MIN_NS {
                         if tracing {
-                            self.notes.push(format!("<< STALL think time: server answered {} after the request", fmt_ms(think)));
+                            self.notes.push(format!(
+                                "<< STALL think time: server answered {} after the request",
+                                fmt_ms(think)
+                            ));
                         }
                         self.stall(c, StallKind::ThinkTime, frame, req_frame, think, false);
                     }
@@ -1079,7 +1246,15 @@ impl Analyzer {
         c.tx_state = TxState::Idle;
     }
 
-    fn stall(&mut self, c: &mut Conn, kind: StallKind, frame: u64, since: u64, lost: u64, _tracing: bool) {
+    fn stall(
+        &mut self,
+        c: &mut Conn,
+        kind: StallKind,
+        frame: u64,
+        since: u64,
+        lost: u64,
+        _tracing: bool,
+    ) {
         c.stall_lost += lost;
         if let Some(t) = &mut c.tx {
             // The largest stall names the transaction's cause.
@@ -1091,7 +1266,12 @@ impl Analyzer {
         let acc = &mut self.findings[kind.index()];
         acc.count += 1;
         acc.lost += lost;
-        let ex = StallExample { conn: c.id, frame, since_frame: since, lost_ns: lost };
+        let ex = StallExample {
+            conn: c.id,
+            frame,
+            since_frame: since,
+            lost_ns: lost,
+        };
         if acc.examples.len() < 5 {
             acc.examples.push(ex);
         } else if let Some(min) = acc.examples.iter_mut().min_by_key(|e| e.lost_ns) {
@@ -1146,7 +1326,12 @@ impl Analyzer {
         if self.top.len() < self.opts.top {
             let s = self.summarise(&c);
             self.top.push(s);
-        } else if let Some((mi, min)) = self.top.iter().enumerate().min_by_key(|(_, s)| (s.stall_lost_ns, std::cmp::Reverse(s.id))) {
+        } else if let Some((mi, min)) = self
+            .top
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, s)| (s.stall_lost_ns, std::cmp::Reverse(s.id)))
+        {
             if min.stall_lost_ns < c.stall_lost {
                 let s = self.summarise(&c);
                 self.top[mi] = s;
@@ -1170,19 +1355,31 @@ impl Analyzer {
                 let acc = &self.findings[k.index()];
                 let mut examples = acc.examples.clone();
                 examples.sort_by(|a, b| b.lost_ns.cmp(&a.lost_ns).then(a.frame.cmp(&b.frame)));
-                Finding { kind: k, title: k.label().into(), count: acc.count, lost_ns: acc.lost, examples, explanation: explain(k) }
+                Finding {
+                    kind: k,
+                    title: k.label().into(),
+                    count: acc.count,
+                    lost_ns: acc.lost,
+                    examples,
+                    explanation: explain(k),
+                }
             })
             .collect();
-        findings.sort_by(|a, b| b.lost_ns.cmp(&a.lost_ns));
+        findings.sort_by_key(|f| std::cmp::Reverse(f.lost_ns));
         let mut top = std::mem::take(&mut self.top);
         top.sort_by(|a, b| b.stall_lost_ns.cmp(&a.stall_lost_ns).then(a.id.cmp(&b.id)));
-        let ladder = self.opts.trace_conn.map(|_| Ladder { conn: self.ladder_conn.take(), rows: std::mem::take(&mut self.ladder) });
+        let ladder = self.opts.trace_conn.map(|_| Ladder {
+            conn: self.ladder_conn.take(),
+            rows: std::mem::take(&mut self.ladder),
+        });
         Analysis {
             frames: self.frames,
             tcp_frames: self.tcp_frames,
             udp_frames: self.udp_frames,
             skipped: self.skipped,
-            capture_span_ns: self.last_ts.saturating_sub(self.first_ts.unwrap_or(self.last_ts)),
+            capture_span_ns: self
+                .last_ts
+                .saturating_sub(self.first_ts.unwrap_or(self.last_ts)),
             connections: self.next_id,
             peak_open_connections: self.peak_open,
             counts: self.counts,
@@ -1224,6 +1421,7 @@ from the capture point already subtracted): time spent in the application, not t
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::packet::tests::eth_ipv4_tcp;
@@ -1240,7 +1438,15 @@ mod tests {
 
     impl Sim {
         fn new() -> Self {
-            Sim { a: Analyzer::new(AnalyzeOptions { trace_conn: Some(0), top: 10 }), frame: 0, cseq: 1000, sseq: 5000 }
+            Sim {
+                a: Analyzer::new(AnalyzeOptions {
+                    trace_conn: Some(0),
+                    top: 10,
+                }),
+                frame: 0,
+                cseq: 1000,
+                sseq: 5000,
+            }
         }
         fn pkt(&mut self, ms: f64, from_client: bool, fl: u8, payload: &[u8], opts: &[u8]) {
             self.frame += 1;
@@ -1297,7 +1503,12 @@ mod tests {
         assert_eq!(conn.transactions[1].http_request, "GET /2 HTTP/1.1");
         assert_eq!(conn.transactions[1].http_status, Some(200));
         let ladder = r.ladder.unwrap();
-        assert!(ladder.rows.iter().any(|r| r.frame == 11 && r.notes.iter().any(|n| n.contains("STALL"))));
+        assert!(
+            ladder
+                .rows
+                .iter()
+                .any(|r| r.frame == 11 && r.notes.iter().any(|n| n.contains("STALL")))
+        );
     }
 
     #[test]
@@ -1332,7 +1543,11 @@ mod tests {
         assert_eq!(r.counts.retransmission, 1);
         assert_eq!(r.counts.spurious_retransmission, 1);
         assert_eq!(r.counts.tshark_retransmission(), 2);
-        assert!(r.findings.iter().any(|f| f.kind == StallKind::RtoRetransmission && f.lost_ns == 300_000_000));
+        assert!(
+            r.findings
+                .iter()
+                .any(|f| f.kind == StallKind::RtoRetransmission && f.lost_ns == 300_000_000)
+        );
     }
 
     #[test]
@@ -1370,7 +1585,11 @@ mod tests {
         s.pkt(502.0, true, flags::ACK, b"", &[]);
         let r = s.a.finish();
         assert_eq!(r.counts.zero_window, 1);
-        let z = r.findings.iter().find(|f| f.kind == StallKind::ZeroWindow).unwrap();
+        let z = r
+            .findings
+            .iter()
+            .find(|f| f.kind == StallKind::ZeroWindow)
+            .unwrap();
         assert_eq!(z.lost_ns, 500_000_000);
     }
 

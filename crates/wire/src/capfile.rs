@@ -28,7 +28,9 @@ pub enum ReadError {
     #[error("file too short to be a capture ({0} bytes); is it empty?")]
     TooShort(usize),
     /// The first bytes are not a pcap or pcapng magic number.
-    #[error("not a pcap or pcapng file (magic {0:#010x}); write captures with `latscope capture -w` or `tcpdump -w`")]
+    #[error(
+        "not a pcap or pcapng file (magic {0:#010x}); write captures with `latscope capture -w` or `tcpdump -w`"
+    )]
     NotACapture(u32),
     /// A record or block header is impossible at this point of the file.
     #[error("corrupt capture at byte {offset}: {what}")]
@@ -66,7 +68,7 @@ struct Iface {
 }
 
 impl Iface {
-    fn to_ns(&self, ts: u64) -> u64 {
+    fn ts_to_ns(self, ts: u64) -> u64 {
         let ns = if self.pow2 {
             ((u128::from(ts) * 1_000_000_000u128) >> self.exp.min(127)) as u64
         } else if self.exp <= 9 {
@@ -80,8 +82,15 @@ impl Iface {
 
 #[derive(Debug)]
 enum Format {
-    Pcap { swapped: bool, nanos: bool, link: LinkType },
-    PcapNg { swapped: bool, ifaces: Vec<Iface> },
+    Pcap {
+        swapped: bool,
+        nanos: bool,
+        link: LinkType,
+    },
+    PcapNg {
+        swapped: bool,
+        ifaces: Vec<Iface>,
+    },
 }
 
 /// Which container the file is.
@@ -125,7 +134,11 @@ impl<R: Read> CaptureReader<R> {
             start: 0,
             end: 0,
             eof: false,
-            format: Format::Pcap { swapped: false, nanos: false, link: LinkType::Ethernet },
+            format: Format::Pcap {
+                swapped: false,
+                nanos: false,
+                link: LinkType::Ethernet,
+            },
             next_number: 1,
             stats: ReadStats::default(),
         };
@@ -139,11 +152,18 @@ impl<R: Read> CaptureReader<R> {
                 let nanos = matches!(m, 0xa1b2_3c4d | 0x4d3c_b2a1);
                 // The link type field's upper bits carry FCS information (pcap spec §4).
                 let link = LinkType::from_u32(r.u32_at(20, swapped) & 0x03ff_ffff);
-                r.format = Format::Pcap { swapped, nanos, link };
+                r.format = Format::Pcap {
+                    swapped,
+                    nanos,
+                    link,
+                };
                 r.consume(24);
             }
             0x0a0d_0d0a => {
-                r.format = Format::PcapNg { swapped: false, ifaces: Vec::new() };
+                r.format = Format::PcapNg {
+                    swapped: false,
+                    ifaces: Vec::new(),
+                };
                 // The SHB is parsed by the block loop.
             }
             other => return Err(ReadError::NotACapture(other)),
@@ -204,25 +224,45 @@ impl<R: Read> CaptureReader<R> {
     #[inline]
     fn u32_at(&self, off: usize, swapped: bool) -> u32 {
         let i = self.start + off;
-        let b = [self.buf[i], self.buf[i + 1], self.buf[i + 2], self.buf[i + 3]];
-        if swapped { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) }
+        let b = [
+            self.buf[i],
+            self.buf[i + 1],
+            self.buf[i + 2],
+            self.buf[i + 3],
+        ];
+        if swapped {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        }
     }
 
     #[inline]
     fn u16_at(&self, off: usize, swapped: bool) -> u16 {
         let i = self.start + off;
         let b = [self.buf[i], self.buf[i + 1]];
-        if swapped { u16::from_be_bytes(b) } else { u16::from_le_bytes(b) }
+        if swapped {
+            u16::from_be_bytes(b)
+        } else {
+            u16::from_le_bytes(b)
+        }
     }
 
     fn corrupt(&self, what: impl Into<String>) -> ReadError {
-        ReadError::Corrupt { offset: self.stats.bytes, what: what.into() }
+        ReadError::Corrupt {
+            offset: self.stats.bytes,
+            what: what.into(),
+        }
     }
 
     /// The next frame, or `None` at the end of the file.
     pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, ReadError> {
         match self.format {
-            Format::Pcap { swapped, nanos, link } => self.next_pcap(swapped, nanos, link),
+            Format::Pcap {
+                swapped,
+                nanos,
+                link,
+            } => self.next_pcap(swapped, nanos, link),
             Format::PcapNg { .. } => self.next_pcapng(),
         }
     }
@@ -237,7 +277,12 @@ impl<R: Read> CaptureReader<R> {
     }
 
     #[inline]
-    fn next_pcap(&mut self, swapped: bool, nanos: bool, link: LinkType) -> Result<Option<Frame<'_>>, ReadError> {
+    fn next_pcap(
+        &mut self,
+        swapped: bool,
+        nanos: bool,
+        link: LinkType,
+    ) -> Result<Option<Frame<'_>>, ReadError> {
         if !self.fill(16)? {
             return self.tail();
         }
@@ -259,7 +304,13 @@ impl<R: Read> CaptureReader<R> {
         self.consume(16 + incl);
         let number = self.next_number;
         self.next_number += 1;
-        Ok(Some(Frame { number, ts_ns, orig_len: orig, link, data: &self.buf[at..at + incl] }))
+        Ok(Some(Frame {
+            number,
+            ts_ns,
+            orig_len: orig,
+            link,
+            data: &self.buf[at..at + incl],
+        }))
     }
 
     fn next_pcapng(&mut self) -> Result<Option<Frame<'_>>, ReadError> {
@@ -267,7 +318,9 @@ impl<R: Read> CaptureReader<R> {
             if !self.fill(12)? {
                 return self.tail();
             }
-            let Format::PcapNg { swapped, .. } = self.format else { return Ok(None) };
+            let Format::PcapNg { swapped, .. } = self.format else {
+                return Ok(None);
+            };
             let raw_type = self.u32_at(0, false);
             let (btype, swapped) = if raw_type == 0x0a0d_0d0a {
                 // Section header: the byte-order magic decides the order for this section.
@@ -275,7 +328,11 @@ impl<R: Read> CaptureReader<R> {
                 let sw = match bom {
                     0x1a2b_3c4d => false,
                     0x4d3c_2b1a => true,
-                    other => return Err(self.corrupt(format!("bad pcapng byte-order magic {other:#010x}"))),
+                    other => {
+                        return Err(
+                            self.corrupt(format!("bad pcapng byte-order magic {other:#010x}"))
+                        );
+                    }
                 };
                 (raw_type, sw)
             } else {
@@ -290,7 +347,10 @@ impl<R: Read> CaptureReader<R> {
             }
             match btype {
                 0x0a0d_0d0a => {
-                    self.format = Format::PcapNg { swapped, ifaces: Vec::new() };
+                    self.format = Format::PcapNg {
+                        swapped,
+                        ifaces: Vec::new(),
+                    };
                     self.consume(blen);
                 }
                 1 => {
@@ -299,7 +359,13 @@ impl<R: Read> CaptureReader<R> {
                     }
                     let link = LinkType::from_u32(u32::from(self.u16_at(8, swapped)));
                     let snaplen = self.u32_at(12, swapped);
-                    let mut iface = Iface { link, snaplen, exp: 6, pow2: false, offset_s: 0 };
+                    let mut iface = Iface {
+                        link,
+                        snaplen,
+                        exp: 6,
+                        pow2: false,
+                        offset_s: 0,
+                    };
                     // Options: code u16, len u16, value padded to 4.
                     let mut o = 16;
                     while o + 4 <= blen - 4 {
@@ -316,7 +382,11 @@ impl<R: Read> CaptureReader<R> {
                         } else if code == 14 && len >= 8 {
                             let mut b = [0u8; 8];
                             b.copy_from_slice(&self.buf[v..v + 8]);
-                            iface.offset_s = if swapped { i64::from_be_bytes(b) } else { i64::from_le_bytes(b) };
+                            iface.offset_s = if swapped {
+                                i64::from_be_bytes(b)
+                            } else {
+                                i64::from_le_bytes(b)
+                            };
                         }
                         o += 4 + len.div_ceil(4) * 4;
                     }
@@ -349,14 +419,18 @@ impl<R: Read> CaptureReader<R> {
                         )
                     };
                     if cap > blen - 32 {
-                        return Err(self.corrupt(format!("packet block claims {cap} bytes in a {blen}-byte block")));
+                        return Err(self.corrupt(format!(
+                            "packet block claims {cap} bytes in a {blen}-byte block"
+                        )));
                     }
                     let iface = match &self.format {
                         Format::PcapNg { ifaces, .. } => ifaces.get(ifid).copied(),
                         Format::Pcap { .. } => None,
                     };
                     let Some(iface) = iface else {
-                        return Err(self.corrupt(format!("packet block for interface {ifid}, which was never described")));
+                        return Err(self.corrupt(format!(
+                            "packet block for interface {ifid}, which was never described"
+                        )));
                     };
                     let ts = (u64::from(hi) << 32) | u64::from(lo);
                     let at = self.start + 28;
@@ -365,7 +439,7 @@ impl<R: Read> CaptureReader<R> {
                     self.next_number += 1;
                     return Ok(Some(Frame {
                         number,
-                        ts_ns: iface.to_ns(ts),
+                        ts_ns: iface.ts_to_ns(ts),
                         orig_len: orig,
                         link: iface.link,
                         data: &self.buf[at..at + cap],
@@ -389,7 +463,13 @@ impl<R: Read> CaptureReader<R> {
                     let number = self.next_number;
                     self.next_number += 1;
                     // Simple packet blocks carry no timestamp.
-                    return Ok(Some(Frame { number, ts_ns: 0, orig_len: orig, link: iface.link, data: &self.buf[at..at + cap] }));
+                    return Ok(Some(Frame {
+                        number,
+                        ts_ns: 0,
+                        orig_len: orig,
+                        link: iface.link,
+                        data: &self.buf[at..at + cap],
+                    }));
                 }
                 _ => {
                     self.stats.skipped_blocks += 1;
@@ -445,13 +525,16 @@ impl<W: Write> PcapWriter<W> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
     fn pcap_bytes() -> Vec<u8> {
         let mut w = PcapWriter::new(Vec::new(), LinkType::Ethernet, 65535).unwrap();
-        w.write_frame(1_700_000_000_123_456_789, 60, &[1u8; 60]).unwrap();
-        w.write_frame(1_700_000_001_000_000_001, 100, &[2u8; 40]).unwrap();
+        w.write_frame(1_700_000_000_123_456_789, 60, &[1u8; 60])
+            .unwrap();
+        w.write_frame(1_700_000_001_000_000_001, 100, &[2u8; 40])
+            .unwrap();
         w.into_inner()
     }
 
@@ -460,7 +543,10 @@ mod tests {
         let b = pcap_bytes();
         let mut r = CaptureReader::new(&b[..]).unwrap();
         let f = r.next_frame().unwrap().unwrap();
-        assert_eq!((f.number, f.ts_ns, f.data.len()), (1, 1_700_000_000_123_456_789, 60));
+        assert_eq!(
+            (f.number, f.ts_ns, f.data.len()),
+            (1, 1_700_000_000_123_456_789, 60)
+        );
         let f = r.next_frame().unwrap().unwrap();
         assert_eq!((f.number, f.orig_len, f.data[0]), (2, 100, 2));
         assert!(r.next_frame().unwrap().is_none());
@@ -471,7 +557,9 @@ mod tests {
     fn pcap_big_endian_micro() {
         let mut b = Vec::new();
         b.extend_from_slice(&0xa1b2_c3d4u32.to_be_bytes());
-        b.extend_from_slice(&[0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 1]);
+        b.extend_from_slice(&[
+            0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 1,
+        ]);
         b.extend_from_slice(&5u32.to_be_bytes());
         b.extend_from_slice(&7u32.to_be_bytes());
         b.extend_from_slice(&3u32.to_be_bytes());
@@ -495,8 +583,14 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error() {
-        assert!(matches!(CaptureReader::new(&b""[..]), Err(ReadError::TooShort(0))));
-        assert!(matches!(CaptureReader::new(&[7u8; 64][..]), Err(ReadError::NotACapture(_))));
+        assert!(matches!(
+            CaptureReader::new(&b""[..]),
+            Err(ReadError::TooShort(0))
+        ));
+        assert!(matches!(
+            CaptureReader::new(&[7u8; 64][..]),
+            Err(ReadError::NotACapture(_))
+        ));
         let mut b = pcap_bytes();
         b.truncate(24);
         b.extend_from_slice(&[0xff; 16]);
@@ -564,7 +658,10 @@ mod tests {
         assert_eq!(r.next_frame().unwrap().unwrap().ts_ns, 1_500_000);
         let b2 = pcapng_bytes(0x80 | 10);
         let mut r = CaptureReader::new(&b2[..]).unwrap();
-        assert_eq!(r.next_frame().unwrap().unwrap().ts_ns, 1500 * 1_000_000_000 / 1024);
+        assert_eq!(
+            r.next_frame().unwrap().unwrap().ts_ns,
+            1500 * 1_000_000_000 / 1024
+        );
     }
 
     #[test]

@@ -9,7 +9,10 @@ use crate::{AnalyzeOptions, Analyzer, CaptureReader, analyze_capture};
 /// Read `data` as a capture file and analyse every frame (with a ladder, to cover that path).
 pub fn capfile(data: &[u8]) {
     if let Ok(r) = CaptureReader::new(data) {
-        let mut a = Analyzer::new(AnalyzeOptions { trace_conn: Some(0), top: 4 });
+        let mut a = Analyzer::new(AnalyzeOptions {
+            trace_conn: Some(0),
+            top: 4,
+        });
         let _ = analyze_capture(r, &mut a, &AtomicBool::new(false), |_| {});
         let _ = a.finish();
     }
@@ -18,7 +21,9 @@ pub fn capfile(data: &[u8]) {
 /// Decode `data` (first byte picks the link type) and feed it to the analyzer twice, as if the
 /// frame were seen, then retransmitted.
 pub fn packet(data: &[u8]) {
-    let Some((&sel, frame)) = data.split_first() else { return };
+    let Some((&sel, frame)) = data.split_first() else {
+        return;
+    };
     let link = match sel % 9 {
         0 => LinkType::Ethernet,
         1 => LinkType::Raw,
@@ -35,7 +40,10 @@ pub fn packet(data: &[u8]) {
             let _ = tcp.options();
         }
     }
-    let mut a = Analyzer::new(AnalyzeOptions { trace_conn: Some(0), top: 1 });
+    let mut a = Analyzer::new(AnalyzeOptions {
+        trace_conn: Some(0),
+        top: 1,
+    });
     a.push(1, 1, decode(link, frame));
     a.push(2, 300_000_000, decode(link, frame));
     let _ = a.finish();

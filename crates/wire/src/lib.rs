@@ -38,19 +38,26 @@ pub fn analyze_capture<R: Read>(
 ) -> Result<FileSummary, ReadError> {
     let kind = reader.kind();
     let mut n: u64 = 0;
-    loop {
-        let Some(f) = reader.next_frame()? else { break };
+    while let Some(f) = reader.next_frame()? {
         let d = decode(f.link, f.data);
         analyzer.push(f.number, f.ts_ns, d);
         n += 1;
         if n & 0xf_ffff == 0 {
             progress(reader.stats().bytes);
             if stop.load(Ordering::Relaxed) {
-                return Ok(FileSummary { kind, stats: reader.stats(), interrupted: true });
+                return Ok(FileSummary {
+                    kind,
+                    stats: reader.stats(),
+                    interrupted: true,
+                });
             }
         }
     }
-    Ok(FileSummary { kind, stats: reader.stats(), interrupted: false })
+    Ok(FileSummary {
+        kind,
+        stats: reader.stats(),
+        interrupted: false,
+    })
 }
 
 /// What the file reader noticed.
@@ -65,8 +72,20 @@ pub struct FileSummary {
 }
 
 /// Assemble the report from an analysis.
-pub fn build_report(meta: Meta, source: String, format: &str, a: Analysis, mut warnings: Vec<String>) -> AnalyzeReport {
-    let sum = |h: &latscope_core::LatencyHistogram| if h.is_empty() { None } else { Some(h.summary()) };
+pub fn build_report(
+    meta: Meta,
+    source: String,
+    format: &str,
+    a: Analysis,
+    mut warnings: Vec<String>,
+) -> AnalyzeReport {
+    let sum = |h: &latscope_core::LatencyHistogram| {
+        if h.is_empty() {
+            None
+        } else {
+            Some(h.summary())
+        }
+    };
     if a.skipped.truncated > 0 {
         warnings.push(format!(
             "{} frames were cut short before their TCP/UDP header (snap length too small?) and were skipped",
@@ -74,7 +93,10 @@ pub fn build_report(meta: Meta, source: String, format: &str, a: Analysis, mut w
         ));
     }
     if a.skipped.unknown_link_type > 0 {
-        warnings.push(format!("{} frames have a link type latscope does not decode and were skipped", a.skipped.unknown_link_type));
+        warnings.push(format!(
+            "{} frames have a link type latscope does not decode and were skipped",
+            a.skipped.unknown_link_type
+        ));
     }
     AnalyzeReport {
         meta,

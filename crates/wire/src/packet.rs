@@ -313,7 +313,9 @@ impl<'a> TcpView<'a> {
                     o.sack_blocks = (n / 8) as u8;
                     o.first_sack = Some((be32(body, 0).unwrap_or(0), be32(body, 4).unwrap_or(0)));
                 }
-                (8, 8) => o.timestamps = Some((be32(body, 0).unwrap_or(0), be32(body, 4).unwrap_or(0))),
+                (8, 8) => {
+                    o.timestamps = Some((be32(body, 0).unwrap_or(0), be32(body, 4).unwrap_or(0)))
+                }
                 _ => {}
             }
             i += len;
@@ -472,8 +474,18 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Decoded<'_>, SkipReason> {
             }
             let total = usize::from(v4.total_len());
             // TSO/GRO captures carry total length 0 for super-packets: fall back to captured.
-            let wire = if total >= v4.header_len() { total - v4.header_len() } else { v4.payload().len() };
-            (Addr::v4(v4.src()), Addr::v4(v4.dst()), v4.protocol(), v4.payload(), wire)
+            let wire = if total >= v4.header_len() {
+                total - v4.header_len()
+            } else {
+                v4.payload().len()
+            };
+            (
+                Addr::v4(v4.src()),
+                Addr::v4(v4.dst()),
+                v4.protocol(),
+                v4.payload(),
+                wire,
+            )
         }
         ETH_P_IPV6 => {
             let v6 = Ipv6View::new_checked(ip)?;
@@ -519,10 +531,15 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Decoded<'_>, SkipReason> {
         17 => Transport::Udp(UdpView::new_checked(l4)?),
         _ => return Err(SkipReason::NotTcpUdp),
     };
-    Ok(Decoded { src, dst, transport })
+    Ok(Decoded {
+        src,
+        dst,
+        transport,
+    })
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 pub(crate) mod tests {
     use super::*;
 
@@ -543,7 +560,20 @@ pub(crate) mod tests {
         f.extend_from_slice(&ETH_P_IP.to_be_bytes());
         let thl = 20 + opts.len();
         let total = 20 + thl + payload.len();
-        f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 6, 0, 0]);
+        f.extend_from_slice(&[
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0,
+            0,
+            0x40,
+            0,
+            64,
+            6,
+            0,
+            0,
+        ]);
         f.extend_from_slice(&src);
         f.extend_from_slice(&dst);
         f.extend_from_slice(&sport.to_be_bytes());
@@ -561,10 +591,25 @@ pub(crate) mod tests {
 
     #[test]
     fn decodes_tcp_with_options() {
-        let opts = [2, 4, 0x05, 0xb4, 1, 3, 3, 7, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2, 4, 2, 0, 0, 0, 0];
-        let f = eth_ipv4_tcp([10, 0, 0, 1], [10, 0, 0, 2], 1234, 80, 100, 0, flags::SYN, 65535, &opts, b"");
+        let opts = [
+            2, 4, 0x05, 0xb4, 1, 3, 3, 7, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2, 4, 2, 0, 0, 0, 0,
+        ];
+        let f = eth_ipv4_tcp(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            1234,
+            80,
+            100,
+            0,
+            flags::SYN,
+            65535,
+            &opts,
+            b"",
+        );
         let d = decode(LinkType::Ethernet, &f).unwrap();
-        let Transport::Tcp { tcp, payload_len } = d.transport else { panic!("not tcp") };
+        let Transport::Tcp { tcp, payload_len } = d.transport else {
+            panic!("not tcp")
+        };
         assert_eq!(payload_len, 0);
         assert_eq!(tcp.src_port(), 1234);
         assert_eq!(tcp.seq(), 100);
@@ -578,17 +623,41 @@ pub(crate) mod tests {
 
     #[test]
     fn payload_len_from_ip_even_when_snapped() {
-        let f = eth_ipv4_tcp([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 0, 0, flags::ACK, 1, &[], &[7u8; 100]);
+        let f = eth_ipv4_tcp(
+            [1, 1, 1, 1],
+            [2, 2, 2, 2],
+            1,
+            2,
+            0,
+            0,
+            flags::ACK,
+            1,
+            &[],
+            &[7u8; 100],
+        );
         let cut = &f[..14 + 20 + 20 + 10];
         let d = decode(LinkType::Ethernet, cut).unwrap();
-        let Transport::Tcp { payload_len, tcp } = d.transport else { panic!() };
+        let Transport::Tcp { payload_len, tcp } = d.transport else {
+            panic!()
+        };
         assert_eq!(payload_len, 100);
         assert_eq!(tcp.payload().len(), 10);
     }
 
     #[test]
     fn vlan_sll_and_raw() {
-        let f = eth_ipv4_tcp([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 0, 0, flags::ACK, 1, &[], b"x");
+        let f = eth_ipv4_tcp(
+            [1, 1, 1, 1],
+            [2, 2, 2, 2],
+            1,
+            2,
+            0,
+            0,
+            flags::ACK,
+            1,
+            &[],
+            b"x",
+        );
         let mut v = f[..12].to_vec();
         v.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
         v.extend_from_slice(&f[12..]);
@@ -606,12 +675,26 @@ pub(crate) mod tests {
         let mut null = 2u32.to_le_bytes().to_vec();
         null.extend_from_slice(ip);
         assert!(decode(LinkType::Null, &null).is_ok());
-        assert_eq!(decode(LinkType::Other(147), ip).unwrap_err(), SkipReason::UnknownLinkType);
+        assert_eq!(
+            decode(LinkType::Other(147), ip).unwrap_err(),
+            SkipReason::UnknownLinkType
+        );
     }
 
     #[test]
     fn every_prefix_is_safe() {
-        let f = eth_ipv4_tcp([1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 0, 0, flags::ACK, 1, &[1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2], b"hello");
+        let f = eth_ipv4_tcp(
+            [1, 1, 1, 1],
+            [2, 2, 2, 2],
+            1,
+            2,
+            0,
+            0,
+            flags::ACK,
+            1,
+            &[1, 1, 5, 10, 0, 0, 0, 1, 0, 0, 0, 2],
+            b"hello",
+        );
         for n in 0..f.len() {
             let _ = decode(LinkType::Ethernet, &f[..n]).map(|d| {
                 if let Transport::Tcp { tcp, .. } = d.transport {

@@ -15,7 +15,10 @@ fn ns(v: u64) -> String {
 }
 
 fn frames_list(ex: &[crate::report::StallExample]) -> String {
-    ex.iter().map(|e| format!("#{} (conn {})", e.frame, e.conn)).collect::<Vec<_>>().join(", ")
+    ex.iter()
+        .map(|e| format!("#{} (conn {})", e.frame, e.conn))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn summary_table(out: &mut String, rows: &[(&str, &Option<Summary>)]) {
@@ -63,7 +66,10 @@ impl Human for AnalyzeReport {
                     f.title.clone(),
                     f.count.to_string(),
                     ns(f.lost_ns),
-                    f.examples.first().map(|e| format!("#{}", e.frame)).unwrap_or_default(),
+                    f.examples
+                        .first()
+                        .map(|e| format!("#{}", e.frame))
+                        .unwrap_or_default(),
                 ]);
             }
             t.render("  ", out);
@@ -71,7 +77,11 @@ impl Human for AnalyzeReport {
                 let _ = writeln!(out, "\n  Top cause: {}. {}", f.title, f.explanation);
                 let _ = writeln!(out, "  Examples: {}", frames_list(&f.examples));
                 if let Some(e) = f.examples.first() {
-                    let _ = writeln!(out, "  See it: latscope analyze {} --conn {}", self.source, e.conn);
+                    let _ = writeln!(
+                        out,
+                        "  See it: latscope analyze {} --conn {}",
+                        self.source, e.conn
+                    );
                 }
             }
         }
@@ -96,10 +106,23 @@ impl Human for AnalyzeReport {
             c.zero_window,
             c.window_full
         );
-        let worst: Vec<_> = self.top_connections.iter().filter(|c| c.stall_lost_ns > 0).take(10).collect();
+        let worst: Vec<_> = self
+            .top_connections
+            .iter()
+            .filter(|c| c.stall_lost_ns > 0)
+            .take(10)
+            .collect();
         if !worst.is_empty() {
             out.push_str("\nConnections that lost the most time:\n");
-            let mut t = Table::new(&["conn", "client", "server", "frames", "transactions", "time lost", "retrans"]);
+            let mut t = Table::new(&[
+                "conn",
+                "client",
+                "server",
+                "frames",
+                "transactions",
+                "time lost",
+                "retrans",
+            ]);
             for c in worst {
                 t.row(vec![
                     c.id.to_string(),
@@ -132,14 +155,32 @@ pub fn render_ladder(l: &Ladder, out: &mut String) {
         c.id,
         c.client,
         c.server,
-        c.handshake_rtt_ns.map(ns).unwrap_or_else(|| "unknown".into()),
+        c.handshake_rtt_ns
+            .map(ns)
+            .unwrap_or_else(|| "unknown".into()),
         c.capture_point
     );
-    let _ = writeln!(out, "{:>7} {:>10}  {:<9}{:^44}{:>9}", "frame", "time", "client", "", "server");
+    let _ = writeln!(
+        out,
+        "{:>7} {:>10}  {:<9}{:^44}{:>9}",
+        "frame", "time", "client", "", "server"
+    );
     for r in &l.rows {
         let label = format!("{} seq={} ack={} len={}", r.flags, r.seq, r.ack, r.len);
-        let arrow = if r.from_client { format!("{label:-<42}>") } else { format!("<{label:->42}") };
-        let _ = write!(out, "{:>7} {:>10}  {:<9}{:^44}{:>9}", r.frame, format!("{:.3}ms", r.t_ns as f64 / 1e6), "|", arrow, "|");
+        let arrow = if r.from_client {
+            format!("{label:-<42}>")
+        } else {
+            format!("<{label:->42}")
+        };
+        let _ = write!(
+            out,
+            "{:>7} {:>10}  {:<9}{:^44}{:>9}",
+            r.frame,
+            format!("{:.3}ms", r.t_ns as f64 / 1e6),
+            "|",
+            arrow,
+            "|"
+        );
         if !r.notes.is_empty() {
             let _ = write!(out, "  {}", r.notes.join("; "));
         }
@@ -150,12 +191,22 @@ pub fn render_ladder(l: &Ladder, out: &mut String) {
         let mut t = Table::new(&["request", "frames", "duration", "think", "stall", "lost"]);
         for x in &c.transactions {
             t.row(vec![
-                if x.http_request.is_empty() { "(data)".into() } else { x.http_request.clone() },
+                if x.http_request.is_empty() {
+                    "(data)".into()
+                } else {
+                    x.http_request.clone()
+                },
                 format!("#{}-#{}", x.request_frame, x.last_response_frame),
                 ns(x.duration_ns),
                 ns(x.think_ns),
-                x.stall.map(|k| k.label().to_string()).unwrap_or_else(|| "-".into()),
-                if x.stall_lost_ns > 0 { ns(x.stall_lost_ns) } else { "-".into() },
+                x.stall
+                    .map(|k| k.label().to_string())
+                    .unwrap_or_else(|| "-".into()),
+                if x.stall_lost_ns > 0 {
+                    ns(x.stall_lost_ns)
+                } else {
+                    "-".into()
+                },
             ]);
         }
         t.render("  ", out);

@@ -7,7 +7,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The kinds of stall the analyzer recognises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum StallKind {
     /// A small segment held by the sender's Nagle algorithm until the peer's delayed ACK.
@@ -321,9 +323,16 @@ impl latscope_core::render::Human for CaptureReport {
             self.bytes,
             self.file
         );
-        let _ = writeln!(out, "{} packets received by filter ({}), {} dropped by kernel", self.kernel_received, self.filter_mode, self.kernel_drops);
+        let _ = writeln!(
+            out,
+            "{} packets received by filter ({}), {} dropped by kernel",
+            self.kernel_received, self.filter_mode, self.kernel_drops
+        );
         if self.kernel_drops > 0 {
-            let _ = writeln!(out, "  warning: the ring overflowed; use a larger --buffer, a narrower filter or a smaller --snaplen");
+            let _ = writeln!(
+                out,
+                "  warning: the ring overflowed; use a larger --buffer, a narrower filter or a smaller --snaplen"
+            );
         }
     }
 }

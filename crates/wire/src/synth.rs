@@ -11,7 +11,6 @@ use std::io::{self, Write};
 
 use crate::{LinkType, PcapWriter};
 
-
 const SNAP: usize = 96;
 const MSS: u32 = 1448;
 
@@ -59,15 +58,36 @@ const PSH: u8 = 0x08;
 const FIN: u8 = 0x01;
 
 fn script(rng: &mut Rng) -> Vec<Pkt> {
-    let p = |from_client, flags, len, gap_ns| Pkt { from_client, flags, len, rewind: 0, gap_ns, http: 0, tag: 0 };
+    let p = |from_client, flags, len, gap_ns| Pkt {
+        from_client,
+        flags,
+        len,
+        rewind: 0,
+        gap_ns,
+        http: 0,
+        tag: 0,
+    };
     let rtt = 200_000 + rng.below(800_000);
-    let mut s = vec![p(true, SYN, 0, 0), p(false, SYN | ACK, 0, rtt / 2), p(true, ACK, 0, rtt / 2)];
+    let mut s = vec![
+        p(true, SYN, 0, 0),
+        p(false, SYN | ACK, 0, rtt / 2),
+        p(true, ACK, 0, rtt / 2),
+    ];
     let reqs = 1 + rng.below(8);
     for r in 0..reqs {
-        let mut q = p(true, ACK | PSH, 200 + rng.below(300) as u32, 1_000_000 + rng.below(20_000_000));
+        let mut q = p(
+            true,
+            ACK | PSH,
+            200 + rng.below(300) as u32,
+            1_000_000 + rng.below(20_000_000),
+        );
         q.http = 1;
         s.push(q);
-        let think = if rng.below(50) == 0 { 30_000_000 + rng.below(100_000_000) } else { 50_000 + rng.below(2_000_000) };
+        let think = if rng.below(50) == 0 {
+            30_000_000 + rng.below(100_000_000)
+        } else {
+            50_000 + rng.below(2_000_000)
+        };
         let nagle = r > 0 && rng.below(40) == 0;
         if nagle {
             // Header, delayed ACK 40 ms later, then the held body.
@@ -86,8 +106,17 @@ fn script(rng: &mut Rng) -> Vec<Pkt> {
         }
         let segs = 1 + rng.below(24) as u32;
         for i in 0..segs {
-            let len = if i + 1 == segs { 1 + rng.below(u64::from(MSS)) as u32 } else { MSS };
-            let mut d = p(false, ACK | if i + 1 == segs { PSH } else { 0 }, len, if i == 0 { think } else { 12_000 });
+            let len = if i + 1 == segs {
+                1 + rng.below(u64::from(MSS)) as u32
+            } else {
+                MSS
+            };
+            let mut d = p(
+                false,
+                ACK | if i + 1 == segs { PSH } else { 0 },
+                len,
+                if i == 0 { think } else { 12_000 },
+            );
             if i == 0 {
                 d.http = 2;
                 if think >= 30_000_000 {
@@ -119,11 +148,32 @@ fn frame(c: &Conn, k: &Pkt, buf: &mut Vec<u8>) -> u32 {
     buf.clear();
     buf.extend_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00]);
     let total = 40 + k.len;
-    let (src, dst, sp, dp) = if k.from_client { (c.client, c.server, c.cport, 80u16) } else { (c.server, c.client, 80u16, c.cport) };
-    buf.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64, 6, 0, 0]);
+    let (src, dst, sp, dp) = if k.from_client {
+        (c.client, c.server, c.cport, 80u16)
+    } else {
+        (c.server, c.client, 80u16, c.cport)
+    };
+    buf.extend_from_slice(&[
+        0x45,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0,
+        0,
+        0x40,
+        0,
+        64,
+        6,
+        0,
+        0,
+    ]);
     buf.extend_from_slice(&src);
     buf.extend_from_slice(&dst);
-    let (seq, ack) = if k.from_client { (c.cseq, c.sseq) } else { (c.sseq, c.cseq) };
+    let (seq, ack) = if k.from_client {
+        (c.cseq, c.sseq)
+    } else {
+        (c.sseq, c.cseq)
+    };
     let seq = seq.wrapping_sub(k.rewind);
     buf.extend_from_slice(&sp.to_be_bytes());
     buf.extend_from_slice(&dp.to_be_bytes());
@@ -155,7 +205,12 @@ pub struct Planted {
 }
 
 /// Write `packets` packets of `concurrent` simultaneous connections as pcap into `out`.
-pub fn generate<W: Write>(out: W, packets: u64, concurrent: usize, seed: u64) -> io::Result<Planted> {
+pub fn generate<W: Write>(
+    out: W,
+    packets: u64,
+    concurrent: usize,
+    seed: u64,
+) -> io::Result<Planted> {
     let target = packets;
     let concurrent = concurrent.max(1);
     let mut rng = Rng(seed | 1);
@@ -183,7 +238,9 @@ pub fn generate<W: Write>(out: W, packets: u64, concurrent: usize, seed: u64) ->
     let mut started = 0u64;
     let mut buf = Vec::with_capacity(SNAP);
     while written < target {
-        let Some(Reverse((ts, i))) = heap.pop() else { break };
+        let Some(Reverse((ts, i))) = heap.pop() else {
+            break;
+        };
         let c = &mut conns[i];
         let k = c.script[c.pos];
         let orig = frame(c, &k, &mut buf);
@@ -222,6 +279,7 @@ pub fn generate<W: Write>(out: W, packets: u64, concurrent: usize, seed: u64) ->
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::{AnalyzeOptions, Analyzer, CaptureReader, analyze_capture};
@@ -233,14 +291,32 @@ mod tests {
         let mut buf = Vec::new();
         let p = generate(&mut buf, 200_000, 300, 42).unwrap();
         assert_eq!(p.packets, 200_000);
-        assert!(p.nagle_delayed_ack > 10 && p.rto_retransmission > 10 && p.think_time > 10, "{p:?}");
+        assert!(
+            p.nagle_delayed_ack > 10 && p.rto_retransmission > 10 && p.think_time > 10,
+            "{p:?}"
+        );
         let mut a = Analyzer::new(AnalyzeOptions::default());
-        analyze_capture(CaptureReader::new(&buf[..]).unwrap(), &mut a, &AtomicBool::new(false), |_| {}).unwrap();
+        analyze_capture(
+            CaptureReader::new(&buf[..]).unwrap(),
+            &mut a,
+            &AtomicBool::new(false),
+            |_| {},
+        )
+        .unwrap();
         let r = a.finish();
         assert_eq!(r.frames, p.packets);
         assert_eq!(r.connections, p.connections);
-        assert!(r.peak_open_connections <= 300 + 300, "peak {} for 300 concurrent", r.peak_open_connections);
-        let count = |k| r.findings.iter().find(|f| f.kind == k).map_or(0, |f| f.count);
+        assert!(
+            r.peak_open_connections <= 300 + 300,
+            "peak {} for 300 concurrent",
+            r.peak_open_connections
+        );
+        let count = |k| {
+            r.findings
+                .iter()
+                .find(|f| f.kind == k)
+                .map_or(0, |f| f.count)
+        };
         use crate::report::StallKind::*;
         assert_eq!(count(NagleDelayedAck), p.nagle_delayed_ack);
         assert_eq!(count(RtoRetransmission), p.rto_retransmission);

@@ -2,12 +2,16 @@
 //! if one was grown locally) through the same entry points as `fuzz/fuzz_targets/*`, plus every
 //! truncation and a few thousand deterministic mutations of each seed. Nothing may panic.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 use latscope_wire::fuzzing;
 
 fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
     v.sort();
     v
 }
