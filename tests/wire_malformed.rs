@@ -137,3 +137,18 @@ fn json_matches_schema() {
     assert!(errs.is_empty(), "{errs:?}");
     assert_eq!(doc["ladder"]["rows"][0]["frame"], 1);
 }
+
+#[test]
+fn committed_schemas_match_the_code() {
+    for kind in ["analyze", "capture"] {
+        let out = Command::new(BIN).args(["schema", kind]).output().unwrap();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("schema/{kind}.schema.json"));
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            committed.trim(),
+            "schema/{kind}.schema.json is stale: run `latscope schema {kind} > schema/{kind}.schema.json`"
+        );
+    }
+}
