@@ -308,16 +308,24 @@ pub struct Analyzer {
     first_ts: Option<u64>,
     last_ts: u64,
     counts: TcpCounts,
+    acc: Acc,
+    top: Vec<ConnSummary>,
+    ladder_conn: Option<ConnSummary>,
+}
+
+/// What the per-packet code accumulates across connections. Kept apart from the connection
+/// table so a connection can be borrowed in place while this is updated (moving a connection
+/// out of the table and back cost a quarter of the run time in memcpy).
+struct Acc {
     findings: [FindingAcc; 6],
     tx_total: u64,
-    tx_hist: LatencyHistogram,
-    think_hist: LatencyHistogram,
-    hs_hist: LatencyHistogram,
-    top: Vec<ConnSummary>,
+    // Allocated on first use (≈ 270 KiB each): small inputs, e.g. under a fuzzer, stay cheap.
+    tx_hist: Option<LatencyHistogram>,
+    think_hist: Option<LatencyHistogram>,
+    hs_hist: Option<LatencyHistogram>,
     ladder: Vec<LadderRow>,
-    ladder_conn: Option<ConnSummary>,
     ladder_base_ts: u64,
-    // Per-packet scratch notes for the ladder.
+    /// Per-packet scratch notes for the ladder.
     notes: Vec<String>,
 }
 
@@ -438,16 +446,18 @@ impl Analyzer {
             first_ts: None,
             last_ts: 0,
             counts: TcpCounts::default(),
-            findings: Default::default(),
-            tx_total: 0,
-            tx_hist: LatencyHistogram::new(),
-            think_hist: LatencyHistogram::new(),
-            hs_hist: LatencyHistogram::new(),
+            acc: Acc {
+                findings: Default::default(),
+                tx_total: 0,
+                tx_hist: None,
+                think_hist: None,
+                hs_hist: None,
+                ladder: Vec::new(),
+                ladder_base_ts: 0,
+                notes: Vec::new(),
+            },
             top: Vec::new(),
-            ladder: Vec::new(),
             ladder_conn: None,
-            ladder_base_ts: 0,
-            notes: Vec::new(),
         }
     }
 
@@ -539,7 +549,7 @@ impl Analyzer {
         let id = self.next_id;
         self.next_id += 1;
         if self.opts.trace_conn == Some(id) {
-            self.ladder_base_ts = ts;
+            self.acc.ladder_base_ts = ts;
         }
         let mut dirs: [Dir; 2] = Default::default();
         for d in &mut dirs {
@@ -619,12 +629,13 @@ impl Analyzer {
                 i
             }
         };
-        let Some(mut c) = self.slab[slot].take() else {
+        let Some(c) = self.slab[slot].as_mut() else {
             return;
         };
         let tracing = self.opts.trace_conn == Some(c.id);
-        self.notes.clear();
-        self.process(&mut c, frame, ts, src, sp, tcp, seglen, tracing);
+        self.acc.notes.clear();
+        self.acc
+            .process(c, frame, ts, src, sp, tcp, seglen, tracing);
         // Both FINs sent and acknowledged: nothing more belongs to this connection, so it is
         // summarised now. Half-closed and reset connections linger (LINGER_NS) for stragglers.
         let acked = |d: usize| {
@@ -632,14 +643,14 @@ impl Analyzer {
                 .fin_end
                 .is_some_and(|e| !lt(c.dirs[1 - d].lastack, e))
         };
-        let done = acked(0) && acked(1);
-        self.slab[slot] = Some(c);
-        if done {
+        if acked(0) && acked(1) {
             self.table.remove(&key);
             self.retire(slot);
         }
     }
+}
 
+impl Acc {
     #[allow(clippy::too_many_arguments)]
     fn process(
         &mut self,
@@ -695,7 +706,9 @@ impl Analyzer {
                 if let Some(sa) = c.synack_ts {
                     c.rtt_to_client = Some(ts.saturating_sub(sa));
                 }
-                self.hs_hist.record(ts.saturating_sub(s).max(1));
+                self.hs_hist
+                    .get_or_insert_with(LatencyHistogram::new)
+                    .record(ts.saturating_sub(s).max(1));
             }
         }
 
@@ -1200,7 +1213,9 @@ impl Analyzer {
                     let think = t.think;
                     let req_frame = t.req_frame;
                     c.tx_state = TxState::Response;
-                    self.think_hist.record(think.max(1));
+                    self.think_hist
+                        .get_or_insert_with(LatencyHistogram::new)
+                        .record(think.max(1));
                     if think >= THINK_MIN_NS {
                         if tracing {
                             self.notes.push(format!(
@@ -1226,7 +1241,9 @@ impl Analyzer {
         if let Some(t) = c.tx.take() {
             if c.tx_state == TxState::Response {
                 let dur = t.resp_last.saturating_sub(t.req_start);
-                self.tx_hist.record(dur.max(1));
+                self.tx_hist
+                    .get_or_insert_with(LatencyHistogram::new)
+                    .record(dur.max(1));
                 self.tx_total += 1;
                 c.tx_count += 1;
                 if c.txs.len() < MAX_TX_KEPT {
@@ -1280,7 +1297,9 @@ impl Analyzer {
             }
         }
     }
+}
 
+impl Analyzer {
     fn summarise(&self, c: &Conn) -> ConnSummary {
         let capture_point = match (c.rtt_to_server, c.rtt_to_client) {
             (Some(s), Some(cl)) if s.saturating_mul(4) < cl => "server",
@@ -1314,7 +1333,7 @@ impl Analyzer {
     }
 
     fn finalize(&mut self, mut c: Conn) {
-        self.close_tx(&mut c);
+        self.acc.close_tx(&mut c);
         self.counts.add(&c.counts);
         let traced = self.opts.trace_conn == Some(c.id);
         if traced {
@@ -1350,9 +1369,9 @@ impl Analyzer {
         }
         let mut findings: Vec<Finding> = StallKind::ALL
             .iter()
-            .filter(|k| self.findings[k.index()].count > 0)
+            .filter(|k| self.acc.findings[k.index()].count > 0)
             .map(|&k| {
-                let acc = &self.findings[k.index()];
+                let acc = &self.acc.findings[k.index()];
                 let mut examples = acc.examples.clone();
                 examples.sort_by(|a, b| b.lost_ns.cmp(&a.lost_ns).then(a.frame.cmp(&b.frame)));
                 Finding {
@@ -1370,7 +1389,7 @@ impl Analyzer {
         top.sort_by(|a, b| b.stall_lost_ns.cmp(&a.stall_lost_ns).then(a.id.cmp(&b.id)));
         let ladder = self.opts.trace_conn.map(|_| Ladder {
             conn: self.ladder_conn.take(),
-            rows: std::mem::take(&mut self.ladder),
+            rows: std::mem::take(&mut self.acc.ladder),
         });
         Analysis {
             frames: self.frames,
@@ -1383,10 +1402,10 @@ impl Analyzer {
             connections: self.next_id,
             peak_open_connections: self.peak_open,
             counts: self.counts,
-            transactions: self.tx_total,
-            tx_hist: self.tx_hist,
-            think_hist: self.think_hist,
-            handshake_hist: self.hs_hist,
+            transactions: self.acc.tx_total,
+            tx_hist: self.acc.tx_hist.unwrap_or_default(),
+            think_hist: self.acc.think_hist.unwrap_or_default(),
+            handshake_hist: self.acc.hs_hist.unwrap_or_default(),
             findings,
             top_connections: top,
             ladder,

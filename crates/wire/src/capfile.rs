@@ -16,7 +16,10 @@ use crate::packet::LinkType;
 /// GRO'd loopback); anything bigger is garbage, reported as such rather than allocated.
 pub const MAX_RECORD: usize = 16 << 20;
 
+/// The buffer starts small (cheap for small files and fuzzing) and doubles on every refill up
+/// to this size, where a large file is read in few system calls.
 const BUF_SIZE: usize = 1 << 20;
+const BUF_START: usize = 64 << 10;
 
 /// Why a capture file could not be read.
 #[derive(Debug, Error)]
@@ -130,7 +133,7 @@ impl<R: Read> CaptureReader<R> {
     pub fn new(src: R) -> Result<Self, ReadError> {
         let mut r = CaptureReader {
             src,
-            buf: vec![0u8; BUF_SIZE],
+            buf: vec![0u8; BUF_START],
             start: 0,
             end: 0,
             eof: false,
@@ -204,6 +207,8 @@ impl<R: Read> CaptureReader<R> {
         }
         if n > self.buf.len() {
             self.buf.resize(n.next_power_of_two(), 0);
+        } else if self.buf.len() < BUF_SIZE && !self.eof {
+            self.buf.resize(self.buf.len() * 2, 0);
         }
         while self.end < n && !self.eof {
             match self.src.read(&mut self.buf[self.end..]) {
