@@ -93,6 +93,40 @@ fn capture_count_and_bad_filter() {
     assert!(st.success());
     assert_eq!(tshark_count(&f, ""), 7);
 
+    // pcapng output (chosen by the file name) opens in tshark with the same count.
+    let ng = dir.path("c.pcapng");
+    let (addr, server) = http_server(Pattern::SplitNoDelay, 1);
+    let port = addr.port().to_string();
+    let mut child = Command::new(BIN)
+        .args([
+            "capture",
+            "-i",
+            "lo",
+            "-c",
+            "5",
+            "-w",
+            ng.to_str().unwrap(),
+            "tcp",
+            "port",
+            &port,
+        ])
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    http_client(addr, 1, 3);
+    server.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        &std::fs::read(&ng).unwrap()[..4],
+        &0x0a0d_0d0au32.to_le_bytes()
+    );
+    assert_eq!(tshark_count(&ng, ""), 5);
+    let (_, v) = analyze_json(&ng, &[]);
+    assert_eq!(v["format"], "pcapng");
+    assert_eq!(v["frames"], 5);
+
     let out = Command::new(BIN)
         .args(["capture", "-i", "lo", "-w", "/dev/null", "port", "eighty"])
         .output()

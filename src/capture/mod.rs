@@ -9,7 +9,10 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use latscope_wire::LinkType;
+use std::io::{BufWriter, Write};
+
+use clap::ValueEnum;
+use latscope_wire::{CaptureWriter, LinkType, PcapNgWriter, PcapWriter};
 
 use crate::exit;
 use filter::{FilterLink, Program};
@@ -253,4 +256,42 @@ fn privilege_or(e: io::Error) -> anyhow::Error {
     } else {
         anyhow::Error::new(e).context("opening the capture socket")
     }
+}
+
+/// Output file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FileFormat {
+    /// Classic pcap with nanosecond timestamps.
+    Pcap,
+    /// pcapng (nanosecond `if_tsresol`).
+    Pcapng,
+}
+
+/// Open `path` ("-" = stdout) for writing captured frames; the format defaults to pcapng for a
+/// `.pcapng` name and pcap otherwise.
+pub fn open_writer(
+    path: &str,
+    format: Option<FileFormat>,
+    link: LinkType,
+    snaplen: u32,
+    iface: &str,
+) -> anyhow::Result<CaptureWriter<BufWriter<Box<dyn Write>>>> {
+    let out: Box<dyn Write> = if path == "-" {
+        Box::new(io::stdout())
+    } else {
+        Box::new(
+            std::fs::File::create(path)
+                .map_err(|e| exit::coded(exit::USAGE, format!("cannot create '{path}': {e}")))?,
+        )
+    };
+    let w = BufWriter::with_capacity(1 << 20, out);
+    let format = format.unwrap_or(if path.ends_with(".pcapng") {
+        FileFormat::Pcapng
+    } else {
+        FileFormat::Pcap
+    });
+    Ok(match format {
+        FileFormat::Pcap => CaptureWriter::Pcap(PcapWriter::new(w, link, snaplen)?),
+        FileFormat::Pcapng => CaptureWriter::PcapNg(PcapNgWriter::new(w, link, snaplen, iface)?),
+    })
 }

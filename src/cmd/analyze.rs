@@ -3,7 +3,7 @@
 //! the time they cost, with Wireshark-compatible retransmission analysis.
 
 use std::fs::File;
-use std::io::{self, BufWriter};
+use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,11 +13,10 @@ use latscope_core::render::emit;
 use latscope_core::units::{parse_duration, parse_size};
 use latscope_wire::capfile::FileKind;
 use latscope_wire::{
-    AnalyzeOptions, Analyzer, CaptureReader, PcapWriter, ReadError, analyze_capture, build_report,
-    decode,
+    AnalyzeOptions, Analyzer, CaptureReader, ReadError, analyze_capture, build_report, decode,
 };
 
-use crate::capture::{CaptureConfig, LiveCapture};
+use crate::capture::{CaptureConfig, LiveCapture, open_writer};
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 
@@ -92,16 +91,13 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
         let mut cap = LiveCapture::open(&cfg)?;
         let link = cap.link_type();
         let mut writer = match &a.write {
-            Some(p) => {
-                let f = File::create(p).map_err(|e| {
-                    exit::coded(exit::USAGE, format!("cannot create '{}': {e}", p.display()))
-                })?;
-                Some(PcapWriter::new(
-                    BufWriter::with_capacity(1 << 20, f),
-                    link,
-                    a.snaplen.clamp(64, 262_144),
-                )?)
-            }
+            Some(p) => Some(open_writer(
+                &p.display().to_string(),
+                None,
+                link,
+                a.snaplen.clamp(64, 262_144),
+                &iface,
+            )?),
             None => None,
         };
         if a.output.progress() {

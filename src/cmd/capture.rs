@@ -1,18 +1,16 @@
 //! `latscope capture`: live capture to a pcap file (nanosecond timestamps) through an AF_PACKET
 //! TPACKET_V3 ring, with the tcpdump-style filter compiled to classic BPF in the kernel.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io;
 use std::time::Duration;
 
 use clap::Args;
 use latscope_core::model::Meta;
 use latscope_core::render::emit;
 use latscope_core::units::{parse_count, parse_duration, parse_size};
-use latscope_wire::PcapWriter;
 use latscope_wire::report::CaptureReport;
 
-use crate::capture::{CaptureConfig, FilterMode, LiveCapture};
+use crate::capture::{CaptureConfig, FileFormat, FilterMode, LiveCapture, open_writer};
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 
@@ -32,6 +30,9 @@ pub struct CaptureArgs {
     /// Write the packets to this pcap file ("-" for stdout).
     #[arg(short = 'w', long)]
     pub write: String,
+    /// File format (default: pcapng for a .pcapng name, else pcap with ns timestamps).
+    #[arg(long, value_enum)]
+    pub format: Option<FileFormat>,
     /// Stop after this many packets.
     #[arg(short = 'c', long, value_parser = parse_count)]
     pub count: Option<u64>,
@@ -60,18 +61,12 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
         buffer_bytes: a.buffer as usize,
     };
     let mut cap = LiveCapture::open(&cfg)?;
-    let out: Box<dyn Write> =
-        if a.write == "-" {
-            Box::new(io::stdout().lock())
-        } else {
-            Box::new(File::create(&a.write).map_err(|e| {
-                exit::coded(exit::USAGE, format!("cannot create '{}': {e}", a.write))
-            })?)
-        };
-    let mut w = PcapWriter::new(
-        BufWriter::with_capacity(1 << 20, out),
+    let mut w = open_writer(
+        &a.write,
+        a.format,
         cap.link_type(),
         cfg.snaplen.clamp(64, 262_144),
+        &a.interface,
     )?;
     let mode = match cap.filter_mode() {
         FilterMode::Kernel => format!("kernel (classic BPF, {} instructions)", cap.filter_len),

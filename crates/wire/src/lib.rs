@@ -16,7 +16,7 @@ pub mod report;
 pub mod synth;
 
 pub use analyze::{AnalyzeOptions, Analyzer};
-pub use capfile::{CaptureReader, PcapWriter, ReadError};
+pub use capfile::{CaptureReader, CaptureWriter, PcapNgWriter, PcapWriter, ReadError};
 pub use packet::{LinkType, decode};
 
 use std::io::Read;
