@@ -349,12 +349,12 @@ pub struct Analysis {
     pub counts: TcpCounts,
     /// Transactions.
     pub transactions: u64,
-    /// Transaction durations.
-    pub tx_hist: LatencyHistogram,
+    /// Transaction durations (None: no transaction).
+    pub tx_hist: Option<LatencyHistogram>,
     /// Think times.
-    pub think_hist: LatencyHistogram,
+    pub think_hist: Option<LatencyHistogram>,
     /// Handshake RTTs.
-    pub handshake_hist: LatencyHistogram,
+    pub handshake_hist: Option<LatencyHistogram>,
     /// Findings ranked by time lost.
     pub findings: Vec<Finding>,
     /// Worst connections.
@@ -1403,9 +1403,9 @@ impl Analyzer {
             peak_open_connections: self.peak_open,
             counts: self.counts,
             transactions: self.acc.tx_total,
-            tx_hist: self.acc.tx_hist.unwrap_or_default(),
-            think_hist: self.acc.think_hist.unwrap_or_default(),
-            handshake_hist: self.acc.hs_hist.unwrap_or_default(),
+            tx_hist: self.acc.tx_hist,
+            think_hist: self.acc.think_hist,
+            handshake_hist: self.acc.hs_hist,
             findings,
             top_connections: top,
             ladder,

@@ -79,12 +79,8 @@ pub fn build_report(
     a: Analysis,
     mut warnings: Vec<String>,
 ) -> AnalyzeReport {
-    let sum = |h: &latscope_core::LatencyHistogram| {
-        if h.is_empty() {
-            None
-        } else {
-            Some(h.summary())
-        }
+    let sum = |h: &Option<latscope_core::LatencyHistogram>| {
+        h.as_ref().filter(|h| !h.is_empty()).map(|h| h.summary())
     };
     if a.skipped.truncated > 0 {
         warnings.push(format!(
