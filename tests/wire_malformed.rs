@@ -152,3 +152,32 @@ fn committed_schemas_match_the_code() {
         );
     }
 }
+
+#[test]
+fn reads_a_capture_from_stdin() {
+    use std::io::Write;
+    let seed =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/capfile/nagle.pcapng");
+    let mut child = Command::new(BIN)
+        .args(["analyze", "-", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(seed).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the seed capture has Nagle stalls"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["format"], "pcapng");
+    assert_eq!(v["findings"][0]["kind"], "nagle_delayed_ack");
+    assert_eq!(v["findings"][0]["count"], 8);
+}

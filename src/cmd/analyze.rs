@@ -29,7 +29,7 @@ use crate::output::{OutputArgs, stop_flag, unix_ms};
 
 Exit code 1 when a stall detector fired.")]
 pub struct AnalyzeArgs {
-    /// Capture file (pcap or pcapng; Ethernet, Linux cooked v1/v2, raw IP, loopback).
+    /// Capture file (pcap or pcapng; Ethernet, Linux cooked v1/v2, raw IP, loopback); "-" = stdin.
     #[arg(required_unless_present = "live")]
     pub file: Option<PathBuf>,
     /// Show connection N (numbered from 0 in order of appearance, like tcp.stream) as a ladder.
@@ -129,10 +129,16 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
     } else {
         let path = a.file.clone().unwrap_or_default();
         let name = path.display().to_string();
-        let f = File::open(&path)
-            .map_err(|e| exit::coded(exit::USAGE, format!("cannot open '{name}': {e}")))?;
-        let total = f.metadata().map(|m| m.len()).unwrap_or(0);
-        let reader = CaptureReader::new(f).map_err(|e| read_error(&name, e))?;
+        // "-" reads the capture from stdin: `latscope capture -w - ... | latscope analyze -`.
+        let (input, total): (Box<dyn std::io::Read>, u64) = if name == "-" {
+            (Box::new(io::stdin().lock()), 0)
+        } else {
+            let f = File::open(&path)
+                .map_err(|e| exit::coded(exit::USAGE, format!("cannot open '{name}': {e}")))?;
+            let total = f.metadata().map(|m| m.len()).unwrap_or(0);
+            (Box::new(f), total)
+        };
+        let reader = CaptureReader::new(input).map_err(|e| read_error(&name, e))?;
         let bar = if a.output.progress() {
             let b = indicatif::ProgressBar::new(total);
             b.set_style(
