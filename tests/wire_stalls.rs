@@ -77,26 +77,32 @@ fn nagle_split_response_every_slow_transaction_flagged() {
         );
         for (i, t) in tx.iter().enumerate() {
             let dur = t["duration_ns"].as_u64().unwrap();
-            let slow = dur >= 20_000_000; // a delayed ACK costs ≥ 40 ms on Linux
+            let think = t["think_ns"].as_u64().unwrap();
             let flagged = t["stall"] == "nagle_delayed_ack";
-            assert_eq!(
-                slow, flagged,
-                "transaction {i} of conn {}: {:#}",
-                c["id"], t
-            );
+            // Linux delays the ACK ≥ 40 ms once the client left quick-ack mode; a slow
+            // transaction that is not server think time (scheduling on this shared machine) must
+            // be the Nagle stall, and a flagged one must have cost that delay.
+            if i > 0 || (dur >= 30_000_000 && think < 5_000_000) {
+                assert!(
+                    flagged,
+                    "transaction {i} of conn {} not flagged: {t:#}",
+                    c["id"]
+                );
+            }
+            if flagged {
+                assert!(dur >= 30_000_000, "flagged but fast: {t:#}");
+                assert!(t["stall_lost_ns"].as_u64().unwrap() >= 30_000_000);
+            }
             assert_eq!(t["http_request"], format!("GET /{i} HTTP/1.1"));
         }
     }
-    // Every slow request the client measured is one flagged stall.
+    assert_eq!(f["count"].as_u64().unwrap(), (CONNS * (REQS - 1)) as u64);
+    // The client saw the same: its slow requests are the flagged ones.
     let slow_measured = lat
         .iter()
-        .filter(|d| **d >= Duration::from_millis(20))
-        .count() as u64;
-    assert_eq!(f["count"].as_u64().unwrap(), slow_measured);
-    assert!(
-        slow_measured >= CONNS as u64,
-        "expected delayed ACK stalls, client saw {lat:?}"
-    );
+        .filter(|d| **d >= Duration::from_millis(30))
+        .count();
+    assert!(slow_measured >= CONNS * (REQS - 1), "client saw {lat:?}");
     // The ladder marks the stall.
     let out = std::process::Command::new(wire_lab::BIN)
         .arg("analyze")
