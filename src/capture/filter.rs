@@ -309,6 +309,20 @@ const JSET_K: u16 = 0x45;
 const RET_K: u16 = 0x06;
 /// `SKF_AD_OFF + SKF_AD_PKTTYPE`: the ancillary load of the packet type.
 const AD_PKTTYPE: u32 = 0xffff_f004;
+/// `SKF_AD_OFF + SKF_AD_IFINDEX`: the ancillary load of the interface index.
+const AD_IFINDEX: u32 = 0xffff_f008;
+
+/// The host's own copies of packets: on the loopback device each packet is delivered twice
+/// (sent and received); libpcap drops the sent copy, and so do we.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outgoing {
+    /// Keep everything (a real NIC: sent packets are seen once).
+    Keep,
+    /// Drop every outgoing packet (capturing on the loopback device).
+    Drop,
+    /// Drop outgoing packets of this interface index only (capturing on "any": loopback's).
+    DropOn(u32),
+}
 /// `PACKET_OUTGOING`.
 pub const PACKET_OUTGOING: u32 = 4;
 
@@ -625,13 +639,12 @@ impl Program {
 }
 
 /// Compile `expr` (empty = everything) for `link`. Accepted packets are cut to `snaplen`.
-/// With `drop_outgoing` (the loopback device, where every packet is seen twice), packets the
-/// host sends are rejected first, as libpcap does.
+/// `outgoing` rejects the host's own copies first, as libpcap does on loopback.
 pub fn compile(
     expr: &str,
     link: FilterLink,
     snaplen: u32,
-    drop_outgoing: bool,
+    outgoing: Outgoing,
 ) -> Result<Program, FilterError> {
     let toks = tokenize(expr);
     let cond = if toks.is_empty() {
@@ -653,16 +666,17 @@ pub fn compile(
         };
         Lower { link, l3 }.lower(&e)
     };
-    let cond = if drop_outgoing {
-        and(
-            Cond::Not(Box::new(test(
-                Load::Abs(LD_W_ABS, AD_PKTTYPE),
-                PACKET_OUTGOING,
+    let is_out = test(Load::Abs(LD_W_ABS, AD_PKTTYPE), PACKET_OUTGOING);
+    let cond = match outgoing {
+        Outgoing::Keep => cond,
+        Outgoing::Drop => and(Cond::Not(Box::new(is_out)), cond),
+        Outgoing::DropOn(ifindex) => and(
+            Cond::Not(Box::new(and(
+                is_out,
+                test(Load::Abs(LD_W_ABS, AD_IFINDEX), ifindex),
             ))),
             cond,
-        )
-    } else {
-        cond
+        ),
     };
     let mut g = Gen {
         l3_hint: if link == FilterLink::Ethernet { 14 } else { 0 },
@@ -693,13 +707,16 @@ pub fn compile(
 
 /// Run a program on a packet in user space, as the kernel would: the return value is the number
 /// of bytes to keep (0 = drop). Out-of-range loads drop the packet.
-pub fn run(p: &Program, pkt: &[u8], pkttype: u32) -> u32 {
+pub fn run(p: &Program, pkt: &[u8], pkttype: u32, ifindex: u32) -> u32 {
     let mut a: u32 = 0;
     let mut x: u32 = 0;
     let mut pc = 0usize;
     let load = |off: u32, size: usize| -> Option<u32> {
         if off == AD_PKTTYPE {
             return Some(pkttype);
+        }
+        if off == AD_IFINDEX {
+            return Some(ifindex);
         }
         let off = off as usize;
         let b = pkt.get(off..off.checked_add(size)?)?;
@@ -774,9 +791,9 @@ mod tests {
     }
 
     fn m(expr: &str, pkt: &[u8]) -> bool {
-        let p = compile(expr, FilterLink::Ethernet, 65535, false).unwrap();
+        let p = compile(expr, FilterLink::Ethernet, 65535, Outgoing::Keep).unwrap();
         assert!(p.fits_kernel());
-        run(&p, pkt, 0) != 0
+        run(&p, pkt, 0, 1) != 0
     }
 
     #[test]
@@ -820,12 +837,17 @@ mod tests {
     #[test]
     fn snaplen_and_outgoing() {
         let tcp80 = eth_v4(6, [10, 0, 0, 1], [10, 0, 0, 2], 40000, 80);
-        let p = compile("tcp", FilterLink::Ethernet, 96, true).unwrap();
-        assert_eq!(run(&p, &tcp80, 0), 96);
-        assert_eq!(run(&p, &tcp80, PACKET_OUTGOING), 0);
-        let raw = compile("tcp port 80", FilterLink::RawIp, 100, false).unwrap();
-        assert_eq!(run(&raw, &tcp80[14..], 0), 100);
-        assert_eq!(run(&raw, &tcp80[..20], 0), 0);
+        let p = compile("tcp", FilterLink::Ethernet, 96, Outgoing::Drop).unwrap();
+        assert_eq!(run(&p, &tcp80, 0, 1), 96);
+        assert_eq!(run(&p, &tcp80, PACKET_OUTGOING, 1), 0);
+        // On "any": only loopback's (ifindex 1) outgoing copies are dropped.
+        let any = compile("", FilterLink::RawIp, 100, Outgoing::DropOn(1)).unwrap();
+        assert_eq!(run(&any, &tcp80[14..], PACKET_OUTGOING, 1), 0);
+        assert_eq!(run(&any, &tcp80[14..], PACKET_OUTGOING, 2), 100);
+        assert_eq!(run(&any, &tcp80[14..], 0, 1), 100);
+        let raw = compile("tcp port 80", FilterLink::RawIp, 100, Outgoing::Keep).unwrap();
+        assert_eq!(run(&raw, &tcp80[14..], 0, 1), 100);
+        assert_eq!(run(&raw, &tcp80[..20], 0, 1), 0);
     }
 
     #[test]
@@ -840,7 +862,7 @@ mod tests {
             "net 10.0.0.0/40",
             "icmp port 1",
         ] {
-            let e = compile(bad, FilterLink::Ethernet, 100, false).unwrap_err();
+            let e = compile(bad, FilterLink::Ethernet, 100, Outgoing::Keep).unwrap_err();
             assert!(
                 e.to_string().contains("invalid capture filter"),
                 "{bad}: {e}"
@@ -851,10 +873,10 @@ mod tests {
     #[test]
     fn truncated_packets_never_match_ports() {
         let tcp80 = eth_v4(6, [10, 0, 0, 1], [10, 0, 0, 2], 40000, 80);
-        let p = compile("port 80", FilterLink::Ethernet, 100, false).unwrap();
+        let p = compile("port 80", FilterLink::Ethernet, 100, Outgoing::Keep).unwrap();
         for n in 0..tcp80.len() {
-            let _ = run(&p, &tcp80[..n], 0);
+            let _ = run(&p, &tcp80[..n], 0, 1);
         }
-        assert_eq!(run(&p, &tcp80[..35], 0), 0);
+        assert_eq!(run(&p, &tcp80[..35], 0, 1), 0);
     }
 }

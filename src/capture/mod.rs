@@ -15,7 +15,7 @@ use clap::ValueEnum;
 use latscope_wire::{CaptureWriter, LinkType, PcapNgWriter, PcapWriter};
 
 use crate::exit;
-use filter::{FilterLink, Program};
+use filter::{FilterLink, Outgoing, Program};
 use ring::{KernelStats, Ring};
 
 /// What to capture.
@@ -46,7 +46,6 @@ pub struct LiveCapture {
     prog: Program,
     mode: FilterMode,
     link: LinkType,
-    loopback: bool,
     dgram: bool,
     snaplen: u32,
     /// Instructions in the filter program.
@@ -106,14 +105,26 @@ impl LiveCapture {
         // ARPHRD_ETHER (1) and ARPHRD_LOOPBACK (772) carry an Ethernet header; everything else
         // (tun, ip tunnels, "any") is opened as SOCK_DGRAM and written as raw IP.
         let ethernet = matches!(hatype, 1 | 772);
-        let loopback = hatype == 772;
+        // Loopback delivers each packet twice (sent and received): keep the received copy, as
+        // libpcap does; on "any" that applies to the loopback interface only.
+        let outgoing = if hatype == 772 {
+            Outgoing::Drop
+        } else if ifindex == 0 {
+            // SAFETY: a valid NUL-terminated string.
+            match unsafe { libc::if_nametoindex(c"lo".as_ptr()) } {
+                0 => Outgoing::Keep,
+                lo => Outgoing::DropOn(lo),
+            }
+        } else {
+            Outgoing::Keep
+        };
         let (flink, link) = if ethernet {
             (FilterLink::Ethernet, LinkType::Ethernet)
         } else {
             (FilterLink::RawIp, LinkType::Raw)
         };
         let snaplen = cfg.snaplen.clamp(64, 262_144);
-        let prog = filter::compile(&cfg.filter, flink, snaplen, loopback)
+        let prog = filter::compile(&cfg.filter, flink, snaplen, outgoing)
             .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
         let block_nr = (cfg.buffer_bytes / BLOCK).clamp(2, 1024);
         let open = |f: Option<&[filter::Insn]>| Ring::open(ifindex, !ethernet, f, BLOCK, block_nr);
@@ -132,7 +143,6 @@ impl LiveCapture {
             prog,
             mode,
             link,
-            loopback,
             dgram: !ethernet,
             snaplen,
         })
@@ -160,13 +170,8 @@ impl LiveCapture {
         let mut packets = 0u64;
         let mut bytes = 0u64;
         let mut err: Option<io::Error> = None;
-        let (prog, mode, loopback, dgram, snaplen) = (
-            &self.prog,
-            self.mode,
-            self.loopback,
-            self.dgram,
-            self.snaplen as usize,
-        );
+        let (prog, mode, dgram, snaplen) =
+            (&self.prog, self.mode, self.dgram, self.snaplen as usize);
         let mut interrupted = false;
         let keep_len = |p: &ring::RingPacket<'_>| -> usize {
             if dgram && !matches!(p.protocol, 0x0800 | 0x86dd) {
@@ -175,10 +180,8 @@ impl LiveCapture {
             match mode {
                 FilterMode::Kernel => p.data.len(),
                 FilterMode::UserSpace => {
-                    if loopback && ring::is_outgoing(p.pkttype) {
-                        return 0;
-                    }
-                    (filter::run(prog, p.data, u32::from(p.pkttype)) as usize)
+                    // The program itself rejects the outgoing copies (see `compile`).
+                    (filter::run(prog, p.data, u32::from(p.pkttype), p.ifindex) as usize)
                         .min(p.data.len())
                         .min(snaplen)
                 }

@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{Ordering, fence};
 
-use super::filter::{Insn, PACKET_OUTGOING};
+use super::filter::Insn;
 
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_VERSION: libc::c_int = 10;
@@ -51,8 +51,9 @@ const H_LEN: usize = 16;
 const H_MAC: usize = 24;
 /// `TPACKET_ALIGN(sizeof(struct tpacket3_hdr))`: where the `sockaddr_ll` follows the header.
 const H_SLL: usize = 48;
-/// `sockaddr_ll.sll_protocol` and `.sll_pkttype` offsets.
+/// `sockaddr_ll.sll_protocol`, `.sll_ifindex` and `.sll_pkttype` offsets.
 const SLL_PROTOCOL: usize = 2;
+const SLL_IFINDEX: usize = 4;
 const SLL_PKTTYPE: usize = 10;
 
 /// Kernel counters (`PACKET_STATISTICS`), accumulated (the kernel resets them on every read).
@@ -73,6 +74,7 @@ pub struct RingPacket<'a> {
     pub data: &'a [u8],
     pub pkttype: u8,
     pub protocol: u16,
+    pub ifindex: u32,
 }
 
 /// The socket and its mapped ring. Dropping it unmaps and closes (nothing is left behind).
@@ -251,6 +253,10 @@ impl Ring {
                 std::ptr::read(h.add(H_SLL + SLL_PROTOCOL).cast::<[u8; 2]>())
             });
             let pkttype = unsafe { std::ptr::read(h.add(H_SLL + SLL_PKTTYPE)) };
+            // SAFETY: inside the sockaddr_ll that follows the header (checked above).
+            let ifindex = u32::from_ne_bytes(unsafe {
+                std::ptr::read(h.add(H_SLL + SLL_IFINDEX).cast::<[u8; 4]>())
+            });
             if off + mac + snap <= self.block_size {
                 // SAFETY: the packet bytes lie inside this block (checked), and the kernel does not
                 // touch the block until we set TP_STATUS_KERNEL below, after `f` returned.
@@ -260,6 +266,7 @@ impl Ring {
                     orig_len: len,
                     data,
                     pkttype,
+                    ifindex,
                     protocol,
                 });
             }
@@ -346,9 +353,4 @@ fn attach_filter(fd: &OwnedFd, insns: &[Insn]) -> io::Result<()> {
         &fprog,
         "SO_ATTACH_FILTER",
     )
-}
-
-/// Whether a packet the ring delivered is the host's own copy on loopback (seen twice there).
-pub fn is_outgoing(pkttype: u8) -> bool {
-    u32::from(pkttype) == PACKET_OUTGOING
 }
