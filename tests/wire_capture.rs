@@ -11,7 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use wire_lab::{
-    BIN, Bg, Netns, Pattern, TempDir, analyze_json, http_client, http_server, tshark_count,
+    BIN, Bg, Netns, Pattern, TempDir, analyze_json, http_client, http_server, spawn_ready,
+    tshark_count,
 };
 
 #[test]
@@ -69,24 +70,24 @@ fn capture_count_and_bad_filter() {
     let f = dir.path("c.pcap");
     let (addr, server) = http_server(Pattern::SplitNoDelay, 3);
     let port = addr.port().to_string();
-    let mut child = Command::new(BIN)
-        .args([
-            "capture",
-            "-i",
-            "lo",
-            "-c",
-            "7",
-            "-w",
-            f.to_str().unwrap(),
-            "tcp",
-            "port",
-            &port,
-        ])
-        .stderr(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // -d bounds the test if packets were missed; the count ends it first.
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "capture",
+        "-i",
+        "lo",
+        "-d",
+        "60s",
+        "-c",
+        "7",
+        "-w",
+        f.to_str().unwrap(),
+        "tcp",
+        "port",
+        &port,
+    ])
+    .stdout(std::process::Stdio::null());
+    let mut child = spawn_ready(cmd, "capturing on");
     http_client(addr, 3, 3);
     server.join().unwrap();
     let st = child.wait().unwrap();
@@ -97,24 +98,23 @@ fn capture_count_and_bad_filter() {
     let ng = dir.path("c.pcapng");
     let (addr, server) = http_server(Pattern::SplitNoDelay, 1);
     let port = addr.port().to_string();
-    let mut child = Command::new(BIN)
-        .args([
-            "capture",
-            "-i",
-            "lo",
-            "-c",
-            "5",
-            "-w",
-            ng.to_str().unwrap(),
-            "tcp",
-            "port",
-            &port,
-        ])
-        .stderr(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "capture",
+        "-i",
+        "lo",
+        "-d",
+        "60s",
+        "-c",
+        "5",
+        "-w",
+        ng.to_str().unwrap(),
+        "tcp",
+        "port",
+        &port,
+    ])
+    .stdout(std::process::Stdio::null());
+    let mut child = spawn_ready(cmd, "capturing on");
     http_client(addr, 1, 3);
     server.join().unwrap();
     assert!(child.wait().unwrap().success());
@@ -145,23 +145,20 @@ fn capture_count_and_bad_filter() {
 fn analyze_live_finds_nagle() {
     let (addr, server) = http_server(Pattern::SplitNagle, 1);
     let port = addr.port().to_string();
-    let child = Command::new(BIN)
-        .args([
-            "analyze",
-            "--live",
-            "-i",
-            "lo",
-            "-d",
-            "3s",
-            "-f",
-            &format!("tcp port {port}"),
-            "--json",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "analyze",
+        "--live",
+        "-i",
+        "lo",
+        "-d",
+        "4s",
+        "-f",
+        &format!("tcp port {port}"),
+        "--json",
+    ])
+    .stdout(std::process::Stdio::piped());
+    let child = spawn_ready(cmd, "capturing on");
     http_client(addr, 1, 4);
     server.join().unwrap();
     let out = child.wait_with_output().unwrap();

@@ -100,12 +100,11 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
             )?),
             None => None,
         };
-        if a.output.progress() {
-            eprintln!(
-                "latscope: capturing on {iface} for {:?}, Ctrl-C to stop early",
-                a.duration
-            );
-        }
+        // Always said (on stderr), like tcpdump's "listening on": scripts wait for it.
+        eprintln!(
+            "latscope: capturing on {iface} for {}, Ctrl-C to stop early",
+            latscope_core::units::format_duration(a.duration)
+        );
         let mut frame = 0u64;
         let stats = cap.run(&stop, None, Some(a.duration), |ts, orig, data| {
             frame += 1;

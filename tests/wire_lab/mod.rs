@@ -72,6 +72,13 @@ fn wait_ready(child: &mut Child, marker: &'static str) {
     std::thread::sleep(Duration::from_millis(200));
 }
 
+/// Spawn `cmd` with stderr piped and wait until it prints `marker` (its capture socket is bound).
+pub fn spawn_ready(mut cmd: Command, marker: &'static str) -> Child {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    wait_ready(&mut child, marker);
+    child
+}
+
 impl Bg {
     /// `latscope capture` with `args`, optionally inside a network namespace.
     pub fn latscope_capture(netns: Option<&str>, args: &[&str]) -> Bg {
