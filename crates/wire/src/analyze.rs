@@ -1530,6 +1530,83 @@ mod tests {
         );
     }
 
+    /// The same split response seen from either end of a 20 ms path: the rule uses the
+    /// handshake to place the capture point, so both are flagged, and the time lost is the
+    /// delayed-ACK wait as seen there.
+    #[test]
+    fn nagle_seen_from_client_side_and_server_side() {
+        let mss = [2, 4, 0x05, 0xb4];
+        let a = flags::ACK | flags::PSH;
+        // (SYN-ACK time, ACK time, header, delayed ACK, body) as seen at the capture point.
+        for (name, t) in [
+            ("client side", [20.0, 20.01, 50.0, 90.0, 110.0]),
+            ("server side", [0.01, 20.01, 30.01, 90.0, 90.02]),
+        ] {
+            let mut s = Sim::new();
+            s.pkt(0.0, true, flags::SYN, b"", &mss);
+            s.pkt(t[0], false, flags::SYN | flags::ACK, b"", &mss);
+            s.pkt(t[1], true, flags::ACK, b"", &[]);
+            // First exchange, quick ACK.
+            s.pkt(t[1] + 1.0, true, a, b"GET /0 HTTP/1.1\r\n\r\n", &[]);
+            s.pkt(t[1] + 2.0, false, a, b"HTTP/1.1 200 OK\r\n", &[]);
+            s.pkt(t[1] + 3.0, true, flags::ACK, b"", &[]);
+            s.pkt(t[1] + 3.1, false, a, b"body", &[]);
+            // Second exchange, delayed ACK.
+            s.pkt(t[2] - 5.0 + 100.0, true, a, b"GET /1 HTTP/1.1\r\n\r\n", &[]);
+            s.pkt(t[2] + 100.0, false, a, b"HTTP/1.1 200 OK\r\n", &[]);
+            s.pkt(t[3] + 100.0, true, flags::ACK, b"", &[]);
+            s.pkt(t[4] + 100.0, false, a, b"body", &[]);
+            let r = s.a.finish();
+            let f: Vec<_> = r.findings.iter().map(|f| (f.kind, f.count)).collect();
+            assert_eq!(f, vec![(StallKind::NagleDelayedAck, 1)], "{name}");
+            let lost = r.findings[0].lost_ns as f64 / 1e6;
+            assert!(
+                (lost - (t[4] - t[2])).abs() < 0.01,
+                "{name}: lost {lost} ms"
+            );
+            let cp = &r.top_connections[0].capture_point;
+            assert_eq!(
+                cp,
+                if name == "client side" {
+                    "client"
+                } else {
+                    "server"
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn delayed_ack_without_nagle_when_segments_are_full() {
+        let mut s = Sim::new();
+        s.handshake();
+        let a = flags::ACK;
+        s.pkt(1.0, true, a | flags::PSH, b"GET /big HTTP/1.1\r\n\r\n", &[]);
+        // Full-sized segment (MSS 1460): Nagle never holds it; the sender was window-limited.
+        s.pkt(1.1, false, a, &[0u8; 1460], &[]);
+        s.pkt(41.1, true, a, b"", &[]);
+        s.pkt(41.2, false, a, &[0u8; 1460], &[]);
+        let r = s.a.finish();
+        assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
+        assert_eq!(r.findings[0].kind, StallKind::DelayedAck);
+    }
+
+    #[test]
+    fn cork_timer_flush() {
+        let mut s = Sim::new();
+        s.handshake();
+        let a = flags::ACK | flags::PSH;
+        s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+        s.pkt(1.1, false, a, &[1u8; 1460], &[]);
+        s.pkt(1.2, true, flags::ACK, b"", &[]);
+        // The corked tail leaves 200 ms later, with nothing from the client in between.
+        s.pkt(201.1, false, a, &[1u8; 100], &[]);
+        let r = s.a.finish();
+        assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
+        assert_eq!(r.findings[0].kind, StallKind::Cork);
+        assert_eq!(r.findings[0].lost_ns, 200_000_000);
+    }
+
     #[test]
     fn think_time_is_not_nagle() {
         let mut s = Sim::new();
