@@ -77,9 +77,25 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
         a.interface, mode
     );
     let stop = stop_flag();
+    // A live packet count for people (stderr is a terminal), never when writing to stdout.
+    let bar = (a.output.progress() && a.write != "-").then(|| {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+        b
+    });
+    let mut n: u64 = 0;
     let stats = cap.run(&stop, a.count, a.duration, |ts, orig, data| {
+        n += 1;
+        if n % 256 == 1 {
+            if let Some(b) = &bar {
+                b.set_message(format!("{n} packets"));
+            }
+        }
         w.write_frame(ts, orig, data)
     })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
     w.flush()?;
     let report = CaptureReport {
         meta: Meta::new("capture", env!("CARGO_PKG_VERSION"), started),
