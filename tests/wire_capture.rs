@@ -247,6 +247,45 @@ fn retransmissions_match_tshark_under_nft_loss() {
     eprintln!(
         "latscope {c}\ntshark retrans={ts_retrans} fast={ts_fast} spurious={ts_spur} dup={ts_dup} ooo={ts_ooo} zw={ts_zw} wf={ts_wf} lost={ts_lost}"
     );
+    if ours != ts_retrans {
+        // Which frames differ: ours from the per-connection ladders, tshark's from a filter.
+        let mut mine = Vec::new();
+        for conn in 0..conns {
+            let (_, l) = analyze_json(&file, &["--conn", &conn.to_string()]);
+            for r in l["ladder"]["rows"].as_array().unwrap() {
+                if r["notes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|n| n.as_str().unwrap().contains("retransmission"))
+                {
+                    mine.push(r["frame"].as_u64().unwrap());
+                }
+            }
+        }
+        mine.sort_unstable();
+        let out = Command::new("tshark")
+            .arg("-r")
+            .arg(&file)
+            .args([
+                "-Y",
+                "tcp.analysis.retransmission",
+                "-T",
+                "fields",
+                "-e",
+                "frame.number",
+            ])
+            .output()
+            .unwrap();
+        let theirs: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if let Ok(keep) = std::env::var("LATSCOPE_WIRE_KEEP") {
+            let _ = std::fs::copy(&file, keep);
+        }
+        panic!("retransmission frames differ: latscope {mine:?}, tshark {theirs:?}");
+    }
     assert!(
         ts_retrans > 0,
         "the nft rule should have caused retransmissions"

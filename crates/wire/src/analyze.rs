@@ -59,9 +59,9 @@ pub const MAX_UNACKED: usize = 4096;
 pub const MAX_TX_KEPT: usize = 256;
 /// Ladder rows kept for `--conn`.
 pub const MAX_LADDER_ROWS: usize = 100_000;
-// Connections whose FINs were both acknowledged are summarised at once; a later straggler
-// (a retransmitted final ACK) would open a new, SYN-less connection, as the price of memory
-// that follows the open connections only.
+// A closed connection (both FINs, or a RST) stays LINGER_NS of capture time, so that
+// stragglers — a FIN retransmitted because the last ACK was lost, the duplicate ACK answering
+// it — are analysed in their connection, as Wireshark does; then it is summarised and dropped.
 
 const DELACK_MIN_NS: u64 = 15_000_000;
 const CORK_MIN_NS: u64 = 180_000_000;
@@ -70,7 +70,8 @@ const THINK_MIN_NS: u64 = 10_000_000;
 /// A closed connection stays in the table this long (capture time) to absorb late ACKs and
 /// retransmitted FINs before it is summarised and dropped.
 const LINGER_NS: u64 = 2_000_000_000;
-const SWEEP_EVERY: u64 = 1 << 16;
+/// How often (capture time) closed connections past their linger are swept out.
+const SWEEP_EVERY_NS: u64 = 500_000_000;
 
 /// Options of one analysis run.
 #[derive(Debug, Clone)]
@@ -214,8 +215,6 @@ struct Dir {
     max_seg: u32,
     bytes: u64,
     fin: bool,
-    /// Relative sequence just after this side's FIN.
-    fin_end: Option<u32>,
     // Stall tracking.
     last_data: Option<DataSeg>,
     last_pkt_ts: u64,
@@ -308,6 +307,7 @@ pub struct Analyzer {
     first_ts: Option<u64>,
     last_ts: u64,
     counts: TcpCounts,
+    last_sweep_ts: u64,
     acc: Acc,
     top: Vec<ConnSummary>,
     ladder_conn: Option<ConnSummary>,
@@ -446,6 +446,7 @@ impl Analyzer {
             first_ts: None,
             last_ts: 0,
             counts: TcpCounts::default(),
+            last_sweep_ts: 0,
             acc: Acc {
                 findings: Default::default(),
                 tx_total: 0,
@@ -496,7 +497,8 @@ impl Analyzer {
                 }
             }
         }
-        if self.frames % SWEEP_EVERY == 0 {
+        if ts_ns >= self.last_sweep_ts.saturating_add(SWEEP_EVERY_NS) {
+            self.last_sweep_ts = ts_ns;
             self.sweep(ts_ns);
         }
     }
@@ -636,17 +638,6 @@ impl Analyzer {
         self.acc.notes.clear();
         self.acc
             .process(c, frame, ts, src, sp, tcp, seglen, tracing);
-        // Both FINs sent and acknowledged: nothing more belongs to this connection, so it is
-        // summarised now. Half-closed and reset connections linger (LINGER_NS) for stragglers.
-        let acked = |d: usize| {
-            c.dirs[d]
-                .fin_end
-                .is_some_and(|e| !lt(c.dirs[1 - d].lastack, e))
-        };
-        if acked(0) && acked(1) {
-            self.table.remove(&key);
-            self.retire(slot);
-        }
     }
 }
 
@@ -780,7 +771,6 @@ impl Acc {
         }
         if fl & flags::FIN != 0 {
             c.dirs[d].fin = true;
-            c.dirs[d].fin_end = Some(seq.wrapping_add(seglen).wrapping_add(1));
         }
         if c.dirs[0].fin && c.dirs[1].fin && c.closed_at.is_none() {
             c.closed_at = Some(ts);
