@@ -165,6 +165,8 @@ fn committed_schemas_match_the_code() {
         "setsockopt",
         "stack",
         "stack-interval",
+        "analyze",
+        "capture",
     ] {
         let (code, out, _) = run(&["schema", kind]);
         assert_eq!(code, 0);

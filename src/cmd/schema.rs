@@ -19,6 +19,8 @@ pub enum SchemaKind {
     Setsockopt,
     Stack,
     StackInterval,
+    Analyze,
+    Capture,
 }
 
 #[derive(Args, Debug)]
@@ -46,6 +48,8 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::Setsockopt => schema_for!(model::sockets::SetsockoptEvent),
         SchemaKind::Stack => schema_for!(latscope_ebpf::report::StackReport),
         SchemaKind::StackInterval => schema_for!(latscope_ebpf::report::StackInterval),
+        SchemaKind::Analyze => schema_for!(latscope_wire::report::AnalyzeReport),
+        SchemaKind::Capture => schema_for!(latscope_wire::report::CaptureReport),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }
