@@ -183,10 +183,7 @@ fn retransmissions_match_tshark_under_nft_loss() {
     let file = dir.path("loss.pcap");
     let conns = 8;
     let server = ns
-        .spawn(move || {
-            let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
-            l
-        })
+        .spawn(move || TcpListener::bind(("127.0.0.1", port)).unwrap())
         .join()
         .unwrap();
     let cap = Bg::latscope_capture(
