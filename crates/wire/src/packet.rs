@@ -544,6 +544,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// Build an Ethernet/IPv4/TCP frame (test helper shared with other modules' tests).
+    #[allow(clippy::too_many_arguments)] // a test frame builder: one argument per header field
     pub(crate) fn eth_ipv4_tcp(
         src: [u8; 4],
         dst: [u8; 4],
