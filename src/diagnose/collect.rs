@@ -99,6 +99,58 @@ fn rr_p50(
     Ok(s.rtt)
 }
 
+/// Capture the target's port on every interface while `stop` is clear (at most `limit`) and
+/// run latscope analyze's detectors over it.
+fn capture_and_analyze(
+    filter: &str,
+    stop: &AtomicBool,
+    limit: Duration,
+) -> Result<rules::CaptureEvidence, String> {
+    use latscope_wire::report::StallKind;
+    let cfg = crate::capture::CaptureConfig {
+        iface: "any".into(),
+        filter: filter.into(),
+        snaplen: 256,
+        buffer_bytes: 8 << 20,
+    };
+    let mut cap = crate::capture::LiveCapture::open(&cfg).map_err(|e| format!("{e:#}"))?;
+    let link = cap.link_type();
+    let mut analyzer = latscope_wire::Analyzer::new(latscope_wire::AnalyzeOptions {
+        trace_conn: None,
+        top: 1,
+    });
+    let mut frame = 0u64;
+    cap.run(stop, None, Some(limit), |ts, _orig, data| {
+        frame += 1;
+        analyzer.push(frame, ts, latscope_wire::decode(link, data));
+        Ok(())
+    })
+    .map_err(|e| format!("{e:#}"))?;
+    let r = latscope_wire::build_report(
+        meta("analyze"),
+        "live:any".into(),
+        "live",
+        analyzer.finish(),
+        vec![],
+    );
+    let find = |k: StallKind| r.findings.iter().find(|f| f.kind == k);
+    Ok(rules::CaptureEvidence {
+        frames: r.frames,
+        transactions: r.transactions,
+        nagle: find(StallKind::NagleDelayedAck).map(|f| {
+            let ex = f
+                .examples
+                .first()
+                .map(|x| (x.conn, x.since_frame, x.frame))
+                .unwrap_or_default();
+            (f.count, f.lost_ns, ex)
+        }),
+        think: find(StallKind::ThinkTime).map(|f| (f.count, f.lost_ns)),
+        retransmissions: r.counts.retransmission + r.counts.fast_retransmission,
+        rto_stalls: find(StallKind::RtoRetransmission).map(|f| (f.count, f.lost_ns)),
+    })
+}
+
 /// Is a latscope server listening there?
 fn is_latscope(p: &Plan) -> bool {
     let start = Start {
@@ -246,7 +298,37 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
                 Ok::<_, latscope_inspect::InspectError>(r)
             })
         });
+        let cap_stop = std::sync::Arc::new(AtomicBool::new(false));
+        let capture = {
+            let cap_stop = cap_stop.clone();
+            let filter = format!("tcp port {port}");
+            let limit = p.duration + Duration::from_secs(5);
+            std::thread::spawn(move || capture_and_analyze(&filter, &cap_stop, limit))
+        };
         let single = rr_p50(p, 1, false, p.duration, stop);
+        cap_stop.store(true, Ordering::Relaxed);
+        match capture.join() {
+            Ok(Ok(c)) => {
+                steps.push(step(
+                    "packet capture",
+                    "ran",
+                    format!(
+                        "{} frames, {} transactions, {} Nagle × delayed-ACK stalls, {} retransmissions",
+                        c.frames,
+                        c.transactions,
+                        c.nagle.map(|n| n.0).unwrap_or(0),
+                        c.retransmissions
+                    ),
+                ));
+                ev.capture = Some(c);
+            }
+            Ok(Err(e)) => steps.push(step("packet capture", "skipped", e)),
+            Err(_) => steps.push(step(
+                "packet capture",
+                "failed",
+                "the capture thread panicked",
+            )),
+        }
         match scan.map(|h| h.join()) {
             None => steps.push(step(
                 "server sockets",

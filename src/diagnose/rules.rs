@@ -26,6 +26,21 @@ pub struct Evidence {
     pub under_load: Option<(Summary, Summary)>,
     /// The server's end of our connections, when it runs on this host.
     pub server_sockets: Option<ServerSockets>,
+    /// What a packet capture of the single-request step showed.
+    pub capture: Option<CaptureEvidence>,
+}
+
+/// Stalls and retransmissions seen on the wire (latscope analyze's detectors).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaptureEvidence {
+    pub frames: u64,
+    pub transactions: u64,
+    /// Nagle × delayed ACK stalls: count, time lost, an example (conn, since frame, frame).
+    pub nagle: Option<(u64, u64, (u64, u64, u64))>,
+    /// Think-time findings: count and time.
+    pub think: Option<(u64, u64)>,
+    pub retransmissions: u64,
+    pub rto_stalls: Option<(u64, u64)>,
 }
 
 /// Options of the server's sockets, read from the sockets themselves.
@@ -48,6 +63,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("think_time", think_time),
     ("socket_queueing", socket_queueing),
     ("slow_handshake", slow_handshake),
+    ("retransmissions", retransmissions),
     ("bufferbloat", bufferbloat),
     ("path_dominates", path_dominates),
 ];
@@ -100,6 +116,16 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
         ),
     ];
     let mut confidence = 0.9;
+    if let Some(c) = &e.capture
+        && let Some((n, lost, (conn, from, to))) = c.nagle
+    {
+        evidence.push(format!(
+            "on the wire: {n} of {} transactions stalled by Nagle × delayed ACK, {} lost in all (e.g. connection {conn}, frames {from} → {to})",
+            c.transactions,
+            format_ns(lost as f64)
+        ));
+        confidence = 0.95;
+    }
     if let Some(ss) = &e.server_sockets
         && ss.connections > 0
     {
@@ -114,7 +140,11 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
                 String::new()
             }
         ));
-        confidence = if ss.nagle_on > 0 { 0.97 } else { 0.75 };
+        confidence = if ss.nagle_on > 0 {
+            f64::max(confidence, 0.97)
+        } else {
+            0.75
+        };
     }
     Some(Finding {
         rule: "nagle_delayed_ack".into(),
@@ -212,6 +242,30 @@ pub fn slow_handshake(e: &Evidence) -> Option<Finding> {
             "a ~1 s step is the initial retransmission timeout of a dropped SYN".into(),
         ],
         fix: "check the listen backlog (`ss -ltn` Recv-Q vs Send-Q, net.core.somaxconn, the listen() backlog) and `nstat` ListenOverflows/ListenDrops; accept connections faster".into(),
+    })
+}
+
+/// Retransmissions: segments were lost (or their ACKs were) and sent again; a timer-driven
+/// retransmission costs at least TCP_RTO_MIN (200 ms).
+pub fn retransmissions(e: &Evidence) -> Option<Finding> {
+    let c = e.capture.as_ref()?;
+    if c.retransmissions == 0 {
+        return None;
+    }
+    let (rto_n, rto_lost) = c.rto_stalls.unwrap_or((0, 0));
+    Some(Finding {
+        rule: "retransmissions".into(),
+        title: "packet loss: segments retransmitted".into(),
+        explains_ns: rto_lost.checked_div(c.transactions).unwrap_or(rto_lost),
+        confidence: 0.9,
+        side: Side::Network,
+        evidence: vec![format!(
+            "on the wire: {} retransmissions in {} frames; {rto_n} waited for the retransmission timer ({} lost)",
+            c.retransmissions,
+            c.frames,
+            format_ns(rto_lost as f64)
+        )],
+        fix: "find where packets are dropped: `nstat`/`ip -s link` on both hosts, interface errors, queue drops (`tc -s qdisc`), firewall rules; losses on a path you don't own need its operator".into(),
     })
 }
 
@@ -325,6 +379,25 @@ mod tests {
         assert!(f.explains_ns >= 67_000_000);
         e.concurrent = Some((8, s(12_000)));
         assert_eq!(socket_queueing(&e), None, "a concurrent server");
+    }
+
+    #[test]
+    fn capture_evidence_strengthens_and_adds() {
+        let mut e = base(40, 44_000);
+        e.quickack = Some(s(60));
+        e.capture = Some(CaptureEvidence {
+            frames: 500,
+            transactions: 40,
+            nagle: Some((38, 1_600_000_000, (1, 17, 18))),
+            retransmissions: 3,
+            rto_stalls: Some((1, 210_000_000)),
+            ..CaptureEvidence::default()
+        });
+        let f = nagle_delayed_ack(&e).expect("fires");
+        assert!(f.confidence >= 0.95);
+        assert!(f.evidence.iter().any(|l| l.contains("frames 17 → 18")));
+        let r = retransmissions(&e).expect("fires");
+        assert_eq!(r.explains_ns, 210_000_000 / 40);
     }
 
     #[test]
