@@ -13,10 +13,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use latscope_core::model::stream::{Cost, StreamOptions, TcpFigures, UdpFigures};
+use latscope_core::model::rr::Transport;
+use latscope_core::model::stream::{Cost, StreamInterval, StreamOptions, TcpFigures, UdpFigures};
 
 use crate::pace::sleep_until;
-use crate::proto::{StreamDatagram, UDP_STREAM_HEADER_LEN};
+use crate::proto::{StreamDatagram, StreamSpec, UDP_STREAM_HEADER_LEN};
 use crate::sock::set_int;
 
 /// A connected stream socket shared between the thread moving data and the coordinator
@@ -577,6 +578,85 @@ pub fn udp_recv(
     };
     c.done.store(true, Ordering::Relaxed);
     res
+}
+
+/// Per-interval figures kept between calls of [`intervals`].
+#[derive(Debug, Default)]
+pub struct IntervalState {
+    bytes: Vec<u64>,
+    retrans: Vec<u64>,
+}
+
+/// One side's view of the interval (from, to] of a stream test: one event per direction.
+/// `client` says which side this is; `tcp_fd(i)` gives flow i's TCP socket where there is one.
+/// Senders report TCP_INFO (retransmits in the interval, cwnd, RTT), UDP receivers the
+/// sequence gaps so far.
+#[allow(clippy::too_many_arguments)]
+pub fn intervals(
+    spec: &StreamSpec,
+    client: bool,
+    counters: &[FlowCounters],
+    udp_rx: &[Mutex<UdpRx>],
+    tcp_fd: &dyn Fn(u32) -> Option<RawFd>,
+    start: Instant,
+    from: Instant,
+    to: Instant,
+    st: &mut IntervalState,
+) -> Vec<StreamInterval> {
+    let n = spec.flows() as usize;
+    st.bytes.resize(n, 0);
+    st.retrans.resize(n, 0);
+    let secs = (to - from).as_secs_f64().max(1e-9);
+    let mut out = Vec::new();
+    for client_sends in [true, false] {
+        let idx: Vec<u32> = (0..spec.flows())
+            .filter(|i| spec.client_sends(*i) == client_sends)
+            .collect();
+        if idx.is_empty() {
+            continue;
+        }
+        let sends = client_sends == client;
+        let mut stream_bytes = Vec::with_capacity(idx.len());
+        let mut tcp: Option<TcpFigures> = None;
+        let mut lost = None;
+        for &i in &idx {
+            let k = i as usize;
+            let now = counters[k].bytes.load(Ordering::Relaxed);
+            stream_bytes.push(now - st.bytes[k]);
+            st.bytes[k] = now;
+            if sends && let Some(ti) = tcp_fd(i).and_then(tcp_info) {
+                let t = tcp.get_or_insert_with(TcpFigures::default);
+                t.retransmits += ti.retransmits - st.retrans[k].min(ti.retransmits);
+                st.retrans[k] = ti.retransmits;
+                t.cwnd = t.cwnd.max(ti.cwnd);
+                t.rtt_us = t.rtt_us.max(ti.rtt_us);
+                t.rtt_var_us = t.rtt_var_us.max(ti.rtt_var_us);
+            }
+            if !sends && spec.transport == Transport::Udp {
+                *lost.get_or_insert(0) += udp_rx[k].lock().map(|r| r.gaps()).unwrap_or(0);
+            }
+        }
+        let bytes: u64 = stream_bytes.iter().sum();
+        out.push(StreamInterval {
+            event: "stream_interval".into(),
+            direction: if client_sends {
+                "client→server"
+            } else {
+                "server→client"
+            }
+            .into(),
+            side: if client { "client" } else { "server" }.into(),
+            role: if sends { "sender" } else { "receiver" }.into(),
+            start_ns: (from - start).as_nanos() as u64,
+            end_ns: (to - start).as_nanos() as u64,
+            stream_bytes,
+            bytes,
+            rate_bps: bytes as f64 * 8.0 / secs,
+            tcp,
+            udp_lost: lost,
+        });
+    }
+    out
 }
 
 /// TCP_INFO figures of a TCP socket: (total retransmits, cwnd, srtt µs, rttvar µs).

@@ -18,7 +18,6 @@ use latscope_core::model::rr::{ServerBehaviour, WriteMode};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use latscope_core::model::rr::Transport;
-use latscope_core::model::stream::{StreamInterval, TcpFigures};
 
 use crate::NetError;
 use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
@@ -1149,8 +1148,15 @@ fn run_stream_test(sh: &Shared, conn: &mut Conn, test: &Arc<StreamTest>) -> (u64
     let interval = Duration::from_millis(spec.interval_ms.max(10));
     let hard_deadline = start + Duration::from_millis(spec.duration_ms) + Duration::from_secs(30);
     let mut next = start + interval;
-    let mut prev: Vec<u64> = vec![0; spec.flows() as usize];
-    let mut prev_retrans: Vec<u64> = vec![0; spec.flows() as usize];
+    let mut ivs = flow::IntervalState::default();
+    let tcp_fd = |i: u32| {
+        socks
+            .get(i as usize)
+            .cloned()
+            .flatten()
+            .filter(|s| s.is_tcp())
+            .map(|s| s.fd())
+    };
     let mut last_tick = start;
     let mut udp_sent_by_client: Vec<(u32, u64)> = Vec::new();
     let mut reason = String::from("client stopped the test");
@@ -1173,14 +1179,16 @@ fn run_stream_test(sh: &Shared, conn: &mut Conn, test: &Arc<StreamTest>) -> (u64
             break;
         }
         if now >= next {
-            for ev in server_intervals(
-                test,
-                &socks,
+            for ev in flow::intervals(
+                spec,
+                false,
+                &test.counters,
+                &test.udp_rx,
+                &tcp_fd,
                 start,
                 last_tick,
                 now,
-                &mut prev,
-                &mut prev_retrans,
+                &mut ivs,
             ) {
                 if proto::write_frame(conn, &Control::Interval(ev)).is_err() {
                     reason = "the client went away".into();
@@ -1263,76 +1271,6 @@ fn run_stream_test(sh: &Shared, conn: &mut Conn, test: &Arc<StreamTest>) -> (u64
         reason = e;
     }
     (total, reason)
-}
-
-/// The server's view of the interval (from, to]: one event per direction it takes part in.
-fn server_intervals(
-    test: &StreamTest,
-    socks: &[Option<Arc<DataSock>>],
-    start: Instant,
-    from: Instant,
-    to: Instant,
-    prev: &mut [u64],
-    prev_retrans: &mut [u64],
-) -> Vec<StreamInterval> {
-    let spec = &test.spec;
-    let secs = (to - from).as_secs_f64().max(1e-9);
-    let mut out = Vec::new();
-    for client_sends in [true, false] {
-        let idx: Vec<u32> = (0..spec.flows())
-            .filter(|i| spec.client_sends(*i) == client_sends)
-            .collect();
-        if idx.is_empty() {
-            continue;
-        }
-        let mut stream_bytes = Vec::with_capacity(idx.len());
-        let mut tcp: Option<TcpFigures> = None;
-        let mut lost = None;
-        for &i in &idx {
-            let now = test.counters[i as usize].bytes.load(Ordering::Relaxed);
-            stream_bytes.push(now - prev[i as usize]);
-            prev[i as usize] = now;
-            if !client_sends
-                && let Some(Some(s)) = socks.get(i as usize)
-                && s.is_tcp()
-                && let Some(ti) = flow::tcp_info(s.fd())
-            {
-                let t = tcp.get_or_insert_with(TcpFigures::default);
-                t.retransmits += ti.retransmits - prev_retrans[i as usize].min(ti.retransmits);
-                prev_retrans[i as usize] = ti.retransmits;
-                t.cwnd = t.cwnd.max(ti.cwnd);
-                t.rtt_us = t.rtt_us.max(ti.rtt_us);
-                t.rtt_var_us = t.rtt_var_us.max(ti.rtt_var_us);
-            }
-            if client_sends && spec.transport == Transport::Udp {
-                let g = test.udp_rx[i as usize]
-                    .lock()
-                    .map(|r| r.gaps())
-                    .unwrap_or(0);
-                *lost.get_or_insert(0) += g;
-            }
-        }
-        let bytes: u64 = stream_bytes.iter().sum();
-        out.push(StreamInterval {
-            event: "stream_interval".into(),
-            direction: if client_sends {
-                "client→server"
-            } else {
-                "server→client"
-            }
-            .into(),
-            side: "server".into(),
-            role: if client_sends { "receiver" } else { "sender" }.into(),
-            start_ns: (from - start).as_nanos() as u64,
-            end_ns: (to - start).as_nanos() as u64,
-            stream_bytes,
-            bytes,
-            rate_bps: bytes as f64 * 8.0 / secs,
-            tcp,
-            udp_lost: lost,
-        });
-    }
-    out
 }
 
 #[cfg(test)]

@@ -377,8 +377,11 @@ pub fn run(
     let mut intervals: Vec<StreamInterval> = Vec::new();
     let mut next = start + interval;
     let mut last_tick = start;
-    let mut prev = vec![0u64; spec.flows() as usize];
-    let mut prev_retrans = vec![0u64; spec.flows() as usize];
+    let mut ivs = flow::IntervalState::default();
+    let tcp_fd = |i: u32| match flows.get(i as usize) {
+        Some(Flow::Stream(s)) if s.is_tcp() => Some(s.fd()),
+        _ => None,
+    };
     let mut stop_sent = false;
     let mut senders_done_at: Option<Instant> = None;
     let mut final_msg: Option<(Vec<FlowFinal>, Cost, Cost)> = None;
@@ -419,16 +422,8 @@ pub fn run(
             }
         }
         if now >= next {
-            for ev in client_intervals(
-                spec,
-                &flows,
-                &counters,
-                &udp_rx,
-                start,
-                last_tick,
-                now,
-                &mut prev,
-                &mut prev_retrans,
+            for ev in flow::intervals(
+                spec, true, &counters, &udp_rx, &tcp_fd, start, last_tick, now, &mut ivs,
             ) {
                 on_interval(&ev);
                 intervals.push(ev);
@@ -680,67 +675,4 @@ pub fn run(
         error,
         interrupted: stop.load(Ordering::Relaxed),
     })
-}
-
-/// The client's view of the interval (from, to], one event per direction.
-#[allow(clippy::too_many_arguments)]
-fn client_intervals(
-    spec: &StreamSpec,
-    flows: &[Flow],
-    counters: &[FlowCounters],
-    udp_rx: &[Mutex<UdpRx>],
-    start: Instant,
-    from: Instant,
-    to: Instant,
-    prev: &mut [u64],
-    prev_retrans: &mut [u64],
-) -> Vec<StreamInterval> {
-    let secs = (to - from).as_secs_f64().max(1e-9);
-    let mut out = Vec::new();
-    for client_sends in [true, false] {
-        let idx: Vec<u32> = (0..spec.flows())
-            .filter(|i| spec.client_sends(*i) == client_sends)
-            .collect();
-        if idx.is_empty() {
-            continue;
-        }
-        let mut stream_bytes = Vec::with_capacity(idx.len());
-        let mut tcp: Option<TcpFigures> = None;
-        let mut lost = None;
-        for &i in &idx {
-            let now = counters[i as usize].bytes.load(Ordering::Relaxed);
-            stream_bytes.push(now - prev[i as usize]);
-            prev[i as usize] = now;
-            if client_sends
-                && let Some(Flow::Stream(s)) = flows.get(i as usize)
-                && s.is_tcp()
-                && let Some(ti) = flow::tcp_info(s.fd())
-            {
-                let t = tcp.get_or_insert_with(TcpFigures::default);
-                t.retransmits += ti.retransmits - prev_retrans[i as usize].min(ti.retransmits);
-                prev_retrans[i as usize] = ti.retransmits;
-                t.cwnd = t.cwnd.max(ti.cwnd);
-                t.rtt_us = t.rtt_us.max(ti.rtt_us);
-                t.rtt_var_us = t.rtt_var_us.max(ti.rtt_var_us);
-            }
-            if !client_sends && spec.transport == Transport::Udp {
-                *lost.get_or_insert(0) += udp_rx[i as usize].lock().map(|r| r.gaps()).unwrap_or(0);
-            }
-        }
-        let bytes: u64 = stream_bytes.iter().sum();
-        out.push(StreamInterval {
-            event: "stream_interval".into(),
-            direction: direction_name(client_sends).into(),
-            side: "client".into(),
-            role: if client_sends { "sender" } else { "receiver" }.into(),
-            start_ns: (from - start).as_nanos() as u64,
-            end_ns: (to - start).as_nanos() as u64,
-            stream_bytes,
-            bytes,
-            rate_bps: bytes as f64 * 8.0 / secs,
-            tcp,
-            udp_lost: lost,
-        });
-    }
-    out
 }
