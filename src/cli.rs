@@ -13,6 +13,7 @@ Examples:
   latscope rr 127.0.0.1                      request/response RTT (TCP ping-pong)
   latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
   latscope connect 10.0.0.2:443 -n 1000      TCP connection set-up latency
+  latscope http http://10.0.0.2/ -c 100      HTTP load: req/s and latency percentiles (like wrk)
   latscope schema rr                         JSON schema of `rr --json`
 
 Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
@@ -27,6 +28,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// HTTP load: requests/s and latency percentiles, closed loop or open loop at a fixed rate.
+    Http(cmd::http::HttpArgs),
     /// Print the JSON schema of a command's `--json` output.
     Schema(cmd::schema::SchemaArgs),
 }

@@ -42,7 +42,10 @@ impl std::error::Error for Coded {}
 
 /// Shorthand: an `anyhow::Error` with exit code `code`.
 pub fn coded(code: u8, message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Coded { code, message: message.into() })
+    anyhow::Error::new(Coded {
+        code,
+        message: message.into(),
+    })
 }
 
 /// Map an error chain to an exit code: the first link with a known type decides.

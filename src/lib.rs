@@ -23,7 +23,11 @@ where
         Err(e) => {
             // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
         }
     };
     match cmd::run(cli) {

@@ -8,11 +8,14 @@ use schemars::schema_for;
 pub enum SchemaKind {
     Rr,
     Connect,
+    Http,
     Interval,
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Examples:\n  latscope schema rr > rr.schema.json\n  latscope schema interval   # one --json-lines interval event")]
+#[command(
+    after_help = "Examples:\n  latscope schema rr > rr.schema.json\n  latscope schema interval   # one --json-lines interval event"
+)]
 pub struct SchemaArgs {
     /// Which document.
     pub kind: SchemaKind,
@@ -23,6 +26,7 @@ pub fn schema_text(kind: SchemaKind) -> String {
     let schema = match kind {
         SchemaKind::Rr => schema_for!(model::rr::RrReport),
         SchemaKind::Connect => schema_for!(model::connect::ConnectReport),
+        SchemaKind::Http => schema_for!(model::http::HttpReport),
         SchemaKind::Interval => schema_for!(model::IntervalEvent),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()

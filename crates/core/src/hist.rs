@@ -241,7 +241,11 @@ mod tests {
         let mut all = LatencyHistogram::new();
         for i in 1..10_000u64 {
             let v = i * 997 % 100_000 + 1;
-            if i % 3 == 0 { a.record(v) } else { b.record(v) }
+            if i % 3 == 0 {
+                a.record(v)
+            } else {
+                b.record(v)
+            }
             all.record(v);
         }
         a.merge(&b);

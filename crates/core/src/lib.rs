@@ -9,8 +9,8 @@ pub mod hist;
 pub mod log2;
 pub mod model;
 pub mod render;
-pub mod sweep;
 pub mod summary;
+pub mod sweep;
 pub mod units;
 
 pub use hist::LatencyHistogram;

@@ -24,7 +24,10 @@ pub struct Log2Histogram {
 
 impl Default for Log2Histogram {
     fn default() -> Self {
-        Log2Histogram { buckets: vec![0; BUCKETS], sum_ns: 0 }
+        Log2Histogram {
+            buckets: vec![0; BUCKETS],
+            sum_ns: 0,
+        }
     }
 }
 
@@ -105,7 +108,11 @@ impl Log2Histogram {
 
     pub fn mean_ns(&self) -> f64 {
         let n = self.count();
-        if n == 0 { 0.0 } else { self.sum_ns as f64 / n as f64 }
+        if n == 0 {
+            0.0
+        } else {
+            self.sum_ns as f64 / n as f64
+        }
     }
 
     /// Estimate quantile `q` by linear interpolation inside the bucket that holds it. The true

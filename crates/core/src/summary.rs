@@ -23,8 +23,9 @@ pub struct Summary {
 
 impl Summary {
     /// Column headers matching [`Summary::cells`].
-    pub const HEADERS: [&'static str; 9] =
-        ["min", "mean", "stddev", "p50", "p90", "p99", "p99.9", "p99.99", "max"];
+    pub const HEADERS: [&'static str; 9] = [
+        "min", "mean", "stddev", "p50", "p90", "p99", "p99.9", "p99.99", "max",
+    ];
 
     /// The figures formatted for a human table, in [`Summary::HEADERS`] order.
     pub fn cells(&self) -> Vec<String> {

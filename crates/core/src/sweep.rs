@@ -10,11 +10,14 @@ use crate::units::{UnitError, format_ns, parse_size};
 /// Largest number of sizes one sweep may hold; more is almost certainly a typo in the step.
 pub const MAX_SWEEP_POINTS: usize = 4096;
 
-const SPEC_HINT: &str =
-    "expected a size, a list (64,1500), a doubling range (1:65536:x2) or a stepped range (0:4096:+64)";
+const SPEC_HINT: &str = "expected a size, a list (64,1500), a doubling range (1:65536:x2) or a stepped range (0:4096:+64)";
 
 fn spec_err(s: &str, hint: &'static str) -> UnitError {
-    UnitError { what: "size list", input: s.to_string(), hint }
+    UnitError {
+        what: "size list",
+        input: s.to_string(),
+        hint,
+    }
 }
 
 /// Parse a size list: `64`, `64,1500,9000`, `START:END:xFACTOR`, `START:END:+STEP`.
@@ -127,8 +130,11 @@ pub fn find_jump(points: &[(u64, u64)]) -> Option<SizeJump> {
     if hi_min / lo_max < MIN_RATIO || hi_min - lo_max < MIN_STEP_NS {
         return None;
     }
-    let sizes: Vec<u64> =
-        points.iter().filter(|&&(_, ns)| ns.max(1) as f64 >= hi_min).map(|&(s, _)| s).collect();
+    let sizes: Vec<u64> = points
+        .iter()
+        .filter(|&&(_, ns)| ns.max(1) as f64 >= hi_min)
+        .map(|&(s, _)| s)
+        .collect();
     let median = |v: &[f64]| v[v.len() / 2];
     let jumped = median(&lat[best_i..]);
     let baseline = median(&lat[..best_i]);
@@ -193,7 +199,11 @@ mod tests {
         let pts: Vec<(u64, u64)> = (1..=40)
             .map(|i| {
                 let size = i * 100;
-                let ns = if (500..=1500).contains(&size) { 40_200_000 } else { 30_000 + size * 10 };
+                let ns = if (500..=1500).contains(&size) {
+                    40_200_000
+                } else {
+                    30_000 + size * 10
+                };
                 (size, ns)
             })
             .collect();
@@ -206,8 +216,9 @@ mod tests {
     #[test]
     fn smooth_growth_is_not_flagged() {
         // Bandwidth-bound growth: 10 us at 1 B to ~600 us at 64 KiB.
-        let pts: Vec<(u64, u64)> =
-            (0..17).map(|k| (1u64 << k, 10_000 + (1u64 << k) * 9)).collect();
+        let pts: Vec<(u64, u64)> = (0..17)
+            .map(|k| (1u64 << k, 10_000 + (1u64 << k) * 9))
+            .collect();
         assert_eq!(find_jump(&pts), None);
     }
 

@@ -21,7 +21,11 @@ pub struct UnitError {
 }
 
 fn err(what: &'static str, input: &str, hint: &'static str) -> UnitError {
-    UnitError { what, input: input.to_string(), hint }
+    UnitError {
+        what,
+        input: input.to_string(),
+        hint,
+    }
 }
 
 /// Split `12.5ms` into (12.5, "ms").
@@ -43,7 +47,8 @@ fn split_number(s: &str) -> Option<(f64, &str)> {
     Some((value, s[end..].trim()))
 }
 
-const DURATION_HINT: &str = "expected a number with a unit: ns, us, ms, s, m or h (e.g. 250us, 10s, 2m)";
+const DURATION_HINT: &str =
+    "expected a number with a unit: ns, us, ms, s, m or h (e.g. 250us, 10s, 2m)";
 
 /// Parse a duration. A bare number means seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
@@ -79,7 +84,8 @@ fn si_scale(unit: &str) -> Option<f64> {
     })
 }
 
-const COUNT_HINT: &str = "expected a whole number, optionally with k, m (million) or g (e.g. 10k, 1m)";
+const COUNT_HINT: &str =
+    "expected a whole number, optionally with k, m (million) or g (e.g. 10k, 1m)";
 
 /// Parse a count such as `1000`, `10k`, `1m` (million), `2g`.
 pub fn parse_count(s: &str) -> Result<u64, UnitError> {
@@ -96,7 +102,8 @@ pub fn parse_count(s: &str) -> Result<u64, UnitError> {
     Ok(n as u64)
 }
 
-const SIZE_HINT: &str = "expected bytes, optionally with k/M/G (×1000) or KiB/MiB/GiB (×1024) (e.g. 1500, 64KiB)";
+const SIZE_HINT: &str =
+    "expected bytes, optionally with k/M/G (×1000) or KiB/MiB/GiB (×1024) (e.g. 1500, 64KiB)";
 
 /// Parse a byte size such as `1500`, `64KiB`, `1.5k`, `4MB`, `1MiB`.
 pub fn parse_size(s: &str) -> Result<u64, UnitError> {
@@ -201,21 +208,36 @@ pub fn format_duration(d: Duration) -> String {
 pub fn format_bytes(bytes: f64) -> String {
     let s = scaled(
         bytes,
-        &[(1.0, " B"), (1024.0, " KiB"), (1048576.0, " MiB"), (1073741824.0, " GiB"), (1099511627776.0, " TiB")],
+        &[
+            (1.0, " B"),
+            (1024.0, " KiB"),
+            (1048576.0, " MiB"),
+            (1073741824.0, " GiB"),
+            (1099511627776.0, " TiB"),
+        ],
     );
     s
 }
 
 /// Format a count or per-second rate with SI prefixes: `950`, `12.3k`, `1.2M`.
 pub fn format_si(v: f64) -> String {
-    scaled(v, &[(1.0, ""), (1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T")])
+    scaled(
+        v,
+        &[(1.0, ""), (1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T")],
+    )
 }
 
 /// Format bits per second: `941 Mbit/s`.
 pub fn format_bitrate(bps: f64) -> String {
     let s = scaled(
         bps,
-        &[(1.0, " bit/s"), (1e3, " kbit/s"), (1e6, " Mbit/s"), (1e9, " Gbit/s"), (1e12, " Tbit/s")],
+        &[
+            (1.0, " bit/s"),
+            (1e3, " kbit/s"),
+            (1e6, " Mbit/s"),
+            (1e9, " Gbit/s"),
+            (1e12, " Tbit/s"),
+        ],
     );
     s
 }

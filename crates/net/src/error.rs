@@ -14,7 +14,9 @@ pub enum NetError {
     #[error("{target} did not answer within {timeout}")]
     Timeout { target: String, timeout: String },
     /// Something answered, but not the latscope protocol.
-    #[error("{target} does not speak the latscope protocol ({detail}); start `latscope serve` there or pick its port")]
+    #[error(
+        "{target} does not speak the latscope protocol ({detail}); start `latscope serve` there or pick its port"
+    )]
     WrongProtocol { target: String, detail: String },
     /// The latscope server refused the test (a limit, an unknown test kind).
     #[error("the server refused the test: {0}")]
@@ -27,7 +29,11 @@ pub enum NetError {
     Invalid(String),
     /// A capability is missing.
     #[error("{what} needs {capability}: {remedy}")]
-    Privilege { what: String, capability: String, remedy: String },
+    Privilege {
+        what: String,
+        capability: String,
+        remedy: String,
+    },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -53,6 +59,9 @@ impl NetError {
     }
 
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        NetError::Io { context: context.into(), source }
+        NetError::Io {
+            context: context.into(),
+            source,
+        }
     }
 }

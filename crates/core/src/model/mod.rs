@@ -2,6 +2,7 @@
 //! renderings are made from. Schemas are derived with `schemars` and committed under `schema/`.
 
 pub mod connect;
+pub mod http;
 pub mod rr;
 
 use schemars::JsonSchema;

@@ -70,7 +70,9 @@ pub enum LoadMode {
     Closed,
     /// Requests at a constant total rate; latency counted from each request's intended send
     /// time (coordinated-omission corrected).
-    Open { rate_per_sec: f64 },
+    Open {
+        rate_per_sec: f64,
+    },
 }
 
 /// Figures for one request/response size pair.

@@ -11,7 +11,11 @@ impl Human for ConnectReport {
             ConnectMode::Connect => "TCP connect (SYN → established)",
             ConnectMode::Crr => "connect + request + response + close (TCP_CRR)",
         };
-        let _ = writeln!(out, "latscope connect {} — {}, {} in parallel", self.target, what, self.parallel);
+        let _ = writeln!(
+            out,
+            "latscope connect {} — {}, {} in parallel",
+            self.target, what, self.parallel
+        );
         let _ = writeln!(
             out,
             "  {} attempts: {} ok, {} refused, {} timed out, {} other errors; {}/s\n",
@@ -38,7 +42,10 @@ impl Human for ConnectReport {
             let _ = writeln!(out, "  error: {e}");
         }
         if self.interrupted {
-            let _ = writeln!(out, "\n  (interrupted: figures cover what was measured before Ctrl-C)");
+            let _ = writeln!(
+                out,
+                "\n  (interrupted: figures cover what was measured before Ctrl-C)"
+            );
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Renderings of the result model. The human view and `--json` are made from the same struct.
 
 mod connect;
+mod http;
 mod rr;
 pub mod table;
 
@@ -29,7 +30,11 @@ pub trait Human {
 }
 
 /// Print `report` in `format` to `w`.
-pub fn emit<R: Human + Serialize>(report: &R, format: OutputFormat, w: &mut dyn Write) -> io::Result<()> {
+pub fn emit<R: Human + Serialize>(
+    report: &R,
+    format: OutputFormat,
+    w: &mut dyn Write,
+) -> io::Result<()> {
     match format {
         OutputFormat::Human => {
             let mut s = String::new();
@@ -41,7 +46,10 @@ pub fn emit<R: Human + Serialize>(report: &R, format: OutputFormat, w: &mut dyn 
             writeln!(w)
         }
         OutputFormat::JsonLines => {
-            let ev = crate::model::SummaryEvent { event: "summary".into(), report };
+            let ev = crate::model::SummaryEvent {
+                event: "summary".into(),
+                report,
+            };
             serde_json::to_writer(&mut *w, &ev)?;
             writeln!(w)
         }

@@ -35,7 +35,10 @@ fn server_text(b: &ServerBehaviour, transport: Transport) -> String {
         WriteMode::Split => format!("responds in two writes ({} B, then the rest)", b.split_at),
     }];
     if b.think_ns > 0 {
-        parts.push(format!("thinks {} before replying", format_ns(b.think_ns as f64)));
+        parts.push(format!(
+            "thinks {} before replying",
+            format_ns(b.think_ns as f64)
+        ));
     }
     let so = sockopts_text(&b.sockopts, transport);
     if !so.is_empty() {
@@ -51,7 +54,9 @@ impl Human for RrReport {
     fn render_human(&self, out: &mut String) {
         let load = match &self.load {
             LoadMode::Closed => "closed loop".to_string(),
-            LoadMode::Open { rate_per_sec } => format!("open loop at {}/s", format_si(*rate_per_sec)),
+            LoadMode::Open { rate_per_sec } => {
+                format!("open loop at {}/s", format_si(*rate_per_sec))
+            }
         };
         let _ = writeln!(
             out,
@@ -66,7 +71,11 @@ impl Human for RrReport {
         if !client.is_empty() {
             let _ = writeln!(out, "  client: {client}");
         }
-        let _ = writeln!(out, "  server: {}", server_text(&self.server, self.transport));
+        let _ = writeln!(
+            out,
+            "  server: {}",
+            server_text(&self.server, self.transport)
+        );
         out.push('\n');
 
         let open = matches!(self.load, LoadMode::Open { .. });
@@ -81,16 +90,26 @@ impl Human for RrReport {
         }
         let mut t = Table::new(&headers);
         let flagged = |size: u32| {
-            self.size_jump.as_ref().is_some_and(|j| j.sizes.contains(&u64::from(size)))
+            self.size_jump
+                .as_ref()
+                .is_some_and(|j| j.sizes.contains(&u64::from(size)))
         };
         for r in &self.results {
-            let mark = if flagged(r.response_bytes.max(r.request_bytes)) { " !" } else { "" };
+            let mark = if flagged(r.response_bytes.max(r.request_bytes)) {
+                " !"
+            } else {
+                ""
+            };
             let mut cells = vec![
                 format!("{} B / {} B{}", r.request_bytes, r.response_bytes, mark),
                 format_si(r.transactions_per_sec),
             ];
             cells.extend(r.rtt.cells());
-            cells.push(if r.rtt.count > 0 { format_ns(r.one_way_p50_ns as f64) } else { "-".into() });
+            cells.push(if r.rtt.count > 0 {
+                format_ns(r.one_way_p50_ns as f64)
+            } else {
+                "-".into()
+            });
             if self.transport == Transport::Udp {
                 cells.push(r.lost.to_string());
             }
@@ -118,10 +137,18 @@ impl Human for RrReport {
         }
         for r in &self.results {
             if r.timeouts > 0 {
-                let _ = writeln!(out, "  {} B: {} request(s) timed out", r.request_bytes, r.timeouts);
+                let _ = writeln!(
+                    out,
+                    "  {} B: {} request(s) timed out",
+                    r.request_bytes, r.timeouts
+                );
             }
             if r.late_responses > 0 {
-                let _ = writeln!(out, "  {} B: {} late response(s) ignored", r.request_bytes, r.late_responses);
+                let _ = writeln!(
+                    out,
+                    "  {} B: {} late response(s) ignored",
+                    r.request_bytes, r.late_responses
+                );
             }
             for e in &r.errors {
                 let _ = writeln!(out, "  error: {e}");
@@ -140,7 +167,10 @@ impl Human for RrReport {
             );
         }
         if self.interrupted {
-            let _ = writeln!(out, "\n  (interrupted: figures cover what was measured before Ctrl-C)");
+            let _ = writeln!(
+                out,
+                "\n  (interrupted: figures cover what was measured before Ctrl-C)"
+            );
         }
     }
 }

@@ -10,7 +10,10 @@ pub struct Table {
 
 impl Table {
     pub fn new<S: AsRef<str>>(headers: &[S]) -> Self {
-        Table { headers: headers.iter().map(|h| h.as_ref().to_string()).collect(), rows: vec![] }
+        Table {
+            headers: headers.iter().map(|h| h.as_ref().to_string()).collect(),
+            rows: vec![],
+        }
     }
 
     pub fn row(&mut self, cells: Vec<String>) -> &mut Self {
@@ -24,7 +27,10 @@ impl Table {
 
     /// Render with every line prefixed by `indent`.
     pub fn render(&self, indent: &str, out: &mut String) {
-        let ncol = self.headers.len().max(self.rows.iter().map(Vec::len).max().unwrap_or(0));
+        let ncol = self
+            .headers
+            .len()
+            .max(self.rows.iter().map(Vec::len).max().unwrap_or(0));
         let mut width = vec![0usize; ncol];
         for r in std::iter::once(&self.headers).chain(&self.rows) {
             for (i, c) in r.iter().enumerate() {
