@@ -262,6 +262,13 @@ impl<'a> Worker<'a> {
         self.quota == Some(0) && self.outstanding_measured == 0
     }
 
+    /// Whether the run still needs connections (not over, quota left, not stopped).
+    fn wants_more(&self, now: u64) -> bool {
+        !self.end_ns.is_some_and(|e| now >= e)
+            && self.quota != Some(0)
+            && !self.stop.load(Ordering::Relaxed)
+    }
+
     /// Whether a new request intended at `intended_ns` may start.
     fn may_start(&self, intended_ns: u64) -> bool {
         !(self.quota == Some(0) && intended_ns >= self.measure_start_ns)
@@ -339,7 +346,7 @@ impl<'a> Worker<'a> {
         self.conns[i].phase = Phase::Down {
             retry_at_ns: now + backoff,
         };
-        if backoff == 0 {
+        if backoff == 0 && self.wants_more(now) {
             self.open(i, now);
         }
     }
@@ -668,7 +675,8 @@ impl<'a> Worker<'a> {
                 now,
             ),
             // An idle keep-alive connection closed by the server: not an error, reconnect.
-            _ => self.open(i, now),
+            _ if self.wants_more(now) => self.open(i, now),
+            _ => self.close(i),
         }
     }
 
@@ -741,7 +749,9 @@ impl<'a> Worker<'a> {
         c.phase = Phase::Idle;
         if r.close {
             self.close(i);
-            self.open(i, now);
+            if self.wants_more(now) {
+                self.open(i, now);
+            }
         } else {
             self.became_idle(i, now);
         }
@@ -752,7 +762,7 @@ impl<'a> Worker<'a> {
         for i in 0..self.conns.len() {
             let c = &self.conns[i];
             match c.phase {
-                Phase::Down { retry_at_ns } if retry_at_ns <= now && self.quota != Some(0) => {
+                Phase::Down { retry_at_ns } if retry_at_ns <= now && self.wants_more(now) => {
                     self.open(i, now)
                 }
                 Phase::Connecting if now >= c.deadline_ns => {
