@@ -26,8 +26,19 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Two built-in servers on loopback, one healthy and one Nagle-stalled: measure both and
+    /// explain the difference.
+    Demo(cmd::demo::DemoArgs),
+    /// Run the peer server every latscope test talks to (TCP+UDP port 7373, unix socket).
+    Serve(cmd::serve::ServeArgs),
+    /// Request/response latency (ping-pong) over TCP, UDP or a unix socket; size sweeps.
+    Rr(cmd::rr::RrArgs),
+    /// TCP connection set-up latency against any server; --crr: connect+request+response+close.
+    Connect(cmd::connect::ConnectArgs),
     /// HTTP load: requests/s and latency percentiles, closed loop or open loop at a fixed rate.
     Http(cmd::http::HttpArgs),
     /// Print the JSON schema of a command's `--json` output.

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod cmd;
 pub mod exit;
 pub mod output;
+pub mod progress;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -20,14 +21,24 @@ where
 {
     let cli = match cli::Cli::try_parse_from(args) {
         Ok(c) => c,
-        Err(e) => {
-            // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: clap prints them to stdout.
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            });
+            return ExitCode::from(exit::OK);
+        }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // `latscope` alone: the help, on stderr, as a usage error.
+            let _ = e.print();
+            return ExitCode::from(exit::USAGE);
+        }
+        Err(e) => {
+            // Usage errors in latscope's one-line form, e.g. "latscope: error: invalid value
+            // '5x' for '--duration <DURATION>': … (see latscope --help)".
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("latscope: error: {first} (see --help)");
+            return ExitCode::from(exit::USAGE);
         }
     };
     match cmd::run(cli) {

@@ -8,6 +8,7 @@ use schemars::schema_for;
 pub enum SchemaKind {
     Rr,
     Connect,
+    Demo,
     Http,
     Interval,
 }
@@ -26,6 +27,7 @@ pub fn schema_text(kind: SchemaKind) -> String {
     let schema = match kind {
         SchemaKind::Rr => schema_for!(model::rr::RrReport),
         SchemaKind::Connect => schema_for!(model::connect::ConnectReport),
+        SchemaKind::Demo => schema_for!(model::demo::DemoReport),
         SchemaKind::Http => schema_for!(model::http::HttpReport),
         SchemaKind::Interval => schema_for!(model::IntervalEvent),
     };

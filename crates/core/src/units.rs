@@ -206,7 +206,7 @@ pub fn format_duration(d: Duration) -> String {
 
 /// Format a byte count with binary prefixes: `64 B`, `1.5 KiB`, `3.2 GiB`.
 pub fn format_bytes(bytes: f64) -> String {
-    let s = scaled(
+    scaled(
         bytes,
         &[
             (1.0, " B"),
@@ -215,8 +215,7 @@ pub fn format_bytes(bytes: f64) -> String {
             (1073741824.0, " GiB"),
             (1099511627776.0, " TiB"),
         ],
-    );
-    s
+    )
 }
 
 /// Format a count or per-second rate with SI prefixes: `950`, `12.3k`, `1.2M`.
@@ -229,7 +228,7 @@ pub fn format_si(v: f64) -> String {
 
 /// Format bits per second: `941 Mbit/s`.
 pub fn format_bitrate(bps: f64) -> String {
-    let s = scaled(
+    scaled(
         bps,
         &[
             (1.0, " bit/s"),
@@ -238,8 +237,7 @@ pub fn format_bitrate(bps: f64) -> String {
             (1e9, " Gbit/s"),
             (1e12, " Tbit/s"),
         ],
-    );
-    s
+    )
 }
 
 #[cfg(test)]

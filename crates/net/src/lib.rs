@@ -2,5 +2,11 @@
 //! request/response ([`rr`]) and connection ([`connect`]) measurements.
 
 pub mod error;
+pub mod proto;
+pub mod serve;
+pub mod sock;
 
 pub use error::NetError;
+pub mod connect;
+pub mod pace;
+pub mod rr;

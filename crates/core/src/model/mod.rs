@@ -2,6 +2,7 @@
 //! renderings are made from. Schemas are derived with `schemars` and committed under `schema/`.
 
 pub mod connect;
+pub mod demo;
 pub mod http;
 pub mod rr;
 

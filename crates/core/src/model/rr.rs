@@ -110,6 +110,8 @@ pub struct RrReport {
     /// "HOST:PORT" or "unix:PATH".
     pub target: String,
     pub transport: Transport,
+    /// The server measured: "latscope" (behaviour negotiated) or "sockperf".
+    pub peer: String,
     pub connections: u32,
     pub load: LoadMode,
     pub client: SockOpts,

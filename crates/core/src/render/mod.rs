@@ -1,6 +1,7 @@
 //! Renderings of the result model. The human view and `--json` are made from the same struct.
 
 mod connect;
+mod demo;
 mod http;
 mod rr;
 pub mod table;

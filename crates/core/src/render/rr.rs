@@ -29,11 +29,14 @@ pub(crate) fn sockopts_text(o: &SockOpts, transport: Transport) -> String {
     s
 }
 
-fn server_text(b: &ServerBehaviour, transport: Transport) -> String {
-    let mut parts = vec![match b.write_mode {
-        WriteMode::Single => "responds in one write".to_string(),
-        WriteMode::Split => format!("responds in two writes ({} B, then the rest)", b.split_at),
-    }];
+pub(crate) fn server_text(b: &ServerBehaviour, transport: Transport) -> String {
+    let mut parts = Vec::new();
+    if transport != Transport::Udp {
+        parts.push(match b.write_mode {
+            WriteMode::Single => "responds in one write".to_string(),
+            WriteMode::Split => format!("responds in two writes ({} B, then the rest)", b.split_at),
+        });
+    }
     if b.think_ns > 0 {
         parts.push(format!(
             "thinks {} before replying",
@@ -46,6 +49,9 @@ fn server_text(b: &ServerBehaviour, transport: Transport) -> String {
     }
     if b.drop_every > 0 {
         parts.push(format!("drops every {}th request", b.drop_every));
+    }
+    if parts.is_empty() {
+        parts.push("echoes each request".into());
     }
     parts.join(", ")
 }
@@ -71,11 +77,19 @@ impl Human for RrReport {
         if !client.is_empty() {
             let _ = writeln!(out, "  client: {client}");
         }
-        let _ = writeln!(
-            out,
-            "  server: {}",
-            server_text(&self.server, self.transport)
-        );
+        if self.peer == "latscope" {
+            let _ = writeln!(
+                out,
+                "  server: {}",
+                server_text(&self.server, self.transport)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "  server: a {} server (its socket options are its own)",
+                self.peer
+            );
+        }
         out.push('\n');
 
         let open = matches!(self.load, LoadMode::Open { .. });

@@ -1,0 +1,235 @@
+//! `latscope connect`: TCP connection set-up latency against any TCP server (LMbench
+//! lat_connect), and `--crr`: connect + request + response + close against latscope serve
+//! (netperf TCP_CRR). Refused and timed-out attempts are counted, never fatal.
+
+use std::collections::BTreeSet;
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use latscope_core::LatencyHistogram;
+use latscope_core::model::Meta;
+use latscope_core::model::connect::{ConnectMode, ConnectReport};
+use latscope_core::model::rr::ServerBehaviour;
+
+use crate::NetError;
+use crate::proto::{Start, TestKind};
+use crate::rr::{StopAfter, handshake, open_session};
+use crate::sock::{Conn, Target};
+
+/// Distinct error messages kept for the report.
+const MAX_ERROR_SAMPLES: usize = 5;
+
+#[derive(Clone, Debug)]
+pub struct ConnectConfig {
+    pub target: Target,
+    pub addr: SocketAddr,
+    pub mode: ConnectMode,
+    pub stop_after: StopAfter,
+    pub parallel: u32,
+    pub timeout: Duration,
+    /// Pause between attempts of one worker.
+    pub interval: Duration,
+    /// `--crr` message sizes.
+    pub request_bytes: u32,
+    pub response_bytes: u32,
+    pub server: ServerBehaviour,
+}
+
+#[derive(Default)]
+struct Tally {
+    connect: LatencyHistogram,
+    transaction: LatencyHistogram,
+    attempts: u64,
+    refused: u64,
+    timed_out: u64,
+    other: u64,
+    last_done: Option<Instant>,
+}
+
+enum Outcome {
+    Ok,
+    Refused,
+    TimedOut,
+    Other(String),
+}
+
+fn classify(e: &io::Error) -> Outcome {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => Outcome::Refused,
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Outcome::TimedOut,
+        _ => Outcome::Other(e.to_string()),
+    }
+}
+
+fn one_attempt(
+    cfg: &ConnectConfig,
+    start: &Start,
+    request: &[u8],
+    resp: &mut [u8],
+    t: &mut Tally,
+) -> Outcome {
+    let t0 = Instant::now();
+    let stream = match TcpStream::connect_timeout(&cfg.addr, cfg.timeout) {
+        Ok(s) => s,
+        Err(e) => return classify(&e),
+    };
+    let t_conn = Instant::now();
+    t.connect.record((t_conn - t0).as_nanos() as u64);
+    if cfg.mode == ConnectMode::Connect {
+        drop(stream);
+        return Outcome::Ok;
+    }
+    let mut session = match handshake(Conn::Tcp(stream), &cfg.target, start, request) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Other(e.to_string()),
+    };
+    let _ = session.conn.set_read_timeout(Some(cfg.timeout));
+    if let Err(e) = session.conn.read_exact(resp) {
+        return match classify(&e) {
+            Outcome::TimedOut => Outcome::TimedOut,
+            _ => Outcome::Other(format!("reading the response: {e}")),
+        };
+    }
+    drop(session);
+    t.transaction.record(t0.elapsed().as_nanos() as u64);
+    Outcome::Ok
+}
+
+/// Run the measurement.
+pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<ConnectReport, NetError> {
+    if cfg.parallel == 0 {
+        return Err(NetError::Invalid("--parallel must be at least 1".into()));
+    }
+    let start = Start {
+        kind: TestKind::Crr,
+        request_bytes: cfg.request_bytes,
+        response_bytes: cfg.response_bytes,
+        duration_ms: cfg.timeout.as_millis() as u64 + 1000,
+        server: cfg.server.clone(),
+    };
+    if cfg.mode == ConnectMode::Crr {
+        // Fail early and clearly if the port is not a latscope server (or refuses the test);
+        // the check's result also tells us the behaviour the server applies.
+        open_session(&cfg.target, Some(cfg.addr), cfg.timeout, &start, &[])?;
+    }
+    let samples: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let request = vec![b'q'; cfg.request_bytes as usize];
+    let n = cfg.parallel;
+    let t_start = Instant::now();
+    let end = match cfg.stop_after {
+        StopAfter::Duration(d) => Some(t_start + d),
+        StopAfter::Count(_) => None,
+    };
+    let tallies: Vec<Tally> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (start, request, samples) = (&start, &request, &samples);
+                let quota = match cfg.stop_after {
+                    StopAfter::Count(total) => {
+                        Some(total / u64::from(n) + u64::from(u64::from(i) < total % u64::from(n)))
+                    }
+                    StopAfter::Duration(_) => None,
+                };
+                scope.spawn(move || {
+                    let mut t = Tally::default();
+                    let mut resp = vec![0u8; cfg.response_bytes as usize];
+                    loop {
+                        if stop.load(Ordering::Relaxed)
+                            || quota.is_some_and(|q| t.attempts >= q)
+                            || end.is_some_and(|e| Instant::now() >= e)
+                        {
+                            break;
+                        }
+                        t.attempts += 1;
+                        match one_attempt(cfg, start, request, &mut resp, &mut t) {
+                            Outcome::Ok => t.last_done = Some(Instant::now()),
+                            Outcome::Refused => t.refused += 1,
+                            Outcome::TimedOut => t.timed_out += 1,
+                            Outcome::Other(msg) => {
+                                t.other += 1;
+                                if let Ok(mut s) = samples.lock()
+                                    && s.len() < MAX_ERROR_SAMPLES
+                                {
+                                    s.insert(msg);
+                                }
+                            }
+                        }
+                        if !cfg.interval.is_zero() {
+                            thread::sleep(cfg.interval);
+                        }
+                    }
+                    t
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let mut total = Tally::default();
+    for t in &tallies {
+        total.connect.merge(&t.connect);
+        total.transaction.merge(&t.transaction);
+        total.attempts += t.attempts;
+        total.refused += t.refused;
+        total.timed_out += t.timed_out;
+        total.other += t.other;
+        total.last_done = total.last_done.max(t.last_done);
+    }
+    let elapsed = match (cfg.stop_after, stop.load(Ordering::Relaxed)) {
+        (StopAfter::Duration(d), false) => d,
+        _ => total
+            .last_done
+            .map(|t| t - t_start)
+            .unwrap_or_else(|| t_start.elapsed()),
+    };
+    let succeeded = match cfg.mode {
+        ConnectMode::Connect => total.connect.count(),
+        ConnectMode::Crr => total.transaction.count(),
+    };
+    let mut error_samples: Vec<String> = samples
+        .into_inner()
+        .map(|s| s.into_iter().collect())
+        .unwrap_or_default();
+    if total.refused > 0 {
+        error_samples.insert(
+            0,
+            format!(
+                "{} refused: nothing listens on {}",
+                total.refused, cfg.target
+            ),
+        );
+    }
+    if total.timed_out > 0 {
+        error_samples.insert(
+            0,
+            format!(
+                "{} timed out: SYN or response dropped (filtered port or overloaded server)",
+                total.timed_out
+            ),
+        );
+    }
+    Ok(ConnectReport {
+        meta,
+        target: cfg.target.to_string(),
+        mode: cfg.mode,
+        parallel: n,
+        attempts: total.attempts,
+        succeeded,
+        refused: total.refused,
+        timed_out: total.timed_out,
+        other_errors: total.other,
+        elapsed_ns: elapsed.as_nanos() as u64,
+        rate_per_sec: if elapsed.is_zero() {
+            0.0
+        } else {
+            succeeded as f64 / elapsed.as_secs_f64()
+        },
+        connect: total.connect.summary(),
+        transaction: (cfg.mode == ConnectMode::Crr).then(|| total.transaction.summary()),
+        error_samples,
+        interrupted: stop.load(Ordering::Relaxed),
+    })
+}

@@ -1,0 +1,339 @@
+//! The latscope peer protocol, version 1.
+//!
+//! A TCP (or unix) connection starts with a greeting in each direction, sent by both sides at
+//! once without waiting (so a client can pipeline greeting, test request and first message, and
+//! a per-connection test like TCP_CRR costs one round trip):
+//!
+//! ```text
+//! greeting = "LATSCOPE" u16-be(version) frame(Hello)
+//! frame    = u32-be(length ≤ 64 KiB) JSON
+//! client → server: greeting(ClientHello), frame(Start)
+//! server → client: greeting(ServerHello), frame(Accepted | Refused)
+//! ```
+//!
+//! After `Accepted`, a stream-socket test switches to its data phase on the same connection
+//! (rr: the client writes `request_bytes`, the server answers `response_bytes`, until the
+//! client closes or the server's deadline passes). A UDP test keeps the control connection open
+//! as its lifetime and exchanges datagrams with the server's UDP socket on the same port; every
+//! datagram carries [`UdpHeader`] with the token from `Accepted`, so the server never answers
+//! datagrams it did not agree to (no reflection or amplification).
+//!
+//! `auth` fields leave room for authentication: a server that requires it refuses hellos
+//! without a valid token (not implemented by version 1 servers, which require none).
+
+use std::io::{self, Read, Write};
+
+use latscope_core::model::rr::ServerBehaviour;
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this build speaks.
+pub const VERSION: u16 = 1;
+/// The greeting's magic bytes.
+pub const MAGIC: &[u8; 8] = b"LATSCOPE";
+/// Default TCP and UDP port of `latscope serve`.
+pub const DEFAULT_PORT: u16 = 7373;
+/// Largest control frame.
+pub const MAX_FRAME: usize = 64 * 1024;
+
+/// UDP echo for probes (`latscope ping --udp`): `LSP1` + 0x01, answered with the same bytes
+/// and 0x02 in byte 4. Same length back, so it cannot amplify.
+pub const UDP_ECHO_MAGIC: &[u8; 4] = b"LSP1";
+pub const UDP_ECHO_REQUEST: u8 = 0x01;
+pub const UDP_ECHO_REPLY: u8 = 0x02;
+
+/// Magic of test datagrams.
+pub const UDP_TEST_MAGIC: &[u8; 4] = b"LSU1";
+/// Bytes of [`UdpHeader`] at the start of every test datagram.
+pub const UDP_HEADER_LEN: usize = 20;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientHello {
+    /// e.g. "latscope 0.1.0".
+    pub software: String,
+    /// Reserved for authentication (a pre-shared token); `None` in version 1.
+    pub auth: Option<String>,
+}
+
+/// Limits the server enforces, announced in its hello so clients can check before asking.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub max_tests: u32,
+    pub max_duration_ms: u64,
+    pub max_message_bytes: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerHello {
+    pub software: String,
+    pub limits: Limits,
+    /// True when the server wants `auth` in the client hello.
+    pub auth_required: bool,
+}
+
+/// What kind of test the client asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestKind {
+    /// Request/response on this stream connection.
+    Rr,
+    /// One request/response, then the server closes (TCP_CRR).
+    Crr,
+    /// Request/response over UDP datagrams; this connection is the test's lifetime.
+    UdpRr,
+}
+
+/// A test request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    pub kind: TestKind,
+    pub request_bytes: u32,
+    pub response_bytes: u32,
+    /// How long the test may last; the server closes it after that (bounded by its limit).
+    pub duration_ms: u64,
+    /// What the client asks the server to do; a server started with forced behaviour overrides
+    /// this and says so in `Accepted`.
+    pub server: ServerBehaviour,
+}
+
+/// The server's answer to [`Start`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    Accepted {
+        test_id: u64,
+        /// The behaviour the server will actually apply.
+        server: ServerBehaviour,
+        /// UDP tests: the token every datagram must carry.
+        udp_token: Option<u64>,
+    },
+    Refused {
+        /// Machine-readable reason: "limit", "busy", "invalid", "auth", "version".
+        code: String,
+        message: String,
+    },
+}
+
+/// Why reading a frame failed.
+#[derive(Debug)]
+pub enum FrameError {
+    Io(io::Error),
+    /// The peer is not speaking this protocol: the first bytes it sent.
+    NotLatscope(Vec<u8>),
+    /// A latscope peer of another, incompatible version.
+    Version(u16),
+    TooLarge(usize),
+    Json(serde_json::Error),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Io(e) => write!(f, "{e}"),
+            FrameError::NotLatscope(b) => write!(f, "it sent {}", printable(b)),
+            FrameError::Version(v) => {
+                write!(f, "protocol version {v}, this latscope speaks {VERSION}")
+            }
+            FrameError::TooLarge(n) => write!(f, "a {n}-byte control frame (limit {MAX_FRAME})"),
+            FrameError::Json(e) => write!(f, "malformed control message: {e}"),
+        }
+    }
+}
+
+impl From<io::Error> for FrameError {
+    fn from(e: io::Error) -> Self {
+        FrameError::Io(e)
+    }
+}
+
+/// Show the first bytes a foreign peer sent, e.g. `"HTTP/1.1 400 Bad Re…"`.
+pub fn printable(b: &[u8]) -> String {
+    let s: String = b
+        .iter()
+        .take(40)
+        .map(|&c| {
+            if (0x20..0x7f).contains(&c) {
+                c as char
+            } else {
+                '.'
+            }
+        })
+        .collect();
+    if b.len() > 40 {
+        format!("\"{s}…\"")
+    } else {
+        format!("\"{s}\"")
+    }
+}
+
+/// Encode a greeting followed by its hello frame.
+pub fn encode_greeting<T: Serialize>(hello: &T, out: &mut Vec<u8>) {
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_be_bytes());
+    encode_frame(hello, out);
+}
+
+/// Encode one frame.
+pub fn encode_frame<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
+    // Our own message types always serialise; an empty object is the safe fallback.
+    let body = serde_json::to_vec(msg).unwrap_or_else(|_| b"{}".to_vec());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+}
+
+/// Read and check a greeting, then its hello frame.
+pub fn read_greeting<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> Result<T, FrameError> {
+    let mut head = [0u8; 10];
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]) {
+            Ok(0) => {
+                return Err(if got == 0 {
+                    FrameError::Io(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "closed without a greeting",
+                    ))
+                } else {
+                    FrameError::NotLatscope(head[..got].to_vec())
+                });
+            }
+            Ok(n) => {
+                got += n;
+                // Fail fast on a foreign greeting, before waiting for all ten bytes.
+                let k = got.min(MAGIC.len());
+                if head[..k] != MAGIC[..k] {
+                    // One more read (bounded by the socket's timeout) so the message can show
+                    // what the peer is, e.g. a whole HTTP status line.
+                    let mut seen = head[..got].to_vec();
+                    let mut more = [0u8; 40];
+                    if let Ok(m) = r.read(&mut more) {
+                        seen.extend_from_slice(&more[..m]);
+                    }
+                    return Err(FrameError::NotLatscope(seen));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+    }
+    let version = u16::from_be_bytes([head[8], head[9]]);
+    if version != VERSION {
+        return Err(FrameError::Version(version));
+    }
+    read_frame(r)
+}
+
+/// Read one frame.
+pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> Result<T, FrameError> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    serde_json::from_slice(&body).map_err(FrameError::Json)
+}
+
+/// Write a frame in one write.
+pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(128);
+    encode_frame(msg, &mut buf);
+    w.write_all(&buf)
+}
+
+/// The header of every UDP test datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpHeader {
+    pub token: u64,
+    pub seq: u64,
+}
+
+impl UdpHeader {
+    pub fn write(&self, buf: &mut [u8]) {
+        buf[..4].copy_from_slice(UDP_TEST_MAGIC);
+        buf[4..12].copy_from_slice(&self.token.to_be_bytes());
+        buf[12..20].copy_from_slice(&self.seq.to_be_bytes());
+    }
+
+    pub fn parse(buf: &[u8]) -> Option<UdpHeader> {
+        if buf.len() < UDP_HEADER_LEN || &buf[..4] != UDP_TEST_MAGIC {
+            return None;
+        }
+        let token = u64::from_be_bytes(buf[4..12].try_into().ok()?);
+        let seq = u64::from_be_bytes(buf[12..20].try_into().ok()?);
+        Some(UdpHeader { token, seq })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greeting_roundtrip() {
+        let hello = ClientHello {
+            software: "latscope test".into(),
+            auth: None,
+        };
+        let mut buf = Vec::new();
+        encode_greeting(&hello, &mut buf);
+        let start = Start {
+            kind: TestKind::Rr,
+            request_bytes: 64,
+            response_bytes: 128,
+            duration_ms: 1000,
+            server: ServerBehaviour::default(),
+        };
+        encode_frame(&start, &mut buf);
+        let mut r = &buf[..];
+        let got: ClientHello = read_greeting(&mut r).expect("greeting");
+        assert_eq!(got, hello);
+        let got: Start = read_frame(&mut r).expect("start");
+        assert_eq!(got, start);
+    }
+
+    #[test]
+    fn foreign_peer_is_recognised() {
+        let mut r = &b"HTTP/1.1 400 Bad Request\r\n"[..];
+        match read_greeting::<ServerHello>(&mut r) {
+            Err(FrameError::NotLatscope(b)) => assert!(b.starts_with(b"H")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn wrong_version_and_oversize() {
+        let mut buf = MAGIC.to_vec();
+        buf.extend_from_slice(&9u16.to_be_bytes());
+        assert!(matches!(
+            read_greeting::<ServerHello>(&mut &buf[..]),
+            Err(FrameError::Version(9))
+        ));
+        let big = ((MAX_FRAME + 1) as u32).to_be_bytes();
+        assert!(matches!(
+            read_frame::<Start>(&mut &big[..]),
+            Err(FrameError::TooLarge(_))
+        ));
+        let mut bad = 3u32.to_be_bytes().to_vec();
+        bad.extend_from_slice(b"{x}");
+        assert!(matches!(
+            read_frame::<Start>(&mut &bad[..]),
+            Err(FrameError::Json(_))
+        ));
+    }
+
+    #[test]
+    fn udp_header() {
+        let mut b = [0u8; 32];
+        let h = UdpHeader {
+            token: 0xdead_beef_0102_0304,
+            seq: 42,
+        };
+        h.write(&mut b);
+        assert_eq!(UdpHeader::parse(&b), Some(h));
+        assert_eq!(UdpHeader::parse(&b[..19]), None);
+        b[0] = b'X';
+        assert_eq!(UdpHeader::parse(&b), None);
+    }
+}

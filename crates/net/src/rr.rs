@@ -1,0 +1,836 @@
+//! `latscope rr`: request/response ping-pong over TCP, UDP or a unix socket against
+//! `latscope serve` (LMbench lat_tcp/lat_udp, netperf TCP_RR, sockperf ping-pong).
+//!
+//! Each connection runs on its own thread with blocking sockets — the shortest path through the
+//! kernel, so the tool adds as little as possible to what it measures. Samples go into a
+//! per-thread HDR histogram (no allocation per sample); histograms are merged at the end.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use latscope_core::LatencyHistogram;
+use latscope_core::model::rr::{
+    LoadMode, RrReport, RrSizeResult, ServerBehaviour, SockOpts, Transport,
+};
+use latscope_core::model::{IntervalEvent, Meta};
+use latscope_core::sweep::find_jump;
+
+use crate::NetError;
+use crate::pace::{Schedule, precise_timers, sleep_until};
+use crate::proto::{
+    self, ClientHello, FrameError, Reply, ServerHello, Start, TestKind, UDP_HEADER_LEN, UdpHeader,
+};
+use crate::sock::{Conn, Target, connect, set_int};
+
+/// Blocked reads wake this often to look at the stop flag.
+const POLL: Duration = Duration::from_millis(100);
+/// Time a latscope server has to greet us.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Extra lifetime asked of the server beyond warm-up + duration.
+const SERVER_SLACK: Duration = Duration::from_secs(2);
+/// An open-loop request sent later than this after its due time counts as a late send.
+const LATE: Duration = Duration::from_millis(1);
+
+/// When each size's measurement ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopAfter {
+    Duration(Duration),
+    /// Measured transactions (warm-up excluded), over all connections.
+    Count(u64),
+}
+
+/// Everything `rr` needs to run.
+#[derive(Clone, Debug)]
+pub struct RrConfig {
+    pub target: Target,
+    /// The resolved address (None for unix targets).
+    pub addr: Option<SocketAddr>,
+    pub transport: Transport,
+    /// (request, response) bytes, one entry per size of a sweep.
+    pub sizes: Vec<(u32, u32)>,
+    pub connections: u32,
+    pub stop_after: StopAfter,
+    pub warmup: Duration,
+    /// Open loop at this total rate (requests/s); None = closed loop.
+    pub rate: Option<f64>,
+    pub client: SockOpts,
+    pub server: ServerBehaviour,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Interval of the `on_interval` callback.
+    pub interval: Duration,
+    /// Which server speaks at the other end.
+    pub peer: Peer,
+}
+
+/// The server at the other end of an rr test.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Peer {
+    /// `latscope serve`: the test is negotiated (sizes, server behaviour, limits).
+    #[default]
+    Latscope,
+    /// A `sockperf server`: each message starts with sockperf's 14-byte header and is echoed
+    /// back whole, so `rr` and `sockperf ping-pong` can measure the very same server.
+    Sockperf,
+}
+
+/// sockperf's message header: u64 sequence, u16 flags, u32 total length, all big-endian.
+pub const SOCKPERF_HEADER_LEN: usize = 14;
+/// Flags of a client message that asks for a reply (sockperf: CLIENT | PONG_REQUEST).
+const SOCKPERF_PING: u16 = 0x3;
+
+fn sockperf_header(buf: &mut [u8], seq: u64) {
+    let len = buf.len() as u32;
+    buf[..8].copy_from_slice(&seq.to_be_bytes());
+    buf[8..10].copy_from_slice(&SOCKPERF_PING.to_be_bytes());
+    buf[10..14].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Accepted test: the connection, the behaviour the server will apply, the UDP token.
+pub struct Session {
+    pub conn: Conn,
+    pub server: ServerBehaviour,
+    pub udp_token: Option<u64>,
+    pub hello: ServerHello,
+}
+
+/// Connect, greet and ask for a test. `first_message` (a request) may be pipelined behind the
+/// test request so that a connect-request-response transaction costs one round trip.
+pub fn open_session(
+    target: &Target,
+    addr: Option<SocketAddr>,
+    connect_timeout: Duration,
+    start: &Start,
+    first_message: &[u8],
+) -> Result<Session, NetError> {
+    let conn = connect(target, addr, connect_timeout)?;
+    handshake(conn, target, start, first_message)
+}
+
+/// Greet and ask for a test on an already connected socket.
+pub fn handshake(
+    mut conn: Conn,
+    target: &Target,
+    start: &Start,
+    first_message: &[u8],
+) -> Result<Session, NetError> {
+    let name = target.to_string();
+    let io_err = |e: io::Error| NetError::io(format!("talking to {name}"), e);
+    conn.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(io_err)?;
+    if conn.is_tcp() {
+        set_int(conn.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).map_err(io_err)?;
+    }
+    let mut out = Vec::with_capacity(256 + first_message.len());
+    let hello = ClientHello {
+        software: format!("latscope {}", env!("CARGO_PKG_VERSION")),
+        auth: None,
+    };
+    proto::encode_greeting(&hello, &mut out);
+    proto::encode_frame(start, &mut out);
+    out.extend_from_slice(first_message);
+    // A peer that is not latscope may close or reset as soon as it sees our greeting: read its
+    // answer before deciding what went wrong.
+    let write_res = conn.write_all(&out);
+    let server: ServerHello = match proto::read_greeting(&mut conn) {
+        Ok(h) => h,
+        Err(e) => return Err(greeting_error(&name, e, write_res.err())),
+    };
+    let reply: Reply = proto::read_frame(&mut conn).map_err(|e| match e {
+        FrameError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            NetError::Protocol(format!("{name} closed the connection during the handshake"))
+        }
+        e => NetError::Protocol(format!("{name}: {e}")),
+    })?;
+    match reply {
+        Reply::Accepted {
+            server: behaviour,
+            udp_token,
+            ..
+        } => Ok(Session {
+            conn,
+            server: behaviour,
+            udp_token,
+            hello: server,
+        }),
+        Reply::Refused { message, .. } => Err(NetError::ServerRefused(message)),
+    }
+}
+
+fn greeting_error(name: &str, e: FrameError, write_err: Option<io::Error>) -> NetError {
+    match e {
+        FrameError::NotLatscope(bytes) => NetError::WrongProtocol {
+            target: name.into(),
+            detail: format!("it answered {}", proto::printable(&bytes)),
+        },
+        FrameError::Version(v) => NetError::WrongProtocol {
+            target: name.into(),
+            detail: format!(
+                "it speaks latscope protocol version {v}, this latscope speaks {}; use matching versions",
+                proto::VERSION
+            ),
+        },
+        FrameError::Io(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            NetError::WrongProtocol {
+                target: name.into(),
+                detail: format!(
+                    "no latscope greeting within {}",
+                    latscope_core::units::format_duration(HANDSHAKE_TIMEOUT)
+                ),
+            }
+        }
+        FrameError::Io(e) => NetError::WrongProtocol {
+            target: name.into(),
+            detail: format!(
+                "it closed the connection without a latscope greeting ({})",
+                write_err.unwrap_or(e)
+            ),
+        },
+        other => NetError::WrongProtocol {
+            target: name.into(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// What a worker measured.
+struct WorkerOut {
+    hist: LatencyHistogram,
+    intended: Option<LatencyHistogram>,
+    count: u64,
+    lost: u64,
+    late_responses: u64,
+    timeouts: u64,
+    late_sends: u64,
+    last_done: Option<Instant>,
+    error: Option<String>,
+}
+
+/// Live per-interval state a worker shares with the coordinator.
+#[derive(Default)]
+struct Live {
+    hist: LatencyHistogram,
+    errors: u64,
+}
+
+struct WorkerPlan {
+    index: u32,
+    req: usize,
+    resp: usize,
+    /// Transactions starting before this are warm-up.
+    measure_from: Instant,
+    /// Measured transactions to do (None: until `end`).
+    quota: Option<u64>,
+    end: Option<Instant>,
+    schedule: Option<Schedule>,
+    timeout: Duration,
+    client: SockOpts,
+    peer: Peer,
+}
+
+fn worker_out(open: bool) -> WorkerOut {
+    WorkerOut {
+        hist: LatencyHistogram::new(),
+        intended: open.then(LatencyHistogram::new),
+        count: 0,
+        lost: 0,
+        late_responses: 0,
+        timeouts: 0,
+        late_sends: 0,
+        last_done: None,
+        error: None,
+    }
+}
+
+impl WorkerPlan {
+    fn finished(&self, out: &WorkerOut, now: Instant, stop: &AtomicBool) -> bool {
+        stop.load(Ordering::Relaxed)
+            || self.quota.is_some_and(|q| out.count >= q)
+            || self.end.is_some_and(|e| now >= e)
+    }
+
+    /// Record one completed transaction.
+    #[inline]
+    fn record(
+        &self,
+        out: &mut WorkerOut,
+        live: Option<&Mutex<Live>>,
+        due: Option<Instant>,
+        t0: Instant,
+        t1: Instant,
+    ) {
+        if t0 < self.measure_from {
+            return;
+        }
+        let rtt = (t1 - t0).as_nanos() as u64;
+        out.hist.record(rtt);
+        if let (Some(h), Some(due)) = (out.intended.as_mut(), due) {
+            h.record((t1 - due).as_nanos() as u64);
+            if t0.saturating_duration_since(due) > LATE {
+                out.late_sends += 1;
+            }
+        }
+        out.count += 1;
+        out.last_done = Some(t1);
+        if let Some(l) = live
+            && let Ok(mut g) = l.lock()
+        {
+            g.hist.record(rtt);
+        }
+    }
+}
+
+fn stream_worker(
+    mut conn: Conn,
+    plan: WorkerPlan,
+    stop: &AtomicBool,
+    live: Option<&Mutex<Live>>,
+) -> WorkerOut {
+    let mut out = worker_out(plan.schedule.is_some());
+    let mut schedule = plan.schedule.clone();
+    if let Err(e) = conn.apply(&plan.client) {
+        out.error = Some(format!("conn {}: setting socket options: {e}", plan.index));
+        return out;
+    }
+    let _ = conn.set_read_timeout(Some(POLL.min(plan.timeout)));
+    let _ = conn.set_write_timeout(Some(plan.timeout));
+    let tcp = conn.is_tcp();
+    let fd = conn.as_raw_fd();
+    let mut req = vec![b'q'; plan.req];
+    let mut resp = vec![0u8; plan.resp];
+    let mut seq = 0u64;
+    loop {
+        let due = schedule.as_mut().map(Schedule::next_due);
+        if let Some(d) = due {
+            sleep_until(d);
+        }
+        let t0 = Instant::now();
+        if plan.finished(&out, t0, stop) {
+            break;
+        }
+        if plan.peer == Peer::Sockperf {
+            seq += 1;
+            sockperf_header(&mut req, seq);
+        }
+        if tcp && plan.client.cork {
+            let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, 1);
+        }
+        let wrote = conn.write_all(&req);
+        if tcp && plan.client.cork {
+            let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, 0);
+        }
+        if let Err(e) = wrote {
+            out.error = Some(format!("conn {}: sending a request: {e}", plan.index));
+            bump_errors(live);
+            break;
+        }
+        let mut got = 0;
+        let mut failed = None;
+        while got < resp.len() {
+            match conn.read(&mut resp[got..]) {
+                Ok(0) => {
+                    failed = Some("the server closed the connection".to_string());
+                    break;
+                }
+                Ok(n) => {
+                    got += n;
+                    if tcp && plan.client.quickack {
+                        // Re-arm after every read, partial ones included: setting TCP_QUICKACK
+                        // sends a pending delayed ACK at once (tcp_setsockopt → tcp_cleanup_rbuf),
+                        // which is what releases a Nagle-held rest of the response. The kernel
+                        // leaves quick-ack mode on its own, so once per response is not enough.
+                        let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if stop.load(Ordering::Relaxed) {
+                        failed = Some(String::new());
+                        break;
+                    }
+                    if t0.elapsed() >= plan.timeout {
+                        out.timeouts += 1;
+                        failed = Some(format!(
+                            "no response within {} (timeout)",
+                            latscope_core::units::format_duration(plan.timeout)
+                        ));
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failed = Some(format!("reading a response: {e}"));
+                    break;
+                }
+            }
+        }
+        let t1 = Instant::now();
+        if let Some(msg) = failed {
+            if !msg.is_empty() {
+                out.error = Some(format!("conn {}: {msg}", plan.index));
+                bump_errors(live);
+            }
+            break;
+        }
+        plan.record(&mut out, live, due, t0, t1);
+    }
+    conn.shutdown_write();
+    out
+}
+
+fn bump_errors(live: Option<&Mutex<Live>>) {
+    if let Some(l) = live
+        && let Ok(mut g) = l.lock()
+    {
+        g.errors += 1;
+    }
+}
+
+fn udp_worker(
+    udp: UdpSocket,
+    token: Option<u64>,
+    plan: WorkerPlan,
+    stop: &AtomicBool,
+    live: Option<&Mutex<Live>>,
+) -> WorkerOut {
+    let mut out = worker_out(plan.schedule.is_some());
+    let mut schedule = plan.schedule.clone();
+    let wait = POLL.min(plan.timeout);
+    let _ = udp.set_read_timeout(Some(wait));
+    let mut req = vec![b'q'; plan.req];
+    let mut buf = vec![0u8; plan.resp.max(UDP_HEADER_LEN) + 1];
+    let mut seq = 0u64;
+    loop {
+        let due = schedule.as_mut().map(Schedule::next_due);
+        if let Some(d) = due {
+            sleep_until(d);
+        }
+        let t0 = Instant::now();
+        if plan.finished(&out, t0, stop) {
+            break;
+        }
+        seq += 1;
+        match token {
+            Some(token) => UdpHeader { token, seq }.write(&mut req),
+            None => sockperf_header(&mut req, seq),
+        }
+        if let Err(e) = udp.send(&req) {
+            // ECONNREFUSED here is the ICMP port-unreachable of an earlier datagram.
+            out.error = Some(format!("conn {}: sending a datagram: {e}", plan.index));
+            bump_errors(live);
+            break;
+        }
+        let answered = loop {
+            match udp.recv(&mut buf) {
+                Ok(n) => match reply_seq(&buf[..n], token) {
+                    Some(s) if s == seq => break Some(Instant::now()),
+                    Some(s) if s < seq => out.late_responses += 1,
+                    _ => {}
+                },
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => {
+                    out.error = Some(format!("conn {}: receiving: {e}", plan.index));
+                    break None;
+                }
+            }
+            if t0.elapsed() >= plan.timeout || stop.load(Ordering::Relaxed) {
+                break None;
+            }
+        };
+        if out.error.is_some() {
+            bump_errors(live);
+            break;
+        }
+        match answered {
+            Some(t1) => plan.record(&mut out, live, due, t0, t1),
+            None if stop.load(Ordering::Relaxed) => break,
+            None => {
+                // A lost request counts toward -n only when measured, so -n N always ends.
+                if t0 >= plan.measure_from {
+                    out.lost += 1;
+                    out.count += 1;
+                    bump_errors(live);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The sequence number of a reply, if it belongs to this test.
+fn reply_seq(buf: &[u8], token: Option<u64>) -> Option<u64> {
+    match token {
+        Some(t) => UdpHeader::parse(buf)
+            .filter(|h| h.token == t)
+            .map(|h| h.seq),
+        None if buf.len() >= SOCKPERF_HEADER_LEN => {
+            Some(u64::from_be_bytes(buf[..8].try_into().ok()?))
+        }
+        None => None,
+    }
+}
+
+/// Run the measurement. `on_interval` is called from this thread every `cfg.interval`.
+pub fn run(
+    cfg: &RrConfig,
+    meta: Meta,
+    stop: &AtomicBool,
+    on_interval: &mut dyn FnMut(&IntervalEvent),
+    want_intervals: bool,
+) -> Result<RrReport, NetError> {
+    if cfg.connections == 0 {
+        return Err(NetError::Invalid("--connections must be at least 1".into()));
+    }
+    if cfg.sizes.is_empty() {
+        return Err(NetError::Invalid("no message size to measure".into()));
+    }
+    let mut results = Vec::with_capacity(cfg.sizes.len());
+    let mut server = cfg.server.clone();
+    let mut interrupted = false;
+    for &(req, resp) in &cfg.sizes {
+        if stop.load(Ordering::Relaxed) {
+            interrupted = true;
+            break;
+        }
+        let (r, s) = run_size(cfg, req, resp, stop, on_interval, want_intervals)?;
+        server = s;
+        results.push(r);
+        if stop.load(Ordering::Relaxed) {
+            interrupted = true;
+        }
+    }
+    let size_jump = if results.len() >= 3 {
+        let pts: Vec<(u64, u64)> = results
+            .iter()
+            .filter(|r| r.rtt.count > 0)
+            .map(|r| {
+                (
+                    u64::from(r.request_bytes.max(r.response_bytes)),
+                    r.rtt.p50_ns,
+                )
+            })
+            .collect();
+        find_jump(&pts)
+    } else {
+        None
+    };
+    Ok(RrReport {
+        meta,
+        target: cfg.target.to_string(),
+        transport: cfg.transport,
+        peer: match cfg.peer {
+            Peer::Latscope => "latscope".into(),
+            Peer::Sockperf => "sockperf".into(),
+        },
+        connections: cfg.connections,
+        load: match cfg.rate {
+            Some(r) => LoadMode::Open { rate_per_sec: r },
+            None => LoadMode::Closed,
+        },
+        client: cfg.client.clone(),
+        server,
+        warmup_ns: cfg.warmup.as_nanos() as u64,
+        results,
+        size_jump,
+        interrupted,
+    })
+}
+
+fn run_size(
+    cfg: &RrConfig,
+    req: u32,
+    resp: u32,
+    stop: &AtomicBool,
+    on_interval: &mut dyn FnMut(&IntervalEvent),
+    want_intervals: bool,
+) -> Result<(RrSizeResult, ServerBehaviour), NetError> {
+    let udp = cfg.transport == Transport::Udp;
+    let lifetime = match cfg.stop_after {
+        StopAfter::Duration(d) => Some(cfg.warmup + d + SERVER_SLACK),
+        StopAfter::Count(_) => None,
+    };
+    // Open every session before starting the clock, so set-up cost is not measured.
+    let mut sessions = Vec::with_capacity(cfg.connections as usize);
+    for _ in 0..cfg.connections {
+        if cfg.peer == Peer::Sockperf {
+            // No negotiation: a plain connection (its fd stays open for UDP runs too, unused).
+            let conn = if udp {
+                None
+            } else {
+                Some(connect(&cfg.target, cfg.addr, cfg.connect_timeout)?)
+            };
+            sessions.push(conn.map(|conn| Session {
+                conn,
+                server: cfg.server.clone(),
+                udp_token: None,
+                hello: ServerHello {
+                    software: "sockperf".into(),
+                    limits: proto::Limits {
+                        max_tests: 0,
+                        max_duration_ms: 0,
+                        max_message_bytes: 0,
+                    },
+                    auth_required: false,
+                },
+            }));
+            continue;
+        }
+        let mut start = Start {
+            kind: if udp { TestKind::UdpRr } else { TestKind::Rr },
+            request_bytes: req,
+            response_bytes: resp,
+            duration_ms: lifetime.map(|d| d.as_millis() as u64).unwrap_or(0),
+            server: cfg.server.clone(),
+        };
+        if lifetime.is_none() {
+            // Count mode: ask for as long as the server allows (its hello says how long), by
+            // first asking for one hour and retrying with the announced limit if refused.
+            start.duration_ms = 3_600_000;
+        }
+        let session = match open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[]) {
+            Err(NetError::ServerRefused(msg))
+                if lifetime.is_none() && msg.contains("test exceeds") =>
+            {
+                let probe = open_probe_limits(cfg)?;
+                start.duration_ms = probe;
+                open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[])?
+            }
+            other => other?,
+        };
+        sessions.push(Some(session));
+    }
+    let server = sessions
+        .iter()
+        .flatten()
+        .next()
+        .map(|s| s.server.clone())
+        .unwrap_or_else(|| cfg.server.clone());
+    let label = format!("{req}B/{resp}B");
+    let n = cfg.connections;
+    let barrier = Barrier::new(n as usize + 1);
+    let lives: Vec<Option<Mutex<Live>>> = (0..n)
+        .map(|_| want_intervals.then(Mutex::default))
+        .collect();
+    let t_start_cell: Mutex<Option<Instant>> = Mutex::new(None);
+    let outs: Vec<WorkerOut> = thread::scope(|scope| -> Result<Vec<WorkerOut>, NetError> {
+        let mut handles = Vec::with_capacity(n as usize);
+        for (i, session) in sessions.into_iter().enumerate() {
+            let i = i as u32;
+            let barrier = &barrier;
+            let live = lives[i as usize].as_ref();
+            let t_start_cell = &t_start_cell;
+            let quota = match cfg.stop_after {
+                StopAfter::Count(total) => {
+                    Some(total / u64::from(n) + u64::from(u64::from(i) < total % u64::from(n)))
+                }
+                StopAfter::Duration(_) => None,
+            };
+            let udp_sock = if udp { Some(udp_socket(cfg)?) } else { None };
+            handles.push(scope.spawn(move || {
+                precise_timers();
+                barrier.wait();
+                let t_start = t_start_cell
+                    .lock()
+                    .ok()
+                    .and_then(|g| *g)
+                    .unwrap_or_else(Instant::now);
+                let measure_from = t_start + cfg.warmup;
+                let plan = WorkerPlan {
+                    index: i,
+                    req: req as usize,
+                    resp: resp as usize,
+                    measure_from,
+                    quota,
+                    end: match cfg.stop_after {
+                        StopAfter::Duration(d) => Some(measure_from + d),
+                        StopAfter::Count(_) => None,
+                    },
+                    schedule: cfg.rate.map(|r| Schedule::new(t_start, r, i, n)),
+                    timeout: cfg.timeout,
+                    client: cfg.client.clone(),
+                    peer: cfg.peer,
+                };
+                match (udp_sock, session) {
+                    (Some(sock), session) => {
+                        let token = session.as_ref().and_then(|s| s.udp_token);
+                        let out = udp_worker(sock, token, plan, stop, live);
+                        drop(session);
+                        out
+                    }
+                    (None, Some(session)) => stream_worker(session.conn, plan, stop, live),
+                    (None, None) => worker_out(false),
+                }
+            }));
+        }
+        let t_start = Instant::now();
+        if let Ok(mut g) = t_start_cell.lock() {
+            *g = Some(t_start);
+        }
+        barrier.wait();
+        // Coordinate: per-interval events until every worker is done.
+        let mut next = t_start + cfg.interval;
+        let mut idx_start = t_start;
+        // Without interval consumers, just wait: a coordinator waking every few ms would steal
+        // the CPU from the workers on small machines.
+        while want_intervals && !handles.iter().all(|h| h.is_finished()) {
+            thread::sleep(Duration::from_millis(20).min(cfg.interval));
+            let now = Instant::now();
+            if now >= next {
+                emit_interval(&lives, &label, t_start, idx_start, now, on_interval);
+                idx_start = now;
+                next = now + cfg.interval;
+            }
+        }
+        if want_intervals {
+            let now = Instant::now();
+            if now > idx_start + Duration::from_millis(1) {
+                emit_interval(&lives, &label, t_start, idx_start, now, on_interval);
+            }
+        }
+        Ok(handles.into_iter().filter_map(|h| h.join().ok()).collect())
+    })?;
+    let t_start = t_start_cell
+        .lock()
+        .ok()
+        .and_then(|g| *g)
+        .unwrap_or_else(Instant::now);
+    let measure_from = t_start + cfg.warmup;
+    let mut hist = LatencyHistogram::new();
+    let mut intended = cfg.rate.map(|_| LatencyHistogram::new());
+    let mut r = RrSizeResult {
+        request_bytes: req,
+        response_bytes: resp,
+        transactions: 0,
+        elapsed_ns: 0,
+        transactions_per_sec: 0.0,
+        rtt: Default::default(),
+        rtt_from_intended: None,
+        one_way_p50_ns: 0,
+        lost: 0,
+        late_responses: 0,
+        timeouts: 0,
+        late_sends: 0,
+        errors: vec![],
+    };
+    let mut last_done = measure_from;
+    for o in &outs {
+        hist.merge(&o.hist);
+        if let (Some(a), Some(b)) = (intended.as_mut(), o.intended.as_ref()) {
+            a.merge(b);
+        }
+        r.lost += o.lost;
+        r.late_responses += o.late_responses;
+        r.timeouts += o.timeouts;
+        r.late_sends += o.late_sends;
+        if let Some(t) = o.last_done {
+            last_done = last_done.max(t);
+        }
+        if let Some(e) = &o.error {
+            r.errors.push(e.clone());
+        }
+    }
+    let elapsed = match cfg.stop_after {
+        StopAfter::Duration(d) if !stop.load(Ordering::Relaxed) => d,
+        _ => last_done.saturating_duration_since(measure_from),
+    };
+    r.transactions = hist.count();
+    r.elapsed_ns = elapsed.as_nanos() as u64;
+    r.transactions_per_sec = if elapsed.is_zero() {
+        0.0
+    } else {
+        r.transactions as f64 / elapsed.as_secs_f64()
+    };
+    r.rtt = hist.summary();
+    r.rtt_from_intended = intended.map(|h| h.summary());
+    r.one_way_p50_ns = r.rtt.p50_ns / 2;
+    Ok((r, server))
+}
+
+/// Ask the server for its limits (count mode whose 1 h request was refused).
+fn open_probe_limits(cfg: &RrConfig) -> Result<u64, NetError> {
+    let start = Start {
+        kind: TestKind::Rr,
+        request_bytes: 1,
+        response_bytes: 1,
+        duration_ms: 1,
+        server: ServerBehaviour::default(),
+    };
+    let s = open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[])?;
+    Ok(s.hello.limits.max_duration_ms)
+}
+
+fn udp_socket(cfg: &RrConfig) -> Result<UdpSocket, NetError> {
+    let addr = cfg
+        .addr
+        .ok_or_else(|| NetError::Invalid("UDP needs a network target".into()))?;
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()
+    .map_err(|_| NetError::Invalid("bind address".into()))?;
+    let s = UdpSocket::bind(bind).map_err(|e| NetError::io("binding a UDP socket", e))?;
+    s.connect(addr)
+        .map_err(|e| NetError::io(format!("connecting a UDP socket to {addr}"), e))?;
+    Ok(s)
+}
+
+fn emit_interval(
+    lives: &[Option<Mutex<Live>>],
+    label: &str,
+    t_start: Instant,
+    from: Instant,
+    to: Instant,
+    on_interval: &mut dyn FnMut(&IntervalEvent),
+) {
+    let mut h = LatencyHistogram::new();
+    let mut errors = 0;
+    for l in lives.iter().flatten() {
+        if let Ok(mut g) = l.lock() {
+            h.merge(&g.hist);
+            g.hist.reset();
+            errors += g.errors;
+            g.errors = 0;
+        }
+    }
+    let secs = (to - from).as_secs_f64();
+    let ev = IntervalEvent {
+        event: "interval".into(),
+        command: "rr".into(),
+        label: label.into(),
+        start_ns: (from - t_start).as_nanos() as u64,
+        end_ns: (to - t_start).as_nanos() as u64,
+        count: h.count(),
+        rate_per_sec: if secs > 0.0 {
+            h.count() as f64 / secs
+        } else {
+            0.0
+        },
+        errors,
+        latency: h.summary(),
+    };
+    on_interval(&ev);
+}

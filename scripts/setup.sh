@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Install everything latscope needs on a fresh Debian 12 machine: system packages (listed one per
+# line in scripts/packages.d/*.txt, comments with #) and a Rust toolchain new enough for
+# edition 2024. Safe to rerun: it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "setup: run as root or install sudo" >&2; exit 4; }
+  SUDO="sudo"
+fi
+
+packages=$(cat scripts/packages.d/*.txt | sed 's/#.*//' | tr -s ' \t' '\n' | grep -v '^$' | sort -u)
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing:$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  # tshark asks whether non-root users may capture; answer no without a prompt.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections || true
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# Rust: the stable toolchain through rustup (Debian's rustc is too old for edition 2024).
+if [ -f "$HOME/.cargo/env" ]; then . "$HOME/.cargo/env"; fi
+need_rust=1
+if command -v cargo >/dev/null 2>&1; then
+  v=$(rustc --version | awk '{print $2}')
+  if [ "$(printf '%s\n' 1.85.0 "$v" | sort -V | head -1)" = "1.85.0" ]; then need_rust=0; fi
+fi
+if [ "$need_rust" -eq 1 ]; then
+  if command -v rustup >/dev/null 2>&1; then
+    rustup toolchain install stable --profile minimal -c rustfmt -c clippy
+    rustup default stable
+  else
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt -c clippy
+  fi
+  . "$HOME/.cargo/env"
+fi
+if command -v rustup >/dev/null 2>&1; then
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
+fi
+echo "setup: ready ($(rustc --version))"

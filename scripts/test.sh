@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Fresh machine → every check: install everything, then formatting, lints and all tests (unit
+# and integration, against real peers). Run as root: the tests build network namespaces, load
+# eBPF programs and open raw sockets.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+if [ -f "$HOME/.cargo/env" ]; then . "$HOME/.cargo/env"; fi
+export CARGO_TERM_COLOR=never
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test (release: the tests compare speed and latency with peer tools)"
+cargo test --workspace --release --locked 2>&1 | tee target/test-output.txt
+# One closing line for CI: the counts of every test binary added up.
+awk '/^test result:/ { for (i=1;i<=NF;i++) { if ($i ~ /^passed;?$/) p+=$(i-1); if ($i ~ /^failed;?$/) f+=$(i-1); if ($i ~ /^ignored;?$/) s+=$(i-1) } }
+     END { printf "%d passed, %d failed, %d skipped\n", p, f, s; exit (f>0) }' target/test-output.txt

@@ -1,0 +1,162 @@
+//! `latscope serve`: run the peer server.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use latscope_core::model::rr::{ServerBehaviour, SockOpts, WriteMode};
+use latscope_core::units::{format_duration, parse_duration, parse_size};
+use latscope_net::proto::{DEFAULT_PORT, Limits};
+use latscope_net::serve::{ServeConfig, ServeEvent, Server};
+
+use crate::output::stop_flag;
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  latscope serve                                   TCP+UDP on port 7373, all addresses
+  latscope serve --bind 127.0.0.1 -p 9000 --unix /tmp/latscope.sock
+  latscope serve --split-response 128 --nagle      behave like nginx with tcp_nodelay off:
+                                                   header and body in two writes, Nagle on
+  latscope serve --max-tests 8 --max-duration 60s  a shared server with tight limits
+
+Clients state each test (sizes, socket options, duration); the server checks it against its
+limits and refuses what exceeds them with a message saying which limit. The behaviour flags
+(--split-response, --nagle, --think, --drop-every) override what clients ask for, to reproduce
+a misbehaving server. Ctrl-C stops the server and removes its unix socket.")]
+pub struct ServeArgs {
+    /// Address to listen on (both IPv6 and IPv4 with the default).
+    #[arg(long, default_value = "::")]
+    pub bind: IpAddr,
+    /// TCP and UDP port.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Also serve stream tests on this unix socket path.
+    #[arg(long, value_name = "PATH")]
+    pub unix: Option<PathBuf>,
+    /// Tests that may run at once.
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    pub max_tests: u32,
+    /// Longest test a client may ask for.
+    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_duration)]
+    pub max_duration: std::time::Duration,
+    /// Largest request or response a client may ask for.
+    #[arg(long, default_value = "4MiB", value_name = "SIZE", value_parser = parse_size)]
+    pub max_message: u64,
+    /// Connections (including unfinished handshakes) before new ones are turned away.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub max_connections: u32,
+    /// Time a client has to send its hello and test request.
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
+    pub handshake_timeout: std::time::Duration,
+    /// Respond in two writes: the first SIZE bytes, then the rest (forces it for every test).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub split_response: Option<u64>,
+    /// Leave Nagle's algorithm on (TCP_NODELAY off) for every test.
+    #[arg(long)]
+    pub nagle: bool,
+    /// Wait this long before every response (application think time), for every test.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub think: Option<std::time::Duration>,
+    /// UDP: drop every Nth request (fault injection), for every test.
+    #[arg(long, value_name = "N")]
+    pub drop_every: Option<u32>,
+    /// Log only start-up and errors, not every test.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+impl ServeArgs {
+    fn forced(&self) -> Option<ServerBehaviour> {
+        if self.split_response.is_none()
+            && !self.nagle
+            && self.think.is_none()
+            && self.drop_every.is_none()
+        {
+            return None;
+        }
+        Some(ServerBehaviour {
+            write_mode: if self.split_response.is_some() {
+                WriteMode::Split
+            } else {
+                WriteMode::Single
+            },
+            split_at: self.split_response.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
+            think_ns: self.think.map(|d| d.as_nanos() as u64).unwrap_or(0),
+            sockopts: SockOpts {
+                nodelay: !self.nagle,
+                ..SockOpts::default()
+            },
+            drop_every: self.drop_every.unwrap_or(0),
+        })
+    }
+}
+
+pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
+    if a.max_message == 0 || a.max_message > u64::from(u32::MAX) {
+        return Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "--max-message must be between 1 B and 4 GiB",
+        ));
+    }
+    if a.split_response == Some(0) {
+        return Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "--split-response must be at least 1 byte",
+        ));
+    }
+    let cfg = ServeConfig {
+        bind: a.bind,
+        port: a.port,
+        unix: a.unix.clone(),
+        limits: Limits {
+            max_tests: a.max_tests,
+            max_duration_ms: a.max_duration.as_millis() as u64,
+            max_message_bytes: a.max_message as u32,
+        },
+        max_connections: a.max_connections,
+        handshake_timeout: a.handshake_timeout,
+        forced: a.forced(),
+    };
+    let quiet = a.quiet;
+    let server = Server::bind(cfg, stop_flag(), move |ev| log(&ev, quiet))
+        .context("cannot start the server")?;
+    server.run()?;
+    Ok(crate::exit::OK)
+}
+
+fn log(ev: &ServeEvent, quiet: bool) {
+    match ev {
+        ServeEvent::Listening { tcp, udp, unix } => {
+            let unix = unix
+                .as_ref()
+                .map(|p| format!(", unix {}", p.display()))
+                .unwrap_or_default();
+            eprintln!("latscope serve: listening on tcp {tcp}, udp {udp}{unix} (Ctrl-C stops)");
+        }
+        _ if quiet => {}
+        ServeEvent::TestStarted {
+            id,
+            peer,
+            kind,
+            request_bytes,
+            response_bytes,
+        } => {
+            eprintln!("test {id} from {peer}: {kind:?} {request_bytes} B / {response_bytes} B");
+        }
+        ServeEvent::TestEnded {
+            id,
+            transactions,
+            elapsed,
+            reason,
+            ..
+        } => {
+            eprintln!(
+                "test {id} ended: {transactions} transactions in {} ({reason})",
+                format_duration(*elapsed)
+            );
+        }
+        ServeEvent::Refused { peer, reason } => eprintln!("refused {peer}: {reason}"),
+    }
+}

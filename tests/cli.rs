@@ -1,0 +1,290 @@
+//! The command line as a user meets it: bad input, schemas, progress-free JSON, Ctrl-C, demo.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use latscope_net::proto::Limits;
+use support::*;
+
+/// Every error is one line on stderr, starting with "latscope: error:".
+fn assert_one_line_error(err: &str) {
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected: {err:?}");
+    assert!(lines[0].starts_with("latscope: error: "), "{err}");
+}
+
+#[test]
+fn bad_input_gets_one_line_and_a_documented_code() {
+    let srv = server(
+        None,
+        None,
+        Some(Limits {
+            max_tests: 8,
+            max_duration_ms: 10_000,
+            max_message_bytes: 1 << 20,
+        }),
+    );
+    let addr = addr_arg(srv.tcp_addr);
+    let free_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = format!("127.0.0.1:{free_port}");
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["rr", &refused, "-n", "5"], 3, "refused"),
+        (
+            vec!["rr", "no-such-host.invalid", "-n", "5"],
+            3,
+            "cannot reach",
+        ),
+        (vec!["rr", &addr, "-s", "0"], 2, "out of range"),
+        (vec!["rr", &addr, "-s", "5GiB"], 2, "out of range"),
+        (
+            vec!["rr", &addr, "-s", "2MiB", "-n", "5"],
+            3,
+            "exceeds this server's limit",
+        ),
+        (
+            vec!["rr", &addr, "-d", "30s"],
+            3,
+            "exceeds this server's limit",
+        ),
+        (vec!["rr", &addr, "-d", "5parsecs"], 2, "invalid duration"),
+        (vec!["rr", &addr, "--sizes", "1:10:x1"], 2, "factor"),
+        (vec!["rr", &addr, "--udp", "-s", "8"], 2, "20-byte"),
+        (vec!["rr", &addr, "-n", "0"], 2, "at least 1"),
+        (vec!["rr", "127.0.0.1:0"], 2, "invalid port"),
+        (vec!["rr"], 2, "no target"),
+        (vec!["connect", &addr, "-P", "0"], 2, "--parallel"),
+        (vec!["serve", "--port", "notaport"], 2, "invalid value"),
+        (vec!["rr", &addr, "--bogus-flag"], 2, "unexpected argument"),
+    ];
+    for (args, want, text) in cases {
+        let t0 = Instant::now();
+        let (code, _out, err) = run(&args);
+        assert_eq!(code, want, "{args:?}: {err}");
+        assert_one_line_error(&err);
+        assert!(err.contains(text), "{args:?}: {err}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "{args:?} took {:?}",
+            t0.elapsed()
+        );
+    }
+}
+
+#[test]
+fn wrong_protocol_on_the_port_is_named() {
+    // An HTTP server that answers anything with 400, like nginx does to our greeting.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming().take(4) {
+            let Ok(mut s) = s else { continue };
+            let mut b = [0u8; 64];
+            let _ = s.read(&mut b);
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let (code, _, err) = run(&["rr", &format!("127.0.0.1:{port}"), "-n", "5"]);
+    assert_eq!(code, 3);
+    assert_one_line_error(&err);
+    assert!(
+        err.contains("does not speak the latscope protocol") && err.contains("HTTP/1.1 400"),
+        "{err}"
+    );
+}
+
+#[test]
+fn hostile_clients_do_not_stall_others() {
+    let srv = server(None, None, None);
+    let addr = srv.tcp_addr;
+    // One client connects and says nothing; another sends garbage; a third a huge frame length.
+    let _idle = std::net::TcpStream::connect(addr).unwrap();
+    let mut garbage = std::net::TcpStream::connect(addr).unwrap();
+    garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    let mut huge = std::net::TcpStream::connect(addr).unwrap();
+    let mut g = b"LATSCOPE\x00\x01".to_vec();
+    g.extend_from_slice(&u32::MAX.to_be_bytes());
+    huge.write_all(&g).unwrap();
+    let t0 = Instant::now();
+    let (code, out, err) = run(&["rr", &addr_arg(addr), "-n", "200", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json_checked(&out, "rr")["results"][0]["transactions"], 200);
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "served at once despite the idle client"
+    );
+    // The garbage client got a clear refusal or was closed, never left hanging past the timeout.
+    garbage
+        .set_read_timeout(Some(Duration::from_secs(4)))
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = garbage.read_to_end(&mut buf);
+    assert!(
+        buf.starts_with(b"LATSCOPE"),
+        "the server greets first, then closes on garbage"
+    );
+}
+
+#[test]
+fn test_limit_is_enforced() {
+    let srv = server(
+        None,
+        None,
+        Some(Limits {
+            max_tests: 1,
+            max_duration_ms: 60_000,
+            max_message_bytes: 1 << 20,
+        }),
+    );
+    let addr = addr_arg(srv.tcp_addr);
+    let (code, _, err) = run(&["rr", &addr, "-c", "2", "-n", "10"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("limit of 1 tests"), "{err}");
+}
+
+#[test]
+fn committed_schemas_match_the_code() {
+    for kind in ["rr", "connect", "demo", "interval"] {
+        let (code, out, _) = run(&["schema", kind]);
+        assert_eq!(code, 0);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("schema/{kind}.schema.json"));
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            out.trim(),
+            committed.trim(),
+            "schema/{kind}.schema.json is stale: run `latscope schema {kind} > schema/{kind}.schema.json`"
+        );
+    }
+}
+
+#[test]
+fn json_lines_streams_intervals_then_the_summary() {
+    let srv = server(None, None, None);
+    let (code, out, err) = run(&[
+        "rr",
+        &addr_arg(srv.tcp_addr),
+        "-d",
+        "1200ms",
+        "-w",
+        "0s",
+        "-i",
+        "300ms",
+        "--json-lines",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert!(lines.len() >= 4, "{out}");
+    let (last, intervals) = lines.split_last().unwrap();
+    for ev in intervals {
+        assert_eq!(ev["event"], "interval");
+        validate(ev, "interval");
+    }
+    assert_eq!(last["event"], "summary");
+    validate(&last["report"], "rr");
+    let sum: u64 = intervals.iter().map(|e| e["count"].as_u64().unwrap()).sum();
+    assert_eq!(
+        sum,
+        last["report"]["results"][0]["transactions"]
+            .as_u64()
+            .unwrap(),
+        "intervals add up to the total"
+    );
+}
+
+fn sigint_after(child: &mut std::process::Child, after: Duration) {
+    std::thread::sleep(after);
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+}
+
+#[test]
+fn ctrl_c_prints_partial_results_and_cleans_up() {
+    let path = sock_path("sigint");
+    let mut serve = std::process::Command::new(BIN)
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--unix",
+            path.to_str().unwrap(),
+            "-q",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !path.exists() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut rr = std::process::Command::new(BIN)
+        .args([
+            "rr",
+            &format!("unix:{}", path.display()),
+            "-d",
+            "30s",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    sigint_after(&mut rr, Duration::from_millis(1500));
+    let out = rr.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let doc = json_checked(&String::from_utf8_lossy(&out.stdout), "rr");
+    assert_eq!(doc["interrupted"], true);
+    assert!(doc["results"][0]["transactions"].as_u64().unwrap() > 100);
+
+    sigint_after(&mut serve, Duration::from_millis(100));
+    let status = serve.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(!path.exists(), "serve removed its unix socket on Ctrl-C");
+}
+
+#[test]
+fn demo_tells_the_story() {
+    let (code, out, err) = run(&["demo", "-d", "1s", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc = json_checked(&out, "demo");
+    let v = &doc["verdict"];
+    assert_eq!(v["same_path"], true, "{doc}");
+    assert_eq!(v["stalled"], true, "{doc}");
+    assert_eq!(v["quickack_fixes_it"], true, "{doc}");
+    assert!(v["likely_cause"].as_str().unwrap().starts_with("~40 ms"));
+    let healthy = doc["servers"][0]["request"]["rtt"]["p50_ns"]
+        .as_u64()
+        .unwrap();
+    let slow = doc["servers"][1]["request"]["rtt"]["p50_ns"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        healthy < 2_000_000 && (35_000_000..=50_000_000).contains(&slow),
+        "{healthy} vs {slow}"
+    );
+}
+
+#[test]
+fn every_subcommand_has_help_with_examples() {
+    let (code, top, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(top.contains("Exit codes"));
+    for cmd in ["serve", "rr", "connect", "demo", "schema"] {
+        let (code, out, _) = run(&[cmd, "--help"]);
+        assert_eq!(code, 0, "{cmd}");
+        assert!(out.contains("Examples:"), "{cmd} --help has examples");
+        assert!(top.contains(cmd), "top-level help lists {cmd}");
+    }
+}
