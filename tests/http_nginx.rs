@@ -38,7 +38,7 @@ fn exact_request_count_matches_nginx_access_log() {
         "{}",
         j["connections_opened"]
     );
-    assert_eq!(j["bytes_read"].as_u64().unwrap() / 2500 > 612, true);
+    assert!(j["bytes_read"].as_u64().unwrap() / 2500 > 612);
     // nginx writes the log line after the response; give it a moment.
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert_eq!(ng.access_log_lines(), 2500);
@@ -315,4 +315,16 @@ fn memory_stays_flat_for_a_ten_times_longer_run() {
     );
     assert!(n_long > 5 * short.json["requests"].as_u64().unwrap());
     assert!(b <= a * 1.10, "peak RSS grew from {a} KiB to {b} KiB");
+}
+
+#[test]
+fn committed_schema_matches_the_code() {
+    let out = latscope(&["schema", "http"]).stdout;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/http.schema.json");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        out.trim(),
+        committed.trim(),
+        "schema/http.schema.json is stale: run `latscope schema http > schema/http.schema.json`"
+    );
 }

@@ -286,6 +286,7 @@ pub struct Run {
 
 /// Run the latscope binary, wait with `wait4` to learn its peak RSS, and parse stdout as JSON
 /// when possible.
+#[allow(clippy::zombie_processes)] // reaped by wait4 below, which std does not know about
 pub fn latscope(args: &[&str]) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_latscope"))
         .args(args)

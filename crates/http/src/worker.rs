@@ -228,8 +228,7 @@ impl<'a> Worker<'a> {
             if self.ep.wait(&mut evbuf, &mut events, wait_ms).is_err() {
                 break;
             }
-            for k in 0..events.len() {
-                let ev = events[k];
+            for &ev in &events {
                 if ev.token == TIMER_TOKEN {
                     self.timer.drain();
                     self.armed_ns = 0;
@@ -264,7 +263,7 @@ impl<'a> Worker<'a> {
 
     /// Whether the run still needs connections (not over, quota left, not stopped).
     fn wants_more(&self, now: u64) -> bool {
-        !self.end_ns.is_some_and(|e| now >= e)
+        self.end_ns.is_none_or(|e| now < e)
             && self.quota != Some(0)
             && !self.stop.load(Ordering::Relaxed)
     }
