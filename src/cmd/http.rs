@@ -241,7 +241,7 @@ pub fn build_report(cfg: &Config, r: &RunResult, meta: Meta) -> HttpReport {
         meta,
         url: cfg.url_text.clone(),
         method: cfg.method.clone(),
-        address: cfg.addr.to_string(),
+        address: r.addr.to_string(),
         tls: cfg.tls.is_some(),
         connections: cfg.connections,
         threads: cfg.threads,

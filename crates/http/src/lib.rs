@@ -66,7 +66,10 @@ pub struct Config {
     pub url_text: String,
     pub url: Url,
     pub method: String,
+    /// The first resolved address of the target.
     pub addr: SocketAddr,
+    /// Every resolved address; the run uses the first that accepts a connection.
+    pub addrs: Vec<SocketAddr>,
     pub request: Arc<[u8]>,
     pub head_request: bool,
     pub connections: u32,
@@ -130,17 +133,17 @@ impl Config {
             }
             None => (url.host.clone(), url.port),
         };
-        let addr = (host.as_str(), port)
+        let addrs: Vec<SocketAddr> = (host.as_str(), port)
             .to_socket_addrs()
             .map_err(|source| HttpError::Resolve {
                 host: host.clone(),
                 source,
             })?
-            .next()
-            .ok_or_else(|| HttpError::Resolve {
-                host: host.clone(),
-                source: std::io::ErrorKind::NotFound.into(),
-            })?;
+            .collect();
+        let addr = *addrs.first().ok_or_else(|| HttpError::Resolve {
+            host: host.clone(),
+            source: std::io::ErrorKind::NotFound.into(),
+        })?;
         let request = request::build_request(&o.method, &url, o.host.as_deref(), &headers, &o.body);
         let tls = if url.scheme == Scheme::Https {
             let name_host = o
@@ -163,6 +166,7 @@ impl Config {
             url_text: o.url.clone(),
             method: o.method.clone(),
             addr,
+            addrs,
             request: request.into(),
             head_request: o.method == "HEAD",
             connections: o.connections,
@@ -210,6 +214,8 @@ pub(crate) struct IntervalMsg {
 /// The outcome of a run.
 #[derive(Debug, Clone)]
 pub struct RunResult {
+    /// The address the connections went to.
+    pub addr: SocketAddr,
     /// Every thread's figures, merged.
     pub stats: Stats,
     /// Measured time: end of warm-up → end of the run (or the last response with `-n`).
@@ -292,15 +298,25 @@ impl IntervalMerger {
     }
 }
 
-/// Check that the target accepts connections at all (a one-line error beats a report full of
-/// connect errors).
-fn probe(addr: SocketAddr, timeout: Duration) -> Result<(), HttpError> {
-    TcpStream::connect_timeout(&addr, timeout.min(Duration::from_secs(5)))
-        .map(drop)
-        .map_err(|source| HttpError::Connect {
-            addr: addr.to_string(),
-            source,
-        })
+/// Find the first address that accepts a connection (`localhost` may resolve to ::1 first while
+/// the server listens on 127.0.0.1 only); a one-line error beats a report full of connect errors.
+fn probe(addrs: &[SocketAddr], timeout: Duration) -> Result<SocketAddr, HttpError> {
+    let mut last = None;
+    for &addr in addrs {
+        match TcpStream::connect_timeout(&addr, timeout.min(Duration::from_secs(5))) {
+            Ok(_) => return Ok(addr),
+            Err(source) => {
+                last = Some(HttpError::Connect {
+                    addr: addr.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| HttpError::Connect {
+        addr: "(no address)".into(),
+        source: std::io::ErrorKind::NotFound.into(),
+    }))
 }
 
 /// Run the load. `stop` ends it early (partial results, `interrupted`); `on_interval` gets each
@@ -310,7 +326,7 @@ pub fn run(
     stop: &AtomicBool,
     on_interval: &mut dyn FnMut(&Interval),
 ) -> Result<RunResult, HttpError> {
-    probe(cfg.addr, Duration::from_nanos(cfg.timeout_ns))?;
+    let addr = probe(&cfg.addrs, Duration::from_nanos(cfg.timeout_ns))?;
     let threads = cfg.threads.max(1) as usize;
     let mut ids: Vec<Vec<u32>> = vec![Vec::new(); threads];
     for g in 0..cfg.connections {
@@ -348,11 +364,14 @@ pub fn run(
                         move || -> Result<worker::WorkerResult, std::io::Error> {
                             Ok(worker::Worker::new(
                                 cfg,
+                                addr,
                                 stop,
-                                t,
                                 tx,
-                                conn_ids,
-                                quota,
+                                worker::Share {
+                                    thread: t,
+                                    ids: conn_ids,
+                                    quota,
+                                },
                                 run_start_ns,
                             )?
                             .run())
@@ -389,6 +408,7 @@ pub fn run(
     }
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
     Ok(RunResult {
+        addr,
         stats,
         elapsed_ns: finished_ns.saturating_sub(measure_start_ns),
         intervals: merger.out,

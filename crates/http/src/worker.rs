@@ -14,6 +14,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, Read, Write};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
@@ -107,6 +108,7 @@ struct IntervalAcc {
 
 pub(crate) struct Worker<'a> {
     cfg: &'a Config,
+    addr: SocketAddr,
     stop: &'a AtomicBool,
     thread: usize,
     tx: Sender<IntervalMsg>,
@@ -132,17 +134,26 @@ pub(crate) struct WorkerResult {
     pub finished_ns: u64,
 }
 
+/// One thread's share of the run.
+pub(crate) struct Share<'s> {
+    pub thread: usize,
+    /// Global connection indices (used to stagger open-loop schedules).
+    pub ids: &'s [u32],
+    /// Measured requests this thread sends (`-n`).
+    pub quota: Option<u64>,
+}
+
 impl<'a> Worker<'a> {
-    /// A worker for connections `ids` (global indices, used to stagger open-loop schedules).
+    /// A worker for its `share` of the connections to `addr`.
     pub(crate) fn new(
         cfg: &'a Config,
+        addr: SocketAddr,
         stop: &'a AtomicBool,
-        thread: usize,
         tx: Sender<IntervalMsg>,
-        ids: &[u32],
-        quota: Option<u64>,
+        share: Share<'_>,
         run_start_ns: u64,
     ) -> io::Result<Worker<'a>> {
+        let Share { thread, ids, quota } = share;
         let ep = Epoll::new()?;
         let timer = Timer::new()?;
         ep.add_level(timer.raw(), TIMER_TOKEN)?;
@@ -178,6 +189,7 @@ impl<'a> Worker<'a> {
         let measure_start_ns = run_start_ns + cfg.warmup_ns;
         Ok(Worker {
             cfg,
+            addr,
             stop,
             thread,
             tx,
@@ -284,7 +296,7 @@ impl<'a> Worker<'a> {
         c.generation = c.generation.wrapping_add(1);
         c.connect_started_ns = now;
         c.deadline_ns = now + self.cfg.timeout_ns;
-        let addr = self.cfg.addr;
+        let addr = self.addr;
         let sock = match Socket::new(
             Domain::for_address(addr),
             Type::STREAM.nonblocking(),
