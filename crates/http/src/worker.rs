@@ -51,6 +51,8 @@ enum Phase {
     Idle,
     /// Open loop: connected, waiting in the pacing heap for the next intended send time.
     Waiting,
+    /// Its next request goes out at the end of the current batch of events.
+    Ready,
     /// Request partly written.
     Writing,
     /// Request written, response not complete.
@@ -117,6 +119,9 @@ pub(crate) struct Worker<'a> {
     armed_ns: u64,
     conns: Vec<Conn>,
     heap: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Connections whose next request goes out at the end of this batch of events:
+    /// (index, generation, intended send time in open loop).
+    ready: Vec<(usize, u32, Option<u64>)>,
     stats: Stats,
     acc: IntervalAcc,
     /// Measured requests this thread may still start (`-n`); `None` = unlimited.
@@ -197,6 +202,7 @@ impl<'a> Worker<'a> {
             timer,
             armed_ns: 0,
             heap: BinaryHeap::with_capacity(conns.len() + 1),
+            ready: Vec::with_capacity(conns.len() + 1),
             conns,
             stats: Stats::default(),
             acc: IntervalAcc {
@@ -252,6 +258,7 @@ impl<'a> Worker<'a> {
                     self.on_event(i, ev.bits);
                 }
             }
+            self.flush_ready();
             if self.open_loop {
                 self.send_due(sys::now_ns());
             }
@@ -418,9 +425,15 @@ impl<'a> Worker<'a> {
             self.conns[i].phase = Phase::Idle;
             return;
         }
+        // Requests are not sent from here but at the end of the batch of events (flush_ready):
+        // the server then gets them in a burst and answers them in one wake-up, instead of one
+        // context switch per request on either side — on a machine where client and server
+        // share the cores that is worth more throughput than anything else (wrk gets the same
+        // batching from re-arming EPOLLOUT and writing on the next epoll_wait).
         if !self.open_loop {
             if self.may_start(now) {
-                self.send(i, now, now);
+                self.conns[i].phase = Phase::Ready;
+                self.ready.push((i, self.conns[i].generation, None));
             } else {
                 self.conns[i].phase = Phase::Idle;
             }
@@ -430,11 +443,36 @@ impl<'a> Worker<'a> {
         if !self.may_start(due) {
             self.conns[i].phase = Phase::Idle;
         } else if due <= now {
-            self.send(i, now, due);
+            self.conns[i].phase = Phase::Ready;
+            self.ready.push((i, self.conns[i].generation, Some(due)));
         } else {
             self.conns[i].phase = Phase::Waiting;
             self.heap.push(Reverse((due, i)));
         }
+    }
+
+    /// Send the requests queued during this batch of events (quota and end re-checked now).
+    fn flush_ready(&mut self) {
+        if self.ready.is_empty() {
+            return;
+        }
+        let mut ready = std::mem::take(&mut self.ready);
+        let now = sys::now_ns();
+        let over = self.end_ns.is_some_and(|e| now >= e) || self.stop.load(Ordering::Relaxed);
+        for &(i, generation, intended) in &ready {
+            let c = &self.conns[i];
+            if c.generation != generation || c.phase != Phase::Ready {
+                continue;
+            }
+            let intended = intended.unwrap_or(now);
+            if !over && self.may_start(intended) {
+                self.send(i, now, intended);
+            } else {
+                self.conns[i].phase = Phase::Idle;
+            }
+        }
+        ready.clear();
+        self.ready = ready;
     }
 
     /// Open loop: send every waiting connection whose time has come.
@@ -468,7 +506,7 @@ impl<'a> Worker<'a> {
         let measured = intended_ns >= self.measure_start_ns;
         if measured {
             if let Some(q) = self.quota.as_mut() {
-                *q -= 1;
+                *q = q.saturating_sub(1);
             }
             self.outstanding_measured += 1;
             if self.open_loop && now > intended_ns + LATE_NS {
