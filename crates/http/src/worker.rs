@@ -120,8 +120,8 @@ pub(crate) struct Worker<'a> {
     conns: Vec<Conn>,
     heap: BinaryHeap<Reverse<(u64, usize)>>,
     /// Connections whose next request goes out at the end of this batch of events:
-    /// (index, generation, intended send time in open loop).
-    ready: Vec<(usize, u32, Option<u64>)>,
+    /// (index, generation, intended send time: when it was queued in closed loop).
+    ready: Vec<(usize, u32, u64)>,
     stats: Stats,
     acc: IntervalAcc,
     /// Measured requests this thread may still start (`-n`); `None` = unlimited.
@@ -292,6 +292,21 @@ impl<'a> Worker<'a> {
         !(self.quota == Some(0) && intended_ns >= self.measure_start_ns)
     }
 
+    /// Reserve one request of the `-n` quota for a request intended at `intended_ns` (warm-up
+    /// requests take none); false when the quota is used up. Reserving when the request is
+    /// queued, not when it is written, keeps the count exact with batched sends.
+    fn take_quota(&mut self, intended_ns: u64) -> bool {
+        if !self.may_start(intended_ns) {
+            return false;
+        }
+        if intended_ns >= self.measure_start_ns
+            && let Some(q) = self.quota.as_mut()
+        {
+            *q -= 1;
+        }
+        true
+    }
+
     fn token(&self, i: usize) -> u64 {
         (u64::from(self.conns[i].generation) << 32) | i as u64
     }
@@ -431,9 +446,9 @@ impl<'a> Worker<'a> {
         // share the cores that is worth more throughput than anything else (wrk gets the same
         // batching from re-arming EPOLLOUT and writing on the next epoll_wait).
         if !self.open_loop {
-            if self.may_start(now) {
+            if self.take_quota(now) {
                 self.conns[i].phase = Phase::Ready;
-                self.ready.push((i, self.conns[i].generation, None));
+                self.ready.push((i, self.conns[i].generation, now));
             } else {
                 self.conns[i].phase = Phase::Idle;
             }
@@ -443,8 +458,9 @@ impl<'a> Worker<'a> {
         if !self.may_start(due) {
             self.conns[i].phase = Phase::Idle;
         } else if due <= now {
+            self.take_quota(due);
             self.conns[i].phase = Phase::Ready;
-            self.ready.push((i, self.conns[i].generation, Some(due)));
+            self.ready.push((i, self.conns[i].generation, due));
         } else {
             self.conns[i].phase = Phase::Waiting;
             self.heap.push(Reverse((due, i)));
@@ -464,8 +480,7 @@ impl<'a> Worker<'a> {
             if c.generation != generation || c.phase != Phase::Ready {
                 continue;
             }
-            let intended = intended.unwrap_or(now);
-            if !over && self.may_start(intended) {
+            if !over {
                 self.send(i, now, intended);
             } else {
                 self.conns[i].phase = Phase::Idle;
@@ -483,7 +498,7 @@ impl<'a> Worker<'a> {
             }
             self.heap.pop();
             if self.conns[i].phase == Phase::Waiting && self.conns[i].next_ns == due {
-                if self.may_start(due) {
+                if self.take_quota(due) {
                     self.send(i, sys::now_ns(), due);
                 } else {
                     self.conns[i].phase = Phase::Idle;
@@ -505,9 +520,6 @@ impl<'a> Worker<'a> {
     fn send(&mut self, i: usize, now: u64, intended_ns: u64) {
         let measured = intended_ns >= self.measure_start_ns;
         if measured {
-            if let Some(q) = self.quota.as_mut() {
-                *q = q.saturating_sub(1);
-            }
             self.outstanding_measured += 1;
             if self.open_loop && now > intended_ns + LATE_NS {
                 self.stats.late_sends += 1;
