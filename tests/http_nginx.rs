@@ -334,3 +334,88 @@ fn committed_schema_matches_the_code() {
         "schema/http.schema.json is stale: run `latscope schema http > schema/http.schema.json`"
     );
 }
+
+#[test]
+fn http2_h2c_and_h2_over_tls() {
+    let _serial = http_lab::serial();
+    // h2c with prior knowledge; nginx's http2_max_requests (1000) ends each connection with a
+    // graceful GOAWAY, which must cost reconnects but no errors and no lost requests.
+    let ng = Nginx::start(NginxConf {
+        http2: true,
+        access_log: true,
+        ..Default::default()
+    });
+    let r = latscope(&[
+        "http",
+        &ng.url("/"),
+        "--http2",
+        "--streams",
+        "4",
+        "-c",
+        "3",
+        "-t",
+        "1",
+        "-n",
+        "3000",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.json["protocol"], "HTTP/2");
+    assert_eq!(r.json["streams_per_connection"], 4);
+    assert_eq!(r.json["requests"], 3000);
+    assert_eq!(r.json["status"][0]["count"], 3000);
+    assert_eq!(r.json["errors"]["total"], 0);
+    assert!(r.json["connections_opened"].as_u64().unwrap() >= 3);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(ng.access_log_lines(), 3000);
+
+    let certs = make_certs();
+    let tls = Nginx::start(NginxConf {
+        http2: true,
+        tls: Some((certs.cert.clone(), certs.key.clone())),
+        ..Default::default()
+    });
+    let ca = certs.ca.to_str().unwrap();
+    let r = latscope(&[
+        "http",
+        &tls.url("/"),
+        "--http2",
+        "--cacert",
+        ca,
+        "--streams",
+        "2",
+        "-c",
+        "2",
+        "-n",
+        "500",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.json["requests"], 500);
+    assert!(r.json["tls_handshake"]["count"].as_u64().unwrap() >= 2);
+    // A TLS server that only speaks HTTP/1.1 does not agree to h2 in ALPN.
+    let h1 = Nginx::start(NginxConf {
+        tls: Some((certs.cert.clone(), certs.key.clone())),
+        ..Default::default()
+    });
+    let r = latscope(&[
+        "http",
+        &h1.url("/"),
+        "--http2",
+        "--cacert",
+        ca,
+        "-c",
+        "1",
+        "-d",
+        "300ms",
+        "--json",
+    ]);
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    // nginx (OpenSSL) answers with a no_application_protocol alert; a server that ignores
+    // ALPN instead is caught by latscope's own check of the negotiated protocol.
+    let sample = r.json["error_samples"][0].as_str().unwrap();
+    assert!(
+        sample.contains("NoApplicationProtocol") || sample.contains("ALPN"),
+        "{sample}"
+    );
+}

@@ -27,6 +27,7 @@ Examples:
   latscope http https://host/api -m POST --body '{}' -H 'Content-Type: application/json'
   latscope http https://localhost:8443/ -k -n 10000    exactly 10000 requests, no cert check
   latscope http http://svc/ --connect-to 127.0.0.1:8080 --hgrm out.hgrm
+  latscope http https://host/ --http2 --streams 10 -c 10   HTTP/2, 100 streams in flight
 
 Closed loop (default): each connection sends its next request when the previous response is
 complete. Open loop (-q): requests are due at a constant total rate; latency is also counted
@@ -90,6 +91,13 @@ pub struct HttpArgs {
     /// (milliseconds; from the intended send time in open loop).
     #[arg(long, value_name = "FILE")]
     pub hgrm: Option<PathBuf>,
+    /// HTTP/2: h2 over TLS (ALPN) for https://, h2c with prior knowledge for http://.
+    /// Closed loop only.
+    #[arg(long)]
+    pub http2: bool,
+    /// HTTP/2: concurrent streams per connection.
+    #[arg(long, default_value_t = 1, requires = "http2")]
+    pub streams: u32,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -132,6 +140,8 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
         ca_files: args.cacert.clone(),
         connect_to: args.connect_to.clone(),
         host: args.host.clone(),
+        http2: args.http2,
+        streams: args.streams,
     };
     let cfg = Config::new(&opts).map_err(to_exit)?;
     let format = args.output.format();
@@ -241,6 +251,12 @@ pub fn build_report(cfg: &Config, r: &RunResult, meta: Meta) -> HttpReport {
         meta,
         url: cfg.url_text.clone(),
         method: cfg.method.clone(),
+        protocol: if cfg.h2.is_some() {
+            "HTTP/2".into()
+        } else {
+            "HTTP/1.1".into()
+        },
+        streams_per_connection: cfg.h2.as_ref().map(|_| cfg.h2_streams),
         address: r.addr.to_string(),
         tls: cfg.tls.is_some(),
         connections: cfg.connections,

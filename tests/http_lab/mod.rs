@@ -79,6 +79,8 @@ pub struct NginxConf {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Size of /index.html.
     pub index_bytes: usize,
+    /// Speak HTTP/2 (h2 with TLS, h2c with prior knowledge without).
+    pub http2: bool,
 }
 
 impl Default for NginxConf {
@@ -91,6 +93,7 @@ impl Default for NginxConf {
             access_log: false,
             tls: None,
             index_bytes: 612,
+            http2: false,
         }
     }
 }
@@ -121,13 +124,14 @@ impl Nginx {
         // Retry on the (unlikely) race of another process taking the free port first.
         for _ in 0..5 {
             let port = free_port();
+            let h2 = if conf.http2 { " http2" } else { "" };
             let listen = match &conf.tls {
                 Some((cert, key)) => format!(
-                    "listen 127.0.0.1:{port} ssl; ssl_certificate {}; ssl_certificate_key {};",
+                    "listen 127.0.0.1:{port} ssl{h2}; ssl_certificate {}; ssl_certificate_key {};",
                     cert.display(),
                     key.display()
                 ),
-                None => format!("listen 127.0.0.1:{port};"),
+                None => format!("listen 127.0.0.1:{port}{h2};"),
             };
             let text = format!(
                 "daemon off;\nmaster_process off;\nuser root;\npid {d}/nginx.pid;\nerror_log {d}/logs/error.log;\n\
@@ -169,7 +173,7 @@ impl Nginx {
     pub fn url(&self, path: &str) -> String {
         let scheme = if std::fs::read_to_string(self.dir.0.join("nginx.conf"))
             .unwrap()
-            .contains(" ssl;")
+            .contains("ssl_certificate")
         {
             "https"
         } else {

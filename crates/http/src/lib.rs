@@ -11,6 +11,7 @@
 //! second to a callback (the live view and `--json-lines` are made from those).
 
 pub mod error;
+pub mod http2;
 pub mod parse;
 pub mod request;
 pub mod stats;
@@ -58,6 +59,10 @@ pub struct Options {
     pub connect_to: Option<String>,
     /// `Host` header (and TLS server name) instead of the URL's host.
     pub host: Option<String>,
+    /// HTTP/2: h2 over TLS (ALPN), h2c with prior knowledge over plain TCP.
+    pub http2: bool,
+    /// HTTP/2: concurrent streams per connection.
+    pub streams: u32,
 }
 
 /// A run ready to start: target resolved, request serialised, TLS configured.
@@ -81,6 +86,10 @@ pub struct Config {
     pub timeout_ns: u64,
     pub interval_ns: u64,
     pub tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// HTTP/2 request parts (`--http2`); `None` for HTTP/1.1.
+    pub h2: Option<http2::H2Parts>,
+    /// HTTP/2: concurrent streams per connection.
+    pub h2_streams: u32,
 }
 
 impl Config {
@@ -151,10 +160,30 @@ impl Config {
                 .as_deref()
                 .map(|h| h.split(':').next().unwrap_or(h))
                 .unwrap_or(&url.host);
+            let alpn: &[u8] = if o.http2 { b"h2" } else { b"http/1.1" };
             Some((
-                tls::client_config(o.insecure, &o.ca_files)?,
+                tls::client_config(o.insecure, &o.ca_files, alpn)?,
                 tls::server_name(name_host)?,
             ))
+        } else {
+            None
+        };
+        if o.http2 && o.rate_per_sec.is_some() {
+            return Err(HttpError::Config(
+                "--rate is not supported with --http2 yet (closed loop only)".into(),
+            ));
+        }
+        if o.http2 && o.streams == 0 {
+            return Err(HttpError::Config("--streams must be at least 1".into()));
+        }
+        let h2 = if o.http2 {
+            Some(http2::H2Parts::new(
+                &o.method,
+                &url,
+                o.host.as_deref(),
+                &headers,
+                &o.body,
+            )?)
         } else {
             None
         };
@@ -178,6 +207,8 @@ impl Config {
             timeout_ns: o.timeout.as_nanos() as u64,
             interval_ns: 1_000_000_000,
             tls,
+            h2,
+            h2_streams: o.streams,
             url,
         })
     }
@@ -362,19 +393,18 @@ pub fn run(
                     .spawn_scoped(
                         s,
                         move || -> Result<worker::WorkerResult, std::io::Error> {
-                            Ok(worker::Worker::new(
-                                cfg,
-                                addr,
-                                stop,
-                                tx,
-                                worker::Share {
-                                    thread: t,
-                                    ids: conn_ids,
-                                    quota,
-                                },
-                                run_start_ns,
-                            )?
-                            .run())
+                            let share = worker::Share {
+                                thread: t,
+                                ids: conn_ids,
+                                quota,
+                            };
+                            if cfg.h2.is_some() {
+                                return http2::run_thread(cfg, addr, stop, tx, share, run_start_ns);
+                            }
+                            Ok(
+                                worker::Worker::new(cfg, addr, stop, tx, share, run_start_ns)?
+                                    .run(),
+                            )
                         },
                     ),
             );
@@ -444,6 +474,8 @@ mod tests {
             ca_files: vec![],
             connect_to: None,
             host: None,
+            http2: false,
+            streams: 1,
         }
     }
 

@@ -15,6 +15,7 @@ use crate::error::HttpError;
 pub fn client_config(
     insecure: bool,
     ca_files: &[std::path::PathBuf],
+    alpn: &[u8],
 ) -> Result<Arc<ClientConfig>, HttpError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
@@ -54,7 +55,7 @@ pub fn client_config(
         }
         builder.with_root_certificates(roots).with_no_client_auth()
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(Arc::new(config))
 }
 

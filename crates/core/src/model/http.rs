@@ -58,6 +58,10 @@ pub struct HttpReport {
     pub meta: Meta,
     pub url: String,
     pub method: String,
+    /// "HTTP/1.1" or "HTTP/2".
+    pub protocol: String,
+    /// HTTP/2: concurrent streams per connection.
+    pub streams_per_connection: Option<u32>,
     /// The address connections went to.
     pub address: String,
     pub tls: bool,

@@ -19,13 +19,17 @@ impl Human for HttpReport {
         };
         let _ = writeln!(
             out,
-            "latscope http {} — {} to {}{}, {} connection{}, {} thread{}, {}",
+            "latscope http {} — {} {} to {}{}, {} connection{}{}, {} thread{}, {}",
             self.url,
+            self.protocol,
             self.method,
             self.address,
             if self.tls { " (TLS)" } else { "" },
             self.connections,
             if self.connections == 1 { "" } else { "s" },
+            self.streams_per_connection
+                .map(|s| format!(" × {s} streams"))
+                .unwrap_or_default(),
             self.threads,
             if self.threads == 1 { "" } else { "s" },
             load
