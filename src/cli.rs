@@ -9,12 +9,17 @@ const ABOUT: &str = "Measure network latency and throughput at every layer, and 
 const AFTER_HELP: &str = "\
 Examples:
   latscope demo                              the healthy vs. Nagle-stalled server story
+  latscope diagnose 10.0.0.2                 where does the latency come from? (evidence + fix)
   latscope serve                             the peer server every test talks to (port 7373)
   latscope rr 127.0.0.1                      request/response RTT (TCP ping-pong)
   latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
   latscope connect 10.0.0.2:443 -n 1000      TCP connection set-up latency
+  latscope stream 10.0.0.2 -P 4 --bidir      throughput both ways, 4 streams each
+  latscope ping --syn -p 443 10.0.0.2        TCP SYN ping: RTT and open/closed/filtered
+  latscope trace --report -c 50 10.0.0.2     per-hop loss and RTT percentiles (mtr report)
   latscope http http://10.0.0.2/ -c 100      HTTP load: req/s and latency percentiles (like wrk)
   latscope schema rr                         JSON schema of `rr --json`
+  latscope sockets --pid 1234                TCP_NODELAY, buffers, RTT, ato... of a running process's sockets
 
 Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
 wrong protocol; 4 missing privileges; 5 local system error; 130 interrupted (partial results).";
@@ -39,8 +44,19 @@ pub enum Command {
     Rr(cmd::rr::RrArgs),
     /// TCP connection set-up latency against any server; --crr: connect+request+response+close.
     Connect(cmd::connect::ConnectArgs),
+    /// Throughput over TCP, UDP or unix sockets: per direction, per stream, per interval, with
+    /// both sides' CPU and system-call cost, UDP loss and jitter, and latency under load.
+    Stream(cmd::stream::StreamArgs),
+    /// Run the right measurements and name the cause of latency, with evidence and a fix.
+    Diagnose(cmd::diagnose::DiagnoseArgs),
     /// HTTP load: requests/s and latency percentiles, closed loop or open loop at a fixed rate.
     Http(cmd::http::HttpArgs),
     /// Print the JSON schema of a command's `--json` output.
     Schema(cmd::schema::SchemaArgs),
+    /// RTT to a host with TCP SYN, TCP connect, UDP or ICMP echo probes (hping3-style).
+    Ping(cmd::ping::PingArgs),
+    /// The hops to a host with one constant flow (Paris traceroute); --report for mtr-style statistics.
+    Trace(cmd::trace::TraceArgs),
+    /// Options and TCP state of running processes' sockets (pidfd_getfd + sock_diag); --watch setsockopt calls.
+    Sockets(cmd::sockets::SocketsArgs),
 }

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod cmd;
+pub mod diagnose;
 pub mod exit;
 pub mod output;
 pub mod progress;
@@ -37,7 +38,13 @@ where
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("latscope: error: {first} (see --help)");
+            // Keep clap's list of accepted values, which it prints on a line of its own.
+            let values = text
+                .lines()
+                .find(|l| l.contains("[possible values:"))
+                .map(|l| format!(" {}", l.trim()))
+                .unwrap_or_default();
+            eprintln!("latscope: error: {first}{values} (see --help)");
             return ExitCode::from(exit::USAGE);
         }
     };

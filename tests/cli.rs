@@ -151,7 +151,17 @@ fn test_limit_is_enforced() {
 
 #[test]
 fn committed_schemas_match_the_code() {
-    for kind in ["rr", "connect", "demo", "interval"] {
+    for kind in [
+        "rr",
+        "connect",
+        "demo",
+        "interval",
+        "stream",
+        "stream-interval",
+        "ping",
+        "trace",
+        "diagnose",
+    ] {
         let (code, out, _) = run(&["schema", kind]);
         assert_eq!(code, 0);
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -281,7 +291,9 @@ fn every_subcommand_has_help_with_examples() {
     let (code, top, _) = run(&["--help"]);
     assert_eq!(code, 0);
     assert!(top.contains("Exit codes"));
-    for cmd in ["serve", "rr", "connect", "demo", "schema"] {
+    for cmd in [
+        "serve", "rr", "connect", "stream", "ping", "trace", "diagnose", "demo", "schema",
+    ] {
         let (code, out, _) = run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");
         assert!(out.contains("Examples:"), "{cmd} --help has examples");

@@ -60,6 +60,7 @@ fn start_server(behaviour: ServerBehaviour) -> anyhow::Result<ServerHandle> {
         max_connections: 256,
         handshake_timeout: Duration::from_secs(5),
         forced: Some(behaviour),
+        workers: None,
     };
     Ok(Server::bind(cfg, Arc::new(AtomicBool::new(false)), |_| {})?.spawn()?)
 }

@@ -2,10 +2,15 @@
 
 pub mod connect;
 pub mod demo;
+pub mod diagnose;
 pub mod http;
+pub mod ping;
 pub mod rr;
 pub mod schema;
 pub mod serve;
+pub mod sockets;
+pub mod stream;
+pub mod trace;
 
 use crate::cli::{Cli, Command};
 
@@ -13,10 +18,15 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Demo(a) => demo::run(&a),
+        Command::Diagnose(a) => diagnose::run(&a),
         Command::Serve(a) => serve::run(&a),
         Command::Rr(a) => rr::run(&a),
         Command::Connect(a) => connect::run(&a),
+        Command::Stream(a) => stream::run(&a),
         Command::Http(a) => http::run(&a),
         Command::Schema(a) => schema::run(&a),
+        Command::Ping(a) => ping::run(&a),
+        Command::Trace(a) => trace::run(&a),
+        Command::Sockets(a) => sockets::run(&a),
     }
 }

@@ -9,8 +9,15 @@ pub enum SchemaKind {
     Rr,
     Connect,
     Demo,
+    Diagnose,
+    Stream,
+    StreamInterval,
     Http,
     Interval,
+    Ping,
+    Trace,
+    Sockets,
+    Setsockopt,
 }
 
 #[derive(Args, Debug)]
@@ -28,8 +35,15 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::Rr => schema_for!(model::rr::RrReport),
         SchemaKind::Connect => schema_for!(model::connect::ConnectReport),
         SchemaKind::Demo => schema_for!(model::demo::DemoReport),
+        SchemaKind::Diagnose => schema_for!(model::diagnose::DiagnoseReport),
+        SchemaKind::Stream => schema_for!(model::stream::StreamReport),
+        SchemaKind::StreamInterval => schema_for!(model::stream::StreamInterval),
         SchemaKind::Http => schema_for!(model::http::HttpReport),
         SchemaKind::Interval => schema_for!(model::IntervalEvent),
+        SchemaKind::Ping => schema_for!(model::ping::PingReport),
+        SchemaKind::Trace => schema_for!(model::ping::TraceReport),
+        SchemaKind::Sockets => schema_for!(model::sockets::SocketsReport),
+        SchemaKind::Setsockopt => schema_for!(model::sockets::SetsockoptEvent),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }

@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// Wait this long before every response (application think time), for every test.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub think: Option<std::time::Duration>,
+    /// Handle at most N requests at once over all connections, like N single-threaded workers;
+    /// the others wait (socket queueing under concurrency).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<u32>,
     /// UDP: drop every Nth request (fault injection), for every test.
     #[arg(long, value_name = "N")]
     pub drop_every: Option<u32>,
@@ -100,6 +104,12 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
             "--max-message must be between 1 B and 4 GiB",
         ));
     }
+    if a.workers == Some(0) {
+        return Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "--workers must be at least 1",
+        ));
+    }
     if a.split_response == Some(0) {
         return Err(crate::exit::coded(
             crate::exit::USAGE,
@@ -118,6 +128,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
         max_connections: a.max_connections,
         handshake_timeout: a.handshake_timeout,
         forced: a.forced(),
+        workers: a.workers,
     };
     let quiet = a.quiet;
     let server = Server::bind(cfg, stop_flag(), move |ev| log(&ev, quiet))

@@ -34,6 +34,7 @@ pub fn server(
         max_connections: 256,
         handshake_timeout: Duration::from_secs(2),
         forced,
+        workers: None,
     };
     Server::bind(cfg, Arc::new(AtomicBool::new(false)), |_| {})
         .expect("bind")
@@ -96,3 +97,5 @@ pub fn validate(doc: &serde_json::Value, kind: &str) {
 pub fn sock_path(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("latscope-test-{tag}-{}.sock", std::process::id()))
 }
+
+pub mod netns;

@@ -110,6 +110,8 @@ pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<Connect
         response_bytes: cfg.response_bytes,
         duration_ms: cfg.timeout.as_millis() as u64 + 1000,
         server: cfg.server.clone(),
+        stream: None,
+        join: None,
     };
     if cfg.mode == ConnectMode::Crr {
         // Fail early and clearly if the port is not a latscope server (or refuses the test);

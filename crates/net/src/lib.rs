@@ -8,5 +8,7 @@ pub mod sock;
 
 pub use error::NetError;
 pub mod connect;
+pub mod flow;
 pub mod pace;
 pub mod rr;
+pub mod stream;

@@ -23,7 +23,10 @@
 
 use std::io::{self, Read, Write};
 
-use latscope_core::model::rr::ServerBehaviour;
+use latscope_core::model::rr::{ServerBehaviour, Transport};
+use latscope_core::model::stream::{
+    Cost, Direction, StreamInterval, StreamOptions, TcpFigures, UdpFigures,
+};
 use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks.
@@ -80,10 +83,195 @@ pub enum TestKind {
     Crr,
     /// Request/response over UDP datagrams; this connection is the test's lifetime.
     UdpRr,
+    /// A throughput test: this connection is its control channel; data flows on the
+    /// connections (or UDP flows) that join it.
+    Stream,
+    /// A data connection joining a stream test (see [`Join`]).
+    StreamJoin,
+}
+
+/// What a stream test moves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamSpec {
+    pub transport: Transport,
+    pub direction: Direction,
+    /// Streams per direction.
+    pub streams: u32,
+    /// How long senders send (0 with `bytes_per_stream`).
+    pub duration_ms: u64,
+    pub bytes_per_stream: Option<u64>,
+    /// Write (or datagram) size.
+    pub buffer_bytes: u32,
+    /// UDP: rate per stream, bit/s.
+    pub udp_rate_bps: Option<f64>,
+    pub options: StreamOptions,
+    pub interval_ms: u64,
+}
+
+impl StreamSpec {
+    /// Data connections (or UDP flows) the client opens: one per stream and direction.
+    /// Index `i < streams` carries client→server data unless the test only receives.
+    pub fn flows(&self) -> u32 {
+        if self.direction == Direction::Both {
+            2 * self.streams
+        } else {
+            self.streams
+        }
+    }
+
+    /// Whether flow `index` carries data from the client to the server.
+    pub fn client_sends(&self, index: u32) -> bool {
+        match self.direction {
+            Direction::Send => true,
+            Direction::Receive => false,
+            Direction::Both => index < self.streams,
+        }
+    }
+}
+
+/// A data connection's introduction: which test and which flow it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Join {
+    pub token: u64,
+    pub index: u32,
+}
+
+/// The server's figures for one flow at the end of a stream test.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowFinal {
+    pub index: u32,
+    pub bytes_received: u64,
+    pub bytes_sent: u64,
+    /// ns from Go to the last byte received / sent.
+    pub receive_ns: u64,
+    pub send_ns: u64,
+    /// The server as UDP receiver.
+    pub udp_rx: Option<UdpFigures>,
+    /// The server as UDP sender: datagrams sent.
+    pub udp_sent: u64,
+    /// The server as TCP sender.
+    pub tcp: Option<TcpFigures>,
+}
+
+/// Control messages of a stream test, after `Accepted`, both ways.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Control {
+    /// Server → client: every flow has joined; the test starts now.
+    Go,
+    /// Server → client: the server's view of an interval.
+    Interval(StreamInterval),
+    /// Client → server: stop now. For UDP client→server flows, the datagrams the client sent.
+    Stop { udp_sent: Vec<(u32, u64)> },
+    /// Server → client: the server's figures.
+    Final {
+        flows: Vec<FlowFinal>,
+        cost_as_sender: Cost,
+        cost_as_receiver: Cost,
+    },
+    /// Either way: the test failed.
+    Error { message: String },
+}
+
+/// Magic of stream-test datagrams.
+pub const UDP_STREAM_MAGIC: &[u8; 4] = b"LSS1";
+/// magic(4) token(8) index(4) seq(8) send_ns(8).
+pub const UDP_STREAM_HEADER_LEN: usize = 32;
+/// The sequence number of a join datagram.
+pub const UDP_JOIN_SEQ: u64 = u64::MAX;
+
+/// The header of a stream-test datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamDatagram {
+    pub token: u64,
+    pub index: u32,
+    pub seq: u64,
+    /// Sender's monotonic clock, ns (for RFC 3550 jitter: only differences matter).
+    pub send_ns: u64,
+}
+
+impl StreamDatagram {
+    pub fn write(&self, buf: &mut [u8]) {
+        buf[..4].copy_from_slice(UDP_STREAM_MAGIC);
+        buf[4..12].copy_from_slice(&self.token.to_be_bytes());
+        buf[12..16].copy_from_slice(&self.index.to_be_bytes());
+        buf[16..24].copy_from_slice(&self.seq.to_be_bytes());
+        buf[24..32].copy_from_slice(&self.send_ns.to_be_bytes());
+    }
+
+    pub fn parse(buf: &[u8]) -> Option<StreamDatagram> {
+        if buf.len() < UDP_STREAM_HEADER_LEN || &buf[..4] != UDP_STREAM_MAGIC {
+            return None;
+        }
+        Some(StreamDatagram {
+            token: u64::from_be_bytes(buf[4..12].try_into().ok()?),
+            index: u32::from_be_bytes(buf[12..16].try_into().ok()?),
+            seq: u64::from_be_bytes(buf[16..24].try_into().ok()?),
+            send_ns: u64::from_be_bytes(buf[24..32].try_into().ok()?),
+        })
+    }
+}
+
+/// Reassembles frames from a socket read with a timeout, so a timeout in the middle of a
+/// frame loses nothing.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// Read what is available (blocking at most the socket's timeout) and return the next
+    /// complete frame, if any. `Ok(None)`: nothing complete yet. EOF is an error.
+    pub fn poll<T: for<'de> Deserialize<'de>>(
+        &mut self,
+        r: &mut impl Read,
+    ) -> Result<Option<T>, FrameError> {
+        if let Some(f) = self.take()? {
+            return Ok(Some(f));
+        }
+        let mut chunk = [0u8; 4096];
+        match r.read(&mut chunk) {
+            Ok(0) => Err(FrameError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the peer closed the control connection",
+            ))),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                self.take()
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(FrameError::Io(e)),
+        }
+    }
+
+    fn take<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, FrameError> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        if len > MAX_FRAME {
+            return Err(FrameError::TooLarge(len));
+        }
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let v = serde_json::from_slice(&self.buf[4..4 + len]).map_err(FrameError::Json);
+        self.buf.drain(..4 + len);
+        v.map(Some)
+    }
 }
 
 /// A test request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Start {
     pub kind: TestKind,
     pub request_bytes: u32,
@@ -93,6 +281,12 @@ pub struct Start {
     /// What the client asks the server to do; a server started with forced behaviour overrides
     /// this and says so in `Accepted`.
     pub server: ServerBehaviour,
+    /// Stream tests: what to move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamSpec>,
+    /// Data connections of a stream test: which test and flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<Join>,
 }
 
 /// The server's answer to [`Start`].
@@ -284,6 +478,8 @@ mod tests {
             response_bytes: 128,
             duration_ms: 1000,
             server: ServerBehaviour::default(),
+            stream: None,
+            join: Some(Join { token: 7, index: 1 }),
         };
         encode_frame(&start, &mut buf);
         let mut r = &buf[..];
@@ -321,6 +517,51 @@ mod tests {
             read_frame::<Start>(&mut &bad[..]),
             Err(FrameError::Json(_))
         ));
+    }
+
+    #[test]
+    fn frame_reader_survives_split_frames() {
+        let mut wire = Vec::new();
+        encode_frame(&Control::Go, &mut wire);
+        encode_frame(
+            &Control::Stop {
+                udp_sent: vec![(0, 5)],
+            },
+            &mut wire,
+        );
+        let mut fr = FrameReader::default();
+        // Feed one byte at a time, as a slow socket might.
+        let mut got = Vec::new();
+        for b in &wire {
+            let mut one = &[*b][..];
+            if let Some(c) = fr.poll::<Control>(&mut one).expect("frame") {
+                got.push(c);
+            }
+        }
+        assert_eq!(
+            got,
+            vec![
+                Control::Go,
+                Control::Stop {
+                    udp_sent: vec![(0, 5)]
+                }
+            ]
+        );
+        assert!(fr.poll::<Control>(&mut &[][..]).is_err(), "EOF is reported");
+    }
+
+    #[test]
+    fn stream_datagram() {
+        let d = StreamDatagram {
+            token: 1,
+            index: 2,
+            seq: 3,
+            send_ns: 4,
+        };
+        let mut b = [0u8; 40];
+        d.write(&mut b);
+        assert_eq!(StreamDatagram::parse(&b), Some(d));
+        assert_eq!(StreamDatagram::parse(&b[..31]), None);
     }
 
     #[test]

@@ -603,6 +603,8 @@ fn run_size(
             response_bytes: resp,
             duration_ms: lifetime.map(|d| d.as_millis() as u64).unwrap_or(0),
             server: cfg.server.clone(),
+            stream: None,
+            join: None,
         };
         if lifetime.is_none() {
             // Count mode: ask for as long as the server allows (its hello says how long), by
@@ -776,6 +778,8 @@ fn open_probe_limits(cfg: &RrConfig) -> Result<u64, NetError> {
         response_bytes: 1,
         duration_ms: 1,
         server: ServerBehaviour::default(),
+        stream: None,
+        join: None,
     };
     let s = open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[])?;
     Ok(s.hello.limits.max_duration_ms)

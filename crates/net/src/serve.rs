@@ -10,17 +10,22 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use latscope_core::model::rr::{ServerBehaviour, WriteMode};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use latscope_core::model::rr::Transport;
+use latscope_core::model::stream::{StreamInterval, TcpFigures};
+
 use crate::NetError;
+use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
 use crate::proto::{
-    self, ClientHello, FrameError, Limits, Reply, ServerHello, Start, TestKind, UDP_ECHO_MAGIC,
-    UDP_ECHO_REPLY, UDP_ECHO_REQUEST, UDP_HEADER_LEN, UdpHeader,
+    self, ClientHello, Control, FlowFinal, FrameError, FrameReader, Limits, Reply, ServerHello,
+    Start, StreamDatagram, StreamSpec, TestKind, UDP_ECHO_MAGIC, UDP_ECHO_REPLY, UDP_ECHO_REQUEST,
+    UDP_HEADER_LEN, UDP_JOIN_SEQ, UdpHeader,
 };
 use crate::sock::{Conn, set_int};
 
@@ -44,6 +49,9 @@ pub struct ServeConfig {
     /// Behaviour applied to every test regardless of what clients ask (to emulate a given
     /// server, e.g. the split-write, Nagle-on one).
     pub forced: Option<ServerBehaviour>,
+    /// Handle at most this many requests at once across all connections, like that many
+    /// single-threaded workers: the rest wait their turn (socket queueing). None: no limit.
+    pub workers: Option<u32>,
 }
 
 impl Default for ServeConfig {
@@ -60,6 +68,7 @@ impl Default for ServeConfig {
             max_connections: 1024,
             handshake_timeout: Duration::from_secs(5),
             forced: None,
+            workers: None,
         }
     }
 }
@@ -107,7 +116,45 @@ struct Shared {
     tests: AtomicU32,
     next_id: AtomicU64,
     udp_tests: RwLock<HashMap<u64, Arc<UdpTest>>>,
+    streams: RwLock<HashMap<u64, Arc<StreamTest>>>,
+    /// Requests being handled and the FIFO of waiting ones, against `cfg.workers`.
+    busy: Mutex<WorkerQueue>,
+    free: Condvar,
+    /// A clone of the UDP socket for stream tests in which the server sends datagrams.
+    udp_out: Option<UdpSocket>,
     log: Box<dyn Fn(ServeEvent) + Send + Sync>,
+}
+
+/// A running stream test, shared by its control thread, its joining data connections and the
+/// UDP thread.
+struct StreamTest {
+    spec: StreamSpec,
+    token: u64,
+    peer_ip: Option<IpAddr>,
+    socks: Mutex<Vec<Option<Arc<DataSock>>>>,
+    udp_peers: Mutex<Vec<Option<SocketAddr>>>,
+    joined: Condvar,
+    start: std::sync::OnceLock<Instant>,
+    udp_rx: Vec<Mutex<UdpRx>>,
+    counters: Vec<FlowCounters>,
+    stop: AtomicBool,
+}
+
+impl StreamTest {
+    fn all_joined(&self) -> bool {
+        match self.spec.transport {
+            Transport::Udp => self
+                .udp_peers
+                .lock()
+                .map(|v| v.iter().all(Option::is_some))
+                .unwrap_or(false),
+            _ => self
+                .socks
+                .lock()
+                .map(|v| v.iter().all(Option::is_some))
+                .unwrap_or(false),
+        }
+    }
 }
 
 /// A bound server, not yet running.
@@ -217,6 +264,7 @@ impl Server {
         }
         udp.set_read_timeout(Some(POLL))
             .map_err(|e| NetError::io("udp socket", e))?;
+        let udp_out = udp.try_clone().ok();
         Ok(Server {
             tcp,
             udp,
@@ -228,6 +276,10 @@ impl Server {
                 tests: AtomicU32::new(0),
                 next_id: AtomicU64::new(1),
                 udp_tests: RwLock::new(HashMap::new()),
+                streams: RwLock::new(HashMap::new()),
+                busy: Mutex::new(WorkerQueue::default()),
+                free: Condvar::new(),
+                udp_out,
                 log: Box::new(log),
             }),
         })
@@ -328,6 +380,54 @@ fn bind_error(what: &str, e: io::Error) -> NetError {
             remedy: "use a port ≥ 1024".into(),
         },
         _ => NetError::io(what, e),
+    }
+}
+
+/// First come, first served admission to the `--workers` slots (a plain semaphore would let
+/// the thread that just finished win again and starve the others — unlike a real worker,
+/// which takes queued requests in order).
+#[derive(Debug, Default)]
+struct WorkerQueue {
+    busy: u32,
+    next_ticket: u64,
+    next_admit: u64,
+}
+
+/// One of `--workers` request slots; waits its turn, gives the slot back when dropped.
+struct WorkerPermit<'a>(Option<&'a Shared>);
+
+impl<'a> WorkerPermit<'a> {
+    fn take(sh: &'a Shared) -> WorkerPermit<'a> {
+        let Some(max) = sh.cfg.workers else {
+            return WorkerPermit(None);
+        };
+        let Ok(mut q) = sh.busy.lock() else {
+            return WorkerPermit(None);
+        };
+        let ticket = q.next_ticket;
+        q.next_ticket += 1;
+        while q.next_admit != ticket || q.busy >= max {
+            q = match sh.free.wait(q) {
+                Ok(q) => q,
+                Err(_) => return WorkerPermit(None),
+            };
+        }
+        q.next_admit += 1;
+        q.busy += 1;
+        // The next ticket may be admissible too (more than one free slot).
+        sh.free.notify_all();
+        WorkerPermit(Some(sh))
+    }
+}
+
+impl Drop for WorkerPermit<'_> {
+    fn drop(&mut self) {
+        if let Some(sh) = self.0
+            && let Ok(mut q) = sh.busy.lock()
+        {
+            q.busy = q.busy.saturating_sub(1);
+            sh.free.notify_all();
+        }
     }
 }
 
@@ -441,6 +541,60 @@ fn validate(start: &Start, limits: &Limits, unix: bool) -> Result<(), (&'static 
             ));
         }
     }
+    if start.kind == TestKind::Stream {
+        let Some(spec) = &start.stream else {
+            return Err(("invalid", "a stream test without its description".into()));
+        };
+        if spec.streams == 0 || spec.streams > 128 {
+            return Err((
+                "limit",
+                format!("{} streams: this server allows 1 to 128", spec.streams),
+            ));
+        }
+        if spec.buffer_bytes == 0 || spec.buffer_bytes > max {
+            return Err((
+                "limit",
+                format!(
+                    "buffer length {} B is outside 1 B – {max} B (serve --max-message)",
+                    spec.buffer_bytes
+                ),
+            ));
+        }
+        if spec.duration_ms > limits.max_duration_ms {
+            return Err((
+                "limit",
+                format!(
+                    "a {} s test exceeds this server's limit of {} s (serve --max-duration)",
+                    spec.duration_ms / 1000,
+                    limits.max_duration_ms / 1000
+                ),
+            ));
+        }
+        if spec.duration_ms == 0 && spec.bytes_per_stream.is_none() {
+            return Err((
+                "invalid",
+                "a stream test needs a duration or a byte count".into(),
+            ));
+        }
+        if spec.transport == Transport::Udp
+            && (spec.buffer_bytes < proto::UDP_STREAM_HEADER_LEN as u32
+                || spec.buffer_bytes > 65_507)
+        {
+            return Err((
+                "invalid",
+                format!(
+                    "UDP datagrams must be {}–65507 B",
+                    proto::UDP_STREAM_HEADER_LEN
+                ),
+            ));
+        }
+        if (spec.transport == Transport::Unix) != unix {
+            return Err((
+                "invalid",
+                "the stream's transport does not match this connection".into(),
+            ));
+        }
+    }
     if start.server.think_ns > 10_000_000_000 {
         return Err(("limit", "think time above 10 s".into()));
     }
@@ -496,6 +650,12 @@ fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_ip: Option<I
         let _ = refuse(&mut conn, code, &msg);
         return log_refused(msg);
     }
+    if start.kind == TestKind::StreamJoin {
+        if let Err(msg) = join_stream(sh, conn, &start) {
+            log_refused(msg);
+        }
+        return;
+    }
     let Some(_test) = try_slot(&sh.tests, cfg.limits.max_tests) else {
         let msg = format!(
             "this server already runs its limit of {} tests; try again later",
@@ -506,7 +666,15 @@ fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_ip: Option<I
     };
     let behaviour = cfg.forced.clone().unwrap_or_else(|| start.server.clone());
     let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
-    let token = (start.kind == TestKind::UdpRr).then(random_token);
+    let token = matches!(start.kind, TestKind::UdpRr | TestKind::Stream).then(random_token);
+    // A stream test must be findable before the client learns its token, or its first data
+    // connection could arrive first.
+    let registered = match (&start.stream, token) {
+        (Some(spec), Some(token)) if start.kind == TestKind::Stream => {
+            Some(StreamGuard::register(sh, spec, token, peer_ip))
+        }
+        _ => None,
+    };
     let reply = Reply::Accepted {
         test_id: id,
         server: behaviour.clone(),
@@ -524,8 +692,12 @@ fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_ip: Option<I
     });
     let began = Instant::now();
     let deadline = began + Duration::from_millis(start.duration_ms.max(1));
-    let (transactions, reason) = match (start.kind, token) {
-        (TestKind::UdpRr, Some(token)) => {
+    let (transactions, reason) = match (start.kind, token, &start.stream) {
+        (TestKind::Stream, _, _) => match &registered {
+            Some(g) => run_stream_test(sh, &mut conn, &g.test),
+            None => (0, "stream test without description".into()),
+        },
+        (TestKind::UdpRr, Some(token), _) => {
             udp_test(sh, &mut conn, &start, &behaviour, token, peer_ip, deadline)
         }
         _ => stream_test(sh, &mut conn, &start, &behaviour, deadline),
@@ -624,6 +796,7 @@ fn stream_test(
             Ok(false) => return (n, "client closed".into()),
             Err(e) => return (n, e),
         }
+        let _worker = WorkerPermit::take(sh);
         if !think.is_zero() {
             thread::sleep(think);
         }
@@ -639,6 +812,7 @@ fn stream_test(
         if tcp && b.sockopts.cork {
             let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, 0);
         }
+        drop(_worker);
         if let Err(e) = wrote {
             return (n, format!("write failed: {e}"));
         }
@@ -709,6 +883,10 @@ fn udp_loop(udp: &UdpSocket, sh: &Shared) {
             let _ = udp.send_to(pkt, from);
             continue;
         }
+        if let Some(d) = StreamDatagram::parse(pkt) {
+            stream_datagram(udp, sh, d, n, from);
+            continue;
+        }
         let Some(h) = UdpHeader::parse(pkt) else {
             continue;
         };
@@ -731,6 +909,432 @@ fn udp_loop(udp: &UdpSocket, sh: &Shared) {
     }
 }
 
+/// A data connection joins its stream test.
+fn join_stream(sh: &Shared, mut conn: Conn, start: &Start) -> Result<(), String> {
+    let Some(j) = start.join else {
+        let _ = refuse(&mut conn, "invalid", "a join without its test token");
+        return Err("join without token".into());
+    };
+    let test = sh
+        .streams
+        .read()
+        .ok()
+        .and_then(|m| m.get(&j.token).cloned());
+    let Some(test) = test else {
+        let _ = refuse(
+            &mut conn,
+            "invalid",
+            "no such stream test (it ended or never started)",
+        );
+        return Err("join for an unknown test".into());
+    };
+    if j.index >= test.spec.flows() || test.spec.transport == Transport::Udp {
+        let _ = refuse(&mut conn, "invalid", "no such flow in this test");
+        return Err("join for an unknown flow".into());
+    }
+    let v6 = matches!(&conn, Conn::Tcp(s) if s.local_addr().map(|a| a.is_ipv6()).unwrap_or(false));
+    if let Err(e) = flow::apply_options(conn.as_raw_fd(), &test.spec.options, conn.is_tcp(), v6) {
+        let _ = refuse(&mut conn, "invalid", &format!("socket options: {e}"));
+        return Err(format!("socket options: {e}"));
+    }
+    if proto::write_frame(
+        &mut conn,
+        &Reply::Accepted {
+            test_id: 0,
+            server: ServerBehaviour::default(),
+            udp_token: None,
+        },
+    )
+    .is_err()
+    {
+        return Err("data connection closed while joining".into());
+    }
+    let sock = match conn {
+        Conn::Tcp(s) => DataSock::Tcp(s),
+        Conn::Unix(s) => DataSock::Unix(s),
+    };
+    sock.set_read_timeout(None);
+    if let Ok(mut v) = test.socks.lock() {
+        if v[j.index as usize].is_some() {
+            return Err("flow joined twice".into());
+        }
+        v[j.index as usize] = Some(Arc::new(sock));
+    }
+    test.joined.notify_all();
+    Ok(())
+}
+
+/// A stream-test datagram arrived on the shared UDP socket.
+fn stream_datagram(udp: &UdpSocket, sh: &Shared, d: StreamDatagram, len: usize, from: SocketAddr) {
+    let test = sh
+        .streams
+        .read()
+        .ok()
+        .and_then(|m| m.get(&d.token).cloned());
+    let Some(t) = test else { return };
+    if t.peer_ip.is_some_and(|ip| ip != canonical(from.ip())) || d.index >= t.spec.flows() {
+        return;
+    }
+    let i = d.index as usize;
+    if d.seq == UDP_JOIN_SEQ {
+        if let Ok(mut v) = t.udp_peers.lock() {
+            v[i] = Some(from);
+        }
+        t.joined.notify_all();
+        // Echo: tells the client its flow is known (and opens stateful firewalls both ways).
+        let mut buf = [0u8; proto::UDP_STREAM_HEADER_LEN];
+        d.write(&mut buf);
+        let _ = udp.send_to(&buf, from);
+        return;
+    }
+    let Some(start) = t.start.get() else { return };
+    if !t.spec.client_sends(d.index) {
+        return;
+    }
+    let arrival = start.elapsed().as_nanos() as u64;
+    if let Ok(mut rx) = t.udp_rx[i].lock() {
+        rx.on_datagram(d.seq, len, d.send_ns, arrival);
+    }
+    let c = &t.counters[i];
+    c.bytes.fetch_add(len as u64, Ordering::Relaxed);
+    c.calls.fetch_add(1, Ordering::Relaxed);
+    c.last_ns.store(arrival, Ordering::Relaxed);
+}
+
+/// What a server data thread returns: its CPU usage and whether it sent.
+struct FlowThread {
+    usage: ThreadUsage,
+    sends: bool,
+    error: Option<String>,
+}
+
+/// A registered stream test; unregistered when dropped.
+struct StreamGuard<'a> {
+    sh: &'a Shared,
+    token: u64,
+    test: Arc<StreamTest>,
+}
+
+impl<'a> StreamGuard<'a> {
+    fn register(
+        sh: &'a Shared,
+        spec: &StreamSpec,
+        token: u64,
+        peer_ip: Option<IpAddr>,
+    ) -> StreamGuard<'a> {
+        let flows = spec.flows() as usize;
+        let test = Arc::new(StreamTest {
+            spec: spec.clone(),
+            token,
+            peer_ip: peer_ip.map(canonical),
+            socks: Mutex::new(vec![None; flows]),
+            udp_peers: Mutex::new(vec![None; flows]),
+            joined: Condvar::new(),
+            start: std::sync::OnceLock::new(),
+            udp_rx: (0..flows).map(|_| Mutex::new(UdpRx::default())).collect(),
+            counters: (0..flows).map(|_| FlowCounters::default()).collect(),
+            stop: AtomicBool::new(false),
+        });
+        if let Ok(mut m) = sh.streams.write() {
+            m.insert(token, test.clone());
+        }
+        StreamGuard { sh, token, test }
+    }
+}
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.sh.streams.write() {
+            m.remove(&self.token);
+        }
+    }
+}
+
+/// Run a stream test's control channel: wait for the flows, start them, report intervals,
+/// stop on the client's word (or the deadline), and send the server's final figures.
+fn run_stream_test(sh: &Shared, conn: &mut Conn, test: &Arc<StreamTest>) -> (u64, String) {
+    let spec = &test.spec;
+    // Wait (bounded) for every flow to join.
+    let join_deadline = Instant::now() + sh.cfg.handshake_timeout;
+    while !test.all_joined() {
+        let Ok(g) = test.socks.lock() else { break };
+        let left = join_deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || sh.stop.load(Ordering::Relaxed) {
+            drop(g);
+            let message = "not every data connection joined in time".to_string();
+            let _ = proto::write_frame(
+                conn,
+                &Control::Error {
+                    message: message.clone(),
+                },
+            );
+            return (0, message);
+        }
+        let _ = test.joined.wait_timeout(g, left.min(POLL));
+    }
+    let start = Instant::now();
+    let _ = test.start.set(start);
+    if proto::write_frame(conn, &Control::Go).is_err() {
+        test.stop.store(true, Ordering::SeqCst);
+        return (0, "client left before the start".into());
+    }
+    let until = Until {
+        deadline: (spec.duration_ms > 0).then(|| start + Duration::from_millis(spec.duration_ms)),
+        bytes: spec.bytes_per_stream,
+    };
+    let socks: Vec<Option<Arc<DataSock>>> =
+        test.socks.lock().map(|v| v.clone()).unwrap_or_default();
+    let peers: Vec<Option<SocketAddr>> =
+        test.udp_peers.lock().map(|v| v.clone()).unwrap_or_default();
+    let mut threads = Vec::new();
+    for i in 0..spec.flows() {
+        let sends = !spec.client_sends(i);
+        let t = test.clone();
+        let sock = socks.get(i as usize).cloned().flatten();
+        let peer = peers.get(i as usize).copied().flatten();
+        let udp = if spec.transport == Transport::Udp && sends {
+            sh.udp_out.as_ref().and_then(|u| u.try_clone().ok())
+        } else {
+            None
+        };
+        if spec.transport == Transport::Udp && !sends {
+            continue; // received by the UDP thread
+        }
+        let handle = thread::Builder::new()
+            .name("serve-flow".into())
+            .spawn(move || {
+                let u0 = ThreadUsage::now();
+                let c = &t.counters[i as usize];
+                let spec = &t.spec;
+                let res = match (sock, udp, peer) {
+                    (Some(sock), _, _) if sends => flow::stream_send(
+                        &sock,
+                        spec.buffer_bytes as usize,
+                        spec.options.zerocopy,
+                        until,
+                        start,
+                        c,
+                        &t.stop,
+                    ),
+                    (Some(sock), _, _) => {
+                        flow::stream_recv(&sock, spec.buffer_bytes as usize, start, c, &t.stop)
+                    }
+                    (None, Some(udp), Some(peer)) => flow::udp_send(
+                        &udp,
+                        Some(peer),
+                        t.token,
+                        i,
+                        spec.buffer_bytes as usize,
+                        spec.udp_rate_bps,
+                        until,
+                        start,
+                        c,
+                        &t.stop,
+                    ),
+                    _ => Err("flow without a socket".into()),
+                };
+                FlowThread {
+                    usage: ThreadUsage::now().since(u0),
+                    sends,
+                    error: res.err(),
+                }
+            });
+        if let Ok(h) = handle {
+            threads.push(h);
+        }
+    }
+    // Control loop: intervals out, Stop in.
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut reader = FrameReader::default();
+    let interval = Duration::from_millis(spec.interval_ms.max(10));
+    let hard_deadline = start + Duration::from_millis(spec.duration_ms) + Duration::from_secs(30);
+    let mut next = start + interval;
+    let mut prev: Vec<u64> = vec![0; spec.flows() as usize];
+    let mut prev_retrans: Vec<u64> = vec![0; spec.flows() as usize];
+    let mut last_tick = start;
+    let mut udp_sent_by_client: Vec<(u32, u64)> = Vec::new();
+    let mut reason = String::from("client stopped the test");
+    loop {
+        match reader.poll::<Control>(conn) {
+            Ok(Some(Control::Stop { udp_sent })) => {
+                udp_sent_by_client = udp_sent;
+                break;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {}
+            Err(_) => {
+                reason = "the client went away".into();
+                break;
+            }
+        }
+        let now = Instant::now();
+        if sh.stop.load(Ordering::Relaxed) || now >= hard_deadline {
+            reason = "server stopping or test deadline".into();
+            break;
+        }
+        if now >= next {
+            for ev in server_intervals(
+                test,
+                &socks,
+                start,
+                last_tick,
+                now,
+                &mut prev,
+                &mut prev_retrans,
+            ) {
+                if proto::write_frame(conn, &Control::Interval(ev)).is_err() {
+                    reason = "the client went away".into();
+                }
+            }
+            last_tick = now;
+            next += interval;
+        }
+    }
+    test.stop.store(true, Ordering::SeqCst);
+    let outs: Vec<FlowThread> = threads.into_iter().filter_map(|h| h.join().ok()).collect();
+    // Final figures.
+    let mut flows = Vec::new();
+    let (mut send_usage, mut recv_usage) = (ThreadUsage::default(), ThreadUsage::default());
+    for o in &outs {
+        if o.sends {
+            send_usage.add(o.usage)
+        } else {
+            recv_usage.add(o.usage)
+        }
+    }
+    let (mut sb, mut sc, mut rb, mut rc) = (0u64, 0u64, 0u64, 0u64);
+    let mut total = 0u64;
+    for i in 0..spec.flows() {
+        let c = &test.counters[i as usize];
+        let bytes = c.bytes.load(Ordering::Relaxed);
+        let last = c.last_ns.load(Ordering::Relaxed);
+        let client_sends = spec.client_sends(i);
+        let mut f = FlowFinal {
+            index: i,
+            ..FlowFinal::default()
+        };
+        if client_sends {
+            f.bytes_received = bytes;
+            f.receive_ns = last;
+            rb += bytes;
+            rc += c.calls.load(Ordering::Relaxed);
+            if spec.transport == Transport::Udp {
+                let sent = udp_sent_by_client
+                    .iter()
+                    .find(|(k, _)| *k == i)
+                    .map(|(_, n)| *n)
+                    .unwrap_or(0);
+                f.udp_rx = test.udp_rx[i as usize].lock().ok().map(|r| r.figures(sent));
+            }
+        } else {
+            f.bytes_sent = bytes;
+            f.send_ns = last;
+            f.udp_sent = c.datagrams.load(Ordering::Relaxed);
+            sb += bytes;
+            sc += c.calls.load(Ordering::Relaxed);
+            if let Some(Some(s)) = socks.get(i as usize)
+                && s.is_tcp()
+            {
+                f.tcp = flow::tcp_info(s.fd());
+            }
+        }
+        total += bytes;
+        flows.push(f);
+    }
+    let call_ns = |send: bool| -> u64 {
+        (0..spec.flows())
+            .filter(|i| spec.client_sends(*i) != send)
+            .map(|i| test.counters[i as usize].call_ns.load(Ordering::Relaxed))
+            .sum()
+    };
+    let fin = Control::Final {
+        flows,
+        cost_as_sender: flow::cost(send_usage, sb, sc, call_ns(true), start.elapsed()),
+        cost_as_receiver: {
+            let mut c = flow::cost(recv_usage, rb, rc, call_ns(false), start.elapsed());
+            // UDP is received by the server's one shared UDP thread: its CPU time cannot be
+            // attributed to one test.
+            c.cpu_measured = spec.transport != Transport::Udp;
+            c
+        },
+    };
+    let _ = proto::write_frame(conn, &fin);
+    if let Some(e) = outs.iter().find_map(|o| o.error.clone()) {
+        reason = e;
+    }
+    (total, reason)
+}
+
+/// The server's view of the interval (from, to]: one event per direction it takes part in.
+fn server_intervals(
+    test: &StreamTest,
+    socks: &[Option<Arc<DataSock>>],
+    start: Instant,
+    from: Instant,
+    to: Instant,
+    prev: &mut [u64],
+    prev_retrans: &mut [u64],
+) -> Vec<StreamInterval> {
+    let spec = &test.spec;
+    let secs = (to - from).as_secs_f64().max(1e-9);
+    let mut out = Vec::new();
+    for client_sends in [true, false] {
+        let idx: Vec<u32> = (0..spec.flows())
+            .filter(|i| spec.client_sends(*i) == client_sends)
+            .collect();
+        if idx.is_empty() {
+            continue;
+        }
+        let mut stream_bytes = Vec::with_capacity(idx.len());
+        let mut tcp: Option<TcpFigures> = None;
+        let mut lost = None;
+        for &i in &idx {
+            let now = test.counters[i as usize].bytes.load(Ordering::Relaxed);
+            stream_bytes.push(now - prev[i as usize]);
+            prev[i as usize] = now;
+            if !client_sends
+                && let Some(Some(s)) = socks.get(i as usize)
+                && s.is_tcp()
+                && let Some(ti) = flow::tcp_info(s.fd())
+            {
+                let t = tcp.get_or_insert_with(TcpFigures::default);
+                t.retransmits += ti.retransmits - prev_retrans[i as usize].min(ti.retransmits);
+                prev_retrans[i as usize] = ti.retransmits;
+                t.cwnd = t.cwnd.max(ti.cwnd);
+                t.rtt_us = t.rtt_us.max(ti.rtt_us);
+                t.rtt_var_us = t.rtt_var_us.max(ti.rtt_var_us);
+            }
+            if client_sends && spec.transport == Transport::Udp {
+                let g = test.udp_rx[i as usize]
+                    .lock()
+                    .map(|r| r.gaps())
+                    .unwrap_or(0);
+                *lost.get_or_insert(0) += g;
+            }
+        }
+        let bytes: u64 = stream_bytes.iter().sum();
+        out.push(StreamInterval {
+            event: "stream_interval".into(),
+            direction: if client_sends {
+                "client→server"
+            } else {
+                "server→client"
+            }
+            .into(),
+            side: "server".into(),
+            role: if client_sends { "receiver" } else { "sender" }.into(),
+            start_ns: (from - start).as_nanos() as u64,
+            end_ns: (to - start).as_nanos() as u64,
+            stream_bytes,
+            bytes,
+            rate_bps: bytes as f64 * 8.0 / secs,
+            tcp,
+            udp_lost: lost,
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -742,6 +1346,8 @@ mod tests {
             response_bytes: resp,
             duration_ms: dur,
             server: ServerBehaviour::default(),
+            stream: None,
+            join: None,
         }
     }
 

@@ -3,8 +3,12 @@
 
 pub mod connect;
 pub mod demo;
+pub mod diagnose;
 pub mod http;
+pub mod ping;
 pub mod rr;
+pub mod sockets;
+pub mod stream;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

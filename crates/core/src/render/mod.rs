@@ -2,8 +2,12 @@
 
 mod connect;
 mod demo;
+mod diagnose;
 mod http;
+pub mod ping;
 mod rr;
+mod sockets;
+pub mod stream;
 pub mod table;
 
 use std::io::{self, Write};

@@ -1,0 +1,239 @@
+//! `latscope ping` and `latscope trace`: probe replies, per-host statistics, traced hops.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Meta;
+use crate::summary::Summary;
+
+/// How probes are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeMode {
+    /// TCP SYN from a raw socket; SYN-ACK or RST answers; the kernel resets the half-open
+    /// connection (needs CAP_NET_RAW).
+    Syn,
+    /// A full TCP connect() and an abortive close (no privilege).
+    Connect,
+    /// UDP datagrams: latscope serve's echo (`LSP1` 0x01), or ICMP port unreachable.
+    Udp,
+    /// ICMP echo (unprivileged ping sockets where allowed, else a raw socket).
+    Icmp,
+}
+
+impl ProbeMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeMode::Syn => "TCP SYN",
+            ProbeMode::Connect => "TCP connect",
+            ProbeMode::Udp => "UDP",
+            ProbeMode::Icmp => "ICMP echo",
+        }
+    }
+}
+
+/// What answered a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplyKind {
+    /// SYN-ACK: a listener (port open).
+    SynAck,
+    /// RST: nothing listens (port closed).
+    Rst,
+    /// connect() completed (port open).
+    Connected,
+    /// connect() refused (port closed).
+    Refused,
+    /// ICMP echo reply.
+    EchoReply,
+    /// latscope serve's UDP echo reply (port open).
+    UdpEcho,
+    /// ICMP port unreachable (UDP port closed).
+    PortUnreachable,
+    /// ICMP time exceeded: a router on the path.
+    TimeExceeded,
+    /// ICMP administratively prohibited (a firewall rejects: filtered).
+    Prohibited,
+    /// Another ICMP destination unreachable (host, net, ...).
+    Unreachable,
+}
+
+impl ReplyKind {
+    /// Whether this kind of reply comes from the destination itself.
+    pub fn from_destination(self) -> bool {
+        !matches!(
+            self,
+            ReplyKind::TimeExceeded | ReplyKind::Prohibited | ReplyKind::Unreachable
+        )
+    }
+
+    /// The port state this reply implies (None for ICMP echo and router replies).
+    pub fn port_state(self) -> Option<PortState> {
+        match self {
+            ReplyKind::SynAck | ReplyKind::Connected | ReplyKind::UdpEcho => Some(PortState::Open),
+            ReplyKind::Rst | ReplyKind::Refused | ReplyKind::PortUnreachable => {
+                Some(PortState::Closed)
+            }
+            ReplyKind::Prohibited => Some(PortState::Filtered),
+            _ => None,
+        }
+    }
+
+    /// A short label: `SA`, `RA`, `echo`, `port-unreachable`, ...
+    pub fn label(self) -> &'static str {
+        match self {
+            ReplyKind::SynAck => "SA",
+            ReplyKind::Rst => "RA",
+            ReplyKind::Connected => "connected",
+            ReplyKind::Refused => "refused",
+            ReplyKind::EchoReply => "echo-reply",
+            ReplyKind::UdpEcho => "udp-echo",
+            ReplyKind::PortUnreachable => "port-unreachable",
+            ReplyKind::TimeExceeded => "time-exceeded",
+            ReplyKind::Prohibited => "prohibited",
+            ReplyKind::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// Port state as nmap names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PortState {
+    /// Something answers on the port.
+    Open,
+    /// The host answers that nothing listens.
+    Closed,
+    /// No answer (probes dropped) or an administrative reject.
+    Filtered,
+    /// UDP without any answer: a firewall drops the probes, or a service listens and does not
+    /// answer these datagrams (nmap's "open|filtered").
+    #[serde(rename = "open|filtered")]
+    OpenFiltered,
+}
+
+impl PortState {
+    pub fn name(self) -> &'static str {
+        match self {
+            PortState::Open => "open",
+            PortState::Closed => "closed",
+            PortState::Filtered => "filtered",
+            PortState::OpenFiltered => "open|filtered",
+        }
+    }
+}
+
+/// One answered probe (one line of `latscope ping`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PingReply {
+    /// Probe sequence number, from 0.
+    pub seq: u64,
+    /// Who answered.
+    pub from: String,
+    pub kind: ReplyKind,
+    /// TCP flags of the answer (`SA`, `RA`), when TCP.
+    pub flags: Option<String>,
+    /// TTL / hop limit of the answer, when the socket could see it.
+    pub ttl: Option<u8>,
+    /// Bytes of the answer as received.
+    pub size: u64,
+    pub rtt_ns: u64,
+    /// Whether both ends of this RTT are kernel timestamps.
+    pub kernel_timestamps: bool,
+}
+
+/// The report of `latscope ping`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PingReport {
+    pub meta: Meta,
+    /// The target as given.
+    pub target: String,
+    /// The address it resolved to (once, at start).
+    pub address: String,
+    /// Destination port (TCP and UDP modes).
+    pub port: Option<u16>,
+    pub mode: ProbeMode,
+    /// Why this mode (chosen by the user, or picked from the privileges available).
+    pub mode_reason: String,
+    /// Where the RTT timestamps came from.
+    pub timestamps: String,
+    pub payload_bytes: u64,
+    pub sent: u64,
+    pub received: u64,
+    /// Probes that got no answer within the timeout.
+    pub lost: u64,
+    pub loss_percent: f64,
+    /// Answers by kind (label, count).
+    pub replies_by_kind: Vec<(String, u64)>,
+    /// RTT of the answered probes.
+    pub rtt: Summary,
+    /// open / closed / filtered (TCP and UDP modes).
+    pub port_state: Option<PortState>,
+    pub elapsed_ns: u64,
+    /// Probes sent per second.
+    pub rate_per_sec: f64,
+    /// Every answer (bounded: at most the first 100000).
+    pub replies: Vec<PingReply>,
+    pub interrupted: bool,
+}
+
+/// One probe of one hop.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HopProbe {
+    /// Who answered (None: no answer within the wait time, shown as `*`).
+    pub from: Option<String>,
+    pub kind: Option<ReplyKind>,
+    pub rtt_ns: Option<u64>,
+}
+
+/// One TTL of a trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TraceHop {
+    pub ttl: u8,
+    pub probes: Vec<HopProbe>,
+    /// Whether the destination answered at this TTL.
+    pub destination: bool,
+}
+
+/// Per-hop statistics over the rounds of `trace --report` (mtr's report, plus percentiles).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HopStats {
+    pub ttl: u8,
+    /// The addresses that answered at this TTL, most frequent first.
+    pub addresses: Vec<String>,
+    pub sent: u64,
+    pub received: u64,
+    pub loss_percent: f64,
+    pub last_ns: Option<u64>,
+    pub rtt: Summary,
+    pub destination: bool,
+}
+
+/// The report of `latscope trace`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TraceReport {
+    pub meta: Meta,
+    pub target: String,
+    pub address: String,
+    pub mode: ProbeMode,
+    pub mode_reason: String,
+    pub port: Option<u16>,
+    /// What stays constant across TTLs so load balancers keep the probes on one path (Paris
+    /// traceroute), and which field identifies each probe.
+    pub flow: String,
+    pub first_ttl: u8,
+    pub max_ttl: u8,
+    pub queries: u32,
+    pub wait_ns: u64,
+    /// Whether the destination answered.
+    pub reached: bool,
+    /// How the destination answered (SYN-ACK, RST, echo reply, port unreachable, ...).
+    pub destination_reply: Option<ReplyKind>,
+    pub timestamps: String,
+    /// The hops, one per TTL (plain trace).
+    pub hops: Vec<TraceHop>,
+    /// `--report`: the number of rounds and per-hop statistics.
+    pub rounds: Option<u64>,
+    pub report: Option<Vec<HopStats>>,
+    pub interrupted: bool,
+}

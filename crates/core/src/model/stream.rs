@@ -1,0 +1,183 @@
+//! `latscope stream`: throughput per direction, per stream and per interval, with its cost.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Meta;
+use super::rr::Transport;
+use crate::summary::Summary;
+
+/// Which way data flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// The client sends, the server receives (default).
+    Send,
+    /// The server sends (`--reverse`).
+    Receive,
+    /// Both at once (`--bidir`), reported separately.
+    Both,
+}
+
+/// Socket options of the data connections (both sides apply them).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamOptions {
+    pub nodelay: bool,
+    /// TCP_MAXSEG before connecting/accepting.
+    pub mss: Option<u32>,
+    /// IP_TOS / IPV6_TCLASS byte (DSCP << 2 | ECN).
+    pub tos: Option<u8>,
+    /// TCP_CONGESTION, e.g. "cubic", "bbr".
+    pub congestion: Option<String>,
+    pub sndbuf: Option<u32>,
+    pub rcvbuf: Option<u32>,
+    /// Send with sendfile(2) from an in-memory file instead of write(2) (no user-space copy).
+    pub zerocopy: bool,
+}
+
+/// What one side spent moving its bytes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Cost {
+    /// False where the CPU time could not be attributed (the server's shared UDP receiver).
+    pub cpu_measured: bool,
+    pub cpu_user_pct: f64,
+    pub cpu_sys_pct: f64,
+    /// read/write/send/recv/sendfile calls on the data sockets.
+    pub io_calls: u64,
+    pub bytes_per_call: f64,
+    /// Mean time per I/O call, µs (nuttcp's msec/call, in µs).
+    pub us_per_call: f64,
+    pub context_switches: u64,
+}
+
+/// One side's view of one direction.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SideView {
+    /// "client" or "server".
+    pub side: String,
+    /// "sender" or "receiver".
+    pub role: String,
+    pub bytes: u64,
+    pub elapsed_ns: u64,
+    pub rate_bps: f64,
+    pub cost: Cost,
+}
+
+/// TCP's own figures (TCP_INFO on the sending sockets), summed or maxed over streams.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TcpFigures {
+    pub retransmits: u64,
+    /// Congestion window at the end, segments (largest over streams).
+    pub cwnd: u32,
+    /// Smoothed RTT at the end, µs (largest over streams).
+    pub rtt_us: u32,
+    pub rtt_var_us: u32,
+}
+
+/// UDP delivery figures (receiver's sequence tracking, sender's count).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UdpFigures {
+    pub sent: u64,
+    /// Distinct datagrams received.
+    pub received: u64,
+    /// sent − received.
+    pub lost: u64,
+    pub loss_pct: f64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// Interarrival jitter (RFC 3550 §6.4.1), ns.
+    pub jitter_ns: f64,
+}
+
+/// One stream (connection) of one direction.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamFigures {
+    pub index: u32,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Receiver's bytes over the measured time.
+    pub rate_bps: f64,
+    pub tcp: Option<TcpFigures>,
+    pub udp: Option<UdpFigures>,
+}
+
+/// Average, minimum and maximum of the per-interval rates (nepim's avg/min/max lines).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct IntervalStats {
+    pub avg_bps: f64,
+    pub min_bps: f64,
+    pub max_bps: f64,
+}
+
+/// One direction's result.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DirectionResult {
+    /// "client→server" or "server→client".
+    pub direction: String,
+    /// The receiver's count: the truth for delivered bytes.
+    pub bytes_delivered: u64,
+    pub rate_bps: f64,
+    pub sender: SideView,
+    pub receiver: SideView,
+    pub streams: Vec<StreamFigures>,
+    pub intervals: IntervalStats,
+    pub tcp: Option<TcpFigures>,
+    pub udp: Option<UdpFigures>,
+}
+
+/// A per-interval record (also one `--json-lines` event).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamInterval {
+    /// Always "stream_interval".
+    pub event: String,
+    /// "client→server" or "server→client".
+    pub direction: String,
+    /// Whose count: "client" or "server".
+    pub side: String,
+    /// "sender" or "receiver".
+    pub role: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Bytes per stream in this interval.
+    pub stream_bytes: Vec<u64>,
+    pub bytes: u64,
+    pub rate_bps: f64,
+    /// TCP senders: retransmits in this interval, cwnd and RTT at its end.
+    pub tcp: Option<TcpFigures>,
+    /// UDP receivers: datagrams missing so far (sequence gaps below the highest received).
+    pub udp_lost: Option<u64>,
+}
+
+/// Latency of a request/response probe run on its own connection, idle and under load.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LatencyProbe {
+    /// Before the bulk transfer started.
+    pub idle: Summary,
+    /// While it ran.
+    pub loaded: Summary,
+}
+
+/// The report of `latscope stream`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamReport {
+    pub meta: Meta,
+    pub target: String,
+    pub transport: Transport,
+    pub direction: Direction,
+    pub streams: u32,
+    /// Requested duration (ns) or byte count (per direction).
+    pub duration_ns: Option<u64>,
+    pub bytes: Option<u64>,
+    /// Write size.
+    pub buffer_bytes: u32,
+    /// UDP target rate, bit/s (total per direction).
+    pub udp_rate_bps: Option<f64>,
+    pub options: StreamOptions,
+    pub results: Vec<DirectionResult>,
+    /// Every interval of both sides' views, in order.
+    pub intervals: Vec<StreamInterval>,
+    pub latency_probe: Option<LatencyProbe>,
+    /// An error that ended the test early (partial figures above).
+    pub error: Option<String>,
+    pub interrupted: bool,
+}

@@ -1,0 +1,66 @@
+use std::fmt::Write;
+
+use super::{Human, Table};
+use crate::model::diagnose::DiagnoseReport;
+use crate::units::format_ns;
+
+impl Human for DiagnoseReport {
+    fn render_human(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "latscope diagnose {} ({})\n",
+            self.target, self.target_kind
+        );
+        let _ = writeln!(out, "  Steps");
+        for s in &self.steps {
+            let mark = match s.status.as_str() {
+                "ran" => "✓",
+                "skipped" => "-",
+                _ => "✗",
+            };
+            let _ = writeln!(out, "    {mark} {:<22} {}", s.name, s.detail);
+        }
+        let b = &self.budget;
+        let f = |v: Option<u64>| v.map(|n| format_ns(n as f64)).unwrap_or_else(|| "-".into());
+        let _ = writeln!(out, "\n  Latency budget (medians)");
+        let mut t = Table::new(&["", "time"]);
+        t.row(vec!["network path RTT".into(), f(b.path_rtt_ns)]);
+        t.row(vec!["hosts: kernel + application".into(), f(b.host_ns)]);
+        t.row(vec!["one request".into(), f(b.single_request_ns)]);
+        if b.concurrency > 1 {
+            t.row(vec![
+                format!("with {} concurrent", b.concurrency),
+                f(b.concurrent_request_ns),
+            ]);
+        }
+        t.render("    ", out);
+        if self.findings.is_empty() {
+            let _ = writeln!(out, "\n  No latency problem found.");
+        } else {
+            let _ = writeln!(out, "\n  Findings, by the latency they explain");
+            for (i, x) in self.findings.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "\n  {}. {} [{}]\n     explains {} per request · confidence {:.0}% · side to fix: {}",
+                    i + 1,
+                    x.title,
+                    x.rule,
+                    format_ns(x.explains_ns as f64),
+                    x.confidence * 100.0,
+                    x.side.name()
+                );
+                for e in &x.evidence {
+                    let _ = writeln!(out, "     - {e}");
+                }
+                let _ = writeln!(out, "     fix: {}", x.fix);
+            }
+        }
+        let _ = writeln!(out, "\n  Verdict: {}", self.verdict);
+        if self.interrupted {
+            let _ = writeln!(
+                out,
+                "\n  (interrupted: the verdict covers the steps that ran)"
+            );
+        }
+    }
+}

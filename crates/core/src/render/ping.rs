@@ -1,0 +1,233 @@
+use std::fmt::Write;
+
+use super::{Human, Table};
+use crate::model::ping::{HopStats, PingReply, PingReport, TraceHop, TraceReport};
+use crate::summary::Summary;
+use crate::units::{format_ns, format_si};
+
+/// One hping3-style line for an answered probe: `len=44 ip=10.0.0.2 ttl=64 flags=SA seq=0 rtt=1.23ms`.
+pub fn reply_line(r: &PingReply) -> String {
+    let mut s = format!("len={} ip={}", r.size, r.from);
+    if let Some(t) = r.ttl {
+        let _ = write!(s, " ttl={t}");
+    }
+    match &r.flags {
+        Some(f) => {
+            let _ = write!(s, " flags={f}");
+        }
+        None => {
+            let _ = write!(s, " {}", r.kind.label());
+        }
+    }
+    let _ = write!(s, " seq={} rtt={}", r.seq, format_ns(r.rtt_ns as f64));
+    s
+}
+
+/// The header line printed before the first reply.
+pub fn ping_header(
+    target: &str,
+    address: &str,
+    port: Option<u16>,
+    mode: &str,
+    why: &str,
+) -> String {
+    let port = port.map(|p| format!(" port {p}")).unwrap_or_default();
+    format!("PING {target} ({address}){port}: {mode} ({why})")
+}
+
+impl Human for PingReport {
+    fn render_human(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\n--- {} ({}) {} ping statistics ---",
+            self.target,
+            self.address,
+            self.mode.name()
+        );
+        let _ = writeln!(
+            out,
+            "{} probes sent, {} answered, {} lost ({:.1}% loss), {} probes/s over {}",
+            self.sent,
+            self.received,
+            self.lost,
+            self.loss_percent,
+            format_si(self.rate_per_sec),
+            format_ns(self.elapsed_ns as f64)
+        );
+        if !self.replies_by_kind.is_empty() {
+            let kinds: Vec<String> = self
+                .replies_by_kind
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            let _ = writeln!(out, "answers: {}", kinds.join(", "));
+        }
+        if let Some(p) = self.port_state {
+            let _ = writeln!(out, "port {}: {}", self.port.unwrap_or(0), p.name());
+        }
+        if self.rtt.count > 0 {
+            let _ = writeln!(
+                out,
+                "rtt min/avg/max/stddev = {}/{}/{}/{}",
+                format_ns(self.rtt.min_ns as f64),
+                format_ns(self.rtt.mean_ns),
+                format_ns(self.rtt.max_ns as f64),
+                format_ns(self.rtt.stddev_ns)
+            );
+            let mut headers: Vec<&str> = vec!["rtt"];
+            headers.extend(Summary::HEADERS);
+            let mut t = Table::new(&headers);
+            let mut row = vec![format!("{} probes", self.rtt.count)];
+            row.extend(self.rtt.cells());
+            t.row(row);
+            t.render("", out);
+        }
+        let _ = writeln!(out, "timestamps: {}", self.timestamps);
+        if self.interrupted {
+            let _ = writeln!(
+                out,
+                "(interrupted: figures cover what was measured before Ctrl-C)"
+            );
+        }
+    }
+}
+
+/// One traceroute-style line for a hop: ` 2  10.0.2.2  0.151ms  0.120ms  *`.
+pub fn hop_line(h: &TraceHop) -> String {
+    let mut s = format!("{:>2} ", h.ttl);
+    let mut last_from: Option<&str> = None;
+    for p in &h.probes {
+        match (&p.from, p.rtt_ns) {
+            (Some(from), Some(rtt)) => {
+                if last_from != Some(from.as_str()) {
+                    let _ = write!(s, " {from}");
+                    last_from = Some(from.as_str());
+                }
+                let _ = write!(s, "  {}", format_ns(rtt as f64));
+            }
+            _ => s.push_str("  *"),
+        }
+    }
+    if h.destination {
+        if let Some(k) = h
+            .probes
+            .iter()
+            .find_map(|p| p.kind.filter(|k| k.from_destination()))
+        {
+            let _ = write!(s, "  [destination: {}]", k.label());
+        }
+    } else if let Some(k) = h.probes.iter().find_map(|p| {
+        p.kind
+            .filter(|k| !k.from_destination() && *k != crate::model::ping::ReplyKind::TimeExceeded)
+    }) {
+        let _ = write!(s, "  !{}", k.label());
+    }
+    s
+}
+
+/// The header line of a trace.
+pub fn trace_header(r: &TraceReport) -> String {
+    let port = r.port.map(|p| format!(" port {p}")).unwrap_or_default();
+    format!(
+        "trace to {} ({}){}, {} probes, ttl {}..{}, {} per hop; {} ({})",
+        r.target,
+        r.address,
+        port,
+        r.mode.name(),
+        r.first_ttl,
+        r.max_ttl,
+        r.queries,
+        r.flow,
+        r.mode_reason
+    )
+}
+
+fn stats_row(h: &HopStats) -> Vec<String> {
+    let host = if h.addresses.is_empty() {
+        "???".to_string()
+    } else {
+        h.addresses.join(" ")
+    };
+    let ns = |v: u64| {
+        if h.received == 0 {
+            "-".to_string()
+        } else {
+            format_ns(v as f64)
+        }
+    };
+    vec![
+        format!("{:>2}.", h.ttl),
+        host,
+        format!("{:.1}%", h.loss_percent),
+        h.sent.to_string(),
+        h.last_ns
+            .map(|v| format_ns(v as f64))
+            .unwrap_or_else(|| "-".into()),
+        ns(h.rtt.min_ns),
+        if h.received == 0 {
+            "-".into()
+        } else {
+            format_ns(h.rtt.mean_ns)
+        },
+        ns(h.rtt.max_ns),
+        if h.received == 0 {
+            "-".into()
+        } else {
+            format_ns(h.rtt.stddev_ns)
+        },
+        ns(h.rtt.p50_ns),
+        ns(h.rtt.p90_ns),
+    ]
+}
+
+impl Human for TraceReport {
+    fn render_human(&self, out: &mut String) {
+        if let Some(rep) = &self.report {
+            let _ = writeln!(out, "{}", trace_header(self));
+            let _ = writeln!(out, "report over {} rounds:", self.rounds.unwrap_or(0));
+            let mut t = Table::new(&[
+                "hop", "host", "loss", "sent", "last", "min", "avg", "max", "stddev", "p50", "p90",
+            ]);
+            for h in rep {
+                t.row(stats_row(h));
+            }
+            t.render("  ", out);
+        }
+        match (self.reached, self.destination_reply) {
+            (true, Some(k)) => {
+                let ttl = self
+                    .hops
+                    .iter()
+                    .chain(std::iter::empty())
+                    .find(|h| h.destination)
+                    .map(|h| h.ttl);
+                let ttl = ttl.or_else(|| {
+                    self.report
+                        .as_ref()
+                        .and_then(|r| r.iter().find(|h| h.destination).map(|h| h.ttl))
+                });
+                let _ = writeln!(
+                    out,
+                    "destination {} reached at hop {}: {}",
+                    self.address,
+                    ttl.map(|t| t.to_string()).unwrap_or_else(|| "?".into()),
+                    k.label()
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "destination {} not reached within {} hops",
+                    self.address, self.max_ttl
+                );
+            }
+        }
+        let _ = writeln!(out, "timestamps: {}", self.timestamps);
+        if self.interrupted {
+            let _ = writeln!(
+                out,
+                "(interrupted: figures cover what was measured before Ctrl-C)"
+            );
+        }
+    }
+}

@@ -1,0 +1,214 @@
+use std::fmt::Write;
+
+use super::{Human, Table};
+use crate::model::stream::{Cost, Direction, StreamInterval, StreamReport};
+use crate::units::{format_bitrate, format_bytes, format_ns};
+
+/// One live line per interval event (the human view prints these as they come).
+pub fn interval_line(ev: &StreamInterval) -> String {
+    let mut s = format!(
+        "  {:<14} {:<14} {:<16} {:>14}",
+        format!(
+            "{:.2}-{:.2}s",
+            ev.start_ns as f64 / 1e9,
+            ev.end_ns as f64 / 1e9
+        ),
+        ev.direction,
+        format!("{} {}", ev.side, ev.role),
+        format_bitrate(ev.rate_bps)
+    );
+    if ev.stream_bytes.len() > 1 {
+        let secs = (ev.end_ns.saturating_sub(ev.start_ns)) as f64 / 1e9;
+        let per: Vec<String> = ev
+            .stream_bytes
+            .iter()
+            .map(|b| {
+                format_bitrate(if secs > 0.0 {
+                    *b as f64 * 8.0 / secs
+                } else {
+                    0.0
+                })
+            })
+            .collect();
+        let _ = write!(s, "  [{}]", per.join(", "));
+    }
+    if let Some(t) = &ev.tcp {
+        let _ = write!(
+            s,
+            "  retr {} cwnd {} rtt {}",
+            t.retransmits,
+            t.cwnd,
+            format_ns(f64::from(t.rtt_us) * 1e3)
+        );
+    }
+    if let Some(l) = ev.udp_lost {
+        let _ = write!(s, "  lost so far {l}");
+    }
+    s
+}
+
+fn cost_cells(c: &Cost) -> Vec<String> {
+    let cpu = |v: f64| {
+        if c.cpu_measured {
+            format!("{v:.1}%")
+        } else {
+            "n/a".into()
+        }
+    };
+    vec![
+        cpu(c.cpu_user_pct),
+        cpu(c.cpu_sys_pct),
+        c.io_calls.to_string(),
+        format_bytes(c.bytes_per_call),
+        format!("{:.2}", c.us_per_call),
+        if c.cpu_measured {
+            c.context_switches.to_string()
+        } else {
+            "n/a".into()
+        },
+    ]
+}
+
+impl Human for StreamReport {
+    fn render_human(&self, out: &mut String) {
+        let dir = match self.direction {
+            Direction::Send => "client → server",
+            Direction::Receive => "server → client",
+            Direction::Both => "both directions",
+        };
+        let amount = match (self.duration_ns, self.bytes) {
+            (Some(d), _) => format_ns(d as f64),
+            (None, Some(b)) => format_bytes(b as f64),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "\nlatscope stream {} — {}, {} stream{}, {}, {}, {} writes{}",
+            self.target,
+            self.transport.name(),
+            self.streams,
+            if self.streams == 1 { "" } else { "s" },
+            dir,
+            amount,
+            format_bytes(f64::from(self.buffer_bytes)),
+            self.udp_rate_bps
+                .map(|r| format!(", target {}", format_bitrate(r)))
+                .unwrap_or_default()
+        );
+        for r in &self.results {
+            let _ = writeln!(
+                out,
+                "\n  {}: {} delivered at {} (the receiver's count)",
+                r.direction,
+                format_bytes(r.bytes_delivered as f64),
+                format_bitrate(r.rate_bps)
+            );
+            let mut t = Table::new(&[
+                "side",
+                "role",
+                "bytes",
+                "time",
+                "rate",
+                "CPU usr",
+                "CPU sys",
+                "I/O calls",
+                "B/call",
+                "us/call",
+                "ctx sw",
+            ]);
+            for v in [&r.sender, &r.receiver] {
+                let mut row = vec![
+                    v.side.clone(),
+                    v.role.clone(),
+                    v.bytes.to_string(),
+                    format_ns(v.elapsed_ns as f64),
+                    format_bitrate(v.rate_bps),
+                ];
+                row.extend(cost_cells(&v.cost));
+                t.row(row);
+            }
+            t.render("    ", out);
+            if r.intervals.avg_bps > 0.0 {
+                let _ = writeln!(
+                    out,
+                    "    per interval (receiver): avg {}  min {}  max {}",
+                    format_bitrate(r.intervals.avg_bps),
+                    format_bitrate(r.intervals.min_bps),
+                    format_bitrate(r.intervals.max_bps)
+                );
+            }
+            if let Some(tcp) = &r.tcp {
+                let _ = writeln!(
+                    out,
+                    "    TCP (sender): {} retransmits, cwnd {} segments, RTT {} ± {}",
+                    tcp.retransmits,
+                    tcp.cwnd,
+                    format_ns(f64::from(tcp.rtt_us) * 1e3),
+                    format_ns(f64::from(tcp.rtt_var_us) * 1e3)
+                );
+            }
+            if let Some(u) = &r.udp {
+                let _ = writeln!(
+                    out,
+                    "    UDP: {} sent, {} received, {} lost ({:.3}%), {} out of order, {} duplicates, jitter {}",
+                    u.sent,
+                    u.received,
+                    u.lost,
+                    u.loss_pct,
+                    u.out_of_order,
+                    u.duplicates,
+                    format_ns(u.jitter_ns)
+                );
+            }
+            if r.streams.len() > 1 {
+                let mut t = Table::new(&["stream", "sent", "received", "rate"]);
+                for s in &r.streams {
+                    t.row(vec![
+                        s.index.to_string(),
+                        s.bytes_sent.to_string(),
+                        s.bytes_received.to_string(),
+                        format_bitrate(s.rate_bps),
+                    ]);
+                }
+                t.render("    ", out);
+            }
+        }
+        if let Some(p) = &self.latency_probe {
+            let _ = writeln!(
+                out,
+                "\n  latency probe (64 B request/response on its own connection):"
+            );
+            let mut t = Table::new(&["", "p50", "p90", "p99", "max", "count"]);
+            for (name, s) in [("idle", &p.idle), ("under load", &p.loaded)] {
+                t.row(vec![
+                    name.into(),
+                    format_ns(s.p50_ns as f64),
+                    format_ns(s.p90_ns as f64),
+                    format_ns(s.p99_ns as f64),
+                    format_ns(s.max_ns as f64),
+                    s.count.to_string(),
+                ]);
+            }
+            t.render("    ", out);
+            if p.idle.p50_ns > 0 {
+                let _ = writeln!(
+                    out,
+                    "    the transfer multiplies a small request's median latency by {:.1}",
+                    p.loaded.p50_ns as f64 / p.idle.p50_ns as f64
+                );
+            }
+        }
+        if let Some(e) = &self.error {
+            let _ = writeln!(
+                out,
+                "\n  error: {e} (figures above cover what was measured)"
+            );
+        }
+        if self.interrupted {
+            let _ = writeln!(
+                out,
+                "\n  (interrupted: figures cover what was measured before Ctrl-C)"
+            );
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! Plain-word findings about one socket, from its options and tcp_info. Each rule is a small
+//! function with a stable name; thresholds are stated where they are applied.
+//!
+//! Background the texts rely on: Nagle's algorithm (RFC 896; RFC 1122 4.2.3.4) holds a small
+//! segment while earlier data is unacknowledged; Linux delays ACKs for at least TCP_ATO_MIN
+//! (HZ/25 = 40 ms) unless in quick-ack mode (net/ipv4/tcp_input.c, tcp_output.c). The two
+//! together give the classic 40 ms stall of request/response traffic.
+
+use latscope_core::model::sockets::{Finding, Severity, SocketRow};
+use latscope_core::units::format_bytes;
+
+fn f(severity: Severity, rule: &str, text: String) -> Finding {
+    Finding {
+        severity,
+        rule: rule.into(),
+        text,
+    }
+}
+
+fn ms(us: u32) -> String {
+    if us >= 10_000 {
+        format!("{} ms", us / 1000)
+    } else {
+        format!("{:.1} ms", f64::from(us) / 1000.0)
+    }
+}
+
+/// Share of `part` in `whole` in percent, when `whole` is large enough to mean something.
+fn share(part: Option<u64>, whole: Option<u64>) -> Option<(f64, u64, u64)> {
+    let (p, w) = (part?, whole?);
+    // Less than 10 ms of sending is too little to call anything "limited".
+    (w >= 10_000 && p > 0).then(|| (p as f64 * 100.0 / w as f64, p, w))
+}
+
+/// Findings for `row`. `peer` is the other end of the connection when it is a socket this scan
+/// also saw (loopback, or another namespace on this host).
+pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let opts = row.options.as_ref();
+    let tcp = row.tcp.as_ref();
+    let is_tcp = row.proto == "tcp";
+
+    // Nagle.
+    if is_tcp && opts.and_then(|o| o.nodelay) == Some(false) {
+        if row.state == "LISTEN" {
+            out.push(f(
+                Severity::Info,
+                "nagle-on-listener",
+                "listening socket with Nagle on (TCP_NODELAY off): accepted connections inherit it unless the server sets TCP_NODELAY after accept()".into(),
+            ));
+        } else if row.state == "ESTAB" {
+            let both_ways = tcp.is_some_and(|t| {
+                t.data_segs_in.unwrap_or(0) > 0 && t.data_segs_out.unwrap_or(0) > 0
+            });
+            if both_ways {
+                let peer_ato = peer
+                    .and_then(|p| p.tcp.as_ref())
+                    .map(|t| t.ato_us)
+                    .filter(|&a| a > 0);
+                let wait = match peer_ato {
+                    Some(a) => format!("the peer delays its ACKs up to {} (its ato)", ms(a)),
+                    None => {
+                        "the peer may delay its ACK up to 40 ms (Linux) or 200 ms (others)".into()
+                    }
+                };
+                out.push(f(
+                    Severity::Warn,
+                    "nagle-on-rr",
+                    format!(
+                        "request/response socket with Nagle on (TCP_NODELAY off): a short write that follows an unacknowledged one waits for the peer's ACK, and {wait}"
+                    ),
+                ));
+            }
+        }
+    }
+    if opts.and_then(|o| o.cork) == Some(true) {
+        out.push(f(
+            Severity::Warn,
+            "cork-on",
+            "TCP_CORK is on: partial segments are held until the application uncorks, or for up to 200 ms".into(),
+        ));
+    }
+    if let Some(t) = tcp.filter(|_| row.state == "ESTAB") {
+        // Our own delayed-ACK timeout matters when the peer runs Nagle (otherwise a delayed ACK
+        // rides on the response and costs nothing).
+        let peer_nagle = peer
+            .and_then(|p| p.options.as_ref())
+            .and_then(|o| o.nodelay)
+            == Some(false);
+        if t.ato_us >= 40_000 && peer_nagle {
+            out.push(f(
+                Severity::Warn,
+                "delayed-ack",
+                format!(
+                    "delays its ACKs up to {} (ato) while the peer runs Nagle: the peer's short writes wait for them; TCP_QUICKACK or `ip route ... quickack 1` avoids it",
+                    ms(t.ato_us)
+                ),
+            ));
+        }
+        if let Some((pct, p, w)) =
+            share(t.sndbuf_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0)
+        {
+            out.push(f(
+                Severity::Warn,
+                "sndbuf-limited",
+                format!(
+                    "send buffer limited {pct:.0}% of the time ({} of {} busy sending): raise SO_SNDBUF or stop fixing it",
+                    ms(p.min(u64::from(u32::MAX)) as u32),
+                    ms(w.min(u64::from(u32::MAX)) as u32)
+                ),
+            ));
+        }
+        if let Some((pct, _, _)) = share(t.rwnd_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0)
+        {
+            out.push(f(
+                Severity::Warn,
+                "rwnd-limited",
+                format!("the peer's receive window limited sending {pct:.0}% of the time: the peer reads too slowly or its SO_RCVBUF is small"),
+            ));
+        }
+        if t.total_retrans > 0 {
+            out.push(f(
+                Severity::Warn,
+                "retransmits",
+                format!(
+                    "{} segments retransmitted over the connection's life; each timeout costs at least the RTO (now {})",
+                    t.total_retrans,
+                    ms(t.rto_us)
+                ),
+            ));
+        }
+        if let Some(n) = t.notsent_bytes.filter(|&n| n >= 64 * 1024) {
+            let lowat_set = opts
+                .and_then(|o| o.notsent_lowat)
+                .is_some_and(|l| l > 0 && l < u32::MAX / 2);
+            if !lowat_set {
+                out.push(f(
+                    Severity::Info,
+                    "notsent-queue",
+                    format!(
+                        "{} written but not yet sent: data queued in the socket ages there; TCP_NOTSENT_LOWAT keeps that queue short",
+                        format_bytes(f64::from(n))
+                    ),
+                ));
+            }
+        }
+        if t.rtt_us >= 1000 && t.rttvar_us > t.rtt_us / 2 {
+            out.push(f(
+                Severity::Info,
+                "rtt-jitter",
+                format!("RTT varies a lot: {} ± {}", ms(t.rtt_us), ms(t.rttvar_us)),
+            ));
+        }
+    }
+    // Per-socket limits that differ from the kernel defaults (TCP_RTO_MIN = 200 ms,
+    // TCP_DELACK_MAX = 200 ms in include/net/tcp.h): someone tuned them, often a BPF program.
+    if let Some(us) = opts.and_then(|o| o.delack_max_us).filter(|&u| u != 200_000) {
+        out.push(f(
+            Severity::Info,
+            "delack-max",
+            format!(
+                "delayed ACKs are capped at {} on this socket (TCP_DELACK_MAX_US)",
+                ms(us)
+            ),
+        ));
+    }
+    if let Some(us) = opts.and_then(|o| o.rto_min_us).filter(|&u| u != 200_000) {
+        out.push(f(
+            Severity::Info,
+            "rto-min",
+            format!(
+                "minimum retransmission timeout is {} on this socket (TCP_RTO_MIN_US)",
+                ms(us)
+            ),
+        ));
+    }
+    if let Some(m) = row.mem.as_ref().filter(|m| m.drops > 0) {
+        out.push(f(
+            Severity::Warn,
+            "rcvbuf-drops",
+            format!(
+                "{} packets dropped because the receive buffer ({}) was full",
+                m.drops,
+                format_bytes(f64::from(m.rcvbuf))
+            ),
+        ));
+    }
+    if let Some(us) = opts.and_then(|o| o.busy_poll_us).filter(|&u| u > 0) {
+        out.push(f(
+            Severity::Info,
+            "busy-poll",
+            format!("busy-polls the device queue for up to {us} µs on reads (SO_BUSY_POLL)"),
+        ));
+    }
+    if let Some(r) = &row.route {
+        if r.quickack == Some(true) {
+            out.push(f(
+                Severity::Info,
+                "route-quickack",
+                "the route to the peer disables delayed ACKs (quickack 1)".into(),
+            ));
+        }
+        if let Some(m) = r.rto_min_ms {
+            out.push(f(
+                Severity::Info,
+                "route-rto-min",
+                format!("the route to the peer sets the minimum RTO to {m} ms (rto_min)"),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latscope_core::model::sockets::{SocketOptions, TcpStats};
+
+    fn row(state: &str) -> SocketRow {
+        SocketRow {
+            proto: "tcp".into(),
+            family: "ipv4".into(),
+            state: state.into(),
+            local: "127.0.0.1:1".into(),
+            remote: "127.0.0.1:2".into(),
+            inode: 1,
+            uid: 0,
+            netns: 1,
+            netns_is_own: true,
+            owners: vec![],
+            options: Some(SocketOptions {
+                nodelay: Some(false),
+                cork: Some(false),
+                ..Default::default()
+            }),
+            options_error: None,
+            tcp: Some(TcpStats {
+                data_segs_in: Some(5),
+                data_segs_out: Some(5),
+                ato_us: 40_000,
+                busy_time_us: Some(100_000),
+                sndbuf_limited_us: Some(30_000),
+                ..Default::default()
+            }),
+            mem: None,
+            route: None,
+            findings: vec![],
+        }
+    }
+
+    fn rules(v: &[Finding]) -> Vec<&str> {
+        v.iter().map(|f| f.rule.as_str()).collect()
+    }
+
+    #[test]
+    fn nagle_rr_and_sndbuf_and_ato() {
+        let r = row("ESTAB");
+        let peer = row("ESTAB");
+        let v = for_socket(&r, Some(&peer));
+        assert_eq!(rules(&v), ["nagle-on-rr", "delayed-ack", "sndbuf-limited"]);
+        assert!(v[0].text.contains("40 ms"), "{}", v[0].text);
+        assert!(
+            v[2].text.starts_with("send buffer limited 30% of the time"),
+            "{}",
+            v[2].text
+        );
+        assert_eq!(v[1].severity, Severity::Warn);
+    }
+
+    #[test]
+    fn nodelay_on_is_quiet() {
+        let mut r = row("ESTAB");
+        r.options = Some(SocketOptions {
+            nodelay: Some(true),
+            ..Default::default()
+        });
+        r.tcp = Some(TcpStats {
+            ato_us: 4_000,
+            ..Default::default()
+        });
+        assert!(for_socket(&r, None).is_empty());
+    }
+
+    #[test]
+    fn listener_and_cork() {
+        let mut r = row("LISTEN");
+        r.options = Some(SocketOptions {
+            nodelay: Some(false),
+            cork: Some(true),
+            ..Default::default()
+        });
+        assert_eq!(
+            rules(&for_socket(&r, None)),
+            ["nagle-on-listener", "cork-on"]
+        );
+    }
+
+    #[test]
+    fn little_sending_is_not_limited() {
+        let mut r = row("ESTAB");
+        r.options = None;
+        r.tcp = Some(TcpStats {
+            busy_time_us: Some(5_000),
+            sndbuf_limited_us: Some(5_000),
+            ..Default::default()
+        });
+        assert!(for_socket(&r, None).is_empty());
+    }
+}

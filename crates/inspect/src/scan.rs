@@ -1,0 +1,515 @@
+//! One scan: find the processes and their socket fds (/proc), list the sockets of every network
+//! namespace involved (sock_diag, entered on a helper thread), join the two by socket inode,
+//! read each socket's options through pidfd_getfd, and derive findings.
+//!
+//! Processes and sockets that disappear while we look are expected: they become a note in the
+//! report (once per process), never an error per fd.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
+
+use latscope_core::model::Meta;
+use latscope_core::model::sockets::{Access, Owner, RouteLimits, SocketRow, SocketsReport};
+
+use crate::diag::{self, DiagSocket};
+use crate::error::{InspectError, Result};
+use crate::procfs::{self, ProcError};
+use crate::sockopt::{self, OptError, Pidfd};
+use crate::{findings, netns, procnet, route};
+
+/// Which sockets to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Selection {
+    /// Sockets held by one process.
+    Pid(u32),
+    /// Sockets whose local or remote port is this one (any process, any scanned namespace).
+    Port(u16),
+    /// Every socket of every process we can read.
+    All,
+}
+
+impl Selection {
+    /// "pid 1234" / "port 80" / "all".
+    pub fn describe(&self) -> String {
+        match self {
+            Selection::Pid(p) => format!("pid {p}"),
+            Selection::Port(p) => format!("port {p}"),
+            Selection::All => "all".into(),
+        }
+    }
+}
+
+struct Proc {
+    pid: u32,
+    comm: String,
+    netns: u64,
+    /// socket inode → fds
+    sockets: HashMap<u64, Vec<i32>>,
+}
+
+/// Where to find a network namespace: a process living in it, or an open namespace fd.
+enum NsHandle {
+    Own,
+    Pid(u32),
+    File(std::fs::File),
+}
+
+/// Scan and build the report.
+pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
+    let mut notes = Vec::new();
+    let mut access = Access {
+        cap_sys_ptrace: procfs::has_cap_sys_ptrace(),
+        ..Access::default()
+    };
+    let own_ns = procfs::own_netns().unwrap_or(0);
+
+    // 1. Processes and their socket fds.
+    let pids = match selection {
+        Selection::Pid(p) => {
+            if !procfs::exists(p) {
+                return Err(InspectError::NoSuchProcess(p));
+            }
+            vec![p]
+        }
+        _ => procfs::all_pids().map_err(|e| InspectError::io("listing /proc", e))?,
+    };
+    let self_pid = std::process::id();
+    let mut procs = Vec::new();
+    let mut denied_pids = Vec::new();
+    for pid in pids {
+        if pid == self_pid && selection != Selection::Pid(pid) {
+            continue;
+        }
+        let read = procfs::netns(pid).and_then(|ns| procfs::socket_fds(pid).map(|s| (ns, s)));
+        match read {
+            Ok((netns, sockets)) => procs.push(Proc {
+                pid,
+                comm: procfs::comm(pid),
+                netns,
+                sockets,
+            }),
+            Err(ProcError::Gone) => {
+                if let Selection::Pid(p) = selection {
+                    return Err(InspectError::NoSuchProcess(p));
+                }
+            }
+            Err(ProcError::Denied) => {
+                access.processes_unreadable += 1;
+                denied_pids.push(pid);
+                if let Selection::Pid(p) = selection {
+                    let what = format!("reading the fds of pid {p} (/proc/{p}/fd)");
+                    return Err(if access.cap_sys_ptrace {
+                        // Even CAP_SYS_PTRACE does not reach into a more privileged user namespace.
+                        InspectError::io(
+                            format!("{what}: the process is in a more privileged user namespace"),
+                            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+                        )
+                    } else {
+                        InspectError::Privilege {
+                            what,
+                            capability: "CAP_SYS_PTRACE",
+                        }
+                    });
+                }
+            }
+            Err(ProcError::Other) => {}
+        }
+    }
+    let mut owners: HashMap<u64, Vec<Owner>> = HashMap::new();
+    for p in &procs {
+        for (inode, fds) in &p.sockets {
+            for &fd in fds {
+                owners.entry(*inode).or_default().push(Owner {
+                    pid: p.pid,
+                    comm: p.comm.clone(),
+                    fd,
+                });
+            }
+        }
+    }
+    let wanted_inodes: Option<HashSet<u64>> = match selection {
+        Selection::Pid(_) => Some(owners.keys().copied().collect()),
+        _ => None,
+    };
+
+    // 2. Namespaces to list: every namespace of a selected process, plus our own.
+    let mut namespaces: Vec<(u64, NsHandle)> = Vec::new();
+    let mut seen_ns = HashSet::new();
+    if !matches!(selection, Selection::Pid(_)) {
+        seen_ns.insert(own_ns);
+        namespaces.push((own_ns, NsHandle::Own));
+    }
+    for p in &procs {
+        if p.sockets.is_empty() || !seen_ns.insert(p.netns) {
+            continue;
+        }
+        namespaces.push((
+            p.netns,
+            if p.netns == own_ns {
+                NsHandle::Own
+            } else {
+                NsHandle::Pid(p.pid)
+            },
+        ));
+    }
+
+    let mut listed: Vec<(u64, Vec<DiagSocket>)> = Vec::new();
+    let mut handles: HashMap<u64, NsHandle> = HashMap::new();
+    let mut ns_denied = 0u32;
+    for (ns, handle) in namespaces {
+        match in_ns(&handle, diag::dump_all) {
+            Ok(v) => listed.push((ns, v)),
+            Err(InspectError::Privilege { .. }) => ns_denied += 1,
+            Err(e) => notes.push(format!("network namespace {ns}: {e}")),
+        }
+        handles.insert(ns, handle);
+    }
+
+    // 3. Sockets held by a selected process but not found in any namespace listed so far were
+    // created in another namespace (a thread that called setns, a socket passed over a unix
+    // socket). Ask the socket itself for its namespace (SIOCGSKNS) and list that one too.
+    if access.cap_sys_ptrace {
+        let found: HashSet<u64> = listed
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|s| s.inode))
+            .collect();
+        let mut extra: Vec<(u64, std::fs::File)> = Vec::new();
+        let mut pidfds: HashMap<u32, Option<Pidfd>> = HashMap::new();
+        for p in &procs {
+            for (inode, fds) in &p.sockets {
+                if found.contains(inode)
+                    || wanted_inodes.as_ref().is_some_and(|w| !w.contains(inode))
+                {
+                    continue;
+                }
+                let Some(pidfd) = pidfds
+                    .entry(p.pid)
+                    .or_insert_with(|| Pidfd::open(p.pid).ok())
+                else {
+                    continue;
+                };
+                let Ok(dup) = pidfd.get_fd(fds[0]) else {
+                    continue;
+                };
+                if let Some((_, nsfile)) = sockopt::inet_socket_netns(&dup)
+                    && let Some(ino) = sockopt::file_inode(&nsfile)
+                    && seen_ns.insert(ino)
+                {
+                    extra.push((ino, nsfile));
+                }
+            }
+        }
+        for (ns, file) in extra {
+            let handle = NsHandle::File(file);
+            match in_ns(&handle, diag::dump_all) {
+                Ok(v) => listed.push((ns, v)),
+                Err(InspectError::Privilege { .. }) => ns_denied += 1,
+                Err(e) => notes.push(format!("network namespace {ns}: {e}")),
+            }
+            handles.insert(ns, handle);
+        }
+    }
+
+    // 3b. Processes whose namespace latscope may not read or enter still show their namespace's
+    // sockets in /proc/PID/net (no tcp_info, namespace unknown = 0). Only sockets no namespace
+    // listing had yet, deduplicated by inode (unique across namespaces).
+    let mut from_procnet = 0usize;
+    if !matches!(selection, Selection::Pid(_)) && (!denied_pids.is_empty() || ns_denied > 0) {
+        let mut found: HashSet<u64> = listed
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|s| s.inode))
+            .collect();
+        let mut extra = Vec::new();
+        let listed_ns: HashSet<u64> = listed.iter().map(|(ns, _)| *ns).collect();
+        let mut pids = denied_pids.clone();
+        pids.extend(
+            procs
+                .iter()
+                .filter(|p| !listed_ns.contains(&p.netns))
+                .map(|p| p.pid),
+        );
+        let mut seen_files = HashSet::new();
+        for pid in pids {
+            for s in procnet::sockets_of_new_ns(pid, &mut seen_files) {
+                if s.inode != 0 && found.insert(s.inode) {
+                    extra.push(s);
+                }
+            }
+        }
+        from_procnet = extra.len();
+        if !extra.is_empty() {
+            listed.push((0, extra));
+        }
+    }
+
+    // 4. Rows.
+    let mut rows = Vec::new();
+    for (ns, sockets) in &listed {
+        for s in sockets {
+            let keep = match selection {
+                Selection::Pid(_) => wanted_inodes.as_ref().is_some_and(|w| w.contains(&s.inode)),
+                Selection::Port(port) => s.local.port() == port || s.remote.port() == port,
+                // TIME-WAIT and SYN-RECV mini-sockets have inode 0 and no owner.
+                Selection::All => s.inode != 0,
+            };
+            if !keep {
+                continue;
+            }
+            let mut o = if s.inode != 0 {
+                owners.get(&s.inode).cloned().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            o.sort_by_key(|x| (x.pid, x.fd));
+            rows.push(row_from(s, *ns, *ns == own_ns, o));
+        }
+    }
+
+    // 5. Options, through a duplicate of the fd.
+    let mut pidfds: HashMap<u32, std::result::Result<Pidfd, OptError>> = HashMap::new();
+    let mut gone_pids = BTreeSet::new();
+    let mut denied = 0u32;
+    for row in &mut rows {
+        let proto = if row.proto == "tcp" {
+            diag::Proto::Tcp
+        } else {
+            diag::Proto::Udp
+        };
+        let mut first_err = None;
+        for owner in &row.owners {
+            let pidfd = pidfds
+                .entry(owner.pid)
+                .or_insert_with(|| Pidfd::open(owner.pid));
+            let res = match pidfd {
+                Ok(p) => sockopt::read_remote(p, owner.fd, row.inode, proto),
+                Err(e) => Err(e.clone()),
+            };
+            match res {
+                Ok(opts) => {
+                    row.options = Some(opts);
+                    first_err = None;
+                    break;
+                }
+                Err(e) => {
+                    if e == OptError::ProcessGone {
+                        gone_pids.insert((owner.pid, owner.comm.clone()));
+                    }
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            if e == OptError::Denied {
+                denied += 1;
+            }
+            row.options_error = Some(e.to_string());
+        }
+    }
+    for (pid, comm) in gone_pids {
+        notes.push(format!("pid {pid} ({comm}) exited during the scan; its sockets are shown as the kernel last listed them"));
+    }
+    let closed = rows
+        .iter()
+        .filter(|r| r.options_error.as_deref() == Some(&OptError::SocketGone.to_string()))
+        .count();
+    if closed > 0 {
+        notes.push(format!("{closed} socket(s) closed during the scan; shown as the kernel last listed them, without options"));
+    }
+
+    // 6. Per-route limits for remote addresses, looked up in each socket's namespace.
+    add_route_limits(&mut rows, &listed, &handles);
+
+    // 7. Findings, with the other end of loopback / same-host connections when we saw it.
+    let index: HashMap<(u64, &str, &str), usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.netns, r.local.as_str(), r.remote.as_str()), i))
+        .collect();
+    let found: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let peer = index
+                .get(&(r.netns, r.remote.as_str(), r.local.as_str()))
+                .map(|&i| &rows[i]);
+            findings::for_socket(r, peer)
+        })
+        .collect();
+    for (r, f) in rows.iter_mut().zip(found) {
+        r.findings = f;
+    }
+    rows.sort_by(|a, b| {
+        let ka = a
+            .owners
+            .first()
+            .map(|o| (o.pid, o.fd))
+            .unwrap_or((u32::MAX, i32::MAX));
+        let kb = b
+            .owners
+            .first()
+            .map(|o| (o.pid, o.fd))
+            .unwrap_or((u32::MAX, i32::MAX));
+        ka.cmp(&kb)
+            .then_with(|| a.proto.cmp(&b.proto))
+            .then_with(|| a.local.cmp(&b.local))
+    });
+
+    // 8. Say what is missing, and why.
+    let without_options = rows.iter().filter(|r| r.options.is_none()).count();
+    if without_options > 0 && (denied > 0 || !access.cap_sys_ptrace) {
+        access.missing.push(format!(
+            "options (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_SNDBUF/SO_RCVBUF, TCP_NOTSENT_LOWAT, congestion control, keep-alive, busy-poll) \
+             of {without_options} socket(s): they are read from a duplicate of the owner's fd (pidfd_getfd), which needs CAP_SYS_PTRACE \
+             for processes with other credentials or more capabilities than latscope"
+        ));
+    }
+    if access.processes_unreadable > 0 {
+        let why = if access.cap_sys_ptrace {
+            "they live in a more privileged user namespace"
+        } else {
+            "/proc/PID/fd and /proc/PID/ns need ptrace read access (CAP_SYS_PTRACE)"
+        };
+        access.missing.push(format!(
+            "owning process and fd for sockets of {} process(es) whose /proc entries could not be read: {why}; \
+             sock_diag still lists their sockets (state, addresses, uid, tcp_info) in namespaces latscope can see",
+            access.processes_unreadable
+        ));
+    }
+    let from_procnet = if from_procnet > 0 {
+        rows.iter()
+            .filter(|r| r.netns == 0 && !r.netns_is_own)
+            .count()
+    } else {
+        0
+    };
+    if from_procnet > 0 {
+        access.missing.push(format!(
+            "tcp_info, memory and namespace of {from_procnet} socket(s) in network namespaces latscope may not enter: \
+             they are listed from /proc/PID/net (state, addresses, uid); entering needs CAP_SYS_ADMIN, identifying the namespace CAP_SYS_PTRACE"
+        ));
+    }
+    if ns_denied > 0 {
+        access.missing.push(format!(
+            "sockets of {ns_denied} other network namespace(s): entering a namespace needs CAP_SYS_ADMIN"
+        ));
+    }
+    let tcp_with_options = rows
+        .iter()
+        .filter(|r| r.proto == "tcp" && r.options.is_some());
+    if tcp_with_options.clone().any(|r| {
+        r.options
+            .as_ref()
+            .is_some_and(|o| o.delack_max_us.is_none())
+    }) {
+        access.missing.push(
+            "per-socket delayed-ACK / minimum-RTO limits: this kernel has no TCP_DELACK_MAX_US / TCP_RTO_MIN_US, so limits set by \
+             BPF (TCP_BPF_DELACK_MAX, TCP_BPF_RTO_MIN) cannot be read from user space; tcp_info's ato and rto show their effect"
+                .into(),
+        );
+    }
+
+    Ok(SocketsReport {
+        meta,
+        selection: selection.describe(),
+        access,
+        sockets: rows,
+        notes,
+    })
+}
+
+/// Run `f` in the namespace `handle` stands for.
+fn in_ns<T, F>(handle: &NsHandle, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+{
+    match handle {
+        NsHandle::Own => f(),
+        NsHandle::Pid(pid) => netns::run_in_netns_of(*pid, f),
+        NsHandle::File(file) => {
+            let file = file
+                .try_clone()
+                .map_err(|e| InspectError::io("duplicating a namespace fd", e))?;
+            netns::run_in_netns(file, "a socket's network namespace".into(), f)
+        }
+    }
+}
+
+fn fmt_addr(a: &SocketAddr) -> String {
+    match a {
+        SocketAddr::V4(v) => v.to_string(),
+        SocketAddr::V6(v) => match v.ip().to_ipv4_mapped() {
+            Some(m) => format!("{m}:{}", v.port()),
+            None => format!("[{}]:{}", v.ip(), v.port()),
+        },
+    }
+}
+
+fn row_from(s: &DiagSocket, netns: u64, own: bool, owners: Vec<Owner>) -> SocketRow {
+    SocketRow {
+        proto: s.proto.name().into(),
+        family: if s.local.is_ipv4() { "ipv4" } else { "ipv6" }.into(),
+        state: diag::state_name(s.proto, s.state).into(),
+        local: fmt_addr(&s.local),
+        remote: fmt_addr(&s.remote),
+        inode: s.inode,
+        uid: s.uid,
+        netns,
+        netns_is_own: own,
+        owners,
+        options: None,
+        options_error: None,
+        tcp: s.tcp.clone(),
+        mem: s.mem.clone(),
+        route: None,
+        findings: Vec::new(),
+    }
+}
+
+/// Look up `ip route` rto_min/quickack for the remote address of each connected TCP socket.
+fn add_route_limits(
+    rows: &mut [SocketRow],
+    listed: &[(u64, Vec<DiagSocket>)],
+    handles: &HashMap<u64, NsHandle>,
+) {
+    let remotes: HashMap<u64, SocketAddr> = listed
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|s| (s.inode, s.remote)))
+        .collect();
+    // Remote addresses of connected TCP sockets, per namespace.
+    let mut by_ns: HashMap<u64, BTreeSet<std::net::IpAddr>> = HashMap::new();
+    for r in rows.iter() {
+        if r.proto != "tcp" || r.state != "ESTAB" || r.inode == 0 {
+            continue;
+        }
+        if let Some(remote) = remotes.get(&r.inode) {
+            by_ns.entry(r.netns).or_default().insert(remote.ip());
+        }
+    }
+    let mut limits: HashMap<(u64, std::net::IpAddr), RouteLimits> = HashMap::new();
+    for (ns, ips) in by_ns {
+        let Some(handle) = handles.get(&ns) else {
+            continue;
+        };
+        let ips: Vec<_> = ips.into_iter().collect();
+        let lookup = move || -> Result<Vec<(std::net::IpAddr, Option<RouteLimits>)>> {
+            let mut rl = route::RouteLookup::open()?;
+            Ok(ips
+                .iter()
+                .map(|ip| (*ip, rl.limits(*ip).ok().flatten()))
+                .collect())
+        };
+        // Routes are an extra; a failure here leaves the column empty.
+        if let Ok(v) = in_ns(handle, lookup) {
+            for (ip, l) in v {
+                if let Some(l) = l {
+                    limits.insert((ns, ip), l);
+                }
+            }
+        }
+    }
+    for r in rows.iter_mut() {
+        if let Some(remote) = remotes.get(&r.inode) {
+            r.route = limits.get(&(r.netns, remote.ip())).cloned();
+        }
+    }
+}

@@ -1,0 +1,653 @@
+//! The data plane of stream tests, shared by client and server: senders and receivers for
+//! TCP, unix and UDP flows, their counters, UDP sequence and jitter accounting, TCP_INFO and
+//! per-thread CPU cost.
+//!
+//! Hot loops are plain blocking read/write calls on a reused buffer; the only shared state is a
+//! few relaxed atomics per flow that the coordinator samples once per interval.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use latscope_core::model::stream::{Cost, StreamOptions, TcpFigures, UdpFigures};
+
+use crate::pace::sleep_until;
+use crate::proto::{StreamDatagram, UDP_STREAM_HEADER_LEN};
+use crate::sock::set_int;
+
+/// A connected stream socket shared between the thread moving data and the coordinator
+/// (which reads TCP_INFO from it).
+#[derive(Debug)]
+pub enum DataSock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl DataSock {
+    pub fn fd(&self) -> RawFd {
+        match self {
+            DataSock::Tcp(s) => s.as_raw_fd(),
+            DataSock::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    pub fn is_tcp(&self) -> bool {
+        matches!(self, DataSock::Tcp(_))
+    }
+
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            DataSock::Tcp(s) => (&*s).read(buf),
+            DataSock::Unix(s) => (&*s).read(buf),
+        }
+    }
+
+    fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            DataSock::Tcp(s) => (&*s).write(buf),
+            DataSock::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    pub fn shutdown_write(&self) {
+        let _ = match self {
+            DataSock::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            DataSock::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+        };
+    }
+
+    pub fn set_read_timeout(&self, t: Option<Duration>) {
+        let _ = match self {
+            DataSock::Tcp(s) => s.set_read_timeout(t),
+            DataSock::Unix(s) => s.set_read_timeout(t),
+        };
+    }
+}
+
+/// Apply stream options to a socket. MSS must be set before the connection is established to
+/// matter; callers set it on the listening or connecting socket too.
+pub fn apply_options(fd: RawFd, o: &StreamOptions, tcp: bool, v6: bool) -> io::Result<()> {
+    if let Some(b) = o.sndbuf {
+        set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, b as i32)?;
+    }
+    if let Some(b) = o.rcvbuf {
+        set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, b as i32)?;
+    }
+    if let Some(t) = o.tos {
+        if v6 {
+            set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(t))?;
+        } else {
+            set_int(fd, libc::IPPROTO_IP, libc::IP_TOS, i32::from(t))?;
+        }
+    }
+    if tcp {
+        set_int(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            i32::from(o.nodelay),
+        )?;
+        if let Some(m) = o.mss {
+            set_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, m as i32)?;
+        }
+        if let Some(cc) = &o.congestion {
+            // SAFETY: the pointer and length describe `cc`'s bytes, valid for the call.
+            let rc = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_CONGESTION,
+                    cc.as_ptr().cast(),
+                    cc.len() as libc::socklen_t,
+                )
+            };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "congestion control '{cc}' ({e}); see /proc/sys/net/ipv4/tcp_available_congestion_control"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Live counters of one flow, sampled by the coordinator.
+#[derive(Debug, Default)]
+pub struct FlowCounters {
+    pub bytes: AtomicU64,
+    pub calls: AtomicU64,
+    /// ns spent inside I/O calls.
+    pub call_ns: AtomicU64,
+    /// UDP senders: datagrams sent.
+    pub datagrams: AtomicU64,
+    /// ns since the flow's start when the last byte moved.
+    pub last_ns: AtomicU64,
+    pub done: AtomicBool,
+}
+
+/// When a sender stops.
+#[derive(Clone, Copy, Debug)]
+pub struct Until {
+    pub deadline: Option<Instant>,
+    pub bytes: Option<u64>,
+}
+
+/// CPU time and context switches of the calling thread so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadUsage {
+    pub user_ns: u64,
+    pub sys_ns: u64,
+    pub ctx_switches: u64,
+}
+
+impl ThreadUsage {
+    pub fn now() -> ThreadUsage {
+        // SAFETY: rusage is plain data; getrusage fills it for RUSAGE_THREAD.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable rusage.
+        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+            return ThreadUsage::default();
+        }
+        let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+        ThreadUsage {
+            user_ns: ns(ru.ru_utime),
+            sys_ns: ns(ru.ru_stime),
+            ctx_switches: (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
+        }
+    }
+
+    pub fn since(self, start: ThreadUsage) -> ThreadUsage {
+        ThreadUsage {
+            user_ns: self.user_ns.saturating_sub(start.user_ns),
+            sys_ns: self.sys_ns.saturating_sub(start.sys_ns),
+            ctx_switches: self.ctx_switches.saturating_sub(start.ctx_switches),
+        }
+    }
+
+    pub fn add(&mut self, o: ThreadUsage) {
+        self.user_ns += o.user_ns;
+        self.sys_ns += o.sys_ns;
+        self.ctx_switches += o.ctx_switches;
+    }
+}
+
+/// Turn summed thread usage and call counts into a [`Cost`] over `elapsed`.
+pub fn cost(usage: ThreadUsage, bytes: u64, calls: u64, call_ns: u64, elapsed: Duration) -> Cost {
+    let el = elapsed.as_nanos().max(1) as f64;
+    Cost {
+        cpu_measured: true,
+        cpu_user_pct: 100.0 * usage.user_ns as f64 / el,
+        cpu_sys_pct: 100.0 * usage.sys_ns as f64 / el,
+        io_calls: calls,
+        bytes_per_call: if calls == 0 {
+            0.0
+        } else {
+            bytes as f64 / calls as f64
+        },
+        us_per_call: if calls == 0 {
+            0.0
+        } else {
+            call_ns as f64 / calls as f64 / 1000.0
+        },
+        context_switches: usage.ctx_switches,
+    }
+}
+
+/// Pin the calling thread to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it for cpu < CPU_SETSIZE, which
+    // sched_setaffinity then reads.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "CPU number too large",
+            ));
+        }
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// An in-memory file holding one buffer, the source of sendfile(2) for the zero-copy path.
+fn memfd_with(buf: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: the name is a NUL-terminated literal; memfd_create returns a new fd or -1.
+    let fd = unsafe { libc::memfd_create(c"latscope-stream".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut f = std::fs::File::from(owned);
+    f.write_all(buf)?;
+    Ok(f.into())
+}
+
+/// Send on a stream socket until `until`, `stop`, or an error. Shuts the write side down at
+/// the end so the receiver sees EOF after the last byte.
+pub fn stream_send(
+    sock: &DataSock,
+    len: usize,
+    zerocopy: bool,
+    until: Until,
+    start: Instant,
+    c: &FlowCounters,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let buf = vec![b's'; len.max(1)];
+    let memfd = if zerocopy {
+        Some(memfd_with(&buf).map_err(|e| format!("zero-copy source: {e}"))?)
+    } else {
+        None
+    };
+    let mut sent = 0u64;
+    let res = loop {
+        if stop.load(Ordering::Relaxed) || until.bytes.is_some_and(|b| sent >= b) {
+            break Ok(());
+        }
+        let t0 = Instant::now();
+        if until.deadline.is_some_and(|d| t0 >= d) {
+            break Ok(());
+        }
+        let want = until
+            .bytes
+            .map(|b| (b - sent).min(buf.len() as u64) as usize)
+            .unwrap_or(buf.len());
+        let r = match &memfd {
+            Some(fd) => {
+                let mut off: libc::off_t = 0;
+                // SAFETY: both fds are open for the call; `off` is a valid in/out offset.
+                let n = unsafe { libc::sendfile(sock.fd(), fd.as_raw_fd(), &mut off, want) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            }
+            None => sock.write(&buf[..want]),
+        };
+        let t1 = Instant::now();
+        c.calls.fetch_add(1, Ordering::Relaxed);
+        c.call_ns
+            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+        match r {
+            Ok(n) => {
+                sent += n as u64;
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                c.last_ns
+                    .store((t1 - start).as_nanos() as u64, Ordering::Relaxed);
+            }
+            Err(e) if is_timeout(&e) => {}
+            Err(e) => break Err(format!("sending: {e}")),
+        }
+    };
+    sock.shutdown_write();
+    c.done.store(true, Ordering::Relaxed);
+    res
+}
+
+/// Receive on a stream socket until EOF, `stop` or an error.
+pub fn stream_recv(
+    sock: &DataSock,
+    len: usize,
+    start: Instant,
+    c: &FlowCounters,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let mut buf = vec![0u8; len.max(4096)];
+    sock.set_read_timeout(Some(Duration::from_millis(100)));
+    let res = loop {
+        let t0 = Instant::now();
+        let r = sock.read(&mut buf);
+        let t1 = Instant::now();
+        match r {
+            Ok(0) => break Ok(()),
+            Ok(n) => {
+                c.calls.fetch_add(1, Ordering::Relaxed);
+                c.call_ns
+                    .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                c.last_ns
+                    .store((t1 - start).as_nanos() as u64, Ordering::Relaxed);
+            }
+            Err(e) if is_timeout(&e) => {
+                if stop.load(Ordering::Relaxed) {
+                    break Ok(());
+                }
+            }
+            Err(e) => break Err(format!("receiving: {e}")),
+        }
+    };
+    c.done.store(true, Ordering::Relaxed);
+    res
+}
+
+/// Send datagrams of `len` bytes at `rate_bps` (None: as fast as possible), paced per datagram
+/// so there are no bursts. `dest` None means the socket is connected.
+#[allow(clippy::too_many_arguments)]
+pub fn udp_send(
+    sock: &UdpSocket,
+    dest: Option<SocketAddr>,
+    token: u64,
+    index: u32,
+    len: usize,
+    rate_bps: Option<f64>,
+    until: Until,
+    start: Instant,
+    c: &FlowCounters,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let mut buf = vec![b'u'; len.max(UDP_STREAM_HEADER_LEN)];
+    let gap_ns = rate_bps.map(|r| buf.len() as f64 * 8.0 * 1e9 / r);
+    let mut seq = 0u64;
+    let mut sent_bytes = 0u64;
+    let res = loop {
+        if stop.load(Ordering::Relaxed) || until.bytes.is_some_and(|b| sent_bytes >= b) {
+            break Ok(());
+        }
+        if let Some(g) = gap_ns {
+            sleep_until(start + Duration::from_nanos((g * seq as f64) as u64));
+        }
+        let t0 = Instant::now();
+        if until.deadline.is_some_and(|d| t0 >= d) {
+            break Ok(());
+        }
+        StreamDatagram {
+            token,
+            index,
+            seq,
+            send_ns: (t0 - start).as_nanos() as u64,
+        }
+        .write(&mut buf);
+        let r = match dest {
+            Some(d) => sock.send_to(&buf, d),
+            None => sock.send(&buf),
+        };
+        let t1 = Instant::now();
+        c.calls.fetch_add(1, Ordering::Relaxed);
+        c.call_ns
+            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+        match r {
+            Ok(n) => {
+                seq += 1;
+                sent_bytes += n as u64;
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                c.datagrams.fetch_add(1, Ordering::Relaxed);
+                c.last_ns
+                    .store((t1 - start).as_nanos() as u64, Ordering::Relaxed);
+            }
+            // A full socket buffer (ENOBUFS) or an ICMP error from an earlier datagram: the
+            // datagram is not sent; pacing goes on.
+            Err(e)
+                if is_timeout(&e)
+                    || e.raw_os_error() == Some(libc::ENOBUFS)
+                    || e.kind() == io::ErrorKind::ConnectionRefused => {}
+            Err(e) => break Err(format!("sending datagrams: {e}")),
+        }
+    };
+    c.done.store(true, Ordering::Relaxed);
+    res
+}
+
+/// Receiver-side accounting of one UDP flow: distinct datagrams, gaps, order, duplicates and
+/// RFC 3550 interarrival jitter.
+#[derive(Debug)]
+pub struct UdpRx {
+    received: u64,
+    bytes: u64,
+    /// Highest sequence number seen + 1.
+    next_expected: u64,
+    out_of_order: u64,
+    duplicates: u64,
+    /// Bit i set: sequence `next_expected - 1 - i` was received (a 1024-datagram window).
+    window: [u64; 16],
+    jitter_ns: f64,
+    last_transit: Option<i128>,
+}
+
+impl Default for UdpRx {
+    fn default() -> Self {
+        UdpRx {
+            received: 0,
+            bytes: 0,
+            next_expected: 0,
+            out_of_order: 0,
+            duplicates: 0,
+            window: [0; 16],
+            jitter_ns: 0.0,
+            last_transit: None,
+        }
+    }
+}
+
+impl UdpRx {
+    fn seen(&self, seq: u64) -> Option<bool> {
+        let back = self.next_expected.checked_sub(1)?.checked_sub(seq)?;
+        if back >= 1024 {
+            return None;
+        }
+        Some(self.window[(back / 64) as usize] & (1 << (back % 64)) != 0)
+    }
+
+    fn mark(&mut self, seq: u64) {
+        if seq >= self.next_expected {
+            let shift = seq + 1 - self.next_expected;
+            shift_window(&mut self.window, shift);
+            self.next_expected = seq + 1;
+        }
+        let back = self.next_expected - 1 - seq;
+        if back < 1024 {
+            self.window[(back / 64) as usize] |= 1 << (back % 64);
+        }
+    }
+
+    /// Account one datagram. `arrival_ns` and `send_ns` come from different clocks: only the
+    /// change of their difference (transit) enters the jitter, per RFC 3550 §6.4.1:
+    /// J += (|D(i-1,i)| − J) / 16.
+    pub fn on_datagram(&mut self, seq: u64, len: usize, send_ns: u64, arrival_ns: u64) {
+        match self.seen(seq) {
+            Some(true) => {
+                self.duplicates += 1;
+                return;
+            }
+            Some(false) => self.out_of_order += 1,
+            None if seq < self.next_expected => {
+                // Older than the window: count as late (out of order) without dedup.
+                self.out_of_order += 1;
+            }
+            None => {}
+        }
+        self.mark(seq);
+        self.received += 1;
+        self.bytes += len as u64;
+        let transit = i128::from(arrival_ns) - i128::from(send_ns);
+        if let Some(prev) = self.last_transit {
+            let d = (transit - prev).unsigned_abs() as f64;
+            self.jitter_ns += (d - self.jitter_ns) / 16.0;
+        }
+        self.last_transit = Some(transit);
+    }
+
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Gaps so far: sequence numbers below the highest seen that never arrived.
+    pub fn gaps(&self) -> u64 {
+        self.next_expected.saturating_sub(self.received)
+    }
+
+    /// Final figures once the sender's count is known.
+    pub fn figures(&self, sent: u64) -> UdpFigures {
+        let lost = sent.saturating_sub(self.received);
+        UdpFigures {
+            sent,
+            received: self.received,
+            lost,
+            loss_pct: if sent == 0 {
+                0.0
+            } else {
+                100.0 * lost as f64 / sent as f64
+            },
+            out_of_order: self.out_of_order,
+            duplicates: self.duplicates,
+            jitter_ns: self.jitter_ns,
+        }
+    }
+}
+
+fn shift_window(w: &mut [u64; 16], shift: u64) {
+    if shift >= 1024 {
+        *w = [0; 16];
+        return;
+    }
+    let (words, bits) = ((shift / 64) as usize, (shift % 64) as u32);
+    for i in (0..16).rev() {
+        let src = i as isize - words as isize;
+        let mut v = if src >= 0 { w[src as usize] << bits } else { 0 };
+        if bits > 0 && src > 0 {
+            v |= w[src as usize - 1] >> (64 - bits);
+        }
+        w[i] = v;
+    }
+}
+
+/// Receive one UDP flow on its own (connected) socket until `stop` or `idle` without data.
+pub fn udp_recv(
+    sock: &UdpSocket,
+    token: u64,
+    start: Instant,
+    rx: &Mutex<UdpRx>,
+    c: &FlowCounters,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let mut buf = vec![0u8; 65_536];
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
+    let res = loop {
+        let t0 = Instant::now();
+        match sock.recv(&mut buf) {
+            Ok(n) => {
+                let t1 = Instant::now();
+                c.calls.fetch_add(1, Ordering::Relaxed);
+                c.call_ns
+                    .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+                let Some(d) = StreamDatagram::parse(&buf[..n]) else {
+                    continue;
+                };
+                if d.token != token || d.seq == crate::proto::UDP_JOIN_SEQ {
+                    continue;
+                }
+                let arrival = (t1 - start).as_nanos() as u64;
+                if let Ok(mut r) = rx.lock() {
+                    r.on_datagram(d.seq, n, d.send_ns, arrival);
+                }
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                c.last_ns.store(arrival, Ordering::Relaxed);
+            }
+            Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::ConnectionRefused => {
+                if stop.load(Ordering::Relaxed) {
+                    break Ok(());
+                }
+            }
+            Err(e) => break Err(format!("receiving datagrams: {e}")),
+        }
+    };
+    c.done.store(true, Ordering::Relaxed);
+    res
+}
+
+/// TCP_INFO figures of a TCP socket: (total retransmits, cwnd, srtt µs, rttvar µs).
+pub fn tcp_info(fd: RawFd) -> Option<TcpFigures> {
+    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes into it.
+    let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `ti` and `len` are valid for writes; an invalid fd only yields an error.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut ti as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    Some(TcpFigures {
+        retransmits: u64::from(ti.tcpi_total_retrans),
+        cwnd: ti.tcpi_snd_cwnd,
+        rtt_us: ti.tcpi_rtt,
+        rtt_var_us: ti.tcpi_rttvar,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_accounting() {
+        let mut rx = UdpRx::default();
+        for seq in [0u64, 1, 2, 4, 3, 3, 7] {
+            rx.on_datagram(seq, 100, seq * 1000, seq * 1000 + 50);
+        }
+        // Distinct: 0,1,2,3,4,7 = 6; 3 arrived after 4 (out of order); the second 3 is a dup.
+        assert_eq!(rx.received(), 6);
+        let f = rx.figures(8);
+        assert_eq!(f.lost, 2, "5 and 6 never arrived");
+        assert_eq!(f.out_of_order, 1);
+        assert_eq!(f.duplicates, 1);
+        assert_eq!(f.sent, f.received + f.lost);
+        // Constant transit: no jitter.
+        assert!(f.jitter_ns.abs() < 1e-9);
+        assert_eq!(rx.gaps(), 2);
+    }
+
+    #[test]
+    fn jitter_follows_rfc3550() {
+        let mut rx = UdpRx::default();
+        // Transit alternates 0 and 1000 ns: |D| = 1000 each step after the first.
+        for seq in 0..200u64 {
+            let extra = if seq % 2 == 0 { 0 } else { 1000 };
+            rx.on_datagram(seq, 10, seq * 10_000, seq * 10_000 + extra);
+        }
+        // J converges to 1000 (J += (1000 − J)/16).
+        let j = rx.figures(200).jitter_ns;
+        assert!((j - 1000.0).abs() < 1.0, "{j}");
+    }
+
+    #[test]
+    fn window_shifts_far() {
+        let mut rx = UdpRx::default();
+        rx.on_datagram(0, 1, 0, 0);
+        rx.on_datagram(5000, 1, 0, 0);
+        rx.on_datagram(4990, 1, 0, 0);
+        rx.on_datagram(4990, 1, 0, 0);
+        assert_eq!(rx.figures(5001).duplicates, 1);
+        assert_eq!(rx.figures(5001).received, 3);
+    }
+}

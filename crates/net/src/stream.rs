@@ -1,0 +1,746 @@
+//! `latscope stream`: throughput against `latscope serve` — TCP, UDP or unix; client → server,
+//! server → client or both at once; many streams; both sides' figures and costs; and, with
+//! `latency_probe`, the latency a small request sees idle and while the bulk transfer runs.
+//!
+//! A stream test is one control connection (test description, Go, the server's interval
+//! reports, Stop, the server's final figures) plus one data connection (or UDP flow) per stream
+//! and direction, each introduced to the server with the test's token.
+
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use latscope_core::model::Meta;
+use latscope_core::model::rr::{ServerBehaviour, SockOpts, Transport};
+use latscope_core::model::stream::{
+    Cost, DirectionResult, IntervalStats, LatencyProbe, SideView, StreamFigures, StreamInterval,
+    StreamReport, TcpFigures, UdpFigures,
+};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::NetError;
+use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
+use crate::proto::{
+    Control, FlowFinal, FrameError, FrameReader, Join, Start, StreamDatagram, StreamSpec, TestKind,
+    UDP_JOIN_SEQ,
+};
+use crate::rr::{self, Peer, RrConfig, StopAfter, handshake, open_session};
+use crate::sock::{Conn, Target, connect, connect_error};
+
+/// Time after the last UDP datagram is sent before the receiver is asked for its count.
+const UDP_GRACE: Duration = Duration::from_millis(250);
+/// How long to wait for the server's Go and final figures.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug)]
+pub struct StreamConfig {
+    pub target: Target,
+    pub addr: Option<SocketAddr>,
+    pub spec: StreamSpec,
+    pub connect_timeout: Duration,
+    /// CPUs to pin stream threads to, round-robin; empty: no pinning.
+    pub affinity: Vec<usize>,
+    pub latency_probe: bool,
+}
+
+fn io_err(ctx: &str) -> impl Fn(std::io::Error) -> NetError + '_ {
+    move |e| NetError::io(ctx.to_string(), e)
+}
+
+/// Open one TCP data connection with the stream options applied before connecting (buffer
+/// sizes and MSS only take full effect on the handshake).
+fn tcp_data(cfg: &StreamConfig, addr: SocketAddr) -> Result<Conn, NetError> {
+    let domain = if addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))
+        .map_err(io_err("creating a socket"))?;
+    flow::apply_options(s.as_raw_fd(), &cfg.spec.options, true, addr.is_ipv6())
+        .map_err(|e| NetError::Invalid(format!("socket option: {e}")))?;
+    s.connect_timeout(&addr.into(), cfg.connect_timeout)
+        .map_err(|e| connect_error(&cfg.target.to_string(), e, cfg.connect_timeout))?;
+    let t: TcpStream = s.into();
+    Ok(Conn::Tcp(t))
+}
+
+fn join_start(token: u64, index: u32) -> Start {
+    Start {
+        kind: TestKind::StreamJoin,
+        request_bytes: 1,
+        response_bytes: 1,
+        duration_ms: 0,
+        server: ServerBehaviour::default(),
+        stream: None,
+        join: Some(Join { token, index }),
+    }
+}
+
+enum Flow {
+    Stream(Arc<DataSock>),
+    Udp(Arc<UdpSocket>),
+}
+
+fn open_flow(cfg: &StreamConfig, token: u64, index: u32) -> Result<Flow, NetError> {
+    match (cfg.spec.transport, cfg.addr) {
+        (Transport::Udp, Some(addr)) => {
+            let bind: SocketAddr = if addr.is_ipv4() {
+                ([0, 0, 0, 0], 0).into()
+            } else {
+                (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+            };
+            let u = UdpSocket::bind(bind).map_err(io_err("binding a UDP socket"))?;
+            u.connect(addr).map_err(io_err("connecting a UDP socket"))?;
+            flow::apply_options(u.as_raw_fd(), &cfg.spec.options, false, addr.is_ipv6())
+                .map_err(|e| NetError::Invalid(format!("socket option: {e}")))?;
+            let _ = u.set_read_timeout(Some(Duration::from_millis(100)));
+            let mut hello = [0u8; crate::proto::UDP_STREAM_HEADER_LEN];
+            StreamDatagram {
+                token,
+                index,
+                seq: UDP_JOIN_SEQ,
+                send_ns: 0,
+            }
+            .write(&mut hello);
+            let mut buf = [0u8; 64];
+            for _ in 0..30 {
+                let _ = u.send(&hello);
+                if let Ok(n) = u.recv(&mut buf)
+                    && StreamDatagram::parse(&buf[..n])
+                        .is_some_and(|d| d.token == token && d.index == index)
+                {
+                    return Ok(Flow::Udp(Arc::new(u)));
+                }
+            }
+            Err(NetError::Timeout {
+                target: cfg.target.to_string(),
+                timeout: "3s (UDP flow join: is UDP to the server's port blocked?)".into(),
+            })
+        }
+        (Transport::Udp, None) => Err(NetError::Invalid("UDP needs a network target".into())),
+        (_, addr) => {
+            let conn = match (&cfg.target, addr) {
+                (Target::Inet { .. }, Some(a)) => tcp_data(cfg, a)?,
+                _ => connect(&cfg.target, None, cfg.connect_timeout)?,
+            };
+            let session = handshake(conn, &cfg.target, &join_start(token, index), &[])?;
+            let sock = match session.conn {
+                Conn::Tcp(s) => DataSock::Tcp(s),
+                Conn::Unix(s) => DataSock::Unix(s),
+            };
+            sock.set_read_timeout(None);
+            Ok(Flow::Stream(Arc::new(sock)))
+        }
+    }
+}
+
+/// What a client flow thread returns.
+struct FlowOut {
+    usage: ThreadUsage,
+    error: Option<String>,
+}
+
+fn direction_name(client_sends: bool) -> &'static str {
+    if client_sends {
+        "client→server"
+    } else {
+        "server→client"
+    }
+}
+
+/// Average/min/max of full-length interval rates.
+fn interval_stats(ivs: &[&StreamInterval], interval: Duration) -> IntervalStats {
+    let full: Vec<f64> = ivs
+        .iter()
+        .filter(|i| i.end_ns.saturating_sub(i.start_ns) * 2 >= interval.as_nanos() as u64)
+        .map(|i| i.rate_bps)
+        .collect();
+    if full.is_empty() {
+        return IntervalStats::default();
+    }
+    IntervalStats {
+        avg_bps: full.iter().sum::<f64>() / full.len() as f64,
+        min_bps: full.iter().copied().fold(f64::INFINITY, f64::min),
+        max_bps: full.iter().copied().fold(0.0, f64::max),
+    }
+}
+
+fn probe_config(cfg: &StreamConfig, duration: Duration) -> Option<RrConfig> {
+    let transport = if cfg.spec.transport == Transport::Unix {
+        Transport::Unix
+    } else {
+        Transport::Tcp
+    };
+    Some(RrConfig {
+        target: cfg.target.clone(),
+        addr: cfg.addr,
+        transport,
+        sizes: vec![(64, 64)],
+        connections: 1,
+        stop_after: StopAfter::Duration(duration),
+        warmup: Duration::from_millis(100),
+        rate: None,
+        client: SockOpts {
+            nodelay: true,
+            ..SockOpts::default()
+        },
+        server: ServerBehaviour {
+            sockopts: SockOpts {
+                nodelay: true,
+                ..SockOpts::default()
+            },
+            ..ServerBehaviour::default()
+        },
+        timeout: Duration::from_secs(10),
+        connect_timeout: cfg.connect_timeout,
+        interval: Duration::from_secs(1),
+        peer: Peer::Latscope,
+    })
+}
+
+fn run_probe(
+    cfg: &StreamConfig,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<latscope_core::Summary, NetError> {
+    let Some(c) = probe_config(cfg, duration) else {
+        return Ok(Default::default());
+    };
+    let r = rr::run(
+        &c,
+        Meta::new("rr", env!("CARGO_PKG_VERSION"), 0),
+        stop,
+        &mut |_| {},
+        false,
+    )?;
+    Ok(r.results
+        .into_iter()
+        .next()
+        .map(|r| r.rtt)
+        .unwrap_or_default())
+}
+
+/// Run a stream test. `on_interval` receives both sides' interval figures as they come.
+pub fn run(
+    cfg: &StreamConfig,
+    meta: Meta,
+    stop: &AtomicBool,
+    on_interval: &mut dyn FnMut(&StreamInterval),
+) -> Result<StreamReport, NetError> {
+    let spec = &cfg.spec;
+    let duration = Duration::from_millis(spec.duration_ms);
+    let idle = if cfg.latency_probe {
+        Some(run_probe(cfg, Duration::from_secs(1), stop)?)
+    } else {
+        None
+    };
+
+    // Control connection and flows.
+    let start_req = Start {
+        kind: TestKind::Stream,
+        request_bytes: 1,
+        response_bytes: 1,
+        duration_ms: spec.duration_ms,
+        server: ServerBehaviour::default(),
+        stream: Some(spec.clone()),
+        join: None,
+    };
+    let mut control = open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start_req, &[])?;
+    let token = control
+        .udp_token
+        .ok_or_else(|| NetError::Protocol("the server gave no test token".into()))?;
+    let flows: Vec<Flow> = (0..spec.flows())
+        .map(|i| open_flow(cfg, token, i))
+        .collect::<Result<_, _>>()?;
+    control
+        .conn
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .map_err(io_err("control connection"))?;
+    let mut reader = FrameReader::default();
+    let go_deadline = Instant::now() + CONTROL_TIMEOUT;
+    loop {
+        match reader.poll::<Control>(&mut control.conn) {
+            Ok(Some(Control::Go)) => break,
+            Ok(Some(Control::Error { message })) => return Err(NetError::ServerRefused(message)),
+            Ok(_) if Instant::now() < go_deadline => {}
+            Ok(_) => {
+                return Err(NetError::Protocol(
+                    "the server did not start the test".into(),
+                ));
+            }
+            Err(e) => return Err(NetError::Protocol(format!("control connection: {e}"))),
+        }
+    }
+    let start = Instant::now();
+    let until = Until {
+        deadline: (spec.duration_ms > 0).then(|| start + duration),
+        bytes: spec.bytes_per_stream,
+    };
+    let counters: Arc<Vec<FlowCounters>> =
+        Arc::new((0..spec.flows()).map(|_| FlowCounters::default()).collect());
+    let udp_rx: Arc<Vec<Mutex<UdpRx>>> = Arc::new(
+        (0..spec.flows())
+            .map(|_| Mutex::new(UdpRx::default()))
+            .collect(),
+    );
+    let send_stop = Arc::new(AtomicBool::new(false));
+    let recv_stop = Arc::new(AtomicBool::new(false));
+
+    let mut handles = Vec::new();
+    for (i, f) in flows.iter().enumerate() {
+        let i = i as u32;
+        let sends = spec.client_sends(i);
+        let (counters, udp_rx, send_stop, recv_stop) = (
+            counters.clone(),
+            udp_rx.clone(),
+            send_stop.clone(),
+            recv_stop.clone(),
+        );
+        let spec = spec.clone();
+        let cpu = (!cfg.affinity.is_empty())
+            .then(|| cfg.affinity[(i % spec.streams) as usize % cfg.affinity.len()]);
+        let f = match f {
+            Flow::Stream(s) => Flow::Stream(s.clone()),
+            Flow::Udp(u) => Flow::Udp(u.clone()),
+        };
+        let h = thread::Builder::new()
+            .name(format!("stream-{i}"))
+            .spawn(move || {
+                if let Some(cpu) = cpu
+                    && let Err(e) = flow::pin_to_cpu(cpu)
+                {
+                    return FlowOut {
+                        usage: ThreadUsage::default(),
+                        error: Some(format!("pinning to CPU {cpu}: {e}")),
+                    };
+                }
+                crate::pace::precise_timers();
+                let u0 = ThreadUsage::now();
+                let c = &counters[i as usize];
+                let len = spec.buffer_bytes as usize;
+                let res = match (&f, sends) {
+                    (Flow::Stream(s), true) => flow::stream_send(
+                        s,
+                        len,
+                        spec.options.zerocopy,
+                        until,
+                        start,
+                        c,
+                        &send_stop,
+                    ),
+                    (Flow::Stream(s), false) => flow::stream_recv(s, len, start, c, &recv_stop),
+                    (Flow::Udp(u), true) => flow::udp_send(
+                        u,
+                        None,
+                        token,
+                        i,
+                        len,
+                        spec.udp_rate_bps,
+                        until,
+                        start,
+                        c,
+                        &send_stop,
+                    ),
+                    (Flow::Udp(u), false) => {
+                        flow::udp_recv(u, token, start, &udp_rx[i as usize], c, &recv_stop)
+                    }
+                };
+                FlowOut {
+                    usage: ThreadUsage::now().since(u0),
+                    error: res.err(),
+                }
+            })
+            .map_err(io_err("starting a stream thread"))?;
+        handles.push((i, sends, h));
+    }
+    let probe_stop = Arc::new(AtomicBool::new(false));
+    let probe = if cfg.latency_probe {
+        let (c, ps) = (cfg.clone(), probe_stop.clone());
+        let d = if spec.duration_ms > 0 {
+            duration
+                .saturating_sub(Duration::from_millis(300))
+                .max(Duration::from_millis(200))
+        } else {
+            Duration::from_secs(3600)
+        };
+        Some(thread::spawn(move || run_probe(&c, d, &ps)))
+    } else {
+        None
+    };
+
+    // Coordinate.
+    let interval = Duration::from_millis(spec.interval_ms.max(10));
+    let mut intervals: Vec<StreamInterval> = Vec::new();
+    let mut next = start + interval;
+    let mut last_tick = start;
+    let mut prev = vec![0u64; spec.flows() as usize];
+    let mut prev_retrans = vec![0u64; spec.flows() as usize];
+    let mut stop_sent = false;
+    let mut senders_done_at: Option<Instant> = None;
+    let mut final_msg: Option<(Vec<FlowFinal>, Cost, Cost)> = None;
+    let mut error: Option<String> = None;
+    let mut stop_sent_at = Instant::now();
+    let udp = spec.transport == Transport::Udp;
+    let has_client_senders = (0..spec.flows()).any(|i| spec.client_sends(i));
+    loop {
+        let now = Instant::now();
+        let interrupted = stop.load(Ordering::Relaxed);
+        if interrupted {
+            send_stop.store(true, Ordering::Relaxed);
+        }
+        match reader.poll::<Control>(&mut control.conn) {
+            Ok(Some(Control::Interval(ev))) => {
+                on_interval(&ev);
+                intervals.push(ev);
+            }
+            Ok(Some(Control::Final {
+                flows,
+                cost_as_sender,
+                cost_as_receiver,
+            })) => {
+                final_msg = Some((flows, cost_as_sender, cost_as_receiver));
+                break;
+            }
+            Ok(Some(Control::Error { message })) => {
+                error = Some(format!("the server ended the test: {message}"));
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                error = Some(match e {
+                    FrameError::Io(_) => "the server closed the connection mid-test".to_string(),
+                    e => format!("control connection: {e}"),
+                });
+                break;
+            }
+        }
+        if now >= next {
+            for ev in client_intervals(
+                spec,
+                &flows,
+                &counters,
+                &udp_rx,
+                start,
+                last_tick,
+                now,
+                &mut prev,
+                &mut prev_retrans,
+            ) {
+                on_interval(&ev);
+                intervals.push(ev);
+            }
+            last_tick = now;
+            next += interval;
+        }
+        // When to send Stop: our senders are done (plus a grace period for datagrams in
+        // flight) and our UDP receivers have had the sender's whole run; or Ctrl-C.
+        let senders_done = handles
+            .iter()
+            .filter(|(_, s, _)| *s)
+            .all(|(i, _, _)| counters[*i as usize].done.load(Ordering::Relaxed));
+        if senders_done && senders_done_at.is_none() {
+            senders_done_at = Some(now);
+        }
+        let udp_recv_done = !udp
+            || spec.client_sends(spec.flows() - 1)
+            || until.deadline.is_some_and(|d| now >= d + UDP_GRACE)
+            || (until.bytes.is_some()
+                && counters.iter().all(|c| {
+                    now.duration_since(start).as_nanos() as u64
+                        > c.last_ns.load(Ordering::Relaxed) + 1_000_000_000
+                }));
+        let grace = if udp { UDP_GRACE } else { Duration::ZERO };
+        let ready = (!has_client_senders || senders_done_at.is_some_and(|t| now >= t + grace))
+            && udp_recv_done;
+        if !stop_sent && (ready || interrupted) {
+            if udp {
+                recv_stop.store(true, Ordering::Relaxed);
+            }
+            let udp_sent: Vec<(u32, u64)> = (0..spec.flows())
+                .filter(|i| spec.client_sends(*i) && udp)
+                .map(|i| (i, counters[i as usize].datagrams.load(Ordering::Relaxed)))
+                .collect();
+            if crate::proto::write_frame(&mut control.conn, &Control::Stop { udp_sent }).is_err() {
+                error = Some("the server closed the connection mid-test".into());
+                break;
+            }
+            stop_sent = true;
+            stop_sent_at = now;
+        }
+        if stop_sent && now > stop_sent_at + CONTROL_TIMEOUT {
+            error = Some("the server sent no final figures".into());
+            break;
+        }
+    }
+    // Whatever happened, wind everything down.
+    send_stop.store(true, Ordering::Relaxed);
+    if error.is_some() || final_msg.is_some() {
+        // TCP receivers drain to EOF after the server's senders stop; bound the wait.
+        let t = Instant::now();
+        while handles.iter().any(|(_, _, h)| !h.is_finished())
+            && t.elapsed() < Duration::from_secs(3)
+        {
+            thread::sleep(Duration::from_millis(10));
+        }
+        recv_stop.store(true, Ordering::Relaxed);
+    }
+    let end_tcp: Vec<Option<TcpFigures>> = flows
+        .iter()
+        .map(|f| match f {
+            Flow::Stream(s) if s.is_tcp() => flow::tcp_info(s.fd()),
+            _ => None,
+        })
+        .collect();
+    let outs: Vec<(u32, bool, FlowOut)> = handles
+        .into_iter()
+        .filter_map(|(i, s, h)| h.join().ok().map(|o| (i, s, o)))
+        .collect();
+    if error.is_none() {
+        error = outs
+            .iter()
+            .find_map(|(i, _, o)| o.error.as_ref().map(|e| format!("stream {i}: {e}")));
+    }
+    probe_stop.store(true, Ordering::Relaxed);
+    let loaded = match probe.map(|p| p.join()) {
+        Some(Ok(Ok(s))) => Some(s),
+        Some(Ok(Err(e))) => {
+            error.get_or_insert(format!("latency probe: {e}"));
+            None
+        }
+        _ => None,
+    };
+    drop(flows);
+    // CPU shares are of the test's wall time, as nuttcp reports them.
+    let wall = start.elapsed();
+
+    // Assemble both sides' figures per direction.
+    let (server_flows, server_send_cost, server_recv_cost) = final_msg.unwrap_or_default();
+    let mut results = Vec::new();
+    for client_sends in [true, false] {
+        let idx: Vec<u32> = (0..spec.flows())
+            .filter(|i| spec.client_sends(*i) == client_sends)
+            .collect();
+        if idx.is_empty() {
+            continue;
+        }
+        let dir = direction_name(client_sends);
+        let mut usage = ThreadUsage::default();
+        let (mut bytes, mut calls, mut call_ns, mut last_ns) = (0u64, 0u64, 0u64, 0u64);
+        let mut streams = Vec::new();
+        let mut tcp_total: Option<TcpFigures> = None;
+        let mut udp_total: Option<UdpFigures> = None;
+        let (mut delivered, mut recv_ns, mut sent_total) = (0u64, 0u64, 0u64);
+        for &i in &idx {
+            if let Some((_, _, o)) = outs.iter().find(|(k, _, _)| *k == i) {
+                usage.add(o.usage);
+            }
+            let c = &counters[i as usize];
+            let cb = c.bytes.load(Ordering::Relaxed);
+            bytes += cb;
+            calls += c.calls.load(Ordering::Relaxed);
+            call_ns += c.call_ns.load(Ordering::Relaxed);
+            last_ns = last_ns.max(c.last_ns.load(Ordering::Relaxed));
+            let sf = server_flows
+                .iter()
+                .find(|f| f.index == i)
+                .cloned()
+                .unwrap_or_default();
+            let (sent, received, rns) = if client_sends {
+                (cb, sf.bytes_received, sf.receive_ns)
+            } else {
+                (sf.bytes_sent, cb, c.last_ns.load(Ordering::Relaxed))
+            };
+            delivered += received;
+            sent_total += sent;
+            recv_ns = recv_ns.max(rns);
+            let tcp = if client_sends {
+                end_tcp.get(i as usize).cloned().flatten()
+            } else {
+                sf.tcp.clone()
+            };
+            let udp_f = if !udp {
+                None
+            } else if client_sends {
+                sf.udp_rx.clone()
+            } else {
+                udp_rx[i as usize]
+                    .lock()
+                    .ok()
+                    .map(|r| r.figures(sf.udp_sent))
+            };
+            if let Some(t) = &tcp {
+                let a = tcp_total.get_or_insert_with(TcpFigures::default);
+                a.retransmits += t.retransmits;
+                a.cwnd = a.cwnd.max(t.cwnd);
+                a.rtt_us = a.rtt_us.max(t.rtt_us);
+                a.rtt_var_us = a.rtt_var_us.max(t.rtt_var_us);
+            }
+            if let Some(u) = &udp_f {
+                let a = udp_total.get_or_insert_with(UdpFigures::default);
+                a.sent += u.sent;
+                a.received += u.received;
+                a.lost += u.lost;
+                a.out_of_order += u.out_of_order;
+                a.duplicates += u.duplicates;
+                a.jitter_ns = a.jitter_ns.max(u.jitter_ns);
+            }
+            streams.push(StreamFigures {
+                index: i,
+                bytes_sent: sent,
+                bytes_received: received,
+                rate_bps: if rns == 0 {
+                    0.0
+                } else {
+                    received as f64 * 8e9 / rns as f64
+                },
+                tcp,
+                udp: udp_f,
+            });
+        }
+        if let Some(u) = udp_total.as_mut() {
+            u.loss_pct = if u.sent == 0 {
+                0.0
+            } else {
+                100.0 * u.lost as f64 / u.sent as f64
+            };
+        }
+        let own = SideView {
+            side: "client".into(),
+            role: if client_sends { "sender" } else { "receiver" }.into(),
+            bytes,
+            elapsed_ns: last_ns,
+            rate_bps: bytes as f64 * 8e9 / last_ns.max(1) as f64,
+            cost: flow::cost(usage, bytes, calls, call_ns, wall),
+        };
+        let server_bytes = if client_sends { delivered } else { sent_total };
+        let server_ns = if client_sends {
+            recv_ns
+        } else {
+            idx.iter()
+                .filter_map(|i| server_flows.iter().find(|f| f.index == *i))
+                .map(|f| f.send_ns)
+                .max()
+                .unwrap_or(0)
+        };
+        let theirs = SideView {
+            side: "server".into(),
+            role: if client_sends { "receiver" } else { "sender" }.into(),
+            bytes: server_bytes,
+            elapsed_ns: server_ns,
+            rate_bps: server_bytes as f64 * 8e9 / server_ns.max(1) as f64,
+            cost: if client_sends {
+                server_recv_cost.clone()
+            } else {
+                server_send_cost.clone()
+            },
+        };
+        let receiver_side = if client_sends { "server" } else { "client" };
+        let recv_ivs: Vec<&StreamInterval> = intervals
+            .iter()
+            .filter(|e| e.direction == dir && e.side == receiver_side && e.role == "receiver")
+            .collect();
+        let (sender, receiver) = if client_sends {
+            (own, theirs)
+        } else {
+            (theirs, own)
+        };
+        results.push(DirectionResult {
+            direction: dir.into(),
+            bytes_delivered: delivered,
+            rate_bps: delivered as f64 * 8e9 / recv_ns.max(1) as f64,
+            sender,
+            receiver,
+            streams,
+            intervals: interval_stats(&recv_ivs, interval),
+            tcp: tcp_total,
+            udp: udp_total,
+        });
+    }
+    Ok(StreamReport {
+        meta,
+        target: cfg.target.to_string(),
+        transport: spec.transport,
+        direction: spec.direction,
+        streams: spec.streams,
+        duration_ns: (spec.duration_ms > 0).then_some(duration.as_nanos() as u64),
+        bytes: spec.bytes_per_stream.map(|b| b * u64::from(spec.streams)),
+        buffer_bytes: spec.buffer_bytes,
+        udp_rate_bps: spec.udp_rate_bps.map(|r| r * f64::from(spec.streams)),
+        options: spec.options.clone(),
+        results,
+        intervals,
+        latency_probe: match (idle, loaded) {
+            (Some(idle), Some(loaded)) => Some(LatencyProbe { idle, loaded }),
+            _ => None,
+        },
+        error,
+        interrupted: stop.load(Ordering::Relaxed),
+    })
+}
+
+/// The client's view of the interval (from, to], one event per direction.
+#[allow(clippy::too_many_arguments)]
+fn client_intervals(
+    spec: &StreamSpec,
+    flows: &[Flow],
+    counters: &[FlowCounters],
+    udp_rx: &[Mutex<UdpRx>],
+    start: Instant,
+    from: Instant,
+    to: Instant,
+    prev: &mut [u64],
+    prev_retrans: &mut [u64],
+) -> Vec<StreamInterval> {
+    let secs = (to - from).as_secs_f64().max(1e-9);
+    let mut out = Vec::new();
+    for client_sends in [true, false] {
+        let idx: Vec<u32> = (0..spec.flows())
+            .filter(|i| spec.client_sends(*i) == client_sends)
+            .collect();
+        if idx.is_empty() {
+            continue;
+        }
+        let mut stream_bytes = Vec::with_capacity(idx.len());
+        let mut tcp: Option<TcpFigures> = None;
+        let mut lost = None;
+        for &i in &idx {
+            let now = counters[i as usize].bytes.load(Ordering::Relaxed);
+            stream_bytes.push(now - prev[i as usize]);
+            prev[i as usize] = now;
+            if client_sends
+                && let Some(Flow::Stream(s)) = flows.get(i as usize)
+                && s.is_tcp()
+                && let Some(ti) = flow::tcp_info(s.fd())
+            {
+                let t = tcp.get_or_insert_with(TcpFigures::default);
+                t.retransmits += ti.retransmits - prev_retrans[i as usize].min(ti.retransmits);
+                prev_retrans[i as usize] = ti.retransmits;
+                t.cwnd = t.cwnd.max(ti.cwnd);
+                t.rtt_us = t.rtt_us.max(ti.rtt_us);
+                t.rtt_var_us = t.rtt_var_us.max(ti.rtt_var_us);
+            }
+            if !client_sends && spec.transport == Transport::Udp {
+                *lost.get_or_insert(0) += udp_rx[i as usize].lock().map(|r| r.gaps()).unwrap_or(0);
+            }
+        }
+        let bytes: u64 = stream_bytes.iter().sum();
+        out.push(StreamInterval {
+            event: "stream_interval".into(),
+            direction: direction_name(client_sends).into(),
+            side: "client".into(),
+            role: if client_sends { "sender" } else { "receiver" }.into(),
+            start_ns: (from - start).as_nanos() as u64,
+            end_ns: (to - start).as_nanos() as u64,
+            stream_bytes,
+            bytes,
+            rate_bps: bytes as f64 * 8.0 / secs,
+            tcp,
+            udp_lost: lost,
+        });
+    }
+    out
+}

@@ -1,0 +1,58 @@
+//! Errors of the probe engines, each mapped to one of latscope's documented exit codes.
+
+use thiserror::Error;
+
+/// Why a ping or a trace could not run.
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    /// Bad parameters (exit code 2).
+    #[error("{0}")]
+    Invalid(String),
+    /// The name did not resolve, or no route leads to it (exit code 3).
+    #[error("cannot reach {target}: {reason}")]
+    Unreachable {
+        /// The target as given.
+        target: String,
+        /// Why it cannot be reached.
+        reason: String,
+    },
+    /// A capability is missing for the requested mode (exit code 4).
+    #[error("{what} needs {capability}: {remedy}")]
+    Privilege {
+        /// What needs it.
+        what: String,
+        /// The capability missing.
+        capability: String,
+        /// What to do, and what works without it.
+        remedy: String,
+    },
+    /// A socket call failed (exit code 5).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The system error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ProbeError {
+    /// latscope's documented exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ProbeError::Invalid(_) => 2,
+            ProbeError::Unreachable { .. } => 3,
+            ProbeError::Privilege { .. } => 4,
+            ProbeError::Io { .. } => 5,
+        }
+    }
+
+    /// Wrap an I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        ProbeError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

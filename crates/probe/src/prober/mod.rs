@@ -1,0 +1,268 @@
+//! The four probe kinds behind one interface: send probe `id` (with a TTL for traces), collect
+//! the answers, and tell the time each probe left.
+//!
+//! Every kind identifies its probes by a field that does not change the flow (Paris
+//! traceroute): TCP SYN by the sequence number, UDP by a payload word whose one's complement
+//! follows it (constant checksum), ICMP echo by the sequence number with a compensating payload
+//! word (constant checksum). Ports, addresses and protocol never change within a run.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
+
+use latscope_core::model::ping::{ProbeMode, ReplyKind};
+
+use crate::error::ProbeError;
+use crate::packet::{self, IcmpKind};
+use crate::sys::{self, TsMode, TsSource};
+
+mod connect;
+mod icmp;
+mod syn;
+mod udp;
+
+pub use connect::ConnectProber;
+pub use icmp::IcmpProber;
+pub use syn::SynProber;
+pub use udp::UdpProber;
+
+/// An answer to probe `id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// The probe answered.
+    pub id: u16,
+    /// Who answered.
+    pub from: IpAddr,
+    /// What the answer says.
+    pub kind: ReplyKind,
+    /// TCP flags of the answer, for TCP answers.
+    pub tcp_flags: Option<u8>,
+    /// TTL / hop limit of the answer, when visible.
+    pub ttl: Option<u8>,
+    /// Bytes received.
+    pub size: usize,
+    /// Receive time, CLOCK_REALTIME ns.
+    pub rx_ns: u64,
+    /// Whether `rx_ns` is a kernel timestamp.
+    pub rx_kernel: bool,
+}
+
+/// One probe kind.
+pub trait Prober {
+    /// Send probe `id`; `ttl` sets the TTL / hop limit (traces).
+    fn send(&mut self, id: u16, ttl: Option<u8>) -> Result<(), ProbeError>;
+    /// Wait at most `timeout` for answers and append every answer available to `out`.
+    fn recv(&mut self, timeout: Duration, out: &mut Vec<Response>) -> Result<(), ProbeError>;
+    /// When probe `id` left: (CLOCK_REALTIME ns, whether a kernel TX timestamp).
+    fn tx_time(&mut self, id: u16) -> Option<(u64, bool)>;
+    /// Drop what is kept about probe `id`.
+    fn forget(&mut self, id: u16);
+    /// The best timestamp source this prober can give.
+    fn ts_source(&self) -> TsSource;
+    /// The probe kind.
+    fn mode(&self) -> ProbeMode;
+}
+
+/// Send times per probe, with kernel TX timestamps matched by their OPT_ID key.
+#[derive(Default)]
+struct TxBook {
+    tx: HashMap<u16, (u64, bool)>,
+    key_to_id: HashMap<u32, u16>,
+    next_key: u32,
+}
+
+impl TxBook {
+    fn sent(&mut self, id: u16, user_ns: u64, ts: TsMode) {
+        self.tx.insert(id, (user_ns, false));
+        if ts == TsMode::TxRx {
+            self.key_to_id.insert(self.next_key, id);
+        }
+        self.next_key = self.next_key.wrapping_add(1);
+    }
+
+    fn kernel_tx(&mut self, key: u32, ns: u64) {
+        // A failed send may or may not consume an OPT_ID key (kernel versions differ), which
+        // would shift keys by one: a timestamp older than the probe's own user-space send time
+        // belongs to an earlier probe, and is not used.
+        if let Some(id) = self.key_to_id.remove(&key)
+            && let Some(e) = self.tx.get_mut(&id)
+            && ns + 1_000 >= e.0
+        {
+            *e = (ns, true);
+        }
+    }
+
+    fn forget(&mut self, id: u16) {
+        self.tx.remove(&id);
+        if self.key_to_id.len() > 4096 {
+            // Keys whose timestamp never came (a driver without TX timestamps): drop the old.
+            let live: std::collections::HashSet<u16> = self.tx.keys().copied().collect();
+            self.key_to_id.retain(|_, id| live.contains(id));
+        }
+    }
+
+    /// The oldest probe still waiting (for errors that do not quote an id).
+    fn oldest(&self) -> Option<u16> {
+        self.tx
+            .iter()
+            .min_by_key(|(_, (ns, _))| *ns)
+            .map(|(id, _)| *id)
+    }
+}
+
+/// Read TX timestamps from a socket's error queue into `book`; other queued errors are handed
+/// to `on_err`.
+fn drain_errqueue(
+    fd: &OwnedFd,
+    book: &mut TxBook,
+    buf: &mut [u8],
+    mut on_err: impl FnMut(&sys::Msg, &[u8]),
+) -> io::Result<()> {
+    while let Some(m) = sys::recv_msg(fd, buf, true)? {
+        match m.err {
+            Some(e) if e.origin == libc::SO_EE_ORIGIN_TIMESTAMPING => {
+                if let Some(ns) = m.kernel_ns {
+                    book.kernel_tx(e.data, ns);
+                }
+            }
+            Some(_) => on_err(&m, &buf[..m.len.min(buf.len())]),
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+fn domain(v6: bool) -> libc::c_int {
+    if v6 { libc::AF_INET6 } else { libc::AF_INET }
+}
+
+fn raw_socket(v6: bool, proto: libc::c_int, what: &str) -> Result<OwnedFd, ProbeError> {
+    sys::socket(domain(v6), libc::SOCK_RAW, proto).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => privilege_error(what),
+        _ => ProbeError::io(format!("raw socket for {what}"), e),
+    })
+}
+
+/// The error for a mode that needs CAP_NET_RAW.
+pub fn privilege_error(what: &str) -> ProbeError {
+    ProbeError::Privilege {
+        what: what.to_string(),
+        capability: "CAP_NET_RAW (a raw socket)".into(),
+        remedy: "run as root or `sudo setcap cap_net_raw+ep $(command -v latscope)`; without it \
+                 --connect and --udp work, and --icmp where net.ipv4.ping_group_range allows"
+            .into(),
+    }
+}
+
+/// Whether this process may open raw sockets (CAP_NET_RAW in effect), tried for real.
+pub fn have_raw(v6: bool) -> bool {
+    let proto = if v6 {
+        libc::IPPROTO_ICMPV6
+    } else {
+        libc::IPPROTO_ICMP
+    };
+    sys::socket(domain(v6), libc::SOCK_RAW, proto).is_ok()
+}
+
+fn map_icmp(kind: IcmpKind) -> Option<ReplyKind> {
+    match kind {
+        IcmpKind::EchoReply => Some(ReplyKind::EchoReply),
+        IcmpKind::TimeExceeded => Some(ReplyKind::TimeExceeded),
+        IcmpKind::PortUnreachable => Some(ReplyKind::PortUnreachable),
+        IcmpKind::Prohibited => Some(ReplyKind::Prohibited),
+        IcmpKind::Unreachable(_) => Some(ReplyKind::Unreachable),
+        IcmpKind::Other(..) => None,
+    }
+}
+
+/// Read every queued ICMP message of a raw ICMP socket; `matcher` maps a parsed message to a
+/// probe id.
+fn read_raw_icmp(
+    fd: &OwnedFd,
+    v6: bool,
+    buf: &mut [u8],
+    out: &mut Vec<Response>,
+    mut matcher: impl FnMut(&packet::IcmpMessage<'_>, IpAddr) -> Option<u16>,
+) -> io::Result<()> {
+    while let Some(m) = sys::recv_msg(fd, buf, false)? {
+        let data = &buf[..m.len.min(buf.len())];
+        let (icmp, from, ttl) = if v6 {
+            match m.from {
+                Some(a) => (data, a.ip(), m.ttl),
+                None => continue,
+            }
+        } else {
+            match packet::parse_ipv4(data) {
+                Some(h) => (&data[h.header_len..], h.src, Some(h.ttl)),
+                None => continue,
+            }
+        };
+        let Some(msg) = packet::parse_icmp(v6, icmp) else {
+            continue;
+        };
+        let Some(kind) = map_icmp(msg.kind) else {
+            continue;
+        };
+        if let Some(id) = matcher(&msg, from) {
+            out.push(Response {
+                id,
+                from,
+                kind,
+                tcp_flags: None,
+                ttl,
+                size: m.len,
+                rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                rx_kernel: m.kernel_ns.is_some(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn ts_source(ts: TsMode) -> TsSource {
+    match ts {
+        TsMode::TxRx => TsSource::Kernel,
+        TsMode::RxOnly => TsSource::KernelRx,
+        TsMode::None => TsSource::User,
+    }
+}
+
+fn unreachable(dst: IpAddr, e: io::Error) -> ProbeError {
+    ProbeError::Unreachable {
+        target: dst.to_string(),
+        reason: format!("no route ({e})"),
+    }
+}
+
+/// A random 32-bit value from the kernel.
+pub fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    // SAFETY: b is a writable 4-byte buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n == 4 {
+        u32::from_ne_bytes(b)
+    } else {
+        (sys::now_ns() as u32) ^ std::process::id()
+    }
+}
+
+/// The errors a datagram socket reports once after an ICMP error about an earlier packet.
+fn is_reported_icmp_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EPROTO)
+    )
+}
+
+fn send_error(dst: IpAddr, e: io::Error) -> ProbeError {
+    match e.raw_os_error() {
+        Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) => unreachable(dst, e),
+        Some(libc::EPERM) | Some(libc::EACCES) => ProbeError::io(
+            format!("sending to {dst} (a local firewall rule rejects it, or a broadcast address)"),
+            e,
+        ),
+        _ => ProbeError::io(format!("sending to {dst}"), e),
+    }
+}

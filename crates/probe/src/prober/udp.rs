@@ -1,0 +1,178 @@
+//! UDP probes: latscope serve's echo, ICMP port unreachable, time exceeded via IP_RECVERR.
+
+use super::*;
+
+/// UDP probes from one connected socket with a constant 4-tuple (and constant checksum). The
+/// destination answers with latscope serve's echo, or ICMP port unreachable; routers with time
+/// exceeded, which the kernel queues on the socket's error queue (IP_RECVERR) — no privilege.
+pub struct UdpProber {
+    v6: bool,
+    fd: OwnedFd,
+    size: usize,
+    ts: TsMode,
+    book: TxBook,
+    ttl: Option<u8>,
+    buf: Vec<u8>,
+    dst: IpAddr,
+    /// ICMP errors read from the error queue, not yet returned.
+    held: Vec<Response>,
+}
+
+impl UdpProber {
+    /// Probes to `dst`:`port` with `size` payload bytes; `kernel_ts` asks for kernel timestamps.
+    pub fn new(dst: IpAddr, port: u16, size: usize, kernel_ts: bool) -> Result<Self, ProbeError> {
+        let v6 = dst.is_ipv6();
+        let fd = sys::socket(domain(v6), libc::SOCK_DGRAM, 0)
+            .map_err(|e| ProbeError::io("UDP socket", e))?;
+        sys::connect(&fd, SocketAddr::new(dst, port)).map_err(|e| unreachable(dst, e))?;
+        sys::enable_recv_err(&fd, v6).map_err(|e| ProbeError::io("IP_RECVERR", e))?;
+        let _ = sys::enable_recv_ttl(&fd, v6);
+        let ts = if kernel_ts {
+            sys::enable_timestamps(&fd)
+        } else {
+            TsMode::None
+        };
+        Ok(UdpProber {
+            v6,
+            fd,
+            size,
+            ts,
+            book: TxBook::default(),
+            ttl: None,
+            buf: vec![0u8; 65536],
+            dst,
+            held: Vec::new(),
+        })
+    }
+
+    /// Read the error queue: TX timestamps into the book, ICMP errors into `held`.
+    fn drain(&mut self) -> io::Result<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let v6 = self.v6;
+        let mut errs = Vec::new();
+        let r = drain_errqueue(&self.fd, &mut self.book, &mut buf, |m, data| {
+            let Some(e) = m.err else { return };
+            if e.origin != libc::SO_EE_ORIGIN_ICMP && e.origin != libc::SO_EE_ORIGIN_ICMP6 {
+                return;
+            }
+            let Some(kind) = map_icmp(packet::icmp_kind(v6, e.icmp_type, e.icmp_code)) else {
+                return;
+            };
+            let Some(from) = e.offender else { return };
+            errs.push((
+                packet::parse_udp_probe(data, packet::LSP_ECHO_REQUEST),
+                from,
+                kind,
+                *m,
+            ));
+        });
+        self.buf = buf;
+        for (id, from, kind, m) in errs {
+            // A router that quotes only 8 bytes leaves no id: the oldest waiting probe it is.
+            let Some(id) = id.or_else(|| self.book.oldest()) else {
+                continue;
+            };
+            self.held.push(Response {
+                id,
+                from,
+                kind,
+                tcp_flags: None,
+                ttl: None,
+                size: m.len + 8,
+                rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                rx_kernel: m.kernel_ns.is_some(),
+            });
+        }
+        r
+    }
+}
+
+impl Prober for UdpProber {
+    fn send(&mut self, id: u16, ttl: Option<u8>) -> Result<(), ProbeError> {
+        if ttl != self.ttl
+            && let Some(t) = ttl
+        {
+            sys::set_ttl(&self.fd, self.v6, t).map_err(|e| ProbeError::io("setting the TTL", e))?;
+            self.ttl = ttl;
+        }
+        let p = packet::udp_probe(id, self.size);
+        // Read queued ICMP errors first: that clears the socket error, which would otherwise
+        // fail this send with ECONNREFUSED.
+        let _ = self.drain();
+        let t = sys::now_ns();
+        match sys::send_to(&self.fd, &p, None) {
+            Ok(_) => {}
+            // An ICMP error that arrived since the drain, reported on this send: the probe did
+            // not leave; read the error and resend once.
+            Err(e) if is_reported_icmp_error(&e) => {
+                let _ = self.drain();
+                sys::send_to(&self.fd, &p, None).map_err(|e| send_error(self.dst, e))?;
+            }
+            Err(e) => return Err(send_error(self.dst, e)),
+        }
+        self.book.sent(id, t, self.ts);
+        Ok(())
+    }
+
+    fn recv(&mut self, timeout: Duration, out: &mut Vec<Response>) -> Result<(), ProbeError> {
+        if self.held.is_empty() {
+            sys::poll_in(&[self.fd.as_raw_fd()], timeout).map_err(|e| ProbeError::io("poll", e))?;
+        }
+        let r = self.drain();
+        out.append(&mut self.held);
+        let mut buf = std::mem::take(&mut self.buf);
+        let r2 = (|| -> io::Result<()> {
+            loop {
+                let m = match sys::recv_msg(&self.fd, &mut buf, false) {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return Ok(()),
+                    // The pending ICMP error is reported once on the normal queue too.
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
+                        ) =>
+                    {
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let data = &buf[..m.len.min(buf.len())];
+                let Some(id) = packet::parse_udp_probe(data, packet::LSP_ECHO_REPLY) else {
+                    continue;
+                };
+                out.push(Response {
+                    id,
+                    from: m.from.map(|a| a.ip()).unwrap_or(self.dst),
+                    kind: ReplyKind::UdpEcho,
+                    tcp_flags: None,
+                    ttl: m.ttl,
+                    size: m.len,
+                    rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                    rx_kernel: m.kernel_ns.is_some(),
+                });
+            }
+        })();
+        self.buf = buf;
+        r.and(r2).map_err(|e| ProbeError::io("receiving", e))
+    }
+
+    fn tx_time(&mut self, id: u16) -> Option<(u64, bool)> {
+        if self.book.tx.get(&id).is_some_and(|t| !t.1) && self.ts == TsMode::TxRx {
+            let _ = self.drain();
+        }
+        self.book.tx.get(&id).copied()
+    }
+
+    fn forget(&mut self, id: u16) {
+        self.book.forget(id);
+    }
+
+    fn ts_source(&self) -> TsSource {
+        ts_source(self.ts)
+    }
+
+    fn mode(&self) -> ProbeMode {
+        ProbeMode::Udp
+    }
+}

@@ -1,0 +1,240 @@
+//! `latscope ping HOST`: RTT with TCP SYN, TCP connect, UDP or ICMP echo probes.
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::Args;
+use latscope_core::model::Meta;
+use latscope_core::model::ping::{PingReply, ProbeMode};
+use latscope_core::render::{self, OutputFormat};
+use latscope_core::units::{parse_count, parse_duration};
+use latscope_probe::ping::{PingContext, PingOptions};
+use latscope_probe::{Family, ProbeError, ProbeRequest};
+use serde::Serialize;
+
+use crate::exit;
+use crate::output::{self, OutputArgs};
+
+/// Probe modes (at most one; none: the best the privileges allow).
+#[derive(Args, Debug, Clone, Default)]
+#[group(multiple = false)]
+pub struct ModeArgs {
+    /// TCP SYN from a raw socket: SYN-ACK means open, RST closed; the kernel resets the
+    /// half-open connection. Needs CAP_NET_RAW. The default when allowed.
+    #[arg(long)]
+    pub syn: bool,
+    /// A full TCP connect() and an abortive close; no privilege. The default without CAP_NET_RAW.
+    #[arg(long)]
+    pub connect: bool,
+    /// UDP to latscope serve's echo (port 7373), or to a closed port answering ICMP port unreachable.
+    #[arg(long)]
+    pub udp: bool,
+    /// ICMP echo: unprivileged ping socket where net.ipv4.ping_group_range allows, else raw.
+    #[arg(long)]
+    pub icmp: bool,
+}
+
+impl ModeArgs {
+    pub fn mode(&self) -> Option<ProbeMode> {
+        if self.syn {
+            Some(ProbeMode::Syn)
+        } else if self.connect {
+            Some(ProbeMode::Connect)
+        } else if self.udp {
+            Some(ProbeMode::Udp)
+        } else if self.icmp {
+            Some(ProbeMode::Icmp)
+        } else {
+            None
+        }
+    }
+}
+
+/// Address family flags shared by ping and trace.
+#[derive(Args, Debug, Clone, Default)]
+#[group(multiple = false)]
+pub struct FamilyArgs {
+    /// IPv4 only.
+    #[arg(short = '4')]
+    pub ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    pub ipv6: bool,
+}
+
+impl FamilyArgs {
+    pub fn family(&self) -> Family {
+        if self.ipv4 {
+            Family::V4
+        } else if self.ipv6 {
+            Family::V6
+        } else {
+            Family::Any
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  latscope ping example.com                 TCP SYN to port 80 if privileged, else TCP connect
+  latscope ping --syn -p 443 -c 20 10.0.0.2 SYN ping: open (SA) / closed (RA) / filtered (lost)
+  latscope ping --udp 10.0.0.2              UDP to `latscope serve` (port 7373)
+  latscope ping --icmp -i 10ms -c 1000 ::1  ICMP echo, 100 per second, IPv6
+  latscope ping --flood -c 100000 127.0.0.1 next probe as soon as the previous is answered
+
+Exit codes: 0 answers received; 1 no answer at all; 2 bad input; 3 unresolvable or no route;
+4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (statistics printed).")]
+pub struct PingArgs {
+    /// Host name or address (resolved once).
+    pub host: String,
+    #[command(flatten)]
+    pub mode: ModeArgs,
+    /// Destination port (default 80 for TCP, 7373 for UDP: latscope serve).
+    #[arg(short = 'p', long)]
+    pub port: Option<u16>,
+    /// Number of probes (default: until Ctrl-C).
+    #[arg(short = 'c', long, value_parser = parse_count)]
+    pub count: Option<u64>,
+    /// Time between probes, down to microseconds (e.g. 1s, 10ms, 200us).
+    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: std::time::Duration,
+    /// Send the next probe as soon as the previous one is answered (at least every 10 ms);
+    /// per-reply lines are not printed.
+    #[arg(long)]
+    pub flood: bool,
+    /// How long to wait for each answer.
+    #[arg(short = 'W', long = "timeout", default_value = "1s", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Payload bytes (UDP and ICMP; default 56 ICMP, 16 UDP).
+    #[arg(short = 's', long)]
+    pub size: Option<usize>,
+    /// Time with the user-space clock only, as hping3 does (default: kernel timestamps).
+    #[arg(long)]
+    pub user_timestamps: bool,
+    #[command(flatten)]
+    pub family: FamilyArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// One `--json-lines` record per answer.
+#[derive(Serialize)]
+struct ReplyEvent<'a> {
+    event: &'static str,
+    command: &'static str,
+    #[serde(flatten)]
+    reply: &'a PingReply,
+}
+
+/// Turn a probe error into an error with its documented exit code.
+pub fn probe_error(e: ProbeError) -> anyhow::Error {
+    exit::coded(e.exit_code(), e.to_string())
+}
+
+pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
+    if args.count == Some(0) {
+        return Err(exit::coded(
+            exit::USAGE,
+            "-c 0 sends nothing; give a count of at least 1",
+        ));
+    }
+    if args.timeout.is_zero() {
+        return Err(exit::coded(
+            exit::USAGE,
+            "-W 0 cannot receive anything; give a timeout such as 1s",
+        ));
+    }
+    let mode = args.mode.mode();
+    let dst = latscope_probe::resolve(&args.host, args.family.family()).map_err(probe_error)?;
+    let tcp_default = 80;
+    let port = args.port.unwrap_or(if mode == Some(ProbeMode::Udp) {
+        7373
+    } else {
+        tcp_default
+    });
+    let payload = args
+        .size
+        .unwrap_or(if mode == Some(ProbeMode::Udp) { 16 } else { 56 });
+    if payload > 65000 {
+        return Err(exit::coded(
+            exit::USAGE,
+            format!("-s {payload}: a probe payload is at most 65000 bytes"),
+        ));
+    }
+    let (mut prober, reason) = latscope_probe::open(
+        dst,
+        ProbeRequest {
+            mode,
+            port,
+            payload,
+            trace: false,
+            kernel_timestamps: !args.user_timestamps,
+        },
+    )
+    .map_err(probe_error)?;
+    let mode = prober.mode();
+    let port = matches!(mode, ProbeMode::Syn | ProbeMode::Connect | ProbeMode::Udp).then_some(port);
+    let payload_bytes = match mode {
+        ProbeMode::Udp | ProbeMode::Icmp => payload as u64,
+        _ => 0,
+    };
+    let format = args.output.format();
+    let stop = output::stop_flag();
+    let mut stdout = std::io::stdout();
+    if format == OutputFormat::Human {
+        let _ = writeln!(
+            stdout,
+            "{}",
+            render::ping::ping_header(&args.host, &dst.to_string(), port, mode.name(), &reason)
+        );
+    }
+    let flood = args.flood;
+    let mut on_reply = |r: &PingReply| {
+        let mut out = std::io::stdout().lock();
+        match format {
+            OutputFormat::Human if !flood => {
+                let _ = writeln!(out, "{}", render::ping::reply_line(r));
+            }
+            OutputFormat::JsonLines => {
+                let _ = render::emit_event(
+                    &ReplyEvent {
+                        event: "reply",
+                        command: "ping",
+                        reply: r,
+                    },
+                    &mut out,
+                );
+            }
+            _ => {}
+        }
+    };
+    let ctx = PingContext {
+        meta: Meta::new("ping", env!("CARGO_PKG_VERSION"), output::unix_ms()),
+        target: args.host.clone(),
+        address: dst,
+        port,
+        mode_reason: reason,
+        payload_bytes,
+    };
+    let opts = PingOptions {
+        count: args.count,
+        interval: args.interval,
+        flood: args.flood,
+        timeout: args.timeout,
+        keep_replies: if format == OutputFormat::Json {
+            100_000
+        } else {
+            0
+        },
+    };
+    let report = latscope_probe::ping::ping(prober.as_mut(), ctx, &opts, &stop, &mut on_reply)
+        .map_err(probe_error)?;
+    render::emit(&report, format, &mut stdout).context("writing the report")?;
+    Ok(if report.interrupted {
+        exit::INTERRUPTED
+    } else if report.received == 0 {
+        exit::FINDINGS
+    } else {
+        exit::OK
+    })
+}

@@ -1,0 +1,283 @@
+//! `latscope stream`: throughput per direction and per interval, with both sides' cost.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use latscope_core::model::Meta;
+use latscope_core::model::rr::Transport;
+use latscope_core::model::stream::{Direction, StreamInterval, StreamOptions, StreamReport};
+use latscope_core::render::stream::interval_line;
+use latscope_core::render::{OutputFormat, emit, emit_event};
+use latscope_core::units::{format_bitrate, parse_bitrate, parse_duration, parse_size};
+use latscope_net::proto::{DEFAULT_PORT, StreamSpec};
+use latscope_net::sock::{Family, Target};
+use latscope_net::stream::StreamConfig;
+
+use crate::exit;
+use crate::output::{OutputArgs, stop_flag, unix_ms};
+use crate::progress::Progress;
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  latscope stream 10.0.0.2                       TCP, client → server, 10 s, per-second lines
+  latscope stream 10.0.0.2 -R -P 4               server → client, 4 parallel streams
+  latscope stream 10.0.0.2 --bidir -t 30s        both directions at once, reported separately
+  latscope stream 10.0.0.2 --udp -b 50M -l 1400  UDP at 50 Mbit/s: loss, order, jitter (RFC 3550)
+  latscope stream 10.0.0.2 --latency-probe       latency of a small request, idle vs. under load
+  latscope stream --unix /tmp/latscope.sock      unix stream socket
+
+The receiver's count is the truth for delivered bytes; both sides' figures (bytes, time, rate,
+CPU, I/O calls, bytes and time per call, context switches) are shown, like nuttcp's -t and -r
+lines. TCP senders add retransmits, cwnd and RTT from TCP_INFO each interval.")]
+pub struct StreamArgs {
+    /// HOST[:PORT] of a latscope server (port 7373 by default), or unix:PATH.
+    pub target: Option<String>,
+    /// Use a unix stream socket at PATH instead of TARGET.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["target", "udp"])]
+    pub unix: Option<PathBuf>,
+    /// UDP datagrams instead of TCP.
+    #[arg(short = 'u', long)]
+    pub udp: bool,
+    /// How long to send.
+    #[arg(short = 't', long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "bytes")]
+    pub time: Option<Duration>,
+    /// Bytes to send per direction (shared by the streams) instead of a duration.
+    #[arg(short = 'n', long, value_parser = parse_size, value_name = "SIZE")]
+    pub bytes: Option<u64>,
+    /// Parallel streams per direction.
+    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
+    pub parallel: u32,
+    /// The server sends, the client receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once, on separate connections.
+    #[arg(long)]
+    pub bidir: bool,
+    /// Interval of the per-interval lines and events.
+    #[arg(short, long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub interval: Duration,
+    /// Write (datagram) size [default: 128KiB; 1400 B for UDP].
+    #[arg(short = 'l', long, value_parser = parse_size, value_name = "SIZE")]
+    pub length: Option<u64>,
+    /// UDP target bit rate per direction, paced per datagram (no bursts).
+    #[arg(short = 'b', long, default_value = "10M", value_parser = parse_bitrate, value_name = "RATE")]
+    pub bitrate: f64,
+    /// SO_SNDBUF on the data sockets (both sides).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub sndbuf: Option<u64>,
+    /// SO_RCVBUF on the data sockets (both sides).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub rcvbuf: Option<u64>,
+    /// TCP maximum segment size (TCP_MAXSEG).
+    #[arg(long, value_name = "BYTES")]
+    pub mss: Option<u32>,
+    /// IP TOS byte (0-255).
+    #[arg(long, value_name = "TOS", conflicts_with = "dscp")]
+    pub tos: Option<u8>,
+    /// DSCP code point (0-63), sets TOS to DSCP << 2.
+    #[arg(long, value_name = "DSCP")]
+    pub dscp: Option<u8>,
+    /// TCP congestion control (e.g. cubic, bbr, reno).
+    #[arg(short = 'C', long, value_name = "NAME")]
+    pub congestion: Option<String>,
+    /// TCP_NODELAY on the data sockets.
+    #[arg(long)]
+    pub nodelay: bool,
+    /// Send with sendfile(2) from memory: no user-space copy.
+    #[arg(short = 'Z', long)]
+    pub zerocopy: bool,
+    /// Pin stream threads to these CPUs, round-robin (e.g. 0,1).
+    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    pub affinity: Vec<usize>,
+    /// Also measure a 64 B request/response on its own connection, idle and during the transfer.
+    #[arg(long)]
+    pub latency_probe: bool,
+    /// Connection set-up timeout.
+    #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    pub connect_timeout: Duration,
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    exit::coded(exit::USAGE, msg)
+}
+
+pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
+    let (target, transport) = match (&a.unix, &a.target) {
+        (Some(p), _) => (Target::Unix(p.clone()), Transport::Unix),
+        (None, Some(t)) => {
+            let t = Target::parse(t, DEFAULT_PORT)?;
+            let tr = match (&t, a.udp) {
+                (Target::Unix(_), true) => {
+                    return Err(usage("--udp cannot be used with a unix socket"));
+                }
+                (Target::Unix(_), false) => Transport::Unix,
+                (_, true) => Transport::Udp,
+                (_, false) => Transport::Tcp,
+            };
+            (t, tr)
+        }
+        (None, None) => return Err(usage("no target: give HOST[:PORT] or --unix PATH")),
+    };
+    let family = if a.ipv4 {
+        Family::V4
+    } else if a.ipv6 {
+        Family::V6
+    } else {
+        Family::Any
+    };
+    let addr = match &target {
+        Target::Unix(_) => None,
+        t => Some(t.resolve(family)?),
+    };
+    if a.parallel == 0 || a.parallel > 128 {
+        return Err(usage("--parallel must be between 1 and 128"));
+    }
+    let length = a.length.unwrap_or(if transport == Transport::Udp {
+        1400
+    } else {
+        128 * 1024
+    });
+    if transport == Transport::Udp && !(32..=65_507).contains(&length) {
+        return Err(usage(format!(
+            "--length {length} B: UDP datagrams must be 32–65507 B (a 32-byte header is inside)"
+        )));
+    }
+    if length == 0 || length > 64 << 20 {
+        return Err(usage("--length must be between 1 B and 64 MiB"));
+    }
+    let duration = match (a.time, a.bytes) {
+        (Some(t), _) if t.is_zero() => return Err(usage("--time must be above zero")),
+        (Some(t), _) => t,
+        (None, Some(_)) => Duration::ZERO,
+        (None, None) => Duration::from_secs(10),
+    };
+    if a.bytes == Some(0) {
+        return Err(usage("--bytes must be above zero"));
+    }
+    if a.interval < Duration::from_millis(100) {
+        return Err(usage("--interval must be at least 100ms"));
+    }
+    if a.dscp.is_some_and(|d| d > 63) {
+        return Err(usage("--dscp must be 0-63"));
+    }
+    let buf = |what: &str, v: Option<u64>| -> anyhow::Result<Option<u32>> {
+        match v {
+            Some(b) if b == 0 || b > i32::MAX as u64 => {
+                Err(usage(format!("{what} must be between 1 B and 2 GiB")))
+            }
+            other => Ok(other.map(|b| b as u32)),
+        }
+    };
+    if transport != Transport::Tcp && (a.mss.is_some() || a.congestion.is_some() || a.nodelay) {
+        return Err(usage("--mss, --congestion and --nodelay apply to TCP only"));
+    }
+    if a.zerocopy && transport == Transport::Udp {
+        return Err(usage(
+            "--zerocopy applies to stream sockets (TCP, unix), not UDP",
+        ));
+    }
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if let Some(c) = a.affinity.iter().find(|c| **c >= ncpu) {
+        return Err(usage(format!(
+            "--affinity: CPU {c} does not exist (this machine has {ncpu})"
+        )));
+    }
+    let streams = a.parallel;
+    let spec = StreamSpec {
+        transport,
+        direction: if a.bidir {
+            Direction::Both
+        } else if a.reverse {
+            Direction::Receive
+        } else {
+            Direction::Send
+        },
+        streams,
+        duration_ms: duration.as_millis() as u64,
+        bytes_per_stream: a.bytes.map(|b| b.div_ceil(u64::from(streams))),
+        buffer_bytes: length as u32,
+        udp_rate_bps: (transport == Transport::Udp).then(|| a.bitrate / f64::from(streams)),
+        options: StreamOptions {
+            nodelay: a.nodelay,
+            mss: a.mss,
+            tos: a.tos.or(a.dscp.map(|d| d << 2)),
+            congestion: a.congestion.clone(),
+            sndbuf: buf("--sndbuf", a.sndbuf)?,
+            rcvbuf: buf("--rcvbuf", a.rcvbuf)?,
+            zerocopy: a.zerocopy,
+        },
+        interval_ms: a.interval.as_millis() as u64,
+    };
+    Ok(StreamConfig {
+        target,
+        addr,
+        spec,
+        connect_timeout: a.connect_timeout,
+        affinity: a.affinity.clone(),
+        latency_probe: a.latency_probe,
+    })
+}
+
+pub fn report_code(r: &StreamReport) -> u8 {
+    if r.interrupted {
+        exit::INTERRUPTED
+    } else if r.error.is_some() {
+        exit::TARGET
+    } else {
+        exit::OK
+    }
+}
+
+pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
+    let cfg = config(a)?;
+    let format = a.output.format();
+    let progress = Progress::new(a.output.progress(), &format!("stream {}", cfg.target));
+    let stop = stop_flag();
+    let mut header_done = false;
+    let mut on_interval = |ev: &StreamInterval| match format {
+        OutputFormat::JsonLines => {
+            let _ = emit_event(ev, &mut std::io::stdout());
+        }
+        OutputFormat::Human => {
+            progress.set(format!(
+                "{} {} {}",
+                ev.direction,
+                ev.side,
+                format_bitrate(ev.rate_bps)
+            ));
+            let mut out = std::io::stdout().lock();
+            if !header_done {
+                let _ = writeln!(
+                    out,
+                    "  {:<14} {:<14} {:<16} {:>14}",
+                    "interval", "direction", "view", "rate"
+                );
+                header_done = true;
+            }
+            let _ = writeln!(out, "{}", interval_line(ev));
+        }
+        OutputFormat::Json => {
+            progress.set(format!("{} {}", ev.direction, format_bitrate(ev.rate_bps)))
+        }
+    };
+    let meta = Meta::new("stream", env!("CARGO_PKG_VERSION"), unix_ms());
+    let report = latscope_net::stream::run(&cfg, meta, &stop, &mut on_interval)?;
+    drop(progress);
+    let mut out = std::io::stdout().lock();
+    emit(&report, format, &mut out)?;
+    out.flush()?;
+    Ok(report_code(&report))
+}

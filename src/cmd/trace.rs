@@ -1,0 +1,272 @@
+//! `latscope trace HOST`: the hops to a host (Paris traceroute), or `--report` per-hop loss and
+//! RTT percentiles over rounds (mtr's report).
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::Args;
+use latscope_core::model::Meta;
+use latscope_core::model::ping::{ProbeMode, TraceHop, TraceReport};
+use latscope_core::render::{self, OutputFormat};
+use latscope_core::units::{parse_count, parse_duration};
+use latscope_probe::ProbeRequest;
+use latscope_probe::trace::TraceOptions;
+use serde::Serialize;
+
+use super::ping::{FamilyArgs, probe_error};
+use crate::exit;
+use crate::output::{self, OutputArgs};
+
+/// Trace probe modes (at most one; none: TCP SYN when privileged, else UDP).
+#[derive(Args, Debug, Clone, Default)]
+#[group(multiple = false)]
+pub struct TraceModeArgs {
+    /// TCP SYN probes from a raw socket (the default; needs CAP_NET_RAW).
+    #[arg(long)]
+    pub syn: bool,
+    /// UDP probes (no privilege; default port 33434, expecting port unreachable at the end).
+    #[arg(long)]
+    pub udp: bool,
+    /// ICMP echo probes.
+    #[arg(long)]
+    pub icmp: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  latscope trace example.com                TCP SYN to port 80, 3 probes per hop
+  latscope trace --udp -q 1 10.0.0.2        UDP probes, one per hop
+  latscope trace --icmp -m 15 ::1           ICMP echo, at most 15 hops
+  latscope trace --report -c 100 10.0.0.2   per-hop loss and RTT percentiles over 100 rounds
+
+Exit codes: 0 destination reached; 1 not reached; 2 bad input; 3 unresolvable or no route;
+4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (hops so far printed).")]
+pub struct TraceArgs {
+    /// Host name or address (resolved once).
+    pub host: String,
+    #[command(flatten)]
+    pub mode: TraceModeArgs,
+    /// Destination port (default 80 for TCP SYN, 33434 for UDP).
+    #[arg(short = 'p', long)]
+    pub port: Option<u16>,
+    /// Probes per hop.
+    #[arg(short = 'q', long, default_value_t = 3)]
+    pub queries: u32,
+    /// Largest TTL (hop count) to try.
+    #[arg(short = 'm', long = "max-ttl", default_value_t = 30)]
+    pub max_ttl: u8,
+    /// TTL to start with.
+    #[arg(short = 'f', long = "first-ttl", default_value_t = 1)]
+    pub first_ttl: u8,
+    /// How long to wait for a hop's answers after its last probe.
+    #[arg(short = 'w', long, default_value = "1s", value_parser = parse_duration)]
+    pub wait: std::time::Duration,
+    /// mtr-style report: probe every hop for several rounds, then print per-hop statistics.
+    #[arg(long)]
+    pub report: bool,
+    /// Rounds of `--report`.
+    #[arg(short = 'c', long, default_value = "10", value_parser = parse_count)]
+    pub count: u64,
+    /// Time between `--report` rounds.
+    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: std::time::Duration,
+    /// UDP / ICMP payload bytes.
+    #[arg(short = 's', long)]
+    pub size: Option<usize>,
+    #[command(flatten)]
+    pub family: FamilyArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Serialize)]
+struct HopEvent<'a> {
+    event: &'static str,
+    command: &'static str,
+    #[serde(flatten)]
+    hop: &'a TraceHop,
+}
+
+pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
+    if args.queries == 0 || args.queries > 10 {
+        return Err(exit::coded(
+            exit::USAGE,
+            format!("-q {}: probes per hop must be 1..10", args.queries),
+        ));
+    }
+    if args.first_ttl == 0 || args.first_ttl > args.max_ttl {
+        return Err(exit::coded(
+            exit::USAGE,
+            format!(
+                "-f {} -m {}: need 1 <= first TTL <= max TTL",
+                args.first_ttl, args.max_ttl
+            ),
+        ));
+    }
+    if args.report && args.count == 0 {
+        return Err(exit::coded(
+            exit::USAGE,
+            "--report -c 0 runs no round; give at least 1",
+        ));
+    }
+    let mode = if args.mode.syn {
+        Some(ProbeMode::Syn)
+    } else if args.mode.udp {
+        Some(ProbeMode::Udp)
+    } else if args.mode.icmp {
+        Some(ProbeMode::Icmp)
+    } else {
+        None
+    };
+    let dst = latscope_probe::resolve(&args.host, args.family.family()).map_err(probe_error)?;
+    let payload = args.size.unwrap_or(if mode == Some(ProbeMode::Icmp) {
+        56
+    } else {
+        16
+    });
+    // The default port depends on the mode actually opened (auto may fall back to UDP).
+    let syn_port = args.port.unwrap_or(80);
+    let udp_port = args.port.unwrap_or(33434);
+    let first_port = if mode == Some(ProbeMode::Udp) {
+        udp_port
+    } else {
+        syn_port
+    };
+    let (mut prober, reason) = match latscope_probe::open(
+        dst,
+        ProbeRequest {
+            mode,
+            port: first_port,
+            payload,
+            trace: true,
+            kernel_timestamps: true,
+        },
+    ) {
+        Ok((p, r)) if mode.is_none() && p.mode() == ProbeMode::Udp && udp_port != first_port => {
+            drop(p);
+            let (p, _) = latscope_probe::open(
+                dst,
+                ProbeRequest {
+                    mode: Some(ProbeMode::Udp),
+                    port: udp_port,
+                    payload,
+                    trace: true,
+                    kernel_timestamps: true,
+                },
+            )
+            .map_err(probe_error)?;
+            (p, r)
+        }
+        other => other.map_err(probe_error)?,
+    };
+    let mode = prober.mode();
+    let port = match mode {
+        ProbeMode::Syn => Some(syn_port),
+        ProbeMode::Udp => Some(udp_port),
+        _ => None,
+    };
+    let format = args.output.format();
+    let stop = output::stop_flag();
+    let opts = TraceOptions {
+        first_ttl: args.first_ttl,
+        max_ttl: args.max_ttl,
+        queries: args.queries,
+        wait: args.wait,
+        spacing: args.wait.min(std::time::Duration::from_millis(50)),
+        rounds: args.report.then_some(args.count),
+        round_interval: args.interval,
+    };
+    let mut report = TraceReport {
+        meta: Meta::new("trace", env!("CARGO_PKG_VERSION"), output::unix_ms()),
+        target: args.host.clone(),
+        address: dst.to_string(),
+        mode,
+        mode_reason: reason,
+        port,
+        flow: latscope_probe::flow_text(mode).to_string(),
+        first_ttl: args.first_ttl,
+        max_ttl: args.max_ttl,
+        queries: if args.report { 1 } else { args.queries },
+        wait_ns: args.wait.as_nanos() as u64,
+        reached: false,
+        destination_reply: None,
+        timestamps: String::new(),
+        hops: Vec::new(),
+        rounds: None,
+        report: None,
+        interrupted: false,
+    };
+    let mut stdout = std::io::stdout();
+    if format == OutputFormat::Human && !args.report {
+        let _ = writeln!(stdout, "{}", render::ping::trace_header(&report));
+    }
+    let mut on_hop = |h: &TraceHop| {
+        let mut out = std::io::stdout().lock();
+        match format {
+            OutputFormat::Human => {
+                let _ = writeln!(out, "{}", render::ping::hop_line(h));
+                let _ = out.flush();
+            }
+            OutputFormat::JsonLines => {
+                let _ = render::emit_event(
+                    &HopEvent {
+                        event: "hop",
+                        command: "trace",
+                        hop: h,
+                    },
+                    &mut out,
+                );
+            }
+            OutputFormat::Json => {}
+        }
+    };
+    let bar = (args.report && args.output.progress()).then(|| {
+        let b = indicatif::ProgressBar::new(args.count);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("round {pos}/{len} {wide_bar} {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut on_round = |done: u64, _total: u64| {
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    };
+    let outcome = latscope_probe::trace::trace(
+        prober.as_mut(),
+        dst,
+        &opts,
+        &stop,
+        &mut on_hop,
+        &mut on_round,
+    );
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let outcome = outcome.map_err(probe_error)?;
+    report.reached = outcome.reached;
+    report.destination_reply = outcome.destination_reply;
+    report.hops = outcome.hops;
+    report.rounds = args.report.then_some(outcome.rounds_done);
+    report.report = outcome.report;
+    report.interrupted = outcome.interrupted;
+    report.timestamps = if outcome.rtts == outcome.kernel_rtts {
+        prober.ts_source().name().to_string()
+    } else {
+        format!(
+            "{}; {} of {} RTTs had kernel timestamps at both ends",
+            prober.ts_source().name(),
+            outcome.kernel_rtts,
+            outcome.rtts
+        )
+    };
+    render::emit(&report, format, &mut stdout).context("writing the report")?;
+    Ok(if report.interrupted {
+        exit::INTERRUPTED
+    } else if report.reached {
+        exit::OK
+    } else {
+        exit::FINDINGS
+    })
+}

@@ -1,0 +1,369 @@
+//! Evidence collection: each step runs one of latscope's engines and records what it measured
+//! or why it was skipped.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use latscope_core::Summary;
+use latscope_core::model::Meta;
+use latscope_core::model::connect::ConnectMode;
+use latscope_core::model::diagnose::{Budget, DiagnoseReport, Step};
+use latscope_core::model::rr::{ServerBehaviour, SockOpts, Transport};
+use latscope_core::model::stream::{Direction, StreamOptions};
+use latscope_core::units::format_ns;
+use latscope_net::connect::ConnectConfig;
+use latscope_net::proto::{Start, StreamSpec, TestKind};
+use latscope_net::rr::{Peer, RrConfig, StopAfter, open_session};
+use latscope_net::sock::Target;
+use latscope_net::stream::StreamConfig;
+
+use super::rules::{self, Evidence};
+use crate::output::unix_ms;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub target: Target,
+    pub addr: SocketAddr,
+    /// Time per application measurement.
+    pub duration: Duration,
+    pub concurrency: u32,
+    /// Request and response size for latscope targets.
+    pub request_bytes: u32,
+    pub response_bytes: u32,
+    /// Skip the latency-under-load step (it saturates the path for a few seconds).
+    pub no_load: bool,
+}
+
+fn step(name: &str, status: &str, detail: impl Into<String>) -> Step {
+    Step {
+        name: name.into(),
+        status: status.into(),
+        detail: detail.into(),
+    }
+}
+
+fn meta(cmd: &str) -> Meta {
+    Meta::new(cmd, env!("CARGO_PKG_VERSION"), unix_ms())
+}
+
+fn rr_cfg(p: &Plan, connections: u32, quickack: bool, duration: Duration) -> RrConfig {
+    RrConfig {
+        target: p.target.clone(),
+        addr: Some(p.addr),
+        transport: Transport::Tcp,
+        sizes: vec![(p.request_bytes, p.response_bytes)],
+        connections,
+        stop_after: StopAfter::Duration(duration),
+        warmup: Duration::from_millis(300),
+        rate: None,
+        client: SockOpts {
+            nodelay: true,
+            quickack,
+            ..SockOpts::default()
+        },
+        server: ServerBehaviour {
+            sockopts: SockOpts {
+                nodelay: true,
+                ..SockOpts::default()
+            },
+            ..ServerBehaviour::default()
+        },
+        timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(3),
+        interval: Duration::from_secs(1),
+        peer: Peer::Latscope,
+    }
+}
+
+fn rr_p50(
+    p: &Plan,
+    connections: u32,
+    quickack: bool,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<Summary, String> {
+    let r = latscope_net::rr::run(
+        &rr_cfg(p, connections, quickack, duration),
+        meta("rr"),
+        stop,
+        &mut |_| {},
+        false,
+    )
+    .map_err(|e| e.to_string())?;
+    let s = r.results.into_iter().next().ok_or("no result")?;
+    if let Some(e) = s.errors.first() {
+        return Err(e.clone());
+    }
+    Ok(s.rtt)
+}
+
+/// Is a latscope server listening there?
+fn is_latscope(p: &Plan) -> bool {
+    let start = Start {
+        kind: TestKind::Rr,
+        request_bytes: 1,
+        response_bytes: 1,
+        duration_ms: 1000,
+        server: ServerBehaviour::default(),
+        stream: None,
+        join: None,
+    };
+    open_session(&p.target, Some(p.addr), Duration::from_secs(2), &start, &[]).is_ok()
+}
+
+/// Run the investigation.
+pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseReport {
+    let mut steps = Vec::new();
+    let mut ev = Evidence::default();
+    let mut dists: Vec<(String, Summary)> = Vec::new();
+
+    // 1. The path without the application: a SYN ping with kernel timestamps where
+    //    CAP_NET_RAW allows, else the kernel's own handshake RTT of full connects. Then plain
+    //    connects, for handshake failures and their time as the client sees it.
+    progress("path: SYN/connect ping");
+    let req = latscope_probe::ProbeRequest {
+        mode: None,
+        port: p.addr.port(),
+        payload: 0,
+        trace: false,
+        kernel_timestamps: true,
+    };
+    match latscope_probe::open(p.addr.ip(), req) {
+        Ok((mut prober, why)) => {
+            let ctx = latscope_probe::ping::PingContext {
+                meta: meta("ping"),
+                target: p.target.to_string(),
+                address: p.addr.ip(),
+                port: Some(p.addr.port()),
+                mode_reason: why,
+                payload_bytes: 0,
+            };
+            let opts = latscope_probe::ping::PingOptions {
+                count: Some(50),
+                interval: Duration::from_millis(5),
+                timeout: Duration::from_secs(1),
+                ..Default::default()
+            };
+            match latscope_probe::ping::ping(prober.as_mut(), ctx, &opts, stop, &mut |_| {}) {
+                Ok(r) if r.received > 0 => {
+                    steps.push(step(
+                        "path",
+                        "ran",
+                        format!(
+                            "{} ping ({}): p50 {}, {} of {} answered",
+                            r.mode.name(),
+                            r.timestamps,
+                            format_ns(r.rtt.p50_ns as f64),
+                            r.received,
+                            r.sent
+                        ),
+                    ));
+                    dists.push(("path".into(), r.rtt.clone()));
+                    ev.path = Some(r.rtt);
+                }
+                Ok(r) => steps.push(step(
+                    "path",
+                    "failed",
+                    format!("{} ping: no answer to {} probes", r.mode.name(), r.sent),
+                )),
+                Err(e) => steps.push(step("path", "failed", e.to_string())),
+            }
+        }
+        Err(e) => steps.push(step("path", "failed", e.to_string())),
+    }
+    progress("handshakes");
+    let cc = ConnectConfig {
+        target: p.target.clone(),
+        addr: p.addr,
+        mode: ConnectMode::Connect,
+        stop_after: StopAfter::Count(100),
+        parallel: 1,
+        timeout: Duration::from_secs(3),
+        interval: Duration::from_millis(2),
+        request_bytes: 1,
+        response_bytes: 1,
+        server: ServerBehaviour::default(),
+    };
+    let mut connected = false;
+    match latscope_net::connect::run(&cc, meta("connect"), stop) {
+        Ok(r) => {
+            connected = r.succeeded > 0;
+            steps.push(step(
+                "handshakes",
+                if connected { "ran" } else { "failed" },
+                format!(
+                    "{} connects: p50 {}, p99 {}, {} refused, {} timed out",
+                    r.attempts,
+                    format_ns(r.connect.p50_ns as f64),
+                    format_ns(r.connect.p99_ns as f64),
+                    r.refused,
+                    r.timed_out
+                ),
+            ));
+            ev.connect_failures = (r.attempts, r.refused, r.timed_out);
+            dists.push(("handshakes".into(), r.connect.clone()));
+            ev.handshake = Some(r.connect);
+        }
+        Err(e) => steps.push(step("handshakes", "failed", e.to_string())),
+    }
+
+    let latscope = connected && is_latscope(p);
+    let kind = if latscope { "latscope" } else { "tcp" };
+    if !latscope && connected {
+        for s in [
+            "one request",
+            "quick-ack experiment",
+            "concurrent requests",
+            "latency under load",
+        ] {
+            steps.push(step(s, "skipped", "the port does not speak the latscope protocol: request steps need `latscope serve` there (or an http:// URL)"));
+        }
+    }
+    if latscope && !stop.load(Ordering::Relaxed) {
+        // 2. One request at a time.
+        progress("one request at a time");
+        match rr_p50(p, 1, false, p.duration, stop) {
+            Ok(s) => {
+                steps.push(step(
+                    "one request",
+                    "ran",
+                    format!(
+                        "{} B / {} B, p50 {}, p99 {}",
+                        p.request_bytes,
+                        p.response_bytes,
+                        format_ns(s.p50_ns as f64),
+                        format_ns(s.p99_ns as f64)
+                    ),
+                ));
+                dists.push(("one request".into(), s.clone()));
+                ev.single = Some(s);
+            }
+            Err(e) => steps.push(step("one request", "failed", e)),
+        }
+        // 3. If the hosts add milliseconds: does an immediate ACK from the client change it?
+        let host_ms = match (&ev.single, &ev.path) {
+            (Some(s), Some(pth)) => s.p50_ns.saturating_sub(pth.p50_ns) as f64 / 1e6,
+            _ => 0.0,
+        };
+        if host_ms >= 1.0 && !stop.load(Ordering::Relaxed) {
+            progress("quick-ack experiment");
+            match rr_p50(p, 1, true, p.duration.min(Duration::from_secs(2)), stop) {
+                Ok(s) => {
+                    steps.push(step(
+                        "quick-ack experiment",
+                        "ran",
+                        format!(
+                            "client TCP_QUICKACK after every read: p50 {}",
+                            format_ns(s.p50_ns as f64)
+                        ),
+                    ));
+                    dists.push(("quick-ack experiment".into(), s.clone()));
+                    ev.quickack = Some(s);
+                }
+                Err(e) => steps.push(step("quick-ack experiment", "failed", e)),
+            }
+        } else {
+            steps.push(step(
+                "quick-ack experiment",
+                "skipped",
+                "the hosts add under 1 ms: no stall to explain",
+            ));
+        }
+        // 4. Concurrency.
+        if !stop.load(Ordering::Relaxed) && p.concurrency > 1 {
+            progress("concurrent requests");
+            match rr_p50(p, p.concurrency, false, p.duration, stop) {
+                Ok(s) => {
+                    steps.push(step(
+                        "concurrent requests",
+                        "ran",
+                        format!(
+                            "{} connections: p50 {}, p99 {}",
+                            p.concurrency,
+                            format_ns(s.p50_ns as f64),
+                            format_ns(s.p99_ns as f64)
+                        ),
+                    ));
+                    dists.push(("concurrent requests".into(), s.clone()));
+                    ev.concurrent = Some((p.concurrency, s));
+                }
+                Err(e) => steps.push(step("concurrent requests", "failed", e)),
+            }
+        }
+        // 5. Latency under load.
+        if p.no_load {
+            steps.push(step("latency under load", "skipped", "--no-load"));
+        } else if !stop.load(Ordering::Relaxed) {
+            progress("latency under load");
+            let sc = StreamConfig {
+                target: p.target.clone(),
+                addr: Some(p.addr),
+                spec: StreamSpec {
+                    transport: Transport::Tcp,
+                    direction: Direction::Send,
+                    streams: 1,
+                    duration_ms: 3000,
+                    bytes_per_stream: None,
+                    buffer_bytes: 128 * 1024,
+                    udp_rate_bps: None,
+                    options: StreamOptions::default(),
+                    interval_ms: 1000,
+                },
+                connect_timeout: Duration::from_secs(3),
+                affinity: vec![],
+                latency_probe: true,
+            };
+            match latscope_net::stream::run(&sc, meta("stream"), stop, &mut |_| {}) {
+                Ok(r) => match r.latency_probe {
+                    Some(lp) => {
+                        steps.push(step(
+                            "latency under load",
+                            "ran",
+                            format!(
+                                "64 B probe p50 {} idle, {} during a {} bulk transfer",
+                                format_ns(lp.idle.p50_ns as f64),
+                                format_ns(lp.loaded.p50_ns as f64),
+                                r.results
+                                    .first()
+                                    .map(|d| latscope_core::units::format_bitrate(d.rate_bps))
+                                    .unwrap_or_default()
+                            ),
+                        ));
+                        ev.under_load = Some((lp.idle, lp.loaded));
+                    }
+                    None => steps.push(step(
+                        "latency under load",
+                        "failed",
+                        r.error.unwrap_or_else(|| "no probe result".into()),
+                    )),
+                },
+                Err(e) => steps.push(step("latency under load", "failed", e.to_string())),
+            }
+        }
+    }
+    let findings = rules::apply(&ev);
+    let budget = Budget {
+        path_rtt_ns: ev.path.as_ref().map(|s| s.p50_ns),
+        single_request_ns: ev.single.as_ref().map(|s| s.p50_ns),
+        concurrent_request_ns: ev.concurrent.as_ref().map(|(_, s)| s.p50_ns),
+        concurrency: ev.concurrent.as_ref().map(|(n, _)| *n).unwrap_or(1),
+        host_ns: match (&ev.single, &ev.path) {
+            (Some(s), Some(pth)) => Some(s.p50_ns.saturating_sub(pth.p50_ns)),
+            _ => None,
+        },
+    };
+    let verdict = super::verdict(&findings, &budget);
+    DiagnoseReport {
+        meta: meta("diagnose"),
+        target: p.target.to_string(),
+        target_kind: kind.into(),
+        steps,
+        budget,
+        distributions: dists,
+        findings,
+        verdict,
+        interrupted: stop.load(Ordering::Relaxed),
+    }
+}

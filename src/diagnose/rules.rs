@@ -1,0 +1,310 @@
+//! The catalogue of findings. Each rule is a pure function of the evidence, so each is tested
+//! on its own with synthetic figures; the collection of evidence lives in `collect.rs`.
+
+use latscope_core::Summary;
+use latscope_core::model::diagnose::{Finding, Side};
+use latscope_core::sweep::classify_stall;
+use latscope_core::units::format_ns;
+
+/// What the measurements found, by step. Absent steps are `None`.
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    /// Round-trip time of the path without the application (SYN ping with kernel timestamps,
+    /// or the kernel's handshake RTT).
+    pub path: Option<Summary>,
+    /// connect() latency as the client sees it (includes SYN retransmissions).
+    pub handshake: Option<Summary>,
+    /// Connect attempts that failed: (attempts, refused, timed out).
+    pub connect_failures: (u64, u64, u64),
+    /// One request at a time.
+    pub single: Option<Summary>,
+    /// The same with TCP_QUICKACK re-armed by the client after every read.
+    pub quickack: Option<Summary>,
+    /// `concurrency` connections at once.
+    pub concurrent: Option<(u32, Summary)>,
+    /// A small request's latency idle and while a bulk transfer runs on the same path.
+    pub under_load: Option<(Summary, Summary)>,
+}
+
+/// A rule: the evidence in, a finding out when it fires.
+pub type Rule = fn(&Evidence) -> Option<Finding>;
+
+/// Rules in the order they are tried; the report ranks what fires by latency explained.
+pub const RULES: &[(&str, Rule)] = &[
+    ("nagle_delayed_ack", nagle_delayed_ack),
+    ("think_time", think_time),
+    ("socket_queueing", socket_queueing),
+    ("slow_handshake", slow_handshake),
+    ("bufferbloat", bufferbloat),
+    ("path_dominates", path_dominates),
+];
+
+/// Apply every rule, most latency explained first.
+pub fn apply(e: &Evidence) -> Vec<Finding> {
+    let mut out: Vec<Finding> = RULES.iter().filter_map(|(_, r)| r(e)).collect();
+    out.sort_by_key(|f| std::cmp::Reverse(f.explains_ns));
+    out
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Excess of the single-request median over the path median (time spent in the hosts).
+fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
+    let single = e.single.as_ref()?.p50_ns;
+    let path = e.path.as_ref().map(|p| p.p50_ns).unwrap_or(0);
+    Some((single, path, single.saturating_sub(path)))
+}
+
+/// Nagle × delayed ACK: requests take ~40 ms more than the path, and the stall disappears when
+/// the client ACKs at once (TCP_QUICKACK). The server's Nagle algorithm held the rest of a
+/// response until the client ACKed the first part; the client, with nothing to send, delayed
+/// that ACK (TCP_ATO_MIN = 40 ms on Linux). The server is the side to fix.
+pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
+    let (single, path, excess) = host_excess(e)?;
+    if !(30.0..=60.0).contains(&ms(excess)) && !(170.0..=260.0).contains(&ms(excess)) {
+        return None;
+    }
+    let quick = e.quickack.as_ref()?.p50_ns;
+    if quick.saturating_mul(10) > single {
+        return None;
+    }
+    Some(Finding {
+        rule: "nagle_delayed_ack".into(),
+        title: "Nagle × delayed ACK: the server holds part of each response until the client's delayed ACK".into(),
+        explains_ns: single.saturating_sub(quick),
+        confidence: 0.9,
+        side: Side::Server,
+        evidence: vec![
+            format!("one request: p50 {} against a path RTT of {}", format_ns(single as f64), format_ns(path as f64)),
+            format!("the extra {} matches a TCP timer: {}", format_ns(excess as f64), classify_stall(excess)),
+            format!(
+                "with TCP_QUICKACK on the client the same requests take {} (p50): the stall is the client's delayed ACK releasing data the server held back",
+                format_ns(quick as f64)
+            ),
+        ],
+        fix: "server: set TCP_NODELAY (nginx: `tcp_nodelay on`) or write each response in one call; client: re-arm TCP_QUICKACK after every read where the server cannot be changed".into(),
+    })
+}
+
+/// Application think time: the hosts add milliseconds that no TCP timer explains and that
+/// TCP_QUICKACK does not change. The server spends the time before answering.
+pub fn think_time(e: &Evidence) -> Option<Finding> {
+    let (single, path, excess) = host_excess(e)?;
+    if excess < 1_000_000 || excess < 5 * path {
+        return None;
+    }
+    let timer = classify_stall(excess);
+    if !timer.contains("matches no TCP timer") {
+        // A timer-shaped excess: Nagle/delayed-ACK territory, unless quick-ack left it alone.
+        let quick = e.quickack.as_ref()?.p50_ns;
+        if quick.saturating_mul(10) <= single {
+            return None;
+        }
+    }
+    if let Some(q) = &e.quickack
+        && (q.p50_ns as f64) < 0.8 * single as f64
+    {
+        return None;
+    }
+    Some(Finding {
+        rule: "think_time".into(),
+        title: "application think time: the server takes milliseconds before it answers".into(),
+        explains_ns: excess,
+        confidence: if e.quickack.is_some() { 0.8 } else { 0.6 },
+        side: Side::Server,
+        evidence: vec![
+            format!("one request: p50 {} against a path RTT of {}", format_ns(single as f64), format_ns(path as f64)),
+            format!("the hosts add {}, and no TCP timer has that length", format_ns(excess as f64)),
+            match &e.quickack {
+                Some(q) => format!("TCP_QUICKACK on the client leaves it unchanged (p50 {}): not a delayed ACK", format_ns(q.p50_ns as f64)),
+                None => "the quick-ack experiment did not run".into(),
+            },
+        ],
+        fix: "profile the server's request handling (the time is spent before the first response byte); look for slow back-ends, locks or synchronous I/O".into(),
+    })
+}
+
+/// Socket queueing: with N concurrent connections each request takes about N times as long as
+/// alone — the server handles one request at a time and the rest wait in its socket queues.
+pub fn socket_queueing(e: &Evidence) -> Option<Finding> {
+    let (n, conc) = e.concurrent.as_ref()?;
+    let single = e.single.as_ref()?.p50_ns;
+    if *n < 2 || single < 200_000 {
+        return None;
+    }
+    let ratio = conc.p50_ns as f64 / single as f64;
+    if ratio < 0.6 * f64::from(*n) {
+        return None;
+    }
+    Some(Finding {
+        rule: "socket_queueing".into(),
+        title: "requests wait in the server's socket queue: it serves one at a time".into(),
+        explains_ns: conc.p50_ns.saturating_sub(single),
+        confidence: if ratio >= 0.8 * f64::from(*n) { 0.85 } else { 0.65 },
+        side: Side::Server,
+        evidence: vec![
+            format!("one request at a time: p50 {}", format_ns(single as f64)),
+            format!("{n} at once: p50 {} — {:.1}× longer, close to {n}× (serialised)", format_ns(conc.p50_ns as f64), ratio),
+        ],
+        fix: "add workers (nginx `worker_processes`, more threads or processes) or make request handling concurrent".into(),
+    })
+}
+
+/// Slow handshakes: connects take a second or more, or time out — SYNs dropped (listen backlog
+/// full, SYN flood protection) and retransmitted after TCP_TIMEOUT_INIT (1 s).
+pub fn slow_handshake(e: &Evidence) -> Option<Finding> {
+    let p = e.handshake.as_ref()?;
+    let (attempts, _refused, timed_out) = e.connect_failures;
+    let slow = p.p99_ns >= 900_000_000;
+    if !slow && timed_out == 0 {
+        return None;
+    }
+    Some(Finding {
+        rule: "slow_handshake".into(),
+        title: "slow or failing handshakes: SYNs are dropped and retransmitted".into(),
+        explains_ns: if slow { p.p99_ns.saturating_sub(p.p50_ns) } else { 1_000_000_000 },
+        confidence: 0.7,
+        side: Side::Server,
+        evidence: vec![
+            format!("connect p50 {}, p99 {}", format_ns(p.p50_ns as f64), format_ns(p.p99_ns as f64)),
+            format!("{timed_out} of {attempts} attempts timed out"),
+            "a ~1 s step is the initial retransmission timeout of a dropped SYN".into(),
+        ],
+        fix: "check the listen backlog (`ss -ltn` Recv-Q vs Send-Q, net.core.somaxconn, the listen() backlog) and `nstat` ListenOverflows/ListenDrops; accept connections faster".into(),
+    })
+}
+
+/// Bufferbloat: a bulk transfer on the same path multiplies a small request's latency — it
+/// waits behind the bulk data in an oversized queue.
+pub fn bufferbloat(e: &Evidence) -> Option<Finding> {
+    let (idle, loaded) = e.under_load.as_ref()?;
+    let added = loaded.p50_ns.saturating_sub(idle.p50_ns);
+    if loaded.p50_ns < 5 * idle.p50_ns.max(1) || added < 5_000_000 {
+        return None;
+    }
+    Some(Finding {
+        rule: "bufferbloat".into(),
+        title: "latency under load: bulk traffic makes small requests wait in a queue (bufferbloat)".into(),
+        explains_ns: added,
+        confidence: 0.8,
+        side: Side::Network,
+        evidence: vec![format!(
+            "a 64 B request/response: p50 {} idle, {} while a bulk transfer runs ({:.0}×)",
+            format_ns(idle.p50_ns as f64),
+            format_ns(loaded.p50_ns as f64),
+            loaded.p50_ns as f64 / idle.p50_ns.max(1) as f64
+        )],
+        fix: "use an AQM on the bottleneck (`tc qdisc replace dev IFACE root fq_codel` or cake), shrink oversized queues (tbf/htb limit, BQL); separate bulk and interactive traffic".into(),
+    })
+}
+
+/// The network path dominates: most of a request's time is the round trip itself.
+pub fn path_dominates(e: &Evidence) -> Option<Finding> {
+    let (single, path, _) = host_excess(e)?;
+    if path < 1_000_000 || (path as f64) < 0.6 * single as f64 {
+        return None;
+    }
+    Some(Finding {
+        rule: "path_dominates".into(),
+        title: "the network path dominates: the round trip is most of each request".into(),
+        explains_ns: path,
+        confidence: 0.9,
+        side: Side::Network,
+        evidence: vec![format!(
+            "path RTT {} of a {} request ({:.0}%)",
+            format_ns(path as f64),
+            format_ns(single as f64),
+            100.0 * path as f64 / single.max(1) as f64
+        )],
+        fix: "shorten the path (closer server, fewer hops, a CDN) or make fewer round trips per request (keep-alive, pipelining, batching)".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(p50_us: u64) -> Summary {
+        Summary {
+            count: 100,
+            p50_ns: p50_us * 1000,
+            p99_ns: p50_us * 1100,
+            max_ns: p50_us * 1200,
+            ..Summary::default()
+        }
+    }
+
+    fn base(path_us: u64, single_us: u64) -> Evidence {
+        Evidence {
+            path: Some(s(path_us)),
+            single: Some(s(single_us)),
+            ..Evidence::default()
+        }
+    }
+
+    #[test]
+    fn nagle_needs_the_quickack_evidence() {
+        let mut e = base(40, 44_000);
+        assert_eq!(
+            nagle_delayed_ack(&e),
+            None,
+            "a 40 ms excess alone is not enough"
+        );
+        e.quickack = Some(s(60));
+        let f = nagle_delayed_ack(&e).expect("fires");
+        assert_eq!(f.side, Side::Server);
+        assert!(f.explains_ns > 43_000_000);
+        assert_eq!(think_time(&e), None, "not think time");
+        e.quickack = Some(s(43_000));
+        assert_eq!(
+            nagle_delayed_ack(&e),
+            None,
+            "quick-ack did not help: not a delayed ACK"
+        );
+    }
+
+    #[test]
+    fn think_time_is_not_nagle() {
+        let mut e = base(40, 20_040);
+        e.quickack = Some(s(20_030));
+        let f = think_time(&e).expect("fires");
+        assert_eq!(f.rule, "think_time");
+        assert_eq!(nagle_delayed_ack(&e), None);
+        // A healthy server: nothing.
+        let e = base(40, 60);
+        assert_eq!(think_time(&e), None);
+        assert!(apply(&e).is_empty());
+    }
+
+    #[test]
+    fn queueing_scales_with_concurrency() {
+        let mut e = base(40, 10_000);
+        e.concurrent = Some((8, s(78_000)));
+        let f = socket_queueing(&e).expect("fires");
+        assert!(f.explains_ns >= 67_000_000);
+        e.concurrent = Some((8, s(12_000)));
+        assert_eq!(socket_queueing(&e), None, "a concurrent server");
+    }
+
+    #[test]
+    fn handshakes_bloat_and_path() {
+        let mut e = base(1_000, 1_200);
+        e.handshake = Some(Summary {
+            p50_ns: 1_000_000,
+            p99_ns: 1_003_000_000,
+            count: 10,
+            ..Summary::default()
+        });
+        e.connect_failures = (10, 0, 0);
+        assert!(slow_handshake(&e).is_some());
+        let mut e = base(20_000, 21_000);
+        assert!(path_dominates(&e).is_some());
+        e.under_load = Some((s(20_000), s(180_000)));
+        let f = bufferbloat(&e).expect("fires");
+        assert_eq!(f.side, Side::Network);
+        let ranked = apply(&e);
+        assert_eq!(ranked[0].rule, "bufferbloat", "ranked by latency explained");
+    }
+}

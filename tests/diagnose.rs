@@ -1,0 +1,190 @@
+//! latscope diagnose names the cause: each case is a server with a known fault.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+/// `latscope serve ARGS` on a free loopback port; killed on drop.
+struct Serve(Child, u16);
+
+impl Serve {
+    fn start(args: &[&str]) -> Serve {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(BIN)
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "-q",
+            ])
+            .args(args)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        Serve(child, port)
+    }
+
+    fn target(&self) -> String {
+        format!("127.0.0.1:{}", self.1)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn diagnose(target: &str, extra: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec!["diagnose", target, "-d", "1s", "--json"];
+    args.extend(extra);
+    let (code, out, err) = run(&args);
+    assert!(code == 0 || code == 1, "diagnose failed ({code}): {err}");
+    (code, json_checked(&out, "diagnose"))
+}
+
+fn rules(doc: &serde_json::Value) -> Vec<String> {
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn nagle_server_is_named_and_nodelay_is_clean() {
+    let slow = Serve::start(&["--split-response", "128", "--nagle"]);
+    let (code, doc) = diagnose(&slow.target(), &["--no-load"]);
+    assert_eq!(code, 1, "findings exit 1");
+    let top = &doc["findings"][0];
+    assert_eq!(top["rule"], "nagle_delayed_ack", "{doc}");
+    assert_eq!(top["side"], "server");
+    assert!(top["fix"].as_str().unwrap().contains("TCP_NODELAY"));
+    assert!(u64_of(&top["explains_ns"]) > 30_000_000);
+
+    let fast = Serve::start(&["--split-response", "128"]);
+    let (code, doc) = diagnose(&fast.target(), &["--no-load"]);
+    assert_eq!(code, 0, "{doc}");
+    assert!(rules(&doc).is_empty(), "{doc}");
+    assert!(
+        doc["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("no latency problem")
+    );
+    assert!(doc["budget"]["path_rtt_ns"].as_u64().is_some());
+}
+
+fn u64_of(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap()
+}
+
+#[test]
+fn think_time_is_not_nagle() {
+    let srv = Serve::start(&["--think", "20ms"]);
+    let (code, doc) = diagnose(&srv.target(), &["--no-load", "-c", "1"]);
+    assert_eq!(code, 1);
+    let r = rules(&doc);
+    assert_eq!(r.first().map(String::as_str), Some("think_time"), "{doc}");
+    assert!(!r.contains(&"nagle_delayed_ack".to_string()));
+}
+
+#[test]
+fn one_worker_under_concurrency_is_socket_queueing() {
+    let srv = Serve::start(&["--think", "5ms", "--workers", "1"]);
+    let (code, doc) = diagnose(&srv.target(), &["--no-load", "-c", "8"]);
+    assert_eq!(code, 1);
+    let r = rules(&doc);
+    assert_eq!(
+        r.first().map(String::as_str),
+        Some("socket_queueing"),
+        "{doc}"
+    );
+    assert!(
+        r.contains(&"think_time".to_string()),
+        "the 5 ms per request is reported too: {doc}"
+    );
+}
+
+#[test]
+fn any_tcp_service_gets_the_path_and_the_skipped_steps() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || for _s in l.incoming().take(400) {});
+    let (code, doc) = diagnose(&format!("127.0.0.1:{port}"), &[]);
+    assert_eq!(code, 0);
+    assert_eq!(doc["target_kind"], "tcp");
+    let skipped: Vec<&str> = doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["status"] == "skipped")
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(skipped.contains(&"one request"), "{doc}");
+}
+
+#[test]
+fn without_privileges_the_verdict_is_reduced_but_correct() {
+    let slow = Serve::start(&["--split-response", "128", "--nagle"]);
+    let out = Command::new("capsh")
+        .args([
+            "--drop=cap_net_raw,cap_net_admin,cap_bpf,cap_perfmon,cap_sys_admin",
+            "--",
+            "-c",
+        ])
+        .arg(format!(
+            "{BIN} diagnose {} -d 1s --no-load --json",
+            slow.target()
+        ))
+        .output()
+        .expect("capsh (libcap2-bin) is installed by setup.sh");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json_checked(&String::from_utf8_lossy(&out.stdout), "diagnose");
+    assert_eq!(doc["findings"][0]["rule"], "nagle_delayed_ack");
+    let path = doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "path")
+        .unwrap();
+    assert!(
+        path["detail"].as_str().unwrap().contains("connect"),
+        "fell back to connect probes: {path}"
+    );
+}
+
+#[test]
+fn bad_targets_exit_2() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (code, _, err) = run(&["diagnose", &format!("127.0.0.1:{free}")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.starts_with("latscope: error: cannot connect to") && err.contains("refused"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["diagnose", "no-such-host.invalid"]);
+    assert_eq!(code, 2, "{err}");
+}

@@ -1,0 +1,533 @@
+//! Test networks for `latscope ping` / `latscope trace`, built from network namespaces the test
+//! creates (names include the pid and a counter) and removes on Drop, even on failure:
+//! - [`Chain`]: client — R1 — R2 — R3 — destination, veth links, IPv4 and IPv6 forwarding;
+//! - [`DelayLine`]: two namespaces joined by two TUN devices and a forwarder that holds every
+//!   client→server packet for a fixed delay (this kernel has no netem);
+//! - servers running inside a namespace on a thread that `setns`-ed into it.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_latscope");
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A unique short name: `lsp<pid><n><tag>`.
+pub fn unique(tag: &str) -> String {
+    format!(
+        "lsp{}{}{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst),
+        tag
+    )
+}
+
+/// Run a command; panic with its output if it fails.
+pub fn sh(args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A network namespace, deleted on Drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Netns {
+        let name = unique(tag);
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        for kv in [
+            "net.ipv4.icmp_ratelimit=0",
+            "net.ipv6.icmp.ratelimit=0",
+            "net.ipv4.icmp_msgs_per_sec=100000",
+            "net.ipv6.conf.all.accept_dad=0",
+            "net.ipv6.conf.default.accept_dad=0",
+        ] {
+            ns.exec(&["sysctl", "-qw", kv]);
+        }
+        ns
+    }
+
+    /// `ip -n NAME ARGS...`
+    pub fn ip(&self, args: &[&str]) -> Output {
+        let mut v = vec!["ip", "-n", &self.name];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+
+    /// `ip netns exec NAME ARGS...` (must succeed).
+    pub fn exec(&self, args: &[&str]) -> Output {
+        let mut v = vec!["ip", "netns", "exec", &self.name];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+
+    /// `ip netns exec NAME ARGS...`, whatever its exit status.
+    pub fn try_exec(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// Wait until `addr` is routable from this namespace: IPv6 addresses and their routes are
+    /// completed from a kernel workqueue, later than `ip addr add` returns on a busy machine.
+    pub fn wait_route(&self, addr: &str) {
+        for _ in 0..200 {
+            if self
+                .try_exec(&["ip", "route", "get", addr])
+                .status
+                .success()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{addr} never became routable in {}", self.name);
+    }
+
+    /// Run latscope inside the namespace.
+    pub fn latscope(&self, args: &[&str]) -> Output {
+        let mut v = vec![BIN];
+        v.extend_from_slice(args);
+        self.try_exec(&v)
+    }
+
+    /// Run `f` on a thread that lives in this namespace (sockets it makes belong here).
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let fd = File::open(&path).expect("open netns");
+            // SAFETY: fd is a valid namespace file descriptor; setns only affects this thread.
+            let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// A veth link between two namespaces, with addresses.
+pub fn link(a: &Netns, a_if: &str, b: &Netns, b_if: &str) {
+    a.ip(&[
+        "link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", &b.name,
+    ]);
+    a.ip(&["link", "set", a_if, "up"]);
+    b.ip(&["link", "set", b_if, "up"]);
+}
+
+/// client — R1 — R2 — R3 — destination. Subnet s (1..=4) joins node s-1 (`.1`, `::1`) and node
+/// s (`.2`, `::2`): 10.9.s.0/24 and fd09:s::/64. Routers answer from their left address.
+pub struct Chain {
+    /// nodes[0] client, [1..=3] routers, [4] destination.
+    pub nodes: Vec<Netns>,
+}
+
+impl Chain {
+    pub fn new() -> Chain {
+        let tags = ["c", "r1", "r2", "r3", "d"];
+        let nodes: Vec<Netns> = tags.iter().map(|t| Netns::new(t)).collect();
+        for s in 1..=4usize {
+            let (l, r) = (&nodes[s - 1], &nodes[s]);
+            link(l, "right", r, "left");
+            l.ip(&["addr", "add", &format!("10.9.{s}.1/24"), "dev", "right"]);
+            r.ip(&["addr", "add", &format!("10.9.{s}.2/24"), "dev", "left"]);
+            l.ip(&[
+                "-6",
+                "addr",
+                "add",
+                &format!("fd09:{s}::1/64"),
+                "dev",
+                "right",
+                "nodad",
+            ]);
+            r.ip(&[
+                "-6",
+                "addr",
+                "add",
+                &format!("fd09:{s}::2/64"),
+                "dev",
+                "left",
+                "nodad",
+            ]);
+        }
+        for (n, ns) in nodes.iter().enumerate() {
+            if (1..=3).contains(&n) {
+                ns.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+                ns.exec(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+            }
+            for s in 1..=4usize {
+                if s == n || s == n + 1 {
+                    continue; // connected
+                }
+                let (via4, via6) = if s < n {
+                    (format!("10.9.{n}.1"), format!("fd09:{n}::1"))
+                } else {
+                    (format!("10.9.{}.2", n + 1), format!("fd09:{}::2", n + 1))
+                };
+                ns.ip(&["route", "add", &format!("10.9.{s}.0/24"), "via", &via4]);
+                ns.ip(&[
+                    "-6",
+                    "route",
+                    "add",
+                    &format!("fd09:{s}::/64"),
+                    "via",
+                    &via6,
+                ]);
+            }
+        }
+        // Every node must reach both ends before a test starts (IPv6 routes settle late).
+        for ns in &nodes {
+            ns.wait_route("fd09:1::1");
+            ns.wait_route("fd09:4::2");
+        }
+        Chain { nodes }
+    }
+
+    pub fn client(&self) -> &Netns {
+        &self.nodes[0]
+    }
+
+    pub fn dest(&self) -> &Netns {
+        &self.nodes[4]
+    }
+
+    /// The addresses routers 1..=3 answer from, then the destination's.
+    pub fn hops_v4() -> Vec<String> {
+        vec![
+            "10.9.1.2".into(),
+            "10.9.2.2".into(),
+            "10.9.3.2".into(),
+            "10.9.4.2".into(),
+        ]
+    }
+
+    pub fn hops_v6() -> Vec<String> {
+        vec![
+            "fd09:1::2".into(),
+            "fd09:2::2".into(),
+            "fd09:3::2".into(),
+            "fd09:4::2".into(),
+        ]
+    }
+}
+
+/// A thread serving until dropped.
+pub struct Server {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    pub port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A TCP listener on `addr` (port 0: any) in `ns` (None: this namespace) that accepts and
+/// closes connections.
+pub fn tcp_server(ns: Option<&Netns>, addr: &str) -> Server {
+    let addr: SocketAddr = addr.parse().expect("addr");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let st = stop.clone();
+    let body = move || {
+        let l = TcpListener::bind(addr).expect("bind tcp");
+        l.set_nonblocking(true).expect("nonblocking");
+        tx.send(l.local_addr().expect("addr").port())
+            .expect("send port");
+        while !st.load(Ordering::SeqCst) {
+            match l.accept() {
+                Ok((s, _)) => drop(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    };
+    let handle = match ns {
+        Some(ns) => ns.spawn(body),
+        None => std::thread::spawn(body),
+    };
+    let port = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("server started");
+    Server {
+        stop,
+        handle: Some(handle),
+        port,
+    }
+}
+
+/// A UDP echo implementing latscope serve's spec: `LSP1` 0x01 → same bytes with byte 4 = 0x02.
+pub fn udp_echo(ns: Option<&Netns>, addr: &str) -> Server {
+    let addr: SocketAddr = addr.parse().expect("addr");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let st = stop.clone();
+    let body = move || {
+        let s = UdpSocket::bind(addr).expect("bind udp");
+        s.set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
+        tx.send(s.local_addr().expect("addr").port())
+            .expect("send port");
+        let mut buf = vec![0u8; 65536];
+        while !st.load(Ordering::SeqCst) {
+            if let Ok((n, from)) = s.recv_from(&mut buf)
+                && n >= 5
+                && &buf[..4] == b"LSP1"
+                && buf[4] == 1
+            {
+                buf[4] = 2;
+                let _ = s.send_to(&buf[..n], from);
+            }
+        }
+    };
+    let handle = match ns {
+        Some(ns) => ns.spawn(body),
+        None => std::thread::spawn(body),
+    };
+    let port = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("server started");
+    Server {
+        stop,
+        handle: Some(handle),
+        port,
+    }
+}
+
+#[repr(C)]
+struct IfReq {
+    name: [u8; 16],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Open a TUN device `name` in the calling thread's namespace (non-blocking, no packet info).
+fn open_tun(name: &str) -> OwnedFd {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+        .expect("open /dev/net/tun");
+    let mut req = IfReq {
+        name: [0; 16],
+        flags: (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short,
+        _pad: [0; 22],
+    };
+    req.name[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: TUNSETIFF reads/writes an ifreq, which IfReq mirrors (name + flags, padded to 40 bytes).
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TUNSETIFF, &mut req) };
+    assert_eq!(r, 0, "TUNSETIFF: {}", std::io::Error::last_os_error());
+    // SAFETY: f's descriptor is transferred into the OwnedFd (into_raw_fd gives up ownership).
+    let fd = unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(f)) };
+    // SAFETY: plain fcntl on a descriptor we own.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    fd
+}
+
+/// A point-to-point link between namespaces `client` (10.8.0.1, fd08::1) and `server` (10.8.0.2,
+/// fd08::2) made of
+/// two TUN devices; packets from client to server are held for `delay`, the way back is direct.
+pub struct DelayLine {
+    pub client: Netns,
+    pub server: Netns,
+    pub delay: Duration,
+    /// How long each client→server packet was actually held (read → written).
+    held: Arc<Mutex<Vec<Duration>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn wait_readable(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: p is a valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+fn read_fd(fd: i32, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: buf is a writable buffer of buf.len() bytes.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    (n > 0).then_some(n as usize)
+}
+
+fn write_fd(fd: i32, buf: &[u8]) {
+    // SAFETY: buf is a readable buffer of buf.len() bytes.
+    unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+}
+
+impl DelayLine {
+    pub fn new(delay: Duration) -> DelayLine {
+        let client = Netns::new("a");
+        let server = Netns::new("b");
+        let tun_c = client
+            .spawn(|| open_tun("dl0"))
+            .join()
+            .expect("tun in client");
+        let tun_s = server
+            .spawn(|| open_tun("dl0"))
+            .join()
+            .expect("tun in server");
+        client.ip(&["addr", "add", "10.8.0.1", "peer", "10.8.0.2", "dev", "dl0"]);
+        server.ip(&["addr", "add", "10.8.0.2", "peer", "10.8.0.1", "dev", "dl0"]);
+        client.ip(&["link", "set", "dl0", "up"]);
+        server.ip(&["link", "set", "dl0", "up"]);
+        client.ip(&[
+            "-6", "addr", "add", "fd08::1", "peer", "fd08::2", "dev", "dl0", "nodad",
+        ]);
+        server.ip(&[
+            "-6", "addr", "add", "fd08::2", "peer", "fd08::1", "dev", "dl0", "nodad",
+        ]);
+        client.wait_route("fd08::2");
+        server.wait_route("fd08::1");
+        let stop = Arc::new(AtomicBool::new(false));
+        let tun_c = Arc::new(tun_c);
+        let tun_s = Arc::new(tun_s);
+        let mut threads = Vec::new();
+        // client → server: reader stamps, writer releases at stamp + delay.
+        let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+        let held = Arc::new(Mutex::new(Vec::new()));
+        {
+            let (st, c) = (stop.clone(), tun_c.clone());
+            threads.push(std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !st.load(Ordering::SeqCst) {
+                    if wait_readable(c.as_raw_fd(), 20) {
+                        while let Some(n) = read_fd(c.as_raw_fd(), &mut buf) {
+                            let _ = tx.send((Instant::now(), buf[..n].to_vec()));
+                        }
+                    }
+                }
+            }));
+        }
+        {
+            let (st, s, h) = (stop.clone(), tun_s.clone(), held.clone());
+            threads.push(std::thread::spawn(move || {
+                while !st.load(Ordering::SeqCst) {
+                    let Ok((read_at, pkt)) = rx.recv_timeout(Duration::from_millis(20)) else {
+                        continue;
+                    };
+                    let due = read_at + delay;
+                    // Sleep to just before the due time, then spin: thread wake-up latency on a
+                    // busy machine would otherwise add itself to the injected delay.
+                    loop {
+                        let left = due.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            break;
+                        }
+                        if left > Duration::from_micros(300) {
+                            std::thread::sleep(left - Duration::from_micros(300));
+                        } else {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    write_fd(s.as_raw_fd(), &pkt);
+                    if let Ok(mut h) = h.lock() {
+                        h.push(read_at.elapsed());
+                    }
+                }
+            }));
+        }
+        // server → client: straight through.
+        {
+            let (st, s, c) = (stop.clone(), tun_s.clone(), tun_c.clone());
+            threads.push(std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !st.load(Ordering::SeqCst) {
+                    if wait_readable(s.as_raw_fd(), 20) {
+                        while let Some(n) = read_fd(s.as_raw_fd(), &mut buf) {
+                            write_fd(c.as_raw_fd(), &buf[..n]);
+                        }
+                    }
+                }
+            }));
+        }
+        DelayLine {
+            client,
+            server,
+            delay,
+            held,
+            stop,
+            threads,
+        }
+    }
+
+    /// The median time packets were actually held since the last call (the forwarder can be
+    /// late on a busy machine: that lateness is part of the delay the probes saw), and how
+    /// many packets.
+    pub fn take_held_median(&self) -> (Duration, usize) {
+        let mut h = std::mem::take(&mut *self.held.lock().expect("lock"));
+        h.sort();
+        let n = h.len();
+        (h.get(n / 2).copied().unwrap_or(self.delay), n)
+    }
+}
+
+impl Drop for DelayLine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Parse latscope's `--json` output.
+pub fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout={} stderr={}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The median of a list of values.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    assert!(n > 0, "median of nothing");
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}

@@ -1,0 +1,301 @@
+//! latscope stream against latscope serve: exact counts, every direction, UDP accounting, a
+//! rate-limited link compared with iperf3, latency under load, and faults.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::netns::NetnsPair;
+use support::*;
+
+fn stream_json(args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["stream"];
+    full.extend(args);
+    full.push("--json");
+    let (code, out, err) = run(&full);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    json_checked(&out, "stream")
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn tcp_and_unix_counts_agree_exactly_in_every_direction() {
+    let path = sock_path("stream");
+    let srv = server(Some(path.clone()), None, None);
+    let addr = addr_arg(srv.tcp_addr);
+    let unix = format!("unix:{}", path.display());
+    let cases: Vec<Vec<&str>> = vec![
+        vec![&addr, "-t", "1s"],
+        vec![&addr, "-t", "1s", "-R"],
+        vec![&addr, "-t", "1s", "-P", "4"],
+        vec![&addr, "-t", "1s", "--bidir", "-P", "2"],
+        vec![&addr, "-n", "64MiB", "-P", "2", "-Z"],
+        vec![&unix, "-t", "1s", "--bidir"],
+    ];
+    for args in cases {
+        let doc = stream_json(&args);
+        assert!(doc["error"].is_null(), "{args:?}: {}", doc["error"]);
+        let results = doc["results"].as_array().unwrap();
+        let want_dirs = if args.contains(&"--bidir") { 2 } else { 1 };
+        assert_eq!(results.len(), want_dirs, "{args:?}");
+        for r in results {
+            let sent = u(&r["sender"]["bytes"]);
+            let got = u(&r["receiver"]["bytes"]);
+            assert!(sent > 1 << 20, "{args:?}: only {sent} bytes");
+            assert_eq!(
+                sent, got,
+                "{args:?} {}: sender and receiver counts differ",
+                r["direction"]
+            );
+            assert_eq!(u(&r["bytes_delivered"]), got);
+            let per_stream: u64 = r["streams"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| u(&s["bytes_received"]))
+                .sum();
+            assert_eq!(per_stream, got, "{args:?}: streams add up");
+            assert!(r["sender"]["cost"]["io_calls"].as_u64().unwrap() > 0);
+        }
+        if args.contains(&"-n") {
+            assert_eq!(
+                u(&results[0]["bytes_delivered"]),
+                64 << 20,
+                "-n moves exactly that many bytes"
+            );
+        }
+    }
+    // Intervals come from both sides.
+    let doc = stream_json(&[&addr, "-t", "1500ms", "-i", "500ms"]);
+    let sides: Vec<&str> = doc["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["side"].as_str().unwrap())
+        .collect();
+    assert!(
+        sides.contains(&"client") && sides.contains(&"server"),
+        "{sides:?}"
+    );
+    assert!(sides.len() >= 4);
+}
+
+#[test]
+fn udp_sent_equals_received_plus_lost_both_ways() {
+    let srv = server(None, None, None);
+    let addr = addr_arg(srv.tcp_addr);
+    let doc = stream_json(&[&addr, "-u", "-b", "40M", "-t", "1s", "--bidir", "-P", "2"]);
+    for r in doc["results"].as_array().unwrap() {
+        let udp = &r["udp"];
+        assert!(u(&udp["sent"]) > 3000, "{udp}");
+        assert_eq!(
+            u(&udp["sent"]),
+            u(&udp["received"]) + u(&udp["lost"]),
+            "{}: {udp}",
+            r["direction"]
+        );
+        // Paced at 20 Mbit/s per stream, 40 Mbit/s per direction: within 5% of the target.
+        let rate = r["sender"]["rate_bps"].as_f64().unwrap();
+        assert!(
+            (rate / 40e6 - 1.0).abs() < 0.05,
+            "{}: sent at {rate}",
+            r["direction"]
+        );
+    }
+}
+
+fn iperf3_rate(lab: &mut NetnsPair, extra: &[&str]) -> f64 {
+    let port = "15201";
+    lab.spawn_cmd(
+        &lab.b.clone(),
+        &["iperf3", "-s", "-1", "-p", port, "-B", &lab.addr_b.clone()],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut args = vec![
+        "iperf3",
+        "-c",
+        &lab.addr_b,
+        "-p",
+        port,
+        "-t",
+        "4",
+        "-O",
+        "1",
+        "-J",
+    ];
+    args.extend(extra);
+    let out = lab.exec(&lab.a, &args);
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("iperf3 JSON");
+    let end = &doc["end"];
+    end["sum_received"]["bits_per_second"]
+        .as_f64()
+        .or_else(|| end["sum"]["bits_per_second"].as_f64())
+        .expect("iperf3 rate")
+}
+
+#[test]
+fn shaped_link_rate_matches_the_limit_and_iperf3() {
+    let mut lab = NetnsPair::routed("lss", 92, 1500);
+    // A 50 Mbit/s token bucket on the router, towards the server, with a deep queue
+    // (bufferbloat). On the router, not the client: a local qdisc would back-pressure the
+    // client's UDP socket instead of dropping, and the server would never see a loss.
+    let (router, dev) = lab.router.clone().unwrap();
+    lab.exec(
+        &router,
+        &[
+            "tc", "qdisc", "add", "dev", &dev, "root", "tbf", "rate", "50mbit", "burst", "64kb",
+            "latency", "100ms",
+        ],
+    );
+    let server = lab.addr_b.clone();
+    lab.spawn(&lab.b.clone(), &["serve", "--bind", &server, "-q"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let limit = 50e6;
+
+    // TCP: latscope and iperf3 on the same link, in the same test.
+    let (code, out, err) = lab.run(&lab.a, &["stream", &server, "-t", "4s", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc = json_checked(&out, "stream");
+    let ours = doc["results"][0]["intervals"]["avg_bps"].as_f64().unwrap();
+    let theirs = iperf3_rate(&mut lab, &[]);
+    assert!(
+        (ours / limit - 1.0).abs() < 0.05,
+        "TCP {ours} vs limit {limit}"
+    );
+    assert!(
+        (ours / theirs - 1.0).abs() < 0.05,
+        "TCP latscope {ours} vs iperf3 {theirs}"
+    );
+
+    // UDP below the limit: delivered at the target.
+    let (code, out, err) = lab.run(
+        &lab.a,
+        &["stream", &server, "-u", "-b", "45M", "-t", "3s", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let doc = json_checked(&out, "stream");
+    let r = &doc["results"][0];
+    let rate = r["rate_bps"].as_f64().unwrap();
+    assert!(
+        (rate / 45e6 - 1.0).abs() < 0.05,
+        "UDP at 45M delivered {rate}"
+    );
+
+    // UDP above the limit: the loss the server saw is reported, and delivery sits at the limit
+    // (payload share of the wire: 1400 of 1442 bytes per datagram).
+    let (code, out, err) = lab.run(
+        &lab.a,
+        &["stream", &server, "-u", "-b", "70M", "-t", "3s", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let doc = json_checked(&out, "stream");
+    let r = &doc["results"][0];
+    let udp = &r["udp"];
+    assert_eq!(u(&udp["sent"]), u(&udp["received"]) + u(&udp["lost"]));
+    let loss = udp["loss_pct"].as_f64().unwrap();
+    assert!(
+        loss > 15.0 && loss < 40.0,
+        "70M into 50M loses about 30%: {loss}%"
+    );
+    let delivered = r["intervals"]["avg_bps"].as_f64().unwrap();
+    assert!(
+        (delivered / (limit * 1400.0 / 1442.0) - 1.0).abs() < 0.05,
+        "UDP delivered {delivered}"
+    );
+    let theirs = iperf3_rate(&mut lab, &["-u", "-b", "70M", "-l", "1400"]);
+    assert!(
+        (delivered / theirs - 1.0).abs() < 0.05,
+        "UDP latscope {delivered} vs iperf3 {theirs}"
+    );
+
+    // Latency under load: the probe waits behind the bulk transfer in the token bucket's queue.
+    let (code, out, err) = lab.run(
+        &lab.a,
+        &["stream", &server, "-t", "3s", "--latency-probe", "--json"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let doc = json_checked(&out, "stream");
+    let p = &doc["latency_probe"];
+    let (idle, loaded) = (u(&p["idle"]["p50_ns"]), u(&p["loaded"]["p50_ns"]));
+    assert!(
+        loaded > 5 * idle && loaded > 2_000_000,
+        "idle p50 {idle} ns, loaded p50 {loaded} ns"
+    );
+}
+
+#[test]
+fn faults_end_with_partial_results_and_clear_errors() {
+    // A server that is killed mid-test.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut serve = std::process::Command::new(BIN)
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "-q",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = std::process::Command::new(BIN)
+        .args([
+            "stream",
+            &format!("127.0.0.1:{port}"),
+            "-t",
+            "10s",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    serve.kill().unwrap();
+    let _ = serve.wait();
+    let t0 = Instant::now();
+    let out = client.wait_with_output().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(6),
+        "the client noticed quickly"
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let doc = json_checked(&String::from_utf8_lossy(&out.stdout), "stream");
+    assert!(
+        doc["error"].as_str().unwrap().contains("closed"),
+        "{}",
+        doc["error"]
+    );
+    assert!(
+        u(&doc["results"][0]["sender"]["bytes"]) > 0,
+        "partial figures kept"
+    );
+
+    // Refused, and a test longer than the server allows.
+    let (code, _, err) = run(&["stream", &format!("127.0.0.1:{port}"), "-t", "1s"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("refused"));
+    let srv = server(
+        None,
+        None,
+        Some(latscope_net::proto::Limits {
+            max_tests: 4,
+            max_duration_ms: 2000,
+            max_message_bytes: 1 << 20,
+        }),
+    );
+    let (code, _, err) = run(&["stream", &addr_arg(srv.tcp_addr), "-t", "5s"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("exceeds this server's limit of 2 s"), "{err}");
+    let (code, _, err) = run(&["stream", &addr_arg(srv.tcp_addr), "-P", "0"]);
+    assert_eq!(code, 2, "{err}");
+}
