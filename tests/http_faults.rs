@@ -235,3 +235,71 @@ fn chunked_interim_and_close_delimited_bodies() {
     let opened = r.json["connections_opened"].as_u64().unwrap();
     assert!((99..=103).contains(&opened), "{opened}");
 }
+
+#[test]
+fn ctrl_c_prints_partial_results_and_exits_130() {
+    let _serial = http_lab::serial();
+    let srv = TestServer::start(respond_always(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ));
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_latscope"))
+        .args([
+            "http",
+            &srv.url(),
+            "-d",
+            "30s",
+            "-c",
+            "2",
+            "-t",
+            "1",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signals our own child process.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let started = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "stops promptly");
+    assert_eq!(out.status.code(), Some(130));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["interrupted"], true);
+    assert!(j["requests"].as_u64().unwrap() > 0);
+    let elapsed_s = j["elapsed_ns"].as_f64().unwrap() / 1e9;
+    assert!((1.0..5.0).contains(&elapsed_s), "{elapsed_s}");
+}
+
+#[test]
+fn warmup_is_excluded() {
+    let _serial = http_lab::serial();
+    let srv = TestServer::start(respond_always(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ));
+    let r = latscope(&[
+        "http",
+        &srv.url(),
+        "-q",
+        "200",
+        "-w",
+        "500ms",
+        "-d",
+        "1s",
+        "-c",
+        "2",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (n, w) = (
+        r.json["requests"].as_u64().unwrap(),
+        r.json["warmup_requests"].as_u64().unwrap(),
+    );
+    // 200/s: ~100 due in the warm-up, ~200 in the measured second.
+    assert!((90..=102).contains(&w), "warm-up {w}");
+    assert!((190..=202).contains(&n), "measured {n}");
+    assert_eq!(r.json["timeline"].as_array().unwrap().len(), 1);
+    assert_eq!(r.json["warmup_ns"], 500_000_000);
+}
