@@ -20,6 +20,7 @@ Examples:
   latscope http http://10.0.0.2/ -c 100      HTTP load: req/s and latency percentiles (like wrk)
   latscope schema rr                         JSON schema of `rr --json`
   latscope sockets --pid 1234                TCP_NODELAY, buffers, RTT, ato... of a running process's sockets
+  latscope stack -i eth0                     where received packets wait in the kernel (eBPF)
 
 Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
 wrong protocol; 4 missing privileges; 5 local system error; 130 interrupted (partial results).";
@@ -59,4 +60,10 @@ pub enum Command {
     Trace(cmd::trace::TraceArgs),
     /// Options and TCP state of running processes' sockets (pidfd_getfd + sock_diag); --watch setsockopt calls.
     Sockets(cmd::sockets::SocketsArgs),
+    /// Kernel receive-stack latency per hook point (eBPF; netstacklat's probes), optionally as Prometheus metrics.
+    Stack(cmd::stack::StackArgs),
+    /// Capture packets live (AF_PACKET ring, tcpdump filter syntax) into a pcap file.
+    Capture(cmd::capture::CaptureArgs),
+    /// Find the stalls in a capture: Nagle x delayed ACK, RTO, zero window, think time ...
+    Analyze(cmd::analyze::AnalyzeArgs),
 }

@@ -161,6 +161,12 @@ fn committed_schemas_match_the_code() {
         "ping",
         "trace",
         "diagnose",
+        "sockets",
+        "setsockopt",
+        "stack",
+        "stack-interval",
+        "analyze",
+        "capture",
     ] {
         let (code, out, _) = run(&["schema", kind]);
         assert_eq!(code, 0);
@@ -272,17 +278,25 @@ fn demo_tells_the_story() {
     let v = &doc["verdict"];
     assert_eq!(v["same_path"], true, "{doc}");
     assert_eq!(v["stalled"], true, "{doc}");
-    assert_eq!(v["quickack_fixes_it"], true, "{doc}");
-    assert!(v["likely_cause"].as_str().unwrap().starts_with("~40 ms"));
-    let healthy = doc["servers"][0]["request"]["rtt"]["p50_ns"]
-        .as_u64()
-        .unwrap();
-    let slow = doc["servers"][1]["request"]["rtt"]["p50_ns"]
-        .as_u64()
-        .unwrap();
+    assert_eq!(v["slow_cause"], "nagle_delayed_ack", "{doc}");
+    assert_eq!(v["side_to_fix"], "server");
+    assert_eq!(v["healthy_is_clean"], true, "{doc}");
+    let p50 = |i: usize| {
+        doc["servers"][i]["diagnosis"]["budget"]["single_request_ns"]
+            .as_u64()
+            .unwrap()
+    };
     assert!(
-        healthy < 2_000_000 && (35_000_000..=50_000_000).contains(&slow),
-        "{healthy} vs {slow}"
+        p50(0) < 2_000_000 && (35_000_000..=50_000_000).contains(&p50(1)),
+        "{} vs {}",
+        p50(0),
+        p50(1)
+    );
+    // The evidence includes the quick-ack experiment and the server's own socket option.
+    let evidence = doc["servers"][1]["diagnosis"]["findings"][0]["evidence"].to_string();
+    assert!(
+        evidence.contains("TCP_QUICKACK") && evidence.contains("TCP_NODELAY off on"),
+        "{evidence}"
     );
 }
 
@@ -292,7 +306,8 @@ fn every_subcommand_has_help_with_examples() {
     assert_eq!(code, 0);
     assert!(top.contains("Exit codes"));
     for cmd in [
-        "serve", "rr", "connect", "stream", "ping", "trace", "diagnose", "demo", "schema",
+        "serve", "rr", "connect", "stream", "ping", "trace", "sockets", "stack", "diagnose",
+        "demo", "schema",
     ] {
         let (code, out, _) = run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");

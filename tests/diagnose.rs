@@ -74,6 +74,21 @@ fn nagle_server_is_named_and_nodelay_is_clean() {
     assert_eq!(top["side"], "server");
     assert!(top["fix"].as_str().unwrap().contains("TCP_NODELAY"));
     assert!(u64_of(&top["explains_ns"]) > 30_000_000);
+    // The server runs on this host: its own socket says Nagle is on.
+    let sockets = doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "server sockets")
+        .unwrap();
+    assert_eq!(sockets["status"], "ran", "{sockets}");
+    assert!(
+        sockets["detail"]
+            .as_str()
+            .unwrap()
+            .contains("TCP_NODELAY off on 1"),
+        "{sockets}"
+    );
 
     let fast = Serve::start(&["--split-response", "128"]);
     let (code, doc) = diagnose(&fast.target(), &["--no-load"]);

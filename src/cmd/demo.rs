@@ -1,26 +1,24 @@
-//! `latscope demo`: start a healthy and a Nagle-stalled server on loopback, measure both, and
-//! explain the difference from the measurements.
+//! `latscope demo`: start a healthy and a Nagle-stalled server on loopback, diagnose both, and
+//! tell the story from the two diagnoses.
 
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
 use latscope_core::model::Meta;
-use latscope_core::model::connect::ConnectMode;
 use latscope_core::model::demo::{DemoReport, DemoServer, DemoVerdict};
-use latscope_core::model::rr::{RrSizeResult, ServerBehaviour, SockOpts, Transport, WriteMode};
+use latscope_core::model::diagnose::DiagnoseReport;
+use latscope_core::model::rr::{ServerBehaviour, SockOpts, WriteMode};
 use latscope_core::render::emit;
-use latscope_core::sweep::classify_stall;
 use latscope_core::units::parse_duration;
-use latscope_net::connect::ConnectConfig;
 use latscope_net::proto::Limits;
-use latscope_net::rr::{Peer, RrConfig, StopAfter};
 use latscope_net::serve::{ServeConfig, Server, ServerHandle};
 use latscope_net::sock::Target;
 
+use crate::diagnose::collect::{self, Plan};
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 use crate::progress::Progress;
@@ -32,15 +30,17 @@ const HEADER: u32 = 128;
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Examples:
-  latscope demo                 about 10 seconds; prints the comparison and the explanation
-  latscope demo -d 5s --json
+  latscope demo                 about 15 seconds; prints the comparison and both diagnoses
+  latscope demo -d 1s --json
 
 The demo starts two latscope servers on 127.0.0.1 (ephemeral ports): a healthy one that answers
 each 64 B request with 1 KiB in one write, TCP_NODELAY on; and a slow one that writes the same
 response as a 128 B header and then the body, with Nagle on — what nginx does with
-`tcp_nodelay off` and `sendfile on`. Both are stopped when the demo ends.")]
+`tcp_nodelay off` and `sendfile on`. It runs `latscope diagnose` against both (path RTT, one
+request, the quick-ack experiment, 8 concurrent requests, the server's socket options) and
+prints what they found. Both servers are stopped when the demo ends.")]
 pub struct DemoArgs {
-    /// Measurement time per server.
+    /// Measurement time per diagnose step.
     #[arg(short, long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Duration,
     #[command(flatten)]
@@ -65,99 +65,40 @@ fn start_server(behaviour: ServerBehaviour) -> anyhow::Result<ServerHandle> {
     Ok(Server::bind(cfg, Arc::new(AtomicBool::new(false)), |_| {})?.spawn()?)
 }
 
-fn rr_config(addr: SocketAddr, duration: Duration, quickack: bool) -> RrConfig {
-    RrConfig {
-        target: Target::Inet {
-            host: addr.ip().to_string(),
-            port: addr.port(),
-        },
-        addr: Some(addr),
-        transport: Transport::Tcp,
-        sizes: vec![(64, RESPONSE)],
-        connections: 1,
-        stop_after: StopAfter::Duration(duration),
-        warmup: Duration::from_millis(300),
-        rate: None,
-        client: SockOpts {
-            nodelay: true,
-            quickack,
-            ..SockOpts::default()
-        },
-        server: ServerBehaviour::default(),
-        timeout: Duration::from_secs(5),
-        connect_timeout: Duration::from_secs(2),
-        interval: Duration::from_secs(1),
-        peer: Peer::Latscope,
-    }
+fn p50(d: &DiagnoseReport, name: &str) -> Option<u64> {
+    d.distributions
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, s)| s.p50_ns)
 }
 
-fn measure_rr(
-    addr: SocketAddr,
-    duration: Duration,
-    quickack: bool,
-    stop: &AtomicBool,
-) -> anyhow::Result<RrSizeResult> {
-    let meta = Meta::new("rr", env!("CARGO_PKG_VERSION"), unix_ms());
-    let r = latscope_net::rr::run(
-        &rr_config(addr, duration, quickack),
-        meta,
-        stop,
-        &mut |_| {},
-        false,
-    )?;
-    r.results
-        .into_iter()
-        .next()
-        .ok_or_else(|| exit::coded(exit::SYSTEM, "no result"))
-}
-
-fn measure_path(addr: SocketAddr, stop: &AtomicBool) -> anyhow::Result<latscope_core::Summary> {
-    let cfg = ConnectConfig {
-        target: Target::Inet {
-            host: addr.ip().to_string(),
-            port: addr.port(),
-        },
-        addr,
-        mode: ConnectMode::Connect,
-        stop_after: StopAfter::Count(200),
-        parallel: 1,
-        timeout: Duration::from_secs(1),
-        interval: Duration::from_millis(1),
-        request_bytes: 1,
-        response_bytes: 1,
-        server: ServerBehaviour::default(),
-    };
-    let meta = Meta::new("connect", env!("CARGO_PKG_VERSION"), unix_ms());
-    Ok(latscope_net::connect::run(&cfg, meta, stop)?.connect)
-}
-
-/// Derive the verdict from the figures.
-pub fn verdict(healthy: &DemoServer, slow: &DemoServer, quick: &RrSizeResult) -> DemoVerdict {
-    let (hp, sp) = (healthy.path_rtt.p50_ns, slow.path_rtt.p50_ns);
+/// Derive the demo's verdict from the two diagnoses.
+pub fn verdict(healthy: &DiagnoseReport, slow: &DiagnoseReport) -> DemoVerdict {
+    let (hp, sp) = (
+        p50(healthy, "path").unwrap_or(0),
+        p50(slow, "path").unwrap_or(0),
+    );
     let same_path = hp.max(sp) <= 2 * hp.min(sp) || hp.abs_diff(sp) < 100_000;
-    let excess = slow
-        .request
-        .rtt
-        .p50_ns
-        .saturating_sub(healthy.request.rtt.p50_ns);
-    let stalled =
-        excess >= 1_000_000 && slow.request.rtt.p50_ns >= 10 * healthy.request.rtt.p50_ns.max(1);
+    let (hr, sr) = (
+        p50(healthy, "one request").unwrap_or(0),
+        p50(slow, "one request").unwrap_or(0),
+    );
+    let excess = sr.saturating_sub(hr);
     DemoVerdict {
         same_path,
         excess_ns: excess,
-        stalled,
-        likely_cause: classify_stall(excess),
-        quickack_fixes_it: stalled
-            && quick.rtt.count > 0
-            && quick.rtt.p50_ns * 10 < slow.request.rtt.p50_ns,
+        stalled: excess >= 1_000_000 && sr >= 10 * hr.max(1),
+        slow_cause: slow.findings.first().map(|f| f.rule.clone()),
+        side_to_fix: slow.findings.first().map(|f| f.side.name().to_string()),
+        healthy_is_clean: healthy.findings.is_empty(),
     }
 }
 
 pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
-    if a.duration < Duration::from_millis(100) {
+    if a.duration < Duration::from_millis(200) {
         return Err(exit::coded(
             exit::USAGE,
-            "--duration must be at least 100ms",
+            "--duration must be at least 200ms",
         ));
     }
     let stop = stop_flag();
@@ -186,33 +127,49 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
         ("healthy", &healthy_srv, healthy_b),
         ("slow", &slow_srv, slow_b),
     ] {
-        progress.set(format!("{name} server: path RTT"));
-        let path_rtt = measure_path(srv.tcp_addr, &stop)?;
-        progress.set(format!(
-            "{name} server: request/response for {}",
-            latscope_core::units::format_duration(a.duration)
-        ));
-        let request = measure_rr(srv.tcp_addr, a.duration, false, &stop)?;
+        let addr = srv.tcp_addr;
+        let plan = Plan {
+            target: Target::Inet {
+                host: addr.ip().to_string(),
+                port: addr.port(),
+            },
+            addr,
+            duration: a.duration,
+            concurrency: 8,
+            request_bytes: 64,
+            response_bytes: RESPONSE,
+            no_load: true,
+        };
+        let diagnosis = collect::run(&plan, &stop, &|s| {
+            progress.set(format!("{name} server: {s}"))
+        });
         servers.push(DemoServer {
             name: name.into(),
-            address: srv.tcp_addr.to_string(),
+            address: addr.to_string(),
             behaviour: b,
-            path_rtt,
-            request,
+            diagnosis,
         });
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
     }
-    progress.set("slow server with client TCP_QUICKACK".into());
-    let quick = measure_rr(slow_srv.tcp_addr, a.duration, true, &stop)?;
     drop(progress);
     healthy_srv.stop();
     slow_srv.stop();
-    let v = verdict(&servers[0], &servers[1], &quick);
+    let v = match (servers.first(), servers.get(1)) {
+        (Some(h), Some(s)) => verdict(&h.diagnosis, &s.diagnosis),
+        _ => {
+            return Err(exit::coded(
+                exit::INTERRUPTED,
+                "interrupted before both servers were measured",
+            ));
+        }
+    };
     let report = DemoReport {
         meta: Meta::new("demo", env!("CARGO_PKG_VERSION"), unix_ms()),
         servers,
-        slow_with_client_quickack: quick,
         verdict: v,
-        interrupted: stop.load(std::sync::atomic::Ordering::Relaxed),
+        interrupted: stop.load(Ordering::Relaxed),
     };
     let mut out = std::io::stdout().lock();
     emit(&report, a.output.format(), &mut out)?;

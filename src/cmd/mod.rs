@@ -1,5 +1,7 @@
 //! One module per subcommand: arguments → engine → result → rendering.
 
+pub mod analyze;
+pub mod capture;
 pub mod connect;
 pub mod demo;
 pub mod diagnose;
@@ -9,6 +11,7 @@ pub mod rr;
 pub mod schema;
 pub mod serve;
 pub mod sockets;
+pub mod stack;
 pub mod stream;
 pub mod trace;
 
@@ -28,5 +31,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ping(a) => ping::run(&a),
         Command::Trace(a) => trace::run(&a),
         Command::Sockets(a) => sockets::run(&a),
+        Command::Stack(a) => stack::run(&a),
+        Command::Capture(a) => capture::run(&a),
+        Command::Analyze(a) => analyze::run(&a),
     }
 }

@@ -18,6 +18,10 @@ pub enum SchemaKind {
     Trace,
     Sockets,
     Setsockopt,
+    Stack,
+    StackInterval,
+    Analyze,
+    Capture,
 }
 
 #[derive(Args, Debug)]
@@ -44,6 +48,10 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::Trace => schema_for!(model::ping::TraceReport),
         SchemaKind::Sockets => schema_for!(model::sockets::SocketsReport),
         SchemaKind::Setsockopt => schema_for!(model::sockets::SetsockoptEvent),
+        SchemaKind::Stack => schema_for!(latscope_ebpf::report::StackReport),
+        SchemaKind::StackInterval => schema_for!(latscope_ebpf::report::StackInterval),
+        SchemaKind::Analyze => schema_for!(latscope_wire::report::AnalyzeReport),
+        SchemaKind::Capture => schema_for!(latscope_wire::report::CaptureReport),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }

@@ -222,9 +222,102 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         }
     }
     if latscope && !stop.load(Ordering::Relaxed) {
-        // 2. One request at a time.
+        // 2. One request at a time — and, when the server runs on this host, a look at its
+        //    end of the connection while the requests flow.
         progress("one request at a time");
-        match rr_p50(p, 1, false, p.duration, stop) {
+        let local = std::net::UdpSocket::bind((p.addr.ip(), 0)).is_ok();
+        let port = p.addr.port();
+        let scan = local.then(|| {
+            std::thread::spawn(move || {
+                use latscope_inspect::scan::{Selection, scan};
+                std::thread::sleep(Duration::from_millis(450));
+                let mut r = scan(Selection::Port(port), meta("sockets"))?;
+                // A port scan leaves out latscope's own process; a server running inside it
+                // (as in `latscope demo`) is found by scanning this process itself.
+                let found = r.sockets.iter().any(|row| {
+                    row.state == "ESTAB"
+                        && row.local.ends_with(&format!(":{port}"))
+                        && row.options.is_some()
+                });
+                if !found {
+                    let own = scan(Selection::Pid(std::process::id()), meta("sockets"))?;
+                    r.sockets.extend(own.sockets);
+                }
+                Ok::<_, latscope_inspect::InspectError>(r)
+            })
+        });
+        let single = rr_p50(p, 1, false, p.duration, stop);
+        match scan.map(|h| h.join()) {
+            None => steps.push(step(
+                "server sockets",
+                "skipped",
+                "the server is not on this host",
+            )),
+            Some(Ok(Ok(r))) => {
+                // The server's end has the service port as its local port (our client ends
+                // have it as the remote one), whichever process holds it — even this one, as in
+                // `latscope demo`.
+                let server: Vec<_> = r
+                    .sockets
+                    .iter()
+                    .filter(|row| row.state == "ESTAB" && row.local.ends_with(&format!(":{port}")))
+                    .collect();
+                let with_opts: Vec<_> = server
+                    .iter()
+                    .filter_map(|row| row.options.as_ref().map(|o| (row, o)))
+                    .collect();
+                if server.is_empty() {
+                    steps.push(step(
+                        "server sockets",
+                        "failed",
+                        "no server-side connection found on this host",
+                    ));
+                } else if with_opts.is_empty() {
+                    let why = server
+                        .first()
+                        .and_then(|r| r.options_error.clone())
+                        .unwrap_or_else(|| "options unreadable".into());
+                    steps.push(step(
+                        "server sockets",
+                        "skipped",
+                        format!("found the server's connections but not their options: {why}"),
+                    ));
+                } else {
+                    let process = with_opts[0]
+                        .0
+                        .owners
+                        .first()
+                        .map(|o| format!("{}[{}]", o.comm, o.pid))
+                        .unwrap_or_else(|| "?".into());
+                    let ss = rules::ServerSockets {
+                        process: process.clone(),
+                        connections: with_opts.len(),
+                        nagle_on: with_opts
+                            .iter()
+                            .filter(|(_, o)| o.nodelay == Some(false))
+                            .count(),
+                        corked: with_opts
+                            .iter()
+                            .filter(|(_, o)| o.cork == Some(true))
+                            .count(),
+                    };
+                    steps.push(step(
+                        "server sockets",
+                        "ran",
+                        format!(
+                            "{process}: {} connection(s), TCP_NODELAY off on {}, TCP_CORK on {}",
+                            ss.connections, ss.nagle_on, ss.corked
+                        ),
+                    ));
+                    ev.server_sockets = Some(ss);
+                }
+            }
+            Some(Ok(Err(e))) => steps.push(step("server sockets", "failed", e.to_string())),
+            Some(Err(_)) => {
+                steps.push(step("server sockets", "failed", "the socket scan panicked"))
+            }
+        }
+        match single {
             Ok(s) => {
                 steps.push(step(
                     "one request",

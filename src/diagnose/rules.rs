@@ -24,6 +24,19 @@ pub struct Evidence {
     pub concurrent: Option<(u32, Summary)>,
     /// A small request's latency idle and while a bulk transfer runs on the same path.
     pub under_load: Option<(Summary, Summary)>,
+    /// The server's end of our connections, when it runs on this host.
+    pub server_sockets: Option<ServerSockets>,
+}
+
+/// Options of the server's sockets, read from the sockets themselves.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerSockets {
+    /// e.g. "nginx[1234]".
+    pub process: String,
+    pub connections: usize,
+    /// Connections with TCP_NODELAY off (Nagle on).
+    pub nagle_on: usize,
+    pub corked: usize,
 }
 
 /// A rule: the evidence in, a finding out when it fires.
@@ -70,20 +83,46 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
     if quick.saturating_mul(10) > single {
         return None;
     }
+    let mut evidence = vec![
+        format!(
+            "one request: p50 {} against a path RTT of {}",
+            format_ns(single as f64),
+            format_ns(path as f64)
+        ),
+        format!(
+            "the extra {} matches a TCP timer: {}",
+            format_ns(excess as f64),
+            classify_stall(excess)
+        ),
+        format!(
+            "with TCP_QUICKACK on the client the same requests take {} (p50): the stall is the client's delayed ACK releasing data the server held back",
+            format_ns(quick as f64)
+        ),
+    ];
+    let mut confidence = 0.9;
+    if let Some(ss) = &e.server_sockets
+        && ss.connections > 0
+    {
+        evidence.push(format!(
+            "the server's sockets ({}): TCP_NODELAY off on {} of {} connections{}",
+            ss.process,
+            ss.nagle_on,
+            ss.connections,
+            if ss.corked > 0 {
+                format!(", TCP_CORK on {}", ss.corked)
+            } else {
+                String::new()
+            }
+        ));
+        confidence = if ss.nagle_on > 0 { 0.97 } else { 0.75 };
+    }
     Some(Finding {
         rule: "nagle_delayed_ack".into(),
         title: "Nagle × delayed ACK: the server holds part of each response until the client's delayed ACK".into(),
         explains_ns: single.saturating_sub(quick),
-        confidence: 0.9,
+        confidence,
         side: Side::Server,
-        evidence: vec![
-            format!("one request: p50 {} against a path RTT of {}", format_ns(single as f64), format_ns(path as f64)),
-            format!("the extra {} matches a TCP timer: {}", format_ns(excess as f64), classify_stall(excess)),
-            format!(
-                "with TCP_QUICKACK on the client the same requests take {} (p50): the stall is the client's delayed ACK releasing data the server held back",
-                format_ns(quick as f64)
-            ),
-        ],
+        evidence,
         fix: "server: set TCP_NODELAY (nginx: `tcp_nodelay on`) or write each response in one call; client: re-arm TCP_QUICKACK after every read where the server cannot be changed".into(),
     })
 }

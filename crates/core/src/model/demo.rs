@@ -1,46 +1,43 @@
-//! `latscope demo`: a healthy and a Nagle-stalled server side by side.
+//! `latscope demo`: a healthy and a Nagle-stalled server side by side, each diagnosed.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Meta;
-use super::rr::{RrSizeResult, ServerBehaviour};
-use crate::summary::Summary;
+use super::diagnose::DiagnoseReport;
+use super::rr::ServerBehaviour;
 
-/// One of the demo's servers and what was measured against it.
+/// One of the demo's servers and its diagnosis.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DemoServer {
     /// "healthy" or "slow".
     pub name: String,
     pub address: String,
     pub behaviour: ServerBehaviour,
-    /// TCP connect latency: the path without the application.
-    pub path_rtt: Summary,
-    /// Request/response latency through the application.
-    pub request: RrSizeResult,
+    pub diagnosis: DiagnoseReport,
 }
 
-/// What the measurements say, computed from them.
+/// What the two diagnoses say together, computed from them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DemoVerdict {
-    /// Path RTT p50s within a factor of 2 (or 100 µs) of each other.
+    /// Path RTT medians within a factor of 2 (or 100 µs) of each other.
     pub same_path: bool,
     /// slow request p50 − healthy request p50, ns.
     pub excess_ns: u64,
     /// A stall was observed (excess ≥ 1 ms and ≥ 10× the healthy p50).
     pub stalled: bool,
-    /// The TCP mechanism whose timer matches the excess.
-    pub likely_cause: String,
-    /// With TCP_QUICKACK on the client the stall disappears (p50 < 1/10 of the slow p50).
-    pub quickack_fixes_it: bool,
+    /// The slow server's top finding (rule name), if any.
+    pub slow_cause: Option<String>,
+    /// The side that finding blames.
+    pub side_to_fix: Option<String>,
+    /// The healthy server has no finding.
+    pub healthy_is_clean: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DemoReport {
     pub meta: Meta,
     pub servers: Vec<DemoServer>,
-    /// The slow server again, with TCP_QUICKACK re-armed by the client after every read.
-    pub slow_with_client_quickack: RrSizeResult,
     pub verdict: DemoVerdict,
     pub interrupted: bool,
 }

@@ -3,8 +3,17 @@ use std::fmt::Write;
 use super::rr::server_text;
 use super::{Human, Table};
 use crate::model::demo::DemoReport;
+use crate::model::diagnose::DiagnoseReport;
 use crate::model::rr::Transport;
-use crate::units::{format_ns, format_si};
+use crate::units::format_ns;
+
+fn dist_p(d: &DiagnoseReport, name: &str, p99: bool) -> String {
+    d.distributions
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, s)| format_ns(if p99 { s.p99_ns } else { s.p50_ns } as f64))
+        .unwrap_or_else(|| "-".into())
+}
 
 impl Human for DemoReport {
     fn render_human(&self, out: &mut String) {
@@ -18,27 +27,19 @@ impl Human for DemoReport {
             "path RTT p50",
             "request p50",
             "request p99",
-            "trans/s",
+            "8 at once p50",
         ]);
         for s in &self.servers {
+            let d = &s.diagnosis;
             t.row(vec![
                 s.name.clone(),
                 s.address.clone(),
-                format_ns(s.path_rtt.p50_ns as f64),
-                format_ns(s.request.rtt.p50_ns as f64),
-                format_ns(s.request.rtt.p99_ns as f64),
-                format_si(s.request.transactions_per_sec),
+                dist_p(d, "path", false),
+                dist_p(d, "one request", false),
+                dist_p(d, "one request", true),
+                dist_p(d, "concurrent requests", false),
             ]);
         }
-        let q = &self.slow_with_client_quickack;
-        t.row(vec![
-            "slow, client TCP_QUICKACK".into(),
-            String::new(),
-            String::new(),
-            format_ns(q.rtt.p50_ns as f64),
-            format_ns(q.rtt.p99_ns as f64),
-            format_si(q.transactions_per_sec),
-        ]);
         t.render("  ", out);
         out.push('\n');
         for s in &self.servers {
@@ -49,57 +50,53 @@ impl Human for DemoReport {
                 server_text(&s.behaviour, Transport::Tcp)
             );
         }
-        out.push('\n');
         let v = &self.verdict;
-        let (Some(h), Some(s)) = (self.servers.first(), self.servers.get(1)) else {
-            return;
-        };
-        if v.same_path {
-            let _ = writeln!(
-                out,
-                "  Path: {} vs {} to set up a connection — the network path is the same and fast.",
-                format_ns(h.path_rtt.p50_ns as f64),
-                format_ns(s.path_rtt.p50_ns as f64)
-            );
-        } else {
-            let _ = writeln!(
-                out,
-                "  Path: connect latency differs between the two servers; the comparison below is less clean."
-            );
-        }
+        let _ = writeln!(
+            out,
+            "\n  Path: {} — {}",
+            if v.same_path {
+                "the same for both"
+            } else {
+                "differs between the two"
+            },
+            if v.same_path {
+                "the network is not what makes one server slow."
+            } else {
+                "the comparison is less clean."
+            }
+        );
         if !v.stalled {
             let _ = writeln!(
                 out,
-                "  No stall observed: the slow server answered in {} (p50). This kernel did not delay the ACK.",
-                format_ns(s.request.rtt.p50_ns as f64)
+                "  No stall observed: this kernel did not delay the ACK the slow server waits for."
             );
-            return;
         }
-        let _ = writeln!(
-            out,
-            "  Requests: the slow server takes {} more per request (p50 {} vs {}).",
-            format_ns(v.excess_ns as f64),
-            format_ns(s.request.rtt.p50_ns as f64),
-            format_ns(h.request.rtt.p50_ns as f64)
-        );
-        let _ = writeln!(out, "  Cause: {}.", v.likely_cause);
-        let _ = writeln!(
-            out,
-            "  How: the server writes the header, then the body. Nagle holds the body back until the header is\n  \
-             ACKed; the client has nothing to send, so it delays that ACK (40 ms minimum on Linux)."
-        );
-        if v.quickack_fixes_it {
+        for s in &self.servers {
+            let d = &s.diagnosis;
             let _ = writeln!(
                 out,
-                "  Evidence: with TCP_QUICKACK on the client, the same server answers in {} (p50).",
-                format_ns(q.rtt.p50_ns as f64)
+                "\n  latscope diagnose {} ({} server):",
+                s.address, s.name
             );
+            if d.findings.is_empty() {
+                let _ = writeln!(out, "    {}", d.verdict);
+            }
+            for f in &d.findings {
+                let _ = writeln!(
+                    out,
+                    "    {} [{}] — {} per request, confidence {:.0}%, side to fix: {}",
+                    f.title,
+                    f.rule,
+                    format_ns(f.explains_ns as f64),
+                    f.confidence * 100.0,
+                    f.side.name()
+                );
+                for e in &f.evidence {
+                    let _ = writeln!(out, "      - {e}");
+                }
+                let _ = writeln!(out, "      fix: {}", f.fix);
+            }
         }
-        let _ = writeln!(
-            out,
-            "  Fix: on the server, set TCP_NODELAY (nginx: `tcp_nodelay on`) or send header and body in one write;\n  \
-             on the client, TCP_QUICKACK helps where the server cannot be changed."
-        );
         if self.interrupted {
             let _ = writeln!(
                 out,

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# latscope analyze vs tshark on the same synthetic capture, in one run.
+#
+# Generates a pcap of PACKETS packets from CONCURRENT simultaneous HTTP/1.1 connections (with
+# planted Nagle x delayed-ACK stalls, timer retransmissions and slow servers), then times
+#   latscope analyze FILE --json
+#   tshark -q -z conv,tcp -r FILE
+# and prints packets/s of both, the ratio, latscope's peak RSS, and the peak RSS on a file half
+# the size (memory must follow open connections, not file size).
+#
+# Usage: benches/analyze_vs_tshark.sh [PACKETS] [CONCURRENT]     (defaults 3000000, 2000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PACKETS=${1:-3000000}
+CONCURRENT=${2:-2000}
+TMP=$(mktemp -d /tmp/latscope-wire-bench.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+cargo build --release -q --bin latscope
+cargo build --release -q -p latscope-wire --example gen_pcap
+BIN=target/release/latscope
+GEN=target/release/examples/gen_pcap
+command -v tshark >/dev/null || { echo "tshark is not installed (apt-get install tshark)"; exit 2; }
+
+"$GEN" "$TMP/big.pcap" "$PACKETS" "$CONCURRENT" 2>"$TMP/gen.txt"
+"$GEN" "$TMP/half.pcap" $((PACKETS / 2)) "$CONCURRENT" 2>/dev/null
+cat "$TMP/gen.txt"
+echo "file: $(du -h "$TMP/big.pcap" | cut -f1)"
+
+# /usr/bin/time -f: elapsed seconds and max RSS (KiB). analyze exits 1 when it finds stalls.
+measure() { /usr/bin/time -f "%e %M" -o "$TMP/time.txt" "$@" >"$TMP/out.txt" 2>/dev/null || true; cat "$TMP/time.txt" | tail -1; }
+
+# Warm the page cache so both tools read from memory.
+cat "$TMP/big.pcap" > /dev/null
+read -r LS_S LS_KB < <(measure "$BIN" analyze "$TMP/big.pcap" --json --no-progress)
+cp "$TMP/out.txt" "$TMP/latscope.json"
+read -r HALF_S HALF_KB < <(measure "$BIN" analyze "$TMP/half.pcap" --json --no-progress)
+read -r TS_S TS_KB < <(measure tshark -q -z conv,tcp -r "$TMP/big.pcap")
+
+python3 - "$PACKETS" "$LS_S" "$LS_KB" "$HALF_KB" "$TS_S" "$TS_KB" "$TMP/latscope.json" <<'PY' 2>/dev/null || \
+awk -v n="$PACKETS" -v ls="$LS_S" -v ts="$TS_S" -v kb="$LS_KB" -v half="$HALF_KB" -v tkb="$TS_KB" 'BEGIN {
+  printf "latscope analyze: %.2f s, %.0f packets/s, peak RSS %.1f MiB (half-size file: %.1f MiB)\n", ls, n/ls, kb/1024, half/1024;
+  printf "tshark conv,tcp : %.2f s, %.0f packets/s, peak RSS %.1f MiB\n", ts, n/ts, tkb/1024;
+  printf "ratio (latscope/tshark packets/s): %.1fx\n", ts/ls }'
+import json, sys
+n, ls, kb, half, ts, tkb, path = sys.argv[1:]
+n, ls, kb, half, ts, tkb = int(n), float(ls), int(kb), int(half), float(ts), int(tkb)
+ls, ts = max(ls, 0.01), max(ts, 0.01)
+r = json.load(open(path))
+print(f"latscope analyze: {ls:.2f} s, {n/ls:,.0f} packets/s, peak RSS {kb/1024:.1f} MiB (half-size file: {half/1024:.1f} MiB)")
+print(f"tshark conv,tcp : {ts:.2f} s, {n/ts:,.0f} packets/s, peak RSS {tkb/1024:.1f} MiB")
+print(f"ratio (latscope/tshark packets/s): {ts/ls:.1f}x")
+print(f"latscope found: {r['connections']} connections (peak {r['peak_open_connections']} open), "
+      + ", ".join(f"{f['count']} {f['kind']}" for f in r['findings']))
+PY

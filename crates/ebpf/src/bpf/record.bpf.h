@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Included twice by stack.bpf.c: RD/RD_BITFIELD/CUR_NETNS/SFX select direct loads (typed
+ * pointers: tp_btf, fentry, cgroup_skb via bpf_cast_to_kern_ctx) or bpf_probe_read_kernel()
+ * (raw_tp). No include guard on purpose.
+ */
+
+/* skb->tstamp if it is a CLOCK_REALTIME receive stamp, else 0. */
+static __always_inline u64 SFX(skb_rx_tstamp)(struct sk_buff *skb)
+{
+	u64 ts = RD(skb, tstamp);
+	if (!ts)
+		return 0;
+	if (bpf_core_field_exists(skb->tstamp_type)) {
+		if (RD_BITFIELD(skb, tstamp_type) != 0)
+			return 0; /* a monotonic/TAI delivery time (EDT), not a receive stamp */
+	} else {
+		struct sk_buff___old *old = (void *)skb;
+		if (bpf_core_field_exists(old->mono_delivery_time) && RD_BITFIELD(old, mono_delivery_time))
+			return 0;
+	}
+	return ts;
+}
+
+/* Protocol and ports from the packet itself (hooks without a socket). */
+static __always_inline int SFX(parse_pkt)(struct sk_buff *skb, int nh_mode, struct pkt *p)
+{
+	u16 eth = bpf_ntohs(RD(skb, protocol));
+	unsigned char *nh;
+	if (nh_mode == NH_DATA)
+		nh = RD(skb, data);
+	else
+		nh = RD(skb, head) + RD(skb, network_header);
+	u32 l4off;
+	if (eth == ETH_P_IP) {
+		u8 vihl = 0;
+		bpf_probe_read_kernel(&vihl, 1, nh);
+		if ((vihl >> 4) != 4)
+			return -1;
+		bpf_probe_read_kernel(&p->proto, 1, nh + 9);
+		l4off = (vihl & 0xF) * 4;
+	} else if (eth == ETH_P_IPV6) {
+		bpf_probe_read_kernel(&p->proto, 1, nh + 6);
+		l4off = 40; /* extension headers are not followed: ports read as 0 then */
+	} else {
+		return -1;
+	}
+	p->sport = 0;
+	p->dport = 0;
+	if ((filter_lport || filter_rport) && (p->proto == IPPROTO_TCP_ || p->proto == IPPROTO_UDP_)) {
+		u16 ports[2] = {};
+		bpf_probe_read_kernel(ports, sizeof(ports), nh + (l4off & 0x3c));
+		p->sport = bpf_ntohs(ports[0]);
+		p->dport = bpf_ntohs(ports[1]);
+	}
+	return 0;
+}
+
+/*
+ * Record one sample for `probe`. `want` is the L4 protocol the probe is about (PROTO_ANY for
+ * ip-start). `sk` may be NULL. `pre_ts` is a stamp the hook got elsewhere (tcp_recv_timestamp,
+ * the UDP FIFO), 0 to use the skb's.
+ */
+static __always_inline int SFX(record)(u32 probe, struct sk_buff *skb, struct sock *sk, int nh_mode,
+				       int ctx_kind, u8 want, u64 pre_ts)
+{
+	/* A queued/read TCP skb is owned by its socket (skb_set_owner_r()); UDP leaves skb->sk NULL
+	 * and reuses skb->dev as dev_scratch, so skb->dev is not trusted in task context. */
+	if (!sk && skb && ctx_kind == CTX_TASK)
+		sk = RD(skb, sk);
+
+	u16 lport = 0, rport = 0;
+	if (sk) {
+		if (want != PROTO_ANY && RD(sk, sk_protocol) != want)
+			return 0;
+		if (filter_lport || filter_rport) {
+			lport = RD(sk, __sk_common.skc_num);
+			rport = bpf_ntohs(RD(sk, __sk_common.skc_dport));
+		}
+	} else if (skb) {
+		if (want != PROTO_ANY || filter_lport || filter_rport) {
+			struct pkt p = {};
+			if (SFX(parse_pkt)(skb, nh_mode, &p) < 0)
+				return 0;
+			if (want != PROTO_ANY && p.proto != want)
+				return 0;
+			lport = p.dport;
+			rport = p.sport;
+		} else {
+			u16 eth = bpf_ntohs(RD(skb, protocol));
+			if (eth != ETH_P_IP && eth != ETH_P_IPV6)
+				return 0;
+		}
+	}
+	if (filter_lport && lport != filter_lport)
+		return 0;
+	if (filter_rport && rport != filter_rport)
+		return 0;
+
+	u64 cg = 0;
+	if (filter_cgroup || group_by == GROUP_CGROUP) {
+		if (sk)
+			cg = RD(sk, sk_cgrp_data.cgroup, kn, id);
+		else if (ctx_kind == CTX_TASK)
+			cg = bpf_get_current_cgroup_id();
+		if (filter_cgroup && cg != filter_cgroup)
+			return 0;
+	}
+	if (filter_tgid && ctx_kind == CTX_TASK && (bpf_get_current_pid_tgid() >> 32) != filter_tgid)
+		return 0;
+
+	u32 ifindex = 0;
+	if (skb && (filter_ifindex || group_by == GROUP_IFACE)) {
+		ifindex = RD(skb, skb_iif);
+		if (!ifindex && ctx_kind == CTX_SOFTIRQ && RD(skb, dev))
+			ifindex = RD(skb, dev, ifindex);
+		if (filter_ifindex && ifindex != filter_ifindex)
+			return 0;
+	}
+
+	if (filter_netns) {
+		u64 ns = 0;
+		if (sk)
+			ns = RD(sk, __sk_common.skc_net.net, ns.inum);
+		else if (ctx_kind == CTX_TASK)
+			ns = CUR_NETNS();
+		else if (skb && RD(skb, dev))
+			ns = RD(skb, dev, nd_net.net, ns.inum);
+		if (ns != filter_netns)
+			return 0;
+	}
+
+	/* An entry in lsstk_stamps means the skb had no realtime stamp when it entered
+	 * __netif_receive_skb_core() (a monotonic EDT delivery time kept over loopback/veth, or none);
+	 * the kernel may stamp it later (ip_local_deliver_finish() does, *after* netfilter INPUT), so
+	 * the earlier stamp is the one to use. */
+	u64 ts = pre_ts;
+	if (skb && !ts) {
+		u64 key = (u64)skb;
+		u64 *st = bpf_map_lookup_elem(&lsstk_stamps, &key);
+		if (st) {
+			ts = *st;
+			stat_inc(probe, STAT_FALLBACK_STAMP);
+		} else {
+			ts = SFX(skb_rx_tstamp)(skb);
+		}
+	}
+	if (!ts) {
+		stat_inc(probe, STAT_NO_STAMP);
+		return 0;
+	}
+	u64 now = now_realtime_ns();
+	if (ts > now) {
+		stat_inc(probe, STAT_BAD_STAMP);
+		return 0;
+	}
+	hist_add(probe, group_by == GROUP_IFACE ? ifindex : cg, now - ts);
+	return 0;
+}
+
+/* Stamp skbs without a realtime skb->tstamp at the earliest hook we use. */
+static __always_inline int SFX(stamp_skb)(struct sk_buff *skb)
+{
+	u64 key = (u64)skb;
+	if (SFX(skb_rx_tstamp)(skb)) {
+		/* Stamped by the kernel: make sure no entry of an earlier skb at this address is
+		 * mistaken for this one's (skbs are recycled LIFO, addresses come back fast). */
+		if (bpf_map_lookup_elem(&lsstk_stamps, &key))
+			bpf_map_delete_elem(&lsstk_stamps, &key);
+		return 0;
+	}
+	u64 now = now_realtime_ns();
+	bpf_map_update_elem(&lsstk_stamps, &key, &now, BPF_ANY);
+	return 0;
+}
+
+/* sock:sk_data_ready: the skb just queued is the receive queue's tail. */
+static __always_inline int SFX(data_ready)(struct sock *sk, u32 probe, u8 want)
+{
+	if (RD(sk, sk_protocol) != want)
+		return 0;
+	if (RD(sk, sk_receive_queue.qlen) == 0)
+		return 0;
+	struct sk_buff *skb = RD(sk, sk_receive_queue.prev);
+	if (!skb)
+		return 0;
+	return SFX(record)(probe, skb, sk, NH_HEADER, CTX_SOFTIRQ, want, 0);
+}
+
+/* UDP read fallback, enqueue side: push the tail datagram's stamp on the socket's FIFO. */
+static __always_inline int SFX(udp_push)(struct sock *sk)
+{
+	if (RD(sk, sk_protocol) != IPPROTO_UDP_)
+		return 0;
+	u32 qlen = RD(sk, sk_receive_queue.qlen);
+	if (qlen == 0)
+		return 0;
+	struct sk_buff *skb = RD(sk, sk_receive_queue.prev);
+	if (!skb)
+		return 0;
+	u64 key = (u64)sk;
+	struct udp_fifo *q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
+	if (!q) {
+		struct udp_sock *up = (void *)sk;
+		struct udp_fifo init = {};
+		/* everything queued before this datagram predates us */
+		/* udp_sock lies beyond struct sock: a probe read, on first sight only */
+		init.skip = qlen - 1 + BPF_CORE_READ(up, reader_queue.qlen);
+		bpf_map_update_elem(&lsstk_udpfifo, &key, &init, BPF_NOEXIST);
+		q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
+		if (!q)
+			return 0;
+	}
+	u64 skbkey = (u64)skb;
+	u64 ts;
+	u64 *st = bpf_map_lookup_elem(&lsstk_stamps, &skbkey);
+	if (st)
+		ts = *st;
+	else
+		ts = SFX(skb_rx_tstamp)(skb);
+	struct udp_fifo_key fk = {.sk = key, .seq = q->tail};
+	bpf_map_update_elem(&lsstk_udpts, &fk, &ts, BPF_ANY);
+	q->tail += 1;
+	return 0;
+}
+
+/* UDP read fallback, read side: a successful non-peeking read consumed the FIFO's head. */
+static __always_inline int SFX(udp_pop)(struct sock *sk, int ret, int flags)
+{
+	if (ret < 0 || (flags & MSG_PEEK_))
+		return 0;
+	if (RD(sk, sk_protocol) != IPPROTO_UDP_)
+		return 0;
+	u64 key = (u64)sk;
+	struct udp_fifo *q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
+	if (!q)
+		return 0;
+	if (q->skip) {
+		q->skip -= 1;
+		return 0;
+	}
+	if (q->head >= q->tail)
+		return 0;
+	struct udp_fifo_key fk = {.sk = key, .seq = q->head};
+	q->head += 1;
+	u64 *tsp = bpf_map_lookup_elem(&lsstk_udpts, &fk);
+	if (!tsp)
+		return 0;
+	u64 ts = *tsp;
+	bpf_map_delete_elem(&lsstk_udpts, &fk);
+	if (!ts) {
+		stat_inc(PROBE_UDP_READ, STAT_NO_STAMP);
+		return 0;
+	}
+	return SFX(record)(PROBE_UDP_READ, NULL, sk, NH_HEADER, CTX_TASK, IPPROTO_UDP_, ts);
+}

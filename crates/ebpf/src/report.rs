@@ -1,0 +1,294 @@
+//! The result model of `latscope stack` (the `--json` contract) and its netstacklat-style human
+//! rendering. No I/O here: the command reads the session, builds these, and prints them.
+
+use latscope_core::Log2Histogram;
+use latscope_core::log2::bucket_label;
+use latscope_core::model::Meta;
+use latscope_core::render::Human;
+use latscope_core::units::format_ns;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::probes::Probe;
+use crate::session::{Filters, GroupBy, ProbeStatus, StampStats};
+
+/// One probe's histogram (for one group when grouping).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProbeHistogram {
+    pub probe: Probe,
+    /// The implementation that recorded it, e.g. `tp_btf/skb_copy_datagram_iovec`.
+    pub hook: String,
+    /// Group: interface name (or `if<N>` when not in this namespace), cgroup id, or `all`.
+    pub group: String,
+    pub count: u64,
+    pub mean_ns: f64,
+    /// Estimated from the log2 buckets (linear inside the bucket; off by at most 2×).
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+    pub hist: Log2Histogram,
+}
+
+impl ProbeHistogram {
+    /// Build with the statistics derived from `hist`.
+    pub fn new(probe: Probe, hook: &str, group: String, hist: Log2Histogram) -> Self {
+        ProbeHistogram {
+            probe,
+            hook: hook.to_string(),
+            group,
+            count: hist.count(),
+            mean_ns: hist.mean_ns(),
+            p50_ns: hist.quantile_ns(0.50),
+            p99_ns: hist.quantile_ns(0.99),
+            hist,
+        }
+    }
+}
+
+/// Timestamp bookkeeping of one probe.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ProbeStamps {
+    pub probe: Probe,
+    #[serde(flatten)]
+    pub stats: StampStats,
+}
+
+/// `latscope stack --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StackReport {
+    pub meta: Meta,
+    pub group_by: GroupBy,
+    pub filters: Filters,
+    /// Each requested probe: the implementation in use, or why none could be used.
+    pub probes: Vec<ProbeStatus>,
+    /// Hook that stamps skbs arriving without `skb->tstamp` (none: such packets are not counted).
+    pub stamp_hook: Option<String>,
+    pub duration_ns: u64,
+    /// Stopped by Ctrl-C.
+    pub interrupted: bool,
+    /// Cumulative histograms since start, in probe order then group.
+    pub histograms: Vec<ProbeHistogram>,
+    pub stamps: Vec<ProbeStamps>,
+}
+
+/// One `--json-lines` record per `-r` interval: histograms of that interval only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StackInterval {
+    /// Always "interval".
+    pub event: String,
+    /// Always "stack".
+    pub command: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub histograms: Vec<ProbeHistogram>,
+}
+
+const BAR_WIDTH: usize = 48;
+
+/// netstacklat's layout for one histogram: `(lo, hi]  count |@@@@   |` rows from the first to the
+/// last non-empty bucket, then count, average and the p50/p99 estimates.
+pub fn render_histogram(h: &ProbeHistogram, out: &mut String) {
+    use std::fmt::Write;
+    let group = if h.group == "all" {
+        String::new()
+    } else {
+        format!(" {}", h.group)
+    };
+    let _ = writeln!(out, "{}{} [{}]:", h.probe, group, h.hook);
+    let Some((first, last)) = h.hist.occupied_range() else {
+        let _ = writeln!(out, "count: 0");
+        return;
+    };
+    let max = h.hist.buckets[first..=last]
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    for k in first..=last {
+        let c = h.hist.buckets[k];
+        let n = ((c as u128 * BAR_WIDTH as u128).div_ceil(max as u128)) as usize;
+        let label = if k + 1 >= latscope_core::log2::BUCKETS {
+            format!(
+                "({}, inf]",
+                format_ns(latscope_core::log2::bucket_lower(k) as f64)
+            )
+        } else {
+            bucket_label(k)
+        };
+        let _ = writeln!(
+            out,
+            "{label:<20} {c:>10} |{:<w$}|",
+            "@".repeat(n.min(BAR_WIDTH)),
+            w = BAR_WIDTH
+        );
+    }
+    let _ = writeln!(
+        out,
+        "count: {}, average: {}, p50: {}, p99: {}",
+        h.count,
+        format_ns(h.mean_ns),
+        format_ns(h.p50_ns),
+        format_ns(h.p99_ns)
+    );
+}
+
+/// A block of histograms under a UTC time heading, as printed every `-r` seconds.
+pub fn render_snapshot(unix_ms: u64, hists: &[ProbeHistogram], out: &mut String) {
+    out.push_str(&utc_time(unix_ms));
+    out.push('\n');
+    if hists.is_empty() {
+        out.push_str("(no packets recorded yet)\n");
+    }
+    for h in hists {
+        render_histogram(h, out);
+    }
+}
+
+/// The `--list-probes` table.
+pub fn render_probe_list(status: &[ProbeStatus], stamp_hook: Option<&str>, out: &mut String) {
+    use std::fmt::Write;
+    for st in status {
+        match &st.hook {
+            Some(hook) => {
+                let _ = writeln!(out, "{:<20} available   {hook}", st.probe.name());
+                let _ = writeln!(out, "{:<20}   {}", "", st.probe.description());
+                if let Some(sem) = &st.semantics {
+                    let _ = writeln!(out, "{:<20}   measured at: {sem}", "");
+                }
+            }
+            None => {
+                let _ = writeln!(out, "{:<20} UNAVAILABLE", st.probe.name());
+                let _ = writeln!(out, "{:<20}   {}", "", st.probe.description());
+            }
+        }
+        for h in &st.also_available {
+            let _ = writeln!(out, "{:<20}   also possible: {h}", "");
+        }
+        for r in &st.refused {
+            let _ = writeln!(out, "{:<20}   not {}: {}", "", r.hook, r.error);
+        }
+    }
+    match stamp_hook {
+        Some(h) => {
+            let _ = writeln!(
+                out,
+                "packets without skb->tstamp are stamped at {h} (first hook latscope sees)"
+            );
+        }
+        None => {
+            out.push_str("packets without skb->tstamp cannot be stamped here and are not counted\n")
+        }
+    }
+}
+
+impl Human for StackReport {
+    fn render_human(&self, out: &mut String) {
+        use std::fmt::Write;
+        let end_ms = self.meta.started_unix_ms + self.duration_ns / 1_000_000;
+        let _ = writeln!(
+            out,
+            "latscope stack: {} over {}{}",
+            if self.interrupted {
+                "interrupted"
+            } else {
+                "done"
+            },
+            format_ns(self.duration_ns as f64),
+            if self.interrupted { " (partial)" } else { "" }
+        );
+        render_snapshot(end_ms, &self.histograms, out);
+        for st in &self.probes {
+            if st.hook.is_none() {
+                let _ = writeln!(
+                    out,
+                    "note: {} unavailable on this kernel (see --list-probes)",
+                    st.probe
+                );
+            }
+        }
+        for s in &self.stamps {
+            if s.stats.fallback_stamped > 0 {
+                let _ = writeln!(
+                    out,
+                    "note: {}: {} packets had no skb->tstamp and were timed from latscope's first hook",
+                    s.probe, s.stats.fallback_stamped
+                );
+            }
+            if s.stats.no_stamp + s.stats.bad_stamp > 0 {
+                let _ = writeln!(
+                    out,
+                    "note: {}: {} packets not counted (no usable receive timestamp)",
+                    s.probe,
+                    s.stats.no_stamp + s.stats.bad_stamp
+                );
+            }
+        }
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` (days-from-civil inverse, Howard Hinnant's algorithm).
+pub fn utc_time(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let sod = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        sod / 3600,
+        (sod % 3600) / 60,
+        sod % 60
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_formatting() {
+        assert_eq!(utc_time(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc_time(1_758_304_308_000), "2025-09-19 17:51:48 UTC");
+    }
+
+    #[test]
+    fn histogram_rows_span_occupied_buckets_with_bars() {
+        let mut hist = Log2Histogram::new();
+        for _ in 0..100 {
+            hist.record(40_000); // (32.8us, 65.5us]
+        }
+        for _ in 0..25 {
+            hist.record(100_000); // (65.5us, 131us]
+        }
+        let h = ProbeHistogram::new(Probe::TcpStart, "cgroup_skb/ingress", "all".into(), hist);
+        let mut s = String::new();
+        render_histogram(&h, &mut s);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[0], "tcp-start [cgroup_skb/ingress]:");
+        assert!(lines[1].starts_with("(32.8us, 65.5us]"), "{}", lines[1]);
+        assert!(
+            lines[1].contains(&format!("|{}|", "@".repeat(48))),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].contains(&format!("|{}{}|", "@".repeat(12), " ".repeat(36))),
+            "{}",
+            lines[2]
+        );
+        assert!(
+            lines[3].starts_with("count: 125, average: 52"),
+            "{}",
+            lines[3]
+        );
+        assert_eq!(lines.len(), 4);
+    }
+}

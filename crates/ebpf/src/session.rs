@@ -1,0 +1,574 @@
+//! Loading, probing and attaching: one BPF object per probe, all sharing the maps of an "owner"
+//! object, so each probe's implementation can be chosen (and can fail) on its own.
+//!
+//! Teardown is by ownership: links and objects are file descriptors owned by [`Session`]; dropping
+//! it detaches everything, and so does the end of the process however it ends (nothing is pinned).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Mutex;
+
+use latscope_core::Log2Histogram;
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
+
+use crate::error::StackError;
+use crate::probes::{Hook, HookKind, Probe, STAMP_HOOKS};
+use crate::skel::{OpenStackSkel, StackSkel, StackSkelBuilder};
+use crate::sys;
+
+/// Which implementations to consider.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HookMode {
+    /// fentry/fexit where the kernel allows, else the fallbacks (the default).
+    #[default]
+    Auto,
+    /// fentry/fexit only (fails where the kernel refuses them).
+    Fentry,
+    /// Tracepoint / cgroup_skb fallbacks only.
+    Fallback,
+}
+
+/// How samples are split into histograms.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    #[default]
+    None,
+    Interface,
+    Cgroup,
+}
+
+/// Filters applied in the kernel; `None` = no filter.
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct Filters {
+    /// Receiving interface index (skb_iif).
+    pub ifindex: Option<u32>,
+    /// Network namespace inode (as in `ls -i /proc/PID/ns/net`).
+    pub netns_inode: Option<u64>,
+    /// Reading process (tgid); socket-read probes only.
+    pub tgid: Option<u32>,
+    /// cgroup v2 id (inode of the cgroup directory).
+    pub cgroup_id: Option<u64>,
+    /// Local (destination) port.
+    pub local_port: Option<u16>,
+    /// Remote (source) port.
+    pub remote_port: Option<u16>,
+}
+
+/// What to load.
+#[derive(Clone, Debug, Default)]
+pub struct StackConfig {
+    /// Probes to attach (empty = all).
+    pub probes: Vec<Probe>,
+    pub mode: HookMode,
+    pub filters: Filters,
+    pub group_by: GroupBy,
+    /// Also try the implementations after the chosen one (and detach them again), to report
+    /// everything the kernel allows (`--list-probes`).
+    pub try_all: bool,
+}
+
+/// Why one implementation could not be used.
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct HookAttempt {
+    /// e.g. `fentry/tcp_v4_rcv+tcp_v6_rcv`.
+    pub hook: String,
+    pub error: String,
+}
+
+/// The outcome of start-up for one probe.
+#[derive(
+    Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct ProbeStatus {
+    pub probe: Probe,
+    /// The implementation in use, if any.
+    pub hook: Option<String>,
+    pub hook_kind: Option<crate::probes::HookKind>,
+    /// Where "now" is taken with that implementation.
+    pub semantics: Option<String>,
+    /// Implementations that were refused, and why.
+    pub refused: Vec<HookAttempt>,
+    /// Implementations after the chosen one that would also work (only with `try_all`).
+    pub also_available: Vec<String>,
+}
+
+impl ProbeStatus {
+    pub fn available(&self) -> bool {
+        self.hook.is_some()
+    }
+}
+
+/// Counters the BPF side keeps per probe about timestamps.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+pub struct StampStats {
+    /// Samples whose skb had no `skb->tstamp`; latency measured from latscope's earliest hook.
+    pub fallback_stamped: u64,
+    /// Samples dropped: no timestamp at all.
+    pub no_stamp: u64,
+    /// Samples dropped: timestamp in the future (clock stepped?).
+    pub bad_stamp: u64,
+}
+
+/// One histogram read from the kernel: a probe and a group (ifindex / cgroup id / 0).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawHistogram {
+    pub probe: Probe,
+    pub group: u64,
+    pub hist: Log2Histogram,
+}
+
+const NSTATS: u32 = 3;
+
+/// Last libbpf messages, to explain a refused load in one line.
+static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn libbpf_print(level: PrintLevel, msg: String) {
+    if std::env::var_os("LATSCOPE_BPF_DEBUG").is_some() {
+        eprint!("{msg}");
+    }
+    if level == PrintLevel::Debug {
+        return;
+    }
+    if let Ok(mut log) = LIBBPF_LOG.lock() {
+        if log.len() >= 64 {
+            log.remove(0);
+        }
+        log.push(msg.trim_end().to_string());
+    }
+}
+
+fn take_libbpf_log() -> Vec<String> {
+    LIBBPF_LOG
+        .lock()
+        .map(|mut l| std::mem::take(&mut *l))
+        .unwrap_or_default()
+}
+
+/// The most telling libbpf line for an error (the verifier's last words, or a missing target).
+fn explain(err: &libbpf_rs::Error, log: &[String]) -> String {
+    let interesting = log.iter().rev().find(|l| {
+        l.contains("failed to find kernel BTF type")
+            || l.contains("failed to attach")
+            || l.contains("failed to load")
+    });
+    match interesting {
+        Some(l) => format!("{err}: {}", l.trim_start_matches("libbpf: ")),
+        None => err.to_string(),
+    }
+}
+
+/// Storage for one object. The skeleton borrows it for as long as the object lives; it is a few
+/// bytes (a pointer) and is leaked on purpose so the skeleton can be owned by [`Session`]; the
+/// kernel object itself is destroyed when the skeleton is dropped.
+fn object_storage() -> &'static mut MaybeUninit<OpenObject> {
+    Box::leak(Box::new(MaybeUninit::uninit()))
+}
+
+struct Attached {
+    // Field order = drop order: detach first, then close the object.
+    _links: Vec<Link>,
+    _skel: StackSkel<'static>,
+}
+
+/// A running set of probes. Drop detaches them all.
+pub struct Session {
+    attached: Vec<Attached>,
+    /// Owns the shared maps.
+    owner: StackSkel<'static>,
+    status: Vec<ProbeStatus>,
+    stamp_hook: Option<&'static Hook>,
+    _timestamping: sys::RxTimestamping,
+    _cgroup: Option<File>,
+    ncpus: usize,
+}
+
+/// Values every object's rodata gets.
+#[derive(Clone, Copy, Debug)]
+struct Rodata {
+    tai_offset_ns: u64,
+    mono_offset_ns: u64,
+    filter_ifindex: u32,
+    filter_netns: u64,
+    filter_tgid: u32,
+    filter_cgroup: u64,
+    filter_lport: u16,
+    filter_rport: u16,
+    group_by: u32,
+    stamp_in_ip_start: bool,
+}
+
+impl Rodata {
+    fn new(cfg: &StackConfig) -> Self {
+        let (tai, mono) = sys::clock_offsets_ns();
+        let f = &cfg.filters;
+        Rodata {
+            tai_offset_ns: tai,
+            mono_offset_ns: mono,
+            filter_ifindex: f.ifindex.unwrap_or(0),
+            filter_netns: f.netns_inode.unwrap_or(0),
+            filter_tgid: f.tgid.unwrap_or(0),
+            filter_cgroup: f.cgroup_id.unwrap_or(0),
+            filter_lport: f.local_port.unwrap_or(0),
+            filter_rport: f.remote_port.unwrap_or(0),
+            group_by: match cfg.group_by {
+                GroupBy::None => 0,
+                GroupBy::Interface => 1,
+                GroupBy::Cgroup => 2,
+            },
+            stamp_in_ip_start: false,
+        }
+    }
+
+    fn apply(&self, open: &mut OpenStackSkel<'static>) -> Result<(), StackError> {
+        let ro = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .ok_or_else(|| StackError::Load("BPF object has no mmapable .rodata".into()))?;
+        ro.tai_offset_ns = self.tai_offset_ns;
+        ro.mono_offset_ns = self.mono_offset_ns;
+        ro.filter_ifindex = self.filter_ifindex;
+        ro.filter_netns = self.filter_netns;
+        ro.filter_tgid = self.filter_tgid;
+        ro.filter_cgroup = self.filter_cgroup;
+        ro.filter_lport = self.filter_lport;
+        ro.filter_rport = self.filter_rport;
+        ro.group_by = self.group_by;
+        ro.stamp_in_ip_start = self.stamp_in_ip_start;
+        Ok(())
+    }
+}
+
+fn open_skel() -> Result<OpenStackSkel<'static>, libbpf_rs::Error> {
+    StackSkelBuilder::default().open(object_storage())
+}
+
+/// Load an object with only `programs` enabled, sharing `owner`'s maps, and attach them.
+fn load_and_attach(
+    owner: &StackSkel<'static>,
+    rodata: &Rodata,
+    hook: &Hook,
+    cgroup: Option<&File>,
+) -> Result<Attached, String> {
+    let _ = take_libbpf_log();
+    let mut open = open_skel().map_err(|e| e.to_string())?;
+    rodata.apply(&mut open).map_err(|e| e.to_string())?;
+    {
+        let m = &mut open.maps;
+        let o = &owner.maps;
+        let shared = [
+            (&mut m.lsstk_hist, o.lsstk_hist.as_fd()),
+            (&mut m.lsstk_hista, o.lsstk_hista.as_fd()),
+            (&mut m.lsstk_zero, o.lsstk_zero.as_fd()),
+            (&mut m.lsstk_stats, o.lsstk_stats.as_fd()),
+            (&mut m.lsstk_stamps, o.lsstk_stamps.as_fd()),
+            (&mut m.lsstk_udpfifo, o.lsstk_udpfifo.as_fd()),
+            (&mut m.lsstk_udpts, o.lsstk_udpts.as_fd()),
+        ];
+        for (map, fd) in shared {
+            map.reuse_fd(fd).map_err(|e| e.to_string())?;
+        }
+    }
+    for mut prog in open.open_object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        prog.set_autoload(hook.programs.contains(&name.as_str()));
+    }
+    let mut skel = open.load().map_err(|e| {
+        let why = explain(&e, &take_libbpf_log());
+        let why = why.replace(": failed to load BPF skeleton 'stack_bpf'", "");
+        if hook.kind == HookKind::Fentry && why.contains("EPERM") {
+            format!("the kernel refused to load it ({why}); fentry/fexit need BPF trampolines, which this kernel does not allow")
+        } else {
+            format!("load: {why}")
+        }
+    })?;
+    let mut links = Vec::new();
+    for prog in skel.object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        if !hook.programs.contains(&name.as_str()) {
+            continue;
+        }
+        let link = if hook.kind == HookKind::CgroupSkb {
+            let cg = cgroup.ok_or_else(|| "no cgroup v2 hierarchy is mounted".to_string())?;
+            prog.attach_cgroup(cg.as_raw_fd())
+        } else {
+            prog.attach()
+        };
+        match link {
+            Ok(l) => links.push(l),
+            Err(e) => {
+                return Err(format!(
+                    "attach {name}: {}",
+                    explain(&e, &take_libbpf_log())
+                ));
+            }
+        }
+    }
+    Ok(Attached {
+        _links: links,
+        _skel: skel,
+    })
+}
+
+impl Session {
+    /// Check the prerequisites, load and attach. Probes that cannot be attached are reported in
+    /// [`Session::status`]; it is an error only when none can.
+    pub fn start(cfg: &StackConfig) -> Result<Session, StackError> {
+        libbpf_rs::set_print(Some((PrintLevel::Debug, libbpf_print)));
+        sys::check_btf()?;
+        sys::check_caps()?;
+        let rodata = Rodata::new(cfg);
+        let timestamping = sys::RxTimestamping::enable()?;
+        let cgroup = sys::open_cgroup2_root().ok();
+
+        let mut open = open_skel().map_err(|e| StackError::Load(e.to_string()))?;
+        rodata.apply(&mut open)?;
+        for mut prog in open.open_object_mut().progs_mut() {
+            prog.set_autoload(false);
+        }
+        let owner = open
+            .load()
+            .map_err(|e| StackError::from_load(&e, &take_libbpf_log()))?;
+
+        let mut attached = Vec::new();
+        let mut stamp_hook = None;
+        let wanted: Vec<Probe> = if cfg.probes.is_empty() {
+            Probe::ALL.to_vec()
+        } else {
+            cfg.probes.clone()
+        };
+        let mut status = Vec::new();
+        for probe in wanted {
+            let mut st = ProbeStatus {
+                probe,
+                hook: None,
+                hook_kind: None,
+                semantics: None,
+                refused: Vec::new(),
+                also_available: Vec::new(),
+            };
+            for hook in probe.hooks() {
+                let skip = match cfg.mode {
+                    HookMode::Auto => false,
+                    HookMode::Fentry => hook.kind != HookKind::Fentry,
+                    HookMode::Fallback => hook.kind == HookKind::Fentry,
+                };
+                if skip || (st.hook.is_some() && !cfg.try_all) {
+                    continue;
+                }
+                // ip-start on netif_receive_skb is where skbs without a realtime stamp get
+                // latscope's: it stamps first, then records (so those read ~0 there).
+                let stamps_here = probe == Probe::IpStart
+                    && matches!(hook.kind, HookKind::TpBtf | HookKind::RawTp);
+                let ro = Rodata {
+                    stamp_in_ip_start: stamps_here,
+                    ..rodata
+                };
+                match load_and_attach(&owner, &ro, hook, cgroup.as_ref()) {
+                    Ok(a) if st.hook.is_some() => {
+                        // Only probing: detach at once.
+                        drop(a);
+                        st.also_available.push(hook.label.to_string());
+                    }
+                    Ok(a) => {
+                        attached.push(a);
+                        if stamps_here {
+                            stamp_hook = Some(hook);
+                        }
+                        st.hook = Some(hook.label.to_string());
+                        st.hook_kind = Some(hook.kind);
+                        st.semantics = Some(hook.semantics.to_string());
+                    }
+                    Err(e) => st.refused.push(HookAttempt {
+                        hook: hook.label.to_string(),
+                        error: e,
+                    }),
+                }
+            }
+            status.push(st);
+        }
+        // Without ip-start on netif_receive_skb, a separate stamper goes there (it runs before
+        // every other hook; the fentry ip-start at ip_rcv_core comes later in the path). Best
+        // effort: without it such packets are counted as `no_stamp` or timed from a later stamp.
+        if stamp_hook.is_none() {
+            for hook in STAMP_HOOKS.iter() {
+                if let Ok(a) = load_and_attach(&owner, &rodata, hook, None) {
+                    attached.push(a);
+                    stamp_hook = Some(hook);
+                    break;
+                }
+            }
+        }
+        if status.iter().all(|s| !s.available()) {
+            // One line: the distinct reasons, each with the hooks it applies to.
+            let mut reasons: Vec<(String, Vec<String>)> = Vec::new();
+            for r in status.iter().flat_map(|s| s.refused.iter()) {
+                match reasons.iter_mut().find(|(e, _)| *e == r.error) {
+                    Some((_, hooks)) => hooks.push(r.hook.clone()),
+                    None => reasons.push((r.error.clone(), vec![r.hook.clone()])),
+                }
+            }
+            let mut why = reasons
+                .iter()
+                .map(|(e, hooks)| format!("{} ({})", e, hooks.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ");
+            if cfg.mode != HookMode::Auto {
+                why.push_str("; try --hooks auto");
+            }
+            return Err(StackError::NothingAttached(why));
+        }
+        let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| StackError::Load(e.to_string()))?;
+        Ok(Session {
+            attached,
+            owner,
+            status,
+            stamp_hook,
+            _timestamping: timestamping,
+            _cgroup: cgroup,
+            ncpus,
+        })
+    }
+
+    /// What happened to each requested probe.
+    pub fn status(&self) -> &[ProbeStatus] {
+        &self.status
+    }
+
+    /// The hook that stamps skbs arriving without `skb->tstamp`, if it could be attached.
+    pub fn stamp_hook(&self) -> Option<&'static str> {
+        self.stamp_hook.map(|h| h.label)
+    }
+
+    /// Number of BPF objects attached (probes + the stamper).
+    pub fn attached_objects(&self) -> usize {
+        self.attached.len()
+    }
+
+    /// Read and sum every (probe, group) histogram over CPUs. Cumulative since start.
+    pub fn read_histograms(&self) -> Result<Vec<RawHistogram>, StackError> {
+        let mut out: BTreeMap<(u32, u64), Log2Histogram> = BTreeMap::new();
+        // Without grouping: the per-probe array.
+        let arr = &self.owner.maps.lsstk_hista;
+        for probe in Probe::ALL {
+            if let Some(per_cpu) = arr
+                .lookup_percpu(&probe.id().to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| StackError::Read(e.to_string()))?
+            {
+                let h = self.sum_cpus(&per_cpu);
+                if h.count() > 0 {
+                    out.entry((probe.id(), 0)).or_default().merge(&h);
+                }
+            }
+        }
+        // Grouped: the (probe, group) hash.
+        let map = &self.owner.maps.lsstk_hist;
+        for key in map.keys() {
+            if key.len() < 16 {
+                continue;
+            }
+            let probe_id = u32::from_ne_bytes(le4(&key[0..4]));
+            let group = u64::from_ne_bytes(le8(&key[8..16]));
+            if let Some(per_cpu) = map
+                .lookup_percpu(&key, MapFlags::ANY)
+                .map_err(|e| StackError::Read(e.to_string()))?
+            {
+                let h = self.sum_cpus(&per_cpu);
+                out.entry((probe_id, group)).or_default().merge(&h);
+            }
+        }
+        Ok(out
+            .into_iter()
+            .filter_map(|((p, group), hist)| {
+                Probe::from_id(p).map(|probe| RawHistogram { probe, group, hist })
+            })
+            .collect())
+    }
+
+    /// Sum one `struct hist_val` over CPUs.
+    fn sum_cpus(&self, per_cpu: &[Vec<u8>]) -> Log2Histogram {
+        let mut counts = [0u64; latscope_core::log2::BUCKETS];
+        let mut sum = 0u64;
+        let o = latscope_core::log2::BUCKETS * 8;
+        for v in per_cpu.iter().take(self.ncpus) {
+            if v.len() < o + 8 {
+                continue;
+            }
+            for (k, c) in counts.iter_mut().enumerate() {
+                *c += u64::from_ne_bytes(le8(&v[k * 8..k * 8 + 8]));
+            }
+            sum = sum.wrapping_add(u64::from_ne_bytes(le8(&v[o..o + 8])));
+        }
+        Log2Histogram::from_buckets(&counts, sum)
+    }
+
+    /// Timestamp counters per probe, cumulative.
+    pub fn read_stamp_stats(&self) -> Result<BTreeMap<Probe, StampStats>, StackError> {
+        let map = &self.owner.maps.lsstk_stats;
+        let mut out = BTreeMap::new();
+        for probe in Probe::ALL {
+            let mut st = [0u64; NSTATS as usize];
+            for (s, slot) in st.iter_mut().enumerate() {
+                let idx = probe.id() * NSTATS + s as u32;
+                if let Some(per_cpu) = map
+                    .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(|e| StackError::Read(e.to_string()))?
+                {
+                    *slot = per_cpu
+                        .iter()
+                        .map(|v| u64::from_ne_bytes(le8(&v[0..8])))
+                        .sum();
+                }
+            }
+            out.insert(
+                probe,
+                StampStats {
+                    fallback_stamped: st[0],
+                    no_stamp: st[1],
+                    bad_stamp: st[2],
+                },
+            );
+        }
+        Ok(out)
+    }
+}
+
+fn le4(b: &[u8]) -> [u8; 4] {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[..4]);
+    a
+}
+
+fn le8(b: &[u8]) -> [u8; 8] {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    a
+}

@@ -1,0 +1,118 @@
+//! latscope's packet evidence, without syscalls: zero-copy packet views ([`packet`]), streaming
+//! pcap/pcapng reading and pcap writing ([`capfile`]), TCP flow tracking with Wireshark-style
+//! segment analysis and the stall detectors ([`analyze`]), the `analyze` report model
+//! ([`report`]) and its human rendering including the connection ladder ([`render`]).
+//!
+//! Everything here works on bytes handed in by the caller, so every parser can be fuzzed and
+//! unit-tested without a network.
+
+pub mod analyze;
+pub mod capfile;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod packet;
+pub mod render;
+pub mod report;
+pub mod synth;
+
+pub use analyze::{AnalyzeOptions, Analyzer};
+pub use capfile::{CaptureReader, CaptureWriter, PcapNgWriter, PcapWriter, ReadError};
+pub use packet::{LinkType, decode};
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use latscope_core::model::Meta;
+
+use crate::analyze::Analysis;
+use crate::capfile::FileKind;
+use crate::report::AnalyzeReport;
+
+/// Read a whole capture through the analyzer. Stops early (keeping what was analysed) when
+/// `stop` becomes true; `progress` is called every 2^20 frames with the bytes read so far.
+pub fn analyze_capture<R: Read>(
+    mut reader: CaptureReader<R>,
+    analyzer: &mut Analyzer,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(u64),
+) -> Result<FileSummary, ReadError> {
+    let kind = reader.kind();
+    let mut n: u64 = 0;
+    while let Some(f) = reader.next_frame()? {
+        let d = decode(f.link, f.data);
+        analyzer.push(f.number, f.ts_ns, d);
+        n += 1;
+        if n & 0xf_ffff == 0 {
+            progress(reader.stats().bytes);
+            if stop.load(Ordering::Relaxed) {
+                return Ok(FileSummary {
+                    kind,
+                    stats: reader.stats(),
+                    interrupted: true,
+                });
+            }
+        }
+    }
+    Ok(FileSummary {
+        kind,
+        stats: reader.stats(),
+        interrupted: false,
+    })
+}
+
+/// What the file reader noticed.
+#[derive(Debug, Clone, Copy)]
+pub struct FileSummary {
+    /// pcap or pcapng.
+    pub kind: FileKind,
+    /// Reader statistics.
+    pub stats: capfile::ReadStats,
+    /// Stopped by the caller.
+    pub interrupted: bool,
+}
+
+/// Assemble the report from an analysis.
+pub fn build_report(
+    meta: Meta,
+    source: String,
+    format: &str,
+    a: Analysis,
+    mut warnings: Vec<String>,
+) -> AnalyzeReport {
+    let sum = |h: &Option<latscope_core::LatencyHistogram>| {
+        h.as_ref().filter(|h| !h.is_empty()).map(|h| h.summary())
+    };
+    if a.skipped.truncated > 0 {
+        warnings.push(format!(
+            "{} frames were cut short before their TCP/UDP header (snap length too small?) and were skipped",
+            a.skipped.truncated
+        ));
+    }
+    if a.skipped.unknown_link_type > 0 {
+        warnings.push(format!(
+            "{} frames have a link type latscope does not decode and were skipped",
+            a.skipped.unknown_link_type
+        ));
+    }
+    AnalyzeReport {
+        meta,
+        source,
+        format: format.into(),
+        frames: a.frames,
+        tcp_frames: a.tcp_frames,
+        udp_frames: a.udp_frames,
+        skipped: a.skipped,
+        capture_span_ns: a.capture_span_ns,
+        connections: a.connections,
+        peak_open_connections: a.peak_open_connections,
+        counts: a.counts,
+        transactions: a.transactions,
+        transaction_time: sum(&a.tx_hist),
+        think_time: sum(&a.think_hist),
+        handshake_rtt: sum(&a.handshake_hist),
+        findings: a.findings,
+        top_connections: a.top_connections,
+        ladder: a.ladder,
+        warnings,
+    }
+}

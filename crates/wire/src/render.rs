@@ -1,0 +1,214 @@
+//! Human rendering of [`AnalyzeReport`]: the ranked findings, the counts, the worst
+//! connections, and the `--conn N` ladder (client left, server right, like Wireshark's flow
+//! graph).
+
+use std::fmt::Write;
+
+use latscope_core::render::{Human, Table};
+use latscope_core::summary::Summary;
+use latscope_core::units::format_ns;
+
+use crate::report::{AnalyzeReport, Ladder};
+
+fn ns(v: u64) -> String {
+    format_ns(v as f64)
+}
+
+fn frames_list(ex: &[crate::report::StallExample]) -> String {
+    ex.iter()
+        .map(|e| format!("#{} (conn {})", e.frame, e.conn))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn summary_table(out: &mut String, rows: &[(&str, &Option<Summary>)]) {
+    let mut headers = vec!["", "count"];
+    headers.extend(Summary::HEADERS);
+    let mut t = Table::new(&headers);
+    let mut any = false;
+    for (name, s) in rows {
+        if let Some(s) = s {
+            let mut cells = vec![name.to_string(), s.count.to_string()];
+            cells.extend(s.cells());
+            t.row(cells);
+            any = true;
+        }
+    }
+    if any {
+        t.render("  ", out);
+    }
+}
+
+impl Human for AnalyzeReport {
+    fn render_human(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{} ({}): {} frames over {}, {} TCP connections, {} transactions",
+            self.source,
+            self.format,
+            self.frames,
+            ns(self.capture_span_ns),
+            self.connections,
+            self.transactions
+        );
+        for w in &self.warnings {
+            let _ = writeln!(out, "  warning: {w}");
+        }
+        out.push('\n');
+        if self.findings.is_empty() {
+            out.push_str("No stalls found.\n");
+        } else {
+            out.push_str("Stalls, by time lost:\n");
+            let mut t = Table::new(&["", "cause", "count", "time lost", "largest at frame"]);
+            for (i, f) in self.findings.iter().enumerate() {
+                t.row(vec![
+                    format!("{}.", i + 1),
+                    f.title.clone(),
+                    f.count.to_string(),
+                    ns(f.lost_ns),
+                    f.examples
+                        .first()
+                        .map(|e| format!("#{}", e.frame))
+                        .unwrap_or_default(),
+                ]);
+            }
+            t.render("  ", out);
+            if let Some(f) = self.findings.first() {
+                let _ = writeln!(out, "\n  Top cause: {}. {}", f.title, f.explanation);
+                let _ = writeln!(out, "  Examples: {}", frames_list(&f.examples));
+                if let Some(e) = f.examples.first() {
+                    let _ = writeln!(
+                        out,
+                        "  See it: latscope analyze {} --conn {}",
+                        self.source, e.conn
+                    );
+                }
+            }
+        }
+        out.push('\n');
+        summary_table(
+            out,
+            &[
+                ("transaction", &self.transaction_time),
+                ("server think", &self.think_time),
+                ("handshake RTT", &self.handshake_rtt),
+            ],
+        );
+        let c = &self.counts;
+        let _ = writeln!(
+            out,
+            "\nTCP analysis: {} retransmissions ({} fast, {} spurious), {} out-of-order, {} duplicate ACKs, {} zero window, {} window full",
+            c.tshark_retransmission(),
+            c.fast_retransmission,
+            c.spurious_retransmission,
+            c.out_of_order,
+            c.duplicate_ack,
+            c.zero_window,
+            c.window_full
+        );
+        let worst: Vec<_> = self
+            .top_connections
+            .iter()
+            .filter(|c| c.stall_lost_ns > 0)
+            .take(10)
+            .collect();
+        if !worst.is_empty() {
+            out.push_str("\nConnections that lost the most time:\n");
+            let mut t = Table::new(&[
+                "conn",
+                "client",
+                "server",
+                "frames",
+                "transactions",
+                "time lost",
+                "retrans",
+            ]);
+            for c in worst {
+                t.row(vec![
+                    c.id.to_string(),
+                    c.client.clone(),
+                    c.server.clone(),
+                    c.frames.to_string(),
+                    c.transaction_count.to_string(),
+                    ns(c.stall_lost_ns),
+                    c.counts.tshark_retransmission().to_string(),
+                ]);
+            }
+            t.render("  ", out);
+        }
+        if let Some(l) = &self.ladder {
+            out.push('\n');
+            render_ladder(l, out);
+        }
+    }
+}
+
+/// Draw one connection as a ladder: client on the left, server on the right.
+pub fn render_ladder(l: &Ladder, out: &mut String) {
+    let Some(c) = &l.conn else {
+        out.push_str("That connection does not exist in this capture (connections are numbered from 0 in order of appearance).\n");
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "Connection {}: {} (client) <-> {} (server), handshake RTT {}, captured near the {}",
+        c.id,
+        c.client,
+        c.server,
+        c.handshake_rtt_ns
+            .map(ns)
+            .unwrap_or_else(|| "unknown".into()),
+        c.capture_point
+    );
+    let _ = writeln!(
+        out,
+        "{:>7} {:>10}  {:<9}{:^44}{:>9}",
+        "frame", "time", "client", "", "server"
+    );
+    for r in &l.rows {
+        let label = format!("{} seq={} ack={} len={}", r.flags, r.seq, r.ack, r.len);
+        let arrow = if r.from_client {
+            format!("{label:-<42}>")
+        } else {
+            format!("<{label:->42}")
+        };
+        let _ = write!(
+            out,
+            "{:>7} {:>10}  {:<9}{:^44}{:>9}",
+            r.frame,
+            format!("{:.3}ms", r.t_ns as f64 / 1e6),
+            "|",
+            arrow,
+            "|"
+        );
+        if !r.notes.is_empty() {
+            let _ = write!(out, "  {}", r.notes.join("; "));
+        }
+        out.push('\n');
+    }
+    if !c.transactions.is_empty() {
+        out.push_str("\nTransactions:\n");
+        let mut t = Table::new(&["request", "frames", "duration", "think", "stall", "lost"]);
+        for x in &c.transactions {
+            t.row(vec![
+                if x.http_request.is_empty() {
+                    "(data)".into()
+                } else {
+                    x.http_request.clone()
+                },
+                format!("#{}-#{}", x.request_frame, x.last_response_frame),
+                ns(x.duration_ns),
+                ns(x.think_ns),
+                x.stall
+                    .map(|k| k.label().to_string())
+                    .unwrap_or_else(|| "-".into()),
+                if x.stall_lost_ns > 0 {
+                    ns(x.stall_lost_ns)
+                } else {
+                    "-".into()
+                },
+            ]);
+        }
+        t.render("  ", out);
+    }
+}

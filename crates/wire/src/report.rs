@@ -1,0 +1,338 @@
+//! The result model of `latscope analyze`: one serde struct is both the `--json` document and
+//! what the human rendering is made from.
+
+use latscope_core::model::Meta;
+use latscope_core::summary::Summary;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The kinds of stall the analyzer recognises.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum StallKind {
+    /// A small segment held by the sender's Nagle algorithm until the peer's delayed ACK.
+    NagleDelayedAck,
+    /// The sender waited for a delayed ACK although Nagle was not the cause (full-sized
+    /// segments: congestion or receive window).
+    DelayedAck,
+    /// A small segment sent ~200 ms after the previous one without any trigger from the peer:
+    /// the TCP_CORK timer.
+    Cork,
+    /// A retransmission after a timer expired (RTO or tail-loss probe), not after duplicate ACKs.
+    RtoRetransmission,
+    /// The receiver advertised a zero window; the sender waited until it reopened.
+    ZeroWindow,
+    /// The server took long to start its response (after subtracting the network round trip).
+    ThinkTime,
+}
+
+impl StallKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [StallKind; 6] = [
+        StallKind::NagleDelayedAck,
+        StallKind::DelayedAck,
+        StallKind::Cork,
+        StallKind::RtoRetransmission,
+        StallKind::ZeroWindow,
+        StallKind::ThinkTime,
+    ];
+
+    /// Short human label.
+    pub fn label(self) -> &'static str {
+        match self {
+            StallKind::NagleDelayedAck => "Nagle x delayed ACK",
+            StallKind::DelayedAck => "delayed ACK (no Nagle)",
+            StallKind::Cork => "TCP_CORK timer",
+            StallKind::RtoRetransmission => "retransmission timeout",
+            StallKind::ZeroWindow => "zero-window stall",
+            StallKind::ThinkTime => "application think time",
+        }
+    }
+
+    /// Index into per-kind arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One place a stall happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StallExample {
+    /// Connection index (like Wireshark's `tcp.stream`).
+    pub conn: u64,
+    /// Frame number where the stall ended (the released segment, the retransmission, …).
+    pub frame: u64,
+    /// Frame number where it began (the held segment, the zero window, the request).
+    pub since_frame: u64,
+    /// Time lost.
+    pub lost_ns: u64,
+}
+
+/// One stall detector's result, ranked in [`AnalyzeReport::findings`] by time lost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Finding {
+    /// Which detector.
+    pub kind: StallKind,
+    /// Human label.
+    pub title: String,
+    /// How many stalls.
+    pub count: u64,
+    /// Total time lost.
+    pub lost_ns: u64,
+    /// The largest examples (up to 5).
+    pub examples: Vec<StallExample>,
+    /// Why the detector believes this, in plain words.
+    pub explanation: String,
+}
+
+/// Wireshark-style per-segment analysis counts (`tcp.analysis.*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TcpCounts {
+    /// Plain retransmissions (timer driven).
+    pub retransmission: u64,
+    /// Fast retransmissions (after ≥ 2 duplicate ACKs, within 20 ms).
+    pub fast_retransmission: u64,
+    /// Retransmissions of data the receiver had already acknowledged.
+    pub spurious_retransmission: u64,
+    /// Segments below the highest sequence seen, too soon to be a retransmission.
+    pub out_of_order: u64,
+    /// Duplicate ACKs.
+    pub duplicate_ack: u64,
+    /// Zero window advertisements.
+    pub zero_window: u64,
+    /// Segments that filled the receiver's advertised window.
+    pub window_full: u64,
+    /// Gaps: a segment beyond the next expected sequence (previous segment not captured).
+    pub lost_segment: u64,
+    /// Keep-alives.
+    pub keep_alive: u64,
+}
+
+impl TcpCounts {
+    /// What tshark's `tcp.analysis.retransmission` filter matches: plain, fast and spurious
+    /// retransmissions all carry that expert item.
+    pub fn tshark_retransmission(&self) -> u64 {
+        self.retransmission + self.fast_retransmission + self.spurious_retransmission
+    }
+
+    /// Add another set of counts.
+    pub fn add(&mut self, o: &TcpCounts) {
+        self.retransmission += o.retransmission;
+        self.fast_retransmission += o.fast_retransmission;
+        self.spurious_retransmission += o.spurious_retransmission;
+        self.out_of_order += o.out_of_order;
+        self.duplicate_ack += o.duplicate_ack;
+        self.zero_window += o.zero_window;
+        self.window_full += o.window_full;
+        self.lost_segment += o.lost_segment;
+        self.keep_alive += o.keep_alive;
+    }
+}
+
+/// One request/response exchange.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Transaction {
+    /// Frame of the first request byte.
+    pub request_frame: u64,
+    /// Frame of the last response byte.
+    pub last_response_frame: u64,
+    /// Request start to last response byte.
+    pub duration_ns: u64,
+    /// Last request byte to first response byte, minus the network round trip to the server
+    /// as seen from the capture point.
+    pub think_ns: u64,
+    /// `GET /path HTTP/1.1` for HTTP/1, empty otherwise.
+    pub http_request: String,
+    /// HTTP status code, if the response was HTTP/1.
+    pub http_status: Option<u16>,
+    /// The stall that hit this transaction, if any.
+    pub stall: Option<StallKind>,
+    /// Time the stall(s) cost this transaction.
+    pub stall_lost_ns: u64,
+}
+
+/// One connection's summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConnSummary {
+    /// Index in order of first appearance (like Wireshark's `tcp.stream`).
+    pub id: u64,
+    /// "ip:port" of the side that sent the SYN (or the higher port if no SYN was captured).
+    pub client: String,
+    /// "ip:port" of the other side.
+    pub server: String,
+    /// First frame of the connection.
+    pub first_frame: u64,
+    /// Time from the first to the last frame.
+    pub duration_ns: u64,
+    /// Frames.
+    pub frames: u64,
+    /// Payload bytes client → server.
+    pub bytes_to_server: u64,
+    /// Payload bytes server → client.
+    pub bytes_to_client: u64,
+    /// SYN to the ACK of the SYN-ACK (Wireshark's iRTT), when the handshake was captured.
+    pub handshake_rtt_ns: Option<u64>,
+    /// Where the capture was taken, judged from the handshake: "client", "server" or "middle".
+    pub capture_point: String,
+    /// Analysis counts.
+    pub counts: TcpCounts,
+    /// Transactions (up to 256 kept per connection).
+    pub transactions: Vec<Transaction>,
+    /// Number of transactions (including any not kept in the list).
+    pub transaction_count: u64,
+    /// Time lost to stalls.
+    pub stall_lost_ns: u64,
+    /// How the connection ended: "fin", "rst" or "open".
+    pub end: String,
+}
+
+/// One line of the `--conn N` ladder.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LadderRow {
+    /// Frame number.
+    pub frame: u64,
+    /// Time since the connection's first frame.
+    pub t_ns: u64,
+    /// True when the client sent it.
+    pub from_client: bool,
+    /// Flags, e.g. "SYN,ACK".
+    pub flags: String,
+    /// Relative sequence number.
+    pub seq: u32,
+    /// Relative acknowledgement number.
+    pub ack: u32,
+    /// Payload length.
+    pub len: u32,
+    /// Scaled window.
+    pub win: u32,
+    /// Analysis and stall notes.
+    pub notes: Vec<String>,
+}
+
+/// The `--conn N` ladder.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Ladder {
+    /// The connection.
+    pub conn: Option<ConnSummary>,
+    /// Its frames (up to 100 000).
+    pub rows: Vec<LadderRow>,
+}
+
+/// Frames that were not analysed, by reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Skipped {
+    /// Unknown link-layer type.
+    pub unknown_link_type: u64,
+    /// Not IP.
+    pub not_ip: u64,
+    /// IP but neither TCP nor UDP.
+    pub not_tcp_udp: u64,
+    /// A header cut short by the snap length or by damage.
+    pub truncated: u64,
+    /// An impossible header field.
+    pub malformed: u64,
+    /// Non-first IP fragments.
+    pub fragment: u64,
+}
+
+/// The whole `latscope analyze` result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AnalyzeReport {
+    /// Who and when.
+    pub meta: Meta,
+    /// The file (or "live:IFACE").
+    pub source: String,
+    /// "pcap", "pcapng" or "live".
+    pub format: String,
+    /// Frames read.
+    pub frames: u64,
+    /// TCP frames analysed.
+    pub tcp_frames: u64,
+    /// UDP frames seen.
+    pub udp_frames: u64,
+    /// Frames not analysed.
+    pub skipped: Skipped,
+    /// First to last frame timestamp.
+    pub capture_span_ns: u64,
+    /// TCP connections seen.
+    pub connections: u64,
+    /// Highest number of connections tracked at once (memory is proportional to it).
+    pub peak_open_connections: u64,
+    /// Totals of the per-segment analysis.
+    pub counts: TcpCounts,
+    /// Transactions found.
+    pub transactions: u64,
+    /// Transaction durations (request start to last response byte).
+    pub transaction_time: Option<Summary>,
+    /// Server think time.
+    pub think_time: Option<Summary>,
+    /// Handshake RTTs.
+    pub handshake_rtt: Option<Summary>,
+    /// Stall detectors that fired, ranked by time lost (largest first).
+    pub findings: Vec<Finding>,
+    /// The connections that lost the most time (up to `--top`).
+    pub top_connections: Vec<ConnSummary>,
+    /// The `--conn N` ladder, when asked for.
+    pub ladder: Option<Ladder>,
+    /// Things the reader should know (truncated file, skipped blocks …).
+    pub warnings: Vec<String>,
+}
+
+/// The `latscope capture` result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CaptureReport {
+    /// Who and when.
+    pub meta: Meta,
+    /// Interface captured on.
+    pub interface: String,
+    /// Output file ("-" for stdout).
+    pub file: String,
+    /// The filter expression ("" = everything).
+    pub filter: String,
+    /// "kernel (classic BPF, N instructions)" or "user space".
+    pub filter_mode: String,
+    /// Link type written to the file (pcap LINKTYPE_ number).
+    pub link_type: u32,
+    /// Bytes kept per packet.
+    pub snaplen: u32,
+    /// Packets written.
+    pub packets: u64,
+    /// Captured bytes written.
+    pub bytes: u64,
+    /// Packets the kernel's socket received (after the filter).
+    pub kernel_received: u64,
+    /// Packets the kernel dropped because the ring was full.
+    pub kernel_drops: u64,
+    /// Wall time.
+    pub duration_ns: u64,
+    /// Stopped by Ctrl-C.
+    pub interrupted: bool,
+}
+
+impl latscope_core::render::Human for CaptureReport {
+    fn render_human(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(
+            out,
+            "{} packets captured on {} in {:.1}s ({} bytes) -> {}",
+            self.packets,
+            self.interface,
+            self.duration_ns as f64 / 1e9,
+            self.bytes,
+            self.file
+        );
+        let _ = writeln!(
+            out,
+            "{} packets received by filter ({}), {} dropped by kernel",
+            self.kernel_received, self.filter_mode, self.kernel_drops
+        );
+        if self.kernel_drops > 0 {
+            let _ = writeln!(
+                out,
+                "  warning: the ring overflowed; use a larger --buffer, a narrower filter or a smaller --snaplen"
+            );
+        }
+    }
+}

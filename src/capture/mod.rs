@@ -1,0 +1,300 @@
+//! Live capture: an AF_PACKET TPACKET_V3 ring ([`ring`]) with the tcpdump-style filter compiled
+//! to classic BPF and attached in the kernel ([`filter`]). Used by `latscope capture` (writes
+//! pcap) and `latscope analyze --live` (feeds the analyzer directly).
+
+pub mod filter;
+pub mod ring;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use std::io::{BufWriter, Write};
+
+use clap::ValueEnum;
+use latscope_wire::{CaptureWriter, LinkType, PcapNgWriter, PcapWriter};
+
+use crate::exit;
+use filter::{FilterLink, Outgoing, Program};
+use ring::{KernelStats, Ring};
+
+/// What to capture.
+#[derive(Debug, Clone)]
+pub struct CaptureConfig {
+    /// Interface name, or "any".
+    pub iface: String,
+    /// tcpdump-style filter expression ("" = everything).
+    pub filter: String,
+    /// Bytes kept per packet.
+    pub snaplen: u32,
+    /// Ring size in bytes.
+    pub buffer_bytes: usize,
+}
+
+/// How filtering was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterMode {
+    /// Classic BPF attached with SO_ATTACH_FILTER.
+    Kernel,
+    /// The same program run on each packet in user space (the kernel refused it).
+    UserSpace,
+}
+
+/// An open live capture.
+pub struct LiveCapture {
+    ring: Ring,
+    prog: Program,
+    mode: FilterMode,
+    link: LinkType,
+    dgram: bool,
+    snaplen: u32,
+    /// Instructions in the filter program.
+    pub filter_len: usize,
+}
+
+/// The end-of-capture figures.
+#[derive(Debug, Clone, Copy)]
+pub struct CaptureStats {
+    /// Packets handed to the consumer.
+    pub packets: u64,
+    /// Bytes handed to the consumer (captured lengths).
+    pub bytes: u64,
+    /// Kernel counters.
+    pub kernel: KernelStats,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Stopped by Ctrl-C.
+    pub interrupted: bool,
+}
+
+const BLOCK: usize = 1 << 20;
+
+fn iface_type(name: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/type"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+impl LiveCapture {
+    /// Open the ring on `cfg.iface` with the filter attached.
+    pub fn open(cfg: &CaptureConfig) -> anyhow::Result<Self> {
+        let (ifindex, hatype) = if cfg.iface == "any" {
+            (0, 0)
+        } else {
+            let cname = std::ffi::CString::new(cfg.iface.clone()).map_err(|_| {
+                exit::coded(
+                    exit::USAGE,
+                    format!("interface name '{}' contains a NUL byte", cfg.iface),
+                )
+            })?;
+            // SAFETY: a valid NUL-terminated string.
+            let idx = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+            if idx == 0 {
+                return Err(exit::coded(
+                    exit::USAGE,
+                    format!(
+                        "no network interface named '{}' (list them with `ip link`; 'any' captures on all)",
+                        cfg.iface
+                    ),
+                ));
+            }
+            (idx, iface_type(&cfg.iface).unwrap_or(0))
+        };
+        // ARPHRD_ETHER (1) and ARPHRD_LOOPBACK (772) carry an Ethernet header; everything else
+        // (tun, ip tunnels, "any") is opened as SOCK_DGRAM and written as raw IP.
+        let ethernet = matches!(hatype, 1 | 772);
+        // Loopback delivers each packet twice (sent and received): keep the received copy, as
+        // libpcap does; on "any" that applies to the loopback interface only.
+        let outgoing = if hatype == 772 {
+            Outgoing::Drop
+        } else if ifindex == 0 {
+            // SAFETY: a valid NUL-terminated string.
+            match unsafe { libc::if_nametoindex(c"lo".as_ptr()) } {
+                0 => Outgoing::Keep,
+                lo => Outgoing::DropOn(lo),
+            }
+        } else {
+            Outgoing::Keep
+        };
+        let (flink, link) = if ethernet {
+            (FilterLink::Ethernet, LinkType::Ethernet)
+        } else {
+            (FilterLink::RawIp, LinkType::Raw)
+        };
+        let snaplen = cfg.snaplen.clamp(64, 262_144);
+        let prog = filter::compile(&cfg.filter, flink, snaplen, outgoing)
+            .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
+        let block_nr = (cfg.buffer_bytes / BLOCK).clamp(2, 1024);
+        let open = |f: Option<&[filter::Insn]>| Ring::open(ifindex, !ethernet, f, BLOCK, block_nr);
+        let (ring, mode) = if prog.fits_kernel() {
+            match open(Some(&prog.insns)) {
+                Ok(r) => (r, FilterMode::Kernel),
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(privilege(e)),
+                Err(_) => (open(None).map_err(privilege_or)?, FilterMode::UserSpace),
+            }
+        } else {
+            (open(None).map_err(privilege_or)?, FilterMode::UserSpace)
+        };
+        Ok(LiveCapture {
+            ring,
+            filter_len: prog.insns.len(),
+            prog,
+            mode,
+            link,
+            dgram: !ethernet,
+            snaplen,
+        })
+    }
+
+    /// The link type of the frames handed out.
+    pub fn link_type(&self) -> LinkType {
+        self.link
+    }
+
+    /// Where the filter runs.
+    pub fn filter_mode(&self) -> FilterMode {
+        self.mode
+    }
+
+    /// Capture until `count` packets, `duration`, or `stop`; each packet goes to `on`.
+    pub fn run(
+        &mut self,
+        stop: &AtomicBool,
+        count: Option<u64>,
+        duration: Option<Duration>,
+        mut on: impl FnMut(u64, u32, &[u8]) -> io::Result<()>,
+    ) -> anyhow::Result<CaptureStats> {
+        let start = Instant::now();
+        let mut packets = 0u64;
+        let mut bytes = 0u64;
+        let mut err: Option<io::Error> = None;
+        let (prog, mode, dgram, snaplen) =
+            (&self.prog, self.mode, self.dgram, self.snaplen as usize);
+        let mut interrupted = false;
+        let keep_len = |p: &ring::RingPacket<'_>| -> usize {
+            if dgram && !matches!(p.protocol, 0x0800 | 0x86dd) {
+                return 0;
+            }
+            match mode {
+                FilterMode::Kernel => p.data.len(),
+                FilterMode::UserSpace => {
+                    // The program itself rejects the outgoing copies (see `compile`).
+                    (filter::run(prog, p.data, u32::from(p.pkttype), p.ifindex) as usize)
+                        .min(p.data.len())
+                        .min(snaplen)
+                }
+            }
+        };
+        let mut deliver = |p: ring::RingPacket<'_>,
+                           packets: &mut u64,
+                           bytes: &mut u64,
+                           err: &mut Option<io::Error>| {
+            if err.is_some() || count.is_some_and(|c| *packets >= c) {
+                return;
+            }
+            let keep = keep_len(&p);
+            if keep == 0 {
+                return;
+            }
+            *packets += 1;
+            *bytes += keep as u64;
+            if let Err(e) = on(p.ts_ns, p.orig_len, &p.data[..keep]) {
+                *err = Some(e);
+            }
+        };
+        loop {
+            if count.is_some_and(|c| packets >= c) || duration.is_some_and(|d| start.elapsed() >= d)
+            {
+                break;
+            }
+            if stop.load(Ordering::Relaxed) {
+                interrupted = true;
+                break;
+            }
+            self.ring
+                .poll_block(100, |p| deliver(p, &mut packets, &mut bytes, &mut err))?;
+            if let Some(e) = err.take() {
+                return Err(anyhow::Error::new(e).context("writing captured packets"));
+            }
+        }
+        // Drain blocks the kernel already handed over, so packets that arrived before the stop
+        // are kept (a partially filled block is retired by the kernel within 50 ms).
+        std::thread::sleep(Duration::from_millis(60));
+        loop {
+            let n = self
+                .ring
+                .poll_block(0, |p| deliver(p, &mut packets, &mut bytes, &mut err))?;
+            if n == 0 || count.is_some_and(|c| packets >= c) {
+                break;
+            }
+        }
+        if let Some(e) = err {
+            return Err(anyhow::Error::new(e).context("writing captured packets"));
+        }
+        Ok(CaptureStats {
+            packets,
+            bytes,
+            kernel: self.ring.stats(),
+            elapsed: start.elapsed(),
+            interrupted,
+        })
+    }
+}
+
+fn privilege(e: io::Error) -> anyhow::Error {
+    exit::coded(
+        exit::PRIVILEGE,
+        format!(
+            "live capture needs CAP_NET_RAW ({e}): run as root or `sudo setcap cap_net_raw+ep $(command -v latscope)`; \
+`latscope analyze FILE` works without it"
+        ),
+    )
+}
+
+fn privilege_or(e: io::Error) -> anyhow::Error {
+    if e.kind() == io::ErrorKind::PermissionDenied {
+        privilege(e)
+    } else {
+        anyhow::Error::new(e).context("opening the capture socket")
+    }
+}
+
+/// Output file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FileFormat {
+    /// Classic pcap with nanosecond timestamps.
+    Pcap,
+    /// pcapng (nanosecond `if_tsresol`).
+    Pcapng,
+}
+
+/// Open `path` ("-" = stdout) for writing captured frames; the format defaults to pcapng for a
+/// `.pcapng` name and pcap otherwise.
+pub fn open_writer(
+    path: &str,
+    format: Option<FileFormat>,
+    link: LinkType,
+    snaplen: u32,
+    iface: &str,
+) -> anyhow::Result<CaptureWriter<BufWriter<Box<dyn Write>>>> {
+    let out: Box<dyn Write> = if path == "-" {
+        Box::new(io::stdout())
+    } else {
+        Box::new(
+            std::fs::File::create(path)
+                .map_err(|e| exit::coded(exit::USAGE, format!("cannot create '{path}': {e}")))?,
+        )
+    };
+    let w = BufWriter::with_capacity(1 << 20, out);
+    let format = format.unwrap_or(if path.ends_with(".pcapng") {
+        FileFormat::Pcapng
+    } else {
+        FileFormat::Pcap
+    });
+    Ok(match format {
+        FileFormat::Pcap => CaptureWriter::Pcap(PcapWriter::new(w, link, snaplen)?),
+        FileFormat::Pcapng => CaptureWriter::PcapNg(PcapNgWriter::new(w, link, snaplen, iface)?),
+    })
+}

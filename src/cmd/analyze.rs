@@ -1,0 +1,196 @@
+//! `latscope analyze`: read a capture (or capture live) and find the stalls — Nagle × delayed
+//! ACK, delayed ACK, TCP_CORK, RTO retransmissions, zero window, server think time — ranked by
+//! the time they cost, with Wireshark-compatible retransmission analysis.
+
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use latscope_core::model::Meta;
+use latscope_core::render::emit;
+use latscope_core::units::{parse_duration, parse_size};
+use latscope_wire::capfile::FileKind;
+use latscope_wire::{
+    AnalyzeOptions, Analyzer, CaptureReader, ReadError, analyze_capture, build_report, decode,
+};
+
+use crate::capture::{CaptureConfig, LiveCapture, open_writer};
+use crate::exit;
+use crate::output::{OutputArgs, stop_flag, unix_ms};
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  latscope analyze nginx.pcap                   ranked stalls, worst connections
+  latscope analyze nginx.pcap --conn 3          connection 3 as a ladder, stalls marked
+  latscope analyze big.pcapng --json            the report as JSON (schema: latscope schema analyze)
+  latscope analyze --live -i eth0 -d 10s -f 'tcp port 8080'
+
+Exit code 1 when a stall detector fired.")]
+pub struct AnalyzeArgs {
+    /// Capture file (pcap or pcapng; Ethernet, Linux cooked v1/v2, raw IP, loopback); "-" = stdin.
+    #[arg(required_unless_present = "live")]
+    pub file: Option<PathBuf>,
+    /// Show connection N (numbered from 0 in order of appearance, like tcp.stream) as a ladder.
+    #[arg(long, value_name = "N")]
+    pub conn: Option<u64>,
+    /// How many of the worst connections to list.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// Capture live instead of reading a file (needs -i and CAP_NET_RAW).
+    #[arg(long, requires = "interface", conflicts_with = "file")]
+    pub live: bool,
+    /// Interface for --live.
+    #[arg(short = 'i', long)]
+    pub interface: Option<String>,
+    /// How long to capture with --live.
+    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Filter for --live (tcpdump syntax).
+    #[arg(short = 'f', long, default_value = "")]
+    pub filter: String,
+    /// With --live, also save the packets to this pcap file.
+    #[arg(short = 'w', long)]
+    pub write: Option<PathBuf>,
+    /// With --live, bytes kept per packet.
+    #[arg(short = 's', long, default_value_t = 262_144)]
+    pub snaplen: u32,
+    /// With --live, the kernel ring size.
+    #[arg(long, default_value = "32MiB", value_parser = parse_size)]
+    pub buffer: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+fn read_error(path: &str, e: ReadError) -> anyhow::Error {
+    match e {
+        ReadError::Io(io) => anyhow::Error::new(io).context(format!("reading '{path}'")),
+        other => exit::coded(exit::USAGE, format!("'{path}': {other}")),
+    }
+}
+
+pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
+    let started = unix_ms();
+    let opts = AnalyzeOptions {
+        trace_conn: a.conn,
+        top: a.top,
+    };
+    let mut analyzer = Analyzer::new(opts);
+    let stop = stop_flag();
+    let mut warnings = Vec::new();
+    let mut interrupted = false;
+    let (source, format) = if a.live {
+        let iface = a.interface.clone().unwrap_or_default();
+        let cfg = CaptureConfig {
+            iface: iface.clone(),
+            filter: a.filter.clone(),
+            snaplen: a.snaplen,
+            buffer_bytes: a.buffer as usize,
+        };
+        let mut cap = LiveCapture::open(&cfg)?;
+        let link = cap.link_type();
+        let mut writer = match &a.write {
+            Some(p) => Some(open_writer(
+                &p.display().to_string(),
+                None,
+                link,
+                a.snaplen.clamp(64, 262_144),
+                &iface,
+            )?),
+            None => None,
+        };
+        // Always said (on stderr), like tcpdump's "listening on": scripts wait for it.
+        eprintln!(
+            "latscope: capturing on {iface} for {}, Ctrl-C to stop early",
+            latscope_core::units::format_duration(a.duration)
+        );
+        let mut frame = 0u64;
+        let stats = cap.run(&stop, None, Some(a.duration), |ts, orig, data| {
+            frame += 1;
+            analyzer.push(frame, ts, decode(link, data));
+            match &mut writer {
+                Some(w) => w.write_frame(ts, orig, data),
+                None => Ok(()),
+            }
+        })?;
+        if let Some(w) = &mut writer {
+            w.flush()?;
+        }
+        if stats.kernel.drops > 0 {
+            warnings.push(format!(
+                "the kernel dropped {} packets (ring full): the analysis misses them",
+                stats.kernel.drops
+            ));
+        }
+        interrupted = stats.interrupted;
+        (format!("live:{iface}"), "live".to_string())
+    } else {
+        let path = a.file.clone().unwrap_or_default();
+        let name = path.display().to_string();
+        // "-" reads the capture from stdin: `latscope capture -w - ... | latscope analyze -`.
+        let (input, total): (Box<dyn std::io::Read>, u64) = if name == "-" {
+            (Box::new(io::stdin().lock()), 0)
+        } else {
+            let f = File::open(&path)
+                .map_err(|e| exit::coded(exit::USAGE, format!("cannot open '{name}': {e}")))?;
+            let total = f.metadata().map(|m| m.len()).unwrap_or(0);
+            (Box::new(f), total)
+        };
+        let reader = CaptureReader::new(input).map_err(|e| read_error(&name, e))?;
+        let bar = if a.output.progress() {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            Some(b)
+        } else {
+            None
+        };
+        let summary = analyze_capture(reader, &mut analyzer, &stop, |bytes| {
+            if let Some(b) = &bar {
+                b.set_position(bytes);
+            }
+        })
+        .map_err(|e| read_error(&name, e))?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        if summary.stats.truncated_tail {
+            warnings.push("the file ends in the middle of a packet (cut short); everything before it was analysed".into());
+        }
+        if summary.stats.skipped_blocks > 0 {
+            warnings.push(format!(
+                "{} pcapng blocks of other types were skipped",
+                summary.stats.skipped_blocks
+            ));
+        }
+        interrupted = interrupted || summary.interrupted;
+        let fmt = match summary.kind {
+            FileKind::Pcap => "pcap",
+            FileKind::PcapNg => "pcapng",
+        };
+        (name, fmt.to_string())
+    };
+    if interrupted {
+        warnings.push("interrupted: partial results".into());
+    }
+    let report = build_report(
+        Meta::new("analyze", env!("CARGO_PKG_VERSION"), started),
+        source,
+        &format,
+        analyzer.finish(),
+        warnings,
+    );
+    emit(&report, a.output.format(), &mut io::stdout().lock())?;
+    Ok(if interrupted {
+        exit::INTERRUPTED
+    } else if report.findings.is_empty() {
+        exit::OK
+    } else {
+        exit::FINDINGS
+    })
+}

@@ -1,0 +1,129 @@
+//! `latscope capture`: live capture to a pcap file (nanosecond timestamps) through an AF_PACKET
+//! TPACKET_V3 ring, with the tcpdump-style filter compiled to classic BPF in the kernel.
+
+use std::io;
+use std::time::Duration;
+
+use clap::Args;
+use latscope_core::model::Meta;
+use latscope_core::render::emit;
+use latscope_core::units::{parse_count, parse_duration, parse_size};
+use latscope_wire::report::CaptureReport;
+
+use crate::capture::{CaptureConfig, FileFormat, FilterMode, LiveCapture, open_writer};
+use crate::exit;
+use crate::output::{OutputArgs, stop_flag, unix_ms};
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  latscope capture -i eth0 -w web.pcap tcp port 8080      until Ctrl-C
+  latscope capture -i lo -w - -c 1000 host 127.0.0.1 | tshark -r -
+  latscope capture -i any -w all.pcap -d 30s 'tcp and not port 22'
+
+The filter uses tcpdump's syntax (host, net, port, portrange, src, dst, tcp, udp, icmp, ip, ip6,
+arp, and/or/not, parentheses); it runs in the kernel as classic BPF. Needs CAP_NET_RAW.
+Ctrl-C stops, flushes the file and prints the counts (kernel drops included).")]
+pub struct CaptureArgs {
+    /// Interface to capture on ("any" for all interfaces, written as raw IP).
+    #[arg(short = 'i', long)]
+    pub interface: String,
+    /// Write the packets to this pcap file ("-" for stdout).
+    #[arg(short = 'w', long)]
+    pub write: String,
+    /// File format (default: pcapng for a .pcapng name, else pcap with ns timestamps).
+    #[arg(long, value_enum)]
+    pub format: Option<FileFormat>,
+    /// Stop after this many packets.
+    #[arg(short = 'c', long, value_parser = parse_count)]
+    pub count: Option<u64>,
+    /// Stop after this long (e.g. 10s, 2m).
+    #[arg(short = 'd', long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Bytes kept of each packet.
+    #[arg(short = 's', long, default_value_t = 262_144)]
+    pub snaplen: u32,
+    /// Size of the kernel ring buffer.
+    #[arg(long, default_value = "32MiB", value_parser = parse_size)]
+    pub buffer: u64,
+    /// Filter expression in tcpdump syntax (the remaining arguments).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = false)]
+    pub filter: Vec<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
+    let started = unix_ms();
+    let cfg = CaptureConfig {
+        iface: a.interface.clone(),
+        filter: a.filter.join(" "),
+        snaplen: a.snaplen,
+        buffer_bytes: a.buffer as usize,
+    };
+    let mut cap = LiveCapture::open(&cfg)?;
+    let mut w = open_writer(
+        &a.write,
+        a.format,
+        cap.link_type(),
+        cfg.snaplen.clamp(64, 262_144),
+        &a.interface,
+    )?;
+    let mode = match cap.filter_mode() {
+        FilterMode::Kernel => format!("kernel (classic BPF, {} instructions)", cap.filter_len),
+        FilterMode::UserSpace => "user space".to_string(),
+    };
+    eprintln!(
+        "latscope: capturing on {} (filter: {}), Ctrl-C to stop",
+        a.interface, mode
+    );
+    let stop = stop_flag();
+    // A live packet count for people (stderr is a terminal), never when writing to stdout.
+    let bar = (a.output.progress() && a.write != "-").then(|| {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+        b
+    });
+    let mut n: u64 = 0;
+    let stats = cap.run(&stop, a.count, a.duration, |ts, orig, data| {
+        n += 1;
+        if n % 256 == 1 {
+            if let Some(b) = &bar {
+                b.set_message(format!("{n} packets"));
+            }
+        }
+        w.write_frame(ts, orig, data)
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    w.flush()?;
+    let report = CaptureReport {
+        meta: Meta::new("capture", env!("CARGO_PKG_VERSION"), started),
+        interface: a.interface.clone(),
+        file: a.write.clone(),
+        filter: cfg.filter.clone(),
+        filter_mode: mode,
+        link_type: cap.link_type().to_u32(),
+        snaplen: cfg.snaplen.clamp(64, 262_144),
+        packets: stats.packets,
+        bytes: stats.bytes,
+        kernel_received: stats.kernel.packets,
+        kernel_drops: stats.kernel.drops,
+        duration_ns: stats.elapsed.as_nanos() as u64,
+        interrupted: stats.interrupted,
+    };
+    // The summary goes to stderr when the packets go to stdout.
+    if a.write == "-" {
+        emit(&report, a.output.format(), &mut io::stderr())?;
+    } else {
+        emit(&report, a.output.format(), &mut io::stdout())?;
+    }
+    // Ctrl-C is the normal end of an open-ended capture; it only counts as an interruption
+    // when a count or duration was asked for and not reached.
+    let limited = a.count.is_some() || a.duration.is_some();
+    Ok(if stats.interrupted && limited {
+        exit::INTERRUPTED
+    } else {
+        exit::OK
+    })
+}

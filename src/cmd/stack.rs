@@ -1,0 +1,470 @@
+//! `latscope stack`: kernel receive-stack latency per hook point (netstacklat's probes) from
+//! eBPF log2 histograms; `--prometheus` serves them at /metrics.
+
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use latscope_core::model::Meta;
+use latscope_core::render::{OutputFormat, emit, emit_event};
+use latscope_core::units::parse_duration;
+use latscope_ebpf::prometheus::{self, MetricsServer};
+use latscope_ebpf::report::{self, ProbeHistogram, ProbeStamps, StackInterval, StackReport};
+use latscope_ebpf::session::RawHistogram;
+use latscope_ebpf::{Filters, GroupBy, HookMode, Probe, Session, StackConfig, StackError, sys};
+
+use crate::exit;
+use crate::output::{OutputArgs, stop_flag, unix_ms};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GroupByArg {
+    None,
+    Interface,
+    Cgroup,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HooksArg {
+    /// fentry/fexit where the kernel allows, else tracepoint/cgroup_skb fallbacks.
+    Auto,
+    /// Only fentry/fexit (netstacklat's hooks).
+    Fentry,
+    /// Only the tracepoint/tp_btf/raw_tp/cgroup_skb fallbacks.
+    Fallback,
+}
+
+const AFTER_HELP: &str = "\
+Examples:
+  latscope stack --list-probes               which probes this kernel supports, and how
+  latscope stack -i eth0                     all probes for packets received on eth0, every 5 s
+  latscope stack -p tcp-socket-enqueued,tcp-socket-read --pid $(pidof nginx)
+  latscope stack --group-by interface -r 10s -d 1m --json
+  latscope stack --prometheus                serve /metrics on 127.0.0.1:9573 until Ctrl-C
+
+Latency = now − the packet's software receive timestamp, which latscope turns on while it runs.
+Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF (exit code 4 otherwise).";
+
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct StackArgs {
+    /// Show each probe, whether this kernel supports it, the hook implementing it and why not.
+    #[arg(long)]
+    pub list_probes: bool,
+    /// Probes to attach, comma-separated (default: all seven).
+    #[arg(short = 'p', long, value_delimiter = ',', value_name = "PROBE,...")]
+    pub probes: Vec<Probe>,
+    /// Only packets received on this interface (name in this namespace, or ifindex).
+    #[arg(short = 'i', long, value_name = "IFACE")]
+    pub interface: Option<String>,
+    /// Only packets in this network namespace (/proc/PID/ns/net, a name in /run/netns, or inode).
+    #[arg(long, value_name = "NETNS")]
+    pub netns: Option<String>,
+    /// Only reads by this process (applies to the socket-read probes).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Only sockets in this cgroup v2 (directory or id); ip-start, which has no socket yet, then records nothing.
+    #[arg(long, value_name = "CGROUP")]
+    pub cgroup: Option<String>,
+    /// Only packets to this local port.
+    #[arg(long, value_name = "PORT")]
+    pub lport: Option<u16>,
+    /// Only packets from this remote port.
+    #[arg(long, value_name = "PORT")]
+    pub rport: Option<u16>,
+    /// One histogram per interface or per cgroup.
+    #[arg(long, value_enum, default_value = "none")]
+    pub group_by: GroupByArg,
+    /// Print the histograms every INTERVAL.
+    #[arg(short = 'r', long, default_value = "5s", value_name = "INTERVAL")]
+    pub interval: String,
+    /// Stop after DURATION (default: run until Ctrl-C).
+    #[arg(short = 'd', long, value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Which implementations to use.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub hooks: HooksArg,
+    /// Serve Prometheus metrics at http://ADDR/metrics (PORT or HOST:PORT; loopback:9573 if empty).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9573")]
+    pub prometheus: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+fn config(a: &StackArgs) -> anyhow::Result<StackConfig> {
+    let bad = |e: sys::FilterError| exit::coded(exit::USAGE, e.0);
+    let filters = Filters {
+        ifindex: a
+            .interface
+            .as_deref()
+            .map(sys::resolve_ifindex)
+            .transpose()
+            .map_err(bad)?,
+        netns_inode: a
+            .netns
+            .as_deref()
+            .map(sys::resolve_netns)
+            .transpose()
+            .map_err(bad)?,
+        tgid: a.pid,
+        cgroup_id: a
+            .cgroup
+            .as_deref()
+            .map(sys::resolve_cgroup)
+            .transpose()
+            .map_err(bad)?,
+        local_port: a.lport,
+        remote_port: a.rport,
+    };
+    if filters.tgid.is_some()
+        && !a.probes.is_empty()
+        && !a.probes.iter().any(|p| p.in_task_context())
+    {
+        return Err(exit::coded(
+            exit::USAGE,
+            "--pid applies only to tcp-socket-read and udp-socket-read; add one of them to --probes",
+        ));
+    }
+    Ok(StackConfig {
+        probes: a.probes.clone(),
+        mode: match a.hooks {
+            HooksArg::Auto => HookMode::Auto,
+            HooksArg::Fentry => HookMode::Fentry,
+            HooksArg::Fallback => HookMode::Fallback,
+        },
+        filters,
+        group_by: match a.group_by {
+            GroupByArg::None => GroupBy::None,
+            GroupByArg::Interface => GroupBy::Interface,
+            GroupByArg::Cgroup => GroupBy::Cgroup,
+        },
+        try_all: a.list_probes,
+    })
+}
+
+fn start(cfg: &StackConfig) -> anyhow::Result<Session> {
+    Session::start(cfg).map_err(|e: StackError| {
+        let code = e.exit_code();
+        exit::coded(code, e.to_string())
+    })
+}
+
+/// Interface indices are per network namespace: names are looked up only when the packets are
+/// known to be from latscope's own namespace (`names`), else the label is `if<index>`.
+fn group_label(group_by: GroupBy, group: u64, names: bool) -> String {
+    match group_by {
+        GroupBy::None => "all".into(),
+        GroupBy::Interface if names => {
+            sys::ifname(group as u32).unwrap_or_else(|| format!("if{group}"))
+        }
+        GroupBy::Interface => format!("if{group}"),
+        GroupBy::Cgroup => format!("cgroup{group}"),
+    }
+}
+
+/// Whether `--netns` (if any) is latscope's own namespace.
+fn netns_is_own(filter: Option<u64>) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match filter {
+        None => true,
+        Some(ino) => std::fs::metadata("/proc/self/ns/net").is_ok_and(|m| m.ino() == ino),
+    }
+}
+
+struct View<'a> {
+    session: &'a Session,
+    group_by: GroupBy,
+    names: bool,
+}
+
+impl View<'_> {
+    fn hook_of(&self, p: Probe) -> String {
+        self.session
+            .status()
+            .iter()
+            .find(|s| s.probe == p)
+            .and_then(|s| s.hook.clone())
+            .unwrap_or_default()
+    }
+
+    fn histograms(&self, raw: &[RawHistogram]) -> Vec<ProbeHistogram> {
+        raw.iter()
+            .map(|r| {
+                ProbeHistogram::new(
+                    r.probe,
+                    &self.hook_of(r.probe),
+                    group_label(self.group_by, r.group, self.names),
+                    r.hist.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn stamps(&self) -> anyhow::Result<Vec<ProbeStamps>> {
+        let stats = self
+            .session
+            .read_stamp_stats()
+            .map_err(|e| exit::coded(exit::SYSTEM, e.to_string()))?;
+        Ok(self
+            .session
+            .status()
+            .iter()
+            .filter(|s| s.available())
+            .map(|s| ProbeStamps {
+                probe: s.probe,
+                stats: stats.get(&s.probe).copied().unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    fn read(&self) -> anyhow::Result<Vec<RawHistogram>> {
+        self.session
+            .read_histograms()
+            .map_err(|e| exit::coded(exit::SYSTEM, e.to_string()))
+    }
+
+    fn attached(&self) -> Vec<(Probe, String)> {
+        self.session
+            .status()
+            .iter()
+            .filter_map(|s| s.hook.clone().map(|h| (s.probe, h)))
+            .collect()
+    }
+}
+
+fn delta(now: &[RawHistogram], before: &[RawHistogram]) -> Vec<RawHistogram> {
+    now.iter()
+        .map(|r| {
+            let prev = before
+                .iter()
+                .find(|b| b.probe == r.probe && b.group == r.group);
+            RawHistogram {
+                probe: r.probe,
+                group: r.group,
+                hist: prev
+                    .map(|p| r.hist.delta_since(&p.hist))
+                    .unwrap_or_else(|| r.hist.clone()),
+            }
+        })
+        .filter(|r| r.hist.count() > 0)
+        .collect()
+}
+
+pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
+    let cfg = config(a)?;
+    let interval = parse_duration(&a.interval).context("-r/--interval")?;
+    if interval < Duration::from_millis(100) {
+        return Err(exit::coded(
+            exit::USAGE,
+            "-r/--interval must be at least 100ms",
+        ));
+    }
+    let duration = a
+        .duration
+        .as_deref()
+        .map(parse_duration)
+        .transpose()
+        .context("-d/--duration")?;
+    let prom_addr = a
+        .prometheus
+        .as_deref()
+        .map(prometheus::parse_listen_addr)
+        .transpose()
+        .map_err(|e| exit::coded(exit::USAGE, e))?;
+    let format = a.output.format();
+    let stop = stop_flag();
+    let mut stdout = std::io::stdout().lock();
+
+    // Everything the session attaches is owned by file descriptors (nothing is pinned), so any
+    // exit detaches it; the hook only says so, so that a panic message is not read as "probes
+    // left behind".
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        eprintln!(
+            "latscope stack: internal error; its BPF programs are detached as the process exits"
+        );
+    }));
+    let session = start(&cfg)?;
+    if a.list_probes {
+        let mut s = String::new();
+        report::render_probe_list(session.status(), session.stamp_hook(), &mut s);
+        match format {
+            OutputFormat::Human => stdout.write_all(s.as_bytes())?,
+            _ => {
+                serde_json::to_writer_pretty(&mut stdout, session.status())?;
+                writeln!(stdout)?;
+            }
+        }
+        return Ok(exit::OK);
+    }
+    // Started after attaching: a bind failure is an error after attach, and the session's Drop
+    // detaches everything on the way out.
+    let server = prom_addr
+        .map(|addr| {
+            MetricsServer::start(addr).map_err(|e| {
+                exit::coded(
+                    exit::SYSTEM,
+                    format!("--prometheus: cannot listen on {addr}: {e}"),
+                )
+            })
+        })
+        .transpose()?;
+
+    let view = View {
+        session: &session,
+        group_by: cfg.group_by,
+        names: netns_is_own(cfg.filters.netns_inode),
+    };
+    let refused: Vec<String> = session
+        .status()
+        .iter()
+        .filter(|s| !s.available())
+        .map(|s| s.probe.to_string())
+        .collect();
+    let mut note = format!(
+        "latscope stack: {} probe(s) attached",
+        session.status().iter().filter(|s| s.available()).count()
+    );
+    if session.status().iter().any(|s| {
+        s.refused
+            .iter()
+            .any(|r| r.hook.starts_with("fentry") || r.hook.starts_with("fexit"))
+    }) {
+        note.push_str(" (fentry/fexit refused by this kernel: using tracepoint/cgroup_skb fallbacks; see --list-probes)");
+    }
+    if !refused.is_empty() {
+        note.push_str(&format!("; unavailable: {}", refused.join(", ")));
+    }
+    if let Some(s) = &server {
+        note.push_str(&format!("; metrics at http://{}/metrics", s.local_addr()));
+    }
+    // Always on stderr (stdout stays pure JSON with --json): scripts wait for this line.
+    eprintln!("{note}. Ctrl-C to stop.");
+
+    let started = Instant::now();
+    let started_ms = unix_ms();
+    let mut last_print = started;
+    let mut last_prom = started;
+    let mut prev: Vec<RawHistogram> = Vec::new();
+    let mut prev_ns = 0u64;
+    let interrupted = loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if stop.load(Ordering::SeqCst) {
+            break true;
+        }
+        let now = Instant::now();
+        let done = duration.is_some_and(|d| now.duration_since(started) >= d);
+        if let Some(srv) = &server
+            && (now.duration_since(last_prom) >= Duration::from_secs(1) || done)
+        {
+            let raw = view.read()?;
+            srv.update(prometheus::render(
+                &view.attached(),
+                &view.histograms(&raw),
+                &view.stamps()?,
+                cfg.group_by,
+            ));
+            last_prom = now;
+        }
+        if done {
+            break false;
+        }
+        if now.duration_since(last_print) >= interval {
+            last_print = now;
+            let raw = view.read()?;
+            let end_ns = now.duration_since(started).as_nanos() as u64;
+            match format {
+                OutputFormat::Human => {
+                    let mut s = String::new();
+                    report::render_snapshot(unix_ms(), &view.histograms(&raw), &mut s);
+                    s.push('\n');
+                    stdout.write_all(s.as_bytes())?;
+                    stdout.flush()?;
+                }
+                OutputFormat::JsonLines => {
+                    let ev = StackInterval {
+                        event: "interval".into(),
+                        command: "stack".into(),
+                        start_ns: prev_ns,
+                        end_ns,
+                        histograms: view.histograms(&delta(&raw, &prev)),
+                    };
+                    emit_event(&ev, &mut stdout)?;
+                }
+                OutputFormat::Json => {}
+            }
+            prev = raw;
+            prev_ns = end_ns;
+        }
+    };
+    let raw = view.read()?;
+    let report = StackReport {
+        meta: Meta::new("stack", env!("CARGO_PKG_VERSION"), started_ms),
+        group_by: cfg.group_by,
+        filters: cfg.filters.clone(),
+        probes: session.status().to_vec(),
+        stamp_hook: session.stamp_hook().map(str::to_string),
+        duration_ns: started.elapsed().as_nanos() as u64,
+        interrupted,
+        histograms: view.histograms(&raw),
+        stamps: view.stamps()?,
+    };
+    drop(server);
+    drop(session);
+    emit(&report, format, &mut stdout)?;
+    Ok(if interrupted {
+        exit::INTERRUPTED
+    } else {
+        exit::OK
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use latscope_core::Log2Histogram;
+
+    fn raw(probe: Probe, group: u64, values: &[u64]) -> RawHistogram {
+        let mut hist = Log2Histogram::new();
+        for &v in values {
+            hist.record(v);
+        }
+        RawHistogram { probe, group, hist }
+    }
+
+    #[test]
+    fn interval_delta_subtracts_per_probe_and_group_and_drops_empty() {
+        let before = vec![
+            raw(Probe::TcpStart, 0, &[1000]),
+            raw(Probe::IpStart, 0, &[10]),
+        ];
+        let now = vec![
+            raw(Probe::TcpStart, 0, &[1000, 2000, 2000]),
+            raw(Probe::IpStart, 0, &[10]),
+            raw(Probe::UdpStart, 3, &[5]),
+        ];
+        let d = delta(&now, &before);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!(d[0].probe, Probe::TcpStart);
+        assert_eq!(d[0].hist.count(), 2);
+        assert_eq!(d[0].hist.sum_ns, 4000);
+        assert_eq!(
+            (d[1].probe, d[1].group, d[1].hist.count()),
+            (Probe::UdpStart, 3, 1)
+        );
+    }
+
+    #[test]
+    fn group_labels() {
+        assert_eq!(group_label(GroupBy::None, 7, true), "all");
+        assert_eq!(group_label(GroupBy::Cgroup, 42, true), "cgroup42");
+        assert_eq!(group_label(GroupBy::Interface, 1, true), "lo");
+        assert_eq!(group_label(GroupBy::Interface, 1, false), "if1");
+        assert_eq!(group_label(GroupBy::Interface, 999_999, true), "if999999");
+        assert!(netns_is_own(None));
+        assert!(!netns_is_own(Some(1)));
+    }
+}

@@ -1,0 +1,338 @@
+//! Test lab for `latscope stack`: two network namespaces joined by a veth pair, traffic
+//! generators that run inside them, and a runner for the real binary. Every name carries this
+//! process's pid and a tag, and everything is removed in Drop.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use latscope_core::Log2Histogram;
+use latscope_ebpf::Probe;
+use latscope_ebpf::report::StackReport;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_latscope");
+
+/// Run a command, panic with its output if it fails.
+pub fn sh(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Serialises the timing-sensitive tests of one binary.
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+pub struct Lab {
+    pub ns_a: String,
+    pub ns_b: String,
+    pub ip_a: Ipv4Addr,
+    pub ip_b: Ipv4Addr,
+}
+
+impl Lab {
+    /// `tag`: one lowercase letter unique within the test binary.
+    pub fn new(tag: &str) -> Lab {
+        let pid = std::process::id();
+        let lab = Lab {
+            ns_a: format!("lsk{pid}{tag}a"),
+            ns_b: format!("lsk{pid}{tag}b"),
+            ip_a: Ipv4Addr::new(10, 77, 1, 1),
+            ip_b: Ipv4Addr::new(10, 77, 1, 2),
+        };
+        sh(&["ip", "netns", "add", &lab.ns_a]);
+        sh(&["ip", "netns", "add", &lab.ns_b]);
+        let (va, vb) = (format!("{}v", lab.ns_a), format!("{}v", lab.ns_b));
+        sh(&[
+            "ip", "link", "add", &va, "netns", &lab.ns_a, "type", "veth", "peer", "name", &vb,
+            "netns", &lab.ns_b,
+        ]);
+        for (ns, dev, ip) in [
+            (&lab.ns_a, &va, "10.77.1.1/24"),
+            (&lab.ns_b, &vb, "10.77.1.2/24"),
+        ] {
+            sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev]);
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        lab
+    }
+
+    pub fn netns_path(ns: &str) -> String {
+        format!("/run/netns/{ns}")
+    }
+
+    /// Run `f` on a thread that has entered network namespace `ns` (sockets it creates live there).
+    pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+        let path = Lab::netns_path(ns);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let fd = std::fs::File::open(&path).unwrap();
+                // SAFETY: fd is an open netns file; setns affects only this thread.
+                let rc = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .unwrap()
+        })
+    }
+
+    /// Spawn a thread that enters network namespace `ns` and runs `f` there (so the kernel sees
+    /// the reads as done by a process of that namespace, as a real server's would be).
+    pub fn spawn_in_ns<T: Send + 'static>(
+        ns: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = Lab::netns_path(ns);
+        std::thread::spawn(move || {
+            let fd = std::fs::File::open(&path).unwrap();
+            // SAFETY: fd is an open netns file; setns affects only this thread.
+            let rc = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+
+    /// A TCP listener and a UDP socket on the same port in B.
+    pub fn servers(&self) -> (TcpListener, UdpSocket, u16) {
+        let ip = self.ip_b;
+        Lab::in_ns(&self.ns_b, move || {
+            let l = TcpListener::bind((ip, 0)).unwrap();
+            let port = l.local_addr().unwrap().port();
+            let u = UdpSocket::bind((ip, port)).unwrap();
+            (l, u, port)
+        })
+    }
+
+    /// `n` request/response transactions A → B of `size` bytes; the server (in B) sleeps `think`
+    /// before each read (the "too few workers" case).
+    pub fn tcp_transactions(&self, listener: &TcpListener, n: usize, size: usize, think: Duration) {
+        let addr = SocketAddr::from((self.ip_b, listener.local_addr().unwrap().port()));
+        let listener = listener.try_clone().unwrap();
+        let server = Lab::spawn_in_ns(&self.ns_b, move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.set_nodelay(true).unwrap();
+            let mut buf = vec![0u8; size];
+            for _ in 0..n {
+                if !think.is_zero() {
+                    std::thread::sleep(think);
+                }
+                conn.read_exact(&mut buf).unwrap();
+                conn.write_all(b"k").unwrap();
+            }
+        });
+        let client = Lab::spawn_in_ns(&self.ns_a, move || {
+            let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+            c.set_nodelay(true).unwrap();
+            let msg = vec![7u8; size];
+            let mut r = [0u8; 1];
+            for _ in 0..n {
+                c.write_all(&msg).unwrap();
+                c.read_exact(&mut r).unwrap();
+            }
+        });
+        client.join().unwrap();
+        server.join().unwrap();
+    }
+
+    /// Send `n` datagrams of `size` bytes A → B, each read in B before the next is sent.
+    /// Returns how many were read.
+    pub fn udp_datagrams(&self, server: &UdpSocket, n: usize, size: usize) -> usize {
+        let addr = SocketAddr::from((self.ip_b, server.local_addr().unwrap().port()));
+        let server = server.try_clone().unwrap();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (ack_tx, ack_rx) = std::sync::mpsc::channel::<bool>();
+        let reader = Lab::spawn_in_ns(&self.ns_b, move || {
+            server
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            let mut buf = vec![0u8; 65536];
+            while go_rx.recv().is_ok() {
+                let _ = ack_tx.send(server.recv(&mut buf).is_ok());
+            }
+        });
+        let sender = Lab::spawn_in_ns(&self.ns_a, move || {
+            let c = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
+            let mut got = 0;
+            for _ in 0..n {
+                c.send_to(&vec![1u8; size], addr).unwrap();
+                go_tx.send(()).unwrap();
+                if ack_rx.recv().unwrap() {
+                    got += 1;
+                }
+            }
+            got
+        });
+        let got = sender.join().unwrap();
+        reader.join().unwrap();
+        got
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns_a])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ns_b])
+            .status();
+    }
+}
+
+/// A running `latscope stack`.
+pub struct Stack {
+    pub child: Child,
+    stderr: Arc<Mutex<String>>,
+    stdout: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Stack {
+    /// Start and wait until it says its probes are attached.
+    pub fn start(args: &[&str]) -> Stack {
+        let mut child = Command::new(BIN)
+            .arg("stack")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let err_pipe = child.stderr.take().unwrap();
+        let e = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
+                if line.contains("attached") {
+                    let _ = tx.send(());
+                }
+                e.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let mut out_pipe = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out_pipe.read_to_string(&mut s);
+            s
+        });
+        let t0 = Instant::now();
+        loop {
+            if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+                break;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!(
+                    "latscope stack exited early ({st}): {}",
+                    stderr.lock().unwrap()
+                );
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "latscope stack did not attach: {}",
+                stderr.lock().unwrap()
+            );
+        }
+        // net_enable_timestamp() flips a static key from a workqueue: give it a moment.
+        std::thread::sleep(Duration::from_millis(200));
+        Stack {
+            child,
+            stderr,
+            stdout: Some(stdout),
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// The /metrics address it announced.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let err = self.stderr();
+        let i = err.find("http://").expect("no metrics address announced");
+        let rest = &err[i + 7..];
+        rest[..rest.find("/metrics").unwrap()].parse().unwrap()
+    }
+
+    /// Ctrl-C, then wait: (exit code, stdout).
+    pub fn interrupt(mut self) -> (i32, String) {
+        // SAFETY: plain kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        self.wait()
+    }
+
+    pub fn wait(&mut self) -> (i32, String) {
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                let _ = self.child.kill();
+                panic!("latscope stack did not stop: {}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = self.stdout.take().unwrap().join().unwrap();
+        (status.code().unwrap_or(-1), out)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Parse `--json` output.
+pub fn report(stdout: &str) -> StackReport {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}"))
+}
+
+/// One probe's histogram summed over groups.
+pub fn hist(r: &StackReport, p: Probe) -> Log2Histogram {
+    let mut h = Log2Histogram::new();
+    for x in r.histograms.iter().filter(|x| x.probe == p) {
+        h.merge(&x.hist);
+    }
+    h
+}
+
+/// Names of loaded BPF programs that belong to latscope stack.
+pub fn lsstk_programs() -> Vec<String> {
+    let out = Command::new("bpftool")
+        .args(["prog", "list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .skip_while(|w| *w != "name")
+                .nth(1)
+                .map(str::to_string)
+        })
+        .filter(|n| n.starts_with("lsstk_"))
+        .collect()
+}
+
+/// `lsstk_programs()` once the kernel has finished freeing: programs are released after an RCU
+/// grace period once their last file descriptor is closed, so poll for up to 5 s.
+pub fn lsstk_programs_settled() -> Vec<String> {
+    let t0 = Instant::now();
+    loop {
+        let p = lsstk_programs();
+        if p.is_empty() || t0.elapsed() > Duration::from_secs(5) {
+            return p;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

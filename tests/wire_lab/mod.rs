@@ -1,0 +1,322 @@
+//! Test helpers for the capture/analyze tests: run `latscope capture` (or tcpdump) in the
+//! background, small TCP servers with chosen write patterns, a network namespace with an
+//! nftables loss rule, and tshark queries. Everything is named with the test's pid and cleaned
+//! up in Drop.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_latscope");
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A unique name for this process and call: `lsw<pid>x<n>` (≤ 15 chars for interfaces).
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}{}x{}",
+        std::process::id() % 100_000,
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// A temp directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> Self {
+        let p = std::env::temp_dir().join(unique("latscope-wire-"));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A background capture process; SIGINT on stop (and on drop, as a safety net).
+pub struct Bg {
+    child: Option<Child>,
+}
+
+fn wait_ready(child: &mut Child, marker: &'static str) {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(stderr);
+        let mut line = String::new();
+        let mut sent = false;
+        while r.read_line(&mut line).unwrap_or(0) > 0 {
+            if !sent && line.contains(marker) {
+                let _ = tx.send(());
+                sent = true;
+            }
+            line.clear();
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("capture did not start within 20 s");
+    // The socket is bound before the line is printed; give the ring a moment anyway.
+    std::thread::sleep(Duration::from_millis(200));
+}
+
+/// Spawn `cmd` with stderr piped and wait until it prints `marker` (its capture socket is bound).
+pub fn spawn_ready(mut cmd: Command, marker: &'static str) -> Child {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    wait_ready(&mut child, marker);
+    child
+}
+
+impl Bg {
+    /// `latscope capture` with `args`, optionally inside a network namespace.
+    pub fn latscope_capture(netns: Option<&str>, args: &[&str]) -> Bg {
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, BIN, "capture"]);
+                c
+            }
+            None => {
+                let mut c = Command::new(BIN);
+                c.arg("capture");
+                c
+            }
+        };
+        let mut child = cmd
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_ready(&mut child, "capturing on");
+        Bg { child: Some(child) }
+    }
+
+    /// tcpdump writing `file` with `filter` on `iface`.
+    pub fn tcpdump(iface: &str, file: &Path, filter: &str) -> Bg {
+        let mut child = Command::new("tcpdump")
+            .args(["-i", iface, "-U", "-n", "-w"])
+            .arg(file)
+            .arg(filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump is installed (scripts/packages.d/wire.txt)");
+        wait_ready(&mut child, "listening on");
+        Bg { child: Some(child) }
+    }
+
+    /// Ctrl-C, then wait for the process to flush and exit.
+    pub fn stop(mut self) -> Output {
+        let child = self.child.take().unwrap();
+        // Let the last packets reach the ring before stopping.
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// How the test server writes its response.
+#[derive(Clone, Copy, Debug)]
+pub enum Pattern {
+    /// Header and body in two writes, Nagle on (the default).
+    SplitNagle,
+    /// Header and body in two writes with TCP_NODELAY.
+    SplitNoDelay,
+    /// Sleep, then the whole response in one write.
+    Think(Duration),
+}
+
+/// A tiny HTTP/1.1 keep-alive server on 127.0.0.1:0 that serves `conns` connections.
+pub fn http_server(pattern: Pattern, conns: usize) -> (SocketAddr, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let h = std::thread::spawn(move || {
+        for _ in 0..conns {
+            let Ok((mut s, _)) = l.accept() else { return };
+            if matches!(pattern, Pattern::SplitNoDelay) {
+                s.set_nodelay(true).unwrap();
+            }
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                let n = match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    buf.drain(..i + 4);
+                    let head = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n";
+                    match pattern {
+                        Pattern::SplitNagle | Pattern::SplitNoDelay => {
+                            s.write_all(head).unwrap();
+                            s.write_all(b"body").unwrap();
+                        }
+                        Pattern::Think(d) => {
+                            std::thread::sleep(d);
+                            let mut all = head.to_vec();
+                            all.extend_from_slice(b"body");
+                            s.write_all(&all).unwrap();
+                        }
+                    }
+                }
+            }
+        }
+    });
+    (addr, h)
+}
+
+/// `conns` keep-alive connections of `reqs` requests each; returns each request's latency.
+pub fn http_client(addr: SocketAddr, conns: usize, reqs: usize) -> Vec<Duration> {
+    let mut out = Vec::new();
+    for _ in 0..conns {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        for i in 0..reqs {
+            let t0 = std::time::Instant::now();
+            s.write_all(format!("GET /{i} HTTP/1.1\r\nHost: lab\r\n\r\n").as_bytes())
+                .unwrap();
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !got.ends_with(b"body") {
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "server closed early");
+                got.extend_from_slice(&chunk[..n]);
+            }
+            out.push(t0.elapsed());
+        }
+        let _ = s.shutdown(Shutdown::Write);
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    }
+    out
+}
+
+/// Run `latscope analyze FILE --json [extra]`; returns (exit code, JSON).
+pub fn analyze_json(file: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    let out = Command::new(BIN)
+        .arg("analyze")
+        .arg(file)
+        .arg("--json")
+        .args(extra)
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "analyze output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (code, v)
+}
+
+/// Count the frames of `file` matching a tshark display filter ("" = all).
+pub fn tshark_count(file: &Path, filter: &str) -> u64 {
+    let mut c = Command::new("tshark");
+    c.arg("-r")
+        .arg(file)
+        .args(["-T", "fields", "-e", "frame.number"]);
+    if !filter.is_empty() {
+        c.args(["-Y", filter]);
+    }
+    let out = c
+        .output()
+        .expect("tshark is installed (scripts/packages.d/wire.txt)");
+    assert!(
+        out.status.success(),
+        "tshark failed on {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64
+}
+
+/// A network namespace with `lo` up at MTU 1500, deleted on drop (with its nft tables).
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new() -> Netns {
+        let name = unique("lsw");
+        let st = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip netns add failed (needs root)");
+        let ns = Netns { name };
+        let st = Command::new("ip")
+            .args(["-n", &ns.name, "link", "set", "lo", "mtu", "1500", "up"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        ns
+    }
+
+    /// Load an nftables ruleset inside the namespace.
+    pub fn nft(&self, ruleset: &str) {
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(ruleset.as_bytes())
+            .unwrap();
+        assert!(c.wait().unwrap().success(), "nft rejected the ruleset");
+    }
+
+    /// Run `f` on a thread that has entered the namespace (setns only moves the calling thread).
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let fd = std::fs::File::open(&path).unwrap();
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on this thread with a valid namespace fd.
+            let rc = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns failed");
+            f()
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
