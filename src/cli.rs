@@ -17,6 +17,7 @@ Examples:
   latscope stream 10.0.0.2 -P 4 --bidir      throughput both ways, 4 streams each
   latscope ping --syn -p 443 10.0.0.2        TCP SYN ping: RTT and open/closed/filtered
   latscope trace --report -c 50 10.0.0.2     per-hop loss and RTT percentiles (mtr report)
+  latscope http http://10.0.0.2/ -c 100      HTTP load: req/s and latency percentiles (like wrk)
   latscope schema rr                         JSON schema of `rr --json`
   latscope sockets --pid 1234                TCP_NODELAY, buffers, RTT, ato... of a running process's sockets
   latscope stack -i eth0                     where received packets wait in the kernel (eBPF)
@@ -49,6 +50,8 @@ pub enum Command {
     Stream(cmd::stream::StreamArgs),
     /// Run the right measurements and name the cause of latency, with evidence and a fix.
     Diagnose(cmd::diagnose::DiagnoseArgs),
+    /// HTTP load: requests/s and latency percentiles, closed loop or open loop at a fixed rate.
+    Http(cmd::http::HttpArgs),
     /// Print the JSON schema of a command's `--json` output.
     Schema(cmd::schema::SchemaArgs),
     /// RTT to a host with TCP SYN, TCP connect, UDP or ICMP echo probes (hping3-style).

@@ -5,6 +5,7 @@ pub mod capture;
 pub mod connect;
 pub mod demo;
 pub mod diagnose;
+pub mod http;
 pub mod ping;
 pub mod rr;
 pub mod schema;
@@ -25,6 +26,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Rr(a) => rr::run(&a),
         Command::Connect(a) => connect::run(&a),
         Command::Stream(a) => stream::run(&a),
+        Command::Http(a) => http::run(&a),
         Command::Schema(a) => schema::run(&a),
         Command::Ping(a) => ping::run(&a),
         Command::Trace(a) => trace::run(&a),

@@ -4,6 +4,7 @@
 pub mod connect;
 pub mod demo;
 pub mod diagnose;
+pub mod http;
 pub mod ping;
 pub mod rr;
 pub mod sockets;

@@ -3,6 +3,7 @@
 mod connect;
 mod demo;
 mod diagnose;
+mod http;
 pub mod ping;
 mod rr;
 mod sockets;

@@ -1,0 +1,115 @@
+//! `latscope http`: HTTP load (closed loop like wrk, or open loop at a fixed rate with
+//! coordinated-omission correction like wrk2).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Meta;
+use super::rr::LoadMode;
+use crate::summary::Summary;
+
+/// Responses with one status code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StatusCount {
+    pub code: u16,
+    pub count: u64,
+}
+
+/// Failed requests and connection attempts, by kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct HttpErrors {
+    /// TCP connection set-up failed (refused, unreachable, timed out).
+    pub connect: u64,
+    /// No complete response within the timeout.
+    pub timeout: u64,
+    /// Connection reset by the peer (ECONNRESET, EPIPE).
+    pub reset: u64,
+    /// The server closed the connection before the response was complete.
+    pub closed: u64,
+    /// The response was not valid HTTP/1.x.
+    pub malformed: u64,
+    /// TLS handshake or record failure (certificate, alert).
+    pub tls: u64,
+    /// Other socket errors.
+    pub io: u64,
+    pub total: u64,
+}
+
+/// One second of the measured run (the last may be shorter).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HttpInterval {
+    /// Since the end of the warm-up, ns.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub requests: u64,
+    pub requests_per_sec: f64,
+    pub errors: u64,
+    pub bytes_read: u64,
+    /// Latency of the responses completed in this interval (from the intended send time in
+    /// open loop).
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+/// The report of `latscope http`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HttpReport {
+    pub meta: Meta,
+    pub url: String,
+    pub method: String,
+    /// "HTTP/1.1" or "HTTP/2".
+    pub protocol: String,
+    /// HTTP/2: concurrent streams per connection.
+    pub streams_per_connection: Option<u32>,
+    /// The address connections went to.
+    pub address: String,
+    pub tls: bool,
+    pub connections: u32,
+    pub threads: u32,
+    pub load: LoadMode,
+    pub warmup_ns: u64,
+    /// Measured time (warm-up excluded), ns.
+    pub elapsed_ns: u64,
+    /// Completed responses (any status) after the warm-up.
+    pub requests: u64,
+    pub requests_per_sec: f64,
+    /// Bytes read from the sockets (TLS records included) and their rate.
+    pub bytes_read: u64,
+    pub bytes_read_per_sec: f64,
+    pub bytes_written: u64,
+    /// Request write started → response complete.
+    pub latency: Summary,
+    /// Open loop only: intended send time → response complete (coordinated-omission corrected,
+    /// as in wrk2).
+    pub latency_from_intended: Option<Summary>,
+    /// Open loop only: requests sent more than 1 ms after their intended time.
+    pub late_sends: u64,
+    pub status: Vec<StatusCount>,
+    pub errors: HttpErrors,
+    /// Up to 8 distinct error messages, "kind: message".
+    pub error_samples: Vec<String>,
+    /// TCP connections established (more than `connections` when the server closes them).
+    pub connections_opened: u64,
+    /// TCP connect time: connect() → established.
+    pub connect: Summary,
+    /// HTTPS only: TLS handshake time.
+    pub tls_handshake: Option<Summary>,
+    /// Responses completed during the warm-up (not counted anywhere else).
+    pub warmup_requests: u64,
+    /// Per-second timeline.
+    pub timeline: Vec<HttpInterval>,
+    /// The run was cut short by Ctrl-C; figures cover what was measured.
+    pub interrupted: bool,
+}
+
+impl HttpReport {
+    /// Responses with a status of 400 or above.
+    pub fn error_statuses(&self) -> u64 {
+        self.status
+            .iter()
+            .filter(|s| s.code >= 400)
+            .map(|s| s.count)
+            .sum()
+    }
+}

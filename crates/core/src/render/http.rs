@@ -1,0 +1,167 @@
+use std::fmt::Write;
+
+use super::{Human, Table};
+use crate::model::http::HttpReport;
+use crate::model::rr::LoadMode;
+use crate::summary::Summary;
+use crate::units::{format_bytes, format_ns, format_si};
+
+/// Most timeline rows shown; longer runs show every n-th second (`--json` has them all).
+const MAX_TIMELINE_ROWS: usize = 30;
+
+impl Human for HttpReport {
+    fn render_human(&self, out: &mut String) {
+        let load = match &self.load {
+            LoadMode::Closed => "closed loop".to_string(),
+            LoadMode::Open { rate_per_sec } => {
+                format!("open loop at {}/s", format_si(*rate_per_sec))
+            }
+        };
+        let _ = writeln!(
+            out,
+            "latscope http {} — {} {} to {}{}, {} connection{}{}, {} thread{}, {}",
+            self.url,
+            self.protocol,
+            self.method,
+            self.address,
+            if self.tls { " (TLS)" } else { "" },
+            self.connections,
+            if self.connections == 1 { "" } else { "s" },
+            self.streams_per_connection
+                .map(|s| format!(" × {s} streams"))
+                .unwrap_or_default(),
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            load
+        );
+        let _ = writeln!(
+            out,
+            "  {} requests in {}: {} req/s; read {} ({}/s)",
+            self.requests,
+            format_ns(self.elapsed_ns as f64),
+            format_si(self.requests_per_sec),
+            format_bytes(self.bytes_read as f64),
+            format_bytes(self.bytes_read_per_sec),
+        );
+        if self.warmup_ns > 0 {
+            let _ = writeln!(
+                out,
+                "  warm-up {} ({} responses) not counted",
+                format_ns(self.warmup_ns as f64),
+                self.warmup_requests
+            );
+        }
+        out.push('\n');
+
+        let mut headers: Vec<&str> = vec!["latency"];
+        headers.extend(Summary::HEADERS);
+        let mut t = Table::new(&headers);
+        let mut row = |name: &str, s: &Summary| {
+            let mut cells = vec![name.to_string()];
+            cells.extend(s.cells());
+            t.row(cells);
+        };
+        if let Some(ci) = &self.latency_from_intended {
+            row("from intended send", ci);
+            row("from actual send", &self.latency);
+        } else {
+            row("request", &self.latency);
+        }
+        row("TCP connect", &self.connect);
+        if let Some(h) = &self.tls_handshake {
+            row("TLS handshake", h);
+        }
+        t.render("  ", out);
+        out.push('\n');
+
+        let status: Vec<String> = self
+            .status
+            .iter()
+            .map(|s| format!("{} × {}", s.code, s.count))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  status: {}",
+            if status.is_empty() {
+                "none".to_string()
+            } else {
+                status.join(", ")
+            }
+        );
+        let e = &self.errors;
+        let kinds = [
+            ("connect", e.connect),
+            ("timeout", e.timeout),
+            ("reset", e.reset),
+            ("closed early", e.closed),
+            ("malformed", e.malformed),
+            ("tls", e.tls),
+            ("io", e.io),
+        ];
+        let errs: Vec<String> = kinds
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  errors: {}",
+            if errs.is_empty() {
+                "none".to_string()
+            } else {
+                errs.join(", ")
+            }
+        );
+        for s in &self.error_samples {
+            let _ = writeln!(out, "    {s}");
+        }
+        let _ = writeln!(out, "  connections opened: {}", self.connections_opened);
+        if matches!(self.load, LoadMode::Open { .. }) {
+            let _ = writeln!(
+                out,
+                "  late sends (> 1 ms after their intended time): {}",
+                self.late_sends
+            );
+        }
+
+        if !self.timeline.is_empty() {
+            out.push('\n');
+            let mut t = Table::new(&["second", "req/s", "p50", "p99", "max", "errors"]);
+            let step = self.timeline.len().div_ceil(MAX_TIMELINE_ROWS);
+            for iv in self.timeline.iter().step_by(step.max(1)) {
+                let has = iv.requests > 0;
+                let lat = |v: u64| if has { format_ns(v as f64) } else { "-".into() };
+                t.row(vec![
+                    format!(
+                        "{:.0}–{:.1}s",
+                        iv.start_ns as f64 / 1e9,
+                        iv.end_ns as f64 / 1e9
+                    ),
+                    format_si(iv.requests_per_sec),
+                    lat(iv.p50_ns),
+                    lat(iv.p99_ns),
+                    lat(iv.max_ns),
+                    iv.errors.to_string(),
+                ]);
+            }
+            t.render("  ", out);
+        }
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "  Latency: request write started → last response byte read."
+        );
+        if matches!(self.load, LoadMode::Open { .. }) {
+            let _ = writeln!(
+                out,
+                "  Open loop: 'from intended send' counts from when each request was due, so server stalls are not hidden (coordinated omission, as in wrk2)."
+            );
+        }
+        if self.interrupted {
+            let _ = writeln!(
+                out,
+                "\n  (interrupted: figures cover what was measured before Ctrl-C)"
+            );
+        }
+    }
+}

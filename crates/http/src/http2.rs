@@ -1,0 +1,493 @@
+//! HTTP/2 load (`--http2`): h2 over TLS (ALPN `h2`) or h2c with prior knowledge for `http://`,
+//! several concurrent streams per connection, closed loop.
+//!
+//! HTTP/2's framing, flow control and HPACK come from the `h2` crate, which runs on tokio: each
+//! worker thread drives its connections on its own single-threaded runtime, so the threads stay
+//! independent as in the HTTP/1.1 engine, and each keeps the same [`Stats`] (HDR histograms and
+//! counters, merged by addition at the end).
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use bytes::Bytes;
+use latscope_core::LatencyHistogram;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::stats::{ErrorKind, Stats};
+use crate::sys;
+use crate::worker::{Share, WorkerResult};
+use crate::{Config, IntervalMsg};
+
+/// Wait before retrying a failed connection.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(50);
+
+trait Io: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Io for T {}
+
+/// What the tasks of one thread share (single-threaded: a RefCell, never held across awaits).
+struct State {
+    stats: Stats,
+    quota: Option<u64>,
+    outstanding_measured: u64,
+    acc_index: u64,
+    acc_requests: u64,
+    acc_errors: u64,
+    acc_bytes: u64,
+    acc_hist: LatencyHistogram,
+}
+
+/// What the HTTP/2 engine needs to build requests, prepared once by [`crate::Config::new`].
+#[derive(Debug, Clone)]
+pub struct H2Parts {
+    pub method: http::Method,
+    pub uri: http::Uri,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl H2Parts {
+    /// Build from the user's method, URL, headers and body. The Host header (or `--host`)
+    /// becomes the `:authority`; HTTP/1-only connection headers are dropped (RFC 9113 §8.2.2).
+    pub fn new(
+        method: &str,
+        url: &crate::Url,
+        host: Option<&str>,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Result<H2Parts, crate::HttpError> {
+        let bad = |what: String| crate::HttpError::Header(what);
+        let scheme = if url.scheme == crate::Scheme::Https {
+            "https"
+        } else {
+            "http"
+        };
+        let user_host = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+            .map(|(_, v)| v.as_str());
+        let authority = host
+            .or(user_host)
+            .map(str::to_string)
+            .unwrap_or_else(|| url.host_header());
+        let uri: http::Uri = format!("{scheme}://{authority}{}", url.path)
+            .parse()
+            .map_err(|e| bad(format!("'{authority}': {e}")))?;
+        let mut map = http::HeaderMap::new();
+        for (k, v) in headers {
+            let lk = k.to_ascii_lowercase();
+            if matches!(
+                lk.as_str(),
+                "host"
+                    | "connection"
+                    | "keep-alive"
+                    | "proxy-connection"
+                    | "transfer-encoding"
+                    | "upgrade"
+            ) {
+                continue;
+            }
+            let name = http::HeaderName::from_bytes(lk.as_bytes())
+                .map_err(|e| bad(format!("'{k}': {e}")))?;
+            let value =
+                http::HeaderValue::from_str(v).map_err(|e| bad(format!("'{k}: {v}': {e}")))?;
+            map.append(name, value);
+        }
+        if !map.contains_key(http::header::USER_AGENT) {
+            map.insert(
+                http::header::USER_AGENT,
+                http::HeaderValue::from_static(concat!("latscope/", env!("CARGO_PKG_VERSION"))),
+            );
+        }
+        let method = http::Method::from_bytes(method.as_bytes())
+            .map_err(|e| crate::HttpError::Config(e.to_string()))?;
+        Ok(H2Parts {
+            method,
+            uri,
+            headers: map,
+            body: Bytes::copy_from_slice(body),
+        })
+    }
+
+    fn request(&self) -> http::Request<()> {
+        let mut r = http::Request::new(());
+        *r.method_mut() = self.method.clone();
+        *r.uri_mut() = self.uri.clone();
+        *r.headers_mut() = self.headers.clone();
+        r
+    }
+}
+
+/// Everything the tasks of one thread share; owned (the tasks are `'static`), single-threaded
+/// (a RefCell, never borrowed across an await).
+struct Ctx {
+    addr: SocketAddr,
+    tls: Option<(
+        std::sync::Arc<rustls::ClientConfig>,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+    parts: H2Parts,
+    timeout: Duration,
+    streams: u32,
+    measure_start_ns: u64,
+    end_ns: Option<u64>,
+    /// Copied from the run's stop flag by the thread's ticker.
+    stopped: std::cell::Cell<bool>,
+    state: RefCell<State>,
+}
+
+impl Ctx {
+    fn over(&self, now: u64) -> bool {
+        self.end_ns.is_some_and(|e| now >= e) || self.stopped.get()
+    }
+
+    fn wants_more(&self, now: u64) -> bool {
+        !self.over(now) && self.state.borrow().quota != Some(0)
+    }
+
+    /// Reserve a request intended now; returns whether it is measured, or None when done.
+    fn take(&self, now: u64) -> Option<bool> {
+        if self.over(now) {
+            return None;
+        }
+        let measured = now >= self.measure_start_ns;
+        let mut st = self.state.borrow_mut();
+        if measured {
+            match st.quota.as_mut() {
+                Some(0) => return None,
+                Some(q) => *q -= 1,
+                None => {}
+            }
+            st.outstanding_measured += 1;
+        }
+        Some(measured)
+    }
+
+    /// Give back a reservation made by [`Ctx::take`] for a request that was not sent.
+    fn unreserve(&self, measured: bool) {
+        let mut st = self.state.borrow_mut();
+        if measured {
+            st.outstanding_measured -= 1;
+            if let Some(q) = st.quota.as_mut() {
+                *q += 1;
+            }
+        }
+    }
+
+    fn error(&self, kind: ErrorKind, msg: &dyn std::fmt::Display, measured: bool) {
+        let mut st = self.state.borrow_mut();
+        if measured {
+            st.outstanding_measured -= 1;
+        }
+        if measured || sys::now_ns() >= self.measure_start_ns {
+            st.stats.errors.add(kind);
+            st.stats.sample_error(kind, msg);
+            st.acc_errors += 1;
+        }
+    }
+
+    fn finished(&self, now: u64) -> bool {
+        let st = self.state.borrow();
+        self.over(now) || (st.quota == Some(0) && st.outstanding_measured == 0)
+    }
+}
+
+/// Why a request did not complete.
+enum Failure {
+    /// Not served, safe to send again on a new connection.
+    Retry,
+    Error(ErrorKind, String),
+}
+
+fn classify(e: &h2::Error) -> ErrorKind {
+    if let Some(io) = e.get_io() {
+        ErrorKind::of_io(io)
+    } else if e.is_go_away() || e.is_reset() {
+        ErrorKind::Reset
+    } else {
+        ErrorKind::Malformed
+    }
+}
+
+/// Run one worker thread of an HTTP/2 load.
+pub(crate) fn run_thread(
+    cfg: &Config,
+    addr: SocketAddr,
+    stop: &AtomicBool,
+    tx: Sender<IntervalMsg>,
+    share: Share<'_>,
+    run_start_ns: u64,
+) -> std::io::Result<WorkerResult> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let measure_start_ns = run_start_ns + cfg.warmup_ns;
+    let Some(parts) = cfg.h2.clone() else {
+        return Err(std::io::Error::other(
+            "HTTP/2 run without HTTP/2 request parts",
+        ));
+    };
+    let ctx = Rc::new(Ctx {
+        addr,
+        tls: cfg.tls.clone(),
+        parts,
+        timeout: Duration::from_nanos(cfg.timeout_ns),
+        streams: cfg.h2_streams.max(1),
+        measure_start_ns,
+        end_ns: cfg.duration_ns.map(|d| measure_start_ns + d),
+        stopped: std::cell::Cell::new(false),
+        state: RefCell::new(State {
+            stats: Stats::default(),
+            quota: share.quota,
+            outstanding_measured: 0,
+            acc_index: 0,
+            acc_requests: 0,
+            acc_errors: 0,
+            acc_bytes: 0,
+            acc_hist: LatencyHistogram::new(),
+        }),
+    });
+    let local = tokio::task::LocalSet::new();
+    let n_conns = share.ids.len();
+    let thread = share.thread;
+    let interval_ns = cfg.interval_ns;
+    let finished_ns = local.block_on(&rt, async {
+        let handles: Vec<_> = (0..n_conns)
+            .map(|_| tokio::task::spawn_local(connection_loop(ctx.clone())))
+            .collect();
+        let mut interval_end = measure_start_ns + interval_ns;
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let now = sys::now_ns();
+            if stop.load(Ordering::Relaxed) {
+                ctx.stopped.set(true);
+            }
+            while now >= interval_end && ctx.end_ns.is_none_or(|e| interval_end <= e) {
+                flush(&ctx, &tx, thread, interval_ns, interval_end, false);
+                interval_end += interval_ns;
+            }
+            if ctx.finished(now) {
+                break;
+            }
+        }
+        for h in handles {
+            h.abort();
+        }
+        let now = sys::now_ns();
+        let end = ctx.end_ns.map_or(now, |e| e.min(now));
+        flush(&ctx, &tx, thread, interval_ns, end, true);
+        end
+    });
+    drop(local);
+    drop(rt);
+    let ctx = Rc::try_unwrap(ctx)
+        .map_err(|_| std::io::Error::other("HTTP/2 tasks outlived their thread"))?;
+    Ok(WorkerResult {
+        stats: ctx.state.into_inner().stats,
+        finished_ns,
+    })
+}
+
+fn flush(
+    ctx: &Ctx,
+    tx: &Sender<IntervalMsg>,
+    thread: usize,
+    interval_ns: u64,
+    end_ns: u64,
+    last: bool,
+) {
+    let mut st = ctx.state.borrow_mut();
+    if end_ns <= ctx.measure_start_ns {
+        return;
+    }
+    let start = ctx.measure_start_ns + st.acc_index * interval_ns;
+    let _ = tx.send(IntervalMsg {
+        thread,
+        index: st.acc_index,
+        start_ns: start - ctx.measure_start_ns,
+        end_ns: end_ns.max(start) - ctx.measure_start_ns,
+        requests: st.acc_requests,
+        errors: st.acc_errors,
+        bytes: st.acc_bytes,
+        hist: st.acc_hist.clone(),
+        last,
+    });
+    st.acc_index += 1;
+    st.acc_requests = 0;
+    st.acc_errors = 0;
+    st.acc_bytes = 0;
+    st.acc_hist.reset();
+}
+
+async fn connection_loop(ctx: Rc<Ctx>) {
+    let timeout = ctx.timeout;
+    while ctx.wants_more(sys::now_ns()) {
+        let t0 = sys::now_ns();
+        let tcp =
+            match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(ctx.addr)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    ctx.error(ErrorKind::Connect, &e, false);
+                    tokio::time::sleep(RECONNECT_BACKOFF).await;
+                    continue;
+                }
+                Err(_) => {
+                    ctx.error(ErrorKind::Connect, &"connection set-up timed out", false);
+                    continue;
+                }
+            };
+        let t1 = sys::now_ns();
+        {
+            let mut st = ctx.state.borrow_mut();
+            st.stats.connect.record(t1 - t0);
+            st.stats.connections_opened += 1;
+        }
+        let _ = tcp.set_nodelay(true);
+        let io: Box<dyn Io> = match &ctx.tls {
+            Some((tls, name)) => {
+                let connector = tokio_rustls::TlsConnector::from(tls.clone());
+                match tokio::time::timeout(timeout, connector.connect(name.clone(), tcp)).await {
+                    Ok(Ok(s)) => {
+                        if s.get_ref().1.alpn_protocol() != Some(b"h2") {
+                            ctx.error(
+                                ErrorKind::Tls,
+                                &"the server did not agree to HTTP/2 (ALPN h2)",
+                                false,
+                            );
+                            tokio::time::sleep(RECONNECT_BACKOFF).await;
+                            continue;
+                        }
+                        ctx.state
+                            .borrow_mut()
+                            .stats
+                            .tls_handshake
+                            .record(sys::now_ns() - t1);
+                        Box::new(s)
+                    }
+                    Ok(Err(e)) => {
+                        ctx.error(ErrorKind::Tls, &e, false);
+                        tokio::time::sleep(RECONNECT_BACKOFF).await;
+                        continue;
+                    }
+                    Err(_) => {
+                        ctx.error(ErrorKind::Timeout, &"TLS handshake timed out", false);
+                        continue;
+                    }
+                }
+            }
+            None => Box::new(tcp),
+        };
+        let (send, conn) = match tokio::time::timeout(timeout, h2::client::handshake(io)).await {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => {
+                ctx.error(classify(&e), &e, false);
+                tokio::time::sleep(RECONNECT_BACKOFF).await;
+                continue;
+            }
+            Err(_) => {
+                ctx.error(ErrorKind::Timeout, &"HTTP/2 handshake timed out", false);
+                continue;
+            }
+        };
+        let driver = tokio::task::spawn_local(async move {
+            let _ = conn.await;
+        });
+        let streams: Vec<_> = (0..ctx.streams)
+            .map(|_| tokio::task::spawn_local(stream_loop(ctx.clone(), send.clone())))
+            .collect();
+        drop(send);
+        for s in streams {
+            let _ = s.await;
+        }
+        driver.abort();
+    }
+}
+
+/// One stream slot: requests one after another until the run ends or the connection fails.
+async fn stream_loop(ctx: Rc<Ctx>, send: h2::client::SendRequest<Bytes>) {
+    let timeout = ctx.timeout;
+    let mut send = send;
+    loop {
+        let Some(measured) = ctx.take(sys::now_ns()) else {
+            return;
+        };
+        let result = tokio::time::timeout(timeout, one_request(&ctx, &mut send, measured)).await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(Failure::Retry)) => {
+                // The server closed the connection gracefully (GOAWAY NO_ERROR, e.g. nginx's
+                // http2_max_requests) or refused the stream before processing it: the request
+                // was not served, so it is not an error; it is sent again on a new connection.
+                ctx.unreserve(measured);
+                return;
+            }
+            Ok(Err(Failure::Error(kind, msg))) => {
+                ctx.error(kind, &msg, measured);
+                return; // the connection is re-established by connection_loop
+            }
+            Err(_) => {
+                ctx.error(
+                    ErrorKind::Timeout,
+                    &"no complete response within the timeout",
+                    measured,
+                );
+                return;
+            }
+        }
+    }
+}
+
+async fn one_request(
+    ctx: &Ctx,
+    send: &mut h2::client::SendRequest<Bytes>,
+    measured: bool,
+) -> Result<(), Failure> {
+    // A stream ended by a graceful GOAWAY was above the server's last processed stream id, and
+    // REFUSED_STREAM means not processed either (RFC 9113 §6.8, §8.7): both are safe to retry.
+    let err = |e: h2::Error| {
+        let graceful = (e.is_go_away() && e.reason() == Some(h2::Reason::NO_ERROR))
+            || e.reason() == Some(h2::Reason::REFUSED_STREAM);
+        if graceful {
+            Failure::Retry
+        } else {
+            Failure::Error(classify(&e), e.to_string())
+        }
+    };
+    let mut ready = send.clone().ready().await.map_err(err)?;
+    let sent_ns = sys::now_ns();
+    let req = ctx.parts.request();
+    let body = ctx.parts.body.clone();
+    let end = body.is_empty();
+    let (resp, mut stream) = ready.send_request(req, end).map_err(err)?;
+    if !end {
+        stream.send_data(body, true).map_err(err)?;
+    }
+    let resp = resp.await.map_err(err)?;
+    let status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut bytes = 0u64;
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(err)?;
+        bytes += chunk.len() as u64;
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let now = sys::now_ns();
+    let mut st = ctx.state.borrow_mut();
+    st.stats.bytes_read += bytes;
+    st.acc_bytes += bytes;
+    if measured {
+        st.outstanding_measured -= 1;
+        let lat = now - sent_ns;
+        st.stats.latency.record(lat);
+        st.stats.requests += 1;
+        st.stats.status[usize::from(status).min(599)] += 1;
+        st.acc_requests += 1;
+        st.acc_hist.record(lat);
+    } else {
+        st.stats.warmup_requests += 1;
+    }
+    Ok(())
+}

@@ -1,0 +1,551 @@
+//! latscope's HTTP load engine (`latscope http`).
+//!
+//! One thread per core, each running an edge-triggered epoll loop over its share of the
+//! connections ([`worker`]); requests are serialised once ([`request`]), responses parsed in
+//! place without allocation ([`parse`]); HTTPS through rustls with the `ring` provider
+//! ([`tls`]). Closed loop by default; open loop at a fixed rate with coordinated-omission
+//! correction. Each thread keeps HDR histograms and counters only ([`stats`]), so memory does
+//! not grow with the number of requests; the threads' results are merged by addition.
+//!
+//! The engine never prints: [`run`] returns a [`RunResult`] and streams one [`Interval`] per
+//! second to a callback (the live view and `--json-lines` are made from those).
+
+pub mod error;
+pub mod http2;
+pub mod parse;
+pub mod request;
+pub mod stats;
+mod sys;
+pub mod tls;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use latscope_core::{LatencyHistogram, Summary};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+
+pub use error::HttpError;
+pub use request::{Scheme, Url};
+pub use stats::{ErrorKind, Stats};
+
+/// What the user asked for, before anything is resolved or serialised.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub url: String,
+    pub method: String,
+    /// `Name: value` lines.
+    pub headers: Vec<String>,
+    pub body: Vec<u8>,
+    pub connections: u32,
+    pub threads: u32,
+    /// Measured duration (after the warm-up); `None` with `requests` set = until done.
+    pub duration: Option<Duration>,
+    /// Exact number of measured requests.
+    pub requests: Option<u64>,
+    /// Open loop at this total rate (requests per second).
+    pub rate_per_sec: Option<f64>,
+    pub warmup: Duration,
+    pub timeout: Duration,
+    pub insecure: bool,
+    pub ca_files: Vec<PathBuf>,
+    /// Connect here (`HOST:PORT`) instead of the URL's host and port.
+    pub connect_to: Option<String>,
+    /// `Host` header (and TLS server name) instead of the URL's host.
+    pub host: Option<String>,
+    /// HTTP/2: h2 over TLS (ALPN), h2c with prior knowledge over plain TCP.
+    pub http2: bool,
+    /// HTTP/2: concurrent streams per connection.
+    pub streams: u32,
+}
+
+/// A run ready to start: target resolved, request serialised, TLS configured.
+pub struct Config {
+    /// The URL as the user gave it.
+    pub url_text: String,
+    pub url: Url,
+    pub method: String,
+    /// The first resolved address of the target.
+    pub addr: SocketAddr,
+    /// Every resolved address; the run uses the first that accepts a connection.
+    pub addrs: Vec<SocketAddr>,
+    pub request: Arc<[u8]>,
+    pub head_request: bool,
+    pub connections: u32,
+    pub threads: u32,
+    pub duration_ns: Option<u64>,
+    pub requests: Option<u64>,
+    pub rate_per_sec: Option<f64>,
+    pub warmup_ns: u64,
+    pub timeout_ns: u64,
+    pub interval_ns: u64,
+    pub tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// HTTP/2 request parts (`--http2`); `None` for HTTP/1.1.
+    pub h2: Option<http2::H2Parts>,
+    /// HTTP/2: concurrent streams per connection.
+    pub h2_streams: u32,
+}
+
+impl Config {
+    /// Check and prepare `o`: parse the URL and headers, resolve the target, build the request
+    /// bytes and the TLS configuration.
+    pub fn new(o: &Options) -> Result<Config, HttpError> {
+        let url = Url::parse(&o.url)?;
+        request::check_method(&o.method)?;
+        let headers = o
+            .headers
+            .iter()
+            .map(|h| request::parse_header(h))
+            .collect::<Result<Vec<_>, _>>()?;
+        if o.connections == 0 {
+            return Err(HttpError::Config("--connections must be at least 1".into()));
+        }
+        if o.threads == 0 {
+            return Err(HttpError::Config("--threads must be at least 1".into()));
+        }
+        if o.requests == Some(0) {
+            return Err(HttpError::Config("-n must be at least 1".into()));
+        }
+        if o.duration.is_some_and(|d| d.is_zero()) {
+            return Err(HttpError::Config("--duration must be longer than 0".into()));
+        }
+        if o.timeout.is_zero() {
+            return Err(HttpError::Config("--timeout must be longer than 0".into()));
+        }
+        if let Some(r) = o.rate_per_sec
+            && !(r.is_finite() && r > 0.0)
+        {
+            return Err(HttpError::Config(format!(
+                "--rate {r}: must be a positive number of requests per second"
+            )));
+        }
+        let (host, port) = match &o.connect_to {
+            Some(ct) => {
+                let (h, p) = ct
+                    .rsplit_once(':')
+                    .and_then(|(h, p)| {
+                        Some((
+                            h.trim_start_matches('[').trim_end_matches(']'),
+                            p.parse::<u16>().ok()?,
+                        ))
+                    })
+                    .ok_or_else(|| {
+                        HttpError::Config(format!("--connect-to '{ct}': expected HOST:PORT"))
+                    })?;
+                (h.to_string(), p)
+            }
+            None => (url.host.clone(), url.port),
+        };
+        let addrs: Vec<SocketAddr> = (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|source| HttpError::Resolve {
+                host: host.clone(),
+                source,
+            })?
+            .collect();
+        let addr = *addrs.first().ok_or_else(|| HttpError::Resolve {
+            host: host.clone(),
+            source: std::io::ErrorKind::NotFound.into(),
+        })?;
+        let request = request::build_request(&o.method, &url, o.host.as_deref(), &headers, &o.body);
+        let tls = if url.scheme == Scheme::Https {
+            let name_host = o
+                .host
+                .as_deref()
+                .map(|h| h.split(':').next().unwrap_or(h))
+                .unwrap_or(&url.host);
+            let alpn: &[u8] = if o.http2 { b"h2" } else { b"http/1.1" };
+            Some((
+                tls::client_config(o.insecure, &o.ca_files, alpn)?,
+                tls::server_name(name_host)?,
+            ))
+        } else {
+            None
+        };
+        if o.http2 && o.rate_per_sec.is_some() {
+            return Err(HttpError::Config(
+                "--rate is not supported with --http2 yet (closed loop only)".into(),
+            ));
+        }
+        if o.http2 && o.streams == 0 {
+            return Err(HttpError::Config("--streams must be at least 1".into()));
+        }
+        let h2 = if o.http2 {
+            Some(http2::H2Parts::new(
+                &o.method,
+                &url,
+                o.host.as_deref(),
+                &headers,
+                &o.body,
+            )?)
+        } else {
+            None
+        };
+        let duration = match (o.duration, o.requests) {
+            (None, None) => Some(Duration::from_secs(10)),
+            (d, _) => d,
+        };
+        Ok(Config {
+            url_text: o.url.clone(),
+            method: o.method.clone(),
+            addr,
+            addrs,
+            request: request.into(),
+            head_request: o.method == "HEAD",
+            connections: o.connections,
+            threads: o.threads.min(o.connections),
+            duration_ns: duration.map(|d| d.as_nanos() as u64),
+            requests: o.requests,
+            rate_per_sec: o.rate_per_sec,
+            warmup_ns: o.warmup.as_nanos() as u64,
+            timeout_ns: o.timeout.as_nanos() as u64,
+            interval_ns: 1_000_000_000,
+            tls,
+            h2,
+            h2_streams: o.streams,
+            url,
+        })
+    }
+}
+
+/// One second (the last one may be shorter) of the measured run, all threads merged.
+#[derive(Debug, Clone)]
+pub struct Interval {
+    pub index: u64,
+    /// Since the end of the warm-up, ns.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub requests: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    /// Latency of the responses completed in the interval (from the intended send time in
+    /// open loop).
+    pub latency: Summary,
+}
+
+/// A worker's interval report.
+pub(crate) struct IntervalMsg {
+    pub thread: usize,
+    pub index: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub requests: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    pub hist: LatencyHistogram,
+    pub last: bool,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// The address the connections went to.
+    pub addr: SocketAddr,
+    /// Every thread's figures, merged.
+    pub stats: Stats,
+    /// Measured time: end of warm-up → end of the run (or the last response with `-n`).
+    pub elapsed_ns: u64,
+    pub intervals: Vec<Interval>,
+    /// Stopped early by the stop flag.
+    pub interrupted: bool,
+}
+
+/// Merges the workers' per-second reports and hands each second, complete, to the callback.
+struct IntervalMerger {
+    pending: BTreeMap<u64, (IntervalMsg, usize)>,
+    next_expected: Vec<u64>,
+    finished: Vec<bool>,
+    out: Vec<Interval>,
+}
+
+impl IntervalMerger {
+    fn new(threads: usize) -> Self {
+        IntervalMerger {
+            pending: BTreeMap::new(),
+            next_expected: vec![0; threads],
+            finished: vec![false; threads],
+            out: vec![],
+        }
+    }
+
+    fn add(&mut self, m: IntervalMsg) {
+        let t = m.thread;
+        self.next_expected[t] = m.index + 1;
+        if m.last {
+            self.finished[t] = true;
+        }
+        match self.pending.get_mut(&m.index) {
+            Some((agg, n)) => {
+                agg.start_ns = agg.start_ns.min(m.start_ns);
+                agg.end_ns = agg.end_ns.max(m.end_ns);
+                agg.requests += m.requests;
+                agg.errors += m.errors;
+                agg.bytes += m.bytes;
+                agg.hist.merge(&m.hist);
+                *n += 1;
+            }
+            None => {
+                self.pending.insert(m.index, (m, 1));
+            }
+        }
+    }
+
+    /// Emit every interval that no thread can add to any more (all of them with `all`).
+    fn emit(&mut self, all: bool, on_interval: &mut dyn FnMut(&Interval)) {
+        while let Some((&k, _)) = self.pending.first_key_value() {
+            let ready = all
+                || self
+                    .next_expected
+                    .iter()
+                    .zip(&self.finished)
+                    .all(|(&n, &f)| n > k || f);
+            if !ready {
+                break;
+            }
+            let Some((_, (m, _))) = self.pending.pop_first() else {
+                break;
+            };
+            if m.end_ns <= m.start_ns && m.requests == 0 && m.errors == 0 {
+                continue; // an empty sliver at the very end
+            }
+            let iv = Interval {
+                index: k,
+                start_ns: m.start_ns,
+                end_ns: m.end_ns,
+                requests: m.requests,
+                errors: m.errors,
+                bytes: m.bytes,
+                latency: m.hist.summary(),
+            };
+            on_interval(&iv);
+            self.out.push(iv);
+        }
+    }
+}
+
+/// Find the first address that accepts a connection (`localhost` may resolve to ::1 first while
+/// the server listens on 127.0.0.1 only); a one-line error beats a report full of connect errors.
+fn probe(addrs: &[SocketAddr], timeout: Duration) -> Result<SocketAddr, HttpError> {
+    let mut last = None;
+    for &addr in addrs {
+        match TcpStream::connect_timeout(&addr, timeout.min(Duration::from_secs(5))) {
+            Ok(_) => return Ok(addr),
+            Err(source) => {
+                last = Some(HttpError::Connect {
+                    addr: addr.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| HttpError::Connect {
+        addr: "(no address)".into(),
+        source: std::io::ErrorKind::NotFound.into(),
+    }))
+}
+
+/// Run the load. `stop` ends it early (partial results, `interrupted`); `on_interval` gets each
+/// second of the measured run as soon as every thread has reported it.
+pub fn run(
+    cfg: &Config,
+    stop: &AtomicBool,
+    on_interval: &mut dyn FnMut(&Interval),
+) -> Result<RunResult, HttpError> {
+    let addr = probe(&cfg.addrs, Duration::from_nanos(cfg.timeout_ns))?;
+    let threads = cfg.threads.max(1) as usize;
+    let mut ids: Vec<Vec<u32>> = vec![Vec::new(); threads];
+    for g in 0..cfg.connections {
+        ids[g as usize % threads].push(g);
+    }
+    // -n: split the exact count over the threads in proportion to their connections.
+    let quotas: Vec<Option<u64>> = ids
+        .iter()
+        .map(|c| {
+            cfg.requests
+                .map(|n| n * c.len() as u64 / u64::from(cfg.connections))
+        })
+        .collect();
+    let mut quotas = quotas;
+    if let Some(n) = cfg.requests {
+        let given: u64 = quotas.iter().flatten().sum();
+        if let Some(Some(q)) = quotas.first_mut() {
+            *q += n - given;
+        }
+    }
+    let (tx, rx) = mpsc::channel::<IntervalMsg>();
+    let run_start_ns = sys::now_ns();
+    let measure_start_ns = run_start_ns + cfg.warmup_ns;
+    let mut merger = IntervalMerger::new(threads);
+    let results = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(threads);
+        for (t, conn_ids) in ids.iter().enumerate() {
+            let tx = tx.clone();
+            let quota = quotas[t];
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("latscope-http-{t}"))
+                    .spawn_scoped(
+                        s,
+                        move || -> Result<worker::WorkerResult, std::io::Error> {
+                            let share = worker::Share {
+                                thread: t,
+                                ids: conn_ids,
+                                quota,
+                            };
+                            if cfg.h2.is_some() {
+                                return http2::run_thread(cfg, addr, stop, tx, share, run_start_ns);
+                            }
+                            Ok(
+                                worker::Worker::new(cfg, addr, stop, tx, share, run_start_ns)?
+                                    .run(),
+                            )
+                        },
+                    ),
+            );
+        }
+        drop(tx);
+        // The channel closes when every worker has finished.
+        for m in rx.iter() {
+            merger.add(m);
+            merger.emit(false, on_interval);
+        }
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("worker thread panicked"))),
+                Err(e) => Err(e),
+            })
+            .collect::<Vec<_>>()
+    });
+    merger.emit(true, on_interval);
+    let mut stats = Stats::default();
+    let mut finished_ns = measure_start_ns;
+    for r in results {
+        let r = r.map_err(|source| HttpError::System {
+            what: "worker thread",
+            source,
+        })?;
+        stats.merge(&r.stats);
+        finished_ns = finished_ns.max(r.finished_ns);
+    }
+    let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(RunResult {
+        addr,
+        stats,
+        elapsed_ns: finished_ns.saturating_sub(measure_start_ns),
+        intervals: merger.out,
+        interrupted,
+    })
+}
+
+/// How many worker threads by default: one per core.
+pub fn default_threads() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(url: &str) -> Options {
+        Options {
+            url: url.into(),
+            method: "GET".into(),
+            headers: vec![],
+            body: vec![],
+            connections: 4,
+            threads: 8,
+            duration: None,
+            requests: None,
+            rate_per_sec: None,
+            warmup: Duration::ZERO,
+            timeout: Duration::from_secs(2),
+            insecure: false,
+            ca_files: vec![],
+            connect_to: None,
+            host: None,
+            http2: false,
+            streams: 1,
+        }
+    }
+
+    #[test]
+    fn config_checks_input() {
+        let c = Config::new(&opts("http://127.0.0.1:1/x")).unwrap();
+        assert_eq!(c.threads, 4, "never more threads than connections");
+        assert_eq!(c.duration_ns, Some(10_000_000_000), "10 s by default");
+        let mut o = opts("http://127.0.0.1:1/");
+        o.connect_to = Some("127.0.0.2:99".into());
+        assert_eq!(
+            Config::new(&o).unwrap().addr,
+            "127.0.0.2:99".parse().unwrap()
+        );
+        for bad in [
+            Options {
+                connections: 0,
+                ..opts("http://127.0.0.1/")
+            },
+            Options {
+                rate_per_sec: Some(0.0),
+                ..opts("http://127.0.0.1/")
+            },
+            Options {
+                method: "get".into(),
+                ..opts("http://127.0.0.1/")
+            },
+            Options {
+                headers: vec!["x".into()],
+                ..opts("http://127.0.0.1/")
+            },
+            Options {
+                connect_to: Some("nope".into()),
+                ..opts("http://127.0.0.1/")
+            },
+            opts("gopher://127.0.0.1/"),
+        ] {
+            assert!(
+                Config::new(&bad).is_err_and(|e| e.is_usage()),
+                "{}",
+                bad.url
+            );
+        }
+    }
+
+    #[test]
+    fn merger_waits_for_every_thread() {
+        let msg = |thread, index, requests, last| IntervalMsg {
+            thread,
+            index,
+            start_ns: index * 1000,
+            end_ns: index * 1000 + 1000,
+            requests,
+            errors: 0,
+            bytes: 0,
+            hist: LatencyHistogram::new(),
+            last,
+        };
+        let mut m = IntervalMerger::new(2);
+        let mut seen = vec![];
+        m.add(msg(0, 0, 5, false));
+        m.emit(false, &mut |i| seen.push((i.index, i.requests)));
+        assert!(seen.is_empty());
+        m.add(msg(1, 0, 7, false));
+        m.add(msg(1, 1, 1, true));
+        m.emit(false, &mut |i| seen.push((i.index, i.requests)));
+        assert_eq!(seen, vec![(0, 12)]);
+        m.add(msg(0, 1, 2, false));
+        m.add(msg(0, 2, 3, true));
+        m.emit(false, &mut |i| seen.push((i.index, i.requests)));
+        assert_eq!(seen, vec![(0, 12), (1, 3), (2, 3)]);
+    }
+}

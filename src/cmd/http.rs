@@ -1,0 +1,384 @@
+//! `latscope http URL`: HTTP load with wrk's speed and wrk2's coordinated-omission correction.
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use latscope_core::LatencyHistogram;
+use latscope_core::model::http::{HttpErrors, HttpInterval, HttpReport, StatusCount};
+use latscope_core::model::rr::LoadMode;
+use latscope_core::model::{IntervalEvent, Meta};
+use latscope_core::render::{OutputFormat, emit, emit_event};
+use latscope_core::units::{self, format_ns, format_si};
+use latscope_http::{Config, ErrorKind, HttpError, Interval, Options, RunResult};
+
+use crate::exit;
+use crate::output::{self, OutputArgs};
+
+const AFTER_HELP: &str = "\
+Examples:
+  latscope http http://127.0.0.1:8080/                 closed loop, 50 connections, 10 s
+  latscope http http://10.0.0.2/ -c 100 -t 2 -d 30s    like wrk -c 100 -t 2 -d 30s
+  latscope http http://10.0.0.2/ -q 15k -d 2m -w 10s   open loop at 15k req/s, 10 s warm-up
+  latscope http https://host/api -m POST --body '{}' -H 'Content-Type: application/json'
+  latscope http https://localhost:8443/ -k -n 10000    exactly 10000 requests, no cert check
+  latscope http http://svc/ --connect-to 127.0.0.1:8080 --hgrm out.hgrm
+  latscope http https://host/ --http2 --streams 10 -c 10   HTTP/2, 100 streams in flight
+
+Closed loop (default): each connection sends its next request when the previous response is
+complete. Open loop (-q): requests are due at a constant total rate; latency is also counted
+from when each request was due, so a stalled server shows up in the percentiles
+(coordinated omission, as corrected by wrk2).
+
+Exit codes: 0 ok; 1 some requests failed or got status >= 400; 2 bad input; 3 target unreachable,
+refused, or no request succeeded; 5 local system error; 130 interrupted (partial results).";
+
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP)]
+pub struct HttpArgs {
+    /// Target URL: http://HOST[:PORT]/PATH or https://...
+    pub url: String,
+    /// Concurrent connections (HTTP/1.1 keep-alive).
+    #[arg(short = 'c', long, default_value_t = 50)]
+    pub connections: u32,
+    /// Worker threads [default: one per core].
+    #[arg(short = 't', long)]
+    pub threads: Option<u32>,
+    /// Measured duration, e.g. 10s, 2m [default: 10s unless -n is given].
+    #[arg(short = 'd', long, value_parser = units::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Send exactly this many measured requests (e.g. 10000, 1m), then stop.
+    #[arg(short = 'n', long, value_parser = units::parse_count)]
+    pub requests: Option<u64>,
+    /// Open loop at this total rate, requests per second (e.g. 500, 15k).
+    #[arg(short = 'q', long, value_parser = units::parse_rate)]
+    pub rate: Option<f64>,
+    /// Run this long before measuring; the warm-up is excluded from every figure.
+    #[arg(short = 'w', long, value_parser = units::parse_duration, default_value = "0s")]
+    pub warmup: Duration,
+    /// Give up on a request (or a connection attempt) after this long.
+    #[arg(long, value_parser = units::parse_duration, default_value = "2s")]
+    pub timeout: Duration,
+    /// HTTP method.
+    #[arg(short = 'm', long, default_value = "GET")]
+    pub method: String,
+    /// Extra request header 'Name: value' (repeatable).
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+    /// Request body.
+    #[arg(long, conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// Request body from a file.
+    #[arg(long)]
+    pub body_file: Option<PathBuf>,
+    /// HTTPS: do not verify the server's certificate.
+    #[arg(short = 'k', long)]
+    pub insecure: bool,
+    /// HTTPS: also trust the CA certificate(s) in this PEM file (repeatable).
+    #[arg(long)]
+    pub cacert: Vec<PathBuf>,
+    /// Connect to HOST:PORT instead of the URL's host (the URL still names the Host header).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub connect_to: Option<String>,
+    /// Host header (and TLS server name) instead of the URL's host.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Write the latency distribution to FILE in HdrHistogram's percentile-distribution format
+    /// (milliseconds; from the intended send time in open loop).
+    #[arg(long, value_name = "FILE")]
+    pub hgrm: Option<PathBuf>,
+    /// HTTP/2: h2 over TLS (ALPN) for https://, h2c with prior knowledge for http://.
+    /// Closed loop only.
+    #[arg(long)]
+    pub http2: bool,
+    /// HTTP/2: concurrent streams per connection.
+    #[arg(long, default_value_t = 1, requires = "http2")]
+    pub streams: u32,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+fn to_exit(e: HttpError) -> anyhow::Error {
+    let code = if e.is_usage() {
+        exit::USAGE
+    } else if e.is_target() {
+        exit::TARGET
+    } else {
+        exit::SYSTEM
+    };
+    exit::coded(code, e.to_string())
+}
+
+pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
+    let body = match (&args.body, &args.body_file) {
+        (Some(b), _) => b.clone().into_bytes(),
+        (None, Some(p)) => std::fs::read(p).map_err(|e| {
+            exit::coded(
+                exit::USAGE,
+                format!("cannot read --body-file {}: {e}", p.display()),
+            )
+        })?,
+        (None, None) => Vec::new(),
+    };
+    let opts = Options {
+        url: args.url.clone(),
+        method: args.method.clone(),
+        headers: args.headers.clone(),
+        body,
+        connections: args.connections,
+        threads: args.threads.unwrap_or_else(latscope_http::default_threads),
+        duration: args.duration,
+        requests: args.requests,
+        rate_per_sec: args.rate,
+        warmup: args.warmup,
+        timeout: args.timeout,
+        insecure: args.insecure,
+        ca_files: args.cacert.clone(),
+        connect_to: args.connect_to.clone(),
+        host: args.host.clone(),
+        http2: args.http2,
+        streams: args.streams,
+    };
+    let cfg = Config::new(&opts).map_err(to_exit)?;
+    let format = args.output.format();
+    let started = output::unix_ms();
+    let stop = output::stop_flag();
+
+    let bar = args.output.progress().then(|| {
+        let b = ProgressBar::new_spinner();
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        b.enable_steady_tick(Duration::from_millis(200));
+        b.set_message(if cfg.warmup_ns > 0 {
+            "warming up…".to_string()
+        } else {
+            "connecting…".to_string()
+        });
+        b
+    });
+    let mut total = 0u64;
+    let mut on_interval = |iv: &Interval| {
+        total += iv.requests;
+        if let Some(b) = &bar {
+            let secs = (iv.end_ns - iv.start_ns) as f64 / 1e9;
+            let mut m = format!(
+                "{} requests  {} req/s",
+                total,
+                format_si(iv.requests as f64 / secs.max(1e-9))
+            );
+            if iv.latency.count > 0 {
+                let _ = write!(
+                    m,
+                    "  p50 {}  p99 {}",
+                    format_ns(iv.latency.p50_ns as f64),
+                    format_ns(iv.latency.p99_ns as f64)
+                );
+            }
+            if iv.errors > 0 {
+                let _ = write!(m, "  {} errors", iv.errors);
+            }
+            b.set_message(m);
+        }
+        if format == OutputFormat::JsonLines {
+            let _ = emit_event(&interval_event(iv), &mut std::io::stdout().lock());
+        }
+    };
+    let result = latscope_http::run(&cfg, &stop, &mut on_interval).map_err(to_exit);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let result = result?;
+
+    if let Some(path) = &args.hgrm {
+        let hist = if cfg.rate_per_sec.is_some() {
+            &result.stats.latency_intended
+        } else {
+            &result.stats.latency
+        };
+        std::fs::write(path, hgrm_text(hist))
+            .with_context(|| format!("cannot write --hgrm {}", path.display()))?;
+    }
+    let report = build_report(
+        &cfg,
+        &result,
+        Meta::new("http", env!("CARGO_PKG_VERSION"), started),
+    );
+    emit(&report, format, &mut std::io::stdout().lock()).context("cannot write the report")?;
+    let _ = std::io::stdout().flush();
+    Ok(if report.interrupted {
+        exit::INTERRUPTED
+    } else if report.requests == 0 && report.errors.total > 0 {
+        exit::TARGET
+    } else if report.errors.total > 0 || report.error_statuses() > 0 {
+        exit::FINDINGS
+    } else {
+        exit::OK
+    })
+}
+
+fn interval_event(iv: &Interval) -> IntervalEvent {
+    let secs = (iv.end_ns - iv.start_ns) as f64 / 1e9;
+    IntervalEvent {
+        event: "interval".into(),
+        command: "http".into(),
+        label: String::new(),
+        start_ns: iv.start_ns,
+        end_ns: iv.end_ns,
+        count: iv.requests,
+        rate_per_sec: if secs > 0.0 {
+            iv.requests as f64 / secs
+        } else {
+            0.0
+        },
+        errors: iv.errors,
+        latency: iv.latency.clone(),
+    }
+}
+
+/// The report (the same struct `--json` prints) from what the engine measured.
+pub fn build_report(cfg: &Config, r: &RunResult, meta: Meta) -> HttpReport {
+    let s = &r.stats;
+    let secs = r.elapsed_ns as f64 / 1e9;
+    let per_sec = |v: u64| if secs > 0.0 { v as f64 / secs } else { 0.0 };
+    let e = &s.errors;
+    HttpReport {
+        meta,
+        url: cfg.url_text.clone(),
+        method: cfg.method.clone(),
+        protocol: if cfg.h2.is_some() {
+            "HTTP/2".into()
+        } else {
+            "HTTP/1.1".into()
+        },
+        streams_per_connection: cfg.h2.as_ref().map(|_| cfg.h2_streams),
+        address: r.addr.to_string(),
+        tls: cfg.tls.is_some(),
+        connections: cfg.connections,
+        threads: cfg.threads,
+        load: match cfg.rate_per_sec {
+            Some(rate_per_sec) => LoadMode::Open { rate_per_sec },
+            None => LoadMode::Closed,
+        },
+        warmup_ns: cfg.warmup_ns,
+        elapsed_ns: r.elapsed_ns,
+        requests: s.requests,
+        requests_per_sec: per_sec(s.requests),
+        bytes_read: s.bytes_read,
+        bytes_read_per_sec: per_sec(s.bytes_read),
+        bytes_written: s.bytes_written,
+        latency: s.latency.summary(),
+        latency_from_intended: cfg.rate_per_sec.map(|_| s.latency_intended.summary()),
+        late_sends: s.late_sends,
+        status: s
+            .status_counts()
+            .into_iter()
+            .map(|(code, count)| StatusCount { code, count })
+            .collect(),
+        errors: HttpErrors {
+            connect: e.get(ErrorKind::Connect),
+            timeout: e.get(ErrorKind::Timeout),
+            reset: e.get(ErrorKind::Reset),
+            closed: e.get(ErrorKind::Closed),
+            malformed: e.get(ErrorKind::Malformed),
+            tls: e.get(ErrorKind::Tls),
+            io: e.get(ErrorKind::Io),
+            total: e.total(),
+        },
+        error_samples: s.error_samples.clone(),
+        connections_opened: s.connections_opened,
+        connect: s.connect.summary(),
+        tls_handshake: cfg.tls.is_some().then(|| s.tls_handshake.summary()),
+        warmup_requests: s.warmup_requests,
+        timeline: r
+            .intervals
+            .iter()
+            .map(|iv| {
+                let secs = (iv.end_ns - iv.start_ns) as f64 / 1e9;
+                HttpInterval {
+                    start_ns: iv.start_ns,
+                    end_ns: iv.end_ns,
+                    requests: iv.requests,
+                    requests_per_sec: if secs > 0.0 {
+                        iv.requests as f64 / secs
+                    } else {
+                        0.0
+                    },
+                    errors: iv.errors,
+                    bytes_read: iv.bytes,
+                    p50_ns: iv.latency.p50_ns,
+                    p99_ns: iv.latency.p99_ns,
+                    max_ns: iv.latency.max_ns,
+                }
+            })
+            .collect(),
+        interrupted: r.interrupted,
+    }
+}
+
+/// HdrHistogram's classic percentile-distribution text (`outputPercentileDistribution`, the
+/// `.hgrm` format HdrHistogram's plotter and wrk2 use), values in milliseconds.
+pub fn hgrm_text(h: &LatencyHistogram) -> String {
+    let mut out = String::from("       Value     Percentile TotalCount 1/(1-Percentile)\n\n");
+    for (value_ns, q, cum) in h.percentile_distribution(5) {
+        let ms = value_ns as f64 / 1e6;
+        if q < 1.0 {
+            let _ = writeln!(out, "{ms:12.3} {q:2.12} {cum:10} {:14.2}", 1.0 / (1.0 - q));
+        } else {
+            let _ = writeln!(out, "{ms:12.3} {q:2.12} {cum:10}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "#[Mean    = {:12.3}, StdDeviation   = {:12.3}]",
+        h.mean_ns() / 1e6,
+        h.stddev_ns() / 1e6
+    );
+    let _ = writeln!(
+        out,
+        "#[Max     = {:12.3}, Total count    = {:12}]",
+        h.max_ns() as f64 / 1e6,
+        h.count()
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hgrm_layout() {
+        let mut h = LatencyHistogram::new();
+        for v in 1..=1000u64 {
+            h.record(v * 1_000_000);
+        }
+        let text = hgrm_text(&h);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("Percentile TotalCount"));
+        // Monotonic values and counts; the last data row is percentile 1 with every sample.
+        let rows: Vec<Vec<&str>> = lines[2..]
+            .iter()
+            .take_while(|l| !l.starts_with('#'))
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let last = rows.last().unwrap();
+        assert_eq!(last[1].parse::<f64>().unwrap(), 1.0);
+        assert_eq!(last[2], "1000");
+        assert!((last[0].parse::<f64>().unwrap() - 1000.0).abs() < 1.0);
+        let median = rows
+            .iter()
+            .find(|r| r[1].parse::<f64>().unwrap() >= 0.5)
+            .unwrap();
+        assert!(
+            (median[0].parse::<f64>().unwrap() - 500.0).abs() < 1.0,
+            "{median:?}"
+        );
+        assert!(text.contains("Total count    =         1000]"));
+    }
+}

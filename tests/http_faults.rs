@@ -1,0 +1,305 @@
+//! `latscope http` against misbehaving servers: stalls (coordinated omission), garbage,
+//! early closes, silence, refused connections, and unusual but valid framing.
+
+#![allow(clippy::unwrap_used)]
+
+mod http_lab;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http_lab::{TestServer, free_port, latscope, ms, read_request, respond_always};
+
+/// A server that freezes every connection for 1 s, 1.5 s after its first request: the open
+/// loop's corrected latency must show the stall at p99, the uncorrected one must not.
+#[test]
+fn coordinated_omission_is_corrected() {
+    let _serial = http_lab::serial();
+    let first_ns = Arc::new(AtomicU64::new(0));
+    let epoch = Instant::now();
+    let f = first_ns.clone();
+    let srv = TestServer::start(move |mut s: TcpStream| {
+        while read_request(&mut s) {
+            let now = epoch.elapsed().as_nanos() as u64;
+            let _ = f.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
+            let freeze_start = f.load(Ordering::SeqCst) + 1_500_000_000;
+            let freeze_end = freeze_start + 1_000_000_000;
+            if (freeze_start..freeze_end).contains(&now) {
+                std::thread::sleep(Duration::from_nanos(freeze_end - now));
+            }
+            if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let r = latscope(&[
+        "http",
+        &srv.url(),
+        "-q",
+        "200",
+        "-d",
+        "4s",
+        "-c",
+        "4",
+        "-t",
+        "1",
+        "--timeout",
+        "3s",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let j = &r.json;
+    let corrected = ms(&j["latency_from_intended"]["p99_ns"]);
+    let uncorrected = ms(&j["latency"]["p99_ns"]);
+    eprintln!(
+        "p99 corrected {corrected:.1} ms, uncorrected {uncorrected:.1} ms, late sends {}",
+        j["late_sends"]
+    );
+    // ~200 of ~800 requests were due during the 1 s freeze: corrected latencies 0..1 s.
+    assert!(corrected >= 500.0, "corrected p99 {corrected} ms");
+    // Only the 4 requests in flight when the freeze began waited; the backlog went out at once.
+    assert!(uncorrected < 100.0, "uncorrected p99 {uncorrected} ms");
+    assert!(
+        ms(&j["latency"]["max_ns"]) >= 500.0,
+        "the in-flight ones did wait"
+    );
+    assert!(
+        j["late_sends"].as_u64().unwrap() >= 150,
+        "{}",
+        j["late_sends"]
+    );
+    assert!(j["requests"].as_u64().unwrap() >= 750);
+}
+
+#[test]
+fn garbage_responses_are_malformed_errors() {
+    let _serial = http_lab::serial();
+    let srv = TestServer::start(respond_always(b"SPAM 200 hello\r\n\r\n"));
+    let r = latscope(&[
+        "http",
+        &srv.url(),
+        "-d",
+        "500ms",
+        "-c",
+        "2",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 3, "nothing succeeded: {}", r.stderr);
+    assert_eq!(r.json["requests"], 0);
+    assert!(r.json["errors"]["malformed"].as_u64().unwrap() > 10);
+    assert!(
+        r.json["error_samples"][0]
+            .as_str()
+            .unwrap()
+            .contains("status line")
+    );
+}
+
+#[test]
+fn server_closing_mid_body_is_closed_early() {
+    let _serial = http_lab::serial();
+    let srv = TestServer::start(|mut s: TcpStream| {
+        if read_request(&mut s) {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part");
+        }
+    });
+    let r = latscope(&[
+        "http",
+        &srv.url(),
+        "-d",
+        "500ms",
+        "-c",
+        "2",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 3);
+    assert!(
+        r.json["errors"]["closed"].as_u64().unwrap() > 5,
+        "{}",
+        r.json["errors"]
+    );
+    assert_eq!(r.json["errors"]["malformed"], 0);
+}
+
+#[test]
+fn silent_server_times_out() {
+    let _serial = http_lab::serial();
+    let srv = TestServer::start(|mut s: TcpStream| while read_request(&mut s) {});
+    let started = Instant::now();
+    let r = latscope(&[
+        "http",
+        &srv.url(),
+        "-d",
+        "1s",
+        "-c",
+        "3",
+        "-t",
+        "1",
+        "--timeout",
+        "200ms",
+        "--json",
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(5), "no hang");
+    assert_eq!(r.code, 3);
+    let t = r.json["errors"]["timeout"].as_u64().unwrap();
+    // 3 connections × (1 s / 200 ms) ≈ 15 timeouts.
+    assert!((9..=18).contains(&t), "{t}");
+}
+
+#[test]
+fn refused_connection_is_a_one_line_target_error() {
+    let _serial = http_lab::serial();
+    let port = free_port();
+    let r = latscope(&["http", &format!("http://127.0.0.1:{port}/"), "-d", "1s"]);
+    assert_eq!(r.code, 3);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("cannot connect to 127.0.0.1") && r.stderr.contains("refused"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn bad_input_is_exit_2() {
+    let _serial = http_lab::serial();
+    for args in [
+        vec!["http", "ftp://127.0.0.1/"],
+        vec!["http", "http://127.0.0.1/", "-H", "no colon"],
+        vec!["http", "http://127.0.0.1/", "-c", "0"],
+        vec!["http", "http://127.0.0.1/", "-q", "0"],
+        vec!["http", "http://127.0.0.1/", "-d", "forever"],
+    ] {
+        let r = latscope(&args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("panicked"));
+    }
+}
+
+#[test]
+fn chunked_interim_and_close_delimited_bodies() {
+    let _serial = http_lab::serial();
+    // Alternate three framings on each connection; the last one closes the connection.
+    let srv = TestServer::start(|mut s: TcpStream| {
+        let mut i = 0;
+        while read_request(&mut s) {
+            let resp: &[u8] = match i % 3 {
+                0 => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                1 => b"HTTP/1.1 201 Created\r\nContent-Length: 3\r\n\r\nabc",
+                _ => b"HTTP/1.0 202 Accepted\r\n\r\nuntil the end",
+            };
+            i += 1;
+            if s.write_all(resp).is_err() || i % 3 == 0 {
+                return;
+            }
+        }
+    });
+    let r = latscope(&[
+        "http",
+        &srv.url(),
+        "-n",
+        "300",
+        "-c",
+        "3",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let status: Vec<(u64, u64)> = r.json["status"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["code"].as_u64().unwrap(), s["count"].as_u64().unwrap()))
+        .collect();
+    // Connections are not in lock-step, so the last cycle of each may stop part-way.
+    assert_eq!(
+        status.iter().map(|s| s.0).collect::<Vec<_>>(),
+        vec![200, 201, 202]
+    );
+    assert_eq!(status.iter().map(|s| s.1).sum::<u64>(), 300);
+    assert!(
+        status.iter().all(|s| (97..=103).contains(&s.1)),
+        "{status:?}"
+    );
+    assert_eq!(r.json["errors"]["total"], 0);
+    let opened = r.json["connections_opened"].as_u64().unwrap();
+    assert!((99..=103).contains(&opened), "{opened}");
+}
+
+#[test]
+fn ctrl_c_prints_partial_results_and_exits_130() {
+    let _serial = http_lab::serial();
+    let srv = TestServer::start(respond_always(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ));
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_latscope"))
+        .args([
+            "http",
+            &srv.url(),
+            "-d",
+            "30s",
+            "-c",
+            "2",
+            "-t",
+            "1",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signals our own child process.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let started = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "stops promptly");
+    assert_eq!(out.status.code(), Some(130));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["interrupted"], true);
+    assert!(j["requests"].as_u64().unwrap() > 0);
+    let elapsed_s = j["elapsed_ns"].as_f64().unwrap() / 1e9;
+    assert!((1.0..5.0).contains(&elapsed_s), "{elapsed_s}");
+}
+
+#[test]
+fn warmup_is_excluded() {
+    let _serial = http_lab::serial();
+    let srv = TestServer::start(respond_always(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ));
+    let r = latscope(&[
+        "http",
+        &srv.url(),
+        "-q",
+        "200",
+        "-w",
+        "500ms",
+        "-d",
+        "1s",
+        "-c",
+        "2",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (n, w) = (
+        r.json["requests"].as_u64().unwrap(),
+        r.json["warmup_requests"].as_u64().unwrap(),
+    );
+    // 200/s: ~100 due in the warm-up, ~200 in the measured second.
+    assert!((90..=102).contains(&w), "warm-up {w}");
+    assert!((190..=202).contains(&n), "measured {n}");
+    assert_eq!(r.json["timeline"].as_array().unwrap().len(), 1);
+    assert_eq!(r.json["warmup_ns"], 500_000_000);
+}

@@ -1,0 +1,421 @@
+//! `latscope http` against real nginx (private instances on free loopback ports) and wrk.
+
+#![allow(clippy::unwrap_used)]
+
+mod http_lab;
+
+use http_lab::{Nginx, NginxConf, latscope, make_certs, ms, wrk_p50_ms};
+
+#[test]
+fn exact_request_count_matches_nginx_access_log() {
+    let _serial = http_lab::serial();
+    // keepalive_requests 100: nginx closes every connection after 100 responses (with
+    // `Connection: close`), so the count must stay exact across reconnects.
+    let ng = Nginx::start(NginxConf {
+        access_log: true,
+        keepalive_requests: 100,
+        ..Default::default()
+    });
+    let r = latscope(&[
+        "http",
+        &ng.url("/"),
+        "-n",
+        "2500",
+        "-c",
+        "8",
+        "-t",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let j = &r.json;
+    assert_eq!(j["requests"], 2500);
+    assert_eq!(j["status"][0]["code"], 200);
+    assert_eq!(j["status"][0]["count"], 2500);
+    assert_eq!(j["errors"]["total"], 0);
+    assert!(
+        j["connections_opened"].as_u64().unwrap() >= 25,
+        "{}",
+        j["connections_opened"]
+    );
+    assert!(j["bytes_read"].as_u64().unwrap() / 2500 > 612);
+    // nginx writes the log line after the response; give it a moment.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(ng.access_log_lines(), 2500);
+}
+
+#[test]
+fn median_agrees_with_wrk() {
+    let _serial = http_lab::serial();
+    let ng = Nginx::start(NginxConf::default());
+    let url = ng.url("/");
+    // One connection: the median is then the request round trip through nginx, with no
+    // queueing inside the load generator (a busier client adds its own delay at higher
+    // concurrency). Runs are interleaved, and each tool's lowest median of three is compared:
+    // other processes on this shared machine only ever add latency, so the minimum is the
+    // reading least disturbed by them.
+    let mut ours = vec![];
+    let mut theirs = vec![];
+    for _ in 0..3 {
+        theirs.push(wrk_p50_ms(&url, 1, 1, 1));
+        let r = latscope(&["http", &url, "-c", "1", "-t", "1", "-d", "1s", "--json"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        ours.push(ms(&r.json["latency"]["p50_ns"]));
+    }
+    let min = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let (a, b) = (min(&ours), min(&theirs));
+    let ratio = a / b;
+    eprintln!("p50 latscope {ours:?} ms, wrk {theirs:?} ms, ratio of minima {ratio:.3}");
+    assert!(
+        (0.85..=1.15).contains(&ratio),
+        "latscope p50 {a:.4} ms vs wrk {b:.4} ms (ratio {ratio:.3})"
+    );
+}
+
+/// The seeds' case. nginx 1.22 with `sendfile on` writes the response head with writev and the
+/// file with sendfile: two segments. With `tcp_nodelay off` Nagle holds the second (small)
+/// segment until the first is acknowledged, and the client delays that ACK (it has nothing to
+/// send) by ~40 ms — after the first few responses, while the connection is in quick-ACK mode.
+#[test]
+fn nagle_with_sendfile_costs_40ms_like_wrk_shows() {
+    let _serial = http_lab::serial();
+    let slow = Nginx::start(NginxConf {
+        tcp_nodelay: false,
+        sendfile: true,
+        ..Default::default()
+    });
+    let fast = Nginx::start(NginxConf {
+        tcp_nodelay: true,
+        sendfile: true,
+        ..Default::default()
+    });
+    let r_slow = latscope(&[
+        "http",
+        &slow.url("/"),
+        "-c",
+        "1",
+        "-t",
+        "1",
+        "-d",
+        "1500ms",
+        "--json",
+    ]);
+    let r_fast = latscope(&[
+        "http",
+        &fast.url("/"),
+        "-c",
+        "1",
+        "-t",
+        "1",
+        "-d",
+        "1500ms",
+        "--json",
+    ]);
+    let slow_p50 = ms(&r_slow.json["latency"]["p50_ns"]);
+    let fast_p50 = ms(&r_fast.json["latency"]["p50_ns"]);
+    let wrk_slow = wrk_p50_ms(&slow.url("/"), 1, 1, 1);
+    eprintln!("tcp_nodelay off: p50 {slow_p50:.3} ms (wrk {wrk_slow:.3} ms); on: {fast_p50:.3} ms");
+    // Linux's delayed-ACK timer is 40 ms minimum (TCP_DELACK_MIN), up to the RTO-derived max.
+    assert!((30.0..=60.0).contains(&slow_p50), "{slow_p50}");
+    assert!(
+        (30.0..=60.0).contains(&wrk_slow),
+        "wrk sees it too: {wrk_slow}"
+    );
+    assert!(fast_p50 < 1.0, "{fast_p50}");
+}
+
+#[test]
+fn close_after_each_response_reconnects_without_errors() {
+    let _serial = http_lab::serial();
+    // keepalive_timeout 0: nginx answers with `Connection: close` and closes every time.
+    let ng = Nginx::start(NginxConf {
+        keepalive: false,
+        ..Default::default()
+    });
+    let r = latscope(&[
+        "http",
+        &ng.url("/"),
+        "-n",
+        "300",
+        "-c",
+        "4",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["requests"], 300);
+    assert_eq!(r.json["errors"]["total"], 0);
+    // One connection per request, plus at most one spare per connection slot: near the end a
+    // slot reconnects while quota is left, and another slot may take that last request.
+    let opened = r.json["connections_opened"].as_u64().unwrap();
+    assert!((300..=304).contains(&opened), "{opened}");
+    assert_eq!(r.json["connect"]["count"], opened);
+}
+
+#[test]
+fn head_and_error_statuses() {
+    let _serial = http_lab::serial();
+    let ng = Nginx::start(NginxConf::default());
+    let r = latscope(&[
+        "http",
+        &ng.url("/"),
+        "-m",
+        "HEAD",
+        "-n",
+        "50",
+        "-c",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["status"][0]["count"], 50);
+    // Responses to HEAD carry a Content-Length but no body: no hang, far fewer bytes.
+    assert!(r.json["bytes_read"].as_u64().unwrap() < 50 * 400);
+    let r = latscope(&["http", &ng.url("/missing"), "-n", "20", "-c", "2", "--json"]);
+    assert_eq!(r.code, 1, "status >= 400 is a finding");
+    assert_eq!(r.json["status"][0]["code"], 404);
+    assert_eq!(r.json["status"][0]["count"], 20);
+}
+
+#[test]
+fn open_loop_rate_is_kept() {
+    let _serial = http_lab::serial();
+    let ng = Nginx::start(NginxConf::default());
+    let r = latscope(&[
+        "http",
+        &ng.url("/"),
+        "-q",
+        "400",
+        "-d",
+        "2s",
+        "-c",
+        "4",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let n = r.json["requests"].as_u64().unwrap();
+    // 800 due in 2 s; a request in flight when the run ends is not counted.
+    assert!((780..=804).contains(&n), "{n}");
+    assert_eq!(r.json["load"]["kind"], "open");
+    assert!(r.json["latency_from_intended"]["count"].as_u64().unwrap() == n);
+    // Late = sent > 1 ms after due. Nothing stalls here, so only scheduling delays of this
+    // shared, busy machine make sends late; most must still be on time.
+    let late = r.json["late_sends"].as_u64().unwrap();
+    assert!(late < n / 3, "{late} of {n} sends late");
+}
+
+#[test]
+fn https_with_rustls() {
+    let _serial = http_lab::serial();
+    let certs = make_certs();
+    let ng = Nginx::start(NginxConf {
+        tls: Some((certs.cert.clone(), certs.key.clone())),
+        ..Default::default()
+    });
+    let url = ng.url("/");
+    let ok = latscope(&["http", &url, "-k", "-n", "200", "-c", "4", "--json"]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    assert_eq!(ok.json["requests"], 200);
+    assert_eq!(ok.json["tls"], true);
+    assert!(ok.json["tls_handshake"]["count"].as_u64().unwrap() >= 4);
+    let trusted = latscope(&[
+        "http",
+        &url,
+        "--cacert",
+        certs.ca.to_str().unwrap(),
+        "-n",
+        "20",
+        "-c",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(trusted.code, 0, "{}", trusted.stderr);
+    assert_eq!(trusted.json["requests"], 20);
+    // Unknown issuer without -k: every attempt is a TLS error, nothing succeeds → exit 3.
+    let bad = latscope(&["http", &url, "-d", "500ms", "-c", "2", "--json"]);
+    assert_eq!(bad.code, 3, "{}", bad.stdout);
+    assert_eq!(bad.json["requests"], 0);
+    assert!(bad.json["errors"]["tls"].as_u64().unwrap() > 0);
+    assert!(
+        bad.json["error_samples"][0]
+            .as_str()
+            .unwrap()
+            .contains("certificate"),
+        "{}",
+        bad.json["error_samples"]
+    );
+}
+
+#[test]
+fn json_matches_schema_and_json_lines_stream_intervals() {
+    let _serial = http_lab::serial();
+    let ng = Nginx::start(NginxConf::default());
+    let r = latscope(&[
+        "http",
+        &ng.url("/"),
+        "-d",
+        "2s",
+        "-c",
+        "2",
+        "-t",
+        "1",
+        "--json-lines",
+        "--hgrm",
+        &format!("{}/out.hgrm", ng.dir.0.display()),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<serde_json::Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let intervals: Vec<_> = lines.iter().filter(|l| l["event"] == "interval").collect();
+    assert_eq!(intervals.len(), 2, "{}", r.stdout);
+    assert!(
+        intervals
+            .iter()
+            .all(|i| i["count"].as_u64().unwrap() > 0 && i["command"] == "http")
+    );
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["event"], "summary");
+    let report = &summary["report"];
+    let total: u64 = intervals.iter().map(|i| i["count"].as_u64().unwrap()).sum();
+    assert_eq!(
+        report["requests"].as_u64().unwrap(),
+        total,
+        "the timeline adds up to the total"
+    );
+    let schema: serde_json::Value =
+        serde_json::from_str(&latscope(&["schema", "http"]).stdout).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(report)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let hgrm = std::fs::read_to_string(ng.dir.0.join("out.hgrm")).unwrap();
+    assert!(hgrm.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)"));
+    assert!(
+        hgrm.contains(&format!("Total count    = {total:>12}]")),
+        "{hgrm}"
+    );
+}
+
+#[test]
+fn memory_stays_flat_for_a_ten_times_longer_run() {
+    let _serial = http_lab::serial();
+    let ng = Nginx::start(NginxConf::default());
+    let url = ng.url("/");
+    let short = latscope(&["http", &url, "-d", "1s", "-c", "20", "-t", "2", "--json"]);
+    let long = latscope(&["http", &url, "-d", "10s", "-c", "20", "-t", "2", "--json"]);
+    assert_eq!(short.code, 0);
+    assert_eq!(long.code, 0);
+    let (a, b) = (short.max_rss_kib as f64, long.max_rss_kib as f64);
+    let n_long = long.json["requests"].as_u64().unwrap();
+    eprintln!(
+        "peak RSS {a} KiB for {} requests, {b} KiB for {n_long}",
+        short.json["requests"]
+    );
+    assert!(n_long > 5 * short.json["requests"].as_u64().unwrap());
+    assert!(b <= a * 1.10, "peak RSS grew from {a} KiB to {b} KiB");
+}
+
+#[test]
+fn committed_schema_matches_the_code() {
+    let out = latscope(&["schema", "http"]).stdout;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/http.schema.json");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        out.trim(),
+        committed.trim(),
+        "schema/http.schema.json is stale: run `latscope schema http > schema/http.schema.json`"
+    );
+}
+
+#[test]
+fn http2_h2c_and_h2_over_tls() {
+    let _serial = http_lab::serial();
+    // h2c with prior knowledge; nginx's http2_max_requests (1000) ends each connection with a
+    // graceful GOAWAY, which must cost reconnects but no errors and no lost requests.
+    let ng = Nginx::start(NginxConf {
+        http2: true,
+        access_log: true,
+        ..Default::default()
+    });
+    let r = latscope(&[
+        "http",
+        &ng.url("/"),
+        "--http2",
+        "--streams",
+        "4",
+        "-c",
+        "3",
+        "-t",
+        "1",
+        "-n",
+        "3000",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.json["protocol"], "HTTP/2");
+    assert_eq!(r.json["streams_per_connection"], 4);
+    assert_eq!(r.json["requests"], 3000);
+    assert_eq!(r.json["status"][0]["count"], 3000);
+    assert_eq!(r.json["errors"]["total"], 0);
+    assert!(r.json["connections_opened"].as_u64().unwrap() >= 3);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(ng.access_log_lines(), 3000);
+
+    let certs = make_certs();
+    let tls = Nginx::start(NginxConf {
+        http2: true,
+        tls: Some((certs.cert.clone(), certs.key.clone())),
+        ..Default::default()
+    });
+    let ca = certs.ca.to_str().unwrap();
+    let r = latscope(&[
+        "http",
+        &tls.url("/"),
+        "--http2",
+        "--cacert",
+        ca,
+        "--streams",
+        "2",
+        "-c",
+        "2",
+        "-n",
+        "500",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.json["requests"], 500);
+    assert!(r.json["tls_handshake"]["count"].as_u64().unwrap() >= 2);
+    // A TLS server that only speaks HTTP/1.1 does not agree to h2 in ALPN.
+    let h1 = Nginx::start(NginxConf {
+        tls: Some((certs.cert.clone(), certs.key.clone())),
+        ..Default::default()
+    });
+    let r = latscope(&[
+        "http",
+        &h1.url("/"),
+        "--http2",
+        "--cacert",
+        ca,
+        "-c",
+        "1",
+        "-d",
+        "300ms",
+        "--json",
+    ]);
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    // nginx (OpenSSL) answers with a no_application_protocol alert; a server that ignores
+    // ALPN instead is caught by latscope's own check of the negotiated protocol.
+    let sample = r.json["error_samples"][0].as_str().unwrap();
+    assert!(
+        sample.contains("NoApplicationProtocol") || sample.contains("ALPN"),
+        "{sample}"
+    );
+}
