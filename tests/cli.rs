@@ -167,6 +167,7 @@ fn committed_schemas_match_the_code() {
         "stack-interval",
         "analyze",
         "capture",
+        "http",
     ] {
         let (code, out, _) = run(&["schema", kind]);
         assert_eq!(code, 0);
