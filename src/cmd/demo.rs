@@ -139,6 +139,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
             request_bytes: 64,
             response_bytes: RESPONSE,
             no_load: true,
+            url: None,
         };
         let diagnosis = collect::run(&plan, &stop, &|s| {
             progress.set(format!("{name} server: {s}"))

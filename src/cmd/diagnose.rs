@@ -19,17 +19,20 @@ use crate::progress::Progress;
 Examples:
   latscope diagnose 10.0.0.2             a latscope server: path, one request, the quick-ack
                                          experiment, concurrency, latency under load
+  latscope diagnose http://10.0.0.2/     a web server: path, GET latency alone and concurrent,
+                                         packet capture, the server's socket options
   latscope diagnose 10.0.0.2:443         any TCP service: the path (connect RTT, handshakes)
   latscope diagnose 10.0.0.2 --json
 
 Findings are named rules (nagle_delayed_ack, think_time, socket_queueing, slow_handshake,
-bufferbloat, path_dominates), ranked by the latency per request they explain, each with its
+retransmissions, bufferbloat, path_dominates), ranked by the latency per request they explain, each with its
 evidence, a confidence, the side to fix and the fix. When nothing is wrong it says so and shows
 the budget: network path against time in the hosts.
 
 Exit codes: 0 no finding; 1 findings; 2 error (bad input, target unreachable); 130 interrupted.")]
 pub struct DiagnoseArgs {
-    /// HOST[:PORT]: a latscope server (port 7373 by default) or any TCP service.
+    /// An http:// or https:// URL, or HOST[:PORT]: a latscope server (port 7373 by default) or
+    /// any TCP service.
     pub target: String,
     /// Time per application measurement.
     #[arg(short, long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
@@ -97,7 +100,18 @@ pub fn run(a: &DiagnoseArgs) -> anyhow::Result<u8> {
 }
 
 fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
-    let target = Target::parse(&a.target, DEFAULT_PORT)?;
+    let url = (a.target.starts_with("http://") || a.target.starts_with("https://"))
+        .then(|| a.target.clone());
+    let target = match &url {
+        Some(u) => {
+            let parsed = latscope_http::Url::parse(u)?;
+            Target::Inet {
+                host: parsed.host,
+                port: parsed.port,
+            }
+        }
+        None => Target::parse(&a.target, DEFAULT_PORT)?,
+    };
     if matches!(target, Target::Unix(_)) {
         anyhow::bail!("diagnose needs a network target (HOST[:PORT])");
     }
@@ -130,5 +144,6 @@ fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
         request_bytes: a.request_size as u32,
         response_bytes: a.response_size as u32,
         no_load: a.no_load,
+        url,
     })
 }

@@ -34,6 +34,8 @@ pub struct Plan {
     pub response_bytes: u32,
     /// Skip the latency-under-load step (it saturates the path for a few seconds).
     pub no_load: bool,
+    /// An http:// or https:// URL: the application steps use the HTTP load engine.
+    pub url: Option<String>,
 }
 
 fn step(name: &str, status: &str, detail: impl Into<String>) -> Step {
@@ -151,6 +153,59 @@ fn capture_and_analyze(
     })
 }
 
+/// Latency of GET `url` with `connections` connections for `duration` (HTTP load engine).
+fn http_p50(
+    url: &str,
+    connections: u32,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<Summary, String> {
+    let o = latscope_http::Options {
+        url: url.into(),
+        method: "GET".into(),
+        headers: vec![],
+        body: vec![],
+        connections,
+        threads: connections.clamp(1, 2),
+        duration: Some(duration),
+        requests: None,
+        rate_per_sec: None,
+        warmup: Duration::from_millis(300),
+        timeout: Duration::from_secs(5),
+        insecure: true,
+        ca_files: vec![],
+        connect_to: None,
+        host: None,
+        http2: false,
+        streams: 1,
+    };
+    let cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
+    let r = latscope_http::run(&cfg, stop, &mut |_| {}).map_err(|e| e.to_string())?;
+    if r.stats.requests == 0 {
+        return Err(r
+            .stats
+            .error_samples
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "no request succeeded".into()));
+    }
+    Ok(r.stats.latency.summary())
+}
+
+/// One request's latency measurement for this target: rr for latscope, HTTP for a URL.
+fn app_p50(
+    p: &Plan,
+    connections: u32,
+    quickack: bool,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<Summary, String> {
+    match &p.url {
+        Some(url) => http_p50(url, connections, duration, stop),
+        None => rr_p50(p, connections, quickack, duration, stop),
+    }
+}
+
 /// Is a latscope server listening there?
 fn is_latscope(p: &Plan) -> bool {
     let start = Start {
@@ -261,9 +316,16 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         Err(e) => steps.push(step("handshakes", "failed", e.to_string())),
     }
 
-    let latscope = connected && is_latscope(p);
-    let kind = if latscope { "latscope" } else { "tcp" };
-    if !latscope && connected {
+    let latscope = connected && p.url.is_none() && is_latscope(p);
+    let app = latscope || (connected && p.url.is_some());
+    let kind = if p.url.is_some() {
+        "http"
+    } else if latscope {
+        "latscope"
+    } else {
+        "tcp"
+    };
+    if !app && connected {
         for s in [
             "one request",
             "quick-ack experiment",
@@ -273,7 +335,7 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
             steps.push(step(s, "skipped", "the port does not speak the latscope protocol: request steps need `latscope serve` there (or an http:// URL)"));
         }
     }
-    if latscope && !stop.load(Ordering::Relaxed) {
+    if app && !stop.load(Ordering::Relaxed) {
         // 2. One request at a time — and, when the server runs on this host, a look at its
         //    end of the connection while the requests flow.
         progress("one request at a time");
@@ -305,7 +367,7 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
             let limit = p.duration + Duration::from_secs(5);
             std::thread::spawn(move || capture_and_analyze(&filter, &cap_stop, limit))
         };
-        let single = rr_p50(p, 1, false, p.duration, stop);
+        let single = app_p50(p, 1, false, p.duration, stop);
         cap_stop.store(true, Ordering::Relaxed);
         match capture.join() {
             Ok(Ok(c)) => {
@@ -422,7 +484,9 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
             (Some(s), Some(pth)) => s.p50_ns.saturating_sub(pth.p50_ns) as f64 / 1e6,
             _ => 0.0,
         };
-        if host_ms >= 1.0 && !stop.load(Ordering::Relaxed) {
+        if p.url.is_some() {
+            steps.push(step("quick-ack experiment", "skipped", "the HTTP engine does not re-arm TCP_QUICKACK; the packet capture is the evidence instead"));
+        } else if host_ms >= 1.0 && !stop.load(Ordering::Relaxed) {
             progress("quick-ack experiment");
             match rr_p50(p, 1, true, p.duration.min(Duration::from_secs(2)), stop) {
                 Ok(s) => {
@@ -449,7 +513,7 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         // 4. Concurrency.
         if !stop.load(Ordering::Relaxed) && p.concurrency > 1 {
             progress("concurrent requests");
-            match rr_p50(p, p.concurrency, false, p.duration, stop) {
+            match app_p50(p, p.concurrency, false, p.duration, stop) {
                 Ok(s) => {
                     steps.push(step(
                         "concurrent requests",
@@ -470,6 +534,12 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         // 5. Latency under load.
         if p.no_load {
             steps.push(step("latency under load", "skipped", "--no-load"));
+        } else if p.url.is_some() {
+            steps.push(step(
+                "latency under load",
+                "skipped",
+                "a bulk transfer needs `latscope serve` at the target",
+            ));
         } else if !stop.load(Ordering::Relaxed) {
             progress("latency under load");
             let sc = StreamConfig {

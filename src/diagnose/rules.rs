@@ -95,8 +95,18 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
     if !(30.0..=60.0).contains(&ms(excess)) && !(170.0..=260.0).contains(&ms(excess)) {
         return None;
     }
-    let quick = e.quickack.as_ref()?.p50_ns;
-    if quick.saturating_mul(10) > single {
+    // Decisive evidence, either way: an immediate ACK from the client removes the stall, or
+    // the capture shows Nagle-held segments released by delayed ACKs in most transactions.
+    let quick = e
+        .quickack
+        .as_ref()
+        .map(|q| q.p50_ns)
+        .filter(|q| q.saturating_mul(10) <= single);
+    let wire = e.capture.as_ref().and_then(|c| {
+        c.nagle
+            .filter(|n| c.transactions > 0 && n.0 * 2 >= c.transactions)
+    });
+    if quick.is_none() && wire.is_none() {
         return None;
     }
     let mut evidence = vec![
@@ -110,11 +120,13 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
             format_ns(excess as f64),
             classify_stall(excess)
         ),
-        format!(
-            "with TCP_QUICKACK on the client the same requests take {} (p50): the stall is the client's delayed ACK releasing data the server held back",
-            format_ns(quick as f64)
-        ),
     ];
+    if let Some(q) = quick {
+        evidence.push(format!(
+            "with TCP_QUICKACK on the client the same requests take {} (p50): the stall is the client's delayed ACK releasing data the server held back",
+            format_ns(q as f64)
+        ));
+    }
     let mut confidence = 0.9;
     if let Some(c) = &e.capture
         && let Some((n, lost, (conn, from, to))) = c.nagle
@@ -149,7 +161,7 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
     Some(Finding {
         rule: "nagle_delayed_ack".into(),
         title: "Nagle × delayed ACK: the server holds part of each response until the client's delayed ACK".into(),
-        explains_ns: single.saturating_sub(quick),
+        explains_ns: single.saturating_sub(quick.unwrap_or(path)),
         confidence,
         side: Side::Server,
         evidence,
@@ -162,6 +174,12 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
 pub fn think_time(e: &Evidence) -> Option<Finding> {
     let (single, path, excess) = host_excess(e)?;
     if excess < 1_000_000 || excess < 5 * path {
+        return None;
+    }
+    if e.capture
+        .as_ref()
+        .is_some_and(|c| c.nagle.is_some_and(|n| n.0 * 2 >= c.transactions.max(1)))
+    {
         return None;
     }
     let timer = classify_stall(excess);
@@ -356,6 +374,16 @@ mod tests {
             None,
             "quick-ack did not help: not a delayed ACK"
         );
+        // Without the experiment (HTTP targets), the wire is enough.
+        e.quickack = None;
+        e.capture = Some(CaptureEvidence {
+            frames: 90,
+            transactions: 20,
+            nagle: Some((19, 800_000_000, (0, 5, 6))),
+            ..CaptureEvidence::default()
+        });
+        assert!(nagle_delayed_ack(&e).is_some());
+        assert_eq!(think_time(&e), None);
     }
 
     #[test]

@@ -1,0 +1,48 @@
+//! The seeds' case with real nginx: `tcp_nodelay off` + `sendfile on` is diagnosed as Nagle ×
+//! delayed ACK on the server; `tcp_nodelay on` gets no latency finding.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod http_lab;
+mod support;
+
+use http_lab::{Nginx, NginxConf};
+use support::*;
+
+fn diagnose_url(url: &str) -> (i32, serde_json::Value) {
+    let (code, out, err) = run(&["diagnose", url, "-d", "1500ms", "-c", "4", "--json"]);
+    assert!(code == 0 || code == 1, "diagnose failed ({code}): {err}");
+    (code, json_checked(&out, "diagnose"))
+}
+
+#[test]
+fn nginx_nagle_and_nodelay() {
+    let _serial = http_lab::serial();
+    let slow = Nginx::start(NginxConf {
+        tcp_nodelay: false,
+        sendfile: true,
+        ..NginxConf::default()
+    });
+    let (code, doc) = diagnose_url(&slow.url("/index.html"));
+    assert_eq!(doc["target_kind"], "http");
+    assert_eq!(code, 1, "{doc}");
+    let top = &doc["findings"][0];
+    assert_eq!(top["rule"], "nagle_delayed_ack", "{doc}");
+    assert_eq!(top["side"], "server");
+    assert!(top["fix"].as_str().unwrap().contains("tcp_nodelay on"));
+    let evidence = top["evidence"].to_string();
+    assert!(evidence.contains("on the wire"), "{evidence}");
+    assert!(
+        evidence.contains("nginx") && evidence.contains("TCP_NODELAY off"),
+        "nginx's own socket: {evidence}"
+    );
+
+    let fast = Nginx::start(NginxConf {
+        tcp_nodelay: true,
+        sendfile: true,
+        ..NginxConf::default()
+    });
+    let (code, doc) = diagnose_url(&fast.url("/index.html"));
+    assert_eq!(code, 0, "{doc}");
+    assert!(doc["findings"].as_array().unwrap().is_empty(), "{doc}");
+    assert!(doc["budget"]["single_request_ns"].as_u64().unwrap() < 2_000_000);
+}
