@@ -12,7 +12,7 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (release: the tests compare speed and latency with peer tools)"
-cargo test --workspace --release --locked 2>&1 | tee target/test-output.txt
+cargo test --workspace --release --locked --no-fail-fast 2>&1 | tee target/test-output.txt
 # One closing line for CI: the counts of every test binary added up.
 awk '/^test result:/ { for (i=1;i<=NF;i++) { if ($i ~ /^passed;?$/) p+=$(i-1); if ($i ~ /^failed;?$/) f+=$(i-1); if ($i ~ /^ignored;?$/) s+=$(i-1) } }
      END { printf "%d passed, %d failed, %d skipped\n", p, f, s; exit (f>0) }' target/test-output.txt

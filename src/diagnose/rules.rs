@@ -267,14 +267,21 @@ pub fn slow_handshake(e: &Evidence) -> Option<Finding> {
 /// retransmission costs at least TCP_RTO_MIN (200 ms).
 pub fn retransmissions(e: &Evidence) -> Option<Finding> {
     let c = e.capture.as_ref()?;
-    if c.retransmissions == 0 {
+    let (rto_n, rto_lost) = c.rto_stalls.unwrap_or((0, 0));
+    // Material only: a loss rate of at least 1 in 1000 frames, or retransmission timeouts that
+    // cost at least a tenth of a request's median (and 100 µs) per request. A handful of
+    // retransmissions among a hundred thousand frames explains nothing.
+    let per_request = rto_lost.checked_div(c.transactions).unwrap_or(rto_lost);
+    let median = e.single.as_ref().map(|s| s.p50_ns).unwrap_or(0);
+    let rate_material = c.retransmissions * 1000 >= c.frames.max(1);
+    let time_material = per_request >= 100_000 && per_request * 10 >= median;
+    if c.retransmissions == 0 || !(rate_material || time_material) {
         return None;
     }
-    let (rto_n, rto_lost) = c.rto_stalls.unwrap_or((0, 0));
     Some(Finding {
         rule: "retransmissions".into(),
         title: "packet loss: segments retransmitted".into(),
-        explains_ns: rto_lost.checked_div(c.transactions).unwrap_or(rto_lost),
+        explains_ns: per_request,
         confidence: 0.9,
         side: Side::Network,
         evidence: vec![format!(
@@ -426,6 +433,15 @@ mod tests {
         assert!(f.evidence.iter().any(|l| l.contains("frames 17 → 18")));
         let r = retransmissions(&e).expect("fires");
         assert_eq!(r.explains_ns, 210_000_000 / 40);
+        // 8 retransmissions in 130k frames, 1.2 µs per request: noise, not a finding.
+        e.capture = Some(CaptureEvidence {
+            frames: 130_256,
+            transactions: 32_560,
+            retransmissions: 8,
+            rto_stalls: Some((8, 39_700_000)),
+            ..CaptureEvidence::default()
+        });
+        assert_eq!(retransmissions(&e), None);
     }
 
     #[test]
