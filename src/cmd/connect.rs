@@ -70,13 +70,7 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
             "connect measures TCP: give HOST:PORT, not a unix socket",
         ));
     }
-    let family = if a.ipv4 {
-        Family::V4
-    } else if a.ipv6 {
-        Family::V6
-    } else {
-        Family::Any
-    };
+    let family = Family::from_flags(a.ipv4, a.ipv6);
     let addr = target.resolve(family)?;
     if a.parallel == 0 || a.parallel > 10_000 {
         return Err(exit::coded(

@@ -115,13 +115,7 @@ fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
     if matches!(target, Target::Unix(_)) {
         anyhow::bail!("diagnose needs a network target (HOST[:PORT])");
     }
-    let family = if a.ipv4 {
-        Family::V4
-    } else if a.ipv6 {
-        Family::V6
-    } else {
-        Family::Any
-    };
+    let family = Family::from_flags(a.ipv4, a.ipv6);
     let addr = target.resolve(family)?;
     if a.concurrency == 0 || a.concurrency > 1000 {
         anyhow::bail!("--concurrency must be between 1 and 1000");

@@ -213,13 +213,7 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
             ));
         }
     };
-    let family = if a.ipv4 {
-        Family::V4
-    } else if a.ipv6 {
-        Family::V6
-    } else {
-        Family::Any
-    };
+    let family = Family::from_flags(a.ipv4, a.ipv6);
     let addr = match &target {
         Target::Unix(_) => None,
         t => Some(t.resolve(family)?),

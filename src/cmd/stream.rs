@@ -129,13 +129,7 @@ pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
         }
         (None, None) => return Err(usage("no target: give HOST[:PORT] or --unix PATH")),
     };
-    let family = if a.ipv4 {
-        Family::V4
-    } else if a.ipv6 {
-        Family::V6
-    } else {
-        Family::Any
-    };
+    let family = Family::from_flags(a.ipv4, a.ipv6);
     let addr = match &target {
         Target::Unix(_) => None,
         t => Some(t.resolve(family)?),

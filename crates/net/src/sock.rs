@@ -238,6 +238,17 @@ pub enum Family {
 }
 
 impl Family {
+    /// From the `-4` / `-6` flags.
+    pub fn from_flags(ipv4: bool, ipv6: bool) -> Family {
+        if ipv4 {
+            Family::V4
+        } else if ipv6 {
+            Family::V6
+        } else {
+            Family::Any
+        }
+    }
+
     fn accepts(self, ip: IpAddr) -> bool {
         match self {
             Family::Any => true,

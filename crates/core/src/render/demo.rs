@@ -81,21 +81,7 @@ impl Human for DemoReport {
             if d.findings.is_empty() {
                 let _ = writeln!(out, "    {}", d.verdict);
             }
-            for f in &d.findings {
-                let _ = writeln!(
-                    out,
-                    "    {} [{}] — {} per request, confidence {:.0}%, side to fix: {}",
-                    f.title,
-                    f.rule,
-                    format_ns(f.explains_ns as f64),
-                    f.confidence * 100.0,
-                    f.side.name()
-                );
-                for e in &f.evidence {
-                    let _ = writeln!(out, "      - {e}");
-                }
-                let _ = writeln!(out, "      fix: {}", f.fix);
-            }
+            super::diagnose::render_findings(&d.findings, "    ", out);
         }
         if self.interrupted {
             let _ = writeln!(

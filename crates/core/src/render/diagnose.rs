@@ -1,8 +1,28 @@
 use std::fmt::Write;
 
 use super::{Human, Table};
-use crate::model::diagnose::DiagnoseReport;
+use crate::model::diagnose::{DiagnoseReport, Finding};
 use crate::units::format_ns;
+
+/// The numbered findings with their evidence and fix, each line prefixed by `indent`.
+pub(crate) fn render_findings(findings: &[Finding], indent: &str, out: &mut String) {
+    for (i, x) in findings.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "\n{indent}{}. {} [{}]\n{indent}   explains {} per request · confidence {:.0}% · side to fix: {}",
+            i + 1,
+            x.title,
+            x.rule,
+            format_ns(x.explains_ns as f64),
+            x.confidence * 100.0,
+            x.side.name()
+        );
+        for e in &x.evidence {
+            let _ = writeln!(out, "{indent}   - {e}");
+        }
+        let _ = writeln!(out, "{indent}   fix: {}", x.fix);
+    }
+}
 
 impl Human for DiagnoseReport {
     fn render_human(&self, out: &mut String) {
@@ -38,22 +58,7 @@ impl Human for DiagnoseReport {
             let _ = writeln!(out, "\n  No latency problem found.");
         } else {
             let _ = writeln!(out, "\n  Findings, by the latency they explain");
-            for (i, x) in self.findings.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "\n  {}. {} [{}]\n     explains {} per request · confidence {:.0}% · side to fix: {}",
-                    i + 1,
-                    x.title,
-                    x.rule,
-                    format_ns(x.explains_ns as f64),
-                    x.confidence * 100.0,
-                    x.side.name()
-                );
-                for e in &x.evidence {
-                    let _ = writeln!(out, "     - {e}");
-                }
-                let _ = writeln!(out, "     fix: {}", x.fix);
-            }
+            render_findings(&self.findings, "  ", out);
         }
         let _ = writeln!(out, "\n  Verdict: {}", self.verdict);
         if self.interrupted {
