@@ -150,6 +150,7 @@ fn capture_and_analyze(
         think: find(StallKind::ThinkTime).map(|f| (f.count, f.lost_ns)),
         retransmissions: r.counts.retransmission + r.counts.fast_retransmission,
         rto_stalls: find(StallKind::RtoRetransmission).map(|f| (f.count, f.lost_ns)),
+        delayed_ack: find(StallKind::DelayedAck).map(|f| (f.count, f.lost_ns)),
     })
 }
 
@@ -360,6 +361,30 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
                 Ok::<_, latscope_inspect::InspectError>(r)
             })
         });
+        // Kernel receive-path latency of the server's packets, while the requests run.
+        let stack = if local {
+            let cfg = latscope_ebpf::StackConfig {
+                filters: latscope_ebpf::Filters {
+                    local_port: Some(port),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            match latscope_ebpf::Session::start(&cfg) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    steps.push(step("kernel stack", "skipped", e.to_string()));
+                    None
+                }
+            }
+        } else {
+            steps.push(step(
+                "kernel stack",
+                "skipped",
+                "the server is not on this host",
+            ));
+            None
+        };
         let cap_stop = std::sync::Arc::new(AtomicBool::new(false));
         let capture = {
             let cap_stop = cap_stop.clone();
@@ -529,6 +554,53 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
                     ev.concurrent = Some((p.concurrency, s));
                 }
                 Err(e) => steps.push(step("concurrent requests", "failed", e)),
+            }
+        }
+        if let Some(session) = stack {
+            match session.read_histograms() {
+                Ok(raw) => {
+                    use latscope_ebpf::Probe;
+                    let get = |p: Probe| {
+                        let mut h = latscope_core::Log2Histogram::new();
+                        for r in raw.iter().filter(|r| r.probe == p) {
+                            h.merge(&r.hist);
+                        }
+                        h
+                    };
+                    let med = |p: Probe| {
+                        let h = get(p);
+                        (h.count() > 0).then(|| h.quantile_ns(0.5))
+                    };
+                    let read = get(Probe::TcpSocketRead);
+                    let read_bucket = (read.count() > 0).then(|| {
+                        latscope_core::log2::bucket_label(latscope_core::log2::bucket_of(
+                            read.quantile_ns(0.5) as u64,
+                        ))
+                    });
+                    let sev = rules::StackEvidence {
+                        packets: get(Probe::IpStart).count(),
+                        ip_start_ns: med(Probe::IpStart),
+                        tcp_start_ns: med(Probe::TcpStart),
+                        enqueued_ns: med(Probe::TcpSocketEnqueued),
+                        read_ns: med(Probe::TcpSocketRead),
+                        read_bucket,
+                    };
+                    let f = |v: Option<f64>| v.map(format_ns).unwrap_or_else(|| "-".into());
+                    steps.push(step(
+                        "kernel stack",
+                        "ran",
+                        format!(
+                            "{} packets to port {port}; medians: ip-start {}, tcp-start {}, tcp-socket-enqueued {}, tcp-socket-read {}",
+                            sev.packets,
+                            f(sev.ip_start_ns),
+                            f(sev.tcp_start_ns),
+                            f(sev.enqueued_ns),
+                            f(sev.read_ns)
+                        ),
+                    ));
+                    ev.stack = Some(sev);
+                }
+                Err(e) => steps.push(step("kernel stack", "failed", e.to_string())),
             }
         }
         // 5. Latency under load.

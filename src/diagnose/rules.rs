@@ -28,6 +28,20 @@ pub struct Evidence {
     pub server_sockets: Option<ServerSockets>,
     /// What a packet capture of the single-request step showed.
     pub capture: Option<CaptureEvidence>,
+    /// Kernel receive-path latency of the server's packets (eBPF), medians in ns.
+    pub stack: Option<StackEvidence>,
+}
+
+/// Per-hook medians of how long the server's received packets had waited (latscope stack).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StackEvidence {
+    pub packets: u64,
+    pub ip_start_ns: Option<f64>,
+    pub tcp_start_ns: Option<f64>,
+    pub enqueued_ns: Option<f64>,
+    pub read_ns: Option<f64>,
+    /// The log2 bucket holding the median read latency, e.g. "(33.6ms, 67.1ms]".
+    pub read_bucket: Option<String>,
 }
 
 /// Stalls and retransmissions seen on the wire (latscope analyze's detectors).
@@ -41,6 +55,8 @@ pub struct CaptureEvidence {
     pub think: Option<(u64, u64)>,
     pub retransmissions: u64,
     pub rto_stalls: Option<(u64, u64)>,
+    /// Delayed ACKs that held data back without Nagle: count and time lost.
+    pub delayed_ack: Option<(u64, u64)>,
 }
 
 /// Options of the server's sockets, read from the sockets themselves.
@@ -64,6 +80,9 @@ pub const RULES: &[(&str, Rule)] = &[
     ("socket_queueing", socket_queueing),
     ("slow_handshake", slow_handshake),
     ("retransmissions", retransmissions),
+    ("delayed_ack", delayed_ack),
+    ("pre_tcp_kernel", pre_tcp_kernel),
+    ("socket_read_wait", socket_read_wait),
     ("bufferbloat", bufferbloat),
     ("path_dominates", path_dominates),
 ];
@@ -294,6 +313,80 @@ pub fn retransmissions(e: &Evidence) -> Option<Finding> {
     })
 }
 
+/// Delayed ACK alone: the capture shows segments waiting for a delayed ACK without Nagle being
+/// the reason (e.g. a sender whose window or TCP_CORK needs the ACK), in a material share of
+/// transactions.
+pub fn delayed_ack(e: &Evidence) -> Option<Finding> {
+    let c = e.capture.as_ref()?;
+    let (n, lost) = c.delayed_ack?;
+    let per_request = lost.checked_div(c.transactions).unwrap_or(lost);
+    if n * 10 < c.transactions.max(1) || per_request < 1_000_000 {
+        return None;
+    }
+    Some(Finding {
+        rule: "delayed_ack".into(),
+        title: "delayed ACKs hold data back (without Nagle)".into(),
+        explains_ns: per_request,
+        confidence: 0.8,
+        side: Side::Client,
+        evidence: vec![format!(
+            "on the wire: {n} of {} transactions waited for a delayed ACK, {} in all",
+            c.transactions,
+            format_ns(lost as f64)
+        )],
+        fix: "the receiver (client) should ACK at once: re-arm TCP_QUICKACK after reads, or per route `ip route change … quickack 1`; the sender can avoid waiting on ACKs by writing each message in one call".into(),
+    })
+}
+
+/// Pre-TCP kernel latency: packets wait between the IP layer and TCP (netfilter rules,
+/// routing) — netstacklat's ip-start → tcp-start gap.
+pub fn pre_tcp_kernel(e: &Evidence) -> Option<Finding> {
+    let st = e.stack.as_ref()?;
+    let (ip, tcp) = (st.ip_start_ns?, st.tcp_start_ns?);
+    let gap = tcp - ip;
+    if gap < 20_000.0 {
+        return None;
+    }
+    Some(Finding {
+        rule: "pre_tcp_kernel".into(),
+        title: "packets wait inside the kernel before TCP (netfilter rules or routing)".into(),
+        explains_ns: gap as u64,
+        confidence: 0.75,
+        side: Side::Kernel,
+        evidence: vec![format!(
+            "kernel stack (eBPF), server side: packets reach the IP layer after {} and TCP after {} (median): {} between them",
+            format_ns(ip),
+            format_ns(tcp),
+            format_ns(gap)
+        )],
+        fix: "count and trim the netfilter rules on the input path (`nft list ruleset | wc -l`, `iptables-save | wc -l`); remove redundant ones, use sets instead of long rule chains".into(),
+    })
+}
+
+/// Requests wait in the socket: the kernel had them queued long before the application read
+/// them (netstacklat's tcp-socket-enqueued vs tcp-socket-read) — too few workers, or a busy one.
+pub fn socket_read_wait(e: &Evidence) -> Option<Finding> {
+    let st = e.stack.as_ref()?;
+    let (enq, read) = (st.enqueued_ns?, st.read_ns?);
+    if read < 1_000_000.0 || read < 10.0 * enq.max(1.0) {
+        return None;
+    }
+    Some(Finding {
+        rule: "socket_read_wait".into(),
+        title: "requests wait in the socket before the server reads them".into(),
+        explains_ns: (read - enq) as u64,
+        confidence: 0.85,
+        side: Side::Server,
+        evidence: vec![format!(
+            "kernel stack (eBPF), server side: queued on the socket after {} but read by the application after {} (median{})",
+            format_ns(enq),
+            format_ns(read),
+            st.read_bucket.as_ref().map(|b| format!(", bucket {b}")).unwrap_or_default()
+        )],
+        fix: "add workers (nginx `worker_processes`), or find what keeps the workers from reading (blocking calls, CPU starvation)".into(),
+    })
+}
+
 /// Bufferbloat: a bulk transfer on the same path multiplies a small request's latency — it
 /// waits behind the bulk data in an oversized queue.
 pub fn bufferbloat(e: &Evidence) -> Option<Finding> {
@@ -442,6 +535,55 @@ mod tests {
             ..CaptureEvidence::default()
         });
         assert_eq!(retransmissions(&e), None);
+    }
+
+    #[test]
+    fn kernel_stack_rules() {
+        let mut e = base(40, 60_000);
+        e.stack = Some(StackEvidence {
+            packets: 400,
+            ip_start_ns: Some(2_000.0),
+            tcp_start_ns: Some(90_000.0),
+            enqueued_ns: Some(95_000.0),
+            read_ns: Some(60_000_000.0),
+            read_bucket: Some("(33.6ms, 67.1ms]".into()),
+        });
+        let f = pre_tcp_kernel(&e).expect("fires");
+        assert_eq!(f.side, Side::Kernel);
+        assert_eq!(f.explains_ns, 88_000);
+        let f = socket_read_wait(&e).expect("fires");
+        assert!(f.evidence[0].contains("(33.6ms, 67.1ms]"));
+        // A healthy stack: neither fires.
+        e.stack = Some(StackEvidence {
+            packets: 400,
+            ip_start_ns: Some(2_000.0),
+            tcp_start_ns: Some(4_000.0),
+            enqueued_ns: Some(6_000.0),
+            read_ns: Some(9_000.0),
+            read_bucket: None,
+        });
+        assert_eq!(pre_tcp_kernel(&e), None);
+        assert_eq!(socket_read_wait(&e), None);
+    }
+
+    #[test]
+    fn delayed_ack_alone() {
+        let mut e = base(40, 41_000);
+        e.capture = Some(CaptureEvidence {
+            frames: 200,
+            transactions: 40,
+            delayed_ack: Some((38, 1_520_000_000)),
+            ..CaptureEvidence::default()
+        });
+        let f = delayed_ack(&e).expect("fires");
+        assert_eq!(f.explains_ns, 38_000_000);
+        e.capture = Some(CaptureEvidence {
+            frames: 200,
+            transactions: 40,
+            delayed_ack: Some((1, 40_000_000)),
+            ..CaptureEvidence::default()
+        });
+        assert_eq!(delayed_ack(&e), None, "one in forty is not a pattern");
     }
 
     #[test]
