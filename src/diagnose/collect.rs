@@ -342,23 +342,32 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         progress("one request at a time");
         let local = std::net::UdpSocket::bind((p.addr.ip(), 0)).is_ok();
         let port = p.addr.port();
+        let scan_deadline = std::time::Instant::now() + p.duration + Duration::from_secs(3);
         let scan = local.then(|| {
             std::thread::spawn(move || {
                 use latscope_inspect::scan::{Selection, scan};
-                std::thread::sleep(Duration::from_millis(450));
-                let mut r = scan(Selection::Port(port), meta("sockets"))?;
-                // A port scan leaves out latscope's own process; a server running inside it
-                // (as in `latscope demo`) is found by scanning this process itself.
-                let found = r.sockets.iter().any(|row| {
-                    row.state == "ESTAB"
-                        && row.local.ends_with(&format!(":{port}"))
-                        && row.options.is_some()
-                });
-                if !found {
-                    let own = scan(Selection::Pid(std::process::id()), meta("sockets"))?;
-                    r.sockets.extend(own.sockets);
+                let server_end = |r: &latscope_core::model::sockets::SocketsReport| {
+                    r.sockets.iter().any(|row| {
+                        row.state == "ESTAB"
+                            && row.local.ends_with(&format!(":{port}"))
+                            && row.options.is_some()
+                    })
+                };
+                // Look once the requests are flowing; retry (bounded) if the connection is not
+                // up yet — set-up steps before the requests take a variable time.
+                loop {
+                    std::thread::sleep(Duration::from_millis(400));
+                    let mut r = scan(Selection::Port(port), meta("sockets"))?;
+                    // A port scan leaves out latscope's own process; a server running inside
+                    // it (as in `latscope demo`) is found by scanning this process itself.
+                    if !server_end(&r) {
+                        let own = scan(Selection::Pid(std::process::id()), meta("sockets"))?;
+                        r.sockets.extend(own.sockets);
+                    }
+                    if server_end(&r) || std::time::Instant::now() >= scan_deadline {
+                        return Ok::<_, latscope_inspect::InspectError>(r);
+                    }
                 }
-                Ok::<_, latscope_inspect::InspectError>(r)
             })
         });
         // Kernel receive-path latency of the server's packets, while the requests run.
