@@ -12,6 +12,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (release: the tests compare speed and latency with peer tools)"
+# One test at a time: many tests compare latency or rates with a peer tool measured in the same
+# test, and a neighbour test loading the two cores would skew exactly those figures.
+export RUST_TEST_THREADS=1
 cargo test --workspace --release --locked --no-fail-fast 2>&1 | tee target/test-output.txt
 # One closing line for CI: the counts of every test binary added up.
 awk '/^test result:/ { for (i=1;i<=NF;i++) { if ($i ~ /^passed;?$/) p+=$(i-1); if ($i ~ /^failed;?$/) f+=$(i-1); if ($i ~ /^ignored;?$/) s+=$(i-1) } }
