@@ -62,6 +62,7 @@ fn run_engine(c: &RrConfig) -> latscope_core::model::rr::RrReport {
 
 #[test]
 fn in_process_tcp_udp_unix() {
+    let _timing = timing_lock();
     let path = sock_path("inproc");
     let srv = server(Some(path.clone()), None, None);
     let a = srv.tcp_addr;
@@ -118,6 +119,7 @@ fn in_process_tcp_udp_unix() {
 
 #[test]
 fn binary_tcp_udp_unix_json() {
+    let _timing = timing_lock();
     let path = sock_path("bin");
     let srv = server(Some(path.clone()), None, None);
     let addr = addr_arg(srv.tcp_addr);
@@ -146,6 +148,7 @@ fn binary_tcp_udp_unix_json() {
 
 #[test]
 fn udp_losses_are_counted_and_the_run_completes() {
+    let _timing = timing_lock();
     let srv = server(None, None, None);
     let addr = addr_arg(srv.tcp_addr);
     // Every 5th datagram the server receives is dropped: in any 100 consecutive requests,
@@ -170,6 +173,7 @@ fn udp_losses_are_counted_and_the_run_completes() {
 
 #[test]
 fn nagle_split_response_stalls_and_nodelay_does_not() {
+    let _timing = timing_lock();
     let slow = server(None, Some(nagle_split(128)), None);
     let (code, out, err) = run(&[
         "rr",
@@ -228,6 +232,7 @@ fn nagle_split_response_stalls_and_nodelay_does_not() {
 
 #[test]
 fn size_sweep_flags_the_stalling_sizes() {
+    let _timing = timing_lock();
     let srv = server(None, None, None);
     // Responses up to 256 B go out in one write; larger ones as 256 B + rest with Nagle on.
     let (code, out, err) = run(&[
@@ -262,6 +267,7 @@ fn size_sweep_flags_the_stalling_sizes() {
 
 #[test]
 fn open_loop_rate_is_kept() {
+    let _timing = timing_lock();
     let srv = server(None, None, None);
     let (code, out, err) = run(&[
         "rr",
@@ -289,6 +295,7 @@ fn open_loop_rate_is_kept() {
 
 #[test]
 fn connect_and_crr() {
+    let _timing = timing_lock();
     let srv = server(None, None, None);
     let addr = addr_arg(srv.tcp_addr);
     let (code, out, err) = run(&["connect", &addr, "-n", "150", "-P", "3", "--json"]);
@@ -305,6 +312,7 @@ fn connect_and_crr() {
 
 #[test]
 fn refused_connects_are_counted_not_fatal() {
+    let _timing = timing_lock();
     // A port nobody listens on: bind, read the port, close.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -347,6 +355,7 @@ fn sockperf_p50_us(port: u16, secs: u32) -> f64 {
 
 #[test]
 fn rr_agrees_with_sockperf_on_the_same_server() {
+    let _timing = timing_lock();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

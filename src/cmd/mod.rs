@@ -36,3 +36,39 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Analyze(a) => analyze::run(&a),
     }
 }
+
+/// The measured target of `rr` and `stream`: TARGET (`HOST[:PORT]` or `unix:PATH`) or
+/// `--unix PATH`, and the transport `--udp` picks.
+pub fn target_and_transport(
+    target: &Option<String>,
+    unix: &Option<std::path::PathBuf>,
+    udp: bool,
+) -> anyhow::Result<(
+    latscope_net::sock::Target,
+    latscope_core::model::rr::Transport,
+)> {
+    use latscope_core::model::rr::Transport;
+    use latscope_net::sock::Target;
+    match (unix, target) {
+        (Some(p), _) => Ok((Target::Unix(p.clone()), Transport::Unix)),
+        (None, Some(t)) => {
+            let t = Target::parse(t, latscope_net::proto::DEFAULT_PORT)?;
+            let tr = match (&t, udp) {
+                (Target::Unix(_), true) => {
+                    return Err(crate::exit::coded(
+                        crate::exit::USAGE,
+                        "--udp cannot be used with a unix socket",
+                    ));
+                }
+                (Target::Unix(_), false) => Transport::Unix,
+                (_, true) => Transport::Udp,
+                (_, false) => Transport::Tcp,
+            };
+            Ok((t, tr))
+        }
+        (None, None) => Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "no target: give HOST[:PORT] or --unix PATH",
+        )),
+    }
+}

@@ -10,7 +10,6 @@ use latscope_core::model::rr::{RrReport, ServerBehaviour, SockOpts, Transport, W
 use latscope_core::render::{OutputFormat, emit, emit_event};
 use latscope_core::sweep::parse_size_list;
 use latscope_core::units::{parse_count, parse_duration, parse_rate, parse_size};
-use latscope_net::proto::DEFAULT_PORT;
 use latscope_net::rr::{Peer, RrConfig, StopAfter};
 use latscope_net::sock::{Family, Target};
 
@@ -189,30 +188,7 @@ fn msg_size(what: &str, v: u64, transport: Transport, peer: PeerKind) -> anyhow:
 
 /// Turn the flags into the engine's configuration.
 pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
-    let (target, transport) = match (&a.unix, &a.target) {
-        (Some(p), _) => (Target::Unix(p.clone()), Transport::Unix),
-        (None, Some(t)) => {
-            let t = Target::parse(t, DEFAULT_PORT)?;
-            let tr = match (&t, a.udp) {
-                (Target::Unix(_), true) => {
-                    return Err(exit::coded(
-                        exit::USAGE,
-                        "--udp cannot be used with a unix socket",
-                    ));
-                }
-                (Target::Unix(_), false) => Transport::Unix,
-                (_, true) => Transport::Udp,
-                (_, false) => Transport::Tcp,
-            };
-            (t, tr)
-        }
-        (None, None) => {
-            return Err(exit::coded(
-                exit::USAGE,
-                "no target: give HOST[:PORT] or --unix PATH",
-            ));
-        }
-    };
+    let (target, transport) = super::target_and_transport(&a.target, &a.unix, a.udp)?;
     let family = Family::from_flags(a.ipv4, a.ipv6);
     let addr = match &target {
         Target::Unix(_) => None,

@@ -11,7 +11,7 @@ use latscope_core::model::stream::{Direction, StreamInterval, StreamOptions, Str
 use latscope_core::render::stream::interval_line;
 use latscope_core::render::{OutputFormat, emit, emit_event};
 use latscope_core::units::{format_bitrate, parse_bitrate, parse_duration, parse_size};
-use latscope_net::proto::{DEFAULT_PORT, StreamSpec};
+use latscope_net::proto::StreamSpec;
 use latscope_net::sock::{Family, Target};
 use latscope_net::stream::StreamConfig;
 
@@ -113,22 +113,7 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
-    let (target, transport) = match (&a.unix, &a.target) {
-        (Some(p), _) => (Target::Unix(p.clone()), Transport::Unix),
-        (None, Some(t)) => {
-            let t = Target::parse(t, DEFAULT_PORT)?;
-            let tr = match (&t, a.udp) {
-                (Target::Unix(_), true) => {
-                    return Err(usage("--udp cannot be used with a unix socket"));
-                }
-                (Target::Unix(_), false) => Transport::Unix,
-                (_, true) => Transport::Udp,
-                (_, false) => Transport::Tcp,
-            };
-            (t, tr)
-        }
-        (None, None) => return Err(usage("no target: give HOST[:PORT] or --unix PATH")),
-    };
+    let (target, transport) = super::target_and_transport(&a.target, &a.unix, a.udp)?;
     let family = Family::from_flags(a.ipv4, a.ipv6);
     let addr = match &target {
         Target::Unix(_) => None,

@@ -15,6 +15,14 @@ use latscope_net::serve::{ServeConfig, Server, ServerHandle};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_latscope");
 
+/// Held by tests whose figures are compared with a bound or a peer tool, so that tests of the
+/// same binary running in parallel do not load the CPUs under them (`cargo test` runs tests on
+/// several threads; CI also sets RUST_TEST_THREADS=1).
+pub fn timing_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A latscope server on 127.0.0.1 (ephemeral port), optionally with a unix socket and forced
 /// behaviour; stopped on drop.
 pub fn server(
