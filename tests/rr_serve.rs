@@ -171,23 +171,22 @@ fn udp_losses_are_counted_and_the_run_completes() {
     assert_eq!(doc["results"][0]["transactions"], 80);
 }
 
+/// Run `latscope ARGS --json` (an rr run that must succeed) and return its RTT median, ns.
+fn rr_p50_ns(args: &[&str]) -> u64 {
+    let mut full = args.to_vec();
+    full.push("--json");
+    let (code, out, err) = run(&full);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    json_checked(&out, "rr")["results"][0]["rtt"]["p50_ns"]
+        .as_u64()
+        .unwrap()
+}
+
 #[test]
 fn nagle_split_response_stalls_and_nodelay_does_not() {
     let _timing = timing_lock();
     let slow = server(None, Some(nagle_split(128)), None);
-    let (code, out, err) = run(&[
-        "rr",
-        &addr_arg(slow.tcp_addr),
-        "-s",
-        "1024",
-        "-d",
-        "1500ms",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let p50 = json_checked(&out, "rr")["results"][0]["rtt"]["p50_ns"]
-        .as_u64()
-        .unwrap();
+    let p50 = rr_p50_ns(&["rr", &addr_arg(slow.tcp_addr), "-s", "1024", "-d", "1500ms"]);
     assert!(
         (35_000_000..=50_000_000).contains(&p50),
         "Nagle × delayed ACK p50 {p50} ns"
@@ -195,7 +194,7 @@ fn nagle_split_response_stalls_and_nodelay_does_not() {
 
     // The same split writes with TCP_NODELAY on: no stall.
     let fast = server(None, None, None);
-    let (code, out, err) = run(&[
+    let p50 = rr_p50_ns(&[
         "rr",
         &addr_arg(fast.tcp_addr),
         "-s",
@@ -204,16 +203,11 @@ fn nagle_split_response_stalls_and_nodelay_does_not() {
         "1s",
         "--server-split",
         "128",
-        "--json",
     ]);
-    assert_eq!(code, 0, "{err}");
-    let p50 = json_checked(&out, "rr")["results"][0]["rtt"]["p50_ns"]
-        .as_u64()
-        .unwrap();
     assert!(p50 < 2_000_000, "TCP_NODELAY p50 {p50} ns");
 
     // Client-side fix: TCP_QUICKACK re-armed after every read releases the held body.
-    let (code, out, _) = run(&[
+    let p50 = rr_p50_ns(&[
         "rr",
         &addr_arg(slow.tcp_addr),
         "-s",
@@ -221,12 +215,7 @@ fn nagle_split_response_stalls_and_nodelay_does_not() {
         "-d",
         "1s",
         "--quickack",
-        "--json",
     ]);
-    assert_eq!(code, 0);
-    let p50 = json_checked(&out, "rr")["results"][0]["rtt"]["p50_ns"]
-        .as_u64()
-        .unwrap();
     assert!(p50 < 2_000_000, "client TCP_QUICKACK p50 {p50} ns");
 }
 
@@ -380,12 +369,7 @@ fn rr_agrees_with_sockperf_on_the_same_server() {
     // median (the machine is shared: interference only ever adds latency).
     let (mut ours, mut theirs) = (f64::MAX, f64::MAX);
     for _ in 0..3 {
-        let (code, out, err) = run(&["rr", &target, "--peer", "sockperf", "-d", "1s", "--json"]);
-        assert_eq!(code, 0, "{err}");
-        let p50 = json_checked(&out, "rr")["results"][0]["rtt"]["p50_ns"]
-            .as_u64()
-            .unwrap() as f64
-            / 1000.0;
+        let p50 = rr_p50_ns(&["rr", &target, "--peer", "sockperf", "-d", "1s"]) as f64 / 1000.0;
         ours = ours.min(p50);
         theirs = theirs.min(sockperf_p50_us(port, 1));
     }
