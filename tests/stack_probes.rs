@@ -123,6 +123,53 @@ fn slow_reader_shows_in_socket_read_while_enqueue_stays_fast() {
     assert!(enq_slow <= 0.1, "{enq_slow:.2} of enqueues ≥ 1 ms: {enq:?}");
 }
 
+#[test]
+fn udp_read_fifo_resyncs_past_a_full_ring_and_keeps_order() {
+    // The tracepoint fallback of udp-socket-read queues each datagram's stamp per socket (a ring
+    // of 256) and pops one per read. A burst deeper than the ring makes it skip what is queued
+    // at that moment and follow the rest; reads after the burst are matched one to one again.
+    let _g = lock();
+    let lab = Lab::new("u");
+    let (_listener, udp, port) = lab.servers();
+    let netns = Lab::netns_path(&lab.ns_b);
+    let stack = Stack::start(&[
+        "--json",
+        "--netns",
+        &netns,
+        "--lport",
+        &port.to_string(),
+        "-p",
+        "udp-socket-read",
+    ]);
+    const BURST: usize = 400;
+    let read_burst = lab.udp_burst(&udp, BURST, 32, Duration::from_millis(60));
+    let quick = lab.udp_datagrams(&udp, 20, 32);
+    let (_, out) = stack.interrupt();
+    let r = report(&out);
+    let read = hist(&r, Probe::UdpSocketRead);
+    let status = r.probes.iter().find(|p| p.probe == Probe::UdpSocketRead);
+    let fifo_hook = status.and_then(|p| p.hook.as_deref()) != Some("fentry/skb_consume_udp");
+    assert_eq!(
+        read_burst, BURST,
+        "datagrams were dropped before the test could read them"
+    );
+    assert_eq!(quick, 20);
+    // With the FIFO: datagram 257 finds the ring full, so the first 257 are skipped.
+    let tracked = if fifo_hook { BURST - 257 } else { BURST };
+    assert_eq!(
+        read.count(),
+        (tracked + quick) as u64,
+        "samples: {read:?}\n{out}"
+    );
+    // The burst waited ≥ 60 ms in the queue; the one-by-one datagrams far less.
+    let slow = read.share_at_or_above(33_554_432);
+    let want = tracked as f64 / (tracked + quick) as f64;
+    assert!(
+        (slow - want).abs() < 0.02,
+        "share ≥ 33.6 ms {slow:.3}, expected {want:.3}: {read:?}"
+    );
+}
+
 fn tcp_start_run(
     lab: &Lab,
     listener: &std::net::TcpListener,

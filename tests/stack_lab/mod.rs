@@ -142,6 +142,49 @@ impl Lab {
         server.join().unwrap();
     }
 
+    /// Send `n` datagrams of `size` bytes A → B back to back while B does not read; B reads them
+    /// all once `hold` has passed since the last was sent. Returns how many B read (the receive
+    /// buffer is raised so that none should be dropped).
+    pub fn udp_burst(&self, server: &UdpSocket, n: usize, size: usize, hold: Duration) -> usize {
+        let addr = SocketAddr::from((self.ip_b, server.local_addr().unwrap().port()));
+        let server = server.try_clone().unwrap();
+        let big = 8 << 20;
+        // SAFETY: setsockopt on a valid descriptor with a correctly sized int.
+        let rc = unsafe {
+            libc::setsockopt(
+                server.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&big as *const i32).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "SO_RCVBUFFORCE");
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
+        let reader = Lab::spawn_in_ns(&self.ns_b, move || {
+            sent_rx.recv().unwrap();
+            std::thread::sleep(hold);
+            server.set_nonblocking(true).unwrap();
+            let mut buf = vec![0u8; 65536];
+            let mut got = 0;
+            while server.recv(&mut buf).is_ok() {
+                got += 1;
+            }
+            got
+        });
+        let sender = Lab::spawn_in_ns(&self.ns_a, move || {
+            let c = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
+            for _ in 0..n {
+                c.send_to(&vec![1u8; size], addr).unwrap();
+            }
+            // Let the last datagrams cross the veth before the hold starts.
+            std::thread::sleep(Duration::from_millis(20));
+            sent_tx.send(()).unwrap();
+        });
+        sender.join().unwrap();
+        reader.join().unwrap()
+    }
+
     /// Send `n` datagrams of `size` bytes A → B, each read in B before the next is sent.
     /// Returns how many were read.
     pub fn udp_datagrams(&self, server: &UdpSocket, n: usize, size: usize) -> usize {

@@ -310,6 +310,23 @@ const UDP_READ: [Hook; 3] = [
     },
 ];
 
+/// Attach sites shared by several probes (`SITE_*` in stack.bpf.c): every program at a site runs
+/// the same dispatcher, which serves the probes whose bits are set in `site_mask[site]`, so a
+/// single program per site is attached once the probes are chosen.
+pub const NSITES: usize = 5;
+
+/// The shared site of program `name`, if it has one.
+pub fn program_site(name: &str) -> Option<usize> {
+    match name {
+        "lsstk_stamp_tp" | "lsstk_ip_tp" => Some(0),
+        "lsstk_stamp_raw" | "lsstk_ip_raw" => Some(1),
+        "lsstk_tcp_cg" | "lsstk_udp_cg" => Some(2),
+        "lsstk_tcpq_tp" | "lsstk_udpq_tp" | "lsstk_udpr_q" => Some(3),
+        "lsstk_tcpq_raw" | "lsstk_udpq_raw" | "lsstk_udpr_rawq" => Some(4),
+        _ => None,
+    }
+}
+
 /// Every BPF program name the object defines (for tests and leak checks).
 pub fn all_program_names() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = STAMP_HOOKS
@@ -358,6 +375,27 @@ mod tests {
                 "{p} has no fallback"
             );
         }
+    }
+
+    #[test]
+    fn programs_sharing_a_site_share_its_attach_point() {
+        // Consolidation keeps one program per site: they must hook the same place.
+        let mut site_kind: [Option<HookKind>; NSITES] = [None; NSITES];
+        let hooks = STAMP_HOOKS
+            .iter()
+            .chain(Probe::ALL.iter().flat_map(|p| p.hooks().iter()));
+        let mut seen = 0;
+        for h in hooks {
+            for prog in h.programs {
+                if let Some(site) = program_site(prog) {
+                    seen |= 1 << site;
+                    let kind = site_kind[site].get_or_insert(h.kind);
+                    assert_eq!(*kind, h.kind, "{prog}");
+                    assert_ne!(h.kind, HookKind::Fentry, "{prog}");
+                }
+            }
+        }
+        assert_eq!(seen, (1 << NSITES) - 1, "every site is used");
     }
 
     #[test]

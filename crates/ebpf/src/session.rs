@@ -15,7 +15,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
 
 use crate::error::StackError;
-use crate::probes::{Hook, HookKind, Probe, STAMP_HOOKS};
+use crate::probes::{Hook, HookKind, NSITES, Probe, STAMP_HOOKS, program_site};
 use crate::skel::{OpenStackSkel, StackSkel, StackSkelBuilder};
 use crate::sys;
 
@@ -222,7 +222,8 @@ struct Rodata {
     filter_lport: u16,
     filter_rport: u16,
     group_by: u32,
-    stamp_in_ip_start: bool,
+    /// Probes each shared site serves (bit = probe id); see [`crate::probes::program_site`].
+    site_mask: [u32; NSITES],
 }
 
 impl Rodata {
@@ -243,7 +244,7 @@ impl Rodata {
                 GroupBy::Interface => 1,
                 GroupBy::Cgroup => 2,
             },
-            stamp_in_ip_start: false,
+            site_mask: [0; NSITES],
         }
     }
 
@@ -262,7 +263,7 @@ impl Rodata {
         ro.filter_lport = self.filter_lport;
         ro.filter_rport = self.filter_rport;
         ro.group_by = self.group_by;
-        ro.stamp_in_ip_start = self.stamp_in_ip_start;
+        ro.site_mask = self.site_mask;
         Ok(())
     }
 }
@@ -271,13 +272,40 @@ fn open_skel() -> Result<OpenStackSkel<'static>, libbpf_rs::Error> {
     StackSkelBuilder::default().open(object_storage())
 }
 
-/// Load an object with only `programs` enabled, sharing `owner`'s maps, and attach them.
-fn load_and_attach(
+/// A program to load and how to attach it.
+#[derive(Clone, Copy, Debug)]
+struct Prog {
+    name: &'static str,
+    kind: HookKind,
+}
+
+fn hook_progs(hook: &Hook) -> Vec<Prog> {
+    hook.programs
+        .iter()
+        .map(|&name| Prog {
+            name,
+            kind: hook.kind,
+        })
+        .collect()
+}
+
+/// site_mask for `hook` serving `probe` alone (`None`: the stamper, which serves no probe).
+fn masks_for(probe: Option<Probe>, hook: &Hook) -> [u32; NSITES] {
+    let mut m = [0; NSITES];
+    if let Some(p) = probe {
+        for site in hook.programs.iter().filter_map(|n| program_site(n)) {
+            m[site] |= 1 << p.id();
+        }
+    }
+    m
+}
+
+/// Open an object with only `progs` enabled, sharing `owner`'s maps, and load it.
+fn load(
     owner: &StackSkel<'static>,
     rodata: &Rodata,
-    hook: &Hook,
-    cgroup: Option<&File>,
-) -> Result<Attached, String> {
+    progs: &[Prog],
+) -> Result<StackSkel<'static>, String> {
     let _ = take_libbpf_log();
     let mut open = open_skel().map_err(|e| e.to_string())?;
     rodata.apply(&mut open).map_err(|e| e.to_string())?;
@@ -290,8 +318,10 @@ fn load_and_attach(
             (&mut m.lsstk_zero, o.lsstk_zero.as_fd()),
             (&mut m.lsstk_stats, o.lsstk_stats.as_fd()),
             (&mut m.lsstk_stamps, o.lsstk_stamps.as_fd()),
+            (&mut m.lsstk_udpq, o.lsstk_udpq.as_fd()),
             (&mut m.lsstk_udpfifo, o.lsstk_udpfifo.as_fd()),
-            (&mut m.lsstk_udpts, o.lsstk_udpts.as_fd()),
+            (&mut m.lsstk_fzero, o.lsstk_fzero.as_fd()),
+            (&mut m.lsstk_scratch, o.lsstk_scratch.as_fd()),
         ];
         for (map, fd) in shared {
             map.reuse_fd(fd).map_err(|e| e.to_string())?;
@@ -299,24 +329,32 @@ fn load_and_attach(
     }
     for mut prog in open.open_object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
-        prog.set_autoload(hook.programs.contains(&name.as_str()));
+        prog.set_autoload(progs.iter().any(|p| p.name == name));
     }
-    let mut skel = open.load().map_err(|e| {
+    open.load().map_err(|e| {
         let why = explain(&e, &take_libbpf_log());
         let why = why.replace(": failed to load BPF skeleton 'stack_bpf'", "");
-        if hook.kind == HookKind::Fentry && why.contains("EPERM") {
+        if progs.iter().any(|p| p.kind == HookKind::Fentry) && why.contains("EPERM") {
             format!("the kernel refused to load it ({why}); fentry/fexit need BPF trampolines, which this kernel does not allow")
         } else {
             format!("load: {why}")
         }
-    })?;
+    })
+}
+
+/// Attach the loaded `progs` of `skel`.
+fn attach(
+    mut skel: StackSkel<'static>,
+    progs: &[Prog],
+    cgroup: Option<&File>,
+) -> Result<Attached, String> {
     let mut links = Vec::new();
     for prog in skel.object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
-        if !hook.programs.contains(&name.as_str()) {
+        let Some(p) = progs.iter().find(|p| p.name == name) else {
             continue;
-        }
-        let link = if hook.kind == HookKind::CgroupSkb {
+        };
+        let link = if p.kind == HookKind::CgroupSkb {
             let cg = cgroup.ok_or_else(|| "no cgroup v2 hierarchy is mounted".to_string())?;
             prog.attach_cgroup(cg.as_raw_fd())
         } else {
@@ -336,6 +374,40 @@ fn load_and_attach(
         _links: links,
         _skel: skel,
     })
+}
+
+fn load_and_attach(
+    owner: &StackSkel<'static>,
+    rodata: &Rodata,
+    progs: &[Prog],
+    cgroup: Option<&File>,
+) -> Result<Attached, String> {
+    attach(load(owner, rodata, progs)?, progs, cgroup)
+}
+
+/// The final set of programs once every probe's implementation is known: programs of the chosen
+/// hooks, one per shared site (the site's mask gathers the probes it serves).
+fn consolidate(chosen: &[(Option<Probe>, &'static Hook)]) -> (Vec<Prog>, [u32; NSITES]) {
+    let mut progs: Vec<Prog> = Vec::new();
+    let mut masks = [0u32; NSITES];
+    let mut site_taken = [false; NSITES];
+    for (probe, hook) in chosen {
+        let m = masks_for(*probe, hook);
+        for (acc, bit) in masks.iter_mut().zip(m) {
+            *acc |= bit;
+        }
+        for p in hook_progs(hook) {
+            match program_site(p.name) {
+                Some(site) if site_taken[site] => {}
+                Some(site) => {
+                    site_taken[site] = true;
+                    progs.push(p);
+                }
+                None => progs.push(p),
+            }
+        }
+    }
+    (progs, masks)
 }
 
 impl Session {
@@ -359,6 +431,7 @@ impl Session {
             .map_err(|e| StackError::from_load(&e, &take_libbpf_log()))?;
 
         let mut attached = Vec::new();
+        let mut chosen: Vec<(Option<Probe>, &'static Hook)> = Vec::new();
         let mut stamp_hook = None;
         let wanted: Vec<Probe> = if cfg.probes.is_empty() {
             Probe::ALL.to_vec()
@@ -389,10 +462,10 @@ impl Session {
                 let stamps_here = probe == Probe::IpStart
                     && matches!(hook.kind, HookKind::TpBtf | HookKind::RawTp);
                 let ro = Rodata {
-                    stamp_in_ip_start: stamps_here,
+                    site_mask: masks_for(Some(probe), hook),
                     ..rodata
                 };
-                match load_and_attach(&owner, &ro, hook, cgroup.as_ref()) {
+                match load_and_attach(&owner, &ro, &hook_progs(hook), cgroup.as_ref()) {
                     Ok(a) if st.hook.is_some() => {
                         // Only probing: detach at once.
                         drop(a);
@@ -400,6 +473,7 @@ impl Session {
                     }
                     Ok(a) => {
                         attached.push(a);
+                        chosen.push((Some(probe), hook));
                         if stamps_here {
                             stamp_hook = Some(hook);
                         }
@@ -420,8 +494,9 @@ impl Session {
         // effort: without it such packets are counted as `no_stamp` or timed from a later stamp.
         if stamp_hook.is_none() {
             for hook in STAMP_HOOKS.iter() {
-                if let Ok(a) = load_and_attach(&owner, &rodata, hook, None) {
+                if let Ok(a) = load_and_attach(&owner, &rodata, &hook_progs(hook), None) {
                     attached.push(a);
+                    chosen.push((None, hook));
                     stamp_hook = Some(hook);
                     break;
                 }
@@ -446,6 +521,22 @@ impl Session {
             }
             return Err(StackError::NothingAttached(why));
         }
+        // Each probe was attached on its own, which proves it loads here; now the same programs
+        // again as one object with one program per shared site. If that object is refused the
+        // per-probe objects simply stay (same samples, more program runs per packet).
+        if !cfg.try_all && attached.len() > 1 {
+            let (progs, site_mask) = consolidate(&chosen);
+            let ro = Rodata {
+                site_mask,
+                ..rodata
+            };
+            if let Ok(skel) = load(&owner, &ro, &progs) {
+                // Detach first: for a moment nothing is attached rather than samples twice.
+                attached.clear();
+                let one = attach(skel, &progs, cgroup.as_ref()).map_err(StackError::Load)?;
+                attached.push(one);
+            }
+        }
         let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| StackError::Load(e.to_string()))?;
         Ok(Session {
             attached,
@@ -468,7 +559,7 @@ impl Session {
         self.stamp_hook.map(|h| h.label)
     }
 
-    /// Number of BPF objects attached (probes + the stamper).
+    /// Number of BPF objects attached (one once the probes are consolidated).
     pub fn attached_objects(&self) -> usize {
         self.attached.len()
     }

@@ -61,8 +61,8 @@ static __always_inline int SFX(parse_pkt)(struct sk_buff *skb, int nh_mode, stru
  * ip-start). `sk` may be NULL. `pre_ts` is a stamp the hook got elsewhere (tcp_recv_timestamp,
  * the UDP FIFO), 0 to use the skb's.
  */
-static __always_inline int SFX(record)(u32 probe, struct sk_buff *skb, struct sock *sk, int nh_mode,
-				       int ctx_kind, u8 want, u64 pre_ts)
+static __always_inline int SFX(record_at)(u32 probe, struct sk_buff *skb, struct sock *sk, int nh_mode,
+					  int ctx_kind, u8 want, u64 pre_ts, u64 now_ts)
 {
 	/* A queued/read TCP skb is owned by its socket (skb_set_owner_r()); UDP leaves skb->sk NULL
 	 * and reuses skb->dev as dev_scratch, so skb->dev is not trusted in task context. */
@@ -136,20 +136,19 @@ static __always_inline int SFX(record)(u32 probe, struct sk_buff *skb, struct so
 	 * the earlier stamp is the one to use. */
 	u64 ts = pre_ts;
 	if (skb && !ts) {
-		u64 key = (u64)skb;
-		u64 *st = bpf_map_lookup_elem(&lsstk_stamps, &key);
-		if (st) {
-			ts = *st;
+		ts = fallback_stamp(ADDR(skb));
+		if (ts)
 			stat_inc(probe, STAT_FALLBACK_STAMP);
-		} else {
+		else
 			ts = SFX(skb_rx_tstamp)(skb);
-		}
 	}
 	if (!ts) {
 		stat_inc(probe, STAT_NO_STAMP);
 		return 0;
 	}
-	u64 now = now_realtime_ns();
+	/* A clock read costs 50-150 ns on a VM with return-thunk mitigations: the biggest part of a
+	 * program run. `now_ts` is the caller's, when it just read the clock. */
+	u64 now = now_ts ? now_ts : now_realtime_ns();
 	if (ts > now) {
 		stat_inc(probe, STAT_BAD_STAMP);
 		return 0;
@@ -158,27 +157,40 @@ static __always_inline int SFX(record)(u32 probe, struct sk_buff *skb, struct so
 	return 0;
 }
 
-/* Stamp skbs without a realtime skb->tstamp at the earliest hook we use. */
-static __always_inline int SFX(stamp_skb)(struct sk_buff *skb)
+static __always_inline int SFX(record)(u32 probe, struct sk_buff *skb, struct sock *sk, int nh_mode,
+				       int ctx_kind, u8 want, u64 pre_ts)
 {
-	u64 key = (u64)skb;
-	if (SFX(skb_rx_tstamp)(skb)) {
-		/* Stamped by the kernel: make sure no entry of an earlier skb at this address is
-		 * mistaken for this one's (skbs are recycled LIFO, addresses come back fast). */
-		if (bpf_map_lookup_elem(&lsstk_stamps, &key))
-			bpf_map_delete_elem(&lsstk_stamps, &key);
-		return 0;
+	return SFX(record_at)(probe, skb, sk, nh_mode, ctx_kind, want, pre_ts, 0);
+}
+
+/* The netif_receive_skb site: stamp skbs that lack a realtime skb->tstamp (the earliest hook
+ * latscope uses), then record ip-start if this site serves it. */
+static __always_inline int SFX(rx)(struct sk_buff *skb, u32 site)
+{
+	u64 addr = ADDR(skb);
+	u32 idx = stamp_index(addr);
+	struct stamp_slot *slot = bpf_map_lookup_elem(&lsstk_stamps, &idx);
+	u64 now = 0;
+	if (slot && addr) {
+		if (SFX(skb_rx_tstamp)(skb)) {
+			/* Stamped by the kernel: an earlier skb's stamp at this address must not be
+			 * taken for this one's (skbs are recycled LIFO, addresses come back fast). */
+			if (slot->skb == addr)
+				slot->skb = 0;
+		} else {
+			now = now_realtime_ns();
+			slot->ts = now;
+			slot->skb = addr;
+		}
 	}
-	u64 now = now_realtime_ns();
-	bpf_map_update_elem(&lsstk_stamps, &key, &now, BPF_ANY);
+	if (site_mask[site] & BIT(PROBE_IP_START))
+		SFX(record_at)(PROBE_IP_START, skb, NULL, NH_DATA, CTX_SOFTIRQ, PROTO_ANY, 0, now);
 	return 0;
 }
 
 /* sock:sk_data_ready: the skb just queued is the receive queue's tail. */
 static __always_inline int SFX(data_ready)(struct sock *sk, u32 probe, u8 want)
 {
-	if (RD(sk, sk_protocol) != want)
-		return 0;
 	if (RD(sk, sk_receive_queue.qlen) == 0)
 		return 0;
 	struct sk_buff *skb = RD(sk, sk_receive_queue.prev);
@@ -190,37 +202,52 @@ static __always_inline int SFX(data_ready)(struct sock *sk, u32 probe, u8 want)
 /* UDP read fallback, enqueue side: push the tail datagram's stamp on the socket's FIFO. */
 static __always_inline int SFX(udp_push)(struct sock *sk)
 {
-	if (RD(sk, sk_protocol) != IPPROTO_UDP_)
-		return 0;
 	u32 qlen = RD(sk, sk_receive_queue.qlen);
 	if (qlen == 0)
 		return 0;
 	struct sk_buff *skb = RD(sk, sk_receive_queue.prev);
 	if (!skb)
 		return 0;
-	u64 key = (u64)sk;
-	struct udp_fifo *q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
-	if (!q) {
-		struct udp_sock *up = (void *)sk;
-		struct udp_fifo init = {};
+	struct udp_fifo *q = UDP_FIFO(sk, true);
+	if (!q)
+		return 0;
+	/* udp_sock lies beyond struct sock: a probe read, on first sight and on overflow only */
+	struct udp_sock *up = (void *)sk;
+	if (!q->seen) {
 		/* everything queued before this datagram predates us */
-		/* udp_sock lies beyond struct sock: a probe read, on first sight only */
-		init.skip = qlen - 1 + BPF_CORE_READ(up, reader_queue.qlen);
-		bpf_map_update_elem(&lsstk_udpfifo, &key, &init, BPF_NOEXIST);
-		q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
-		if (!q)
-			return 0;
+		q->seen = 1;
+		q->skip = qlen - 1 + BPF_CORE_READ(up, reader_queue.qlen);
 	}
-	u64 skbkey = (u64)skb;
-	u64 ts;
-	u64 *st = bpf_map_lookup_elem(&lsstk_stamps, &skbkey);
-	if (st)
-		ts = *st;
-	else
+	if (q->tail - q->head >= UDP_RING) {
+		/* More datagrams queued than the ring holds: skip all of them, restart after. */
+		q->skip = qlen + BPF_CORE_READ(up, reader_queue.qlen);
+		q->head = q->tail;
+		stat_inc(PROBE_UDP_READ, STAT_NO_STAMP);
+		return 0;
+	}
+	u64 ts = fallback_stamp(ADDR(skb));
+	if (!ts)
 		ts = SFX(skb_rx_tstamp)(skb);
-	struct udp_fifo_key fk = {.sk = key, .seq = q->tail};
-	bpf_map_update_elem(&lsstk_udpts, &fk, &ts, BPF_ANY);
+	q->ts[q->tail & (UDP_RING - 1)] = ts;
 	q->tail += 1;
+	return 0;
+}
+
+/* The sk_data_ready site: tcp-socket-enqueued, udp-socket-enqueued and the udp-socket-read
+ * queue, as site_mask[site] says. */
+static __always_inline int SFX(dready)(struct sock *sk, u32 site)
+{
+	u8 proto = RD(sk, sk_protocol);
+	u32 mask = site_mask[site];
+	if (proto == IPPROTO_TCP_) {
+		if (mask & BIT(PROBE_TCP_ENQUEUED))
+			SFX(data_ready)(sk, PROBE_TCP_ENQUEUED, IPPROTO_TCP_);
+	} else if (proto == IPPROTO_UDP_) {
+		if (mask & BIT(PROBE_UDP_ENQUEUED))
+			SFX(data_ready)(sk, PROBE_UDP_ENQUEUED, IPPROTO_UDP_);
+		if (mask & BIT(PROBE_UDP_READ))
+			SFX(udp_push)(sk);
+	}
 	return 0;
 }
 
@@ -231,8 +258,7 @@ static __always_inline int SFX(udp_pop)(struct sock *sk, int ret, int flags)
 		return 0;
 	if (RD(sk, sk_protocol) != IPPROTO_UDP_)
 		return 0;
-	u64 key = (u64)sk;
-	struct udp_fifo *q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
+	struct udp_fifo *q = UDP_FIFO(sk, false);
 	if (!q)
 		return 0;
 	if (q->skip) {
@@ -241,13 +267,8 @@ static __always_inline int SFX(udp_pop)(struct sock *sk, int ret, int flags)
 	}
 	if (q->head >= q->tail)
 		return 0;
-	struct udp_fifo_key fk = {.sk = key, .seq = q->head};
+	u64 ts = q->ts[q->head & (UDP_RING - 1)];
 	q->head += 1;
-	u64 *tsp = bpf_map_lookup_elem(&lsstk_udpts, &fk);
-	if (!tsp)
-		return 0;
-	u64 ts = *tsp;
-	bpf_map_delete_elem(&lsstk_udpts, &fk);
 	if (!ts) {
 		stat_inc(PROBE_UDP_READ, STAT_NO_STAMP);
 		return 0;

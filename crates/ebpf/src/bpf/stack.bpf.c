@@ -61,8 +61,20 @@ const volatile u64 filter_cgroup = 0;
 const volatile u16 filter_lport = 0;
 const volatile u16 filter_rport = 0;
 const volatile u32 group_by = GROUP_NONE;
-/* ip-start's netif_receive_skb programs also do the stamping (one program per packet less). */
-const volatile bool stamp_in_ip_start = false;
+/*
+ * Attach sites shared by several probes. Each probe has its own program per site (so it can be
+ * loaded and can fail on its own), but every program at a site runs the same dispatcher, and once
+ * the probes are chosen user space loads a single program per site, with `site_mask[site]` the
+ * probes it serves (bit = probe id): one program run per packet per site instead of one per probe.
+ */
+#define SITE_RX_TP 0	  /* tp_btf/netif_receive_skb: stamping + ip-start */
+#define SITE_RX_RAW 1	  /* raw_tp/netif_receive_skb */
+#define SITE_CG 2	  /* cgroup_skb/ingress: tcp-start + udp-start */
+#define SITE_DREADY_TP 3  /* tp_btf/sk_data_ready: tcp/udp-socket-enqueued + udp-socket-read queue */
+#define SITE_DREADY_RAW 4 /* raw_tp/sk_data_ready */
+#define NSITES 5
+const volatile u32 site_mask[NSITES] = {};
+#define BIT(probe) (1U << (probe))
 
 struct hist_key {
 	u32 probe;
@@ -105,15 +117,68 @@ struct {
 	__type(value, u64);
 } lsstk_stats SEC(".maps");
 
-/* Fallback stamps for skbs that arrive without skb->tstamp, keyed by skb address, written at the
- * earliest hook (netif_receive_skb). Bounded LRU: a stale address is overwritten the next time
- * that skb is received, and old entries age out. */
+/*
+ * Fallback stamps for skbs that arrive without a realtime skb->tstamp, written at the earliest hook
+ * (netif_receive_skb). A direct-mapped table indexed by a hash of the skb address, each slot
+ * holding (address, stamp): an array lookup is inlined by the JIT and costs a few nanoseconds,
+ * where an LRU hash update cost ~300 ns per packet (its locking and list upkeep) and dominated
+ * the per-packet overhead on loopback. A slot belongs to one skb at a time; a colliding skb
+ * overwrites it, and the earlier skb's later hooks then fall back to skb->tstamp (rare: a few
+ * skbs are in flight against 65536 slots). The slot of an skb address that comes back with a
+ * kernel stamp is cleared, so a recycled address never inherits an old stamp.
+ */
+#define NSTAMPS 65536
+struct stamp_slot {
+	u64 skb;
+	u64 ts;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, u64);
-	__type(value, u64);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NSTAMPS);
+	__type(key, u32);
+	__type(value, struct stamp_slot);
 } lsstk_stamps SEC(".maps");
+
+/* One u64 per CPU to turn a typed kernel pointer into a plain number (see ptr_addr). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} lsstk_scratch SEC(".maps");
+
+/* The address of a BTF-typed pointer as a number. The verifier refuses arithmetic on such
+ * pointers (it tracks them as pointers through registers and the stack), but a value read back
+ * from a map is a plain scalar; storing a pointer there needs CAP_PERFMON, which tracing needs
+ * anyway. The per-CPU array lookup is inlined: a few instructions. (A program interrupting this
+ * one on the same CPU between the store and the load could swap the number: the skb would then
+ * miss its fallback stamp, once; a window of two instructions.) */
+static __always_inline u64 ptr_addr(void *p)
+{
+	u32 zero = 0;
+	u64 *s = bpf_map_lookup_elem(&lsstk_scratch, &zero);
+	if (!s)
+		return 0;
+	*s = (u64)p;
+	return *(volatile u64 *)s;
+}
+
+static __always_inline u32 stamp_index(u64 addr)
+{
+	/* Fibonacci hashing: skb addresses are slab-aligned, their low bits carry nothing. */
+	return (u32)((addr * 0x9E3779B97F4A7C15ULL) >> 48) & (NSTAMPS - 1);
+}
+
+/* The fallback stamp of the skb at `addr`, or 0. */
+static __always_inline u64 fallback_stamp(u64 addr)
+{
+	u32 idx = stamp_index(addr);
+	struct stamp_slot *slot = bpf_map_lookup_elem(&lsstk_stamps, &idx);
+	if (slot && addr && slot->skb == addr)
+		return slot->ts;
+	return 0;
+}
 
 /* The kernel before 6.11 had a 1-bit mono_delivery_time instead of the 2-bit tstamp_type. */
 struct sk_buff___old {
@@ -135,31 +200,63 @@ static __always_inline void stat_inc(u32 probe, u32 stat)
 		*v += 1;
 }
 
-/* skb->tstamp if it is a CLOCK_REALTIME receive stamp, else 0. */
+/*
+ * The udp-socket-read fallback's per-socket FIFO of receive stamps (see lsstk_udpr_tp): a ring of
+ * UDP_RING stamps, one per queued datagram. If a socket queues more datagrams than the ring holds,
+ * the FIFO resynchronises: every datagram queued at that moment is skipped (`skip` reads pass
+ * without a sample) and tracking restarts with the next one.
+ */
+#define UDP_RING 256
 struct udp_fifo {
-	u64 head;
-	u64 tail;
-	u64 skip;
+	u64 head; /* sequence number of the next datagram read */
+	u64 tail; /* sequence number of the next datagram queued */
+	u32 skip; /* reads to pass over: datagrams queued while we were not tracking */
+	u32 seen; /* set once the socket's queue length at first sight was taken into `skip` */
+	u64 ts[UDP_RING];
 };
 
-struct udp_fifo_key {
-	u64 sk;
-	u64 seq;
-};
+/* tp_btf: socket-local storage, freed with the socket, no hashing or locking on lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct udp_fifo);
+} lsstk_udpq SEC(".maps");
 
+/* raw_tp (untyped socket pointers cannot use socket storage): a hash keyed by socket address. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
+	__uint(max_entries, 1024);
 	__type(key, u64);
 	__type(value, struct udp_fifo);
 } lsstk_udpfifo SEC(".maps");
 
+/* A zeroed FIFO to insert new keys from (too big for the BPF stack). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct udp_fifo_key);
-	__type(value, u64);
-} lsstk_udpts SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct udp_fifo);
+} lsstk_fzero SEC(".maps");
+
+static __always_inline struct udp_fifo *udp_fifo_storage(struct sock *sk, bool create)
+{
+	return bpf_sk_storage_get(&lsstk_udpq, sk, NULL, create ? BPF_SK_STORAGE_GET_F_CREATE : 0);
+}
+
+static __always_inline struct udp_fifo *udp_fifo_hash(struct sock *sk, bool create)
+{
+	u64 key = (u64)sk;
+	struct udp_fifo *q = bpf_map_lookup_elem(&lsstk_udpfifo, &key);
+	if (q || !create)
+		return q;
+	u32 zero = 0;
+	struct udp_fifo *z = bpf_map_lookup_elem(&lsstk_fzero, &zero);
+	if (!z)
+		return NULL;
+	bpf_map_update_elem(&lsstk_udpfifo, &key, z, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&lsstk_udpfifo, &key);
+}
 
 static __always_inline u32 log2_bucket(u64 v)
 {
@@ -239,29 +336,36 @@ static __always_inline void hist_add(u32 probe, u64 group, u64 lat)
 #define RD DIRECT_READ
 #define RD_BITFIELD BPF_CORE_READ_BITFIELD
 #define CUR_NETNS() (bpf_get_current_task_btf()->nsproxy->net_ns->ns.inum)
+#define UDP_FIFO udp_fifo_storage
+#define ADDR(p) ptr_addr(p)
 #define SFX(name) name##_direct
 #include "record.bpf.h"
 #undef RD
 #undef RD_BITFIELD
 #undef CUR_NETNS
+#undef UDP_FIFO
+#undef ADDR
 #undef SFX
 
 #define RD BPF_CORE_READ
 #define RD_BITFIELD BPF_CORE_READ_BITFIELD_PROBED
 #define CUR_NETNS() BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), nsproxy, net_ns, ns.inum)
+#define UDP_FIFO udp_fifo_hash
+#define ADDR(p) ((u64)(p))
 #define SFX(name) name##_probe
 #include "record.bpf.h"
 
+/* The stamper: the netif_receive_skb site without ip-start (e.g. when ip-start uses fentry). */
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(lsstk_stamp_tp, struct sk_buff *skb)
 {
-	return stamp_skb_direct(skb);
+	return rx_direct(skb, SITE_RX_TP);
 }
 
 SEC("raw_tp/netif_receive_skb")
 int BPF_PROG(lsstk_stamp_raw, struct sk_buff *skb)
 {
-	return stamp_skb_probe(skb);
+	return rx_probe(skb, SITE_RX_RAW);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -280,20 +384,17 @@ int BPF_PROG(lsstk_ip6_fe, struct sk_buff *skb)
 	return record_direct(PROBE_IP_START, skb, NULL, NH_DATA, CTX_SOFTIRQ, PROTO_ANY, 0);
 }
 
+/* Also the stamper: skbs without a realtime stamp get latscope's first, so they read ~0 here. */
 SEC("tp_btf/netif_receive_skb")
 int BPF_PROG(lsstk_ip_tp, struct sk_buff *skb)
 {
-	if (stamp_in_ip_start)
-		stamp_skb_direct(skb);
-	return record_direct(PROBE_IP_START, skb, NULL, NH_DATA, CTX_SOFTIRQ, PROTO_ANY, 0);
+	return rx_direct(skb, SITE_RX_TP);
 }
 
 SEC("raw_tp/netif_receive_skb")
 int BPF_PROG(lsstk_ip_raw, struct sk_buff *skb)
 {
-	if (stamp_in_ip_start)
-		stamp_skb_probe(skb);
-	return record_probe(PROBE_IP_START, skb, NULL, NH_DATA, CTX_SOFTIRQ, PROTO_ANY, 0);
+	return rx_probe(skb, SITE_RX_RAW);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -328,30 +429,38 @@ int BPF_PROG(lsstk_udp_fe6, struct sk_buff *skb)
 
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
 
-static __always_inline int cg_start(struct __sk_buff *ctx, u32 probe, u8 want)
+/* The cgroup_skb site: tcp-start and/or udp-start, as site_mask[SITE_CG] says. */
+static __always_inline int cg_start(struct __sk_buff *ctx)
 {
-	/* Cheap exit through the context first: both start probes run for every packet. */
-	struct bpf_sock *bs = ctx->sk;
-	if (!bs)
-		return 1;
-	bs = bpf_sk_fullsock(bs);
-	if (!bs || bs->protocol != want)
-		return 1;
+	/* The kernel runs cgroup_skb ingress programs only for full sockets and points skb->sk at
+	 * the receiving socket meanwhile (__cgroup_bpf_run_filter_skb), so the socket is read
+	 * straight from the kernel skb: no bpf_sk_fullsock() call on this per-packet path. */
 	struct sk_buff *skb = bpf_cast_to_kern_ctx(ctx);
-	record_direct(probe, skb, skb->sk, NH_HEADER, CTX_SOFTIRQ, want, 0);
+	struct sock *sk = skb->sk;
+	if (!sk)
+		return 1;
+	u32 mask = site_mask[SITE_CG];
+	u16 proto = sk->sk_protocol;
+	if (proto == IPPROTO_TCP_) {
+		if (mask & BIT(PROBE_TCP_START))
+			record_direct(PROBE_TCP_START, skb, sk, NH_HEADER, CTX_SOFTIRQ, IPPROTO_TCP_, 0);
+	} else if (proto == IPPROTO_UDP_) {
+		if (mask & BIT(PROBE_UDP_START))
+			record_direct(PROBE_UDP_START, skb, sk, NH_HEADER, CTX_SOFTIRQ, IPPROTO_UDP_, 0);
+	}
 	return 1; /* always let the packet pass */
 }
 
 SEC("cgroup_skb/ingress")
 int lsstk_tcp_cg(struct __sk_buff *ctx)
 {
-	return cg_start(ctx, PROBE_TCP_START, IPPROTO_TCP_);
+	return cg_start(ctx);
 }
 
 SEC("cgroup_skb/ingress")
 int lsstk_udp_cg(struct __sk_buff *ctx)
 {
-	return cg_start(ctx, PROBE_UDP_START, IPPROTO_UDP_);
+	return cg_start(ctx);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -383,25 +492,25 @@ int BPF_PROG(lsstk_udpq_fx, struct sock *sk, struct sk_buff *skb, int ret)
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(lsstk_tcpq_tp, struct sock *sk)
 {
-	return data_ready_direct(sk, PROBE_TCP_ENQUEUED, IPPROTO_TCP_);
+	return dready_direct(sk, SITE_DREADY_TP);
 }
 
 SEC("raw_tp/sk_data_ready")
 int BPF_PROG(lsstk_tcpq_raw, struct sock *sk)
 {
-	return data_ready_probe(sk, PROBE_TCP_ENQUEUED, IPPROTO_TCP_);
+	return dready_probe(sk, SITE_DREADY_RAW);
 }
 
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(lsstk_udpq_tp, struct sock *sk)
 {
-	return data_ready_direct(sk, PROBE_UDP_ENQUEUED, IPPROTO_UDP_);
+	return dready_direct(sk, SITE_DREADY_TP);
 }
 
 SEC("raw_tp/sk_data_ready")
 int BPF_PROG(lsstk_udpq_raw, struct sock *sk)
 {
-	return data_ready_probe(sk, PROBE_UDP_ENQUEUED, IPPROTO_UDP_);
+	return dready_probe(sk, SITE_DREADY_RAW);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -451,7 +560,7 @@ int BPF_PROG(lsstk_tcpr_raw, const struct sk_buff *skb, int len)
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(lsstk_udpr_q, struct sock *sk)
 {
-	return udp_push_direct(sk);
+	return dready_direct(sk, SITE_DREADY_TP);
 }
 
 SEC("tp_btf/sock_recv_length")
@@ -463,7 +572,7 @@ int BPF_PROG(lsstk_udpr_tp, struct sock *sk, int ret, int flags)
 SEC("raw_tp/sk_data_ready")
 int BPF_PROG(lsstk_udpr_rawq, struct sock *sk)
 {
-	return udp_push_probe(sk);
+	return dready_probe(sk, SITE_DREADY_RAW);
 }
 
 SEC("raw_tp/sock_recv_length")
