@@ -336,6 +336,70 @@ fn committed_schema_matches_the_code() {
 }
 
 #[test]
+fn http2_open_loop_keeps_the_rate_and_corrects_a_stall() {
+    let _serial = http_lab::serial();
+    let ng = Nginx::start(NginxConf {
+        http2: true,
+        ..Default::default()
+    });
+    let url = ng.url("/");
+    let pid = ng.pid().to_string();
+    // nginx is frozen (SIGSTOP) for 1 s from 1.5 s into a 4 s run at 400 requests/s.
+    let run = std::thread::spawn(move || {
+        latscope(&[
+            "http",
+            &url,
+            "--http2",
+            "--streams",
+            "4",
+            "-c",
+            "2",
+            "-t",
+            "1",
+            "-q",
+            "400",
+            "-d",
+            "4s",
+            "-w",
+            "0s",
+            "--json",
+        ])
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let kill = |sig: &str| {
+        let st = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    kill("-STOP");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    kill("-CONT");
+    let r = run.join().unwrap();
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.json["load"]["kind"], "open");
+    let n = r.json["requests"].as_u64().unwrap();
+    // 1600 due in 4 s; the backlog of the freeze is sent when nginx resumes.
+    assert!((1500..=1604).contains(&n), "{n}");
+    assert_eq!(
+        r.json["latency_from_intended"]["count"].as_u64().unwrap(),
+        n
+    );
+    // ~400 requests were due during the freeze: from their intended times they waited up to
+    // 1 s. Only the 8 in flight when it began waited from their actual send.
+    let corrected_p99 = ms(&r.json["latency_from_intended"]["p99_ns"]);
+    let actual_p99 = ms(&r.json["latency"]["p99_ns"]);
+    assert!(corrected_p99 > 500.0, "corrected p99 {corrected_p99} ms");
+    assert!(actual_p99 < 200.0, "actual p99 {actual_p99} ms");
+    assert!(
+        r.json["late_sends"].as_u64().unwrap() >= 300,
+        "{}",
+        r.json["late_sends"]
+    );
+}
+
+#[test]
 fn http2_h2c_and_h2_over_tls() {
     let _serial = http_lab::serial();
     // h2c with prior knowledge; nginx's http2_max_requests (1000) ends each connection with a

@@ -170,6 +170,11 @@ impl Nginx {
         panic!("could not start nginx");
     }
 
+    /// The nginx process (master_process off: the one that serves).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn url(&self, path: &str) -> String {
         let scheme = if std::fs::read_to_string(self.dir.0.join("nginx.conf"))
             .unwrap()

@@ -1,5 +1,12 @@
 //! HTTP/2 load (`--http2`): h2 over TLS (ALPN `h2`) or h2c with prior knowledge for `http://`,
-//! several concurrent streams per connection, closed loop.
+//! several concurrent streams per connection, closed or open loop.
+//!
+//! Open loop (`--rate`): each thread keeps one schedule of intended send times at its share of
+//! the rate, paced by a timerfd at absolute nanosecond deadlines (tokio's own timers have
+//! millisecond resolution). At each due time the request goes to the next free stream of the
+//! thread's connections; when none is free it is sent as soon as one is, back to back until the
+//! schedule is caught up, and its latency counts from the intended time (the
+//! coordinated-omission correction, as in the HTTP/1.1 engine).
 //!
 //! HTTP/2's framing, flow control and HPACK come from the `h2` crate, which runs on tokio: each
 //! worker thread drives its connections on its own single-threaded runtime, so the threads stay
@@ -19,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::stats::{ErrorKind, Stats};
 use crate::sys;
-use crate::worker::{Share, WorkerResult};
+use crate::worker::{LATE_NS, Share, WorkerResult};
 use crate::{Config, IntervalMsg};
 
 /// Wait before retrying a failed connection.
@@ -137,6 +144,8 @@ struct Ctx {
     /// Copied from the run's stop flag by the thread's ticker.
     stopped: std::cell::Cell<bool>,
     state: RefCell<State>,
+    /// Open loop: free streams wait here for their next intended send time.
+    free: Option<tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<u64>>>,
 }
 
 impl Ctx {
@@ -148,12 +157,13 @@ impl Ctx {
         !self.over(now) && self.state.borrow().quota != Some(0)
     }
 
-    /// Reserve a request intended now; returns whether it is measured, or None when done.
-    fn take(&self, now: u64) -> Option<bool> {
+    /// Reserve a request intended at `intended` (closed loop: now); returns whether it is
+    /// measured, or None when done.
+    fn take(&self, now: u64, intended: u64) -> Option<bool> {
         if self.over(now) {
             return None;
         }
-        let measured = now >= self.measure_start_ns;
+        let measured = intended >= self.measure_start_ns;
         let mut st = self.state.borrow_mut();
         if measured {
             match st.quota.as_mut() {
@@ -230,7 +240,23 @@ pub(crate) fn run_thread(
             "HTTP/2 run without HTTP/2 request parts",
         ));
     };
+    let open = cfg.rate_per_sec.filter(|r| *r > 0.0).map(|rate| {
+        // This thread's share of the rate: in proportion to its connections.
+        let share_rate = rate * share.ids.len() as f64 / f64::from(cfg.connections.max(1));
+        let spacing = (1e9 / share_rate).max(1.0) as u64;
+        // Stagger the threads' schedules over one spacing.
+        let first = run_start_ns + spacing * share.thread as u64 / u64::from(cfg.threads.max(1));
+        (first, spacing)
+    });
+    let (free_tx, free_rx) = match open {
+        Some(_) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
     let ctx = Rc::new(Ctx {
+        free: free_tx,
         addr,
         tls: cfg.tls.clone(),
         parts,
@@ -254,10 +280,26 @@ pub(crate) fn run_thread(
     let n_conns = share.ids.len();
     let thread = share.thread;
     let interval_ns = cfg.interval_ns;
+    let timer = match open {
+        Some(_) => {
+            let _rt = rt.enter();
+            Some(sys::async_timer()?)
+        }
+        None => None,
+    };
     let finished_ns = local.block_on(&rt, async {
-        let handles: Vec<_> = (0..n_conns)
+        let mut handles: Vec<_> = (0..n_conns)
             .map(|_| tokio::task::spawn_local(connection_loop(ctx.clone())))
             .collect();
+        if let (Some((first, spacing)), Some(timer), Some(free_rx)) = (open, timer, free_rx) {
+            handles.push(tokio::task::spawn_local(pacer(
+                ctx.clone(),
+                timer,
+                free_rx,
+                first,
+                spacing,
+            )));
+        }
         let mut interval_end = measure_start_ns + interval_ns;
         loop {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -406,15 +448,71 @@ async fn connection_loop(ctx: Rc<Ctx>) {
     }
 }
 
+/// Open loop: hand each intended send time of this thread's schedule to a free stream, at that
+/// time (a timerfd armed at the absolute deadline) or, if no stream is free then, as soon as one
+/// is.
+async fn pacer(
+    ctx: Rc<Ctx>,
+    timer: tokio::io::unix::AsyncFd<sys::Timer>,
+    mut free: tokio::sync::mpsc::UnboundedReceiver<tokio::sync::oneshot::Sender<u64>>,
+    first: u64,
+    spacing: u64,
+) {
+    let mut due = first;
+    loop {
+        if sys::now_ns() < due {
+            if timer.get_ref().arm_at(due).is_err() {
+                return;
+            }
+            while sys::now_ns() < due {
+                let Ok(mut guard) = timer.readable().await else {
+                    return;
+                };
+                guard.get_inner().drain();
+                guard.clear_ready();
+            }
+        }
+        if ctx.over(sys::now_ns()) {
+            return;
+        }
+        // The next free stream takes it; one whose connection died meanwhile has dropped its
+        // receiver, and the time goes to the next.
+        loop {
+            let Some(waiter) = free.recv().await else {
+                return;
+            };
+            if waiter.send(due).is_ok() {
+                break;
+            }
+        }
+        due += spacing;
+    }
+}
+
+/// The next intended send time (open loop: from the pacer; closed loop: now), or None when the
+/// run is over.
+async fn next_intended(ctx: &Ctx) -> Option<u64> {
+    let Some(free) = &ctx.free else {
+        return Some(sys::now_ns());
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    free.send(tx).ok()?;
+    rx.await.ok()
+}
+
 /// One stream slot: requests one after another until the run ends or the connection fails.
 async fn stream_loop(ctx: Rc<Ctx>, send: h2::client::SendRequest<Bytes>) {
     let timeout = ctx.timeout;
     let mut send = send;
     loop {
-        let Some(measured) = ctx.take(sys::now_ns()) else {
+        let Some(intended) = next_intended(&ctx).await else {
             return;
         };
-        let result = tokio::time::timeout(timeout, one_request(&ctx, &mut send, measured)).await;
+        let Some(measured) = ctx.take(sys::now_ns(), intended) else {
+            return;
+        };
+        let result =
+            tokio::time::timeout(timeout, one_request(&ctx, &mut send, measured, intended)).await;
         match result {
             Ok(Ok(())) => {}
             Ok(Err(Failure::Retry)) => {
@@ -444,6 +542,7 @@ async fn one_request(
     ctx: &Ctx,
     send: &mut h2::client::SendRequest<Bytes>,
     measured: bool,
+    intended: u64,
 ) -> Result<(), Failure> {
     // A stream ended by a graceful GOAWAY was above the server's last processed stream id, and
     // REFUSED_STREAM means not processed either (RFC 9113 §6.8, §8.7): both are safe to retry.
@@ -485,7 +584,16 @@ async fn one_request(
         st.stats.requests += 1;
         st.stats.status[usize::from(status).min(599)] += 1;
         st.acc_requests += 1;
-        st.acc_hist.record(lat);
+        if ctx.free.is_some() {
+            let corrected = now.saturating_sub(intended);
+            st.stats.latency_intended.record(corrected);
+            st.acc_hist.record(corrected);
+            if sent_ns > intended + LATE_NS {
+                st.stats.late_sends += 1;
+            }
+        } else {
+            st.acc_hist.record(lat);
+        }
     } else {
         st.stats.warmup_requests += 1;
     }

@@ -168,11 +168,6 @@ impl Config {
         } else {
             None
         };
-        if o.http2 && o.rate_per_sec.is_some() {
-            return Err(HttpError::Config(
-                "--rate is not supported with --http2 yet (closed loop only)".into(),
-            ));
-        }
         if o.http2 && o.streams == 0 {
             return Err(HttpError::Config("--streams must be at least 1".into()));
         }

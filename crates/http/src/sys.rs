@@ -174,6 +174,21 @@ impl Timer {
     }
 }
 
+impl AsRawFd for Timer {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// A [`Timer`] registered with the current tokio runtime (HTTP/2 open-loop pacing). Must be
+/// called inside the runtime.
+pub fn async_timer() -> io::Result<tokio::io::unix::AsyncFd<Timer>> {
+    let timer = Timer::new()?;
+    // SAFETY: the Timer owns its descriptor (an OwnedFd that is never replaced), and the AsyncFd
+    // owns the Timer: the descriptor stays open and the same for the AsyncFd's whole life.
+    unsafe { tokio::io::unix::AsyncFd::register(timer) }.map_err(io::Error::from)
+}
+
 /// A zeroed epoll event buffer for [`Epoll::wait`].
 pub fn event_buffer(n: usize) -> Vec<libc::epoll_event> {
     vec![libc::epoll_event { events: 0, u64: 0 }; n]

@@ -37,7 +37,7 @@ const TICK_NS: u64 = 10_000_000;
 /// Wait before retrying a failed connection attempt (keeps a refused target from spinning).
 const RECONNECT_BACKOFF_NS: u64 = 50_000_000;
 /// Open loop: a send this much later than intended counts as late.
-const LATE_NS: u64 = 1_000_000;
+pub(crate) const LATE_NS: u64 = 1_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
