@@ -421,6 +421,56 @@ const TCHAR: [bool; 256] = {
     t
 };
 
+/// Feed `data` to a parser the way the engine does, in pieces whose sizes come from `splits`
+/// (cycled; 0 counts as 1), presenting unconsumed bytes again with the next piece, and check the
+/// parser's contract on the way: it never consumes more than it was given, it only keeps bytes
+/// back while waiting for the end of a line (so never a full [`MAX_HEAD_BYTES`] buffer), and a
+/// complete response is reported at most once per byte. Returns the responses parsed, then the
+/// error if one ended the stream. For the fuzz target (`fuzz/fuzz_targets/http_response.rs`) and
+/// the randomized tests; panics if the contract is broken.
+pub fn drive(
+    data: &[u8],
+    splits: &[u8],
+    head_request: bool,
+) -> (Vec<Response>, Option<ParseError>) {
+    let mut p = ResponseParser::new(head_request);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    let mut rest = data;
+    let mut k = 0;
+    while !rest.is_empty() {
+        let n = splits
+            .get(k % splits.len().max(1))
+            .map_or(rest.len(), |&s| usize::from(s.max(1)))
+            .min(rest.len());
+        k += 1;
+        buf.extend_from_slice(&rest[..n]);
+        rest = &rest[n..];
+        loop {
+            match p.feed(&buf) {
+                Ok((used, Step::Complete(r))) => {
+                    assert!(used <= buf.len(), "consumed {used} of {}", buf.len());
+                    buf.drain(..used);
+                    out.push(r);
+                    assert!(out.len() <= data.len() + 1, "more responses than bytes");
+                    p.reset();
+                    if buf.is_empty() {
+                        break;
+                    }
+                }
+                Ok((used, Step::NeedMore)) => {
+                    assert!(used <= buf.len(), "consumed {used} of {}", buf.len());
+                    buf.drain(..used);
+                    assert!(buf.len() < MAX_HEAD_BYTES, "kept a full buffer back");
+                    break;
+                }
+                Err(e) => return (out, Some(e)),
+            }
+        }
+    }
+    (out, None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,6 +487,57 @@ mod tests {
             start = nl + 1;
         }
         None
+    }
+
+    /// Inputs built from pieces of real responses and random bytes, fed in random splits: the
+    /// parser's contract holds (see [`drive`]), and the same input gives the same responses
+    /// and error however it is split.
+    #[test]
+    fn random_responses_in_random_pieces_keep_the_contract() {
+        const PIECES: &[&[u8]] = &[
+            b"HTTP/1.1 200 OK\r\n",
+            b"HTTP/1.0 204 No Content\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            b"Content-Length: 5\r\n",
+            b"Content-Length: 18446744073709551615\r\n",
+            b"Transfer-Encoding: chunked\r\n",
+            b"Transfer-Encoding: gzip, chunked\r\n",
+            b"Connection: close\r\n",
+            b"\r\n",
+            b"\n",
+            b"5\r\nhello\r\n",
+            b"0\r\n\r\n",
+            b"ffffffffffffffff\r\n",
+            b"hello",
+            b": \t",
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let mut data = Vec::new();
+            for _ in 0..rnd() % 12 {
+                if rnd() % 4 == 0 {
+                    data.extend((0..rnd() % 8).map(|_| (rnd() & 0xff) as u8));
+                } else {
+                    data.extend_from_slice(PIECES[(rnd() % PIECES.len() as u64) as usize]);
+                }
+            }
+            let splits: Vec<u8> = (0..1 + rnd() % 5).map(|_| (rnd() % 9) as u8).collect();
+            let head = rnd() % 5 == 0;
+            let whole = drive(&data, &[], head);
+            let split = drive(&data, &splits, head);
+            assert_eq!(
+                whole,
+                split,
+                "{:?} split {splits:?}",
+                String::from_utf8_lossy(&data)
+            );
+        }
     }
 
     #[test]
