@@ -110,9 +110,10 @@ def run_workload(args, binary, port, cmd, stack):
         ev = json.loads(line)
         kind = ev.get("event")
         if kind == "interval":
-            rows.append((now, ev["start_ns"], ev["end_ns"], ev["rate_per_sec"]))
+            p50 = (ev.get("latency") or {}).get("p50_ns") or 0
+            rows.append((now, ev["start_ns"], ev["end_ns"], (ev["rate_per_sec"], p50)))
         elif kind == "stream_interval" and ev.get("side") == "client":
-            rows.append((now, ev["start_ns"], ev["end_ns"], ev["rate_bps"]))
+            rows.append((now, ev["start_ns"], ev["end_ns"], (ev["rate_bps"], 0)))
     proc.wait()
     stop.set()
     t.join()
@@ -125,13 +126,13 @@ def run_workload(args, binary, port, cmd, stack):
     return [(origin + s / 1e9, origin + e / 1e9, v) for _, s, e, v in rows]
 
 
-def classify(rows, stack):
+def classify(rows, stack, field=0):
     on, off = [], []
     for a, b, v in rows:
         if stack.attached_over(a, b):
-            on.append((a, v))
+            on.append((a, v[field]))
         elif stack.detached_over(a, b):
-            off.append((a, v))
+            off.append((a, v[field]))
     return on, off
 
 
@@ -228,6 +229,12 @@ def main():
                       f"range {min(pr):.3f}-{max(pr):.3f}x over {len(pr)}") if pr else ""
             print(f"  {name:17} without {m_off / scale:9.0f} {unit}  with {m_on / scale:9.0f} "
                   f"{unit}  ratio {m_on / m_off:.3f}x  ({len(off)}/{len(on)} intervals; {spread})")
+            if unit == "tx/s":
+                lon, loff = classify(rows, stack, 1)
+                p_on = statistics.median(v for _, v in lon) / 1e3
+                p_off = statistics.median(v for _, v in loff) / 1e3
+                print(f"  {'':17} median RTT without {p_off:.2f} us, with {p_on:.2f} us: "
+                      f"{p_on - p_off:+.2f} us per transaction")
         if old_stats != "":
             cost = cost_pass(binary, port, stack, 3)
             print("BPF time per transaction (kernel.bpf_stats_enabled; an upper bound):")

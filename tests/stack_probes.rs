@@ -170,6 +170,46 @@ fn udp_read_fifo_resyncs_past_a_full_ring_and_keeps_order() {
     );
 }
 
+#[test]
+fn sampling_times_one_packet_in_n_at_each_probe() {
+    let _g = lock();
+    let lab = Lab::new("m");
+    let (_listener, udp, port) = lab.servers();
+    let netns = Lab::netns_path(&lab.ns_b);
+    let stack = Stack::start(&[
+        "--json",
+        "--netns",
+        &netns,
+        "--lport",
+        &port.to_string(),
+        "--sample",
+        "10",
+        "-p",
+        "udp-start,udp-socket-enqueued,udp-socket-read",
+    ]);
+    const N: usize = 400;
+    assert_eq!(lab.udp_datagrams(&udp, N, 64), N);
+    let (_, out) = stack.interrupt();
+    let r = report(&out);
+    assert_eq!(r.sample_every, 10);
+    // Counters are per CPU: each CPU times its 1st, 11th, … packet.
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    let want = (N / 10) as u64..=(N / 10) as u64 + cpus;
+    for p in [
+        Probe::UdpStart,
+        Probe::UdpSocketEnqueued,
+        Probe::UdpSocketRead,
+    ] {
+        let c = hist(&r, p).count();
+        assert!(want.contains(&c), "{p}: {c} samples of {N} packets");
+    }
+    let bad = Command::new(BIN)
+        .args(["stack", "--sample", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
+
 fn tcp_start_run(
     lab: &Lab,
     listener: &std::net::TcpListener,

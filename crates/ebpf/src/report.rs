@@ -62,6 +62,9 @@ pub struct StackReport {
     pub probes: Vec<ProbeStatus>,
     /// Hook that stamps skbs arriving without `skb->tstamp` (none: such packets are not counted).
     pub stamp_hook: Option<String>,
+    /// One packet in this many was timed at each probe (`--sample`; 1 = every packet): counts
+    /// are then about 1/N of the packets.
+    pub sample_every: u32,
     pub duration_ns: u64,
     /// Stopped by Ctrl-C.
     pub interrupted: bool,
@@ -197,6 +200,13 @@ impl Human for StackReport {
             if self.interrupted { " (partial)" } else { "" }
         );
         render_snapshot(end_ms, &self.histograms, out);
+        if self.sample_every > 1 {
+            let _ = writeln!(
+                out,
+                "note: sampled: one packet in {} timed at each probe (counts are ~1/{} of the packets)",
+                self.sample_every, self.sample_every
+            );
+        }
         for st in &self.probes {
             if st.hook.is_none() {
                 let _ = writeln!(

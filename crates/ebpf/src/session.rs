@@ -81,6 +81,8 @@ pub struct StackConfig {
     /// Also try the implementations after the chosen one (and detach them again), to report
     /// everything the kernel allows (`--list-probes`).
     pub try_all: bool,
+    /// Time one packet in N at each probe (0 and 1: every packet).
+    pub sample_every: u32,
 }
 
 /// Why one implementation could not be used.
@@ -222,6 +224,7 @@ struct Rodata {
     filter_lport: u16,
     filter_rport: u16,
     group_by: u32,
+    sample_every: u32,
     /// Probes each shared site serves (bit = probe id); see [`crate::probes::program_site`].
     site_mask: [u32; NSITES],
 }
@@ -245,6 +248,7 @@ impl Rodata {
                 GroupBy::Cgroup => 2,
             },
             site_mask: [0; NSITES],
+            sample_every: cfg.sample_every,
         }
     }
 
@@ -264,6 +268,7 @@ impl Rodata {
         ro.filter_rport = self.filter_rport;
         ro.group_by = self.group_by;
         ro.site_mask = self.site_mask;
+        ro.sample_every = self.sample_every;
         Ok(())
     }
 }
@@ -322,6 +327,7 @@ fn load(
             (&mut m.lsstk_udpfifo, o.lsstk_udpfifo.as_fd()),
             (&mut m.lsstk_fzero, o.lsstk_fzero.as_fd()),
             (&mut m.lsstk_scratch, o.lsstk_scratch.as_fd()),
+            (&mut m.lsstk_sample, o.lsstk_sample.as_fd()),
         ];
         for (map, fd) in shared {
             map.reuse_fd(fd).map_err(|e| e.to_string())?;

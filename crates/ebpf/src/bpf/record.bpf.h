@@ -130,6 +130,18 @@ static __always_inline int SFX(record_at)(u32 probe, struct sk_buff *skb, struct
 			return 0;
 	}
 
+	/* --sample N: one packet in N per probe and CPU goes on, before any clock read. */
+	if (sample_every > 1) {
+		u32 key = probe;
+		u64 *n = bpf_map_lookup_elem(&lsstk_sample, &key);
+		if (n) {
+			u64 seq = *n;
+			*n = seq + 1;
+			if (seq % sample_every)
+				return 0;
+		}
+	}
+
 	/* An entry in lsstk_stamps means the skb had no realtime stamp when it entered
 	 * __netif_receive_skb_core() (a monotonic EDT delivery time kept over loopback/veth, or none);
 	 * the kernel may stamp it later (ip_local_deliver_finish() does, *after* netfilter INPUT), so

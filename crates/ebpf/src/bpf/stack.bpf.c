@@ -61,6 +61,8 @@ const volatile u64 filter_cgroup = 0;
 const volatile u16 filter_lport = 0;
 const volatile u16 filter_rport = 0;
 const volatile u32 group_by = GROUP_NONE;
+/* Time one packet in `sample_every` at each probe (0 or 1: every packet). */
+const volatile u32 sample_every = 0;
 /*
  * Attach sites shared by several probes. Each probe has its own program per site (so it can be
  * loaded and can fail on its own), but every program at a site runs the same dispatcher, and once
@@ -109,6 +111,14 @@ struct {
 	__type(key, u32);
 	__type(value, struct hist_val);
 } lsstk_zero SEC(".maps");
+
+/* Per-CPU, per-probe packet counters for --sample. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NPROBES);
+	__type(key, u32);
+	__type(value, u64);
+} lsstk_sample SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
