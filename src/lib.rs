@@ -51,10 +51,36 @@ where
     };
     match cmd::run(cli) {
         Ok(code) => ExitCode::from(code),
+        Err(err) if broken_pipe(&err) => {
+            // The reader of stdout went away (`latscope … | head`): nothing left to report to,
+            // and nothing went wrong on latscope's side (as ripgrep and coreutils do).
+            ExitCode::from(exit::OK)
+        }
         Err(err) => {
             let code = exit::code_for(&err);
             exit::print_error(&err);
             ExitCode::from(code)
         }
     }
+}
+
+/// An EPIPE in the error chain *and* stdout's reader gone: a socket's EPIPE (a peer that closed)
+/// stays an error.
+fn broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    }) && stdout_reader_gone()
+}
+
+/// poll() reports POLLERR on the write end of a pipe whose read end is closed.
+fn stdout_reader_gone() -> bool {
+    let mut pfd = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n == 1 && pfd.revents & libc::POLLERR != 0
 }

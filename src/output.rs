@@ -63,3 +63,15 @@ pub fn unix_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+/// The result of a write made while a run is going (a `--json-lines` event, a per-reply line):
+/// if stdout's reader has gone (`latscope … | head`), ask the run to stop as Ctrl-C would. Its
+/// final write then fails the same way and the process ends quietly with exit 0 (see
+/// `main_with_args`). Other write errors are left to the final write to report.
+pub fn live<T>(r: std::io::Result<T>, stop: &std::sync::atomic::AtomicBool) {
+    if let Err(e) = r
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}

@@ -381,3 +381,41 @@ fn rr_agrees_with_sockperf_on_the_same_server() {
         "latscope p50 {ours} us vs sockperf {theirs} us (ratio {ratio:.2})"
     );
 }
+
+#[test]
+fn a_closed_stdout_ends_the_run_quietly() {
+    // `latscope rr … --json-lines | head -1`: the run stops at its next write, exit 0, no error.
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let srv = server(None, None, None);
+    let mut child = Command::new(support::BIN)
+        .args([
+            "rr",
+            &addr_arg(srv.tcp_addr),
+            "--udp",
+            "-d",
+            "20s",
+            "-i",
+            "100ms",
+            "--json-lines",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("\"interval\""), "{first}");
+    // The reader (and with it the pipe's read end) is gone now.
+    let started = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}

@@ -186,7 +186,10 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
             b.set_message(m);
         }
         if format == OutputFormat::JsonLines {
-            let _ = emit_event(&interval_event(iv), &mut std::io::stdout().lock());
+            output::live(
+                emit_event(&interval_event(iv), &mut std::io::stdout().lock()),
+                &stop,
+            );
         }
     };
     let result = latscope_http::run(&cfg, &stop, &mut on_interval).map_err(to_exit);

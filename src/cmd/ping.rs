@@ -193,16 +193,19 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
         let mut out = std::io::stdout().lock();
         match format {
             OutputFormat::Human if !flood => {
-                let _ = writeln!(out, "{}", render::ping::reply_line(r));
+                output::live(writeln!(out, "{}", render::ping::reply_line(r)), &stop);
             }
             OutputFormat::JsonLines => {
-                let _ = render::emit_event(
-                    &ReplyEvent {
-                        event: "reply",
-                        command: "ping",
-                        reply: r,
-                    },
-                    &mut out,
+                output::live(
+                    render::emit_event(
+                        &ReplyEvent {
+                            event: "reply",
+                            command: "ping",
+                            reply: r,
+                        },
+                        &mut out,
+                    ),
+                    &stop,
                 );
             }
             _ => {}

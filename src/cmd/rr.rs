@@ -346,7 +346,7 @@ pub fn run(a: &RrArgs) -> anyhow::Result<u8> {
     let mut on_interval = |ev: &latscope_core::model::IntervalEvent| {
         progress.interval(ev);
         if format == OutputFormat::JsonLines {
-            let _ = emit_event(ev, &mut stdout);
+            crate::output::live(emit_event(ev, &mut stdout), &stop);
         }
     };
     let meta = Meta::new("rr", env!("CARGO_PKG_VERSION"), unix_ms());

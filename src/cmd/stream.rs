@@ -228,7 +228,7 @@ pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
     let mut header_done = false;
     let mut on_interval = |ev: &StreamInterval| match format {
         OutputFormat::JsonLines => {
-            let _ = emit_event(ev, &mut std::io::stdout());
+            crate::output::live(emit_event(ev, &mut std::io::stdout()), &stop);
         }
         OutputFormat::Human => {
             progress.set(format!(

@@ -204,17 +204,20 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         let mut out = std::io::stdout().lock();
         match format {
             OutputFormat::Human => {
-                let _ = writeln!(out, "{}", render::ping::hop_line(h));
+                output::live(writeln!(out, "{}", render::ping::hop_line(h)), &stop);
                 let _ = out.flush();
             }
             OutputFormat::JsonLines => {
-                let _ = render::emit_event(
-                    &HopEvent {
-                        event: "hop",
-                        command: "trace",
-                        hop: h,
-                    },
-                    &mut out,
+                output::live(
+                    render::emit_event(
+                        &HopEvent {
+                            event: "hop",
+                            command: "trace",
+                            hop: h,
+                        },
+                        &mut out,
+                    ),
+                    &stop,
                 );
             }
             OutputFormat::Json => {}
