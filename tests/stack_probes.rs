@@ -21,16 +21,7 @@ fn veth_traffic_reaches_every_available_probe_with_plausible_counts() {
     let _g = lock();
     let lab = Lab::new("p");
     let (listener, udp, port) = lab.servers();
-    let netns = Lab::netns_path(&lab.ns_b);
-    let stack = Stack::start(&[
-        "--json",
-        "--netns",
-        &netns,
-        "--lport",
-        &port.to_string(),
-        "-r",
-        "1h",
-    ]);
+    let stack = lab.stack_on_port(port, &["-r", "1h"]);
     const N: usize = 200;
     lab.tcp_transactions(&listener, N, 100, Duration::ZERO);
     const SMALL: usize = 100;
@@ -97,16 +88,7 @@ fn slow_reader_shows_in_socket_read_while_enqueue_stays_fast() {
     let _g = lock();
     let lab = Lab::new("s");
     let (listener, _udp, port) = lab.servers();
-    let netns = Lab::netns_path(&lab.ns_b);
-    let stack = Stack::start(&[
-        "--json",
-        "--netns",
-        &netns,
-        "--lport",
-        &port.to_string(),
-        "-p",
-        "tcp-socket-enqueued,tcp-socket-read",
-    ]);
+    let stack = lab.stack_on_port(port, &["-p", "tcp-socket-enqueued,tcp-socket-read"]);
     const N: usize = 20;
     lab.tcp_transactions(&listener, N, 100, Duration::from_millis(50));
     let (_, out) = stack.interrupt();
@@ -131,16 +113,7 @@ fn udp_read_fifo_resyncs_past_a_full_ring_and_keeps_order() {
     let _g = lock();
     let lab = Lab::new("u");
     let (_listener, udp, port) = lab.servers();
-    let netns = Lab::netns_path(&lab.ns_b);
-    let stack = Stack::start(&[
-        "--json",
-        "--netns",
-        &netns,
-        "--lport",
-        &port.to_string(),
-        "-p",
-        "udp-socket-read",
-    ]);
+    let stack = lab.stack_on_port(port, &["-p", "udp-socket-read"]);
     const BURST: usize = 400;
     let read_burst = lab.udp_burst(&udp, BURST, 32, Duration::from_millis(60));
     let quick = lab.udp_datagrams(&udp, 20, 32);
@@ -175,18 +148,15 @@ fn sampling_times_one_packet_in_n_at_each_probe() {
     let _g = lock();
     let lab = Lab::new("m");
     let (_listener, udp, port) = lab.servers();
-    let netns = Lab::netns_path(&lab.ns_b);
-    let stack = Stack::start(&[
-        "--json",
-        "--netns",
-        &netns,
-        "--lport",
-        &port.to_string(),
-        "--sample",
-        "10",
-        "-p",
-        "udp-start,udp-socket-enqueued,udp-socket-read",
-    ]);
+    let stack = lab.stack_on_port(
+        port,
+        &[
+            "--sample",
+            "10",
+            "-p",
+            "udp-start,udp-socket-enqueued,udp-socket-read",
+        ],
+    );
     const N: usize = 400;
     assert_eq!(lab.udp_datagrams(&udp, N, 64), N);
     let (_, out) = stack.interrupt();
@@ -215,16 +185,7 @@ fn tcp_start_run(
     listener: &std::net::TcpListener,
     port: u16,
 ) -> latscope_core::Log2Histogram {
-    let netns = Lab::netns_path(&lab.ns_b);
-    let stack = Stack::start(&[
-        "--json",
-        "--netns",
-        &netns,
-        "--lport",
-        &port.to_string(),
-        "-p",
-        "tcp-start",
-    ]);
+    let stack = lab.stack_on_port(port, &["-p", "tcp-start"]);
     lab.tcp_transactions(listener, 200, 100, Duration::ZERO);
     let (_, out) = stack.interrupt();
     hist(&report(&out), Probe::TcpStart)

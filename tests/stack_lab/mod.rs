@@ -111,6 +111,15 @@ impl Lab {
         })
     }
 
+    /// `latscope stack --json` filtered to B's namespace and local `port`, plus `extra`.
+    pub fn stack_on_port(&self, port: u16, extra: &[&str]) -> Stack {
+        let netns = Lab::netns_path(&self.ns_b);
+        let port = port.to_string();
+        let mut args = vec!["--json", "--netns", &netns, "--lport", &port];
+        args.extend_from_slice(extra);
+        Stack::start(&args)
+    }
+
     /// `n` request/response transactions A → B of `size` bytes; the server (in B) sleeps `think`
     /// before each read (the "too few workers" case).
     pub fn tcp_transactions(&self, listener: &TcpListener, n: usize, size: usize, think: Duration) {
