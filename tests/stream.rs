@@ -98,6 +98,14 @@ fn udp_sent_equals_received_plus_lost_both_ways() {
             "{}: {udp}",
             r["direction"]
         );
+        // Both receivers' CPU is known: the client's threads, and the server's shared UDP
+        // thread, which received nothing but this test's datagrams.
+        let rx = &r["receiver"]["cost"];
+        assert_eq!(rx["cpu_measured"], true, "{}: {rx}", r["direction"]);
+        assert!(
+            rx["cpu_user_pct"].as_f64().unwrap() + rx["cpu_sys_pct"].as_f64().unwrap() > 0.0,
+            "{rx}"
+        );
         // Paced at 20 Mbit/s per stream, 40 Mbit/s per direction: within 5% of the target.
         let rate = r["sender"]["rate_bps"].as_f64().unwrap();
         assert!(

@@ -108,7 +108,26 @@ struct UdpTest {
     deadline: Instant,
 }
 
+/// The shared UDP thread's CPU time, published by that thread: every [`UDP_USAGE_EVERY`] while
+/// busy, and whenever its receive times out (idle), so a snapshot is exact once traffic stops.
+#[derive(Clone, Copy, Debug, Default)]
+struct UdpUsage {
+    /// Datagrams the thread had received when `usage` was taken.
+    datagrams: u64,
+    usage: ThreadUsage,
+    at: Option<Instant>,
+}
+
+/// How often the busy UDP thread publishes its CPU time (getrusage is a system call: not per
+/// datagram).
+const UDP_USAGE_EVERY: Duration = Duration::from_millis(10);
+
+/// The UDP thread's receive timeout: how often it checks for shutdown, and how soon after the
+/// traffic stops it publishes its final CPU time.
+const UDP_IDLE: Duration = Duration::from_millis(20);
+
 struct Shared {
+    udp_usage: Mutex<UdpUsage>,
     cfg: ServeConfig,
     stop: Arc<AtomicBool>,
     conns: AtomicU32,
@@ -261,7 +280,7 @@ impl Server {
             l.set_nonblocking(true)
                 .map_err(|e| NetError::io("listener", e))?;
         }
-        udp.set_read_timeout(Some(POLL))
+        udp.set_read_timeout(Some(UDP_IDLE))
             .map_err(|e| NetError::io("udp socket", e))?;
         let udp_out = udp.try_clone().ok();
         Ok(Server {
@@ -269,6 +288,7 @@ impl Server {
             udp,
             unix,
             shared: Arc::new(Shared {
+                udp_usage: Mutex::new(UdpUsage::default()),
                 cfg,
                 stop,
                 conns: AtomicU32::new(0),
@@ -871,11 +891,31 @@ fn canonical(ip: IpAddr) -> IpAddr {
 fn udp_loop(udp: &UdpSocket, sh: &Shared) {
     let mut buf = vec![0u8; 65_536];
     let mut resp = vec![0u8; 65_536];
+    let mut datagrams = 0u64;
+    let mut published = Instant::now();
+    let publish = |datagrams: u64| {
+        let now = Instant::now();
+        if let Ok(mut u) = sh.udp_usage.lock() {
+            *u = UdpUsage {
+                datagrams,
+                usage: ThreadUsage::now(),
+                at: Some(now),
+            };
+        }
+        now
+    };
     while !sh.stop.load(Ordering::Relaxed) {
         let (n, from) = match udp.recv_from(&mut buf) {
             Ok(x) => x,
-            Err(_) => continue,
+            Err(_) => {
+                published = publish(datagrams);
+                continue;
+            }
         };
+        datagrams += 1;
+        if datagrams % 64 == 0 && published.elapsed() >= UDP_USAGE_EVERY {
+            published = publish(datagrams);
+        }
         let pkt = &mut buf[..n];
         if n >= 5 && &pkt[..4] == UDP_ECHO_MAGIC && pkt[4] == UDP_ECHO_REQUEST {
             pkt[4] = UDP_ECHO_REPLY;
@@ -906,6 +946,26 @@ fn udp_loop(udp: &UdpSocket, sh: &Shared) {
         h.write(&mut resp[..len]);
         let _ = udp.send_to(&resp[..len], from);
     }
+}
+
+/// The UDP thread's CPU time since `before`, once it has published after the end of the test,
+/// if at most 1% of the datagrams it received meanwhile (and no more than 16) were not this
+/// test's `ours`.
+fn udp_thread_usage(sh: &Shared, before: UdpUsage, ours: u64) -> Option<ThreadUsage> {
+    let ended = Instant::now();
+    let deadline = ended + 5 * UDP_IDLE;
+    let after = loop {
+        let u = sh.udp_usage.lock().map(|u| *u).ok()?;
+        if u.at.is_some_and(|t| t > ended) {
+            break u;
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(UDP_IDLE / 4);
+    };
+    let others = (after.datagrams - before.datagrams).saturating_sub(ours);
+    (others <= 16.max(ours / 100)).then(|| after.usage.since(before.usage))
 }
 
 /// A data connection joins its stream test.
@@ -1071,6 +1131,7 @@ fn run_stream_test(sh: &Shared, conn: &mut Conn, test: &Arc<StreamTest>) -> (u64
         }
         let _ = test.joined.wait_timeout(g, left.min(POLL));
     }
+    let udp_usage_start = sh.udp_usage.lock().map(|u| *u).unwrap_or_default();
     let start = Instant::now();
     let _ = test.start.set(start);
     if proto::write_frame(conn, &Control::Go).is_err() {
@@ -1259,10 +1320,16 @@ fn run_stream_test(sh: &Shared, conn: &mut Conn, test: &Arc<StreamTest>) -> (u64
         flows,
         cost_as_sender: flow::cost(send_usage, sb, sc, call_ns(true), start.elapsed()),
         cost_as_receiver: {
+            // UDP is received by the server's one shared UDP thread: its CPU time is this
+            // test's when (nearly) all it received meanwhile was this test's datagrams.
+            let udp_cpu = (spec.transport == Transport::Udp && rc > 0)
+                .then(|| udp_thread_usage(sh, udp_usage_start, rc))
+                .flatten();
+            if let Some(u) = udp_cpu {
+                recv_usage.add(u);
+            }
             let mut c = flow::cost(recv_usage, rb, rc, call_ns(false), start.elapsed());
-            // UDP is received by the server's one shared UDP thread: its CPU time cannot be
-            // attributed to one test.
-            c.cpu_measured = spec.transport != Transport::Udp;
+            c.cpu_measured = spec.transport != Transport::Udp || udp_cpu.is_some();
             c
         },
     };

@@ -38,14 +38,16 @@ pub struct StreamOptions {
 /// What one side spent moving its bytes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Cost {
-    /// False where the CPU time could not be attributed (the server's shared UDP receiver).
+    /// False where the CPU time could not be attributed: the server's shared UDP receiver while
+    /// other traffic reached it too.
     pub cpu_measured: bool,
     pub cpu_user_pct: f64,
     pub cpu_sys_pct: f64,
     /// read/write/send/recv/sendfile calls on the data sockets.
     pub io_calls: u64,
     pub bytes_per_call: f64,
-    /// Mean time per I/O call, µs (nuttcp's msec/call, in µs).
+    /// Mean time per I/O call, µs (nuttcp's msec/call, in µs); 0 where not measured (the
+    /// server's shared UDP receiver).
     pub us_per_call: f64,
     pub context_switches: u64,
 }

@@ -60,7 +60,12 @@ fn cost_cells(c: &Cost) -> Vec<String> {
         cpu(c.cpu_sys_pct),
         c.io_calls.to_string(),
         format_bytes(c.bytes_per_call),
-        format!("{:.2}", c.us_per_call),
+        // Time in the call is not measured for datagrams the server's shared UDP thread reads.
+        if c.us_per_call == 0.0 && c.io_calls > 0 {
+            "n/a".into()
+        } else {
+            format!("{:.2}", c.us_per_call)
+        },
         if c.cpu_measured {
             c.context_switches.to_string()
         } else {
