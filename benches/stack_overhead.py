@@ -16,7 +16,12 @@ A second figure does not depend on the noise: with kernel.bpf_stats_enabled on (
 restored on exit), the run time of latscope's BPF programs per transaction, and the ratio it
 predicts. The stats add two clock reads per program run, so that figure is an upper bound.
 
-Usage: sudo benches/stack_overhead.py [--seconds 40] [--phase 3] [--interval 0.5]
+--floor adds to each ping-pong phases with the same programs at the same hooks but no packet
+timed at any probe (`--sample 1000000000`; the stamper still stamps skbs that arrive without a
+kernel stamp), taking turns with the full phases (a detached phase between any two): the price of
+being at those hooks at all, which no work saved inside the programs can go below.
+
+Usage: sudo benches/stack_overhead.py [--seconds 40] [--phase 3] [--interval 0.5] [--floor]
 Needs root, bpftool, and a release build (built if missing).
 """
 
@@ -46,7 +51,8 @@ def free_port():
 class Stack:
     """`latscope stack` attached and detached on demand; records when it was attached."""
 
-    def __init__(self, binary, tmp, extra):
+    def __init__(self, binary, tmp, extra, label=""):
+        self.label = label
         self.binary = binary
         self.tmp = tmp
         self.extra = extra
@@ -88,15 +94,19 @@ class Stack:
         return not any(s - margin < b and a < e + margin for s, e in self.periods)
 
 
-def run_workload(args, binary, port, cmd, stack):
-    """Run one workload while toggling the stack; return [(start, end, figure)] per interval."""
+def run_workload(args, binary, port, cmd, stacks):
+    """Run one workload while attaching each of `stacks` in turn, with a detached phase between
+    any two; return [(start, end, figure)] per interval."""
     argv = [binary] + cmd + [f"127.0.0.1:{port}", "--json-lines", "-i", f"{args.interval}s"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     stop = threading.Event()
 
     def toggler():
         time.sleep(args.phase)  # detached first
+        turn = 0
         while not stop.is_set():
+            stack = stacks[turn % len(stacks)]
+            turn += 1
             stack.attach()
             stop.wait(args.phase)
             stack.detach()
@@ -117,7 +127,8 @@ def run_workload(args, binary, port, cmd, stack):
     proc.wait()
     stop.set()
     t.join()
-    stack.detach()
+    for stack in stacks:
+        stack.detach()
     if not rows:
         sys.exit(f"no intervals from: {' '.join(argv)}")
     # The workload's clock starts at an unknown moment: the smallest (arrival - end) is the
@@ -126,12 +137,14 @@ def run_workload(args, binary, port, cmd, stack):
     return [(origin + s / 1e9, origin + e / 1e9, v) for _, s, e, v in rows]
 
 
-def classify(rows, stack, field=0):
+def classify(rows, stack, stacks, field=0):
+    """Intervals wholly inside an attached period of `stack`, and wholly outside every period
+    of all `stacks`."""
     on, off = [], []
     for a, b, v in rows:
         if stack.attached_over(a, b):
             on.append((a, v[field]))
-        elif stack.detached_over(a, b):
+        elif all(s.detached_over(a, b) for s in stacks):
             off.append((a, v[field]))
     return on, off
 
@@ -180,6 +193,32 @@ def cost_pass(binary, port, stack, secs):
     return res
 
 
+def measure(args, binary, port, name, unit, scale, cmd, stacks):
+    """One workload with `stacks` attached in turn; prints each one's with/without figures."""
+    for stack in stacks:
+        stack.periods = []
+    rows = run_workload(args, binary, port, cmd, stacks)
+    for stack in stacks:
+        label = name if stack is stacks[0] else f"  {stack.label}"
+        on, off = classify(rows, stack, stacks)
+        if not on or not off:
+            print(f"  {label}: too few clean intervals (on {len(on)}, off {len(off)})")
+            continue
+        m_on = statistics.median(v for _, v in on)
+        m_off = statistics.median(v for _, v in off)
+        pr = phase_ratios(on, off, stack)
+        spread = (f"per phase: median {statistics.median(pr):.3f}x, "
+                  f"range {min(pr):.3f}-{max(pr):.3f}x over {len(pr)}") if pr else ""
+        print(f"  {label:17} without {m_off / scale:9.0f} {unit}  with {m_on / scale:9.0f} "
+              f"{unit}  ratio {m_on / m_off:.3f}x  ({len(off)}/{len(on)} intervals; {spread})")
+        if unit == "tx/s":
+            lon, loff = classify(rows, stack, stacks, 1)
+            p_on = statistics.median(v for _, v in lon) / 1e3
+            p_off = statistics.median(v for _, v in loff) / 1e3
+            print(f"  {'':17} median RTT without {p_off:.2f} us, with {p_on:.2f} us: "
+                  f"{p_on - p_off:+.2f} us per transaction")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=40, help="length of each workload run")
@@ -189,6 +228,9 @@ def main():
                     help="comma-separated subset of udp, tcp, stream")
     ap.add_argument("--stack-args", default="",
                     help="extra arguments for latscope stack, e.g. '-p udp-start'")
+    ap.add_argument("--floor", action="store_true",
+                    help="also measure each ping-pong with the same programs attached but timing "
+                         "no packet (--sample 1000000000): the cost of the hooks themselves")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (CAP_BPF, CAP_PERFMON)")
@@ -203,6 +245,7 @@ def main():
     server = subprocess.Popen([binary, "serve", "--bind", "127.0.0.1", "-p", str(port), "-q"],
                               stderr=subprocess.DEVNULL)
     stack = Stack(binary, tmp, args.stack_args.split())
+    floor = Stack(binary, tmp, args.stack_args.split() + ["--sample", "1000000000"], "hooks only")
     try:
         time.sleep(0.5)
         secs = f"{args.seconds}s"
@@ -216,33 +259,18 @@ def main():
         print(f"each workload {args.seconds:.0f} s; latscope stack attached/detached every "
               f"{args.phase:g} s; figures every {args.interval:g} s (target >= 0.95x)")
         for name, unit, scale, cmd in workloads:
-            stack.periods = []
-            rows = run_workload(args, binary, port, cmd, stack)
-            on, off = classify(rows, stack)
-            if not on or not off:
-                print(f"  {name}: too few clean intervals (on {len(on)}, off {len(off)})")
-                continue
-            m_on = statistics.median(v for _, v in on)
-            m_off = statistics.median(v for _, v in off)
-            pr = phase_ratios(on, off, stack)
-            spread = (f"per phase: median {statistics.median(pr):.3f}x, "
-                      f"range {min(pr):.3f}-{max(pr):.3f}x over {len(pr)}") if pr else ""
-            print(f"  {name:17} without {m_off / scale:9.0f} {unit}  with {m_on / scale:9.0f} "
-                  f"{unit}  ratio {m_on / m_off:.3f}x  ({len(off)}/{len(on)} intervals; {spread})")
-            if unit == "tx/s":
-                lon, loff = classify(rows, stack, 1)
-                p_on = statistics.median(v for _, v in lon) / 1e3
-                p_off = statistics.median(v for _, v in loff) / 1e3
-                print(f"  {'':17} median RTT without {p_off:.2f} us, with {p_on:.2f} us: "
-                      f"{p_on - p_off:+.2f} us per transaction")
+            both = args.floor and unit == "tx/s"
+            measure(args, binary, port, name, unit, scale, cmd, [stack, floor] if both else [stack])
         if old_stats != "":
-            cost = cost_pass(binary, port, stack, 3)
             print("BPF time per transaction (kernel.bpf_stats_enabled; an upper bound):")
-            for name, (per_tx, runs, per_run) in cost.items():
-                print(f"  rr {name}: {per_tx:.0f} ns per transaction "
-                      f"({runs:.1f} program runs of {per_run:.0f} ns)")
+            for which in [stack, floor] if args.floor else [stack]:
+                cost = cost_pass(binary, port, which, 3)
+                for name, (per_tx, runs, per_run) in cost.items():
+                    print(f"  rr {name}{' ' + which.label if which.label else ''}: {per_tx:.0f} ns "
+                          f"per transaction ({runs:.1f} program runs of {per_run:.0f} ns)")
     finally:
         stack.detach()
+        floor.detach()
         server.send_signal(signal.SIGINT)
         server.wait(timeout=10)
         if old_stats != "":
