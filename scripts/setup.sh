@@ -45,4 +45,6 @@ fi
 if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
 fi
+# The stock kernel tests/stack_fentry_vm.rs boots (fentry/fexit need BPF trampolines).
+$SUDO bash scripts/vm-kernel.sh
 echo "setup: ready ($(rustc --version))"

@@ -328,16 +328,31 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
         .filter(|s| !s.available())
         .map(|s| s.probe.to_string())
         .collect();
-    let mut note = format!(
-        "latscope stack: {} probe(s) attached",
-        session.status().iter().filter(|s| s.available()).count()
-    );
-    if session.status().iter().any(|s| {
-        s.refused
-            .iter()
-            .any(|r| r.hook.starts_with("fentry") || r.hook.starts_with("fexit"))
-    }) {
+    let attached = session.status().iter().filter(|s| s.available()).count();
+    let mut note = format!("latscope stack: {attached} probe(s) attached");
+    // Probes on a fallback because their fentry/fexit hook was refused or is missing here.
+    let fell_back: Vec<String> = session
+        .status()
+        .iter()
+        .filter(|s| s.available() && s.hook_kind != Some(latscope_ebpf::HookKind::Fentry))
+        .filter(|s| {
+            s.refused
+                .iter()
+                .any(|r| r.hook.starts_with("fentry") || r.hook.starts_with("fexit"))
+        })
+        .map(|s| s.probe.to_string())
+        .collect();
+    let on_fentry = session
+        .status()
+        .iter()
+        .any(|s| s.hook_kind == Some(latscope_ebpf::HookKind::Fentry));
+    if !fell_back.is_empty() && !on_fentry {
         note.push_str(" (fentry/fexit refused by this kernel: using tracepoint/cgroup_skb fallbacks; see --list-probes)");
+    } else if !fell_back.is_empty() {
+        note.push_str(&format!(
+            " (on fallback hooks, their fentry/fexit being unavailable here: {}; see --list-probes)",
+            fell_back.join(", ")
+        ));
     }
     if !refused.is_empty() {
         note.push_str(&format!("; unavailable: {}", refused.join(", ")));

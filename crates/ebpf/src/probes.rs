@@ -223,12 +223,19 @@ const UDP_START: [Hook; 2] = [
     },
 ];
 
-const TCP_ENQUEUED: [Hook; 3] = [
+const TCP_ENQUEUED: [Hook; 4] = [
     Hook {
         kind: HookKind::Fentry,
         label: "fexit/tcp_queue_rcv+tcp_data_queue_ofo",
         programs: &["lsstk_tcpq_fx", "lsstk_tcpq_fxo"],
         semantics: "return of tcp_queue_rcv()/tcp_data_queue_ofo(): the segment is in the socket's queue",
+    },
+    // Kernels that inline tcp_data_queue_ofo() (Debian's 6.1) have no BTF for it to hook.
+    Hook {
+        kind: HookKind::Fentry,
+        label: "fexit/tcp_queue_rcv",
+        programs: &["lsstk_tcpq_fx"],
+        semantics: "return of tcp_queue_rcv(): in-order segments in the socket's queue (out-of-order ones, queued by tcp_data_queue_ofo(), are not seen)",
     },
     Hook {
         kind: HookKind::TpBtf,

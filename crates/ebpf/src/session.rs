@@ -154,7 +154,10 @@ static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn libbpf_print(level: PrintLevel, msg: String) {
     if std::env::var_os("LATSCOPE_BPF_DEBUG").is_some() {
-        eprint!("{msg}");
+        // Not eprint!: it panics when stderr is gone (`2>&1 | head`), and a panic in this
+        // callback, called from C, aborts.
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(msg.as_bytes());
     }
     if level == PrintLevel::Debug {
         return;
@@ -176,11 +179,19 @@ fn take_libbpf_log() -> Vec<String> {
 
 /// The most telling libbpf line for an error (the verifier's last words, or a missing target).
 fn explain(err: &libbpf_rs::Error, log: &[String]) -> String {
-    let interesting = log.iter().rev().find(|l| {
-        l.contains("failed to find kernel BTF type")
-            || l.contains("failed to attach")
-            || l.contains("failed to load")
-    });
+    // A hook target missing from the kernel says it all: name it.
+    if let Some(target) = log.iter().rev().find_map(|l| {
+        let rest = l.split("failed to find kernel BTF type ID of '").nth(1)?;
+        rest.split('\'').next()
+    }) {
+        return format!(
+            "this kernel has no {target} to hook (absent from its BTF: inlined, renamed or too old)"
+        );
+    }
+    let interesting = log
+        .iter()
+        .rev()
+        .find(|l| l.contains("failed to attach") || l.contains("failed to load"));
     match interesting {
         Some(l) => format!("{err}: {}", l.trim_start_matches("libbpf: ")),
         None => err.to_string(),
@@ -342,6 +353,8 @@ fn load(
         let why = why.replace(": failed to load BPF skeleton 'stack_bpf'", "");
         if progs.iter().any(|p| p.kind == HookKind::Fentry) && why.contains("EPERM") {
             format!("the kernel refused to load it ({why}); fentry/fexit need BPF trampolines, which this kernel does not allow")
+        } else if why.starts_with("this kernel has no") {
+            why
         } else {
             format!("load: {why}")
         }
@@ -388,7 +401,19 @@ fn load_and_attach(
     progs: &[Prog],
     cgroup: Option<&File>,
 ) -> Result<Attached, String> {
+    if progs.iter().any(|p| p.kind == HookKind::CgroupSkb) && !cast_to_kern_ctx() {
+        return Err(
+            "needs the bpf_cast_to_kern_ctx kfunc (Linux 6.2 and later), which this kernel lacks"
+                .into(),
+        );
+    }
     attach(load(owner, rodata, progs)?, progs, cgroup)
+}
+
+/// The cgroup_skb programs read the kernel's skb and socket through `bpf_cast_to_kern_ctx`.
+fn cast_to_kern_ctx() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| sys::has_kfunc("bpf_cast_to_kern_ctx"))
 }
 
 /// The final set of programs once every probe's implementation is known: programs of the chosen

@@ -123,6 +123,18 @@ pub fn check_caps() -> Result<(), StackError> {
     )))
 }
 
+/// Whether the kernel has a kfunc (a function in its BTF that BPF programs may call), e.g.
+/// `bpf_cast_to_kern_ctx` (6.2+). Unknown (BTF unreadable) counts as present: the verifier then
+/// has the last word.
+pub fn has_kfunc(name: &str) -> bool {
+    match libbpf_rs::btf::Btf::from_vmlinux() {
+        Ok(btf) => btf
+            .type_by_name::<libbpf_rs::btf::types::Func>(name)
+            .is_some(),
+        Err(_) => true,
+    }
+}
+
 /// CO-RE needs the kernel's BTF.
 pub fn check_btf() -> Result<(), StackError> {
     if Path::new("/sys/kernel/btf/vmlinux").exists() {

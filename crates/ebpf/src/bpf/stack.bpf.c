@@ -268,13 +268,13 @@ static __always_inline struct udp_fifo *udp_fifo_hash(struct sock *sk, bool crea
 	return bpf_map_lookup_elem(&lsstk_udpfifo, &key);
 }
 
-static __always_inline u32 log2_bucket(u64 v)
+static __always_inline u64 log2_bucket(u64 v)
 {
 	/* smallest k with v <= 2^k, i.e. 64 - clz(v - 1) for v > 1 */
 	if (v <= 1)
 		return 0;
 	v -= 1;
-	u32 r = 0, shift;
+	u64 r = 0, shift;
 	shift = (v > 0xFFFFFFFFULL) << 5; v >>= shift; r |= shift;
 	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
 	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
@@ -321,9 +321,15 @@ static __always_inline void hist_add(u32 probe, u64 group, u64 lat)
 	}
 	if (!h)
 		return;
-	u32 b = log2_bucket(lat);
-	if (b >= HIST_BUCKETS)
+	/* The clamp must bound the very register that indexes: left alone, the compiler checks
+	 * one copy (zero-extended, or before the bucket's final +1) and indexes with another,
+	 * which verifiers before ~6.3 cannot relate (6.1: "unbounded memory access"). Hence 64-bit
+	 * values and a barrier on each side of the clamp. */
+	u64 b = log2_bucket(lat);
+	barrier_var(b);
+	if (b > HIST_BUCKETS - 1)
 		b = HIST_BUCKETS - 1;
+	barrier_var(b);
 	/* Per-CPU values: no atomics needed (a socket read preempted by softirq on the same CPU
 	 * may lose an increment; negligible). */
 	h->buckets[b] += 1;
@@ -437,7 +443,10 @@ int BPF_PROG(lsstk_udp_fe6, struct sk_buff *skb)
 	return record_direct(PROBE_UDP_START, skb, NULL, NH_HEADER, CTX_SOFTIRQ, IPPROTO_UDP_, 0);
 }
 
-extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+/* Linux 6.2+. Weak: on older kernels the object still loads (fentry and tracepoint programs),
+ * and only the cgroup_skb programs, which call it, are refused; user space checks the kernel's
+ * BTF for it first to say why. */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
 
 /* The cgroup_skb site: tcp-start and/or udp-start, as site_mask[SITE_CG] says. */
 static __always_inline int cg_start(struct __sk_buff *ctx)

@@ -1,0 +1,36 @@
+#!/bin/sh
+# Runs inside the test VM (a stock kernel with BPF trampolines), chrooted into the host's root
+# (read-only over 9p): `latscope stack` with its fentry/fexit hooks, under latscope rr traffic
+# on loopback. Results go to the console as LSVM-* lines for tests/stack_fentry_vm.rs.
+L=$1
+N=$2
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs run /run
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up
+echo "LSVM-KERNEL $(uname -r)"
+"$L" serve --bind 127.0.0.1 -p 7373 -q 2>/dev/null &
+S=$!
+"$L" stack --json >/run/stack.json 2>/run/stack.err &
+K=$!
+# Loading is slow under emulation: wait (bounded) until every probe is attached.
+i=0
+while ! grep -q attached /run/stack.err && kill -0 $K 2>/dev/null && [ $i -lt 1200 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+echo "LSVM-ATTACHED-AFTER-DS $i"
+"$L" rr 127.0.0.1 --udp -n "$N" >/dev/null 2>&1
+echo "LSVM-RR-UDP $?"
+"$L" rr 127.0.0.1 -n "$N" >/dev/null 2>&1
+echo "LSVM-RR-TCP $?"
+kill -INT $K
+wait $K
+echo "LSVM-STACK-EXIT $?"
+echo "LSVM-STDERR $(tr '\n' ' ' </run/stack.err)"
+echo "LSVM-JSON $(tr -d '\n' </run/stack.json)"
+kill $S
+wait $S 2>/dev/null
+echo "LSVM-LEFT $(bpftool prog list | grep -c lsstk_)"
