@@ -3,7 +3,8 @@
 //! `scripts/vm-kernel.sh`) under QEMU with an initramfs of busybox + virtio/9p modules, mounts
 //! the host's root read-only over 9p and runs `tests/vm_lab/guest.sh` there: latscope serve,
 //! stack and rr on the VM's loopback. Checks that the fentry/fexit hooks are the ones chosen,
-//! that every probe counts the traffic, and that nothing stays attached after Ctrl-C.
+//! that every probe counts the traffic, and that nothing stays attached after Ctrl-C. Also
+//! `latscope sockets` on a kernel without sock_diag handlers (the VM has no tcp_diag module).
 //!
 //! Emulated (TCG), so ~30 s; the VM has no network device and touches nothing of the host's.
 #![allow(clippy::unwrap_used)]
@@ -272,4 +273,30 @@ fn fentry_hooks_on_a_stock_kernel_count_every_packet_and_detach() {
 
     // Ctrl-C detached everything.
     assert_eq!(field(&lines, "LSVM-LEFT"), "0");
+
+    // `latscope sockets` without sock_diag handlers (no tcp_diag/udp_diag module in the VM):
+    // the connection still listed, with its owners and options, from /proc/net, and said so.
+    assert_eq!(field(&lines, "LSVM-SOCKETS-EXIT"), "0");
+    let sk: serde_json::Value = serde_json::from_str(field(&lines, "LSVM-SOCKETS-JSON")).unwrap();
+    let rows = sk["sockets"].as_array().unwrap();
+    let has = |proto: &str, state: &str| {
+        rows.iter().any(|r| {
+            r["proto"] == proto
+                && r["state"] == state
+                && r["owners"].as_array().is_some_and(|o| !o.is_empty())
+        })
+    };
+    assert!(has("tcp", "LISTEN") && has("udp", "UNCONN"), "{sk}");
+    assert!(
+        rows.iter()
+            .filter(|r| r["proto"] == "tcp" && r["state"] == "ESTAB")
+            .count()
+            >= 2,
+        "both ends of the rr connection: {sk}"
+    );
+    let notes = sk["notes"].to_string();
+    assert!(
+        notes.contains("no sock_diag handler for tcp") && notes.contains("/proc/net"),
+        "{notes}"
+    );
 }

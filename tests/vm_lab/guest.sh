@@ -26,6 +26,15 @@ echo "LSVM-ATTACHED-AFTER-DS $i"
 echo "LSVM-RR-UDP $?"
 "$L" rr 127.0.0.1 -n "$N" >/dev/null 2>&1
 echo "LSVM-RR-TCP $?"
+# Other processes' sockets during a connection. The VM has no modules for its kernel beyond the
+# initramfs's, so sock_diag has no tcp/udp handler: the listing must come from /proc/net.
+"$L" rr 127.0.0.1 -d 4s >/dev/null 2>&1 &
+R=$!
+sleep 2
+"$L" sockets --port 7373 --json >/run/sockets.json 2>/run/sockets.err
+echo "LSVM-SOCKETS-EXIT $?"
+echo "LSVM-SOCKETS-JSON $(tr -d '\n' </run/sockets.json)"
+wait $R
 kill -INT $K
 wait $K
 echo "LSVM-STACK-EXIT $?"

@@ -71,16 +71,58 @@ pub fn state_name(proto: Proto, state: u8) -> &'static str {
     }
 }
 
+/// The sockets of one namespace, and what the reader should know about how they were read.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub sockets: Vec<DiagSocket>,
+    pub notes: Vec<String>,
+}
+
 /// Dump every TCP and UDP socket (IPv4 and IPv6) of the calling thread's network namespace.
-pub fn dump_all() -> Result<Vec<DiagSocket>> {
+///
+/// Where the kernel has no sock_diag handler for a protocol (`ENOENT`: the tcp_diag/udp_diag
+/// module is not loaded and cannot be — module loading disabled, a container or a VM without
+/// the kernel's modules), that protocol's sockets come from `/proc/thread-self/net` instead,
+/// without tcp_info or memory, and a note says so, rather than silently listing nothing.
+pub fn dump_all() -> Result<Listing> {
     let mut nl = Netlink::open(NETLINK_SOCK_DIAG)?;
-    let mut out = Vec::new();
+    let mut out = Listing::default();
     for proto in [Proto::Tcp, Proto::Udp] {
+        let mut from_proc = false;
         for family in [libc::AF_INET, libc::AF_INET6] {
-            dump(&mut nl, family as u8, proto, &mut out)?;
+            if dump(&mut nl, family as u8, proto, &mut out.sockets)? == Dumped::NoHandler {
+                let file = match (proto, family) {
+                    (Proto::Tcp, libc::AF_INET) => "tcp",
+                    (Proto::Tcp, _) => "tcp6",
+                    (Proto::Udp, libc::AF_INET) => "udp",
+                    (Proto::Udp, _) => "udp6",
+                };
+                if let Ok(text) = std::fs::read_to_string(format!("/proc/thread-self/net/{file}")) {
+                    out.sockets.extend(crate::procnet::parse(proto, &text));
+                    from_proc = true;
+                }
+            }
+        }
+        if from_proc {
+            let p = proto.name();
+            let without = match proto {
+                Proto::Tcp => "tcp_info or socket memory",
+                Proto::Udp => "socket memory",
+            };
+            out.notes.push(format!(
+                "the kernel has no sock_diag handler for {p} here (the {p}_diag module is not \
+                 loaded and could not be): {p} sockets read from /proc/net, without {without}"
+            ));
         }
     }
     Ok(out)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Dumped {
+    Done,
+    /// `ENOENT`: no inet_diag / tcp_diag / udp_diag handler in this kernel.
+    NoHandler,
 }
 
 fn request(family: u8, proto: Proto) -> Vec<u8> {
@@ -101,21 +143,24 @@ fn request(family: u8, proto: Proto) -> Vec<u8> {
     req
 }
 
-fn dump(nl: &mut Netlink, family: u8, proto: Proto, out: &mut Vec<DiagSocket>) -> Result<()> {
+fn dump(nl: &mut Netlink, family: u8, proto: Proto, out: &mut Vec<DiagSocket>) -> Result<Dumped> {
     let replies = match nl.request(
         SOCK_DIAG_BY_FAMILY,
         NLM_F_REQUEST | NLM_F_DUMP,
         &request(family, proto),
     ) {
         Ok(r) => r,
-        // No IPv6 or no udp_diag module: nothing of that kind to show.
+        Err(InspectError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => {
+            return Ok(Dumped::NoHandler);
+        }
+        // No IPv6: nothing of that kind to show.
         Err(InspectError::Io { source, .. })
             if matches!(
                 source.raw_os_error(),
-                Some(libc::ENOENT) | Some(libc::EAFNOSUPPORT) | Some(libc::EINVAL)
+                Some(libc::EAFNOSUPPORT) | Some(libc::EINVAL)
             ) =>
         {
-            return Ok(());
+            return Ok(Dumped::Done);
         }
         Err(e) => return Err(e),
     };
@@ -125,7 +170,7 @@ fn dump(nl: &mut Netlink, family: u8, proto: Proto, out: &mut Vec<DiagSocket>) -
         }
         out.push(parse_msg(proto, &body)?);
     }
-    Ok(())
+    Ok(Dumped::Done)
 }
 
 fn addr(family: u8, b: &[u8], port_be: [u8; 2]) -> SocketAddr {

@@ -113,7 +113,7 @@ mod tests {
             .iter()
             .find(|s| s.local.port() == port && s.state == 10)
             .expect("listed in /proc");
-        let from_diag = crate::diag::dump_all().expect("sock_diag");
+        let from_diag = crate::diag::dump_all().expect("sock_diag").sockets;
         let d = from_diag
             .iter()
             .find(|s| s.inode == p.inode)

@@ -158,7 +158,10 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     let mut ns_denied = 0u32;
     for (ns, handle) in namespaces {
         match in_ns(&handle, diag::dump_all) {
-            Ok(v) => listed.push((ns, v)),
+            Ok(l) => {
+                note_once(&mut notes, l.notes);
+                listed.push((ns, l.sockets));
+            }
             Err(InspectError::Privilege { .. }) => ns_denied += 1,
             Err(e) => notes.push(format!("network namespace {ns}: {e}")),
         }
@@ -202,7 +205,10 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
         for (ns, file) in extra {
             let handle = NsHandle::File(file);
             match in_ns(&handle, diag::dump_all) {
-                Ok(v) => listed.push((ns, v)),
+                Ok(l) => {
+                    note_once(&mut notes, l.notes);
+                    listed.push((ns, l.sockets));
+                }
                 Err(InspectError::Privilege { .. }) => ns_denied += 1,
                 Err(e) => notes.push(format!("network namespace {ns}: {e}")),
             }
@@ -417,6 +423,15 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
 }
 
 /// Run `f` in the namespace `handle` stands for.
+/// Add `new` notes not already in `notes` (the same kernel limit shows in every namespace).
+fn note_once(notes: &mut Vec<String>, new: Vec<String>) {
+    for n in new {
+        if !notes.contains(&n) {
+            notes.push(n);
+        }
+    }
+}
+
 fn in_ns<T, F>(handle: &NsHandle, f: F) -> Result<T>
 where
     T: Send + 'static,
