@@ -177,17 +177,16 @@ fn take_libbpf_log() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The most telling libbpf line for an error (the verifier's last words, or a missing target).
-fn explain(err: &libbpf_rs::Error, log: &[String]) -> String {
-    // A hook target missing from the kernel says it all: name it.
-    if let Some(target) = log.iter().rev().find_map(|l| {
+/// The hook target libbpf could not find in the kernel's BTF, if that is why a load failed.
+fn missing_btf_target(log: &[String]) -> Option<&str> {
+    log.iter().rev().find_map(|l| {
         let rest = l.split("failed to find kernel BTF type ID of '").nth(1)?;
         rest.split('\'').next()
-    }) {
-        return format!(
-            "this kernel has no {target} to hook (absent from its BTF: inlined, renamed or too old)"
-        );
-    }
+    })
+}
+
+/// The most telling libbpf line for an error (the verifier's last words, or a failed attach).
+fn explain(err: &libbpf_rs::Error, log: &[String]) -> String {
     let interesting = log
         .iter()
         .rev()
@@ -349,12 +348,15 @@ fn load(
         prog.set_autoload(progs.iter().any(|p| p.name == name));
     }
     open.load().map_err(|e| {
-        let why = explain(&e, &take_libbpf_log());
-        let why = why.replace(": failed to load BPF skeleton 'stack_bpf'", "");
+        let log = take_libbpf_log();
+        if let Some(target) = missing_btf_target(&log) {
+            return format!(
+                "this kernel has no {target} to hook (absent from its BTF: inlined, renamed or too old)"
+            );
+        }
+        let why = explain(&e, &log).replace(": failed to load BPF skeleton 'stack_bpf'", "");
         if progs.iter().any(|p| p.kind == HookKind::Fentry) && why.contains("EPERM") {
             format!("the kernel refused to load it ({why}); fentry/fexit need BPF trampolines, which this kernel does not allow")
-        } else if why.starts_with("this kernel has no") {
-            why
         } else {
             format!("load: {why}")
         }
