@@ -3,7 +3,7 @@
 
 use latscope_core::Summary;
 use latscope_core::model::diagnose::{Finding, Side};
-use latscope_core::sweep::classify_stall;
+use latscope_core::timer::{TcpTimer, describe_stall};
 use latscope_core::units::format_ns;
 
 /// What the measurements found, by step. Absent steps are `None`.
@@ -94,10 +94,6 @@ pub fn apply(e: &Evidence) -> Vec<Finding> {
     out
 }
 
-fn ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
-}
-
 /// Excess of the single-request median over the path median (time spent in the hosts).
 fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
     let single = e.single.as_ref()?.p50_ns;
@@ -111,7 +107,10 @@ fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
 /// that ACK (TCP_ATO_MIN = 40 ms on Linux). The server is the side to fix.
 pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
     let (single, path, excess) = host_excess(e)?;
-    if !(30.0..=60.0).contains(&ms(excess)) && !(170.0..=260.0).contains(&ms(excess)) {
+    if !matches!(
+        TcpTimer::classify(excess),
+        Some(TcpTimer::DelayedAckMin | TcpTimer::DelayedAckMaxOrRtoMin)
+    ) {
         return None;
     }
     // Decisive evidence, either way: an immediate ACK from the client removes the stall, or
@@ -137,7 +136,7 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
         format!(
             "the extra {} matches a TCP timer: {}",
             format_ns(excess as f64),
-            classify_stall(excess)
+            describe_stall(excess)
         ),
     ];
     if let Some(q) = quick {
@@ -201,8 +200,7 @@ pub fn think_time(e: &Evidence) -> Option<Finding> {
     {
         return None;
     }
-    let timer = classify_stall(excess);
-    if !timer.contains("matches no TCP timer") {
+    if TcpTimer::classify(excess).is_some() {
         // A timer-shaped excess: Nagle/delayed-ACK territory, unless quick-ack left it alone.
         let quick = e.quickack.as_ref()?.p50_ns;
         if quick.saturating_mul(10) <= single {

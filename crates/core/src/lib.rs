@@ -11,6 +11,7 @@ pub mod model;
 pub mod render;
 pub mod summary;
 pub mod sweep;
+pub mod timer;
 pub mod units;
 
 pub use hist::LatencyHistogram;

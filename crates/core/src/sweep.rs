@@ -5,7 +5,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::units::{UnitError, format_ns, parse_size};
+use crate::timer::{TcpTimer, describe_stall};
+use crate::units::{UnitError, parse_size};
 
 /// Largest number of sizes one sweep may hold; more is almost certainly a typo in the step.
 pub const MAX_SWEEP_POINTS: usize = 4096;
@@ -96,6 +97,8 @@ pub struct SizeJump {
     pub baseline_p50_ns: u64,
     /// `jumped - baseline`: the time the jump adds, ns.
     pub excess_ns: u64,
+    /// The TCP timer the jump's length matches, if any.
+    pub timer: Option<TcpTimer>,
     /// What a jump of this size usually is.
     pub likely_cause: String,
 }
@@ -144,32 +147,9 @@ pub fn find_jump(points: &[(u64, u64)]) -> Option<SizeJump> {
         jumped_p50_ns: jumped as u64,
         baseline_p50_ns: baseline as u64,
         excess_ns: excess as u64,
-        likely_cause: classify_stall(excess as u64),
+        timer: TcpTimer::classify(excess as u64),
+        likely_cause: describe_stall(excess as u64),
     })
-}
-
-/// Name the TCP mechanism whose timer matches a stall of `excess_ns`.
-///
-/// Linux constants (include/net/tcp.h): TCP_ATO_MIN = HZ/25 = 40 ms, TCP_DELACK_MAX = HZ/5 =
-/// 200 ms, TCP_RTO_MIN = 200 ms, TCP_TIMEOUT_INIT = 1 s. Older kernels with HZ=100 and other
-/// stacks show ~20 ms or ~100 ms delayed ACKs (the 2003 LKML report saw ~20 ms).
-pub fn classify_stall(excess_ns: u64) -> String {
-    let ms = excess_ns as f64 / 1e6;
-    let what = if (30.0..=60.0).contains(&ms) {
-        "~40 ms: the receiver's delayed ACK (TCP_ATO_MIN) releases data the sender's Nagle algorithm held back — set TCP_NODELAY on the sender (or TCP_QUICKACK on the receiver)"
-    } else if (170.0..=260.0).contains(&ms) {
-        "~200 ms: delayed-ACK maximum (TCP_DELACK_MAX) or minimum retransmission timeout (TCP_RTO_MIN, a lost segment)"
-    } else if (15.0..30.0).contains(&ms) {
-        "~20 ms: a delayed ACK on a stack with a coarse timer (HZ=100 era kernels, other OSes) holding back Nagle-delayed data"
-    } else if (900.0..=1200.0).contains(&ms) {
-        "~1 s: initial retransmission timeout (TCP_TIMEOUT_INIT) — a lost SYN or first segment"
-    } else {
-        return format!(
-            "a {} step that matches no TCP timer: look at the application (think time) or the path",
-            format_ns(excess_ns as f64)
-        );
-    };
-    what.to_string()
 }
 
 #[cfg(test)]
@@ -210,6 +190,7 @@ mod tests {
         let j = find_jump(&pts).expect("jump found");
         assert_eq!(j.sizes, (5..=15).map(|i| i * 100).collect::<Vec<_>>());
         assert!(j.likely_cause.starts_with("~40 ms"), "{}", j.likely_cause);
+        assert_eq!(j.timer, Some(TcpTimer::DelayedAckMin));
         assert!((40_000_000..40_200_000).contains(&j.excess_ns));
     }
 
@@ -226,12 +207,5 @@ mod tests {
     fn small_absolute_steps_are_not_stalls() {
         let pts = vec![(64, 10_000), (128, 10_500), (256, 60_000), (512, 61_000)];
         assert_eq!(find_jump(&pts), None);
-    }
-
-    #[test]
-    fn classification() {
-        assert!(classify_stall(200_000_000).starts_with("~200 ms"));
-        assert!(classify_stall(20_000_000).starts_with("~20 ms"));
-        assert!(classify_stall(5_000_000).contains("matches no TCP timer"));
     }
 }
