@@ -256,6 +256,86 @@ fn delta(now: &[RawHistogram], before: &[RawHistogram]) -> Vec<RawHistogram> {
         .collect()
 }
 
+/// The start-up line: how many probes attached, on which hooks, what is unavailable.
+fn attach_note(session: &Session, cfg: &StackConfig, server: Option<&MetricsServer>) -> String {
+    let refused: Vec<String> = session
+        .status()
+        .iter()
+        .filter(|s| !s.available())
+        .map(|s| s.probe.to_string())
+        .collect();
+    let attached = session.status().iter().filter(|s| s.available()).count();
+    let mut note = format!("latscope stack: {attached} probe(s) attached");
+    // Probes on a fallback because their fentry/fexit hook was refused or is missing here.
+    let fell_back: Vec<String> = session
+        .status()
+        .iter()
+        .filter(|s| s.available() && s.hook_kind != Some(latscope_ebpf::HookKind::Fentry))
+        .filter(|s| {
+            s.refused
+                .iter()
+                .any(|r| r.hook.starts_with("fentry") || r.hook.starts_with("fexit"))
+        })
+        .map(|s| s.probe.to_string())
+        .collect();
+    let on_fentry = session
+        .status()
+        .iter()
+        .any(|s| s.hook_kind == Some(latscope_ebpf::HookKind::Fentry));
+    if !fell_back.is_empty() && !on_fentry {
+        note.push_str(" (fentry/fexit refused by this kernel: using tracepoint/cgroup_skb fallbacks; see --list-probes)");
+    } else if !fell_back.is_empty() {
+        note.push_str(&format!(
+            " (on fallback hooks, their fentry/fexit being unavailable here: {}; see --list-probes)",
+            fell_back.join(", ")
+        ));
+    }
+    if !refused.is_empty() {
+        note.push_str(&format!("; unavailable: {}", refused.join(", ")));
+    }
+    if cfg.sample_every > 1 {
+        note.push_str(&format!(
+            "; timing one packet in {} at each probe",
+            cfg.sample_every
+        ));
+    }
+    if let Some(s) = server {
+        note.push_str(&format!("; metrics at http://{}/metrics", s.local_addr()));
+    }
+    note
+}
+
+/// One interval's output: a snapshot table, or a JSON-lines event with the delta since the last.
+fn print_interval(
+    view: &View<'_>,
+    format: OutputFormat,
+    raw: &[RawHistogram],
+    (prev, prev_ns, end_ns): (&[RawHistogram], u64, u64),
+    stdout: &mut impl Write,
+) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Human => {
+            let mut s = String::new();
+            report::render_snapshot(unix_ms(), &view.histograms(raw), &mut s);
+            s.push('\n');
+            stdout.write_all(s.as_bytes())?;
+            stdout.flush()?;
+        }
+        OutputFormat::JsonLines => {
+            let ev = StackInterval {
+                event: "interval".into(),
+                command: "stack".into(),
+                start_ns: prev_ns,
+                end_ns,
+                histograms: view.histograms(&delta(raw, prev)),
+            };
+            emit_event(&ev, stdout)?;
+        }
+        OutputFormat::Json => {}
+    }
+    Ok(())
+}
+
 pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let cfg = config(a)?;
     let interval = parse_duration(&a.interval).context("-r/--interval")?;
@@ -322,50 +402,7 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
         group_by: cfg.group_by,
         names: netns_is_own(cfg.filters.netns_inode),
     };
-    let refused: Vec<String> = session
-        .status()
-        .iter()
-        .filter(|s| !s.available())
-        .map(|s| s.probe.to_string())
-        .collect();
-    let attached = session.status().iter().filter(|s| s.available()).count();
-    let mut note = format!("latscope stack: {attached} probe(s) attached");
-    // Probes on a fallback because their fentry/fexit hook was refused or is missing here.
-    let fell_back: Vec<String> = session
-        .status()
-        .iter()
-        .filter(|s| s.available() && s.hook_kind != Some(latscope_ebpf::HookKind::Fentry))
-        .filter(|s| {
-            s.refused
-                .iter()
-                .any(|r| r.hook.starts_with("fentry") || r.hook.starts_with("fexit"))
-        })
-        .map(|s| s.probe.to_string())
-        .collect();
-    let on_fentry = session
-        .status()
-        .iter()
-        .any(|s| s.hook_kind == Some(latscope_ebpf::HookKind::Fentry));
-    if !fell_back.is_empty() && !on_fentry {
-        note.push_str(" (fentry/fexit refused by this kernel: using tracepoint/cgroup_skb fallbacks; see --list-probes)");
-    } else if !fell_back.is_empty() {
-        note.push_str(&format!(
-            " (on fallback hooks, their fentry/fexit being unavailable here: {}; see --list-probes)",
-            fell_back.join(", ")
-        ));
-    }
-    if !refused.is_empty() {
-        note.push_str(&format!("; unavailable: {}", refused.join(", ")));
-    }
-    if cfg.sample_every > 1 {
-        note.push_str(&format!(
-            "; timing one packet in {} at each probe",
-            cfg.sample_every
-        ));
-    }
-    if let Some(s) = &server {
-        note.push_str(&format!("; metrics at http://{}/metrics", s.local_addr()));
-    }
+    let note = attach_note(&session, &cfg, server.as_ref());
     // Always on stderr (stdout stays pure JSON with --json): scripts wait for this line.
     eprintln!("{note}. Ctrl-C to stop.");
 
@@ -401,26 +438,7 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
             last_print = now;
             let raw = view.read()?;
             let end_ns = now.duration_since(started).as_nanos() as u64;
-            match format {
-                OutputFormat::Human => {
-                    let mut s = String::new();
-                    report::render_snapshot(unix_ms(), &view.histograms(&raw), &mut s);
-                    s.push('\n');
-                    stdout.write_all(s.as_bytes())?;
-                    stdout.flush()?;
-                }
-                OutputFormat::JsonLines => {
-                    let ev = StackInterval {
-                        event: "interval".into(),
-                        command: "stack".into(),
-                        start_ns: prev_ns,
-                        end_ns,
-                        histograms: view.histograms(&delta(&raw, &prev)),
-                    };
-                    emit_event(&ev, &mut stdout)?;
-                }
-                OutputFormat::Json => {}
-            }
+            print_interval(&view, format, &raw, (&prev, prev_ns, end_ns), &mut stdout)?;
             prev = raw;
             prev_ns = end_ns;
         }

@@ -87,7 +87,8 @@ struct HopEvent<'a> {
     hop: &'a TraceHop,
 }
 
-pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
+/// Refuse option combinations that cannot run.
+fn validate(args: &TraceArgs) -> anyhow::Result<()> {
     if args.queries == 0 || args.queries > 10 {
         return Err(exit::coded(
             exit::USAGE,
@@ -109,16 +110,16 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
             "--report -c 0 runs no round; give at least 1",
         ));
     }
-    let mode = if args.mode.syn {
-        Some(ProbeMode::Syn)
-    } else if args.mode.udp {
-        Some(ProbeMode::Udp)
-    } else if args.mode.icmp {
-        Some(ProbeMode::Icmp)
-    } else {
-        None
-    };
-    let dst = latscope_probe::resolve(&args.host, args.family.family()).map_err(probe_error)?;
+    Ok(())
+}
+
+/// Open the prober for `mode` (auto when `None`); the default port follows the mode actually
+/// opened (auto may fall back to UDP, whose traceroute port differs).
+fn open_prober(
+    args: &TraceArgs,
+    dst: std::net::IpAddr,
+    mode: Option<ProbeMode>,
+) -> anyhow::Result<(Box<dyn latscope_probe::Prober>, String, Option<u16>)> {
     let payload = args.size.unwrap_or(if mode == Some(ProbeMode::Icmp) {
         56
     } else {
@@ -132,7 +133,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     } else {
         syn_port
     };
-    let (mut prober, reason) = match latscope_probe::open(
+    let (prober, reason) = match latscope_probe::open(
         dst,
         ProbeRequest {
             mode,
@@ -159,12 +160,38 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         }
         other => other.map_err(probe_error)?,
     };
-    let mode = prober.mode();
-    let port = match mode {
+    let port = match prober.mode() {
         ProbeMode::Syn => Some(syn_port),
         ProbeMode::Udp => Some(udp_port),
         _ => None,
     };
+    Ok((prober, reason, port))
+}
+
+/// Progress for `--report` rounds.
+fn round_bar(rounds: u64) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(rounds);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("round {pos}/{len} {wide_bar} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    b
+}
+
+pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
+    validate(args)?;
+    let mode = if args.mode.syn {
+        Some(ProbeMode::Syn)
+    } else if args.mode.udp {
+        Some(ProbeMode::Udp)
+    } else if args.mode.icmp {
+        Some(ProbeMode::Icmp)
+    } else {
+        None
+    };
+    let dst = latscope_probe::resolve(&args.host, args.family.family()).map_err(probe_error)?;
+    let (mut prober, reason, port) = open_prober(args, dst, mode)?;
+    let mode = prober.mode();
     let format = args.output.format();
     let stop = output::stop_flag();
     let opts = TraceOptions {
@@ -223,14 +250,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
             OutputFormat::Json => {}
         }
     };
-    let bar = (args.report && args.output.progress()).then(|| {
-        let b = indicatif::ProgressBar::new(args.count);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("round {pos}/{len} {wide_bar} {elapsed}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    });
+    let bar = (args.report && args.output.progress()).then(|| round_bar(args.count));
     let mut on_round = |done: u64, _total: u64| {
         if let Some(b) = &bar {
             b.set_position(done);

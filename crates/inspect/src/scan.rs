@@ -54,7 +54,41 @@ enum NsHandle {
     File(std::fs::File),
 }
 
-/// Scan and build the report.
+/// What the namespace listings found: sockets per namespace and how to re-enter each.
+#[derive(Default)]
+struct Listing {
+    listed: Vec<(u64, Vec<DiagSocket>)>,
+    handles: HashMap<u64, NsHandle>,
+    seen_ns: HashSet<u64>,
+    /// Namespaces latscope was not allowed to enter.
+    ns_denied: u32,
+    /// Sockets that came from /proc/PID/net instead of sock_diag.
+    from_procnet: usize,
+}
+
+impl Listing {
+    fn inodes(&self) -> HashSet<u64> {
+        self.listed
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|s| s.inode))
+            .collect()
+    }
+
+    /// List the sockets of namespace `ns` and remember how to enter it.
+    fn list(&mut self, ns: u64, handle: NsHandle, notes: &mut Vec<String>) {
+        match in_ns(&handle, diag::dump_all) {
+            Ok(l) => {
+                note_once(notes, l.notes);
+                self.listed.push((ns, l.sockets));
+            }
+            Err(InspectError::Privilege { .. }) => self.ns_denied += 1,
+            Err(e) => notes.push(format!("network namespace {ns}: {e}")),
+        }
+        self.handles.insert(ns, handle);
+    }
+}
+
+/// Scan and build the report: a pipeline of named steps.
 pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     let mut notes = Vec::new();
     let mut access = Access {
@@ -63,7 +97,38 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     };
     let own_ns = procfs::own_netns().unwrap_or(0);
 
-    // 1. Processes and their socket fds.
+    let (procs, denied_pids) = read_processes(selection, &mut access)?;
+    let owners = owners_of(&procs);
+    let wanted_inodes: Option<HashSet<u64>> = match selection {
+        Selection::Pid(_) => Some(owners.keys().copied().collect()),
+        _ => None,
+    };
+    let mut listing = list_namespaces(selection, own_ns, &procs, &mut notes);
+    if access.cap_sys_ptrace {
+        list_socket_namespaces(&procs, wanted_inodes.as_ref(), &mut listing, &mut notes);
+    }
+    if !matches!(selection, Selection::Pid(_)) && (!denied_pids.is_empty() || listing.ns_denied > 0)
+    {
+        list_from_procnet(&procs, &denied_pids, &mut listing);
+    }
+    let mut rows = build_rows(selection, &listing, wanted_inodes.as_ref(), &owners, own_ns);
+    let denied = read_options(&mut rows, &mut notes);
+    add_route_limits(&mut rows, &listing.listed, &listing.handles);
+    add_findings(&mut rows);
+    say_missing(&rows, &mut access, denied, &listing);
+
+    Ok(SocketsReport {
+        meta,
+        selection: selection.describe(),
+        access,
+        sockets: rows,
+        notes,
+    })
+}
+
+/// Step 1: processes and their socket fds (/proc). Returns them and the pids whose /proc
+/// entries were denied.
+fn read_processes(selection: Selection, access: &mut Access) -> Result<(Vec<Proc>, Vec<u32>)> {
     let pids = match selection {
         Selection::Pid(p) => {
             if !procfs::exists(p) {
@@ -115,8 +180,13 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             Err(ProcError::Other) => {}
         }
     }
+    Ok((procs, denied_pids))
+}
+
+/// Socket inode → the processes and fds holding it.
+fn owners_of(procs: &[Proc]) -> HashMap<u64, Vec<Owner>> {
     let mut owners: HashMap<u64, Vec<Owner>> = HashMap::new();
-    for p in &procs {
+    for p in procs {
         for (inode, fds) in &p.sockets {
             for &fd in fds {
                 owners.entry(*inode).or_default().push(Owner {
@@ -127,20 +197,24 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             }
         }
     }
-    let wanted_inodes: Option<HashSet<u64>> = match selection {
-        Selection::Pid(_) => Some(owners.keys().copied().collect()),
-        _ => None,
-    };
+    owners
+}
 
-    // 2. Namespaces to list: every namespace of a selected process, plus our own.
+/// Step 2: list every namespace of a selected process, plus our own.
+fn list_namespaces(
+    selection: Selection,
+    own_ns: u64,
+    procs: &[Proc],
+    notes: &mut Vec<String>,
+) -> Listing {
     let mut namespaces: Vec<(u64, NsHandle)> = Vec::new();
-    let mut seen_ns = HashSet::new();
+    let mut listing = Listing::default();
     if !matches!(selection, Selection::Pid(_)) {
-        seen_ns.insert(own_ns);
+        listing.seen_ns.insert(own_ns);
         namespaces.push((own_ns, NsHandle::Own));
     }
-    for p in &procs {
-        if p.sockets.is_empty() || !seen_ns.insert(p.netns) {
+    for p in procs {
+        if p.sockets.is_empty() || !listing.seen_ns.insert(p.netns) {
             continue;
         }
         namespaces.push((
@@ -152,108 +226,92 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             },
         ));
     }
-
-    let mut listed: Vec<(u64, Vec<DiagSocket>)> = Vec::new();
-    let mut handles: HashMap<u64, NsHandle> = HashMap::new();
-    let mut ns_denied = 0u32;
     for (ns, handle) in namespaces {
-        match in_ns(&handle, diag::dump_all) {
-            Ok(l) => {
-                note_once(&mut notes, l.notes);
-                listed.push((ns, l.sockets));
-            }
-            Err(InspectError::Privilege { .. }) => ns_denied += 1,
-            Err(e) => notes.push(format!("network namespace {ns}: {e}")),
-        }
-        handles.insert(ns, handle);
+        listing.list(ns, handle, notes);
     }
+    listing
+}
 
-    // 3. Sockets held by a selected process but not found in any namespace listed so far were
-    // created in another namespace (a thread that called setns, a socket passed over a unix
-    // socket). Ask the socket itself for its namespace (SIOCGSKNS) and list that one too.
-    if access.cap_sys_ptrace {
-        let found: HashSet<u64> = listed
+/// Step 3: sockets held by a selected process but not found in any namespace listed so far were
+/// created in another namespace (a thread that called setns, a socket passed over a unix
+/// socket). Ask the socket itself for its namespace (SIOCGSKNS) and list that one too.
+fn list_socket_namespaces(
+    procs: &[Proc],
+    wanted_inodes: Option<&HashSet<u64>>,
+    listing: &mut Listing,
+    notes: &mut Vec<String>,
+) {
+    let found = listing.inodes();
+    let mut extra: Vec<(u64, std::fs::File)> = Vec::new();
+    let mut pidfds: HashMap<u32, Option<Pidfd>> = HashMap::new();
+    for p in procs {
+        for (inode, fds) in &p.sockets {
+            if found.contains(inode) || wanted_inodes.is_some_and(|w| !w.contains(inode)) {
+                continue;
+            }
+            let Some(pidfd) = pidfds
+                .entry(p.pid)
+                .or_insert_with(|| Pidfd::open(p.pid).ok())
+            else {
+                continue;
+            };
+            let Ok(dup) = pidfd.get_fd(fds[0]) else {
+                continue;
+            };
+            if let Some((_, nsfile)) = sockopt::inet_socket_netns(&dup)
+                && let Some(ino) = sockopt::file_inode(&nsfile)
+                && listing.seen_ns.insert(ino)
+            {
+                extra.push((ino, nsfile));
+            }
+        }
+    }
+    for (ns, file) in extra {
+        listing.list(ns, NsHandle::File(file), notes);
+    }
+}
+
+/// Step 3b: processes whose namespace latscope may not read or enter still show their
+/// namespace's sockets in /proc/PID/net (no tcp_info, namespace unknown = 0). Only sockets no
+/// namespace listing had yet, deduplicated by inode (unique across namespaces).
+fn list_from_procnet(procs: &[Proc], denied_pids: &[u32], listing: &mut Listing) {
+    let mut found = listing.inodes();
+    let mut extra = Vec::new();
+    let listed_ns: HashSet<u64> = listing.listed.iter().map(|(ns, _)| *ns).collect();
+    let mut pids = denied_pids.to_vec();
+    pids.extend(
+        procs
             .iter()
-            .flat_map(|(_, v)| v.iter().map(|s| s.inode))
-            .collect();
-        let mut extra: Vec<(u64, std::fs::File)> = Vec::new();
-        let mut pidfds: HashMap<u32, Option<Pidfd>> = HashMap::new();
-        for p in &procs {
-            for (inode, fds) in &p.sockets {
-                if found.contains(inode)
-                    || wanted_inodes.as_ref().is_some_and(|w| !w.contains(inode))
-                {
-                    continue;
-                }
-                let Some(pidfd) = pidfds
-                    .entry(p.pid)
-                    .or_insert_with(|| Pidfd::open(p.pid).ok())
-                else {
-                    continue;
-                };
-                let Ok(dup) = pidfd.get_fd(fds[0]) else {
-                    continue;
-                };
-                if let Some((_, nsfile)) = sockopt::inet_socket_netns(&dup)
-                    && let Some(ino) = sockopt::file_inode(&nsfile)
-                    && seen_ns.insert(ino)
-                {
-                    extra.push((ino, nsfile));
-                }
+            .filter(|p| !listed_ns.contains(&p.netns))
+            .map(|p| p.pid),
+    );
+    let mut seen_files = HashSet::new();
+    for pid in pids {
+        for s in procnet::sockets_of_new_ns(pid, &mut seen_files) {
+            if s.inode != 0 && found.insert(s.inode) {
+                extra.push(s);
             }
-        }
-        for (ns, file) in extra {
-            let handle = NsHandle::File(file);
-            match in_ns(&handle, diag::dump_all) {
-                Ok(l) => {
-                    note_once(&mut notes, l.notes);
-                    listed.push((ns, l.sockets));
-                }
-                Err(InspectError::Privilege { .. }) => ns_denied += 1,
-                Err(e) => notes.push(format!("network namespace {ns}: {e}")),
-            }
-            handles.insert(ns, handle);
         }
     }
-
-    // 3b. Processes whose namespace latscope may not read or enter still show their namespace's
-    // sockets in /proc/PID/net (no tcp_info, namespace unknown = 0). Only sockets no namespace
-    // listing had yet, deduplicated by inode (unique across namespaces).
-    let mut from_procnet = 0usize;
-    if !matches!(selection, Selection::Pid(_)) && (!denied_pids.is_empty() || ns_denied > 0) {
-        let mut found: HashSet<u64> = listed
-            .iter()
-            .flat_map(|(_, v)| v.iter().map(|s| s.inode))
-            .collect();
-        let mut extra = Vec::new();
-        let listed_ns: HashSet<u64> = listed.iter().map(|(ns, _)| *ns).collect();
-        let mut pids = denied_pids.clone();
-        pids.extend(
-            procs
-                .iter()
-                .filter(|p| !listed_ns.contains(&p.netns))
-                .map(|p| p.pid),
-        );
-        let mut seen_files = HashSet::new();
-        for pid in pids {
-            for s in procnet::sockets_of_new_ns(pid, &mut seen_files) {
-                if s.inode != 0 && found.insert(s.inode) {
-                    extra.push(s);
-                }
-            }
-        }
-        from_procnet = extra.len();
-        if !extra.is_empty() {
-            listed.push((0, extra));
-        }
+    listing.from_procnet = extra.len();
+    if !extra.is_empty() {
+        listing.listed.push((0, extra));
     }
+}
 
-    // 4. Rows.
+/// Step 4: one row per selected socket, with its owners.
+fn build_rows(
+    selection: Selection,
+    listing: &Listing,
+    wanted_inodes: Option<&HashSet<u64>>,
+    owners: &HashMap<u64, Vec<Owner>>,
+    own_ns: u64,
+) -> Vec<SocketRow> {
     let mut rows = Vec::new();
-    for (ns, sockets) in &listed {
+    for (ns, sockets) in &listing.listed {
         for s in sockets {
             let keep = match selection {
-                Selection::Pid(_) => wanted_inodes.as_ref().is_some_and(|w| w.contains(&s.inode)),
+                Selection::Pid(_) => wanted_inodes.is_some_and(|w| w.contains(&s.inode)),
                 Selection::Port(port) => s.local.port() == port || s.remote.port() == port,
                 // TIME-WAIT and SYN-RECV mini-sockets have inode 0 and no owner.
                 Selection::All => s.inode != 0,
@@ -271,11 +329,15 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
         }
     }
 
-    // 5. Options, through a duplicate of the fd.
+    rows
+}
+
+/// Step 5: options, through a duplicate of the fd. Returns how many sockets were denied.
+fn read_options(rows: &mut [SocketRow], notes: &mut Vec<String>) -> u32 {
     let mut pidfds: HashMap<u32, std::result::Result<Pidfd, OptError>> = HashMap::new();
     let mut gone_pids = BTreeSet::new();
     let mut denied = 0u32;
-    for row in &mut rows {
+    for row in rows.iter_mut() {
         let proto = if row.proto == "tcp" {
             diag::Proto::Tcp
         } else {
@@ -322,10 +384,12 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
         notes.push(format!("{closed} socket(s) closed during the scan; shown as the kernel last listed them, without options"));
     }
 
-    // 6. Per-route limits for remote addresses, looked up in each socket's namespace.
-    add_route_limits(&mut rows, &listed, &handles);
+    denied
+}
 
-    // 7. Findings, with the other end of loopback / same-host connections when we saw it.
+/// Step 7: findings, with the other end of loopback / same-host connections when we saw it;
+/// rows sorted by owner.
+fn add_findings(rows: &mut [SocketRow]) {
     let index: HashMap<(u64, &str, &str), usize> = rows
         .iter()
         .enumerate()
@@ -358,8 +422,10 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             .then_with(|| a.proto.cmp(&b.proto))
             .then_with(|| a.local.cmp(&b.local))
     });
+}
 
-    // 8. Say what is missing, and why.
+/// Step 8: say what is missing from the report, and why.
+fn say_missing(rows: &[SocketRow], access: &mut Access, denied: u32, listing: &Listing) {
     let without_options = rows.iter().filter(|r| r.options.is_none()).count();
     if without_options > 0 && (denied > 0 || !access.cap_sys_ptrace) {
         access.missing.push(format!(
@@ -380,7 +446,7 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
             access.processes_unreadable
         ));
     }
-    let from_procnet = if from_procnet > 0 {
+    let from_procnet = if listing.from_procnet > 0 {
         rows.iter()
             .filter(|r| r.netns == 0 && !r.netns_is_own)
             .count()
@@ -393,6 +459,7 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
              they are listed from /proc/PID/net (state, addresses, uid); entering needs CAP_SYS_ADMIN, identifying the namespace CAP_SYS_PTRACE"
         ));
     }
+    let ns_denied = listing.ns_denied;
     if ns_denied > 0 {
         access.missing.push(format!(
             "sockets of {ns_denied} other network namespace(s): entering a namespace needs CAP_SYS_ADMIN"
@@ -412,14 +479,6 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
                 .into(),
         );
     }
-
-    Ok(SocketsReport {
-        meta,
-        selection: selection.describe(),
-        access,
-        sockets: rows,
-        notes,
-    })
 }
 
 /// Run `f` in the namespace `handle` stands for.

@@ -20,7 +20,8 @@ use std::net::{IpAddr, ToSocketAddrs};
 
 pub use error::ProbeError;
 use latscope_core::model::ping::ProbeMode;
-use prober::{ConnectProber, IcmpProber, Prober, SynProber, UdpProber};
+pub use prober::Prober;
+use prober::{ConnectProber, IcmpProber, SynProber, UdpProber};
 
 /// Which address family to use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -58,6 +58,17 @@ pub(crate) fn server_text(b: &ServerBehaviour, transport: Transport) -> String {
 
 impl Human for RrReport {
     fn render_human(&self, out: &mut String) {
+        self.header(out);
+        out.push('\n');
+        self.results_table(out);
+        out.push('\n');
+        self.footnotes(out);
+    }
+}
+
+impl RrReport {
+    /// Target, transport, load and both sides' socket options.
+    fn header(&self, out: &mut String) {
         let load = match &self.load {
             LoadMode::Closed => "closed loop".to_string(),
             LoadMode::Open { rate_per_sec } => {
@@ -90,8 +101,10 @@ impl Human for RrReport {
                 self.peer
             );
         }
-        out.push('\n');
+    }
 
+    /// One row per size (and its from-intended-send row in open loop).
+    fn results_table(&self, out: &mut String) {
         let open = matches!(self.load, LoadMode::Open { .. });
         let mut headers: Vec<&str> = vec!["request/response", "trans/s"];
         headers.extend(Summary::HEADERS);
@@ -138,7 +151,11 @@ impl Human for RrReport {
             }
         }
         t.render("  ", out);
-        out.push('\n');
+    }
+
+    /// What the figures mean, per-size problems and the size-jump verdict.
+    fn footnotes(&self, out: &mut String) {
+        let open = matches!(self.load, LoadMode::Open { .. });
         let _ = writeln!(
             out,
             "  RTT: request write → last response byte read. One-way = RTT/2, an estimate that assumes a symmetric path."

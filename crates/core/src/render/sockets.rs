@@ -66,135 +66,155 @@ impl Human for SocketsReport {
         );
         if n > 0 {
             out.push('\n');
-            let mut t = Table::new(&[
-                "#", "process", "fd", "proto", "state", "local", "remote", "netns",
-            ]);
-            for (i, r) in self.sockets.iter().enumerate() {
-                let (p, fd) = owner_text(r);
-                let ns = match (r.netns_is_own, r.netns) {
-                    (true, _) => "own".to_string(),
-                    (false, 0) => "?".to_string(),
-                    (false, n) => n.to_string(),
-                };
-                t.row(vec![
-                    (i + 1).to_string(),
-                    p,
-                    fd,
-                    r.proto.clone(),
-                    r.state.clone(),
-                    r.local.clone(),
-                    r.remote.clone(),
-                    ns,
-                ]);
-            }
-            t.render("  ", out);
-
-            let mut t = Table::new(&[
-                "#",
-                "nodelay",
-                "cork",
-                "quickack*",
-                "sndbuf",
-                "rcvbuf",
-                "notsent_lowat",
-                "cc",
-                "keepalive",
-                "busy_poll",
-                "rto_min",
-                "delack_max",
-            ]);
-            let mut any = false;
-            for (i, r) in self.sockets.iter().enumerate() {
-                let Some(o) = &r.options else { continue };
-                any = true;
-                let lowat = match o.notsent_lowat {
-                    Some(0) => "sysctl".into(),
-                    Some(v) if v < u32::MAX / 2 => format_bytes(f64::from(v)),
-                    Some(_) => "off".into(),
-                    None => "-".into(),
-                };
-                let ka = match (o.keepalive, o.keepidle_s) {
-                    (Some(true), Some(idle)) => format!("{idle}s"),
-                    (k, _) => onoff(k),
-                };
-                t.row(vec![
-                    (i + 1).to_string(),
-                    onoff(o.nodelay),
-                    onoff(o.cork),
-                    onoff(o.quickack_now),
-                    bytes(o.sndbuf),
-                    bytes(o.rcvbuf),
-                    lowat,
-                    opt(o.congestion.clone()),
-                    ka,
-                    o.busy_poll_us
-                        .map(|v| {
-                            if v == 0 {
-                                "off".into()
-                            } else {
-                                format!("{v}us")
-                            }
-                        })
-                        .unwrap_or_else(|| "-".into()),
-                    o.rto_min_us.map(us).unwrap_or_else(|| "-".into()),
-                    o.delack_max_us.map(us).unwrap_or_else(|| "-".into()),
-                ]);
-            }
-            if any {
-                out.push_str("\n  options (getsockopt on a duplicate of the fd):\n");
-                t.render("  ", out);
-                out.push_str("  * quickack: the kernel's quick-ack mode right now — a transient state it leaves by itself, not a sticky option\n");
-            }
-
-            let mut t = Table::new(&[
-                "#",
-                "rtt",
-                "rttvar",
-                "min_rtt",
-                "ato",
-                "rto",
-                "cwnd",
-                "unacked",
-                "retrans",
-                "notsent",
-                "delivery",
-                "sndbuf_ltd",
-                "rwnd_ltd",
-            ]);
-            let mut any = false;
-            for (i, r) in self.sockets.iter().enumerate() {
-                let Some(s) = &r.tcp else { continue };
-                if r.state == "LISTEN" {
-                    continue;
-                }
-                any = true;
-                t.row(vec![
-                    (i + 1).to_string(),
-                    us(s.rtt_us),
-                    us(s.rttvar_us),
-                    s.min_rtt_us
-                        .filter(|&v| v != u32::MAX)
-                        .map(us)
-                        .unwrap_or_else(|| "-".into()),
-                    us(s.ato_us),
-                    us(s.rto_us),
-                    s.snd_cwnd.to_string(),
-                    s.unacked.to_string(),
-                    s.total_retrans.to_string(),
-                    bytes(s.notsent_bytes),
-                    s.delivery_rate_bps
-                        .map(|b| format_bitrate(b as f64))
-                        .unwrap_or_else(|| "-".into()),
-                    pct(s.sndbuf_limited_us, s.busy_time_us),
-                    pct(s.rwnd_limited_us, s.busy_time_us),
-                ]);
-            }
-            if any {
-                out.push_str("\n  tcp_info (sock_diag):\n");
-                t.render("  ", out);
-            }
+            self.sockets_table(out);
+            self.options_table(out);
+            self.tcp_info_table(out);
         }
+        self.findings_section(out);
+        self.notes_section(out);
+    }
+}
 
+impl SocketsReport {
+    /// Who owns each socket, its state and addresses.
+    fn sockets_table(&self, out: &mut String) {
+        let mut t = Table::new(&[
+            "#", "process", "fd", "proto", "state", "local", "remote", "netns",
+        ]);
+        for (i, r) in self.sockets.iter().enumerate() {
+            let (p, fd) = owner_text(r);
+            let ns = match (r.netns_is_own, r.netns) {
+                (true, _) => "own".to_string(),
+                (false, 0) => "?".to_string(),
+                (false, n) => n.to_string(),
+            };
+            t.row(vec![
+                (i + 1).to_string(),
+                p,
+                fd,
+                r.proto.clone(),
+                r.state.clone(),
+                r.local.clone(),
+                r.remote.clone(),
+                ns,
+            ]);
+        }
+        t.render("  ", out);
+    }
+
+    /// The options read with getsockopt, for the sockets whose fd could be duplicated.
+    fn options_table(&self, out: &mut String) {
+        let mut t = Table::new(&[
+            "#",
+            "nodelay",
+            "cork",
+            "quickack*",
+            "sndbuf",
+            "rcvbuf",
+            "notsent_lowat",
+            "cc",
+            "keepalive",
+            "busy_poll",
+            "rto_min",
+            "delack_max",
+        ]);
+        let mut any = false;
+        for (i, r) in self.sockets.iter().enumerate() {
+            let Some(o) = &r.options else { continue };
+            any = true;
+            let lowat = match o.notsent_lowat {
+                Some(0) => "sysctl".into(),
+                Some(v) if v < u32::MAX / 2 => format_bytes(f64::from(v)),
+                Some(_) => "off".into(),
+                None => "-".into(),
+            };
+            let ka = match (o.keepalive, o.keepidle_s) {
+                (Some(true), Some(idle)) => format!("{idle}s"),
+                (k, _) => onoff(k),
+            };
+            t.row(vec![
+                (i + 1).to_string(),
+                onoff(o.nodelay),
+                onoff(o.cork),
+                onoff(o.quickack_now),
+                bytes(o.sndbuf),
+                bytes(o.rcvbuf),
+                lowat,
+                opt(o.congestion.clone()),
+                ka,
+                o.busy_poll_us
+                    .map(|v| {
+                        if v == 0 {
+                            "off".into()
+                        } else {
+                            format!("{v}us")
+                        }
+                    })
+                    .unwrap_or_else(|| "-".into()),
+                o.rto_min_us.map(us).unwrap_or_else(|| "-".into()),
+                o.delack_max_us.map(us).unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        if any {
+            out.push_str("\n  options (getsockopt on a duplicate of the fd):\n");
+            t.render("  ", out);
+            out.push_str("  * quickack: the kernel's quick-ack mode right now — a transient state it leaves by itself, not a sticky option\n");
+        }
+    }
+
+    /// TCP_INFO from sock_diag for every connected TCP socket.
+    fn tcp_info_table(&self, out: &mut String) {
+        let mut t = Table::new(&[
+            "#",
+            "rtt",
+            "rttvar",
+            "min_rtt",
+            "ato",
+            "rto",
+            "cwnd",
+            "unacked",
+            "retrans",
+            "notsent",
+            "delivery",
+            "sndbuf_ltd",
+            "rwnd_ltd",
+        ]);
+        let mut any = false;
+        for (i, r) in self.sockets.iter().enumerate() {
+            let Some(s) = &r.tcp else { continue };
+            if r.state == "LISTEN" {
+                continue;
+            }
+            any = true;
+            t.row(vec![
+                (i + 1).to_string(),
+                us(s.rtt_us),
+                us(s.rttvar_us),
+                s.min_rtt_us
+                    .filter(|&v| v != u32::MAX)
+                    .map(us)
+                    .unwrap_or_else(|| "-".into()),
+                us(s.ato_us),
+                us(s.rto_us),
+                s.snd_cwnd.to_string(),
+                s.unacked.to_string(),
+                s.total_retrans.to_string(),
+                bytes(s.notsent_bytes),
+                s.delivery_rate_bps
+                    .map(|b| format_bitrate(b as f64))
+                    .unwrap_or_else(|| "-".into()),
+                pct(s.sndbuf_limited_us, s.busy_time_us),
+                pct(s.rwnd_limited_us, s.busy_time_us),
+            ]);
+        }
+        if any {
+            out.push_str("\n  tcp_info (sock_diag):\n");
+            t.render("  ", out);
+        }
+    }
+
+    /// Findings per socket.
+    fn findings_section(&self, out: &mut String) {
         let with_findings: Vec<_> = self
             .sockets
             .iter()
@@ -223,6 +243,10 @@ impl Human for SocketsReport {
                 }
             }
         }
+    }
+
+    /// Options that could not be read, what this run could not see, and notes.
+    fn notes_section(&self, out: &mut String) {
         let errs: Vec<_> = self
             .sockets
             .iter()

@@ -1,7 +1,9 @@
 use std::fmt::Write;
 
 use super::{Human, Table};
-use crate::model::stream::{Cost, Direction, StreamInterval, StreamReport};
+use crate::model::stream::{
+    Cost, Direction, DirectionResult, LatencyProbe, StreamInterval, StreamReport,
+};
 use crate::units::{format_bitrate, format_bytes, format_ns};
 
 /// One live line per interval event (the human view prints these as they come).
@@ -76,6 +78,31 @@ fn cost_cells(c: &Cost) -> Vec<String> {
 
 impl Human for StreamReport {
     fn render_human(&self, out: &mut String) {
+        self.header(out);
+        for r in &self.results {
+            direction_result(r, out);
+        }
+        if let Some(p) = &self.latency_probe {
+            probe_section(p, out);
+        }
+        if let Some(e) = &self.error {
+            let _ = writeln!(
+                out,
+                "\n  error: {e} (figures above cover what was measured)"
+            );
+        }
+        if self.interrupted {
+            let _ = writeln!(
+                out,
+                "\n  (interrupted: figures cover what was measured before Ctrl-C)"
+            );
+        }
+    }
+}
+
+impl StreamReport {
+    /// Target, transport, streams, direction and amount.
+    fn header(&self, out: &mut String) {
         let dir = match self.direction {
             Direction::Send => "client → server",
             Direction::Receive => "server → client",
@@ -100,120 +127,119 @@ impl Human for StreamReport {
                 .map(|r| format!(", target {}", format_bitrate(r)))
                 .unwrap_or_default()
         );
-        for r in &self.results {
-            let _ = writeln!(
-                out,
-                "\n  {}: {} delivered at {} (the receiver's count)",
-                r.direction,
-                format_bytes(r.bytes_delivered as f64),
-                format_bitrate(r.rate_bps)
-            );
-            let mut t = Table::new(&[
-                "side",
-                "role",
-                "bytes",
-                "time",
-                "rate",
-                "CPU usr",
-                "CPU sys",
-                "I/O calls",
-                "B/call",
-                "us/call",
-                "ctx sw",
+    }
+}
+
+/// One direction's figures: both sides' view, intervals, TCP/UDP detail and per-stream rows.
+fn direction_result(r: &DirectionResult, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "\n  {}: {} delivered at {} (the receiver's count)",
+        r.direction,
+        format_bytes(r.bytes_delivered as f64),
+        format_bitrate(r.rate_bps)
+    );
+    let mut t = Table::new(&[
+        "side",
+        "role",
+        "bytes",
+        "time",
+        "rate",
+        "CPU usr",
+        "CPU sys",
+        "I/O calls",
+        "B/call",
+        "us/call",
+        "ctx sw",
+    ]);
+    for v in [&r.sender, &r.receiver] {
+        let mut row = vec![
+            v.side.clone(),
+            v.role.clone(),
+            v.bytes.to_string(),
+            format_ns(v.elapsed_ns as f64),
+            format_bitrate(v.rate_bps),
+        ];
+        row.extend(cost_cells(&v.cost));
+        t.row(row);
+    }
+    t.render("    ", out);
+    if r.intervals.avg_bps > 0.0 {
+        let _ = writeln!(
+            out,
+            "    per interval (receiver): avg {}  min {}  max {}",
+            format_bitrate(r.intervals.avg_bps),
+            format_bitrate(r.intervals.min_bps),
+            format_bitrate(r.intervals.max_bps)
+        );
+    }
+    if let Some(tcp) = &r.tcp {
+        let _ = writeln!(
+            out,
+            "    TCP (sender): {} retransmits, cwnd {} segments, RTT {} ± {}",
+            tcp.retransmits,
+            tcp.cwnd,
+            format_ns(f64::from(tcp.rtt_us) * 1e3),
+            format_ns(f64::from(tcp.rtt_var_us) * 1e3)
+        );
+    }
+    if let Some(u) = &r.udp {
+        let _ = writeln!(
+            out,
+            "    UDP: {} sent, {} received, {} lost ({:.3}%), {} out of order, {} duplicates, jitter {}",
+            u.sent,
+            u.received,
+            u.lost,
+            u.loss_pct,
+            u.out_of_order,
+            u.duplicates,
+            format_ns(u.jitter_ns)
+        );
+    }
+    if r.streams.len() > 1 {
+        let mut t = Table::new(&["stream", "sent", "received", "rate"]);
+        for s in &r.streams {
+            t.row(vec![
+                s.index.to_string(),
+                s.bytes_sent.to_string(),
+                s.bytes_received.to_string(),
+                format_bitrate(s.rate_bps),
             ]);
-            for v in [&r.sender, &r.receiver] {
-                let mut row = vec![
-                    v.side.clone(),
-                    v.role.clone(),
-                    v.bytes.to_string(),
-                    format_ns(v.elapsed_ns as f64),
-                    format_bitrate(v.rate_bps),
-                ];
-                row.extend(cost_cells(&v.cost));
-                t.row(row);
-            }
-            t.render("    ", out);
-            if r.intervals.avg_bps > 0.0 {
-                let _ = writeln!(
-                    out,
-                    "    per interval (receiver): avg {}  min {}  max {}",
-                    format_bitrate(r.intervals.avg_bps),
-                    format_bitrate(r.intervals.min_bps),
-                    format_bitrate(r.intervals.max_bps)
-                );
-            }
-            if let Some(tcp) = &r.tcp {
-                let _ = writeln!(
-                    out,
-                    "    TCP (sender): {} retransmits, cwnd {} segments, RTT {} ± {}",
-                    tcp.retransmits,
-                    tcp.cwnd,
-                    format_ns(f64::from(tcp.rtt_us) * 1e3),
-                    format_ns(f64::from(tcp.rtt_var_us) * 1e3)
-                );
-            }
-            if let Some(u) = &r.udp {
-                let _ = writeln!(
-                    out,
-                    "    UDP: {} sent, {} received, {} lost ({:.3}%), {} out of order, {} duplicates, jitter {}",
-                    u.sent,
-                    u.received,
-                    u.lost,
-                    u.loss_pct,
-                    u.out_of_order,
-                    u.duplicates,
-                    format_ns(u.jitter_ns)
-                );
-            }
-            if r.streams.len() > 1 {
-                let mut t = Table::new(&["stream", "sent", "received", "rate"]);
-                for s in &r.streams {
-                    t.row(vec![
-                        s.index.to_string(),
-                        s.bytes_sent.to_string(),
-                        s.bytes_received.to_string(),
-                        format_bitrate(s.rate_bps),
-                    ]);
-                }
-                t.render("    ", out);
-            }
         }
-        if let Some(p) = &self.latency_probe {
-            let _ = writeln!(
-                out,
-                "\n  latency probe (64 B request/response on its own connection):"
-            );
-            let mut t = Table::new(&["", "p50", "p90", "p99", "max", "count"]);
-            for (name, s) in [("idle", &p.idle), ("under load", &p.loaded)] {
-                t.row(vec![
-                    name.into(),
-                    format_ns(s.p50_ns as f64),
-                    format_ns(s.p90_ns as f64),
-                    format_ns(s.p99_ns as f64),
-                    format_ns(s.max_ns as f64),
-                    s.count.to_string(),
-                ]);
-            }
-            t.render("    ", out);
-            if p.idle.p50_ns > 0 {
-                let _ = writeln!(
-                    out,
-                    "    the transfer multiplies a small request's median latency by {:.1}",
-                    p.loaded.p50_ns as f64 / p.idle.p50_ns as f64
-                );
-            }
-        }
-        if let Some(e) = &self.error {
-            let _ = writeln!(
-                out,
-                "\n  error: {e} (figures above cover what was measured)"
-            );
-        }
-        if self.interrupted {
-            let _ = writeln!(
-                out,
-                "\n  (interrupted: figures cover what was measured before Ctrl-C)"
-            );
-        }
+        t.render("    ", out);
+    }
+}
+
+/// The small request's latency idle and under the transfer.
+fn probe_section(p: &LatencyProbe, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "\n  latency probe (64 B request/response on its own connection):"
+    );
+    let mut t = Table::new(&["", "p50", "p90", "p99", "max", "count"]);
+    for (name, s) in [("idle", &p.idle), ("under load", &p.loaded)] {
+        t.row(vec![
+            name.into(),
+            format_ns(s.p50_ns as f64),
+            format_ns(s.p90_ns as f64),
+            format_ns(s.p99_ns as f64),
+            format_ns(s.max_ns as f64),
+            s.count.to_string(),
+        ]);
+    }
+    t.render("    ", out);
+    if p.idle.p50_ns > 0 {
+        let ratio = p.loaded.p50_ns as f64 / p.idle.p50_ns as f64;
+        let effect = if ratio >= 1.05 {
+            format!("raises a small request's median latency {ratio:.1}×")
+        } else if ratio <= 0.95 {
+            format!(
+                "lowers a small request's median latency to {:.0}% of idle (busy CPUs wake faster than idle ones)",
+                ratio * 100.0
+            )
+        } else {
+            "leaves a small request's median latency unchanged".to_string()
+        };
+        let _ = writeln!(out, "    the transfer {effect}");
     }
 }
