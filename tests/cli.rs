@@ -146,7 +146,7 @@ fn test_limit_is_enforced() {
     let addr = addr_arg(srv.tcp_addr);
     let (code, _, err) = run(&["rr", &addr, "-c", "2", "-n", "10"]);
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("limit of 1 tests"), "{err}");
+    assert!(err.contains("busy: 1 tests running, retry later"), "{err}");
 }
 
 #[test]

@@ -31,20 +31,14 @@ impl RxTimestamping {
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         let flags: libc::c_int =
             (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
-        // SAFETY: the option value points to a c_int of the size given.
-        let rc = unsafe {
-            libc::setsockopt(
-                owned.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPING,
-                (&flags as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
+        if let Err(e) = latscope_sys::sockopt::set_int(
+            owned.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPING,
+            flags,
+        ) {
             return Err(StackError::System(format!(
-                "enabling software RX timestamps (SO_TIMESTAMPING): {}",
-                std::io::Error::last_os_error()
+                "enabling software RX timestamps (SO_TIMESTAMPING): {e}"
             )));
         }
         Ok(RxTimestamping { _fd: owned })

@@ -192,7 +192,7 @@ impl Ctx {
         if measured {
             st.outstanding_measured -= 1;
         }
-        if measured || sys::now_ns() >= self.measure_start_ns {
+        if measured || sys::monotonic_ns() >= self.measure_start_ns {
             st.stats.errors.add(kind);
             st.stats.sample_error(kind, msg);
             st.acc_errors += 1;
@@ -303,7 +303,7 @@ pub(crate) fn run_thread(
         let mut interval_end = measure_start_ns + interval_ns;
         loop {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            let now = sys::now_ns();
+            let now = sys::monotonic_ns();
             if stop.load(Ordering::Relaxed) {
                 ctx.stopped.set(true);
             }
@@ -318,7 +318,7 @@ pub(crate) fn run_thread(
         for h in handles {
             h.abort();
         }
-        let now = sys::now_ns();
+        let now = sys::monotonic_ns();
         let end = ctx.end_ns.map_or(now, |e| e.min(now));
         flush(&ctx, &tx, thread, interval_ns, end, true);
         end
@@ -366,8 +366,8 @@ fn flush(
 
 async fn connection_loop(ctx: Rc<Ctx>) {
     let timeout = ctx.timeout;
-    while ctx.wants_more(sys::now_ns()) {
-        let t0 = sys::now_ns();
+    while ctx.wants_more(sys::monotonic_ns()) {
+        let t0 = sys::monotonic_ns();
         let tcp =
             match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(ctx.addr)).await {
                 Ok(Ok(s)) => s,
@@ -381,7 +381,7 @@ async fn connection_loop(ctx: Rc<Ctx>) {
                     continue;
                 }
             };
-        let t1 = sys::now_ns();
+        let t1 = sys::monotonic_ns();
         {
             let mut st = ctx.state.borrow_mut();
             st.stats.connect.record(t1 - t0);
@@ -406,7 +406,7 @@ async fn connection_loop(ctx: Rc<Ctx>) {
                             .borrow_mut()
                             .stats
                             .tls_handshake
-                            .record(sys::now_ns() - t1);
+                            .record(sys::monotonic_ns() - t1);
                         Box::new(s)
                     }
                     Ok(Err(e)) => {
@@ -460,11 +460,11 @@ async fn pacer(
 ) {
     let mut due = first;
     loop {
-        if sys::now_ns() < due {
+        if sys::monotonic_ns() < due {
             if timer.get_ref().arm_at(due).is_err() {
                 return;
             }
-            while sys::now_ns() < due {
+            while sys::monotonic_ns() < due {
                 let Ok(mut guard) = timer.readable().await else {
                     return;
                 };
@@ -472,7 +472,7 @@ async fn pacer(
                 guard.clear_ready();
             }
         }
-        if ctx.over(sys::now_ns()) {
+        if ctx.over(sys::monotonic_ns()) {
             return;
         }
         // The next free stream takes it; one whose connection died meanwhile has dropped its
@@ -493,7 +493,7 @@ async fn pacer(
 /// run is over.
 async fn next_intended(ctx: &Ctx) -> Option<u64> {
     let Some(free) = &ctx.free else {
-        return Some(sys::now_ns());
+        return Some(sys::monotonic_ns());
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     free.send(tx).ok()?;
@@ -508,7 +508,7 @@ async fn stream_loop(ctx: Rc<Ctx>, send: h2::client::SendRequest<Bytes>) {
         let Some(intended) = next_intended(&ctx).await else {
             return;
         };
-        let Some(measured) = ctx.take(sys::now_ns(), intended) else {
+        let Some(measured) = ctx.take(sys::monotonic_ns(), intended) else {
             return;
         };
         let result =
@@ -556,7 +556,7 @@ async fn one_request(
         }
     };
     let mut ready = send.clone().ready().await.map_err(err)?;
-    let sent_ns = sys::now_ns();
+    let sent_ns = sys::monotonic_ns();
     let req = ctx.parts.request();
     let body = ctx.parts.body.clone();
     let end = body.is_empty();
@@ -573,7 +573,7 @@ async fn one_request(
         bytes += chunk.len() as u64;
         let _ = body.flow_control().release_capacity(chunk.len());
     }
-    let now = sys::now_ns();
+    let now = sys::monotonic_ns();
     let mut st = ctx.state.borrow_mut();
     st.stats.bytes_read += bytes;
     st.acc_bytes += bytes;

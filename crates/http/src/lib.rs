@@ -374,7 +374,7 @@ pub fn run(
         }
     }
     let (tx, rx) = mpsc::channel::<IntervalMsg>();
-    let run_start_ns = sys::now_ns();
+    let run_start_ns = sys::monotonic_ns();
     let measure_start_ns = run_start_ns + cfg.warmup_ns;
     let mut merger = IntervalMerger::new(threads);
     let results = std::thread::scope(|s| {

@@ -1,22 +1,12 @@
-//! Thin safe wrappers over the Linux calls the event loop needs: the monotonic clock, epoll
-//! and timerfd. Every `unsafe` block of the crate is here.
+//! Thin safe wrappers over the Linux calls the event loop needs: the monotonic clock (from
+//! latscope-sys), epoll and timerfd. Every `unsafe` block of the crate is here.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// CLOCK_MONOTONIC in nanoseconds: the engine's one time source (the same clock timerfd uses,
 /// so absolute timer deadlines and measured times agree).
-#[inline]
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux, so the
-    // call cannot fail (and `ts` stays zero if it somehow did).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use latscope_sys::clock::monotonic_ns;
 
 /// An epoll instance.
 #[derive(Debug)]
@@ -203,14 +193,14 @@ mod tests {
         let ep = Epoll::new().unwrap();
         let t = Timer::new().unwrap();
         ep.add_level(t.raw(), 7).unwrap();
-        let start = now_ns();
+        let start = monotonic_ns();
         t.arm_at(start + 2_000_000).unwrap();
         let mut buf = event_buffer(4);
         let mut evs = vec![];
         while evs.is_empty() {
             ep.wait(&mut buf, &mut evs, 1000).unwrap();
         }
-        let waited = now_ns() - start;
+        let waited = monotonic_ns() - start;
         assert_eq!(evs[0].token, 7);
         // Not before the deadline; well within a second after it even on a loaded machine.
         assert!((2_000_000..1_000_000_000).contains(&waited), "{waited}");

@@ -224,13 +224,13 @@ impl<'a> Worker<'a> {
     pub(crate) fn run(mut self) -> WorkerResult {
         let mut evbuf = sys::event_buffer(512);
         let mut events: Vec<Event> = Vec::with_capacity(512);
-        let now = sys::now_ns();
+        let now = sys::monotonic_ns();
         for i in 0..self.conns.len() {
             self.open(i, now);
         }
         let mut next_tick = now;
         loop {
-            let now = sys::now_ns();
+            let now = sys::monotonic_ns();
             if now >= next_tick {
                 next_tick = now + TICK_NS;
                 if self.stop.load(Ordering::Relaxed) {
@@ -261,10 +261,10 @@ impl<'a> Worker<'a> {
             }
             self.flush_ready();
             if self.open_loop {
-                self.send_due(sys::now_ns());
+                self.send_due(sys::monotonic_ns());
             }
         }
-        let finished_ns = sys::now_ns();
+        let finished_ns = sys::monotonic_ns();
         let end = self.end_ns.map_or(finished_ns, |e| e.min(finished_ns));
         self.flush_interval(end, true);
         WorkerResult {
@@ -403,7 +403,7 @@ impl<'a> Worker<'a> {
     }
 
     fn on_connected(&mut self, i: usize, bits: u32) {
-        let now = sys::now_ns();
+        let now = sys::monotonic_ns();
         let err = match &self.conns[i].sock {
             Some(s) => match s.take_error() {
                 Ok(Some(e)) | Err(e) => Some(e),
@@ -474,7 +474,7 @@ impl<'a> Worker<'a> {
             return;
         }
         let mut ready = std::mem::take(&mut self.ready);
-        let now = sys::now_ns();
+        let now = sys::monotonic_ns();
         let over = self.end_ns.is_some_and(|e| now >= e) || self.stop.load(Ordering::Relaxed);
         for &(i, generation, intended) in &ready {
             let c = &self.conns[i];
@@ -500,7 +500,7 @@ impl<'a> Worker<'a> {
             self.heap.pop();
             if self.conns[i].phase == Phase::Waiting && self.conns[i].next_ns == due {
                 if self.take_quota(due) {
-                    self.send(i, sys::now_ns(), due);
+                    self.send(i, sys::monotonic_ns(), due);
                 } else {
                     self.conns[i].phase = Phase::Idle;
                 }
@@ -584,7 +584,7 @@ impl<'a> Worker<'a> {
     }
 
     fn on_writable(&mut self, i: usize) {
-        let now = sys::now_ns();
+        let now = sys::monotonic_ns();
         if self.conns[i].tls.is_some() {
             self.flush_tls(i, now);
         } else if self.conns[i].phase == Phase::Writing {
@@ -625,7 +625,7 @@ impl<'a> Worker<'a> {
             if space == 0 {
                 // Cannot happen (the parser rejects heads and lines long before the buffer is
                 // full), but a zero-length read would look like end of file.
-                let now = sys::now_ns();
+                let now = sys::monotonic_ns();
                 return self.fail(i, ErrorKind::Malformed, &ParseError::HeadTooLarge, now);
             }
             match (&*sock).read(&mut c.buf[c.end..]) {
@@ -644,7 +644,7 @@ impl<'a> Worker<'a> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    let now = sys::now_ns();
+                    let now = sys::monotonic_ns();
                     return self.fail(i, ErrorKind::of_io(&e), &e, now);
                 }
             }
@@ -654,7 +654,7 @@ impl<'a> Worker<'a> {
     fn read_tls(&mut self, i: usize) {
         let generation = self.conns[i].generation;
         loop {
-            let now = sys::now_ns();
+            let now = sys::monotonic_ns();
             let c = &mut self.conns[i];
             if c.generation != generation {
                 return;
@@ -695,7 +695,7 @@ impl<'a> Worker<'a> {
                 let Some(tls) = c.tls.as_mut() else { return };
                 let end = c.end;
                 if end == c.buf.len() {
-                    let now = sys::now_ns();
+                    let now = sys::monotonic_ns();
                     return self.fail(i, ErrorKind::Malformed, &ParseError::HeadTooLarge, now);
                 }
                 match tls.reader().read(&mut c.buf[end..]) {
@@ -706,18 +706,18 @@ impl<'a> Worker<'a> {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) => {
-                        let now = sys::now_ns();
+                        let now = sys::monotonic_ns();
                         return self.fail(i, ErrorKind::Closed, &e, now);
                     }
                 }
             }
-            self.flush_tls(i, sys::now_ns());
+            self.flush_tls(i, sys::monotonic_ns());
         }
     }
 
     /// The peer closed the connection.
     fn on_eof(&mut self, i: usize) {
-        let now = sys::now_ns();
+        let now = sys::monotonic_ns();
         match self.conns[i].phase {
             Phase::Reading | Phase::Writing => match self.conns[i].parser.eof() {
                 Ok(r) => self.complete(i, now, r),
@@ -753,7 +753,7 @@ impl<'a> Worker<'a> {
             }
             if !matches!(c.phase, Phase::Reading | Phase::Writing) {
                 // Bytes nobody asked for (we never pipeline): a protocol violation.
-                let now = sys::now_ns();
+                let now = sys::monotonic_ns();
                 return self.fail(
                     i,
                     ErrorKind::Malformed,
@@ -772,7 +772,7 @@ impl<'a> Worker<'a> {
                 }
                 Ok((n, Step::Complete(r))) => {
                     c.start += n;
-                    let now = sys::now_ns();
+                    let now = sys::monotonic_ns();
                     let generation = c.generation;
                     self.complete(i, now, r);
                     if self.conns[i].generation != generation {
@@ -780,7 +780,7 @@ impl<'a> Worker<'a> {
                     }
                 }
                 Err(e) => {
-                    let now = sys::now_ns();
+                    let now = sys::monotonic_ns();
                     return self.fail(i, ErrorKind::Malformed, &e, now);
                 }
             }

@@ -100,23 +100,14 @@ pub fn inode_of(fd: &OwnedFd) -> Option<u64> {
 
 /// getsockopt for an int-sized option; None if the socket refuses it.
 pub fn get_int(fd: RawFd, level: i32, name: i32) -> Option<i32> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: v and len are valid out-pointers of the sizes given.
-    let rc = unsafe { libc::getsockopt(fd, level, name, (&raw mut v).cast(), &mut len) };
-    (rc == 0).then_some(v)
+    latscope_sys::sockopt::get_int(fd, level, name).ok()
 }
 
 /// getsockopt for a string option (TCP_CONGESTION).
 pub fn get_string(fd: RawFd, level: i32, name: i32) -> Option<String> {
     let mut buf = [0u8; 32];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: buf and len are valid out-pointers of the sizes given.
-    let rc = unsafe { libc::getsockopt(fd, level, name, buf.as_mut_ptr().cast(), &mut len) };
-    if rc != 0 {
-        return None;
-    }
-    let b = &buf[..(len as usize).min(buf.len())];
+    let len = latscope_sys::sockopt::get_bytes(fd, level, name, &mut buf).ok()?;
+    let b = &buf[..len];
     let s = b.split(|&c| c == 0).next().unwrap_or(&[]);
     Some(String::from_utf8_lossy(s).into_owned())
 }

@@ -2,6 +2,16 @@
 
 use thiserror::Error;
 
+use crate::proto::RefusalCode;
+
+/// How a refusal reads: `busy: 12 tests running, retry later`, or the server's reason.
+fn refusal_text(code: RefusalCode, message: &str) -> String {
+    match code {
+        RefusalCode::Busy => format!("busy: {message}"),
+        _ => format!("the server refused the test: {message}"),
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum NetError {
     /// The name did not resolve, or no route leads to it.
@@ -18,9 +28,17 @@ pub enum NetError {
         "{target} does not speak the latscope protocol ({detail}); start `latscope serve` there or pick its port"
     )]
     WrongProtocol { target: String, detail: String },
-    /// The latscope server refused the test (a limit, an unknown test kind).
-    #[error("the server refused the test: {0}")]
-    ServerRefused(String),
+    /// The latscope server refused the test (a limit, busy, a malformed request).
+    #[error("{}", refusal_text(*.code, .message))]
+    ServerRefused {
+        /// The protocol's machine-readable reason.
+        code: RefusalCode,
+        /// The server's explanation.
+        message: String,
+    },
+    /// A stream test failed on the server's side after it started.
+    #[error("the server ended the test: {0}")]
+    ServerFailed(String),
     /// The peer broke the protocol mid-test.
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -51,7 +69,8 @@ impl NetError {
             | NetError::Refused { .. }
             | NetError::Timeout { .. }
             | NetError::WrongProtocol { .. }
-            | NetError::ServerRefused(_)
+            | NetError::ServerRefused { .. }
+            | NetError::ServerFailed(_)
             | NetError::Protocol(_) => 3,
             NetError::Privilege { .. } => 4,
             NetError::Io { .. } => 5,

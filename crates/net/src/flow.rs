@@ -18,7 +18,8 @@ use latscope_core::model::stream::{Cost, StreamInterval, StreamOptions, TcpFigur
 
 use crate::pace::sleep_until;
 use crate::proto::{StreamDatagram, StreamSpec, UDP_STREAM_HEADER_LEN};
-use crate::sock::set_int;
+use latscope_sys::error::is_transient as is_timeout;
+use latscope_sys::sockopt::{get_raw, set_bytes, set_int};
 
 /// A connected stream socket shared between the thread moving data and the coordinator
 /// (which reads TCP_INFO from it).
@@ -96,18 +97,7 @@ pub fn apply_options(fd: RawFd, o: &StreamOptions, tcp: bool, v6: bool) -> io::R
             set_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, m as i32)?;
         }
         if let Some(cc) = &o.congestion {
-            // SAFETY: the pointer and length describe `cc`'s bytes, valid for the call.
-            let rc = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::IPPROTO_TCP,
-                    libc::TCP_CONGESTION,
-                    cc.as_ptr().cast(),
-                    cc.len() as libc::socklen_t,
-                )
-            };
-            if rc != 0 {
-                let e = io::Error::last_os_error();
+            if let Err(e) = set_bytes(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_bytes()) {
                 return Err(io::Error::new(
                     e.kind(),
                     format!(
@@ -220,13 +210,6 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
 }
 
 /// An in-memory file holding one buffer, the source of sendfile(2) for the zero-copy path.
@@ -661,22 +644,9 @@ pub fn intervals(
 
 /// TCP_INFO figures of a TCP socket: (total retransmits, cwnd, srtt µs, rttvar µs).
 pub fn tcp_info(fd: RawFd) -> Option<TcpFigures> {
-    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes into it.
+    // SAFETY: tcp_info is plain integers; all-zero is a valid value.
     let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `ti` and `len` are valid for writes; an invalid fd only yields an error.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut ti as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
+    get_raw(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut ti).ok()?;
     Some(TcpFigures {
         retransmits: u64::from(ti.tcpi_total_retrans),
         cwnd: ti.tcpi_snd_cwnd,

@@ -239,16 +239,7 @@ impl FrameReader {
                 self.buf.extend_from_slice(&chunk[..n]);
                 self.take()
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(None)
-            }
+            Err(e) if latscope_sys::error::is_transient(&e) => Ok(None),
             Err(e) => Err(FrameError::Io(e)),
         }
     }
@@ -300,11 +291,40 @@ pub enum Reply {
         /// UDP tests: the token every datagram must carry.
         udp_token: Option<u64>,
     },
+    /// The server will not run the test.
     Refused {
-        /// Machine-readable reason: "limit", "busy", "invalid", "auth", "version".
-        code: String,
+        /// Machine-readable reason: what the client may act on.
+        code: RefusalCode,
+        /// What to change, for people.
         message: String,
+        /// `busy`: the tests running on the server.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        running_tests: Option<u32>,
     },
+}
+
+/// Why a server refused a test, as it travels in [`Reply::Refused`]: clients decide on this,
+/// never on the message text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalCode {
+    /// A size, count or rate beyond the server's limits.
+    Limit,
+    /// The test is longer than the server's `--max-duration` (its hello says how long).
+    DurationLimit,
+    /// Every test or connection slot is taken: retry later.
+    Busy,
+    /// This client's address already holds its share of the server (per-source quota).
+    Quota,
+    /// A malformed or inconsistent request.
+    Invalid,
+    /// Authentication required or wrong.
+    Auth,
+    /// Incompatible protocol version.
+    Version,
+    /// A code this build does not know (a newer server).
+    #[serde(other)]
+    Other,
 }
 
 /// Why reading a frame failed.

@@ -159,7 +159,7 @@ pub fn handshake(
             udp_token,
             hello: server,
         }),
-        Reply::Refused { message, .. } => Err(NetError::ServerRefused(message)),
+        Reply::Refused { code, message, .. } => Err(NetError::ServerRefused { code, message }),
     }
 }
 
@@ -353,14 +353,7 @@ fn stream_worker(
                         let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
                     }
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) =>
-                {
+                Err(e) if latscope_sys::error::is_transient(&e) => {
                     if stop.load(Ordering::Relaxed) {
                         failed = Some(String::new());
                         break;
@@ -443,13 +436,7 @@ fn udp_worker(
                     Some(s) if s < seq => out.late_responses += 1,
                     _ => {}
                 },
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if latscope_sys::error::is_transient(&e) => {}
                 Err(e) => {
                     out.error = Some(format!("conn {}: receiving: {e}", plan.index));
                     break None;
@@ -612,9 +599,10 @@ fn run_size(
             start.duration_ms = 3_600_000;
         }
         let session = match open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[]) {
-            Err(NetError::ServerRefused(msg))
-                if lifetime.is_none() && msg.contains("test exceeds") =>
-            {
+            Err(NetError::ServerRefused {
+                code: proto::RefusalCode::DurationLimit,
+                ..
+            }) if lifetime.is_none() => {
                 let probe = open_probe_limits(cfg)?;
                 start.duration_ms = probe;
                 open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[])?

@@ -2,7 +2,7 @@
 //! resolution, and the latency-relevant socket options.
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -102,38 +102,7 @@ impl Write for Conn {
     }
 }
 
-/// setsockopt for an int option.
-pub fn set_int(fd: RawFd, level: i32, opt: i32, value: i32) -> io::Result<()> {
-    // SAFETY: `value` lives across the call and its exact size is passed; `fd` is a socket the
-    // caller owns (an invalid fd yields EBADF, not undefined behaviour).
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// getsockopt for an int option.
-pub fn get_int(fd: RawFd, level: i32, opt: i32) -> io::Result<i32> {
-    let mut value: i32 = 0;
-    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
-    // SAFETY: `value` and `len` are valid for writes of the sizes given.
-    let rc = unsafe { libc::getsockopt(fd, level, opt, (&mut value as *mut i32).cast(), &mut len) };
-    if rc == 0 {
-        Ok(value)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
+pub use latscope_sys::sockopt::{get_int, set_int};
 
 /// Where to measure: a host and port, or a unix socket path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -228,43 +197,7 @@ impl std::fmt::Display for Target {
     }
 }
 
-/// Address family preference (`-4`, `-6`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Family {
-    #[default]
-    Any,
-    V4,
-    V6,
-}
-
-impl Family {
-    /// From the `-4` / `-6` flags.
-    pub fn from_flags(ipv4: bool, ipv6: bool) -> Family {
-        if ipv4 {
-            Family::V4
-        } else if ipv6 {
-            Family::V6
-        } else {
-            Family::Any
-        }
-    }
-
-    fn accepts(self, ip: IpAddr) -> bool {
-        match self {
-            Family::Any => true,
-            Family::V4 => ip.is_ipv4(),
-            Family::V6 => ip.is_ipv6(),
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Family::Any => "IP",
-            Family::V4 => "IPv4",
-            Family::V6 => "IPv6",
-        }
-    }
-}
+pub use latscope_sys::Family;
 
 /// Turn a connect error into the engine error users should see.
 pub fn connect_error(target: &str, e: io::Error, timeout: Duration) -> NetError {

@@ -265,7 +265,7 @@ pub fn run(
     loop {
         match reader.poll::<Control>(&mut control.conn) {
             Ok(Some(Control::Go)) => break,
-            Ok(Some(Control::Error { message })) => return Err(NetError::ServerRefused(message)),
+            Ok(Some(Control::Error { message })) => return Err(NetError::ServerFailed(message)),
             Ok(_) if Instant::now() < go_deadline => {}
             Ok(_) => {
                 return Err(NetError::Protocol(

@@ -23,17 +23,8 @@ use latscope_core::model::ping::ProbeMode;
 pub use prober::Prober;
 use prober::{ConnectProber, IcmpProber, SynProber, UdpProber};
 
-/// Which address family to use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Family {
-    /// Whatever the name resolves to first.
-    #[default]
-    Any,
-    /// IPv4 only (`-4`).
-    V4,
-    /// IPv6 only (`-6`).
-    V6,
-}
+/// Which address family to use (one definition for every engine, in latscope-sys).
+pub use latscope_sys::Family;
 
 /// Resolve `host` once (an address literal or a name), in `family`.
 pub fn resolve(host: &str, family: Family) -> Result<IpAddr, ProbeError> {

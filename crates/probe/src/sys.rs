@@ -45,15 +45,7 @@ pub enum TsMode {
 }
 
 /// CLOCK_REALTIME in nanoseconds: the clock kernel software timestamps use.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid, writable timespec; CLOCK_REALTIME always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use latscope_sys::clock::realtime_ns;
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -72,39 +64,24 @@ pub fn socket(domain: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> io::R
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// `setsockopt` with an `int` value.
+/// `setsockopt` with an `int` value (latscope-sys's, on an owned descriptor).
 pub fn set_int(
     fd: &OwnedFd,
     level: libc::c_int,
     name: libc::c_int,
     v: libc::c_int,
 ) -> io::Result<()> {
-    // SAFETY: the pointer and length describe a live c_int.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&v as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })
-    .map(|_| ())
+    latscope_sys::sockopt::set_int(fd.as_raw_fd(), level, name, v)
 }
 
-/// `setsockopt` with any plain-old-data value.
-pub fn set_raw<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: the pointer and length describe a live T.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (v as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    })
-    .map(|_| ())
+/// `setsockopt` with any plain-old-data value (latscope-sys's, on an owned descriptor).
+pub fn set_raw<T: Copy>(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: &T,
+) -> io::Result<()> {
+    latscope_sys::sockopt::set_raw(fd.as_raw_fd(), level, name, v)
 }
 
 /// Turn on the best timestamping the kernel gives this socket.
@@ -289,18 +266,7 @@ pub fn local_addr(fd: &OwnedFd) -> io::Result<SocketAddr> {
 
 /// `SO_ERROR`: the pending error of a socket (used after a non-blocking connect).
 pub fn take_error(fd: &OwnedFd) -> io::Result<Option<io::Error>> {
-    let mut v: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: v is a writable c_int and len its size.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ERROR,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    })?;
+    let v = latscope_sys::sockopt::get_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR)?;
     Ok((v != 0).then(|| io::Error::from_raw_os_error(v)))
 }
 
@@ -546,18 +512,13 @@ pub fn source_for(dst: IpAddr) -> io::Result<IpAddr> {
 pub fn tcp_rtt_us(fd: &OwnedFd) -> Option<u32> {
     // SAFETY: tcp_info is plain old data; all-zero is valid.
     let mut info: libc::tcp_info = unsafe { zeroed() };
-    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: info is writable and len is its size.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    (r == 0 && info.tcpi_rtt > 0 && info.tcpi_total_retrans == 0).then_some(info.tcpi_rtt)
+    let r = latscope_sys::sockopt::get_raw(
+        fd.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_INFO,
+        &mut info,
+    );
+    (r.is_ok() && info.tcpi_rtt > 0 && info.tcpi_total_retrans == 0).then_some(info.tcpi_rtt)
 }
 
 fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
@@ -694,7 +655,7 @@ mod tests {
         // enabling it may carry none. Within a few tries one must.
         let mut stamped = None;
         for _ in 0..20 {
-            let before = now_ns();
+            let before = realtime_ns();
             send_to(&b, b"hello", Some(to)).expect("send");
             poll_in(&[a.as_raw_fd()], Duration::from_secs(2)).expect("poll");
             let mut buf = [0u8; 64];
@@ -712,7 +673,7 @@ mod tests {
         }
         let (before, k) = stamped.expect("a kernel RX timestamp");
         assert!(
-            k + 1_000_000 >= before && k <= now_ns() + 1_000_000,
+            k + 1_000_000 >= before && k <= realtime_ns() + 1_000_000,
             "timestamp on CLOCK_REALTIME"
         );
     }

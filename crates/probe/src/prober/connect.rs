@@ -24,7 +24,7 @@ impl ConnectProber {
     }
 
     fn finish(&mut self, id: u16, err: Option<io::Error>, kernel_rtt_us: Option<u32>) {
-        let mut rx_ns = sys::now_ns();
+        let mut rx_ns = sys::realtime_ns();
         let mut rx_kernel = false;
         if let (Some(us), Some(tx)) = (kernel_rtt_us, self.tx.get_mut(&id)) {
             rx_ns = tx.0 + u64::from(us) * 1000;
@@ -61,7 +61,7 @@ impl Prober for ConnectProber {
             .map_err(|e| ProbeError::io("TCP socket", e))?;
         let _ = sys::set_int(&fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
         let _ = sys::set_linger_zero(&fd);
-        let t = sys::now_ns();
+        let t = sys::realtime_ns();
         self.tx.insert(id, (t, false));
         match sys::connect(&fd, self.dst) {
             Ok(()) => {

@@ -106,7 +106,7 @@ impl IcmpProber {
                 tcp_flags: None,
                 ttl: None,
                 size: m.len,
-                rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
                 rx_kernel: m.kernel_ns.is_some(),
             });
         });
@@ -138,7 +138,7 @@ impl Prober for IcmpProber {
             let _ = self.drain();
             None
         };
-        let t = sys::now_ns();
+        let t = sys::realtime_ns();
         match sys::send_to(&self.fd, &p, to) {
             Ok(_) => {}
             Err(e) if !self.raw && is_reported_icmp_error(&e) => {
@@ -206,7 +206,7 @@ impl Prober for IcmpProber {
                         tcp_flags: None,
                         ttl: m.ttl,
                         size: m.len,
-                        rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                        rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
                         rx_kernel: m.kernel_ns.is_some(),
                     });
                 }

@@ -213,7 +213,7 @@ fn read_raw_icmp(
                 tcp_flags: None,
                 ttl,
                 size: m.len,
-                rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
                 rx_kernel: m.kernel_ns.is_some(),
             });
         }
@@ -244,7 +244,7 @@ pub fn random_u32() -> u32 {
     if n == 4 {
         u32::from_ne_bytes(b)
     } else {
-        (sys::now_ns() as u32) ^ std::process::id()
+        (sys::realtime_ns() as u32) ^ std::process::id()
     }
 }
 

@@ -112,7 +112,7 @@ impl Prober for SynProber {
             self.dport,
             self.seq_base.wrapping_add(u32::from(id)),
         );
-        let t = sys::now_ns();
+        let t = sys::realtime_ns();
         sys::send_to(&self.tcp, &seg, Some(SocketAddr::new(self.dst, 0)))
             .map_err(|e| send_error(self.dst, e))?;
         self.book.sent(id, t, self.ts);
@@ -171,7 +171,7 @@ impl Prober for SynProber {
                     tcp_flags: Some(seg.flags),
                     ttl,
                     size: m.len,
-                    rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                    rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
                     rx_kernel: m.kernel_ns.is_some(),
                 });
             }

@@ -79,7 +79,7 @@ impl UdpProber {
                 tcp_flags: None,
                 ttl: None,
                 size: m.len + 8,
-                rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
                 rx_kernel: m.kernel_ns.is_some(),
             });
         }
@@ -99,7 +99,7 @@ impl Prober for UdpProber {
         // Read queued ICMP errors first: that clears the socket error, which would otherwise
         // fail this send with ECONNREFUSED.
         let _ = self.drain();
-        let t = sys::now_ns();
+        let t = sys::realtime_ns();
         match sys::send_to(&self.fd, &p, None) {
             Ok(_) => {}
             // An ICMP error that arrived since the drain, reported on this send: the probe did
@@ -148,7 +148,7 @@ impl Prober for UdpProber {
                     tcp_flags: None,
                     ttl: m.ttl,
                     size: m.len,
-                    rx_ns: m.kernel_ns.unwrap_or_else(sys::now_ns),
+                    rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
                     rx_kernel: m.kernel_ns.is_some(),
                 });
             }

@@ -1,0 +1,244 @@
+//! The control protocol on the server side: greeting, test request, refusal or acceptance, and
+//! dispatch to the test kind's module.
+
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use latscope_core::model::rr::ServerBehaviour;
+
+use super::{ServeEvent, Shared, admission, rr, stream, stream_join, udp_rr};
+use crate::proto::{
+    self, ClientHello, FrameError, RefusalCode, Reply, ServerHello, Start, TestKind,
+};
+use crate::sock::Conn;
+
+/// How a test ended: what it did (transactions, or bytes for stream tests) and why it stopped.
+pub(super) struct Ended {
+    pub(super) transactions: u64,
+    pub(super) reason: String,
+}
+
+impl Ended {
+    pub(super) fn new(transactions: u64, reason: impl Into<String>) -> Ended {
+        Ended {
+            transactions,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// An admitted test, handed to its kind's `run`. The kind calls [`Test::accept`] once it is
+/// ready for the client (a stream test registers itself first).
+pub(super) struct Test<'a> {
+    pub(super) sh: &'a Shared,
+    pub(super) conn: &'a mut Conn,
+    pub(super) start: &'a Start,
+    pub(super) peer: &'a str,
+    pub(super) peer_ip: Option<IpAddr>,
+    /// The behaviour to apply (forced by the server, or the client's).
+    pub(super) behaviour: ServerBehaviour,
+    pub(super) id: u64,
+    /// UDP and stream tests: the token that identifies the test's datagrams and connections.
+    pub(super) token: u64,
+    /// When the test must end at the latest.
+    pub(super) deadline: Instant,
+}
+
+impl Test<'_> {
+    /// Tell the client the test is accepted, and log its start. False: the client left.
+    pub(super) fn accept(&mut self) -> bool {
+        let uses_token = matches!(self.start.kind, TestKind::UdpRr | TestKind::Stream);
+        let reply = Reply::Accepted {
+            test_id: self.id,
+            server: self.behaviour.clone(),
+            udp_token: uses_token.then_some(self.token),
+        };
+        if proto::write_frame(self.conn, &reply).is_err() {
+            return false;
+        }
+        (self.sh.log)(ServeEvent::TestStarted {
+            id: self.id,
+            peer: self.peer.to_string(),
+            kind: self.start.kind,
+            request_bytes: self.start.request_bytes,
+            response_bytes: self.start.response_bytes,
+        });
+        true
+    }
+}
+
+/// The one place that maps a test kind to the module that runs it.
+fn run_kind(t: &mut Test) -> Ended {
+    match t.start.kind {
+        TestKind::Rr | TestKind::Crr => rr::run(t),
+        TestKind::UdpRr => udp_rr::run(t),
+        TestKind::Stream => stream::run(t),
+        // Joins are handled before a test slot is taken (they belong to a running test).
+        TestKind::StreamJoin => Ended::new(0, "a join is not a test"),
+    }
+}
+
+/// Send a refusal frame.
+pub(super) fn refuse(conn: &mut Conn, code: RefusalCode, message: &str) -> io::Result<()> {
+    proto::write_frame(
+        conn,
+        &Reply::Refused {
+            code,
+            message: message.into(),
+            running_tests: None,
+        },
+    )
+}
+
+fn hello(sh: &Shared) -> Vec<u8> {
+    let hello = ServerHello {
+        software: format!("latscope {}", env!("CARGO_PKG_VERSION")),
+        limits: sh.cfg.limits.clone(),
+        auth_required: false,
+    };
+    let mut greeting = Vec::with_capacity(256);
+    proto::encode_greeting(&hello, &mut greeting);
+    greeting
+}
+
+/// Turn away a connection beyond `--max-connections`: greeting first, so the client knows it
+/// reached a latscope server, then a `busy` refusal.
+pub(super) fn refuse_busy_connection(sh: &Shared, mut conn: Conn, peer: String) {
+    let _ = conn.set_write_timeout(Some(sh.cfg.handshake_timeout));
+    let mut out = hello(sh);
+    proto::encode_frame(&busy(sh), &mut out);
+    let _ = conn.write_all(&out);
+    (sh.log)(ServeEvent::Refused {
+        peer,
+        reason: "too many connections".into(),
+    });
+}
+
+/// The `busy` refusal, with the number of tests running.
+fn busy(sh: &Shared) -> Reply {
+    let running = sh
+        .tests
+        .load(Ordering::Relaxed)
+        .min(sh.cfg.limits.max_tests);
+    Reply::Refused {
+        code: RefusalCode::Busy,
+        message: format!("{running} tests running, retry later"),
+        running_tests: Some(running),
+    }
+}
+
+/// Handshake, admission and the test itself, on the connection's own thread.
+pub(super) fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_ip: Option<IpAddr>) {
+    let cfg = &sh.cfg;
+    let _ = conn.set_read_timeout(Some(cfg.handshake_timeout));
+    let _ = conn.set_write_timeout(Some(cfg.handshake_timeout));
+    if conn.is_tcp() {
+        let _ = latscope_sys::sockopt::set_int(
+            conn.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            1,
+        );
+    }
+    if conn.write_all(&hello(sh)).is_err() {
+        return;
+    }
+    let log_refused = |reason: String| {
+        (sh.log)(ServeEvent::Refused {
+            peer: peer.clone(),
+            reason,
+        })
+    };
+    let start = match read_request(&mut conn) {
+        Ok(s) => s,
+        Err(msg) => return log_refused(msg),
+    };
+    if let Err((code, msg)) = admission::validate(&start, &cfg.limits, !conn.is_tcp()) {
+        let _ = refuse(&mut conn, code, &msg);
+        return log_refused(msg);
+    }
+    if start.kind == TestKind::StreamJoin {
+        if let Err(msg) = stream_join::join(sh, conn, &start) {
+            log_refused(msg);
+        }
+        return;
+    }
+    let Some(_test) = admission::try_slot(&sh.tests, cfg.limits.max_tests) else {
+        let reply = busy(sh);
+        let _ = proto::write_frame(&mut conn, &reply);
+        return log_refused(format!(
+            "this server already runs its limit of {} tests",
+            cfg.limits.max_tests
+        ));
+    };
+    let began = Instant::now();
+    let mut test = Test {
+        sh,
+        conn: &mut conn,
+        start: &start,
+        peer: &peer,
+        peer_ip,
+        behaviour: cfg.forced.clone().unwrap_or_else(|| start.server.clone()),
+        id: sh.next_id.fetch_add(1, Ordering::Relaxed),
+        token: random_token(),
+        deadline: began + Duration::from_millis(start.duration_ms.max(1)),
+    };
+    let ended = run_kind(&mut test);
+    let id = test.id;
+    (sh.log)(ServeEvent::TestEnded {
+        id,
+        peer,
+        transactions: ended.transactions,
+        elapsed: began.elapsed(),
+        reason: ended.reason,
+    });
+}
+
+/// Read the client's greeting and test request; refuse a wrong version or a malformed request.
+/// Err: what to log.
+fn read_request(conn: &mut Conn) -> Result<Start, String> {
+    let _client: ClientHello = match proto::read_greeting(conn) {
+        Ok(h) => h,
+        Err(FrameError::Version(v)) => {
+            let _ = refuse(
+                conn,
+                RefusalCode::Version,
+                &format!(
+                    "protocol version {v} is not supported; this server speaks {}",
+                    proto::VERSION
+                ),
+            );
+            return Err(format!("protocol version {v}"));
+        }
+        Err(e) => return Err(format!("bad greeting: {e}")),
+    };
+    proto::read_frame(conn).map_err(|e| {
+        let _ = refuse(
+            conn,
+            RefusalCode::Invalid,
+            &format!("bad test request: {e}"),
+        );
+        format!("bad test request: {e}")
+    })
+}
+
+fn random_token() -> u64 {
+    let mut b = [0u8; 8];
+    // getrandom(2) cannot fail for 8 bytes once the pool is initialised; fall back to time-based
+    // entropy mixed with the address of a stack variable if it somehow does.
+    // SAFETY: `b` is valid for writes of 8 bytes.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n == 8 {
+        u64::from_ne_bytes(b)
+    } else {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        t ^ ((&b as *const _ as u64).rotate_left(29))
+    }
+}

@@ -1,0 +1,237 @@
+//! `latscope serve`: the peer every latscope test talks to. TCP and UDP on one port, optionally
+//! a unix socket. One thread per connection (latency first: a blocking read/write pair is the
+//! shortest path through the kernel), bounded by connection and test limits; a slow or hostile
+//! client only ever holds its own thread, and only until the handshake timeout.
+//!
+//! Layout, by job:
+//! - [`listener`]: binding, the accept loop, one thread per connection;
+//! - `admission`: connection and test slots, the `--workers` queue, request validation;
+//! - `control`: the handshake (greeting, request, refusal) and dispatch to a test kind;
+//! - one file per test kind: `rr` (rr and crr), `udp_rr`, `stream` (+ `stream_join` for its
+//!   data connections); `udp` is the shared UDP socket's loop (echo, test datagrams).
+//!
+//! Adding a test kind: a `TestKind` variant in [`crate::proto`], one file here with a
+//! `run(&mut Test) -> Ended`, and one line in `control::run_kind`.
+
+mod admission;
+mod control;
+pub mod listener;
+mod rr;
+mod stream;
+mod stream_join;
+mod udp;
+mod udp_rr;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread;
+use std::time::Duration;
+
+use latscope_core::model::rr::ServerBehaviour;
+
+use crate::NetError;
+use crate::proto::{self, Limits, TestKind};
+
+/// How often blocked threads look at the stop flag and their deadline.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Server configuration.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Address to bind; `::` binds both IPv6 and IPv4 where the kernel allows.
+    pub bind: IpAddr,
+    /// TCP and UDP port; 0 picks a free one (the same for both).
+    pub port: u16,
+    /// Also listen on this unix stream socket.
+    pub unix: Option<PathBuf>,
+    /// Limits announced to clients and enforced on every request.
+    pub limits: Limits,
+    /// Connections (including ones still in their handshake) beyond which new ones are refused.
+    pub max_connections: u32,
+    /// Time a client has to send its hello and test request.
+    pub handshake_timeout: Duration,
+    /// Behaviour applied to every test regardless of what clients ask (to emulate a given
+    /// server, e.g. the split-write, Nagle-on one).
+    pub forced: Option<ServerBehaviour>,
+    /// Handle at most this many requests at once across all connections, like that many
+    /// single-threaded workers: the rest wait their turn (socket queueing). None: no limit.
+    pub workers: Option<u32>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            bind: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            port: proto::DEFAULT_PORT,
+            unix: None,
+            limits: Limits {
+                max_tests: 128,
+                max_duration_ms: 3_600_000,
+                max_message_bytes: 4 << 20,
+            },
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(5),
+            forced: None,
+            workers: None,
+        }
+    }
+}
+
+/// Something the server did, for its log. The server itself never prints.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServeEvent {
+    /// The server is bound and accepting.
+    Listening {
+        /// The TCP listening address.
+        tcp: SocketAddr,
+        /// The UDP socket's address (the same port).
+        udp: SocketAddr,
+        /// The unix socket, if any.
+        unix: Option<PathBuf>,
+    },
+    /// A test was accepted.
+    TestStarted {
+        /// The server's id of the test.
+        id: u64,
+        /// Who asked for it.
+        peer: String,
+        /// What kind of test.
+        kind: TestKind,
+        /// Request size asked for.
+        request_bytes: u32,
+        /// Response size asked for.
+        response_bytes: u32,
+    },
+    /// A test ended.
+    TestEnded {
+        /// The server's id of the test.
+        id: u64,
+        /// Who ran it.
+        peer: String,
+        /// Transactions (rr), or bytes (stream).
+        transactions: u64,
+        /// How long it ran.
+        elapsed: Duration,
+        /// Why it ended.
+        reason: String,
+    },
+    /// A connection or test was turned away.
+    Refused {
+        /// Who was refused.
+        peer: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// State shared by every thread of one server.
+struct Shared {
+    udp_usage: Mutex<udp::UdpUsage>,
+    cfg: ServeConfig,
+    stop: Arc<AtomicBool>,
+    conns: AtomicU32,
+    tests: AtomicU32,
+    next_id: AtomicU64,
+    udp_tests: RwLock<HashMap<u64, Arc<udp_rr::UdpTest>>>,
+    streams: RwLock<HashMap<u64, Arc<stream::StreamTest>>>,
+    /// Requests being handled and the FIFO of waiting ones, against `cfg.workers`.
+    busy: Mutex<admission::WorkerQueue>,
+    free: Condvar,
+    /// A clone of the UDP socket for stream tests in which the server sends datagrams.
+    udp_out: Option<UdpSocket>,
+    log: Box<dyn Fn(ServeEvent) + Send + Sync>,
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// A bound server, not yet running.
+pub struct Server {
+    tcp: TcpListener,
+    udp: UdpSocket,
+    unix: Option<(UnixListener, PathBuf)>,
+    shared: Arc<Shared>,
+}
+
+/// A server running on background threads; dropping it stops it.
+pub struct ServerHandle {
+    /// The address the server's TCP listener is bound to.
+    pub tcp_addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// Stop and wait for the accept loop to end.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Server {
+    /// The address the TCP listener is bound to.
+    pub fn tcp_addr(&self) -> SocketAddr {
+        self.tcp
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::new(self.shared.cfg.bind, 0))
+    }
+
+    /// Run on a background thread (for tests and `latscope demo`).
+    pub fn spawn(self) -> Result<ServerHandle, NetError> {
+        let tcp_addr = self.tcp_addr();
+        let stop = self.shared.stop.clone();
+        let thread = thread::Builder::new()
+            .name("serve".into())
+            .spawn(move || {
+                let _ = self.run();
+            })
+            .map_err(|e| NetError::io("spawning the server", e))?;
+        Ok(ServerHandle {
+            tcp_addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// IPv4-mapped IPv6 addresses compare equal to their IPv4 form.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapped_addresses_match() {
+        let v4: IpAddr = "127.0.0.1"
+            .parse()
+            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap_or(v4);
+        assert_eq!(canonical(mapped), v4);
+    }
+}

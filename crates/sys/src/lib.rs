@@ -1,0 +1,24 @@
+//! latscope's one home for shared low-level code: thin, safe wrappers over libc that several
+//! engines need, so that each fact lives in one place.
+//!
+//! - [`sockopt`]: `setsockopt`/`getsockopt` for ints, strings and plain-old-data values;
+//! - [`clock`]: the clocks, each named after what it reads ([`clock::monotonic_ns`],
+//!   [`clock::realtime_ns`]) — two functions once both called `now_ns` read different clocks;
+//! - [`error`]: classification of `io::Error`s ([`error::is_transient`]);
+//! - [`Family`]: the address-family preference of `-4` / `-6`.
+//!
+//! `Family` lives here rather than in `latscope-core`: the result model never needs it (it
+//! records addresses, not preferences); only the engines that resolve names do, and they all
+//! depend on this crate.
+//!
+//! Every `unsafe` block of the crate carries a `// SAFETY:` comment; nothing here allocates on
+//! a hot path.
+
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod error;
+pub mod family;
+pub mod sockopt;
+
+pub use family::Family;
