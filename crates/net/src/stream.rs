@@ -224,6 +224,37 @@ fn run_probe(
         .unwrap_or_default())
 }
 
+/// The client's side of a running test: what every flow thread shares with the coordinator.
+struct Shared {
+    counters: Arc<Vec<FlowCounters>>,
+    udp_rx: Arc<Vec<Mutex<UdpRx>>>,
+    send_stop: Arc<AtomicBool>,
+    recv_stop: Arc<AtomicBool>,
+}
+
+impl Shared {
+    fn new(flows: u32) -> Self {
+        Shared {
+            counters: Arc::new((0..flows).map(|_| FlowCounters::default()).collect()),
+            udp_rx: Arc::new((0..flows).map(|_| Mutex::new(UdpRx::default())).collect()),
+            send_stop: Arc::new(AtomicBool::new(false)),
+            recv_stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// A flow thread: its index, whether the client sends on it, and its handle.
+type FlowThread = (u32, bool, thread::JoinHandle<FlowOut>);
+
+/// What the control connection ended with.
+#[derive(Default)]
+struct ControlOutcome {
+    intervals: Vec<StreamInterval>,
+    /// The server's per-flow figures and its costs as sender and as receiver.
+    final_msg: Option<(Vec<FlowFinal>, Cost, Cost)>,
+    error: Option<String>,
+}
+
 /// Run a stream test. `on_interval` receives both sides' interval figures as they come.
 pub fn run(
     cfg: &StreamConfig,
@@ -238,8 +269,107 @@ pub fn run(
     } else {
         None
     };
+    let (mut control, mut reader, flows, token) = start_test(cfg)?;
+    let start = Instant::now();
+    let until = Until {
+        deadline: (spec.duration_ms > 0).then(|| start + duration),
+        bytes: spec.bytes_per_stream,
+    };
+    let shared = Shared::new(spec.flows());
+    let handles = spawn_flows(cfg, &flows, &shared, until, start, token)?;
+    let probe_stop = Arc::new(AtomicBool::new(false));
+    let probe = spawn_probe(cfg, duration, &probe_stop);
 
-    // Control connection and flows.
+    let mut outcome = coordinate(
+        cfg,
+        &mut control.conn,
+        &mut reader,
+        &flows,
+        &shared,
+        &handles,
+        (start, until),
+        stop,
+        on_interval,
+    );
+    // Whatever happened, wind everything down.
+    shared.send_stop.store(true, Ordering::Relaxed);
+    if outcome.error.is_some() || outcome.final_msg.is_some() {
+        // TCP receivers drain to EOF after the server's senders stop; bound the wait.
+        let t = Instant::now();
+        while handles.iter().any(|(_, _, h)| !h.is_finished())
+            && t.elapsed() < Duration::from_secs(3)
+        {
+            thread::sleep(Duration::from_millis(10));
+        }
+        shared.recv_stop.store(true, Ordering::Relaxed);
+    }
+    let end_tcp: Vec<Option<TcpFigures>> = flows
+        .iter()
+        .map(|f| match f {
+            Flow::Stream(s) if s.is_tcp() => flow::tcp_info(s.fd()),
+            _ => None,
+        })
+        .collect();
+    let outs: Vec<(u32, bool, FlowOut)> = handles
+        .into_iter()
+        .filter_map(|(i, s, h)| h.join().ok().map(|o| (i, s, o)))
+        .collect();
+    if outcome.error.is_none() {
+        outcome.error = outs
+            .iter()
+            .find_map(|(i, _, o)| o.error.as_ref().map(|e| format!("stream {i}: {e}")));
+    }
+    probe_stop.store(true, Ordering::Relaxed);
+    let loaded = match probe.map(|p| p.join()) {
+        Some(Ok(Ok(s))) => Some(s),
+        Some(Ok(Err(e))) => {
+            outcome.error.get_or_insert(format!("latency probe: {e}"));
+            None
+        }
+        _ => None,
+    };
+    drop(flows);
+    // CPU shares are of the test's wall time, as nuttcp reports them.
+    let wall = start.elapsed();
+
+    let ends = FlowEnds {
+        outs: &outs,
+        end_tcp: &end_tcp,
+        shared: &shared,
+        server: outcome.final_msg.take().unwrap_or_default(),
+        intervals: &outcome.intervals,
+        interval: Duration::from_millis(spec.interval_ms.max(10)),
+        wall,
+    };
+    let results = [true, false]
+        .into_iter()
+        .filter_map(|client_sends| direction_result(spec, client_sends, &ends))
+        .collect();
+    Ok(StreamReport {
+        meta,
+        target: cfg.target.to_string(),
+        transport: spec.transport,
+        direction: spec.direction,
+        streams: spec.streams,
+        duration_ns: (spec.duration_ms > 0).then_some(duration.as_nanos() as u64),
+        bytes: spec.bytes_per_stream.map(|b| b * u64::from(spec.streams)),
+        buffer_bytes: spec.buffer_bytes,
+        udp_rate_bps: spec.udp_rate_bps.map(|r| r * f64::from(spec.streams)),
+        options: spec.options.clone(),
+        results,
+        intervals: outcome.intervals,
+        latency_probe: match (idle, loaded) {
+            (Some(idle), Some(loaded)) => Some(LatencyProbe { idle, loaded }),
+            _ => None,
+        },
+        error: outcome.error,
+        interrupted: stop.load(Ordering::Relaxed),
+    })
+}
+
+/// Ask for the test, open every flow and wait for the server's Go.
+fn start_test(cfg: &StreamConfig) -> Result<(rr::Session, FrameReader, Vec<Flow>, u64), NetError> {
+    let spec = &cfg.spec;
     let start_req = Start {
         kind: TestKind::Stream,
         request_bytes: 1,
@@ -275,30 +405,28 @@ pub fn run(
             Err(e) => return Err(NetError::Protocol(format!("control connection: {e}"))),
         }
     }
-    let start = Instant::now();
-    let until = Until {
-        deadline: (spec.duration_ms > 0).then(|| start + duration),
-        bytes: spec.bytes_per_stream,
-    };
-    let counters: Arc<Vec<FlowCounters>> =
-        Arc::new((0..spec.flows()).map(|_| FlowCounters::default()).collect());
-    let udp_rx: Arc<Vec<Mutex<UdpRx>>> = Arc::new(
-        (0..spec.flows())
-            .map(|_| Mutex::new(UdpRx::default()))
-            .collect(),
-    );
-    let send_stop = Arc::new(AtomicBool::new(false));
-    let recv_stop = Arc::new(AtomicBool::new(false));
+    Ok((control, reader, flows, token))
+}
 
+/// One thread per flow, sending or receiving until told to stop.
+fn spawn_flows(
+    cfg: &StreamConfig,
+    flows: &[Flow],
+    shared: &Shared,
+    until: Until,
+    start: Instant,
+    token: u64,
+) -> Result<Vec<FlowThread>, NetError> {
+    let spec = &cfg.spec;
     let mut handles = Vec::new();
     for (i, f) in flows.iter().enumerate() {
         let i = i as u32;
         let sends = spec.client_sends(i);
         let (counters, udp_rx, send_stop, recv_stop) = (
-            counters.clone(),
-            udp_rx.clone(),
-            send_stop.clone(),
-            recv_stop.clone(),
+            shared.counters.clone(),
+            shared.udp_rx.clone(),
+            shared.send_stop.clone(),
+            shared.recv_stop.clone(),
         );
         let spec = spec.clone();
         let cpu = (!cfg.affinity.is_empty())
@@ -357,24 +485,48 @@ pub fn run(
             .map_err(io_err("starting a stream thread"))?;
         handles.push((i, sends, h));
     }
-    let probe_stop = Arc::new(AtomicBool::new(false));
-    let probe = if cfg.latency_probe {
-        let (c, ps) = (cfg.clone(), probe_stop.clone());
-        let d = if spec.duration_ms > 0 {
-            duration
-                .saturating_sub(Duration::from_millis(300))
-                .max(Duration::from_millis(200))
-        } else {
-            Duration::from_secs(3600)
-        };
-        Some(thread::spawn(move || run_probe(&c, d, &ps)))
-    } else {
-        None
-    };
+    Ok(handles)
+}
 
-    // Coordinate.
+/// The latency probe under load, on its own connection, for most of the test.
+fn spawn_probe(
+    cfg: &StreamConfig,
+    duration: Duration,
+    probe_stop: &Arc<AtomicBool>,
+) -> Option<thread::JoinHandle<Result<latscope_core::Summary, NetError>>> {
+    if !cfg.latency_probe {
+        return None;
+    }
+    let (c, ps) = (cfg.clone(), probe_stop.clone());
+    let d = if cfg.spec.duration_ms > 0 {
+        duration
+            .saturating_sub(Duration::from_millis(300))
+            .max(Duration::from_millis(200))
+    } else {
+        Duration::from_secs(3600)
+    };
+    Some(thread::spawn(move || run_probe(&c, d, &ps)))
+}
+
+/// Drive the test from the control connection: relay both sides' intervals, send Stop when
+/// our senders are done (or on Ctrl-C) and wait for the server's final figures, each wait
+/// bounded by [`CONTROL_TIMEOUT`].
+#[allow(clippy::too_many_arguments)]
+fn coordinate(
+    cfg: &StreamConfig,
+    control: &mut Conn,
+    reader: &mut FrameReader,
+    flows: &[Flow],
+    shared: &Shared,
+    handles: &[FlowThread],
+    (start, until): (Instant, Until),
+    stop: &AtomicBool,
+    on_interval: &mut dyn FnMut(&StreamInterval),
+) -> ControlOutcome {
+    let spec = &cfg.spec;
+    let counters = &shared.counters;
     let interval = Duration::from_millis(spec.interval_ms.max(10));
-    let mut intervals: Vec<StreamInterval> = Vec::new();
+    let mut out = ControlOutcome::default();
     let mut next = start + interval;
     let mut last_tick = start;
     let mut ivs = flow::IntervalState::default();
@@ -382,51 +534,56 @@ pub fn run(
         Some(Flow::Stream(s)) if s.is_tcp() => Some(s.fd()),
         _ => None,
     };
-    let mut stop_sent = false;
+    let mut stop_sent_at: Option<Instant> = None;
     let mut senders_done_at: Option<Instant> = None;
-    let mut final_msg: Option<(Vec<FlowFinal>, Cost, Cost)> = None;
-    let mut error: Option<String> = None;
-    let mut stop_sent_at = Instant::now();
     let udp = spec.transport == Transport::Udp;
     let has_client_senders = (0..spec.flows()).any(|i| spec.client_sends(i));
     loop {
         let now = Instant::now();
         let interrupted = stop.load(Ordering::Relaxed);
         if interrupted {
-            send_stop.store(true, Ordering::Relaxed);
+            shared.send_stop.store(true, Ordering::Relaxed);
         }
-        match reader.poll::<Control>(&mut control.conn) {
+        match reader.poll::<Control>(control) {
             Ok(Some(Control::Interval(ev))) => {
                 on_interval(&ev);
-                intervals.push(ev);
+                out.intervals.push(ev);
             }
             Ok(Some(Control::Final {
                 flows,
                 cost_as_sender,
                 cost_as_receiver,
             })) => {
-                final_msg = Some((flows, cost_as_sender, cost_as_receiver));
-                break;
+                out.final_msg = Some((flows, cost_as_sender, cost_as_receiver));
+                return out;
             }
             Ok(Some(Control::Error { message })) => {
-                error = Some(format!("the server ended the test: {message}"));
-                break;
+                out.error = Some(format!("the server ended the test: {message}"));
+                return out;
             }
             Ok(_) => {}
             Err(e) => {
-                error = Some(match e {
+                out.error = Some(match e {
                     FrameError::Io(_) => "the server closed the connection mid-test".to_string(),
                     e => format!("control connection: {e}"),
                 });
-                break;
+                return out;
             }
         }
         if now >= next {
             for ev in flow::intervals(
-                spec, true, &counters, &udp_rx, &tcp_fd, start, last_tick, now, &mut ivs,
+                spec,
+                true,
+                counters,
+                &shared.udp_rx,
+                &tcp_fd,
+                start,
+                last_tick,
+                now,
+                &mut ivs,
             ) {
                 on_interval(&ev);
-                intervals.push(ev);
+                out.intervals.push(ev);
             }
             last_tick = now;
             next += interval;
@@ -451,228 +608,219 @@ pub fn run(
         let grace = if udp { UDP_GRACE } else { Duration::ZERO };
         let ready = (!has_client_senders || senders_done_at.is_some_and(|t| now >= t + grace))
             && udp_recv_done;
-        if !stop_sent && (ready || interrupted) {
+        if stop_sent_at.is_none() && (ready || interrupted) {
             if udp {
-                recv_stop.store(true, Ordering::Relaxed);
+                shared.recv_stop.store(true, Ordering::Relaxed);
             }
             let udp_sent: Vec<(u32, u64)> = (0..spec.flows())
                 .filter(|i| spec.client_sends(*i) && udp)
                 .map(|i| (i, counters[i as usize].datagrams.load(Ordering::Relaxed)))
                 .collect();
-            if crate::proto::write_frame(&mut control.conn, &Control::Stop { udp_sent }).is_err() {
-                error = Some("the server closed the connection mid-test".into());
-                break;
+            if crate::proto::write_frame(control, &Control::Stop { udp_sent }).is_err() {
+                out.error = Some("the server closed the connection mid-test".into());
+                return out;
             }
-            stop_sent = true;
-            stop_sent_at = now;
+            stop_sent_at = Some(now);
         }
-        if stop_sent && now > stop_sent_at + CONTROL_TIMEOUT {
-            error = Some("the server sent no final figures".into());
-            break;
+        if stop_sent_at.is_some_and(|t| now > t + CONTROL_TIMEOUT) {
+            out.error = Some("the server sent no final figures".into());
+            return out;
         }
     }
-    // Whatever happened, wind everything down.
-    send_stop.store(true, Ordering::Relaxed);
-    if error.is_some() || final_msg.is_some() {
-        // TCP receivers drain to EOF after the server's senders stop; bound the wait.
-        let t = Instant::now();
-        while handles.iter().any(|(_, _, h)| !h.is_finished())
-            && t.elapsed() < Duration::from_secs(3)
-        {
-            thread::sleep(Duration::from_millis(10));
-        }
-        recv_stop.store(true, Ordering::Relaxed);
-    }
-    let end_tcp: Vec<Option<TcpFigures>> = flows
-        .iter()
-        .map(|f| match f {
-            Flow::Stream(s) if s.is_tcp() => flow::tcp_info(s.fd()),
-            _ => None,
-        })
-        .collect();
-    let outs: Vec<(u32, bool, FlowOut)> = handles
-        .into_iter()
-        .filter_map(|(i, s, h)| h.join().ok().map(|o| (i, s, o)))
-        .collect();
-    if error.is_none() {
-        error = outs
-            .iter()
-            .find_map(|(i, _, o)| o.error.as_ref().map(|e| format!("stream {i}: {e}")));
-    }
-    probe_stop.store(true, Ordering::Relaxed);
-    let loaded = match probe.map(|p| p.join()) {
-        Some(Ok(Ok(s))) => Some(s),
-        Some(Ok(Err(e))) => {
-            error.get_or_insert(format!("latency probe: {e}"));
-            None
-        }
-        _ => None,
-    };
-    drop(flows);
-    // CPU shares are of the test's wall time, as nuttcp reports them.
-    let wall = start.elapsed();
+}
 
-    // Assemble both sides' figures per direction.
-    let (server_flows, server_send_cost, server_recv_cost) = final_msg.unwrap_or_default();
-    let mut results = Vec::new();
-    for client_sends in [true, false] {
-        let idx: Vec<u32> = (0..spec.flows())
-            .filter(|i| spec.client_sends(*i) == client_sends)
-            .collect();
-        if idx.is_empty() {
-            continue;
-        }
-        let dir = direction_name(client_sends);
-        let mut usage = ThreadUsage::default();
-        let (mut bytes, mut calls, mut call_ns, mut last_ns) = (0u64, 0u64, 0u64, 0u64);
-        let mut streams = Vec::new();
-        let mut tcp_total: Option<TcpFigures> = None;
-        let mut udp_total: Option<UdpFigures> = None;
-        let (mut delivered, mut recv_ns, mut sent_total) = (0u64, 0u64, 0u64);
-        for &i in &idx {
-            if let Some((_, _, o)) = outs.iter().find(|(k, _, _)| *k == i) {
-                usage.add(o.usage);
-            }
-            let c = &counters[i as usize];
-            let cb = c.bytes.load(Ordering::Relaxed);
-            bytes += cb;
-            calls += c.calls.load(Ordering::Relaxed);
-            call_ns += c.call_ns.load(Ordering::Relaxed);
-            last_ns = last_ns.max(c.last_ns.load(Ordering::Relaxed));
-            let sf = server_flows
-                .iter()
-                .find(|f| f.index == i)
-                .cloned()
-                .unwrap_or_default();
-            let (sent, received, rns) = if client_sends {
-                (cb, sf.bytes_received, sf.receive_ns)
-            } else {
-                (sf.bytes_sent, cb, c.last_ns.load(Ordering::Relaxed))
-            };
-            delivered += received;
-            sent_total += sent;
-            recv_ns = recv_ns.max(rns);
-            let tcp = if client_sends {
-                end_tcp.get(i as usize).cloned().flatten()
-            } else {
-                sf.tcp.clone()
-            };
-            let udp_f = if !udp {
-                None
-            } else if client_sends {
-                sf.udp_rx.clone()
-            } else {
-                udp_rx[i as usize]
-                    .lock()
-                    .ok()
-                    .map(|r| r.figures(sf.udp_sent))
-            };
-            if let Some(t) = &tcp {
-                let a = tcp_total.get_or_insert_with(TcpFigures::default);
-                a.retransmits += t.retransmits;
-                a.cwnd = a.cwnd.max(t.cwnd);
-                a.rtt_us = a.rtt_us.max(t.rtt_us);
-                a.rtt_var_us = a.rtt_var_us.max(t.rtt_var_us);
-            }
-            if let Some(u) = &udp_f {
-                let a = udp_total.get_or_insert_with(UdpFigures::default);
-                a.sent += u.sent;
-                a.received += u.received;
-                a.lost += u.lost;
-                a.out_of_order += u.out_of_order;
-                a.duplicates += u.duplicates;
-                a.jitter_ns = a.jitter_ns.max(u.jitter_ns);
-            }
-            streams.push(StreamFigures {
-                index: i,
-                bytes_sent: sent,
-                bytes_received: received,
-                rate_bps: if rns == 0 {
-                    0.0
-                } else {
-                    received as f64 * 8e9 / rns as f64
-                },
-                tcp,
-                udp: udp_f,
-            });
-        }
-        if let Some(u) = udp_total.as_mut() {
-            u.loss_pct = if u.sent == 0 {
-                0.0
-            } else {
-                100.0 * u.lost as f64 / u.sent as f64
-            };
-        }
-        let own = SideView {
-            side: "client".into(),
-            role: if client_sends { "sender" } else { "receiver" }.into(),
-            bytes,
-            elapsed_ns: last_ns,
-            rate_bps: bytes as f64 * 8e9 / last_ns.max(1) as f64,
-            cost: flow::cost(usage, bytes, calls, call_ns, wall),
-        };
-        let server_bytes = if client_sends { delivered } else { sent_total };
-        let server_ns = if client_sends {
-            recv_ns
-        } else {
-            idx.iter()
-                .filter_map(|i| server_flows.iter().find(|f| f.index == *i))
-                .map(|f| f.send_ns)
-                .max()
-                .unwrap_or(0)
-        };
-        let theirs = SideView {
-            side: "server".into(),
-            role: if client_sends { "receiver" } else { "sender" }.into(),
-            bytes: server_bytes,
-            elapsed_ns: server_ns,
-            rate_bps: server_bytes as f64 * 8e9 / server_ns.max(1) as f64,
-            cost: if client_sends {
-                server_recv_cost.clone()
-            } else {
-                server_send_cost.clone()
-            },
-        };
-        let receiver_side = if client_sends { "server" } else { "client" };
-        let recv_ivs: Vec<&StreamInterval> = intervals
-            .iter()
-            .filter(|e| e.direction == dir && e.side == receiver_side && e.role == "receiver")
-            .collect();
-        let (sender, receiver) = if client_sends {
-            (own, theirs)
-        } else {
-            (theirs, own)
-        };
-        results.push(DirectionResult {
-            direction: dir.into(),
-            bytes_delivered: delivered,
-            rate_bps: delivered as f64 * 8e9 / recv_ns.max(1) as f64,
-            sender,
-            receiver,
-            streams,
-            intervals: interval_stats(&recv_ivs, interval),
-            tcp: tcp_total,
-            udp: udp_total,
-        });
+/// Everything known at the end of a test, from which each direction's result is assembled.
+struct FlowEnds<'a> {
+    outs: &'a [(u32, bool, FlowOut)],
+    end_tcp: &'a [Option<TcpFigures>],
+    shared: &'a Shared,
+    /// The server's per-flow figures and its costs as sender and as receiver.
+    server: (Vec<FlowFinal>, Cost, Cost),
+    intervals: &'a [StreamInterval],
+    interval: Duration,
+    wall: Duration,
+}
+
+/// Sums over one direction's flows.
+#[derive(Default)]
+struct DirectionSums {
+    usage: ThreadUsage,
+    /// The client's own bytes, I/O calls, time in calls and last activity.
+    bytes: u64,
+    calls: u64,
+    call_ns: u64,
+    last_ns: u64,
+    streams: Vec<StreamFigures>,
+    tcp: Option<TcpFigures>,
+    udp: Option<UdpFigures>,
+    /// Bytes the receivers got, the latest receive time, bytes the senders sent.
+    delivered: u64,
+    recv_ns: u64,
+    sent: u64,
+}
+
+impl DirectionSums {
+    fn add_tcp(&mut self, t: &TcpFigures) {
+        let a = self.tcp.get_or_insert_with(TcpFigures::default);
+        a.retransmits += t.retransmits;
+        a.cwnd = a.cwnd.max(t.cwnd);
+        a.rtt_us = a.rtt_us.max(t.rtt_us);
+        a.rtt_var_us = a.rtt_var_us.max(t.rtt_var_us);
     }
-    Ok(StreamReport {
-        meta,
-        target: cfg.target.to_string(),
-        transport: spec.transport,
-        direction: spec.direction,
-        streams: spec.streams,
-        duration_ns: (spec.duration_ms > 0).then_some(duration.as_nanos() as u64),
-        bytes: spec.bytes_per_stream.map(|b| b * u64::from(spec.streams)),
-        buffer_bytes: spec.buffer_bytes,
-        udp_rate_bps: spec.udp_rate_bps.map(|r| r * f64::from(spec.streams)),
-        options: spec.options.clone(),
-        results,
-        intervals,
-        latency_probe: match (idle, loaded) {
-            (Some(idle), Some(loaded)) => Some(LatencyProbe { idle, loaded }),
-            _ => None,
+
+    fn add_udp(&mut self, u: &UdpFigures) {
+        let a = self.udp.get_or_insert_with(UdpFigures::default);
+        a.sent += u.sent;
+        a.received += u.received;
+        a.lost += u.lost;
+        a.out_of_order += u.out_of_order;
+        a.duplicates += u.duplicates;
+        a.jitter_ns = a.jitter_ns.max(u.jitter_ns);
+    }
+}
+
+/// One flow's figures from both ends, added to its direction's sums.
+fn add_flow(
+    spec: &StreamSpec,
+    i: u32,
+    client_sends: bool,
+    e: &FlowEnds<'_>,
+    d: &mut DirectionSums,
+) {
+    if let Some((_, _, o)) = e.outs.iter().find(|(k, _, _)| *k == i) {
+        d.usage.add(o.usage);
+    }
+    let c = &e.shared.counters[i as usize];
+    let cb = c.bytes.load(Ordering::Relaxed);
+    d.bytes += cb;
+    d.calls += c.calls.load(Ordering::Relaxed);
+    d.call_ns += c.call_ns.load(Ordering::Relaxed);
+    d.last_ns = d.last_ns.max(c.last_ns.load(Ordering::Relaxed));
+    let sf = e
+        .server
+        .0
+        .iter()
+        .find(|f| f.index == i)
+        .cloned()
+        .unwrap_or_default();
+    let (sent, received, rns) = if client_sends {
+        (cb, sf.bytes_received, sf.receive_ns)
+    } else {
+        (sf.bytes_sent, cb, c.last_ns.load(Ordering::Relaxed))
+    };
+    d.delivered += received;
+    d.sent += sent;
+    d.recv_ns = d.recv_ns.max(rns);
+    let tcp = if client_sends {
+        e.end_tcp.get(i as usize).cloned().flatten()
+    } else {
+        sf.tcp.clone()
+    };
+    let udp = if spec.transport != Transport::Udp {
+        None
+    } else if client_sends {
+        sf.udp_rx.clone()
+    } else {
+        e.shared.udp_rx[i as usize]
+            .lock()
+            .ok()
+            .map(|r| r.figures(sf.udp_sent))
+    };
+    if let Some(t) = &tcp {
+        d.add_tcp(t);
+    }
+    if let Some(u) = &udp {
+        d.add_udp(u);
+    }
+    d.streams.push(StreamFigures {
+        index: i,
+        bytes_sent: sent,
+        bytes_received: received,
+        rate_bps: if rns == 0 {
+            0.0
+        } else {
+            received as f64 * 8e9 / rns as f64
         },
-        error,
-        interrupted: stop.load(Ordering::Relaxed),
+        tcp,
+        udp,
+    });
+}
+
+/// Both sides' figures for one direction, or `None` when no flow goes that way.
+fn direction_result(
+    spec: &StreamSpec,
+    client_sends: bool,
+    e: &FlowEnds<'_>,
+) -> Option<DirectionResult> {
+    let idx: Vec<u32> = (0..spec.flows())
+        .filter(|i| spec.client_sends(*i) == client_sends)
+        .collect();
+    if idx.is_empty() {
+        return None;
+    }
+    let dir = direction_name(client_sends);
+    let mut d = DirectionSums::default();
+    for &i in &idx {
+        add_flow(spec, i, client_sends, e, &mut d);
+    }
+    if let Some(u) = d.udp.as_mut() {
+        u.loss_pct = if u.sent == 0 {
+            0.0
+        } else {
+            100.0 * u.lost as f64 / u.sent as f64
+        };
+    }
+    let (server_flows, server_send_cost, server_recv_cost) = &e.server;
+    let own = SideView {
+        side: "client".into(),
+        role: if client_sends { "sender" } else { "receiver" }.into(),
+        bytes: d.bytes,
+        elapsed_ns: d.last_ns,
+        rate_bps: d.bytes as f64 * 8e9 / d.last_ns.max(1) as f64,
+        cost: flow::cost(d.usage, d.bytes, d.calls, d.call_ns, e.wall),
+    };
+    let server_bytes = if client_sends { d.delivered } else { d.sent };
+    let server_ns = if client_sends {
+        d.recv_ns
+    } else {
+        idx.iter()
+            .filter_map(|i| server_flows.iter().find(|f| f.index == *i))
+            .map(|f| f.send_ns)
+            .max()
+            .unwrap_or(0)
+    };
+    let theirs = SideView {
+        side: "server".into(),
+        role: if client_sends { "receiver" } else { "sender" }.into(),
+        bytes: server_bytes,
+        elapsed_ns: server_ns,
+        rate_bps: server_bytes as f64 * 8e9 / server_ns.max(1) as f64,
+        cost: if client_sends {
+            server_recv_cost.clone()
+        } else {
+            server_send_cost.clone()
+        },
+    };
+    let receiver_side = if client_sends { "server" } else { "client" };
+    let recv_ivs: Vec<&StreamInterval> = e
+        .intervals
+        .iter()
+        .filter(|iv| iv.direction == dir && iv.side == receiver_side && iv.role == "receiver")
+        .collect();
+    let (sender, receiver) = if client_sends {
+        (own, theirs)
+    } else {
+        (theirs, own)
+    };
+    Some(DirectionResult {
+        direction: dir.into(),
+        bytes_delivered: d.delivered,
+        rate_bps: d.delivered as f64 * 8e9 / d.recv_ns.max(1) as f64,
+        sender,
+        receiver,
+        streams: d.streams,
+        intervals: interval_stats(&recv_ivs, e.interval),
+        tcp: d.tcp,
+        udp: d.udp,
     })
 }
