@@ -57,6 +57,15 @@ pub fn code_for(err: &anyhow::Error) -> u8 {
         if cause.downcast_ref::<UnitError>().is_some() {
             return USAGE;
         }
+        if let Some(e) = cause.downcast_ref::<latscope_capture::CaptureError>() {
+            use latscope_capture::CaptureError as C;
+            return match e {
+                C::BadInterfaceName(_) | C::NoSuchInterface(_) | C::Filter(_) => USAGE,
+                C::Privilege(_) => PRIVILEGE,
+                C::Open(_) | C::Ring(_) => SYSTEM,
+                C::Consumer(_) => continue,
+            };
+        }
         if let Some(e) = cause.downcast_ref::<latscope_net::NetError>() {
             return e.exit_code();
         }

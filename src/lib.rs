@@ -2,7 +2,6 @@
 //! mapping of errors to documented exit codes. Integration tests call [`main_with_args`]
 //! in-process or run the binary.
 
-pub mod capture;
 pub mod cli;
 pub mod cmd;
 pub mod diagnose;

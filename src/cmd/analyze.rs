@@ -16,7 +16,9 @@ use latscope_wire::{
     AnalyzeOptions, Analyzer, CaptureReader, ReadError, analyze_capture, build_report, decode,
 };
 
-use crate::capture::{CaptureConfig, LiveCapture, open_writer};
+use latscope_capture::{CaptureConfig, LiveCapture};
+
+use crate::cmd::capture::open_writer;
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 

@@ -1,16 +1,17 @@
 //! `latscope capture`: live capture to a pcap file (nanosecond timestamps) through an AF_PACKET
 //! TPACKET_V3 ring, with the tcpdump-style filter compiled to classic BPF in the kernel.
 
-use std::io;
+use std::io::{self, BufWriter, Write};
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
+use latscope_capture::{CaptureConfig, FilterMode, LiveCapture};
 use latscope_core::model::Meta;
 use latscope_core::render::emit;
 use latscope_core::units::{parse_count, parse_duration, parse_size};
 use latscope_wire::report::CaptureReport;
+use latscope_wire::{CaptureWriter, LinkType, PcapNgWriter, PcapWriter};
 
-use crate::capture::{CaptureConfig, FileFormat, FilterMode, LiveCapture, open_writer};
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 
@@ -125,5 +126,43 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
         exit::INTERRUPTED
     } else {
         exit::OK
+    })
+}
+
+/// Output file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FileFormat {
+    /// Classic pcap with nanosecond timestamps.
+    Pcap,
+    /// pcapng (nanosecond `if_tsresol`).
+    Pcapng,
+}
+
+/// Open `path` ("-" = stdout) for writing captured frames; the format defaults to pcapng for a
+/// `.pcapng` name and pcap otherwise.
+pub fn open_writer(
+    path: &str,
+    format: Option<FileFormat>,
+    link: LinkType,
+    snaplen: u32,
+    iface: &str,
+) -> anyhow::Result<CaptureWriter<BufWriter<Box<dyn Write>>>> {
+    let out: Box<dyn Write> = if path == "-" {
+        Box::new(io::stdout())
+    } else {
+        Box::new(
+            std::fs::File::create(path)
+                .map_err(|e| exit::coded(exit::USAGE, format!("cannot create '{path}': {e}")))?,
+        )
+    };
+    let w = BufWriter::with_capacity(1 << 20, out);
+    let format = format.unwrap_or(if path.ends_with(".pcapng") {
+        FileFormat::Pcapng
+    } else {
+        FileFormat::Pcap
+    });
+    Ok(match format {
+        FileFormat::Pcap => CaptureWriter::Pcap(PcapWriter::new(w, link, snaplen)?),
+        FileFormat::Pcapng => CaptureWriter::PcapNg(PcapNgWriter::new(w, link, snaplen, iface)?),
     })
 }

@@ -109,13 +109,13 @@ fn capture_and_analyze(
     limit: Duration,
 ) -> Result<rules::CaptureEvidence, String> {
     use latscope_wire::report::StallKind;
-    let cfg = crate::capture::CaptureConfig {
+    let cfg = latscope_capture::CaptureConfig {
         iface: "any".into(),
         filter: filter.into(),
         snaplen: 256,
         buffer_bytes: 8 << 20,
     };
-    let mut cap = crate::capture::LiveCapture::open(&cfg).map_err(|e| format!("{e:#}"))?;
+    let mut cap = latscope_capture::LiveCapture::open(&cfg).map_err(|e| format!("{e:#}"))?;
     let link = cap.link_type();
     let mut analyzer = latscope_wire::Analyzer::new(latscope_wire::AnalyzeOptions {
         trace_conn: None,

@@ -19,7 +19,9 @@ use thiserror::Error;
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("invalid capture filter '{expr}': {why}")]
 pub struct FilterError {
+    /// The expression as given.
     pub expr: String,
+    /// What is wrong with it.
     pub why: String,
 }
 

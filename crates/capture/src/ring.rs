@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{Ordering, fence};
 
-use super::filter::Insn;
+use crate::filter::Insn;
 
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_VERSION: libc::c_int = 10;

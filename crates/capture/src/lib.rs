@@ -1,22 +1,28 @@
-//! Live capture: an AF_PACKET TPACKET_V3 ring ([`ring`]) with the tcpdump-style filter compiled
-//! to classic BPF and attached in the kernel ([`filter`]). Used by `latscope capture` (writes
-//! pcap) and `latscope analyze --live` (feeds the analyzer directly).
+//! Live capture for latscope: an AF_PACKET TPACKET_V3 ring ([`ring`]) with the tcpdump-style
+//! filter compiled to classic BPF and attached in the kernel ([`filter`]). Used by
+//! `latscope capture` (writes pcap), `latscope analyze --live` (feeds the analyzer directly) and
+//! `latscope diagnose` (captures the target's port).
+//!
+//! The crate knows nothing of the command line: it takes a [`CaptureConfig`], hands each packet
+//! to a callback and returns [`CaptureStats`]; what goes wrong is a [`CaptureError`].
 
-pub mod filter;
-pub mod ring;
+#![warn(missing_docs)]
+
+mod error;
+mod filter;
+mod ring;
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use std::io::{BufWriter, Write};
+use latscope_wire::LinkType;
 
-use clap::ValueEnum;
-use latscope_wire::{CaptureWriter, LinkType, PcapNgWriter, PcapWriter};
-
-use crate::exit;
+pub use error::CaptureError;
+pub use filter::FilterError;
 use filter::{FilterLink, Outgoing, Program};
-use ring::{KernelStats, Ring};
+pub use ring::KernelStats;
+use ring::Ring;
 
 /// What to capture.
 #[derive(Debug, Clone)]
@@ -69,6 +75,21 @@ pub struct CaptureStats {
 
 const BLOCK: usize = 1 << 20;
 
+/// `cfg.iface` → (ifindex, ARPHRD type); "any" is (0, 0).
+fn resolve_iface(name: &str) -> Result<(u32, u32), CaptureError> {
+    if name == "any" {
+        return Ok((0, 0));
+    }
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| CaptureError::BadInterfaceName(name.to_string()))?;
+    // SAFETY: a valid NUL-terminated string.
+    let idx = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if idx == 0 {
+        return Err(CaptureError::NoSuchInterface(name.to_string()));
+    }
+    Ok((idx, iface_type(name).unwrap_or(0)))
+}
+
 fn iface_type(name: &str) -> Option<u32> {
     std::fs::read_to_string(format!("/sys/class/net/{name}/type"))
         .ok()?
@@ -79,29 +100,8 @@ fn iface_type(name: &str) -> Option<u32> {
 
 impl LiveCapture {
     /// Open the ring on `cfg.iface` with the filter attached.
-    pub fn open(cfg: &CaptureConfig) -> anyhow::Result<Self> {
-        let (ifindex, hatype) = if cfg.iface == "any" {
-            (0, 0)
-        } else {
-            let cname = std::ffi::CString::new(cfg.iface.clone()).map_err(|_| {
-                exit::coded(
-                    exit::USAGE,
-                    format!("interface name '{}' contains a NUL byte", cfg.iface),
-                )
-            })?;
-            // SAFETY: a valid NUL-terminated string.
-            let idx = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-            if idx == 0 {
-                return Err(exit::coded(
-                    exit::USAGE,
-                    format!(
-                        "no network interface named '{}' (list them with `ip link`; 'any' captures on all)",
-                        cfg.iface
-                    ),
-                ));
-            }
-            (idx, iface_type(&cfg.iface).unwrap_or(0))
-        };
+    pub fn open(cfg: &CaptureConfig) -> Result<Self, CaptureError> {
+        let (ifindex, hatype) = resolve_iface(&cfg.iface)?;
         // ARPHRD_ETHER (1) and ARPHRD_LOOPBACK (772) carry an Ethernet header; everything else
         // (tun, ip tunnels, "any") is opened as SOCK_DGRAM and written as raw IP.
         let ethernet = matches!(hatype, 1 | 772);
@@ -124,18 +124,25 @@ impl LiveCapture {
             (FilterLink::RawIp, LinkType::Raw)
         };
         let snaplen = cfg.snaplen.clamp(64, 262_144);
-        let prog = filter::compile(&cfg.filter, flink, snaplen, outgoing)
-            .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
+        let prog = filter::compile(&cfg.filter, flink, snaplen, outgoing)?;
         let block_nr = (cfg.buffer_bytes / BLOCK).clamp(2, 1024);
         let open = |f: Option<&[filter::Insn]>| Ring::open(ifindex, !ethernet, f, BLOCK, block_nr);
         let (ring, mode) = if prog.fits_kernel() {
             match open(Some(&prog.insns)) {
                 Ok(r) => (r, FilterMode::Kernel),
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(privilege(e)),
-                Err(_) => (open(None).map_err(privilege_or)?, FilterMode::UserSpace),
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    return Err(CaptureError::Privilege(e));
+                }
+                Err(_) => (
+                    open(None).map_err(CaptureError::open)?,
+                    FilterMode::UserSpace,
+                ),
             }
         } else {
-            (open(None).map_err(privilege_or)?, FilterMode::UserSpace)
+            (
+                open(None).map_err(CaptureError::open)?,
+                FilterMode::UserSpace,
+            )
         };
         Ok(LiveCapture {
             ring,
@@ -165,7 +172,7 @@ impl LiveCapture {
         count: Option<u64>,
         duration: Option<Duration>,
         mut on: impl FnMut(u64, u32, &[u8]) -> io::Result<()>,
-    ) -> anyhow::Result<CaptureStats> {
+    ) -> Result<CaptureStats, CaptureError> {
         let start = Instant::now();
         let mut packets = 0u64;
         let mut bytes = 0u64;
@@ -214,9 +221,10 @@ impl LiveCapture {
                 break;
             }
             self.ring
-                .poll_block(100, |p| deliver(p, &mut packets, &mut bytes, &mut err))?;
+                .poll_block(100, |p| deliver(p, &mut packets, &mut bytes, &mut err))
+                .map_err(CaptureError::Ring)?;
             if let Some(e) = err.take() {
-                return Err(anyhow::Error::new(e).context("writing captured packets"));
+                return Err(CaptureError::Consumer(e));
             }
         }
         // Drain blocks the kernel already handed over, so packets that arrived before the stop
@@ -225,13 +233,14 @@ impl LiveCapture {
         loop {
             let n = self
                 .ring
-                .poll_block(0, |p| deliver(p, &mut packets, &mut bytes, &mut err))?;
+                .poll_block(0, |p| deliver(p, &mut packets, &mut bytes, &mut err))
+                .map_err(CaptureError::Ring)?;
             if n == 0 || count.is_some_and(|c| packets >= c) {
                 break;
             }
         }
         if let Some(e) = err {
-            return Err(anyhow::Error::new(e).context("writing captured packets"));
+            return Err(CaptureError::Consumer(e));
         }
         Ok(CaptureStats {
             packets,
@@ -241,60 +250,4 @@ impl LiveCapture {
             interrupted,
         })
     }
-}
-
-fn privilege(e: io::Error) -> anyhow::Error {
-    exit::coded(
-        exit::PRIVILEGE,
-        format!(
-            "live capture needs CAP_NET_RAW ({e}): run as root or `sudo setcap cap_net_raw+ep $(command -v latscope)`; \
-`latscope analyze FILE` works without it"
-        ),
-    )
-}
-
-fn privilege_or(e: io::Error) -> anyhow::Error {
-    if e.kind() == io::ErrorKind::PermissionDenied {
-        privilege(e)
-    } else {
-        anyhow::Error::new(e).context("opening the capture socket")
-    }
-}
-
-/// Output file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FileFormat {
-    /// Classic pcap with nanosecond timestamps.
-    Pcap,
-    /// pcapng (nanosecond `if_tsresol`).
-    Pcapng,
-}
-
-/// Open `path` ("-" = stdout) for writing captured frames; the format defaults to pcapng for a
-/// `.pcapng` name and pcap otherwise.
-pub fn open_writer(
-    path: &str,
-    format: Option<FileFormat>,
-    link: LinkType,
-    snaplen: u32,
-    iface: &str,
-) -> anyhow::Result<CaptureWriter<BufWriter<Box<dyn Write>>>> {
-    let out: Box<dyn Write> = if path == "-" {
-        Box::new(io::stdout())
-    } else {
-        Box::new(
-            std::fs::File::create(path)
-                .map_err(|e| exit::coded(exit::USAGE, format!("cannot create '{path}': {e}")))?,
-        )
-    };
-    let w = BufWriter::with_capacity(1 << 20, out);
-    let format = format.unwrap_or(if path.ends_with(".pcapng") {
-        FileFormat::Pcapng
-    } else {
-        FileFormat::Pcap
-    });
-    Ok(match format {
-        FileFormat::Pcap => CaptureWriter::Pcap(PcapWriter::new(w, link, snaplen)?),
-        FileFormat::Pcapng => CaptureWriter::PcapNg(PcapNgWriter::new(w, link, snaplen, iface)?),
-    })
 }
