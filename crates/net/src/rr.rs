@@ -553,6 +553,28 @@ fn run_size(
     on_interval: &mut dyn FnMut(&IntervalEvent),
     want_intervals: bool,
 ) -> Result<(RrSizeResult, ServerBehaviour), NetError> {
+    // Open every session before starting the clock, so set-up cost is not measured.
+    let sessions = open_sessions(cfg, req, resp)?;
+    let server = sessions
+        .iter()
+        .flatten()
+        .next()
+        .map(|s| s.server.clone())
+        .unwrap_or_else(|| cfg.server.clone());
+    let (outs, t_start) = run_workers(
+        cfg,
+        (req, resp),
+        sessions,
+        stop,
+        on_interval,
+        want_intervals,
+    )?;
+    Ok((merge_outs(cfg, (req, resp), &outs, t_start, stop), server))
+}
+
+/// One session per connection: negotiated with a latscope server, or a plain connection to a
+/// sockperf server (none for UDP, whose socket each worker opens).
+fn open_sessions(cfg: &RrConfig, req: u32, resp: u32) -> Result<Vec<Option<Session>>, NetError> {
     let udp = cfg.transport == Transport::Udp;
     let lifetime = match cfg.stop_after {
         StopAfter::Duration(d) => Some(cfg.warmup + d + SERVER_SLACK),
@@ -611,12 +633,20 @@ fn run_size(
         };
         sessions.push(Some(session));
     }
-    let server = sessions
-        .iter()
-        .flatten()
-        .next()
-        .map(|s| s.server.clone())
-        .unwrap_or_else(|| cfg.server.clone());
+    Ok(sessions)
+}
+
+/// Start one worker per session behind a barrier, relay interval events while they run, and
+/// return what each measured plus the instant the clock started.
+fn run_workers(
+    cfg: &RrConfig,
+    (req, resp): (u32, u32),
+    sessions: Vec<Option<Session>>,
+    stop: &AtomicBool,
+    on_interval: &mut dyn FnMut(&IntervalEvent),
+    want_intervals: bool,
+) -> Result<(Vec<WorkerOut>, Instant), NetError> {
+    let udp = cfg.transport == Transport::Udp;
     let label = format!("{req}B/{resp}B");
     let n = cfg.connections;
     let barrier = Barrier::new(n as usize + 1);
@@ -706,6 +736,17 @@ fn run_size(
         .ok()
         .and_then(|g| *g)
         .unwrap_or_else(Instant::now);
+    Ok((outs, t_start))
+}
+
+/// Merge the workers' histograms and counters into the size's result.
+fn merge_outs(
+    cfg: &RrConfig,
+    (req, resp): (u32, u32),
+    outs: &[WorkerOut],
+    t_start: Instant,
+    stop: &AtomicBool,
+) -> RrSizeResult {
     let measure_from = t_start + cfg.warmup;
     let mut hist = LatencyHistogram::new();
     let mut intended = cfg.rate.map(|_| LatencyHistogram::new());
@@ -725,7 +766,7 @@ fn run_size(
         errors: vec![],
     };
     let mut last_done = measure_from;
-    for o in &outs {
+    for o in outs {
         hist.merge(&o.hist);
         if let (Some(a), Some(b)) = (intended.as_mut(), o.intended.as_ref()) {
             a.merge(b);
@@ -755,7 +796,7 @@ fn run_size(
     r.rtt = hist.summary();
     r.rtt_from_intended = intended.map(|h| h.summary());
     r.one_way_p50_ns = r.rtt.p50_ns / 2;
-    Ok((r, server))
+    r
 }
 
 /// Ask the server for its limits (count mode whose 1 h request was refused).
