@@ -24,18 +24,27 @@ use crate::sock::{Conn, Target};
 const MAX_ERROR_SAMPLES: usize = 5;
 
 #[derive(Clone, Debug)]
+/// Configuration of a connection-time measurement.
 pub struct ConnectConfig {
+    /// Where to connect.
     pub target: Target,
+    /// The resolved address.
     pub addr: SocketAddr,
+    /// Plain connects, or connect + request/response + close (TCP_CRR).
     pub mode: ConnectMode,
+    /// Stop after a count or a duration.
     pub stop_after: StopAfter,
+    /// Connection attempts in flight at once.
     pub parallel: u32,
+    /// How long one attempt may take before it counts as timed out.
     pub timeout: Duration,
     /// Pause between attempts of one worker.
     pub interval: Duration,
     /// `--crr` message sizes.
     pub request_bytes: u32,
+    /// CRR: response size asked of the server, bytes.
     pub response_bytes: u32,
+    /// CRR: behaviour asked of the server.
     pub server: ServerBehaviour,
 }
 

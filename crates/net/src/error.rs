@@ -13,21 +13,40 @@ fn refusal_text(code: RefusalCode, message: &str) -> String {
 }
 
 #[derive(Debug, Error)]
+/// An error of the socket engines.
 pub enum NetError {
     /// The name did not resolve, or no route leads to it.
     #[error("cannot reach {target}: {reason}")]
-    Unreachable { target: String, reason: String },
+    Unreachable {
+        /// The target as given.
+        target: String,
+        /// Why.
+        reason: String,
+    },
     /// Nothing listens on the port.
     #[error("connection to {target} refused: is `latscope serve` (or the service) running there?")]
-    Refused { target: String },
+    Refused {
+        /// The target as given.
+        target: String,
+    },
     /// No answer within the timeout.
     #[error("{target} did not answer within {timeout}")]
-    Timeout { target: String, timeout: String },
+    Timeout {
+        /// The target as given.
+        target: String,
+        /// The timeout, formatted.
+        timeout: String,
+    },
     /// Something answered, but not the latscope protocol.
     #[error(
         "{target} does not speak the latscope protocol ({detail}); start `latscope serve` there or pick its port"
     )]
-    WrongProtocol { target: String, detail: String },
+    WrongProtocol {
+        /// The target as given.
+        target: String,
+        /// What it answered instead.
+        detail: String,
+    },
     /// The latscope server refused the test (a limit, busy, a malformed request).
     #[error("{}", refusal_text(*.code, .message))]
     ServerRefused {
@@ -48,13 +67,19 @@ pub enum NetError {
     /// A capability is missing.
     #[error("{what} needs {capability}: {remedy}")]
     Privilege {
+        /// What needed it.
         what: String,
+        /// The capability (or permission) missing.
         capability: String,
+        /// What to do.
         remedy: String,
     },
     #[error("{context}: {source}")]
+    /// A local system error.
     Io {
+        /// What was being done.
         context: String,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
@@ -77,6 +102,7 @@ impl NetError {
         }
     }
 
+    /// An I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         NetError::Io {
             context: context.into(),

@@ -25,11 +25,14 @@ use latscope_sys::sockopt::{get_raw, set_bytes, set_int};
 /// (which reads TCP_INFO from it).
 #[derive(Debug)]
 pub enum DataSock {
+    /// A TCP data connection.
     Tcp(TcpStream),
+    /// A unix-socket data connection.
     Unix(UnixStream),
 }
 
 impl DataSock {
+    /// The raw descriptor.
     pub fn fd(&self) -> RawFd {
         match self {
             DataSock::Tcp(s) => s.as_raw_fd(),
@@ -37,6 +40,7 @@ impl DataSock {
         }
     }
 
+    /// Whether this is a TCP socket.
     pub fn is_tcp(&self) -> bool {
         matches!(self, DataSock::Tcp(_))
     }
@@ -55,6 +59,7 @@ impl DataSock {
         }
     }
 
+    /// Shut the write side down (the peer reads EOF).
     pub fn shutdown_write(&self) {
         let _ = match self {
             DataSock::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
@@ -62,6 +67,7 @@ impl DataSock {
         };
     }
 
+    /// Set (or clear) the receive timeout; errors are ignored (a closed socket fails later anyway).
     pub fn set_read_timeout(&self, t: Option<Duration>) {
         let _ = match self {
             DataSock::Tcp(s) => s.set_read_timeout(t),
@@ -113,7 +119,9 @@ pub fn apply_options(fd: RawFd, o: &StreamOptions, tcp: bool, v6: bool) -> io::R
 /// Live counters of one flow, sampled by the coordinator.
 #[derive(Debug, Default)]
 pub struct FlowCounters {
+    /// Bytes moved so far.
     pub bytes: AtomicU64,
+    /// send/recv calls made so far.
     pub calls: AtomicU64,
     /// ns spent inside I/O calls.
     pub call_ns: AtomicU64,
@@ -121,25 +129,32 @@ pub struct FlowCounters {
     pub datagrams: AtomicU64,
     /// ns since the flow's start when the last byte moved.
     pub last_ns: AtomicU64,
+    /// Set when the flow has finished.
     pub done: AtomicBool,
 }
 
 /// When a sender stops.
 #[derive(Clone, Copy, Debug)]
 pub struct Until {
+    /// Stop at this instant (duration tests).
     pub deadline: Option<Instant>,
+    /// Stop after this many bytes (byte-count tests).
     pub bytes: Option<u64>,
 }
 
 /// CPU time and context switches of the calling thread so far.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ThreadUsage {
+    /// User CPU time, ns.
     pub user_ns: u64,
+    /// System CPU time, ns.
     pub sys_ns: u64,
+    /// Voluntary + involuntary context switches.
     pub ctx_switches: u64,
 }
 
 impl ThreadUsage {
+    /// This thread's usage now (getrusage RUSAGE_THREAD).
     pub fn now() -> ThreadUsage {
         // SAFETY: rusage is plain data; getrusage fills it for RUSAGE_THREAD.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -155,6 +170,7 @@ impl ThreadUsage {
         }
     }
 
+    /// The usage between `start` and `self`.
     pub fn since(self, start: ThreadUsage) -> ThreadUsage {
         ThreadUsage {
             user_ns: self.user_ns.saturating_sub(start.user_ns),
@@ -163,6 +179,7 @@ impl ThreadUsage {
         }
     }
 
+    /// Add another thread's usage.
     pub fn add(&mut self, o: ThreadUsage) {
         self.user_ns += o.user_ns;
         self.sys_ns += o.sys_ns;
@@ -471,10 +488,12 @@ impl UdpRx {
         self.last_transit = Some(transit);
     }
 
+    /// Distinct datagrams received.
     pub fn received(&self) -> u64 {
         self.received
     }
 
+    /// Bytes received in distinct datagrams.
     pub fn bytes(&self) -> u64 {
         self.bytes
     }

@@ -1,5 +1,10 @@
 //! latscope's socket engines: the peer protocol ([`proto`]), the server ([`serve`]), and the
 //! request/response ([`rr`]) and connection ([`connect`]) measurements.
+//!
+//! `missing_docs` is warned: every public item (types, fields, variants, functions) says what
+//! it is, in the units it uses.
+
+#![warn(missing_docs)]
 
 pub mod error;
 pub mod proto;

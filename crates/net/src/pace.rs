@@ -44,6 +44,7 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// Connection `index` of `n` sharing `total_rate` sends per second, from `start`.
     pub fn new(start: Instant, total_rate: f64, index: u32, n: u32) -> Schedule {
         let period_ns = 1e9 * f64::from(n) / total_rate;
         Schedule {

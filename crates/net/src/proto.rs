@@ -41,7 +41,9 @@ pub const MAX_FRAME: usize = 64 * 1024;
 /// UDP echo for probes (`latscope ping --udp`): `LSP1` + 0x01, answered with the same bytes
 /// and 0x02 in byte 4. Same length back, so it cannot amplify.
 pub const UDP_ECHO_MAGIC: &[u8; 4] = b"LSP1";
+/// Byte 4 of an echo request.
 pub const UDP_ECHO_REQUEST: u8 = 0x01;
+/// Byte 4 of an echo reply.
 pub const UDP_ECHO_REPLY: u8 = 0x02;
 
 /// Magic of test datagrams.
@@ -50,6 +52,7 @@ pub const UDP_TEST_MAGIC: &[u8; 4] = b"LSU1";
 pub const UDP_HEADER_LEN: usize = 20;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The client's half of the greeting.
 pub struct ClientHello {
     /// e.g. "latscope 0.1.0".
     pub software: String,
@@ -60,14 +63,20 @@ pub struct ClientHello {
 /// Limits the server enforces, announced in its hello so clients can check before asking.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
+    /// Tests that may run at once.
     pub max_tests: u32,
+    /// Longest test, ms.
     pub max_duration_ms: u64,
+    /// Largest request, response or buffer, bytes.
     pub max_message_bytes: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The server's half of the greeting.
 pub struct ServerHello {
+    /// e.g. "latscope 0.1.0".
     pub software: String,
+    /// The limits it enforces.
     pub limits: Limits,
     /// True when the server wants `auth` in the client hello.
     pub auth_required: bool,
@@ -93,18 +102,23 @@ pub enum TestKind {
 /// What a stream test moves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StreamSpec {
+    /// TCP, UDP or unix.
     pub transport: Transport,
+    /// Who sends: client, server, or both.
     pub direction: Direction,
     /// Streams per direction.
     pub streams: u32,
     /// How long senders send (0 with `bytes_per_stream`).
     pub duration_ms: u64,
+    /// Stop each stream after this many bytes (instead of a duration).
     pub bytes_per_stream: Option<u64>,
     /// Write (or datagram) size.
     pub buffer_bytes: u32,
     /// UDP: rate per stream, bit/s.
     pub udp_rate_bps: Option<f64>,
+    /// Socket options for the data connections.
     pub options: StreamOptions,
+    /// How often each side reports an interval, ms.
     pub interval_ms: u64,
 }
 
@@ -132,18 +146,24 @@ impl StreamSpec {
 /// A data connection's introduction: which test and which flow it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Join {
+    /// The test's token from `Accepted`.
     pub token: u64,
+    /// Which flow of the test.
     pub index: u32,
 }
 
 /// The server's figures for one flow at the end of a stream test.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FlowFinal {
+    /// The flow's index.
     pub index: u32,
+    /// Bytes the server received on it.
     pub bytes_received: u64,
+    /// Bytes the server sent on it.
     pub bytes_sent: u64,
     /// ns from Go to the last byte received / sent.
     pub receive_ns: u64,
+    /// ns from Go to the last byte sent.
     pub send_ns: u64,
     /// The server as UDP receiver.
     pub udp_rx: Option<UdpFigures>,
@@ -162,15 +182,24 @@ pub enum Control {
     /// Server → client: the server's view of an interval.
     Interval(StreamInterval),
     /// Client → server: stop now. For UDP client→server flows, the datagrams the client sent.
-    Stop { udp_sent: Vec<(u32, u64)> },
+    Stop {
+        /// (flow index, datagrams sent) per client→server UDP flow.
+        udp_sent: Vec<(u32, u64)>,
+    },
     /// Server → client: the server's figures.
     Final {
+        /// Per flow.
         flows: Vec<FlowFinal>,
+        /// CPU cost of the server's sending flows.
         cost_as_sender: Cost,
+        /// CPU cost of the server's receiving flows.
         cost_as_receiver: Cost,
     },
     /// Either way: the test failed.
-    Error { message: String },
+    Error {
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// Magic of stream-test datagrams.
@@ -183,14 +212,18 @@ pub const UDP_JOIN_SEQ: u64 = u64::MAX;
 /// The header of a stream-test datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamDatagram {
+    /// The test's token.
     pub token: u64,
+    /// The flow's index.
     pub index: u32,
+    /// Sequence number ([`UDP_JOIN_SEQ`] for a join).
     pub seq: u64,
     /// Sender's monotonic clock, ns (for RFC 3550 jitter: only differences matter).
     pub send_ns: u64,
 }
 
 impl StreamDatagram {
+    /// Write the header into the first [`UDP_STREAM_HEADER_LEN`] bytes of `buf`.
     pub fn write(&self, buf: &mut [u8]) {
         buf[..4].copy_from_slice(UDP_STREAM_MAGIC);
         buf[4..12].copy_from_slice(&self.token.to_be_bytes());
@@ -199,6 +232,7 @@ impl StreamDatagram {
         buf[24..32].copy_from_slice(&self.send_ns.to_be_bytes());
     }
 
+    /// Parse a header; None when too short or of another magic.
     pub fn parse(buf: &[u8]) -> Option<StreamDatagram> {
         if buf.len() < UDP_STREAM_HEADER_LEN || &buf[..4] != UDP_STREAM_MAGIC {
             return None;
@@ -264,8 +298,11 @@ impl FrameReader {
 /// A test request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Start {
+    /// What test.
     pub kind: TestKind,
+    /// Request size, bytes.
     pub request_bytes: u32,
+    /// Response size, bytes.
     pub response_bytes: u32,
     /// How long the test may last; the server closes it after that (bounded by its limit).
     pub duration_ms: u64,
@@ -284,7 +321,9 @@ pub struct Start {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Reply {
+    /// The server runs the test.
     Accepted {
+        /// The server's id of the test (for its log).
         test_id: u64,
         /// The behaviour the server will actually apply.
         server: ServerBehaviour,
@@ -330,12 +369,15 @@ pub enum RefusalCode {
 /// Why reading a frame failed.
 #[derive(Debug)]
 pub enum FrameError {
+    /// Reading or writing the socket failed.
     Io(io::Error),
     /// The peer is not speaking this protocol: the first bytes it sent.
     NotLatscope(Vec<u8>),
     /// A latscope peer of another, incompatible version.
     Version(u16),
+    /// A frame longer than [`MAX_FRAME`], bytes.
     TooLarge(usize),
+    /// A frame that is not the expected JSON message.
     Json(serde_json::Error),
 }
 
@@ -459,17 +501,21 @@ pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> 
 /// The header of every UDP test datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdpHeader {
+    /// The test's token from `Accepted`.
     pub token: u64,
+    /// Sequence number (the response echoes it).
     pub seq: u64,
 }
 
 impl UdpHeader {
+    /// Write the header into the first [`UDP_HEADER_LEN`] bytes of `buf`.
     pub fn write(&self, buf: &mut [u8]) {
         buf[..4].copy_from_slice(UDP_TEST_MAGIC);
         buf[4..12].copy_from_slice(&self.token.to_be_bytes());
         buf[12..20].copy_from_slice(&self.seq.to_be_bytes());
     }
 
+    /// Parse a header; None when too short or of another magic.
     pub fn parse(buf: &[u8]) -> Option<UdpHeader> {
         if buf.len() < UDP_HEADER_LEN || &buf[..4] != UDP_TEST_MAGIC {
             return None;

@@ -39,6 +39,7 @@ const LATE: Duration = Duration::from_millis(1);
 /// When each size's measurement ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopAfter {
+    /// Run this long.
     Duration(Duration),
     /// Measured transactions (warm-up excluded), over all connections.
     Count(u64),
@@ -47,21 +48,29 @@ pub enum StopAfter {
 /// Everything `rr` needs to run.
 #[derive(Clone, Debug)]
 pub struct RrConfig {
+    /// Where the server is.
     pub target: Target,
     /// The resolved address (None for unix targets).
     pub addr: Option<SocketAddr>,
+    /// TCP, UDP or unix.
     pub transport: Transport,
     /// (request, response) bytes, one entry per size of a sweep.
     pub sizes: Vec<(u32, u32)>,
+    /// Connections (or UDP sockets), each one worker.
     pub connections: u32,
+    /// Stop after a count or a duration.
     pub stop_after: StopAfter,
+    /// Time measured but not recorded at the start.
     pub warmup: Duration,
     /// Open loop at this total rate (requests/s); None = closed loop.
     pub rate: Option<f64>,
+    /// Socket options of the client.
     pub client: SockOpts,
+    /// Behaviour asked of the server.
     pub server: ServerBehaviour,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// How long connecting may take.
     pub connect_timeout: Duration,
     /// Interval of the `on_interval` callback.
     pub interval: Duration,
@@ -94,9 +103,13 @@ fn sockperf_header(buf: &mut [u8], seq: u64) {
 
 /// Accepted test: the connection, the behaviour the server will apply, the UDP token.
 pub struct Session {
+    /// The control (and, for stream tests, data) connection.
     pub conn: Conn,
+    /// The behaviour the server will apply.
     pub server: ServerBehaviour,
+    /// UDP and stream tests: the test's token.
     pub udp_token: Option<u64>,
+    /// The server's greeting.
     pub hello: ServerHello,
 }
 

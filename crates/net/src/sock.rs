@@ -15,11 +15,14 @@ use crate::NetError;
 /// A connected stream socket.
 #[derive(Debug)]
 pub enum Conn {
+    /// A TCP connection.
     Tcp(TcpStream),
+    /// A unix-socket connection.
     Unix(UnixStream),
 }
 
 impl Conn {
+    /// Set (or clear) the receive timeout.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Conn::Tcp(s) => s.set_read_timeout(t),
@@ -27,6 +30,7 @@ impl Conn {
         }
     }
 
+    /// Set (or clear) the send timeout.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Conn::Tcp(s) => s.set_write_timeout(t),
@@ -34,6 +38,7 @@ impl Conn {
         }
     }
 
+    /// Whether this is a TCP connection.
     pub fn is_tcp(&self) -> bool {
         matches!(self, Conn::Tcp(_))
     }
@@ -61,6 +66,7 @@ impl Conn {
         Ok(())
     }
 
+    /// Shut the write side down (the peer reads EOF); errors are ignored.
     pub fn shutdown_write(&self) {
         let _ = match self {
             Conn::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
@@ -107,7 +113,14 @@ pub use latscope_sys::sockopt::{get_int, set_int};
 /// Where to measure: a host and port, or a unix socket path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
-    Inet { host: String, port: u16 },
+    /// A host name or address literal, and a port.
+    Inet {
+        /// Name or address literal (no brackets).
+        host: String,
+        /// TCP/UDP port.
+        port: u16,
+    },
+    /// A unix socket path.
     Unix(PathBuf),
 }
 

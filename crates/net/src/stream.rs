@@ -36,13 +36,19 @@ const UDP_GRACE: Duration = Duration::from_millis(250);
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug)]
+/// Configuration of a stream (throughput) test.
 pub struct StreamConfig {
+    /// Where the server is.
     pub target: Target,
+    /// The resolved address (None for unix sockets).
     pub addr: Option<SocketAddr>,
+    /// What to move.
     pub spec: StreamSpec,
+    /// How long connecting may take.
     pub connect_timeout: Duration,
     /// CPUs to pin stream threads to, round-robin; empty: no pinning.
     pub affinity: Vec<usize>,
+    /// Measure rr latency before and during the load.
     pub latency_probe: bool,
 }
 
