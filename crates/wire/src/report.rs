@@ -6,6 +6,8 @@ use latscope_core::summary::Summary;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::packet::SkipReason;
+
 /// The kinds of stall the analyzer recognises.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
@@ -72,7 +74,7 @@ pub struct StallExample {
 
 /// One stall detector's result, ranked in [`AnalyzeReport::findings`] by time lost.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Finding {
+pub struct StallFinding {
     /// Which detector.
     pub kind: StallKind,
     /// Human label.
@@ -108,6 +110,20 @@ pub struct TcpCounts {
     pub lost_segment: u64,
     /// Keep-alives.
     pub keep_alive: u64,
+}
+
+impl Skipped {
+    /// Count one frame skipped for `r`.
+    pub fn add(&mut self, r: SkipReason) {
+        match r {
+            SkipReason::UnknownLinkType => self.unknown_link_type += 1,
+            SkipReason::NotIp => self.not_ip += 1,
+            SkipReason::NotTcpUdp => self.not_tcp_udp += 1,
+            SkipReason::Truncated => self.truncated += 1,
+            SkipReason::Malformed => self.malformed += 1,
+            SkipReason::Fragment => self.fragment += 1,
+        }
+    }
 }
 
 impl TcpCounts {
@@ -271,7 +287,7 @@ pub struct AnalyzeReport {
     /// Handshake RTTs.
     pub handshake_rtt: Option<Summary>,
     /// Stall detectors that fired, ranked by time lost (largest first).
-    pub findings: Vec<Finding>,
+    pub findings: Vec<StallFinding>,
     /// The connections that lost the most time (up to `--top`).
     pub top_connections: Vec<ConnSummary>,
     /// The `--conn N` ladder, when asked for.

@@ -1,0 +1,39 @@
+//! TCP_CORK: a small segment sent within the ~200 ms timer band after the sender's previous
+//! data, with no packet from the peer in the preceding round trip: the kernel's cork timer
+//! (`TCP_CORK` in tcp(7), flushed from `tcp_write_timer`) released it, not an ACK.
+
+use latscope_core::timer::TcpTimer;
+
+use crate::report::StallKind;
+
+use super::super::flow::Conn;
+use super::super::ladder::fmt_ms;
+use super::{Detector, Segment, Sink};
+
+/// Reports small segments flushed by the cork timer.
+pub(in super::super) struct Cork;
+
+impl Detector for Cork {
+    fn inspect(&self, s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
+        let Some(d1) = s.held else {
+            return;
+        };
+        let peer = &c.dirs[1 - s.d];
+        let gap = s.ts.saturating_sub(d1.ts);
+        let corked = s.len < c.sender_mss(s.d)
+            && TcpTimer::classify(gap) == Some(TcpTimer::DelayedAckMaxOrRtoMin)
+            && s.ts.saturating_sub(peer.last_pkt_ts) > c.release_window(s.d)
+            && peer.last_data_ts <= d1.ts;
+        if !corked {
+            return;
+        }
+        out.notes.push(|| {
+            format!(
+                "<< STALL TCP_CORK: {} after #{} with no trigger from the peer",
+                fmt_ms(gap),
+                d1.frame
+            )
+        });
+        out.stall(c, StallKind::Cork, s.frame, d1.frame, gap);
+    }
+}

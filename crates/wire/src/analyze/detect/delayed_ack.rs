@@ -1,0 +1,66 @@
+//! Release by a delayed ACK: a data segment D1, then a *pure* ACK from the peer acknowledging
+//! exactly up to D1's end, late by at least the shortest delayed-ACK timer beyond the round
+//! trip, then the sender's next segment D2 within one capture-point→sender round trip of that
+//! ACK (the ACK released it), with no peer data in between.
+//!
+//! * Both D1 and D2 smaller than the sender's MSS: **Nagle × delayed ACK** (RFC 896; Linux's
+//!   Minshall variant in `tcp_nagle_check()` holds a sub-MSS segment while an earlier sub-MSS
+//!   segment is unacknowledged; the receiver delays its ACK, RFC 1122 §4.2.3.2).
+//! * Otherwise **delayed ACK without Nagle**: Nagle does not hold full segments, so the sender
+//!   was limited by its congestion or receive window and an odd segment count left the
+//!   receiver waiting for a second one.
+
+use crate::report::StallKind;
+
+use super::super::flow::Conn;
+use super::super::ladder::fmt_ms;
+use super::{Detector, Segment, Sink, delayed_ack_floor_ns};
+
+/// Reports segments released by a delayed ACK (Nagle × delayed ACK, or delayed ACK alone).
+pub(in super::super) struct DelayedAckRelease;
+
+impl Detector for DelayedAckRelease {
+    fn inspect(&self, s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
+        let Some(d1) = s.held else {
+            return;
+        };
+        let p = &c.dirs[1 - s.d];
+        let released = p.last_pkt_pure_ack
+            && p.last_pkt_ts >= d1.ts
+            && p.last_data_ts <= d1.ts
+            && p.last_pkt_ack == d1.end
+            && s.ts.saturating_sub(p.last_pkt_ts) <= c.release_window(s.d);
+        if !released {
+            return;
+        }
+        let ack_delay = p
+            .last_pkt_ts
+            .saturating_sub(d1.ts)
+            .saturating_sub(c.rtt_to_receiver(s.d).unwrap_or(0));
+        if ack_delay < delayed_ack_floor_ns() {
+            return;
+        }
+        let smss = c.sender_mss(s.d);
+        let kind = if d1.len < smss && s.len < smss {
+            StallKind::NagleDelayedAck
+        } else {
+            StallKind::DelayedAck
+        };
+        let gap = s.ts.saturating_sub(d1.ts);
+        let ack_frame = p.last_pkt_frame;
+        out.notes.push(|| {
+            format!(
+                "<< STALL {}: held since #{} ({}), released by delayed ACK #{} ({} late)",
+                kind.label(),
+                d1.frame,
+                fmt_ms(gap),
+                ack_frame,
+                fmt_ms(ack_delay)
+            )
+        });
+        out.note_on(ack_frame, || {
+            format!("delayed ACK ({} after #{})", fmt_ms(ack_delay), d1.frame)
+        });
+        out.stall(c, kind, s.frame, d1.frame, gap);
+    }
+}

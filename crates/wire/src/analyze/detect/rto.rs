@@ -1,0 +1,31 @@
+//! RTO retransmission: Wireshark's plain "retransmission" (not fast, not spurious) means a
+//! timer fired (RTO or tail-loss probe). Time lost is the gap since the original transmission.
+
+use latscope_core::timer::TcpTimer;
+
+use crate::report::StallKind;
+
+use super::super::flow::Conn;
+use super::super::ladder::fmt_ms;
+use super::{Detector, Segment, Sink};
+
+/// Reports every timer retransmission the sequence analysis found.
+pub(in super::super) struct Rto;
+
+impl Detector for Rto {
+    fn inspect(&self, s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
+        let Some((t0, f0)) = s.rto_since else {
+            return;
+        };
+        let lost = s.ts.saturating_sub(t0);
+        out.notes.push(|| {
+            let timer =
+                TcpTimer::classify(lost).map_or(String::new(), |t| format!(", {}", t.label()));
+            format!(
+                "retransmission (timer, {} after #{f0}{timer})",
+                fmt_ms(lost)
+            )
+        });
+        out.stall(c, StallKind::RtoRetransmission, s.frame, f0, lost);
+    }
+}

@@ -1,0 +1,33 @@
+//! Application think time: last request byte to first response byte, minus the round trip
+//! between the capture point and the server (from the handshake), when ≥ 10 ms. No TCP timer is
+//! involved, so the threshold is not one of `TcpTimer`'s bands.
+
+use crate::report::StallKind;
+
+use super::super::flow::Conn;
+use super::super::ladder::fmt_ms;
+use super::{Detector, Segment, Sink};
+
+/// Think time below this is not reported as a stall.
+const THINK_MIN_NS: u64 = 10_000_000;
+
+/// Reports slow first response bytes.
+pub(in super::super) struct ThinkTime;
+
+impl Detector for ThinkTime {
+    fn inspect(&self, s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
+        let Some(r) = s.first_response else {
+            return;
+        };
+        if r.think_ns < THINK_MIN_NS {
+            return;
+        }
+        out.notes.push(|| {
+            format!(
+                "<< STALL think time: server answered {} after the request",
+                fmt_ms(r.think_ns)
+            )
+        });
+        out.stall(c, StallKind::ThinkTime, s.frame, r.req_frame, r.think_ns);
+    }
+}

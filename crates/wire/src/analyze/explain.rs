@@ -1,0 +1,29 @@
+//! The plain-language reasoning behind each stall kind, shown with its finding.
+
+use crate::report::StallKind;
+
+/// The plain-language reasoning behind each detector.
+pub fn explain(k: StallKind) -> String {
+    match k {
+        StallKind::NagleDelayedAck => "The sender wrote a response in pieces; Nagle held the second small piece until the first was \
+ACKed, and the receiver delayed that ACK (Linux: 40 ms minimum, up to 200 ms). The first exchange of a connection escapes \
+because the receiver starts in quick-ack mode; later ones stall once it switches to delayed ACKs. Fix: write the response in \
+one call (writev), or set TCP_NODELAY on the sender; TCP_QUICKACK on the receiver only helps per read."
+            .into(),
+        StallKind::DelayedAck => "The sender waited for a delayed ACK with full-sized segments outstanding (congestion or receive \
+window limit), so Nagle was not the cause. Larger windows or TCP_QUICKACK on the receiver avoid it."
+            .into(),
+        StallKind::Cork => "A small segment left ~200 ms after the previous data without any packet from the peer: the TCP_CORK \
+timer flushed it. Uncork (setsockopt TCP_CORK 0) after the last write, or use MSG_MORE only on non-final writes."
+            .into(),
+        StallKind::RtoRetransmission => "A segment was resent after a timer (RTO or tail-loss probe) rather than after duplicate \
+ACKs: the loss was only repaired after waiting. Look for loss on the path, or too few segments in flight for fast retransmit."
+            .into(),
+        StallKind::ZeroWindow => "The receiver's buffer was full (window 0) and the sender waited until it reopened: the \
+receiving application did not read fast enough."
+            .into(),
+        StallKind::ThinkTime => "The server took this long to start answering after the request arrived (network round trip \
+from the capture point already subtracted): time spent in the application, not the network."
+            .into(),
+    }
+}

@@ -1,0 +1,344 @@
+//! The shared flow tracker: the connection table (canonical flow keys, a slab of connection
+//! state, expiry of closed connections) and the per-connection, per-direction state every part
+//! of the analysis reads.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::packet::{Addr, flags};
+use crate::report::{TcpCounts, Transaction};
+
+use super::transaction::{TxCur, TxState};
+
+/// A closed connection stays this long (capture time) so that stragglers — a FIN retransmitted
+/// because the last ACK was lost, the duplicate ACK answering it — are analysed in their
+/// connection, as Wireshark does; then it is summarised and dropped.
+pub(super) const LINGER_NS: u64 = 2_000_000_000;
+/// How often (capture time) closed connections past their linger are swept out.
+pub(super) const SWEEP_EVERY_NS: u64 = 500_000_000;
+
+/// FxHash-style hasher: the flow key is trusted-size data from our own parser, and SipHash's
+/// DoS resistance is not worth its cost on the per-packet path.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(u64::from(i));
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A canonical (direction-independent) TCP flow key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct FlowKey {
+    a: Addr,
+    ap: u16,
+    b: Addr,
+    bp: u16,
+}
+
+impl FlowKey {
+    pub(super) fn new(src: Addr, sp: u16, dst: Addr, dp: u16) -> Self {
+        if (src, sp) <= (dst, dp) {
+            FlowKey {
+                a: src,
+                ap: sp,
+                b: dst,
+                bp: dp,
+            }
+        } else {
+            FlowKey {
+                a: dst,
+                ap: dp,
+                b: src,
+                bp: sp,
+            }
+        }
+    }
+}
+
+/// One segment still waiting for its ACK.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unacked {
+    pub frame: u64,
+    pub seq: u32,
+    pub nextseq: u32,
+    pub ts: u64,
+}
+
+/// A data segment remembered for the release detectors.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DataSeg {
+    pub ts: u64,
+    pub frame: u64,
+    pub len: u32,
+    /// Relative sequence number just past it.
+    pub end: u32,
+}
+
+/// One direction of a connection (index 0: client → server, 1: server → client).
+#[derive(Debug, Default)]
+pub(super) struct Dir {
+    // Wireshark's per-direction sequence state.
+    pub base_set: bool,
+    pub base: u32,
+    pub nextseq: u32,
+    pub nextseq_ts: u64,
+    pub maxseqtobeacked: u32,
+    pub lastack: u32,
+    pub lastack_ts: u64,
+    pub lastacklen: u32,
+    pub window: u32,
+    /// -1 unknown, -2 no scaling, ≥ 0 the shift.
+    pub win_scale: i8,
+    pub dupacknum: i32,
+    pub lastsegmentflags: u32,
+    pub unacked: VecDeque<Unacked>,
+    /// MSS this side advertised in its SYN.
+    pub mss_opt: Option<u16>,
+    pub timestamps: bool,
+    pub max_seg: u32,
+    pub bytes: u64,
+    pub fin: bool,
+    // What the detectors look back at.
+    /// The last new data segment this side sent.
+    pub last_data: Option<DataSeg>,
+    pub last_pkt_ts: u64,
+    pub last_pkt_frame: u64,
+    pub last_pkt_len: u32,
+    pub last_pkt_ack: u32,
+    pub last_pkt_pure_ack: bool,
+    pub last_data_ts: u64,
+    /// When this side last retransmitted: a release after a retransmission is loss recovery,
+    /// not a delayed ACK or cork.
+    pub last_rexmit_ts: Option<u64>,
+    /// (time, frame) of this side's first zero-window advertisement still in force.
+    pub zero_since: Option<(u64, u64)>,
+}
+
+/// One tracked TCP connection.
+pub(super) struct Conn {
+    pub id: u64,
+    pub client: (Addr, u16),
+    pub server: (Addr, u16),
+    pub dirs: [Dir; 2],
+    pub first_ts: u64,
+    pub first_frame: u64,
+    pub last_ts: u64,
+    pub frames: u64,
+    pub syn_ts: Option<u64>,
+    pub synack_ts: Option<u64>,
+    pub first_rtt: Option<u64>,
+    pub rtt_to_server: Option<u64>,
+    pub rtt_to_client: Option<u64>,
+    pub closed_at: Option<u64>,
+    pub rst: bool,
+    pub counts: TcpCounts,
+    pub tx_state: TxState,
+    pub tx: Option<TxCur>,
+    pub txs: Vec<Transaction>,
+    pub tx_count: u64,
+    pub stall_lost: u64,
+    pub client_isn: Option<u32>,
+}
+
+impl Conn {
+    /// A connection whose first captured segment went `src` → `dst` with flags `fl`.
+    pub(super) fn new(
+        id: u64,
+        frame: u64,
+        ts: u64,
+        src: (Addr, u16),
+        dst: (Addr, u16),
+        fl: u8,
+    ) -> Self {
+        // Who is the client: the SYN sender; the SYN-ACK's receiver; else the higher port.
+        let src_is_client = if fl & flags::SYN != 0 {
+            fl & flags::ACK == 0
+        } else {
+            src.1 > dst.1
+        };
+        let (client, server) = if src_is_client {
+            (src, dst)
+        } else {
+            (dst, src)
+        };
+        let mut dirs: [Dir; 2] = Default::default();
+        for d in &mut dirs {
+            d.win_scale = -1;
+        }
+        Conn {
+            id,
+            client,
+            server,
+            dirs,
+            first_ts: ts,
+            first_frame: frame,
+            last_ts: ts,
+            frames: 0,
+            syn_ts: None,
+            synack_ts: None,
+            first_rtt: None,
+            rtt_to_server: None,
+            rtt_to_client: None,
+            closed_at: None,
+            rst: false,
+            counts: TcpCounts::default(),
+            tx_state: TxState::Idle,
+            tx: None,
+            txs: Vec::new(),
+            tx_count: 0,
+            stall_lost: 0,
+            client_isn: None,
+        }
+    }
+
+    /// Round trip between the capture point and the sender of direction `d` (from the
+    /// handshake).
+    pub(super) fn rtt_to_sender(&self, d: usize) -> Option<u64> {
+        if d == 1 {
+            self.rtt_to_server
+        } else {
+            self.rtt_to_client
+        }
+    }
+
+    /// Round trip between the capture point and the receiver of direction `d`.
+    pub(super) fn rtt_to_receiver(&self, d: usize) -> Option<u64> {
+        self.rtt_to_sender(1 - d)
+    }
+
+    /// How soon after the peer's packet the sender's reaction can show at the capture point:
+    /// two round trips to the sender plus 1 ms (2 ms without a handshake).
+    pub(super) fn release_window(&self, d: usize) -> u64 {
+        self.rtt_to_sender(d)
+            .map_or(2_000_000, |v| 2 * v + 1_000_000)
+    }
+
+    /// Effective MSS of the sender of direction `d`: what the peer advertised, minus the
+    /// timestamp option; without a captured handshake, the largest segment seen but at least
+    /// Ethernet's MSS.
+    pub(super) fn sender_mss(&self, d: usize) -> u32 {
+        match self.dirs[1 - d].mss_opt {
+            Some(m) => u32::from(m).saturating_sub(if self.dirs[d].timestamps { 12 } else { 0 }),
+            None => self.dirs[d].max_seg.max(1460),
+        }
+    }
+}
+
+/// The connection table: a hash from flow key to a slot of a slab, so a connection can be
+/// borrowed in place on the per-packet path.
+#[derive(Default)]
+pub(super) struct FlowTable {
+    table: HashMap<FlowKey, usize, BuildHasherDefault<FxHasher>>,
+    slab: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    /// Connections created so far (the next connection's id).
+    pub next_id: u64,
+    /// Connections tracked now.
+    pub open: u64,
+    /// The most tracked at once.
+    pub peak_open: u64,
+    last_sweep_ts: u64,
+}
+
+impl FlowTable {
+    /// The slot of the connection `key` belongs to, if any.
+    pub(super) fn slot(&self, key: &FlowKey) -> Option<usize> {
+        self.table.get(key).copied()
+    }
+
+    /// The connection in `slot`.
+    pub(super) fn get(&self, slot: usize) -> Option<&Conn> {
+        self.slab.get(slot).and_then(Option::as_ref)
+    }
+
+    /// The connection in `slot`, mutably.
+    pub(super) fn get_mut(&mut self, slot: usize) -> Option<&mut Conn> {
+        self.slab.get_mut(slot).and_then(Option::as_mut)
+    }
+
+    /// Track a new connection under `key`; returns its slot.
+    pub(super) fn insert(&mut self, key: FlowKey, c: Conn) -> usize {
+        self.next_id = self.next_id.max(c.id + 1);
+        let i = if let Some(i) = self.free.pop() {
+            self.slab[i] = Some(c);
+            i
+        } else {
+            self.slab.push(Some(c));
+            self.slab.len() - 1
+        };
+        self.table.insert(key, i);
+        self.open += 1;
+        self.peak_open = self.peak_open.max(self.open);
+        i
+    }
+
+    /// Stop tracking `key`; returns its connection.
+    pub(super) fn remove(&mut self, key: &FlowKey) -> Option<Conn> {
+        let i = self.table.remove(key)?;
+        let c = self.slab[i].take()?;
+        self.free.push(i);
+        self.open -= 1;
+        Some(c)
+    }
+
+    /// Closed connections past their linger at capture time `now`, removed from the table
+    /// (checked every [`SWEEP_EVERY_NS`] of capture time).
+    pub(super) fn expire(&mut self, now: u64) -> Vec<Conn> {
+        if now < self.last_sweep_ts.saturating_add(SWEEP_EVERY_NS) {
+            return Vec::new();
+        }
+        self.last_sweep_ts = now;
+        self.sweep(now)
+    }
+
+    /// Remove every closed connection past its linger at `now`.
+    pub(super) fn sweep(&mut self, now: u64) -> Vec<Conn> {
+        let done: Vec<FlowKey> = self
+            .table
+            .iter()
+            .filter(|&(_, &i)| {
+                self.slab[i]
+                    .as_ref()
+                    .and_then(|c| c.closed_at)
+                    .is_some_and(|t| now.saturating_sub(t) > LINGER_NS)
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        done.iter().filter_map(|k| self.remove(k)).collect()
+    }
+
+    /// Every connection still tracked, in connection order, removed from the table.
+    pub(super) fn drain(&mut self) -> Vec<Conn> {
+        let keys: Vec<FlowKey> = self.table.keys().copied().collect();
+        let mut conns: Vec<Conn> = keys.iter().filter_map(|k| self.remove(k)).collect();
+        conns.sort_by_key(|c| c.id);
+        conns
+    }
+}

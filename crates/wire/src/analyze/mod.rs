@@ -1,0 +1,356 @@
+//! TCP flow tracking, Wireshark-compatible segment analysis and the stall detectors.
+//!
+//! Memory is proportional to the connections open at once: each connection keeps a bounded
+//! amount of state (at most [`MAX_UNACKED`] unacknowledged segments, [`MAX_TX_KEPT`]
+//! transactions); when it closes it is summarised into a few counters (and, if it is among
+//! the `top` worst, a [`ConnSummary`]) and its state is dropped.
+//!
+//! ## Segment analysis
+//! The classification follows Wireshark's `tcp_analyze_sequence_number()` (epan/dissectors/
+//! packet-tcp.c, documented in the Wireshark User's Guide §7.5 "TCP Analysis"): relative
+//! sequence numbers, "next expected sequence" per direction, the zero-window, lost-segment,
+//! keep-alive, window-update, window-full, duplicate-ACK checks, then for segments that do not
+//! advance the sequence: spurious (already ACKed) → fast retransmission (≥ 2 duplicate ACKs for
+//! this sequence within 20 ms) → out-of-order (within the first RTT, 3 ms if unknown, of the
+//! highest segment) → retransmission. Counts therefore match `tshark`'s `tcp.analysis.*`.
+//!
+//! ## Stall detectors (the rules, from the Linux TCP stack's behaviour)
+//! * **Nagle × delayed ACK.** Nagle (RFC 896; Linux implements Minshall's variant in
+//!   `tcp_nagle_check()`/`tcp_minshall_check()`) holds a sub-MSS segment while an earlier
+//!   *sub-MSS* segment is unacknowledged. The receiver delays its ACK (RFC 1122 §4.2.3.2; Linux
+//!   `TCP_DELACK_MIN` = 40 ms, up to 200 ms) unless it is in quick-ack mode, which it is at the
+//!   start of a connection (`tcp_incr_quickack()`: up to 16 segments) and leaves once the
+//!   exchange becomes interactive ("pingpong"). Evidence in a capture: a small segment D1, then
+//!   a *pure* ACK from the peer that acknowledges exactly up to D1's end after ≥ 15 ms beyond the
+//!   round trip, then the sender's next small segment D2 within one capture-point→sender round
+//!   trip of that ACK (the ACK released it), with no peer data in between. That is why the first
+//!   response of a keep-alive connection is fast and the following ones stall.
+//! * **Delayed ACK without Nagle.** The same release by a delayed ACK, but D1 or D2 is
+//!   full-sized: Nagle does not hold full segments, so the sender was limited by its congestion
+//!   or receive window and an odd segment count left the receiver waiting for a second one.
+//! * **TCP_CORK.** A small segment sent 180–260 ms after the sender's previous data with no
+//!   packet from the peer in the preceding round trip: the kernel's 200 ms cork timer
+//!   (`TCP_CORK` in tcp(7)) released it, not an ACK.
+//! * **RTO retransmission.** Wireshark's plain "retransmission" (not fast, not spurious): a timer
+//!   fired. Time lost is the gap since the original transmission.
+//! * **Zero-window stall.** From the first zero-window advertisement to the next non-zero window
+//!   from the same side.
+//! * **Application think time.** Last request byte to first response byte, minus the round trip
+//!   between the capture point and the server (from the handshake), when ≥ 10 ms.
+//!
+//! Where the capture was taken matters: near the server the ACK→release gap is microseconds,
+//! near the client it is a full round trip. The handshake tells us: SYN→SYN-ACK is the round
+//! trip to the server, SYN-ACK→ACK the round trip to the client.
+
+mod detect;
+mod explain;
+mod flow;
+mod ladder;
+mod pipeline;
+mod seq;
+#[cfg(test)]
+mod tests;
+mod transaction;
+
+use latscope_core::LatencyHistogram;
+
+use crate::packet::{Addr, Decoded, SkipReason, TcpView, Transport, flags};
+use crate::report::{ConnSummary, Ladder, Skipped, StallFinding, TcpCounts};
+
+pub use explain::explain;
+pub use flow::FxHasher;
+pub use ladder::MAX_LADDER_ROWS;
+pub use transaction::MAX_TX_KEPT;
+
+use flow::{Conn, FlowKey, FlowTable};
+use pipeline::{Acc, RawSegment};
+
+/// Unacknowledged segments kept per direction (Wireshark keeps 10 000; the oldest are dropped).
+pub const MAX_UNACKED: usize = 4096;
+
+/// Options of one analysis run.
+#[derive(Debug, Clone)]
+pub struct AnalyzeOptions {
+    /// Record the ladder of this connection index.
+    pub trace_conn: Option<u64>,
+    /// Keep full summaries of this many worst connections.
+    pub top: usize,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions {
+            trace_conn: None,
+            top: 20,
+        }
+    }
+}
+
+/// The streaming analyzer: feed frames with [`Analyzer::push`], then [`Analyzer::finish`].
+pub struct Analyzer {
+    opts: AnalyzeOptions,
+    flows: FlowTable,
+    frames: u64,
+    tcp_frames: u64,
+    udp_frames: u64,
+    skipped: Skipped,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    counts: TcpCounts,
+    acc: Acc,
+    top: Vec<ConnSummary>,
+    ladder_conn: Option<ConnSummary>,
+}
+
+/// What [`Analyzer::finish`] returns (the report minus metadata the caller adds).
+pub struct Analysis {
+    /// Frames seen.
+    pub frames: u64,
+    /// TCP frames analysed.
+    pub tcp_frames: u64,
+    /// UDP frames.
+    pub udp_frames: u64,
+    /// Skipped frames by reason.
+    pub skipped: Skipped,
+    /// First to last timestamp.
+    pub capture_span_ns: u64,
+    /// Connections seen.
+    pub connections: u64,
+    /// Peak simultaneously tracked connections.
+    pub peak_open_connections: u64,
+    /// Totals.
+    pub counts: TcpCounts,
+    /// Transactions.
+    pub transactions: u64,
+    /// Transaction durations (None: no transaction).
+    pub tx_hist: Option<LatencyHistogram>,
+    /// Think times.
+    pub think_hist: Option<LatencyHistogram>,
+    /// Handshake RTTs.
+    pub handshake_hist: Option<LatencyHistogram>,
+    /// Findings ranked by time lost.
+    pub findings: Vec<StallFinding>,
+    /// Worst connections.
+    pub top_connections: Vec<ConnSummary>,
+    /// The traced connection.
+    pub ladder: Option<Ladder>,
+}
+
+impl Default for Analyzer {
+    fn default() -> Self {
+        Self::new(AnalyzeOptions::default())
+    }
+}
+
+impl Analyzer {
+    /// A fresh analyzer.
+    pub fn new(opts: AnalyzeOptions) -> Self {
+        Analyzer {
+            opts,
+            flows: FlowTable::default(),
+            frames: 0,
+            tcp_frames: 0,
+            udp_frames: 0,
+            skipped: Skipped::default(),
+            first_ts: None,
+            last_ts: 0,
+            counts: TcpCounts::default(),
+            acc: Acc::default(),
+            top: Vec::new(),
+            ladder_conn: None,
+        }
+    }
+
+    /// Connections tracked right now.
+    pub fn open_connections(&self) -> u64 {
+        self.flows.open
+    }
+
+    /// Feed one decoded (or undecodable) frame.
+    #[inline]
+    pub fn push(&mut self, frame: u64, ts_ns: u64, decoded: Result<Decoded<'_>, SkipReason>) {
+        self.frames += 1;
+        if self.first_ts.is_none() {
+            self.first_ts = Some(ts_ns);
+        }
+        if ts_ns > self.last_ts {
+            self.last_ts = ts_ns;
+        }
+        match decoded {
+            Ok(d) => match d.transport {
+                Transport::Tcp { tcp, payload_len } => {
+                    self.tcp_frames += 1;
+                    self.on_tcp(frame, ts_ns, d.src, d.dst, &tcp, payload_len);
+                }
+                Transport::Udp(_) => self.udp_frames += 1,
+            },
+            Err(r) => self.skipped.add(r),
+        }
+        for c in self.flows.expire(ts_ns) {
+            self.finalize(c);
+        }
+    }
+
+    #[cfg(test)]
+    fn sweep(&mut self, now: u64) {
+        for c in self.flows.sweep(now) {
+            self.finalize(c);
+        }
+    }
+
+    /// The slot of the connection this segment belongs to, creating it if needed.
+    fn conn_slot(
+        &mut self,
+        frame: u64,
+        ts: u64,
+        src: (Addr, u16),
+        dst: (Addr, u16),
+        tcp: &TcpView<'_>,
+    ) -> usize {
+        let fl = tcp.flags();
+        let key = FlowKey::new(src.0, src.1, dst.0, dst.1);
+        if let Some(i) = self.flows.slot(&key) {
+            // A new SYN on a finished connection (port reuse) starts a new connection.
+            let reuse = fl & (flags::SYN | flags::ACK) == flags::SYN
+                && self.flows.get(i).is_some_and(|c| {
+                    (c.closed_at.is_some() || c.rst)
+                        || c.client_isn.is_some_and(|isn| isn != tcp.seq())
+                });
+            if !reuse {
+                return i;
+            }
+            if let Some(c) = self.flows.remove(&key) {
+                self.finalize(c);
+            }
+        }
+        let id = self.flows.next_id;
+        if self.opts.trace_conn == Some(id) {
+            self.acc.trace.base_ts = ts;
+        }
+        self.flows
+            .insert(key, Conn::new(id, frame, ts, src, dst, fl))
+    }
+
+    fn on_tcp(
+        &mut self,
+        frame: u64,
+        ts: u64,
+        src: Addr,
+        dst: Addr,
+        tcp: &TcpView<'_>,
+        seglen: u32,
+    ) {
+        let src = (src, tcp.src_port());
+        let slot = self.conn_slot(frame, ts, src, (dst, tcp.dst_port()), tcp);
+        let Some(c) = self.flows.get_mut(slot) else {
+            return;
+        };
+        let tracing = self.opts.trace_conn == Some(c.id);
+        let raw = RawSegment {
+            frame,
+            ts,
+            src,
+            tcp,
+            len: seglen,
+        };
+        self.acc.process(c, &raw, tracing);
+    }
+
+    fn summarise(&self, c: &Conn) -> ConnSummary {
+        let capture_point = match (c.rtt_to_server, c.rtt_to_client) {
+            (Some(s), Some(cl)) if s.saturating_mul(4) < cl => "server",
+            (Some(s), Some(cl)) if cl.saturating_mul(4) < s => "client",
+            (Some(_), Some(_)) => "middle",
+            _ => "unknown",
+        };
+        ConnSummary {
+            id: c.id,
+            client: endpoint(c.client),
+            server: endpoint(c.server),
+            first_frame: c.first_frame,
+            duration_ns: c.last_ts.saturating_sub(c.first_ts),
+            frames: c.frames,
+            bytes_to_server: c.dirs[0].bytes,
+            bytes_to_client: c.dirs[1].bytes,
+            handshake_rtt_ns: c.first_rtt,
+            capture_point: capture_point.into(),
+            counts: c.counts.clone(),
+            transactions: c.txs.clone(),
+            transaction_count: c.tx_count,
+            stall_lost_ns: c.stall_lost,
+            end: if c.rst {
+                "rst".into()
+            } else if c.dirs[0].fin && c.dirs[1].fin {
+                "fin".into()
+            } else {
+                "open".into()
+            },
+        }
+    }
+
+    /// A connection is done: fold it into the totals and keep it if it is among the worst.
+    fn finalize(&mut self, mut c: Conn) {
+        self.acc.tx.close(&mut c);
+        self.counts.add(&c.counts);
+        if self.opts.trace_conn == Some(c.id) {
+            self.ladder_conn = Some(self.summarise(&c));
+        }
+        if self.opts.top == 0 {
+            return;
+        }
+        if self.top.len() < self.opts.top {
+            let s = self.summarise(&c);
+            self.top.push(s);
+        } else if let Some((mi, min)) = self
+            .top
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, s)| (s.stall_lost_ns, std::cmp::Reverse(s.id)))
+        {
+            if min.stall_lost_ns < c.stall_lost {
+                let s = self.summarise(&c);
+                self.top[mi] = s;
+            }
+        }
+    }
+
+    /// Close every open connection and build the result.
+    pub fn finish(mut self) -> Analysis {
+        // Finalize in connection order so the kept summaries are deterministic.
+        for c in self.flows.drain() {
+            self.finalize(c);
+        }
+        let mut top = std::mem::take(&mut self.top);
+        top.sort_by(|a, b| b.stall_lost_ns.cmp(&a.stall_lost_ns).then(a.id.cmp(&b.id)));
+        let ladder = self.opts.trace_conn.map(|_| Ladder {
+            conn: self.ladder_conn.take(),
+            rows: std::mem::take(&mut self.acc.trace.rows),
+        });
+        Analysis {
+            frames: self.frames,
+            tcp_frames: self.tcp_frames,
+            udp_frames: self.udp_frames,
+            skipped: self.skipped,
+            capture_span_ns: self
+                .last_ts
+                .saturating_sub(self.first_ts.unwrap_or(self.last_ts)),
+            connections: self.flows.next_id,
+            peak_open_connections: self.flows.peak_open,
+            counts: self.counts,
+            transactions: self.acc.tx.total,
+            findings: self.acc.stalls.findings(),
+            tx_hist: self.acc.tx.tx_hist,
+            think_hist: self.acc.tx.think_hist,
+            handshake_hist: self.acc.hs_hist,
+            top_connections: top,
+            ladder,
+        }
+    }
+}
+
+fn endpoint(a: (Addr, u16)) -> String {
+    match a.0.ip() {
+        std::net::IpAddr::V4(v4) => format!("{v4}:{}", a.1),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]:{}", a.1),
+    }
+}

@@ -1,0 +1,214 @@
+//! What happens to one TCP segment, in order: handshake bookkeeping, relative sequence
+//! numbers, the sequence analysis, the transaction tracker, every stall detector, then the
+//! per-direction state the detectors look back at, and the ladder row.
+
+use latscope_core::LatencyHistogram;
+
+use crate::packet::{Addr, TcpView, flags};
+use crate::report::LadderRow;
+
+use super::detect::{DETECTORS, Segment, Sink, Stalls};
+use super::flow::{Conn, DataSeg};
+use super::ladder::{MAX_LADDER_ROWS, Notes, Trace, flag_string};
+use super::seq::{self, A_RESENT};
+use super::transaction::TxStats;
+
+/// What the per-packet code accumulates across connections. Kept apart from the connection
+/// table so a connection can be borrowed in place while this is updated (moving a connection
+/// out of the table and back cost a quarter of the run time in memcpy).
+#[derive(Default)]
+pub(super) struct Acc {
+    pub stalls: Stalls,
+    pub tx: TxStats,
+    pub hs_hist: Option<LatencyHistogram>,
+    pub trace: Trace,
+    /// Notes on the segment being processed, for the ladder.
+    notes: Notes,
+}
+
+/// One TCP segment as decoded, before the analysis.
+pub(super) struct RawSegment<'a, 'p> {
+    pub frame: u64,
+    pub ts: u64,
+    pub src: (Addr, u16),
+    pub tcp: &'a TcpView<'p>,
+    pub len: u32,
+}
+
+impl Acc {
+    /// Run segment `raw` through the analysis of connection `c`; `tracing` records its ladder
+    /// row.
+    pub(super) fn process(&mut self, c: &mut Conn, raw: &RawSegment<'_, '_>, tracing: bool) {
+        let d = usize::from(raw.src != c.client);
+        c.frames += 1;
+        c.last_ts = raw.ts;
+        self.notes.on = tracing;
+        self.notes.v.clear();
+        if let Some(rtt) = handshake(c, d, raw) {
+            self.hs_hist
+                .get_or_insert_with(LatencyHistogram::new)
+                .record(rtt.max(1));
+        }
+        let mut s = relative(c, d, raw);
+        let advances = s.len > 0 && (c.dirs[d].nextseq == 0 || s.seq == c.dirs[d].nextseq);
+        let o = seq::analyze(c, &s, &mut self.notes);
+        s.analysis = o.flags;
+        s.rto_since = o.rto_since;
+        s.new_data = s.len > 0 && o.flags & A_RESENT == 0 && advances;
+        if s.new_data {
+            s.held = held_segment(c, &s);
+            s.first_response = self.tx.on_data(c, d, s.frame, s.ts, s.payload);
+        }
+        let mut sink = Sink {
+            stalls: &mut self.stalls,
+            notes: &mut self.notes,
+            trace: &mut self.trace,
+        };
+        for det in DETECTORS {
+            det.inspect(&s, c, &mut sink);
+        }
+        after_segment(c, &s);
+        if tracing && self.trace.rows.len() < MAX_LADDER_ROWS {
+            self.trace.rows.push(LadderRow {
+                frame: s.frame,
+                t_ns: s.ts.saturating_sub(self.trace.base_ts),
+                from_client: d == 0,
+                flags: flag_string(s.flags),
+                seq: s.seq,
+                ack: s.ack,
+                len: s.len,
+                win: s.window,
+                notes: std::mem::take(&mut self.notes.v),
+            });
+        }
+    }
+}
+
+/// Handshake timing and options; returns the handshake RTT (SYN → ACK of the SYN-ACK) when
+/// this segment completes it.
+fn handshake(c: &mut Conn, d: usize, raw: &RawSegment<'_, '_>) -> Option<u64> {
+    let (r, ts, fl) = (1 - d, raw.ts, raw.tcp.flags());
+    let ackf = fl & flags::ACK != 0;
+    if fl & flags::SYN != 0 {
+        let o = raw.tcp.options();
+        let fwd = &mut c.dirs[d];
+        fwd.mss_opt = o.mss;
+        fwd.timestamps = o.timestamps.is_some();
+        fwd.win_scale = o.wscale.map_or(-1, |w| w as i8);
+        // Wireshark's verify_tcp_window_scaling().
+        if fwd.win_scale == -1 {
+            c.dirs[d].win_scale = -2;
+            c.dirs[r].win_scale = -2;
+        } else if ackf && c.dirs[r].win_scale == -2 {
+            c.dirs[d].win_scale = -2;
+        }
+        if ackf {
+            if let Some(s) = c.syn_ts {
+                c.synack_ts = Some(ts);
+                c.rtt_to_server.get_or_insert(ts.saturating_sub(s));
+            }
+        } else {
+            c.syn_ts = Some(ts);
+            c.client_isn = Some(raw.tcp.seq());
+        }
+        return None;
+    }
+    if !ackf || c.first_rtt.is_some() {
+        return None;
+    }
+    let s = c.syn_ts?;
+    let rtt = ts.saturating_sub(s);
+    c.first_rtt = Some(rtt);
+    if let Some(sa) = c.synack_ts {
+        c.rtt_to_client = Some(ts.saturating_sub(sa));
+    }
+    Some(rtt)
+}
+
+/// The segment with relative sequence numbers and the scaled window, as Wireshark shows them.
+fn relative<'p>(c: &mut Conn, d: usize, raw: &RawSegment<'_, 'p>) -> Segment<'p> {
+    let r = 1 - d;
+    let (tcp, fl) = (raw.tcp, raw.tcp.flags());
+    let (syn, ackf) = (fl & flags::SYN != 0, fl & flags::ACK != 0);
+    let (raw_seq, raw_ack) = (tcp.seq(), tcp.ack());
+    if !c.dirs[d].base_set {
+        c.dirs[d].base = if syn {
+            raw_seq
+        } else {
+            raw_seq.wrapping_sub(1)
+        };
+        c.dirs[d].base_set = true;
+    }
+    if ackf && !c.dirs[r].base_set {
+        c.dirs[r].base = raw_ack.wrapping_sub(1);
+        c.dirs[r].base_set = true;
+    }
+    let raw_win = u32::from(tcp.window());
+    Segment {
+        frame: raw.frame,
+        ts: raw.ts,
+        d,
+        seq: raw_seq.wrapping_sub(c.dirs[d].base),
+        ack: if ackf {
+            raw_ack.wrapping_sub(c.dirs[r].base)
+        } else {
+            0
+        },
+        len: raw.len,
+        flags: fl,
+        raw_win,
+        window: if syn || c.dirs[d].win_scale < 0 {
+            raw_win
+        } else {
+            raw_win << c.dirs[d].win_scale
+        },
+        payload: tcp.payload(),
+        analysis: 0,
+        rto_since: None,
+        new_data: false,
+        held: None,
+        first_response: None,
+    }
+}
+
+/// Remember new data segment `s` as the sender's latest; return the one before it, unless the
+/// sender retransmitted since.
+fn held_segment(c: &mut Conn, s: &Segment<'_>) -> Option<DataSeg> {
+    let dir = &mut c.dirs[s.d];
+    let prev = dir.last_data.replace(DataSeg {
+        ts: s.ts,
+        frame: s.frame,
+        len: s.len,
+        end: dir.nextseq,
+    })?;
+    if dir.last_rexmit_ts.is_some_and(|t| t >= prev.ts) {
+        return None;
+    }
+    Some(prev)
+}
+
+/// The per-direction state the detectors look back at, and the connection's end.
+fn after_segment(c: &mut Conn, s: &Segment<'_>) {
+    let sfr = s.flags & (flags::SYN | flags::FIN | flags::RST);
+    let fwd = &mut c.dirs[s.d];
+    fwd.last_pkt_ts = s.ts;
+    fwd.last_pkt_frame = s.frame;
+    fwd.last_pkt_len = s.len;
+    fwd.last_pkt_ack = s.ack;
+    fwd.last_pkt_pure_ack = s.len == 0 && sfr == 0 && s.flags & flags::ACK != 0;
+    if s.len > 0 {
+        fwd.bytes += u64::from(s.len);
+        fwd.max_seg = fwd.max_seg.max(s.len);
+        fwd.last_data_ts = s.ts;
+    }
+    if s.flags & flags::FIN != 0 {
+        fwd.fin = true;
+    }
+    if s.flags & flags::RST != 0 {
+        c.rst = true;
+        c.closed_at.get_or_insert(s.ts);
+    }
+    if c.dirs[0].fin && c.dirs[1].fin && c.closed_at.is_none() {
+        c.closed_at = Some(s.ts);
+    }
+}

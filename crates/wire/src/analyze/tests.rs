@@ -1,0 +1,276 @@
+//! The analyzer on hand-built segment sequences.
+
+use super::*;
+use crate::packet::tests::eth_ipv4_tcp;
+use crate::packet::{LinkType, decode};
+use crate::report::StallKind;
+
+struct Sim {
+    a: Analyzer,
+    frame: u64,
+    cseq: u32,
+    sseq: u32,
+}
+const C: [u8; 4] = [10, 0, 0, 1];
+const S: [u8; 4] = [10, 0, 0, 2];
+
+impl Sim {
+    fn new() -> Self {
+        Sim {
+            a: Analyzer::new(AnalyzeOptions {
+                trace_conn: Some(0),
+                top: 10,
+            }),
+            frame: 0,
+            cseq: 1000,
+            sseq: 5000,
+        }
+    }
+    fn pkt(&mut self, ms: f64, from_client: bool, fl: u8, payload: &[u8], opts: &[u8]) {
+        self.frame += 1;
+        let (src, dst, sp, dp, seq, ack) = if from_client {
+            (C, S, 40000, 80, self.cseq, self.sseq)
+        } else {
+            (S, C, 80, 40000, self.sseq, self.cseq)
+        };
+        let f = eth_ipv4_tcp(src, dst, sp, dp, seq, ack, fl, 1000, opts, payload);
+        let adv = payload.len() as u32 + u32::from(fl & (flags::SYN | flags::FIN) != 0);
+        if from_client {
+            self.cseq += adv;
+        } else {
+            self.sseq += adv;
+        }
+        let ts = (ms * 1e6) as u64;
+        self.a.push(self.frame, ts, decode(LinkType::Ethernet, &f));
+    }
+    fn handshake(&mut self) {
+        let mss = [2, 4, 0x05, 0xb4];
+        self.pkt(0.0, true, flags::SYN, b"", &mss);
+        self.pkt(0.1, false, flags::SYN | flags::ACK, b"", &mss);
+        self.pkt(0.2, true, flags::ACK, b"", &[]);
+    }
+}
+
+#[test]
+fn nagle_delayed_ack_is_flagged_and_first_is_not() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK | flags::PSH;
+    // Transaction 1: quick ACK → body follows at once.
+    s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(1.1, false, a, b"HTTP/1.1 200 OK\r\n", &[]);
+    s.pkt(1.2, true, flags::ACK, b"", &[]);
+    s.pkt(1.3, false, a, b"body", &[]);
+    // Transaction 2: ACK delayed 40 ms → body released right after it.
+    s.pkt(10.0, true, a, b"GET /2 HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(10.1, false, a, b"HTTP/1.1 200 OK\r\n", &[]);
+    s.pkt(50.1, true, flags::ACK, b"", &[]);
+    s.pkt(50.2, false, a, b"body", &[]);
+    s.pkt(60.0, true, flags::ACK, b"", &[]);
+    let r = s.a.finish();
+    assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
+    let f = &r.findings[0];
+    assert_eq!(f.kind, StallKind::NagleDelayedAck);
+    assert_eq!(f.count, 1);
+    assert_eq!(f.examples[0].frame, 11);
+    assert_eq!(f.examples[0].since_frame, 9);
+    let conn = &r.top_connections[0];
+    assert_eq!(conn.transactions.len(), 2);
+    assert_eq!(conn.transactions[0].stall, None);
+    assert_eq!(conn.transactions[1].stall, Some(StallKind::NagleDelayedAck));
+    assert_eq!(conn.transactions[1].http_request, "GET /2 HTTP/1.1");
+    assert_eq!(conn.transactions[1].http_status, Some(200));
+    let ladder = r.ladder.unwrap();
+    assert!(
+        ladder
+            .rows
+            .iter()
+            .any(|r| r.frame == 11 && r.notes.iter().any(|n| n.contains("STALL")))
+    );
+}
+
+/// The same split response seen from either end of a 20 ms path: the rule uses the
+/// handshake to place the capture point, so both are flagged, and the time lost is the
+/// delayed-ACK wait as seen there.
+#[test]
+fn nagle_seen_from_client_side_and_server_side() {
+    let mss = [2, 4, 0x05, 0xb4];
+    let a = flags::ACK | flags::PSH;
+    // (SYN-ACK time, ACK time, header, delayed ACK, body) as seen at the capture point.
+    for (name, t) in [
+        ("client side", [20.0, 20.01, 50.0, 90.0, 110.0]),
+        ("server side", [0.01, 20.01, 30.01, 90.0, 90.02]),
+    ] {
+        let mut s = Sim::new();
+        s.pkt(0.0, true, flags::SYN, b"", &mss);
+        s.pkt(t[0], false, flags::SYN | flags::ACK, b"", &mss);
+        s.pkt(t[1], true, flags::ACK, b"", &[]);
+        // First exchange, quick ACK.
+        s.pkt(t[1] + 1.0, true, a, b"GET /0 HTTP/1.1\r\n\r\n", &[]);
+        s.pkt(t[1] + 2.0, false, a, b"HTTP/1.1 200 OK\r\n", &[]);
+        s.pkt(t[1] + 3.0, true, flags::ACK, b"", &[]);
+        s.pkt(t[1] + 3.1, false, a, b"body", &[]);
+        // Second exchange, delayed ACK.
+        s.pkt(t[2] - 5.0 + 100.0, true, a, b"GET /1 HTTP/1.1\r\n\r\n", &[]);
+        s.pkt(t[2] + 100.0, false, a, b"HTTP/1.1 200 OK\r\n", &[]);
+        s.pkt(t[3] + 100.0, true, flags::ACK, b"", &[]);
+        s.pkt(t[4] + 100.0, false, a, b"body", &[]);
+        let r = s.a.finish();
+        let f: Vec<_> = r.findings.iter().map(|f| (f.kind, f.count)).collect();
+        assert_eq!(f, vec![(StallKind::NagleDelayedAck, 1)], "{name}");
+        let lost = r.findings[0].lost_ns as f64 / 1e6;
+        assert!(
+            (lost - (t[4] - t[2])).abs() < 0.01,
+            "{name}: lost {lost} ms"
+        );
+        let cp = &r.top_connections[0].capture_point;
+        assert_eq!(
+            cp,
+            if name == "client side" {
+                "client"
+            } else {
+                "server"
+            }
+        );
+    }
+}
+
+#[test]
+fn delayed_ack_without_nagle_when_segments_are_full() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK;
+    s.pkt(1.0, true, a | flags::PSH, b"GET /big HTTP/1.1\r\n\r\n", &[]);
+    // Full-sized segment (MSS 1460): Nagle never holds it; the sender was window-limited.
+    s.pkt(1.1, false, a, &[0u8; 1460], &[]);
+    s.pkt(41.1, true, a, b"", &[]);
+    s.pkt(41.2, false, a, &[0u8; 1460], &[]);
+    let r = s.a.finish();
+    assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
+    assert_eq!(r.findings[0].kind, StallKind::DelayedAck);
+}
+
+#[test]
+fn cork_timer_flush() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK | flags::PSH;
+    s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(1.1, false, a, &[1u8; 1460], &[]);
+    s.pkt(1.2, true, flags::ACK, b"", &[]);
+    // The corked tail leaves 200 ms later, with nothing from the client in between.
+    s.pkt(201.1, false, a, &[1u8; 100], &[]);
+    let r = s.a.finish();
+    assert_eq!(r.findings.len(), 1, "{:?}", r.findings);
+    assert_eq!(r.findings[0].kind, StallKind::Cork);
+    assert_eq!(r.findings[0].lost_ns, 200_000_000);
+}
+
+#[test]
+fn think_time_is_not_nagle() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK | flags::PSH;
+    s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(41.0, true, flags::ACK, b"", &[]);
+    s.pkt(101.0, false, a, b"HTTP/1.1 200 OK\r\n\r\nbody", &[]);
+    s.pkt(141.0, true, flags::ACK, b"", &[]);
+    let r = s.a.finish();
+    assert_eq!(r.findings.len(), 1);
+    assert_eq!(r.findings[0].kind, StallKind::ThinkTime);
+    assert!(r.findings[0].lost_ns > 99_000_000);
+}
+
+#[test]
+fn retransmission_classes() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK | flags::PSH;
+    s.pkt(1.0, false, a, &[1; 100], &[]);
+    // Timer retransmission of the same bytes 300 ms later.
+    s.sseq -= 100;
+    s.pkt(301.0, false, a, &[1; 100], &[]);
+    s.pkt(301.1, true, flags::ACK, b"", &[]);
+    // Spurious: the same bytes again after they were ACKed.
+    s.sseq -= 100;
+    s.pkt(600.0, false, a, &[1; 100], &[]);
+    let r = s.a.finish();
+    assert_eq!(r.counts.retransmission, 1);
+    assert_eq!(r.counts.spurious_retransmission, 1);
+    assert_eq!(r.counts.tshark_retransmission(), 2);
+    assert!(
+        r.findings
+            .iter()
+            .any(|f| f.kind == StallKind::RtoRetransmission && f.lost_ns == 300_000_000)
+    );
+}
+
+#[test]
+fn fast_retransmission_after_dup_acks() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK;
+    let base = s.sseq;
+    s.pkt(1.0, false, a, &[1; 100], &[]); // lost in the network, but captured here
+    s.pkt(1.01, false, a, &[1; 100], &[]);
+    s.pkt(1.02, false, a, &[1; 100], &[]);
+    s.pkt(1.03, false, a, &[1; 100], &[]);
+    let end = s.sseq;
+    // The receiver repeats its ACK of `base` three times (all duplicates of the handshake ACK).
+    s.sseq = base;
+    s.pkt(1.5, true, flags::ACK, b"", &[]);
+    s.pkt(1.6, true, flags::ACK, b"", &[]);
+    s.pkt(1.7, true, flags::ACK, b"", &[]);
+    s.pkt(1.8, false, a, &[1; 100], &[]);
+    s.sseq = end;
+    let r = s.a.finish();
+    assert_eq!(r.counts.duplicate_ack, 3);
+    assert_eq!(r.counts.fast_retransmission, 1);
+    assert_eq!(r.counts.retransmission, 0);
+}
+
+#[test]
+fn zero_window_stall() {
+    let mut s = Sim::new();
+    s.handshake();
+    s.pkt(1.0, false, flags::ACK, &[1; 100], &[]);
+    s.frame += 1;
+    let f = eth_ipv4_tcp(C, S, 40000, 80, s.cseq, s.sseq, flags::ACK, 0, &[], b"");
+    s.a.push(s.frame, 2_000_000, decode(LinkType::Ethernet, &f));
+    s.pkt(502.0, true, flags::ACK, b"", &[]);
+    let r = s.a.finish();
+    assert_eq!(r.counts.zero_window, 1);
+    let z = r
+        .findings
+        .iter()
+        .find(|f| f.kind == StallKind::ZeroWindow)
+        .unwrap();
+    assert_eq!(z.lost_ns, 500_000_000);
+}
+
+#[test]
+fn closed_connections_are_dropped() {
+    let mut a = Analyzer::default();
+    let mut frame = 0;
+    for i in 0..200u16 {
+        let sp = 10000 + i;
+        let t0 = u64::from(i) * 3_000_000_000;
+        for (k, (src, dst, s, d, fl)) in [
+            (C, S, sp, 80, flags::SYN),
+            (S, C, 80, sp, flags::SYN | flags::ACK),
+            (C, S, sp, 80, flags::ACK | flags::FIN),
+            (S, C, 80, sp, flags::ACK | flags::FIN),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            frame += 1;
+            let f = eth_ipv4_tcp(src, dst, s, d, 1, 1, fl, 100, &[], b"");
+            a.push(frame, t0 + k as u64, decode(LinkType::Ethernet, &f));
+        }
+        a.sweep(t0);
+    }
+    assert!(a.open_connections() <= 2, "{}", a.open_connections());
+    let r = a.finish();
+    assert_eq!(r.connections, 200);
+}

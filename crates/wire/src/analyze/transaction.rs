@@ -1,0 +1,182 @@
+//! Transaction sniffing: client data opens a request, the server's first data after it is the
+//! response (think time = last request byte → first response byte, minus the round trip to
+//! the server), the client's next data closes it. HTTP/1 request lines and status codes are
+//! recognised for the report.
+
+use latscope_core::LatencyHistogram;
+
+use crate::report::{StallKind, Transaction};
+
+use super::flow::Conn;
+
+/// Transactions kept in full per connection.
+pub const MAX_TX_KEPT: usize = 256;
+
+/// Where a connection is in its request/response cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TxState {
+    Idle,
+    Request,
+    Response,
+}
+
+/// The transaction in progress.
+#[derive(Debug)]
+pub(super) struct TxCur {
+    pub req_frame: u64,
+    pub req_start: u64,
+    pub req_last: u64,
+    pub resp_first: u64,
+    pub resp_last: u64,
+    pub resp_last_frame: u64,
+    pub http_request: String,
+    pub http_status: Option<u16>,
+    /// The largest stall charged to it.
+    pub stall: Option<StallKind>,
+    pub stall_lost: u64,
+    pub think: u64,
+}
+
+/// The first response byte of a transaction arrived.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FirstResponse {
+    /// Frame of the first request byte.
+    pub req_frame: u64,
+    /// Last request byte → first response byte, minus the round trip to the server.
+    pub think_ns: u64,
+}
+
+/// Transaction statistics across connections.
+#[derive(Default)]
+pub(super) struct TxStats {
+    pub total: u64,
+    // Allocated on first use (≈ 270 KiB each): small inputs, e.g. under a fuzzer, stay cheap.
+    pub tx_hist: Option<LatencyHistogram>,
+    pub think_hist: Option<LatencyHistogram>,
+}
+
+const HTTP_METHODS: [&[u8]; 9] = [
+    b"GET ",
+    b"POST ",
+    b"HEAD ",
+    b"PUT ",
+    b"DELETE ",
+    b"OPTIONS ",
+    b"PATCH ",
+    b"CONNECT ",
+    b"TRACE ",
+];
+
+fn http_request_line(p: &[u8]) -> Option<String> {
+    if !HTTP_METHODS.iter().any(|m| p.starts_with(m)) {
+        return None;
+    }
+    let end = p
+        .iter()
+        .take(120)
+        .position(|&c| c == b'\r' || c == b'\n')
+        .unwrap_or(p.len().min(120));
+    Some(String::from_utf8_lossy(&p[..end]).into_owned())
+}
+
+fn http_status(p: &[u8]) -> Option<u16> {
+    if p.len() < 12 || !p.starts_with(b"HTTP/1.") {
+        return None;
+    }
+    std::str::from_utf8(&p[9..12]).ok()?.parse().ok()
+}
+
+impl TxStats {
+    /// New in-order data from direction `d`: advance the connection's transaction.
+    pub(super) fn on_data(
+        &mut self,
+        c: &mut Conn,
+        d: usize,
+        frame: u64,
+        ts: u64,
+        payload: &[u8],
+    ) -> Option<FirstResponse> {
+        if d == 0 {
+            self.on_request_data(c, frame, ts, payload);
+            return None;
+        }
+        match c.tx_state {
+            TxState::Request => {
+                let rtt = c.rtt_to_server.unwrap_or(0);
+                let t = c.tx.as_mut()?;
+                t.resp_first = ts;
+                t.resp_last = ts;
+                t.resp_last_frame = frame;
+                t.http_status = http_status(payload);
+                t.think = ts.saturating_sub(t.req_last).saturating_sub(rtt);
+                c.tx_state = TxState::Response;
+                self.think_hist
+                    .get_or_insert_with(LatencyHistogram::new)
+                    .record(t.think.max(1));
+                Some(FirstResponse {
+                    req_frame: t.req_frame,
+                    think_ns: t.think,
+                })
+            }
+            TxState::Response => {
+                if let Some(t) = &mut c.tx {
+                    t.resp_last = ts;
+                    t.resp_last_frame = frame;
+                }
+                None
+            }
+            TxState::Idle => None,
+        }
+    }
+
+    fn on_request_data(&mut self, c: &mut Conn, frame: u64, ts: u64, payload: &[u8]) {
+        if c.tx_state == TxState::Response {
+            self.close(c);
+        }
+        if c.tx_state == TxState::Idle {
+            c.tx = Some(TxCur {
+                req_frame: frame,
+                req_start: ts,
+                req_last: ts,
+                resp_first: 0,
+                resp_last: 0,
+                resp_last_frame: 0,
+                http_request: http_request_line(payload).unwrap_or_default(),
+                http_status: None,
+                stall: None,
+                stall_lost: 0,
+                think: 0,
+            });
+            c.tx_state = TxState::Request;
+        } else if let Some(t) = &mut c.tx {
+            t.req_last = ts;
+        }
+    }
+
+    /// End the connection's transaction (the next request began, or the connection ended).
+    pub(super) fn close(&mut self, c: &mut Conn) {
+        if let Some(t) = c.tx.take() {
+            if c.tx_state == TxState::Response {
+                let dur = t.resp_last.saturating_sub(t.req_start);
+                self.tx_hist
+                    .get_or_insert_with(LatencyHistogram::new)
+                    .record(dur.max(1));
+                self.total += 1;
+                c.tx_count += 1;
+                if c.txs.len() < MAX_TX_KEPT {
+                    c.txs.push(Transaction {
+                        request_frame: t.req_frame,
+                        last_response_frame: t.resp_last_frame,
+                        duration_ns: dur,
+                        think_ns: t.think,
+                        http_request: t.http_request,
+                        http_status: t.http_status,
+                        stall: t.stall,
+                        stall_lost_ns: t.stall_lost,
+                    });
+                }
+            }
+        }
+        c.tx_state = TxState::Idle;
+    }
+}
