@@ -108,6 +108,62 @@ fn one_attempt(
     Outcome::Ok
 }
 
+/// One thread's attempts until its quota, the deadline or Ctrl-C.
+fn attempts(
+    cfg: &ConnectConfig,
+    start: &Start,
+    request: &[u8],
+    samples: &Mutex<BTreeSet<String>>,
+    (quota, end): (Option<u64>, Option<Instant>),
+    stop: &AtomicBool,
+) -> Tally {
+    let mut t = Tally::default();
+    let mut resp = vec![0u8; cfg.response_bytes as usize];
+    loop {
+        if stop.load(Ordering::Relaxed)
+            || quota.is_some_and(|q| t.attempts >= q)
+            || end.is_some_and(|e| Instant::now() >= e)
+        {
+            break;
+        }
+        t.attempts += 1;
+        match one_attempt(cfg, start, request, &mut resp, &mut t) {
+            Outcome::Ok => t.last_done = Some(Instant::now()),
+            Outcome::Refused => t.refused += 1,
+            Outcome::TimedOut => t.timed_out += 1,
+            Outcome::Other(msg) => {
+                t.other += 1;
+                if let Ok(mut s) = samples.lock()
+                    && s.len() < MAX_ERROR_SAMPLES
+                {
+                    s.insert(msg);
+                }
+            }
+        }
+        if !cfg.interval.is_zero() {
+            thread::sleep(cfg.interval);
+        }
+    }
+    t
+}
+
+impl Tally {
+    /// Every thread's tally added up.
+    fn sum(tallies: &[Tally]) -> Tally {
+        let mut total = Tally::default();
+        for t in tallies {
+            total.connect.merge(&t.connect);
+            total.transaction.merge(&t.transaction);
+            total.attempts += t.attempts;
+            total.refused += t.refused;
+            total.timed_out += t.timed_out;
+            total.other += t.other;
+            total.last_done = total.last_done.max(t.last_done);
+        }
+        total
+    }
+}
+
 /// Run the measurement.
 pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<ConnectReport, NetError> {
     if cfg.parallel == 0 {
@@ -145,50 +201,12 @@ pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<Connect
                     }
                     StopAfter::Duration(_) => None,
                 };
-                scope.spawn(move || {
-                    let mut t = Tally::default();
-                    let mut resp = vec![0u8; cfg.response_bytes as usize];
-                    loop {
-                        if stop.load(Ordering::Relaxed)
-                            || quota.is_some_and(|q| t.attempts >= q)
-                            || end.is_some_and(|e| Instant::now() >= e)
-                        {
-                            break;
-                        }
-                        t.attempts += 1;
-                        match one_attempt(cfg, start, request, &mut resp, &mut t) {
-                            Outcome::Ok => t.last_done = Some(Instant::now()),
-                            Outcome::Refused => t.refused += 1,
-                            Outcome::TimedOut => t.timed_out += 1,
-                            Outcome::Other(msg) => {
-                                t.other += 1;
-                                if let Ok(mut s) = samples.lock()
-                                    && s.len() < MAX_ERROR_SAMPLES
-                                {
-                                    s.insert(msg);
-                                }
-                            }
-                        }
-                        if !cfg.interval.is_zero() {
-                            thread::sleep(cfg.interval);
-                        }
-                    }
-                    t
-                })
+                scope.spawn(move || attempts(cfg, start, request, samples, (quota, end), stop))
             })
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
-    let mut total = Tally::default();
-    for t in &tallies {
-        total.connect.merge(&t.connect);
-        total.transaction.merge(&t.transaction);
-        total.attempts += t.attempts;
-        total.refused += t.refused;
-        total.timed_out += t.timed_out;
-        total.other += t.other;
-        total.last_done = total.last_done.max(t.last_done);
-    }
+    let total = Tally::sum(&tallies);
     let elapsed = match (cfg.stop_after, stop.load(Ordering::Relaxed)) {
         (StopAfter::Duration(d), false) => d,
         _ => total
