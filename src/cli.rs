@@ -6,7 +6,7 @@ use crate::cmd;
 
 const ABOUT: &str = "Measure network latency and throughput at every layer, and explain where the latency comes from.";
 
-const AFTER_HELP: &str = "\
+const EXAMPLES: &str = "\
 Examples:
   latscope demo                              the healthy vs. Nagle-stalled server story
   latscope diagnose 10.0.0.2                 where does the latency come from? (evidence + fix)
@@ -20,13 +20,15 @@ Examples:
   latscope http http://10.0.0.2/ -c 100      HTTP load: req/s and latency percentiles (like wrk)
   latscope schema rr                         JSON schema of `rr --json`
   latscope sockets --pid 1234                TCP_NODELAY, buffers, RTT, ato... of a running process's sockets
-  latscope stack -i eth0                     where received packets wait in the kernel (eBPF)
+  latscope stack -i eth0                     where received packets wait in the kernel (eBPF)";
 
-Exit codes: 0 ok; 1 measured, problems found; 2 bad input; 3 target unreachable, refused or
-wrong protocol; 4 missing privileges; 5 local system error; 130 interrupted (partial results).";
+/// The examples, then the exit-code table (from [`crate::exit::Exit`]).
+fn after_help() -> String {
+    format!("{EXAMPLES}\n\n{}", crate::exit::help_table())
+}
 
 #[derive(Parser, Debug)]
-#[command(name = "latscope", version, about = ABOUT, after_help = AFTER_HELP, propagate_version = true)]
+#[command(name = "latscope", version, about = ABOUT, after_help = after_help(), propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -66,4 +68,21 @@ pub enum Command {
     Capture(cmd::capture::CaptureArgs),
     /// Find the stalls in a capture: Nagle x delayed ACK, RTO, zero window, think time ...
     Analyze(cmd::analyze::AnalyzeArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `latscope --help` shows `src/exit.rs`'s table as it is (the README's is checked there).
+    #[test]
+    fn help_shows_the_exit_code_table() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(
+            help.contains(&crate::exit::help_table()),
+            "--help lacks the exit-code table:\n{help}"
+        );
+    }
 }

@@ -65,10 +65,12 @@ pub struct AnalyzeArgs {
     pub output: OutputArgs,
 }
 
+/// A capture file that cannot be read: an I/O error is the system's, a malformed file is bad
+/// input (`exit::class_of` says which).
 fn read_error(path: &str, e: ReadError) -> anyhow::Error {
     match e {
         ReadError::Io(io) => anyhow::Error::new(io).context(format!("reading '{path}'")),
-        other => exit::coded(exit::USAGE, format!("'{path}': {other}")),
+        other => anyhow::Error::new(other).context(format!("'{path}'")),
     }
 }
 
@@ -135,7 +137,7 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
             (Box::new(io::stdin().lock()), 0)
         } else {
             let f = File::open(&path)
-                .map_err(|e| exit::coded(exit::USAGE, format!("cannot open '{name}': {e}")))?;
+                .map_err(|e| exit::because(exit::USAGE, format!("cannot open '{name}'"), e))?;
             let total = f.metadata().map(|m| m.len()).unwrap_or(0);
             (Box::new(f), total)
         };

@@ -152,7 +152,7 @@ pub fn open_writer(
     } else {
         Box::new(
             std::fs::File::create(path)
-                .map_err(|e| exit::coded(exit::USAGE, format!("cannot create '{path}': {e}")))?,
+                .map_err(|e| exit::because(exit::USAGE, format!("cannot create '{path}'"), e))?,
         )
     };
     let w = BufWriter::with_capacity(1 << 20, out);

@@ -14,7 +14,7 @@ use latscope_core::model::rr::LoadMode;
 use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::render::{OutputFormat, emit, emit_event};
 use latscope_core::units::{self, format_ns, format_si};
-use latscope_http::{Config, ErrorKind, HttpError, Interval, Options, RunResult};
+use latscope_http::{Config, ErrorKind, Interval, Options, RunResult};
 
 use crate::exit;
 use crate::output::{self, OutputArgs};
@@ -102,24 +102,14 @@ pub struct HttpArgs {
     pub output: OutputArgs,
 }
 
-fn to_exit(e: HttpError) -> anyhow::Error {
-    let code = if e.is_usage() {
-        exit::USAGE
-    } else if e.is_target() {
-        exit::TARGET
-    } else {
-        exit::SYSTEM
-    };
-    exit::coded(code, e.to_string())
-}
-
 pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
     let body = match (&args.body, &args.body_file) {
         (Some(b), _) => b.clone().into_bytes(),
         (None, Some(p)) => std::fs::read(p).map_err(|e| {
-            exit::coded(
+            exit::because(
                 exit::USAGE,
-                format!("cannot read --body-file {}: {e}", p.display()),
+                format!("cannot read --body-file {}", p.display()),
+                e,
             )
         })?,
         (None, None) => Vec::new(),
@@ -143,7 +133,7 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
         http2: args.http2,
         streams: args.streams,
     };
-    let cfg = Config::new(&opts).map_err(to_exit)?;
+    let cfg = Config::new(&opts)?;
     let format = args.output.format();
     let started = output::unix_ms();
     let stop = output::stop_flag();
@@ -192,7 +182,7 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
             );
         }
     };
-    let result = latscope_http::run(&cfg, &stop, &mut on_interval).map_err(to_exit);
+    let result = latscope_http::run(&cfg, &stop, &mut on_interval);
     if let Some(b) = bar {
         b.finish_and_clear();
     }

@@ -9,7 +9,7 @@ use latscope_core::model::ping::{PingReply, ProbeMode};
 use latscope_core::render::{self, OutputFormat};
 use latscope_core::units::{parse_count, parse_duration};
 use latscope_probe::ping::{PingContext, PingOptions};
-use latscope_probe::{Family, ProbeError, ProbeRequest};
+use latscope_probe::{Family, ProbeRequest};
 use serde::Serialize;
 
 use crate::exit;
@@ -126,11 +126,6 @@ struct ReplyEvent<'a> {
     reply: &'a PingReply,
 }
 
-/// Turn a probe error into an error with its documented exit code.
-pub fn probe_error(e: ProbeError) -> anyhow::Error {
-    exit::coded(e.exit_code(), e.to_string())
-}
-
 pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
     if args.count == Some(0) {
         return Err(exit::coded(
@@ -145,7 +140,7 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
         ));
     }
     let mode = args.mode.mode();
-    let dst = latscope_probe::resolve(&args.host, args.family.family()).map_err(probe_error)?;
+    let dst = latscope_probe::resolve(&args.host, args.family.family())?;
     let tcp_default = 80;
     let port = args.port.unwrap_or(if mode == Some(ProbeMode::Udp) {
         7373
@@ -170,8 +165,7 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
             trace: false,
             kernel_timestamps: !args.user_timestamps,
         },
-    )
-    .map_err(probe_error)?;
+    )?;
     let mode = prober.mode();
     let port = matches!(mode, ProbeMode::Syn | ProbeMode::Connect | ProbeMode::Udp).then_some(port);
     let payload_bytes = match mode {
@@ -230,8 +224,7 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
             0
         },
     };
-    let report = latscope_probe::ping::ping(prober.as_mut(), ctx, &opts, &stop, &mut on_reply)
-        .map_err(probe_error)?;
+    let report = latscope_probe::ping::ping(prober.as_mut(), ctx, &opts, &stop, &mut on_reply)?;
     render::emit(&report, format, &mut stdout).context("writing the report")?;
     Ok(if report.interrupted {
         exit::INTERRUPTED

@@ -59,10 +59,6 @@ fn meta() -> Meta {
     Meta::new("sockets", env!("CARGO_PKG_VERSION"), output::unix_ms())
 }
 
-fn inspect_err(e: InspectError) -> anyhow::Error {
-    exit::coded(e.exit_code(), e.to_string())
-}
-
 pub fn run(args: &SocketsArgs) -> anyhow::Result<u8> {
     if args.watch {
         return watch(args);
@@ -78,7 +74,7 @@ pub fn run(args: &SocketsArgs) -> anyhow::Result<u8> {
             ));
         }
     };
-    let report = latscope_inspect::scan(selection, meta()).map_err(inspect_err)?;
+    let report = latscope_inspect::scan(selection, meta())?;
     // Buffered: the pretty JSON of thousands of sockets is otherwise one write(2) per line.
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     render::emit(&report, args.output.format(), &mut stdout).context("writing the report")?;
@@ -98,11 +94,11 @@ fn watch(args: &SocketsArgs) -> anyhow::Result<u8> {
     if let Some(p) = args.pid
         && !std::path::Path::new(&format!("/proc/{p}")).exists()
     {
-        return Err(inspect_err(InspectError::NoSuchProcess(p)));
+        return Err(InspectError::NoSuchProcess(p).into());
     }
     let meta = meta();
     let stop = output::stop_flag();
-    let mut watcher = Watcher::open().map_err(inspect_err)?;
+    let mut watcher = Watcher::open()?;
     let scope = args
         .pid
         .map(|p| format!("of pid {p}"))

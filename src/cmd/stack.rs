@@ -13,7 +13,7 @@ use latscope_core::units::parse_duration;
 use latscope_ebpf::prometheus::{self, MetricsServer};
 use latscope_ebpf::report::{self, ProbeHistogram, ProbeStamps, StackInterval, StackReport};
 use latscope_ebpf::session::RawHistogram;
-use latscope_ebpf::{Filters, GroupBy, HookMode, Probe, Session, StackConfig, StackError, sys};
+use latscope_ebpf::{Filters, GroupBy, HookMode, Probe, Session, StackConfig, sys};
 
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
@@ -97,27 +97,15 @@ pub struct StackArgs {
 }
 
 fn config(a: &StackArgs) -> anyhow::Result<StackConfig> {
-    let bad = |e: sys::FilterError| exit::coded(exit::USAGE, e.0);
     let filters = Filters {
         ifindex: a
             .interface
             .as_deref()
             .map(sys::resolve_ifindex)
-            .transpose()
-            .map_err(bad)?,
-        netns_inode: a
-            .netns
-            .as_deref()
-            .map(sys::resolve_netns)
-            .transpose()
-            .map_err(bad)?,
+            .transpose()?,
+        netns_inode: a.netns.as_deref().map(sys::resolve_netns).transpose()?,
         tgid: a.pid,
-        cgroup_id: a
-            .cgroup
-            .as_deref()
-            .map(sys::resolve_cgroup)
-            .transpose()
-            .map_err(bad)?,
+        cgroup_id: a.cgroup.as_deref().map(sys::resolve_cgroup).transpose()?,
         local_port: a.lport,
         remote_port: a.rport,
     };
@@ -149,10 +137,7 @@ fn config(a: &StackArgs) -> anyhow::Result<StackConfig> {
 }
 
 fn start(cfg: &StackConfig) -> anyhow::Result<Session> {
-    Session::start(cfg).map_err(|e: StackError| {
-        let code = e.exit_code();
-        exit::coded(code, e.to_string())
-    })
+    Ok(Session::start(cfg)?)
 }
 
 /// Interface indices are per network namespace: names are looked up only when the packets are
@@ -207,10 +192,7 @@ impl View<'_> {
     }
 
     fn stamps(&self) -> anyhow::Result<Vec<ProbeStamps>> {
-        let stats = self
-            .session
-            .read_stamp_stats()
-            .map_err(|e| exit::coded(exit::SYSTEM, e.to_string()))?;
+        let stats = self.session.read_stamp_stats()?;
         Ok(self
             .session
             .status()
@@ -224,9 +206,7 @@ impl View<'_> {
     }
 
     fn read(&self) -> anyhow::Result<Vec<RawHistogram>> {
-        self.session
-            .read_histograms()
-            .map_err(|e| exit::coded(exit::SYSTEM, e.to_string()))
+        Ok(self.session.read_histograms()?)
     }
 
     fn attached(&self) -> Vec<(Probe, String)> {
@@ -389,9 +369,10 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let server = prom_addr
         .map(|addr| {
             MetricsServer::start(addr).map_err(|e| {
-                exit::coded(
+                exit::because(
                     exit::SYSTEM,
-                    format!("--prometheus: cannot listen on {addr}: {e}"),
+                    format!("--prometheus: cannot listen on {addr}"),
+                    e,
                 )
             })
         })

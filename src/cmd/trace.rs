@@ -13,7 +13,7 @@ use latscope_probe::ProbeRequest;
 use latscope_probe::trace::TraceOptions;
 use serde::Serialize;
 
-use super::ping::{FamilyArgs, probe_error};
+use super::ping::FamilyArgs;
 use crate::exit;
 use crate::output::{self, OutputArgs};
 
@@ -154,11 +154,10 @@ fn open_prober(
                     trace: true,
                     kernel_timestamps: true,
                 },
-            )
-            .map_err(probe_error)?;
+            )?;
             (p, r)
         }
-        other => other.map_err(probe_error)?,
+        other => other?,
     };
     let port = match prober.mode() {
         ProbeMode::Syn => Some(syn_port),
@@ -189,7 +188,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     } else {
         None
     };
-    let dst = latscope_probe::resolve(&args.host, args.family.family()).map_err(probe_error)?;
+    let dst = latscope_probe::resolve(&args.host, args.family.family())?;
     let (mut prober, reason, port) = open_prober(args, dst, mode)?;
     let mode = prober.mode();
     let format = args.output.format();
@@ -267,7 +266,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let outcome = outcome.map_err(probe_error)?;
+    let outcome = outcome?;
     report.reached = outcome.reached;
     report.destination_reply = outcome.destination_reply;
     report.hops = outcome.hops;

@@ -1,4 +1,4 @@
-//! Errors of the eBPF side, each with the exit code class the binary maps it to.
+//! Errors of the eBPF side (the binary maps each to an exit code in `src/exit.rs`).
 
 /// Why `latscope stack` could not start or read its maps.
 #[derive(Debug, thiserror::Error)]
@@ -43,14 +43,6 @@ impl StackError {
             })
         }
     }
-
-    /// The documented latscope exit code for this error (4 privilege, 5 system).
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            StackError::Privilege(_) | StackError::NoBtf => 4,
-            _ => 5,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -58,12 +50,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn privilege_and_btf_are_exit_4_and_say_what_still_works() {
+    fn privilege_and_btf_say_what_still_works() {
         for e in [
             StackError::Privilege("missing CAP_BPF".into()),
             StackError::NoBtf,
         ] {
-            assert_eq!(e.exit_code(), 4);
             assert!(e.to_string().contains("latscope works"), "{e}");
         }
         assert!(
@@ -71,6 +62,5 @@ mod tests {
                 .to_string()
                 .contains("CAP_PERFMON")
         );
-        assert_eq!(StackError::NothingAttached("x".into()).exit_code(), 5);
     }
 }

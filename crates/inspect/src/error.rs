@@ -37,19 +37,6 @@ impl InspectError {
             source,
         }
     }
-
-    /// The documented latscope exit code for this error.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            InspectError::NoSuchProcess(_) => 3,
-            InspectError::Privilege { .. } => 4,
-            InspectError::Unsupported { .. } | InspectError::Malformed { .. } => 5,
-            InspectError::Io { source, .. } => match source.kind() {
-                io::ErrorKind::PermissionDenied => 4,
-                _ => 5,
-            },
-        }
-    }
 }
 
 /// Result alias of this crate.

@@ -1,4 +1,4 @@
-//! Errors of the socket engines, each mapped to one of latscope's documented exit codes.
+//! Errors of the socket engines, each mapped to a documented exit code by the binary (`src/exit.rs`).
 
 use thiserror::Error;
 
@@ -86,22 +86,6 @@ pub enum NetError {
 }
 
 impl NetError {
-    /// latscope's documented exit code for this error.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            NetError::Invalid(_) => 2,
-            NetError::Unreachable { .. }
-            | NetError::Refused { .. }
-            | NetError::Timeout { .. }
-            | NetError::WrongProtocol { .. }
-            | NetError::ServerRefused { .. }
-            | NetError::ServerFailed(_)
-            | NetError::Protocol(_) => 3,
-            NetError::Privilege { .. } => 4,
-            NetError::Io { .. } => 5,
-        }
-    }
-
     /// An I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         NetError::Io {

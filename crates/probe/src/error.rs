@@ -1,4 +1,4 @@
-//! Errors of the probe engines, each mapped to one of latscope's documented exit codes.
+//! Errors of the probe engines, each mapped to a documented exit code by the binary (`src/exit.rs`).
 
 use thiserror::Error;
 
@@ -38,16 +38,6 @@ pub enum ProbeError {
 }
 
 impl ProbeError {
-    /// latscope's documented exit code for this error.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            ProbeError::Invalid(_) => 2,
-            ProbeError::Unreachable { .. } => 3,
-            ProbeError::Privilege { .. } => 4,
-            ProbeError::Io { .. } => 5,
-        }
-    }
-
     /// Wrap an I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         ProbeError::Io {
