@@ -186,15 +186,9 @@ fn msg_size(what: &str, v: u64, transport: Transport, peer: PeerKind) -> anyhow:
     Ok(v as u32)
 }
 
-/// Turn the flags into the engine's configuration.
-pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
-    let (target, transport) = super::target_and_transport(&a.target, &a.unix, a.udp)?;
-    let family = Family::from_flags(a.ipv4, a.ipv6);
-    let addr = match &target {
-        Target::Unix(_) => None,
-        t => Some(t.resolve(family)?),
-    };
-    let sizes: Vec<(u32, u32)> = match &a.sizes {
+/// The (request, response) sizes to measure: a `--sizes` sweep or one pair.
+fn sizes(a: &RrArgs, transport: Transport) -> anyhow::Result<Vec<(u32, u32)>> {
+    Ok(match &a.sizes {
         Some(list) => parse_size_list(list)?
             .into_iter()
             .map(|s| msg_size("size", s, transport, a.peer).map(|s| (s, s)))
@@ -213,34 +207,52 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
                 a.peer,
             )?,
         )],
+    })
+}
+
+/// What a sockperf server cannot do: different request and response sizes, unix sockets,
+/// latscope's server-side behaviours.
+fn check_sockperf(a: &RrArgs, sizes: &[(u32, u32)], transport: Transport) -> anyhow::Result<()> {
+    if sizes.iter().any(|(q, r)| q != r) {
+        return Err(exit::coded(
+            exit::USAGE,
+            "a sockperf server echoes each message: request and response sizes must be equal",
+        ));
+    }
+    if transport == Transport::Unix {
+        return Err(exit::coded(
+            exit::USAGE,
+            "--peer sockperf works over TCP and UDP only",
+        ));
+    }
+    let asks_server = a.server_nagle
+        || a.server_split.is_some()
+        || a.server_quickack
+        || a.server_cork
+        || a.server_sndbuf.is_some()
+        || a.server_rcvbuf.is_some()
+        || a.server_think.is_some()
+        || a.server_drop_every.is_some();
+    if asks_server {
+        return Err(exit::coded(
+            exit::USAGE,
+            "--server-* options need latscope serve at the other end, not sockperf",
+        ));
+    }
+    Ok(())
+}
+
+/// Turn the flags into the engine's configuration.
+pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
+    let (target, transport) = super::target_and_transport(&a.target, &a.unix, a.udp)?;
+    let family = Family::from_flags(a.ipv4, a.ipv6);
+    let addr = match &target {
+        Target::Unix(_) => None,
+        t => Some(t.resolve(family)?),
     };
+    let sizes = sizes(a, transport)?;
     if a.peer == PeerKind::Sockperf {
-        if sizes.iter().any(|(q, r)| q != r) {
-            return Err(exit::coded(
-                exit::USAGE,
-                "a sockperf server echoes each message: request and response sizes must be equal",
-            ));
-        }
-        if transport == Transport::Unix {
-            return Err(exit::coded(
-                exit::USAGE,
-                "--peer sockperf works over TCP and UDP only",
-            ));
-        }
-        let asks_server = a.server_nagle
-            || a.server_split.is_some()
-            || a.server_quickack
-            || a.server_cork
-            || a.server_sndbuf.is_some()
-            || a.server_rcvbuf.is_some()
-            || a.server_think.is_some()
-            || a.server_drop_every.is_some();
-        if asks_server {
-            return Err(exit::coded(
-                exit::USAGE,
-                "--server-* options need latscope serve at the other end, not sockperf",
-            ));
-        }
+        check_sockperf(a, &sizes, transport)?;
     }
     if a.connections == 0 || a.connections > 10_000 {
         return Err(exit::coded(

@@ -316,6 +316,19 @@ fn print_interval(
     Ok(())
 }
 
+/// Everything the session attaches is owned by file descriptors (nothing is pinned), so any
+/// exit detaches it; the hook only says so, so that a panic message is not read as "probes left
+/// behind".
+fn note_detach_on_panic() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        eprintln!(
+            "latscope stack: internal error; its BPF programs are detached as the process exits"
+        );
+    }));
+}
+
 pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let cfg = config(a)?;
     let interval = parse_duration(&a.interval).context("-r/--interval")?;
@@ -341,16 +354,7 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let stop = stop_flag();
     let mut stdout = std::io::stdout().lock();
 
-    // Everything the session attaches is owned by file descriptors (nothing is pinned), so any
-    // exit detaches it; the hook only says so, so that a panic message is not read as "probes
-    // left behind".
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        default_hook(info);
-        eprintln!(
-            "latscope stack: internal error; its BPF programs are detached as the process exits"
-        );
-    }));
+    note_detach_on_panic();
     let session = start(&cfg)?;
     if a.list_probes {
         let mut s = String::new();

@@ -443,6 +443,27 @@ fn consolidate(chosen: &[(Option<Probe>, &'static Hook)]) -> (Vec<Prog>, [u32; N
     (progs, masks)
 }
 
+/// The error when no probe attached: one line, the distinct reasons each with the hooks it
+/// applies to.
+fn nothing_attached(status: &[ProbeStatus], mode: HookMode) -> StackError {
+    let mut reasons: Vec<(String, Vec<String>)> = Vec::new();
+    for r in status.iter().flat_map(|s| s.refused.iter()) {
+        match reasons.iter_mut().find(|(e, _)| *e == r.error) {
+            Some((_, hooks)) => hooks.push(r.hook.clone()),
+            None => reasons.push((r.error.clone(), vec![r.hook.clone()])),
+        }
+    }
+    let mut why = reasons
+        .iter()
+        .map(|(e, hooks)| format!("{} ({})", e, hooks.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if mode != HookMode::Auto {
+        why.push_str("; try --hooks auto");
+    }
+    StackError::NothingAttached(why)
+}
+
 impl Session {
     /// Check the prerequisites, load and attach. Probes that cannot be attached are reported in
     /// [`Session::status`]; it is an error only when none can.
@@ -536,23 +557,7 @@ impl Session {
             }
         }
         if status.iter().all(|s| !s.available()) {
-            // One line: the distinct reasons, each with the hooks it applies to.
-            let mut reasons: Vec<(String, Vec<String>)> = Vec::new();
-            for r in status.iter().flat_map(|s| s.refused.iter()) {
-                match reasons.iter_mut().find(|(e, _)| *e == r.error) {
-                    Some((_, hooks)) => hooks.push(r.hook.clone()),
-                    None => reasons.push((r.error.clone(), vec![r.hook.clone()])),
-                }
-            }
-            let mut why = reasons
-                .iter()
-                .map(|(e, hooks)| format!("{} ({})", e, hooks.join(", ")))
-                .collect::<Vec<_>>()
-                .join("; ");
-            if cfg.mode != HookMode::Auto {
-                why.push_str("; try --hooks auto");
-            }
-            return Err(StackError::NothingAttached(why));
+            return Err(nothing_attached(&status, cfg.mode));
         }
         // Each probe was attached on its own, which proves it loads here; now the same programs
         // again as one object with one program per shared site. If that object is refused the
