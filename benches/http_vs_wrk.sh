@@ -6,8 +6,19 @@
 # over rounds is the headline. CPU µs per request (user+sys of the client process, from
 # wait4) is the figure least disturbed by a noisy machine.
 #
-#   benches/http_vs_wrk.sh                 # 50 and 500 connections, 2 threads, 5 s, 3 rounds
-#   SECS=10 ROUNDS=5 CONNS="50 500 1000" THREADS=2 benches/http_vs_wrk.sh
+# Client and nginx share the machine's cores, so requests/s is set by how much CPU nginx gets:
+# the client that spends less CPU per request leaves nginx more. nginx runs one worker per core
+# (`worker_processes auto`), so the server can use every core the client leaves free; the CPU per
+# request is the figure that isolates the client.
+#
+#   benches/http_vs_wrk.sh                 # 1 and 2 threads × 50 and 500 connections, 5 s, 3 rounds
+#   SECS=10 ROUNDS=5 CONNS="50 500 1000" THREADS="1 2" benches/http_vs_wrk.sh
+#   LATSCOPE_BEFORE=/tmp/latscope.old benches/http_vs_wrk.sh   # also an older build, same rounds
+#   CALLGRIND=1 ROUNDS=0 benches/http_vs_wrk.sh  # only user-space instructions per request
+#
+# CALLGRIND=1 adds the one figure that load on the machine cannot move: the client's user-space
+# instructions per request, counted by valgrind's callgrind over -n 20000 and -n 40000 requests
+# (one thread, 50 connections); the difference divided by 20000 removes start-up and exit.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,14 +28,15 @@ NGINX_BIN=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$NGINX_BIN" ] || { echo "nginx not found (apt install nginx-light)" >&2; exit 2; }
 if [ -z "${NO_BUILD:-}" ]; then (cd "$ROOT" && cargo build --release --quiet); fi
 
-export SECS=${SECS:-5} ROUNDS=${ROUNDS:-3} CONNS=${CONNS:-"50 500"} THREADS=${THREADS:-$(nproc)}
-export LATSCOPE=${LATSCOPE:-$ROOT/target/release/latscope} NGINX_BIN
+export CALLGRIND=${CALLGRIND:-} SECS=${SECS:-5} ROUNDS=${ROUNDS:-3} CONNS=${CONNS:-"50 500"} THREADS=${THREADS:-"1 $(nproc)"}
+export LATSCOPE=${LATSCOPE:-$ROOT/target/release/latscope} LATSCOPE_BEFORE=${LATSCOPE_BEFORE:-} NGINX_BIN
 exec python3 - <<'PY'
 import json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
-SECS, ROUNDS, THREADS = int(os.environ["SECS"]), int(os.environ["ROUNDS"]), int(os.environ["THREADS"])
+SECS, ROUNDS = int(os.environ["SECS"]), int(os.environ["ROUNDS"])
+THREADS = [int(t) for t in os.environ["THREADS"].split()]
 CONNS = [int(c) for c in os.environ["CONNS"].split()]
-LATSCOPE, NGINX = os.environ["LATSCOPE"], os.environ["NGINX_BIN"]
+LATSCOPE, BEFORE, NGINX = os.environ["LATSCOPE"], os.environ["LATSCOPE_BEFORE"], os.environ["NGINX_BIN"]
 HAVE_OHA = shutil.which("oha") is not None
 
 d = tempfile.mkdtemp(prefix=f"latscope-http-bench-{os.getpid()}-")
@@ -62,47 +74,65 @@ try:
 
     def ms(v, unit): return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 
-    def run_wrk(c):
-        out, cpu = timed(["wrk", "-t", str(THREADS), "-c", str(c), "-d", f"{SECS}s", "--timeout", "2s", "--latency", url])
+    def run_wrk(c, t):
+        out, cpu = timed(["wrk", "-t", str(t), "-c", str(c), "-d", f"{SECS}s", "--timeout", "2s", "--latency", url])
         n = int(re.search(r"(\d+) requests in", out).group(1))
         rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
         p99 = ms(*re.search(r"^\s+99%\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups())
         return rps, p99, cpu / n * 1e6
 
-    def run_latscope(c):
-        out, cpu = timed([LATSCOPE, "http", "-t", str(THREADS), "-c", str(c), "-d", f"{SECS}s", "--timeout", "2s", "--json", "--no-progress", url])
+    def run_latscope(c, t, binary=LATSCOPE):
+        out, cpu = timed([binary, "http", "-t", str(t), "-c", str(c), "-d", f"{SECS}s", "--timeout", "2s", "--json", "--no-progress", url])
         j = json.loads(out)
         return j["requests_per_sec"], j["latency"]["p99_ns"] / 1e6, cpu / max(j["requests"], 1) * 1e6
 
-    def run_oha(c):
+    def run_oha(c, t):
+        # oha has no thread option (tokio's runtime uses every core).
         out, cpu = timed(["oha", "-c", str(c), "-z", f"{SECS}s", "--no-tui", "--output-format", "json", url])
         j = json.loads(out)
         rps = j["summary"]["requestsPerSec"]
         return rps, j["latencyPercentiles"]["p99"] * 1e3, cpu / max(rps * SECS, 1) * 1e6
 
-    tools = ["wrk", "latscope"] + (["oha"] if HAVE_OHA else [])
-    runners = {"wrk": run_wrk, "latscope": run_latscope, "oha": run_oha}
-    print(f"nginx on 127.0.0.1:{port}, {os.cpu_count()} cores, {SECS}s per run, {THREADS} threads, {ROUNDS} rounds"
-          + ("" if HAVE_OHA else " (oha not installed: skipped)"))
-    print(f"{'conns':<6} {'round':<5} {'tool':<9} {'req/s':>10} {'p99 ms':>9} {'CPU us/req':>11}")
+    tools = ["wrk", "latscope"] + (["before"] if BEFORE else []) + (["oha"] if HAVE_OHA else [])
+    runners = {"wrk": run_wrk, "latscope": run_latscope, "oha": run_oha,
+               "before": lambda c, t: run_latscope(c, t, BEFORE)}
+    print(f"nginx on 127.0.0.1:{port}, {os.cpu_count()} cores, {SECS}s per run, threads {THREADS}, {ROUNDS} rounds"
+          + ("" if HAVE_OHA else " (oha not installed: skipped)") + (f"; before = {BEFORE}" if BEFORE else ""))
+    print(f"{'thr':<4} {'conns':<6} {'round':<5} {'tool':<9} {'req/s':>10} {'p99 ms':>9} {'CPU us/req':>11}")
     res = {}
-    for c in CONNS:
-        for r in range(ROUNDS):
+    cases = [(t, c) for t in THREADS for c in CONNS]
+    # Rounds outermost: every case is measured once before any is measured again, so a burst of
+    # load from other processes spreads over the cases instead of spoiling one.
+    for r in range(ROUNDS):
+        for t, c in cases:
             order = tools if r % 2 == 0 else tools[::-1]
-            for t in order:
-                rps, p99, cpu = runners[t](c)
-                res.setdefault((c, t), []).append((rps, p99, cpu))
-                print(f"{c:<6} {r+1:<5} {t:<9} {rps:10.0f} {p99:9.2f} {cpu:11.2f}", flush=True)
-    print("\nmedians over rounds. ratio = tool / wrk within each round (the two ran back to back), then")
-    print("the median of those ratios. req/s: higher is better; CPU/req: lower is better")
-    print(f"{'conns':<6} {'tool':<9} {'req/s':>10} {'p99 ms':>9} {'CPU us/req':>11} {'req/s ratio':>12} {'p99 ratio':>10} {'CPU ratio':>10}")
-    for c in CONNS:
-        w = res[(c, "wrk")]
-        for t in tools:
-            xs = res[(c, t)]
-            med = [statistics.median(x[i] for x in xs) for i in range(3)]
-            ratio = [statistics.median(x[i] / y[i] for x, y in zip(xs, w)) for i in range(3)]
-            print(f"{c:<6} {t:<9} {med[0]:10.0f} {med[1]:9.2f} {med[2]:11.2f} {ratio[0]:11.2f}x {ratio[1]:9.2f}x {ratio[2]:9.2f}x")
+            for tool in order:
+                rps, p99, cpu = runners[tool](c, t)
+                res.setdefault((t, c, tool), []).append((rps, p99, cpu))
+                print(f"{t:<4} {c:<6} {r+1:<5} {tool:<9} {rps:10.0f} {p99:9.2f} {cpu:11.2f}", flush=True)
+    if ROUNDS > 0:
+        print("\nmedians over rounds. ratio = tool / wrk within each round (the two ran back to back), then")
+        print("the median of those ratios. req/s: higher is better; CPU/req: lower is better")
+        print(f"{'thr':<4} {'conns':<6} {'tool':<9} {'req/s':>10} {'p99 ms':>9} {'CPU us/req':>11} {'req/s ratio':>12} {'p99 ratio':>10} {'CPU ratio':>10}")
+        for t, c in cases:
+            w = res[(t, c, "wrk")]
+            for tool in tools:
+                xs = res[(t, c, tool)]
+                med = [statistics.median(x[i] for x in xs) for i in range(3)]
+                ratio = [statistics.median(x[i] / y[i] for x, y in zip(xs, w)) for i in range(3)]
+                print(f"{t:<4} {c:<6} {tool:<9} {med[0]:10.0f} {med[1]:9.2f} {med[2]:11.2f} {ratio[0]:11.2f}x {ratio[1]:9.2f}x {ratio[2]:9.2f}x")
+
+    def instructions(binary, argv):
+        out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.out"] + [binary] + argv,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True).stderr
+        return int(re.search(r"Collected : (\d+)", out).group(1))
+
+    if os.environ["CALLGRIND"]:
+        print("\nuser-space instructions per request (callgrind, -t 1 -c 50, (I(-n 40000) - I(-n 20000)) / 20000)")
+        for name, binary in [("latscope", LATSCOPE)] + ([("before", BEFORE)] if BEFORE else []):
+            i = [instructions(binary, ["http", "-t", "1", "-c", "50", "-n", str(n), "--no-progress", "--json", url])
+                 for n in (20000, 40000)]
+            print(f"{name:<9} {(i[1] - i[0]) / 20000:8.0f}")
 finally:
     cleanup()
 PY

@@ -115,16 +115,13 @@ impl ResponseParser {
             let rest = &buf[pos..];
             match self.state {
                 State::Head => {
-                    let Some(end) = head_end(rest) else {
+                    let Some((end, head)) = scan_head(rest)? else {
                         if rest.len() >= MAX_HEAD_BYTES {
                             return Err(ParseError::HeadTooLarge);
                         }
                         return Ok((pos, Step::NeedMore));
                     };
-                    if end > MAX_HEAD_BYTES {
-                        return Err(ParseError::HeadTooLarge);
-                    }
-                    self.parse_head(&rest[..end])?;
+                    self.apply_head(head);
                     pos += end;
                     self.seen += end as u64;
                     // Interim responses (100 Continue, 103 Early Hints) precede the final one.
@@ -236,86 +233,140 @@ impl ResponseParser {
         }
     }
 
-    /// Parse the status line and headers (`head` ends with the empty line) and set the body
-    /// state (RFC 9112 §6.3).
-    fn parse_head(&mut self, head: &[u8]) -> Result<(), ParseError> {
-        // Line ends via memchr (SIMD): a byte-by-byte split was the hottest loop of a load test.
-        let mut start = 0;
-        let mut lines = memchr::memchr_iter(b'\n', head)
-            .map(|nl| {
-                let line = &head[start..nl];
-                start = nl + 1;
-                line
-            })
-            .map(trim_cr);
-        let status_line = lines.next().ok_or(ParseError::StatusLine)?;
-        let (http10, status) = parse_status_line(status_line)?;
-        self.status = status;
-        let mut close = http10;
-        let mut content_length: Option<u64> = None;
-        let mut chunked = false;
-        for line in lines {
-            if line.is_empty() {
-                continue;
-            }
-            let colon = memchr::memchr(b':', line).ok_or(ParseError::Header)?;
-            let (name, value) = (&line[..colon], trim_ows(&line[colon + 1..]));
-            if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
-                return Err(ParseError::Header);
-            }
-            // Only three names matter for framing; their lengths (14, 17, 10) rule out most
-            // others before any case-insensitive comparison.
-            if !matches!(name.len(), 10 | 14 | 17) {
-                continue;
-            }
-            if name.eq_ignore_ascii_case(b"content-length") {
-                let n = parse_decimal(value).ok_or(ParseError::ContentLength)?;
-                if content_length.is_some_and(|c| c != n) {
-                    return Err(ParseError::ContentLength);
-                }
-                content_length = Some(n);
-            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                // Only `chunked` as the final coding frames the body; other codings (gzip)
-                // before it are content, not framing.
-                let last = value
-                    .rsplit(|&b| b == b',')
-                    .next()
-                    .map(trim_ows)
-                    .unwrap_or_default();
-                if last.eq_ignore_ascii_case(b"chunked") {
-                    chunked = true;
-                } else if !value.is_empty() {
-                    return Err(ParseError::TransferEncoding);
-                }
-            } else if name.eq_ignore_ascii_case(b"connection") {
-                for token in value.split(|&b| b == b',').map(trim_ows) {
-                    if token.eq_ignore_ascii_case(b"close") {
-                        close = true;
-                    } else if token.eq_ignore_ascii_case(b"keep-alive") && http10 {
-                        close = false;
-                    }
-                }
-            }
-        }
-        self.close = close;
+    /// Take over what the head says and set the body state (RFC 9112 §6.3).
+    fn apply_head(&mut self, head: Head) {
+        self.status = head.status;
+        self.close = head.close;
+        let status = head.status;
         let no_body =
             self.head_request || (100..200).contains(&status) || status == 204 || status == 304;
         self.state = if no_body {
             State::Head
-        } else if chunked {
+        } else if head.chunked {
             State::ChunkSize
-        } else if let Some(n) = content_length {
+        } else if let Some(n) = head.content_length {
             State::Fixed { remaining: n }
         } else {
             self.close = true;
             State::UntilClose
         };
+    }
+}
+
+/// What a response head says about framing and the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Head {
+    status: u16,
+    http10: bool,
+    /// The server will close the connection (HTTP/1.0 without keep-alive, `Connection: close`).
+    close: bool,
+    content_length: Option<u64>,
+    chunked: bool,
+}
+
+impl Head {
+    /// From the status line `HTTP/1.x SSS[ reason]`.
+    fn from_status_line(line: &[u8]) -> Result<Head, ParseError> {
+        let (http10, status) = parse_status_line(line)?;
+        Ok(Head {
+            status,
+            http10,
+            close: http10,
+            content_length: None,
+            chunked: false,
+        })
+    }
+
+    /// One header line (without its line end). The name is checked and found in one scan:
+    /// token characters up to the colon. Only three names matter for framing; their lengths
+    /// (10, 14, 17) rule out most others before any comparison, and the value of any other
+    /// header is never looked at.
+    fn header(&mut self, line: &[u8]) -> Result<(), ParseError> {
+        let name_len = line
+            .iter()
+            .position(|&b| !is_tchar(b))
+            .unwrap_or(line.len());
+        if name_len == 0 || line.get(name_len) != Some(&b':') {
+            return Err(ParseError::Header);
+        }
+        if !matches!(name_len, 10 | 14 | 17) {
+            return Ok(());
+        }
+        let (name, value) = (&line[..name_len], trim_ows(&line[name_len + 1..]));
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = parse_decimal(value).ok_or(ParseError::ContentLength)?;
+            if self.content_length.is_some_and(|c| c != n) {
+                return Err(ParseError::ContentLength);
+            }
+            self.content_length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            // Only `chunked` as the final coding frames the body; other codings (gzip) before
+            // it are content, not framing.
+            let last = value
+                .rsplit(|&b| b == b',')
+                .next()
+                .map(trim_ows)
+                .unwrap_or_default();
+            if last.eq_ignore_ascii_case(b"chunked") {
+                self.chunked = true;
+            } else if !value.is_empty() {
+                return Err(ParseError::TransferEncoding);
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&b| b == b',').map(trim_ows) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    self.close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && self.http10 {
+                    self.close = false;
+                }
+            }
+        }
         Ok(())
     }
 }
 
+/// The response head at the start of `buf`, in one pass over its lines (hot path: once per
+/// response; line ends found with memchr, SIMD): `Ok(None)` until the empty line that ends it
+/// has arrived, else its length and content. A malformed line is reported only once the whole
+/// head is in, so the outcome does not depend on how the bytes arrive, and a head cut short by
+/// the connection closing is `Truncated`, not malformed.
+fn scan_head(buf: &[u8]) -> Result<Option<(usize, Head)>, ParseError> {
+    let mut lines = memchr::memchr_iter(b'\n', buf);
+    let Some(first) = lines.next() else {
+        return Ok(None);
+    };
+    let mut head = match Head::from_status_line(trim_cr(&buf[..first])) {
+        Ok(h) => h,
+        Err(e) => return error_once_complete(buf, e),
+    };
+    let mut start = first + 1;
+    for nl in lines {
+        let line = trim_cr(&buf[start..nl]);
+        start = nl + 1;
+        if line.is_empty() {
+            if start > MAX_HEAD_BYTES {
+                return Err(ParseError::HeadTooLarge);
+            }
+            return Ok(Some((start, head)));
+        }
+        if let Err(e) = head.header(line) {
+            return error_once_complete(buf, e);
+        }
+    }
+    Ok(None)
+}
+
+/// `e`, found in the head at the start of `buf`, if that head is complete (and not too large).
+fn error_once_complete(buf: &[u8], e: ParseError) -> Result<Option<(usize, Head)>, ParseError> {
+    match head_end(buf) {
+        None => Ok(None),
+        Some(end) if end > MAX_HEAD_BYTES => Err(ParseError::HeadTooLarge),
+        Some(_) => Err(e),
+    }
+}
+
 /// Index just past the empty line that ends a head, if present: the first `\n` followed by
-/// `\n` or `\r\n`. Hot path (once per response): line ends are found with memchr (SIMD).
+/// `\n` or `\r\n`.
 fn head_end(buf: &[u8]) -> Option<usize> {
     for nl in memchr::memchr_iter(b'\n', buf) {
         match &buf[nl + 1..] {
@@ -538,6 +589,93 @@ mod tests {
                 String::from_utf8_lossy(&data)
             );
         }
+    }
+
+    /// The two-pass head parser that [`scan_head`] replaced (find the end, then parse every
+    /// line): the reference it must agree with.
+    fn scan_head_reference(buf: &[u8]) -> Result<Option<(usize, Head)>, ParseError> {
+        let Some(end) = head_end_reference(buf) else {
+            return Ok(None);
+        };
+        if end > MAX_HEAD_BYTES {
+            return Err(ParseError::HeadTooLarge);
+        }
+        let head = &buf[..end];
+        let mut lines = head.split(|&b| b == b'\n').map(trim_cr);
+        let mut h = Head::from_status_line(lines.next().ok_or(ParseError::StatusLine)?)?;
+        for line in lines {
+            if line.is_empty() {
+                continue;
+            }
+            let colon = line
+                .iter()
+                .position(|&b| b == b':')
+                .ok_or(ParseError::Header)?;
+            if colon == 0 || !line[..colon].iter().all(|&b| is_tchar(b)) {
+                return Err(ParseError::Header);
+            }
+            h.header(line)?;
+        }
+        Ok(Some((end, h)))
+    }
+
+    /// Random heads built from header-like pieces: the one-pass scan gives the same length,
+    /// content or error as the two-pass reference, on every prefix too.
+    #[test]
+    fn scan_head_agrees_with_the_two_pass_reference() {
+        const PIECES: &[&[u8]] = &[
+            b"HTTP/1.1 200 OK\r\n",
+            b"HTTP/1.0 304 x\n",
+            b"HTTP/1.1 2000\r\n",
+            b"Content-Length: 5\r\n",
+            b"content-length:7\n",
+            b"Transfer-Encoding: gzip, chunked\r\n",
+            b"Transfer-Encoding: gzip\r\n",
+            b"Connection: keep-alive, close\r\n",
+            b"Connection: Keep-Alive\r\n",
+            b"X-Long-Header-Name: v\r\n",
+            b"Bad Name: v\r\n",
+            b"NoColon\r\n",
+            b": empty\r\n",
+            b"\r\n",
+            b"\n",
+            b"\r",
+            b":",
+        ];
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let mut data = Vec::new();
+            for _ in 0..rnd() % 10 {
+                if rnd() % 5 == 0 {
+                    data.extend((0..rnd() % 6).map(|_| (rnd() & 0xff) as u8));
+                } else {
+                    data.extend_from_slice(PIECES[(rnd() % PIECES.len() as u64) as usize]);
+                }
+            }
+            for cut in 0..=data.len() {
+                let d = &data[..cut];
+                assert_eq!(
+                    scan_head(d),
+                    scan_head_reference(d),
+                    "{:?}",
+                    String::from_utf8_lossy(d)
+                );
+            }
+        }
+        let big = [
+            b"HTTP/1.1 200 OK\r\nX: ".as_slice(),
+            &[b'a'; MAX_HEAD_BYTES],
+            b"\r\n\r\n",
+        ]
+        .concat();
+        assert_eq!(scan_head(&big), Err(ParseError::HeadTooLarge));
+        assert_eq!(scan_head_reference(&big), Err(ParseError::HeadTooLarge));
     }
 
     #[test]
