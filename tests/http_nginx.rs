@@ -124,6 +124,33 @@ fn nagle_with_sendfile_costs_40ms_like_wrk_shows() {
     assert!(fast_p50 < 1.0, "{fast_p50}");
 }
 
+/// `--quickack` (diagnose's A/B step on URL targets) against the same Nagle-holding nginx:
+/// with TCP_QUICKACK re-armed after every read the client acknowledges the response head at
+/// once, so Nagle releases the body without waiting for the ~40 ms delayed-ACK timer.
+#[test]
+fn quickack_removes_the_nagle_stall() {
+    let _serial = http_lab::serial();
+    let slow = Nginx::start(NginxConf {
+        tcp_nodelay: false,
+        sendfile: true,
+        ..Default::default()
+    });
+    let url = slow.url("/");
+    let p50 = |extra: &[&str]| {
+        let mut args = vec!["http", &url, "-c", "1", "-t", "1", "-d", "1s", "--json"];
+        args.extend_from_slice(extra);
+        let r = latscope(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert_eq!(r.json["errors"]["total"], 0);
+        ms(&r.json["latency"]["p50_ns"])
+    };
+    let without = p50(&[]);
+    let with = p50(&["--quickack"]);
+    eprintln!("tcp_nodelay off: p50 {without:.3} ms, with --quickack {with:.3} ms");
+    assert!((30.0..=60.0).contains(&without), "{without}");
+    assert!(with < 5.0, "{with}");
+}
+
 #[test]
 fn close_after_each_response_reconnects_without_errors() {
     let _serial = http_lab::serial();

@@ -179,6 +179,7 @@ fn http_p50(
         host: None,
         http2: false,
         streams: 1,
+        quickack: false,
     };
     let cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
     let r = latscope_http::run(&cfg, stop, &mut |_| {}).map_err(|e| e.to_string())?;

@@ -28,6 +28,12 @@ pub enum HttpError {
     },
     #[error("TLS set-up failed: {0}")]
     Tls(String),
+    /// One request's exchange failed after the connection was made ([`crate::request_phases`]).
+    #[error("{phase} failed: {source}")]
+    Exchange {
+        phase: crate::phases::Phase,
+        source: std::io::Error,
+    },
     #[error("{what}: {source}")]
     System {
         what: &'static str,
@@ -38,7 +44,10 @@ pub enum HttpError {
 impl HttpError {
     /// Whether the target (not the input or the local system) is at fault.
     pub fn is_target(&self) -> bool {
-        matches!(self, HttpError::Resolve { .. } | HttpError::Connect { .. })
+        matches!(
+            self,
+            HttpError::Resolve { .. } | HttpError::Connect { .. } | HttpError::Exchange { .. }
+        )
     }
 
     /// Whether the user's input is at fault.

@@ -13,6 +13,7 @@
 pub mod error;
 pub mod http2;
 pub mod parse;
+pub mod phases;
 pub mod request;
 pub mod stats;
 mod sys;
@@ -32,6 +33,7 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
 pub use error::HttpError;
+pub use phases::{Phase, Phases, request_phases};
 pub use request::{Scheme, Url};
 pub use stats::{ErrorKind, Stats};
 
@@ -63,6 +65,37 @@ pub struct Options {
     pub http2: bool,
     /// HTTP/2: concurrent streams per connection.
     pub streams: u32,
+    /// Re-arm TCP_QUICKACK after every read, so the client never delays an ACK (HTTP/1.1 only).
+    /// diagnose's quick-ack A/B step: a server whose Nagle algorithm holds the rest of a
+    /// response until the client's delayed ACK (~40 ms) answers at once with this on.
+    pub quickack: bool,
+}
+
+impl Options {
+    /// `GET url` with the command line's defaults: 50 connections, one thread per core, 10 s,
+    /// closed loop, no warm-up, 2 s timeout, certificates verified, HTTP/1.1.
+    pub fn new(url: impl Into<String>) -> Options {
+        Options {
+            url: url.into(),
+            method: "GET".into(),
+            headers: vec![],
+            body: vec![],
+            connections: 50,
+            threads: default_threads(),
+            duration: None,
+            requests: None,
+            rate_per_sec: None,
+            warmup: Duration::ZERO,
+            timeout: Duration::from_secs(2),
+            insecure: false,
+            ca_files: vec![],
+            connect_to: None,
+            host: None,
+            http2: false,
+            streams: 1,
+            quickack: false,
+        }
+    }
 }
 
 /// A run ready to start: target resolved, request serialised, TLS configured.
@@ -75,6 +108,8 @@ pub struct Config {
     pub addr: SocketAddr,
     /// Every resolved address; the run uses the first that accepts a connection.
     pub addrs: Vec<SocketAddr>,
+    /// How long resolving the host took (`getaddrinfo`), ns.
+    pub resolve_ns: u64,
     pub request: Arc<[u8]>,
     pub head_request: bool,
     pub connections: u32,
@@ -90,6 +125,8 @@ pub struct Config {
     pub h2: Option<http2::H2Parts>,
     /// HTTP/2: concurrent streams per connection.
     pub h2_streams: u32,
+    /// Re-arm TCP_QUICKACK after every read ([`Options::quickack`]).
+    pub quickack: bool,
 }
 
 impl Config {
@@ -142,6 +179,7 @@ impl Config {
             }
             None => (url.host.clone(), url.port),
         };
+        let resolve_start = sys::monotonic_ns();
         let addrs: Vec<SocketAddr> = (host.as_str(), port)
             .to_socket_addrs()
             .map_err(|source| HttpError::Resolve {
@@ -149,6 +187,7 @@ impl Config {
                 source,
             })?
             .collect();
+        let resolve_ns = sys::monotonic_ns() - resolve_start;
         let addr = *addrs.first().ok_or_else(|| HttpError::Resolve {
             host: host.clone(),
             source: std::io::ErrorKind::NotFound.into(),
@@ -171,6 +210,11 @@ impl Config {
         if o.http2 && o.streams == 0 {
             return Err(HttpError::Config("--streams must be at least 1".into()));
         }
+        if o.http2 && o.quickack {
+            return Err(HttpError::Config(
+                "--quickack works with HTTP/1.1 only, not with --http2".into(),
+            ));
+        }
         let h2 = if o.http2 {
             Some(http2::H2Parts::new(
                 &o.method,
@@ -191,6 +235,7 @@ impl Config {
             method: o.method.clone(),
             addr,
             addrs,
+            resolve_ns,
             request: request.into(),
             head_request: o.method == "HEAD",
             connections: o.connections,
@@ -204,6 +249,7 @@ impl Config {
             tls,
             h2,
             h2_streams: o.streams,
+            quickack: o.quickack,
             url,
         })
     }
@@ -454,23 +500,9 @@ mod tests {
 
     fn opts(url: &str) -> Options {
         Options {
-            url: url.into(),
-            method: "GET".into(),
-            headers: vec![],
-            body: vec![],
             connections: 4,
             threads: 8,
-            duration: None,
-            requests: None,
-            rate_per_sec: None,
-            warmup: Duration::ZERO,
-            timeout: Duration::from_secs(2),
-            insecure: false,
-            ca_files: vec![],
-            connect_to: None,
-            host: None,
-            http2: false,
-            streams: 1,
+            ..Options::new(url)
         }
     }
 

@@ -99,6 +99,14 @@ impl Write for SockIo<'_> {
     }
 }
 
+/// `--quickack`: set TCP_QUICKACK again after a read. Setting it sends a pending delayed ACK at
+/// once (tcp_setsockopt → tcp_cleanup_rbuf), which is what releases a Nagle-held rest of a
+/// response; the kernel leaves quick-ack mode on its own, so once per connection is not enough.
+/// A failure only means the ACK may be delayed, as without the option.
+fn rearm_quickack(sock: &Socket) {
+    let _ = sock.set_tcp_quickack(true);
+}
+
 /// Per-interval accumulators, shipped to the coordinator once a second.
 struct IntervalAcc {
     index: u64,
@@ -631,6 +639,9 @@ impl<'a> Worker<'a> {
             match (&*sock).read(&mut c.buf[c.end..]) {
                 Ok(0) => return self.on_eof(i),
                 Ok(n) => {
+                    if self.cfg.quickack {
+                        rearm_quickack(sock);
+                    }
                     c.end += n;
                     self.stats.bytes_read += n as u64;
                     self.acc.bytes += n as u64;
@@ -665,6 +676,9 @@ impl<'a> Worker<'a> {
             match tls.read_tls(&mut SockIo(sock)) {
                 Ok(0) => return self.on_eof(i),
                 Ok(n) => {
+                    if self.cfg.quickack {
+                        rearm_quickack(sock);
+                    }
                     self.stats.bytes_read += n as u64;
                     self.acc.bytes += n as u64;
                 }

@@ -1,0 +1,281 @@
+//! One request broken into phases, as `curl -w` and httpstat show it: DNS lookup, TCP connect,
+//! TLS handshake, time to first byte, transfer.
+//!
+//! [`request_phases`] makes one HTTP/1.1 request on a fresh connection with blocking sockets
+//! and reads CLOCK_MONOTONIC between the steps. Everything after the DNS lookup is bounded by
+//! one deadline (`Options::timeout`), re-applied as the socket timeout before every blocking
+//! call, so a server that trickles bytes cannot stretch it; the lookup itself is bounded by
+//! the resolver's own timeouts (resolv.conf), as std offers no other.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use rustls::ClientConnection;
+
+use crate::error::HttpError;
+use crate::parse::{ResponseParser, Step};
+use crate::{Config, Options, sys};
+
+/// Time of one request, phase by phase, in nanoseconds. The phases follow each other without
+/// gaps, so they add up to [`Phases::total_ns`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phases {
+    /// The address the request went to.
+    pub addr: SocketAddr,
+    /// Name resolution (`getaddrinfo`); an IP literal takes microseconds.
+    pub dns_ns: u64,
+    /// TCP connect: `connect()` → established (every address tried, failed ones included).
+    pub connect_ns: u64,
+    /// TLS handshake: established → handshake complete; `None` for `http://`.
+    pub tls_ns: Option<u64>,
+    /// Request write started → first response byte: one round trip plus the server's time
+    /// (httpstat's "server processing"; curl's `time_starttransfer - time_pretransfer`).
+    pub ttfb_ns: u64,
+    /// First → last response byte (the body's transfer; ~0 for a response in one segment).
+    pub transfer_ns: u64,
+    /// Status code of the final response.
+    pub status: u16,
+    /// Response body bytes (without chunk framing).
+    pub body_bytes: u64,
+}
+
+impl Phases {
+    /// The whole request: the sum of the phases.
+    pub fn total_ns(&self) -> u64 {
+        self.dns_ns + self.connect_ns + self.tls_ns.unwrap_or(0) + self.ttfb_ns + self.transfer_ns
+    }
+}
+
+/// The phase of a request that failed ([`HttpError::Exchange`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The TLS handshake.
+    Tls,
+    /// Writing the request.
+    Request,
+    /// Waiting for the first byte of the response.
+    FirstByte,
+    /// Reading the rest of the response.
+    Transfer,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Tls => "TLS handshake",
+            Phase::Request => "sending the request",
+            Phase::FirstByte => "waiting for the response",
+            Phase::Transfer => "reading the response",
+        })
+    }
+}
+
+/// Make one request as `o` describes (URL, method, headers, body, TLS options, `connect_to`,
+/// `host`, `timeout`; the load options are ignored) on a fresh connection, and time its phases.
+/// HTTP/1.1 only: `o.http2` is a usage error.
+pub fn request_phases(o: &Options) -> Result<Phases, HttpError> {
+    if o.http2 {
+        return Err(HttpError::Config(
+            "request phases are measured over HTTP/1.1 only".into(),
+        ));
+    }
+    let cfg = Config::new(o)?;
+    let deadline_ns = sys::monotonic_ns() + cfg.timeout_ns;
+    let connect_start = sys::monotonic_ns();
+    let (stream, addr) = connect(&cfg, deadline_ns)?;
+    let connected = sys::monotonic_ns();
+    let mut conn = Conn {
+        stream,
+        tls: None,
+        deadline_ns,
+    };
+    let tls_ns = match &cfg.tls {
+        Some((config, name)) => {
+            let tls = ClientConnection::new(config.clone(), name.clone())
+                .map_err(|e| exchange(Phase::Tls, io::Error::other(e)))?;
+            conn.tls = Some(tls);
+            conn.handshake()?;
+            Some(sys::monotonic_ns() - connected)
+        }
+        None => None,
+    };
+    let sent = sys::monotonic_ns();
+    conn.send(&cfg.request)?;
+    let r = conn.response(cfg.head_request)?;
+    Ok(Phases {
+        addr,
+        dns_ns: cfg.resolve_ns,
+        connect_ns: connected - connect_start,
+        tls_ns,
+        ttfb_ns: r.first_byte_ns.saturating_sub(sent),
+        transfer_ns: r.last_byte_ns.saturating_sub(r.first_byte_ns),
+        status: r.status,
+        body_bytes: r.body_bytes,
+    })
+}
+
+/// Connect to the first of the resolved addresses that accepts, before the deadline.
+fn connect(cfg: &Config, deadline_ns: u64) -> Result<(TcpStream, SocketAddr), HttpError> {
+    let mut last = io::Error::from(io::ErrorKind::NotFound);
+    for &addr in &cfg.addrs {
+        let left = remaining(deadline_ns).map_err(|source| HttpError::Connect {
+            addr: addr.to_string(),
+            source,
+        })?;
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok((s, addr));
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(HttpError::Connect {
+        addr: cfg.addr.to_string(),
+        source: last,
+    })
+}
+
+/// Time left before `deadline_ns`, or a timeout error.
+fn remaining(deadline_ns: u64) -> io::Result<Duration> {
+    let now = sys::monotonic_ns();
+    if now >= deadline_ns {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no answer within the timeout",
+        ));
+    }
+    Ok(Duration::from_nanos(deadline_ns - now))
+}
+
+fn exchange(phase: Phase, source: io::Error) -> HttpError {
+    HttpError::Exchange { phase, source }
+}
+
+/// What the response reading saw.
+struct Received {
+    first_byte_ns: u64,
+    last_byte_ns: u64,
+    status: u16,
+    body_bytes: u64,
+}
+
+/// A blocking connection, plain or TLS, with one deadline for everything.
+struct Conn {
+    stream: TcpStream,
+    tls: Option<ClientConnection>,
+    deadline_ns: u64,
+}
+
+impl Conn {
+    fn handshake(&mut self) -> Result<(), HttpError> {
+        let err = |e| exchange(Phase::Tls, timed_out(e));
+        while let Some(tls) = self.tls.as_mut().filter(|t| t.is_handshaking()) {
+            bound(&self.stream, self.deadline_ns).map_err(err)?;
+            tls.complete_io(&mut self.stream).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, request: &[u8]) -> Result<(), HttpError> {
+        let err = |e| exchange(Phase::Request, timed_out(e));
+        bound(&self.stream, self.deadline_ns).map_err(err)?;
+        match self.tls.as_mut() {
+            Some(tls) => {
+                tls.writer().write_all(request).map_err(err)?;
+                while tls.wants_write() {
+                    bound(&self.stream, self.deadline_ns).map_err(err)?;
+                    tls.write_tls(&mut self.stream).map_err(err)?;
+                }
+                Ok(())
+            }
+            None => self.stream.write_all(request).map_err(err),
+        }
+    }
+
+    /// Read response bytes into `buf` (plaintext for TLS); `Ok(0)` at end of file.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        bound(&self.stream, self.deadline_ns)?;
+        let Some(tls) = self.tls.as_mut() else {
+            return self.stream.read(buf);
+        };
+        loop {
+            match tls.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            bound(&self.stream, self.deadline_ns)?;
+            if tls.read_tls(&mut self.stream)? == 0 {
+                // The peer closed without close_notify: end of the response stream.
+                return Ok(0);
+            }
+            tls.process_new_packets().map_err(io::Error::other)?;
+        }
+    }
+
+    /// Read and parse the response; times of its first and last bytes.
+    fn response(&mut self, head_request: bool) -> Result<Received, HttpError> {
+        let mut parser = ResponseParser::new(head_request);
+        let mut pending: Vec<u8> = Vec::new();
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut first_byte_ns = None;
+        loop {
+            let phase = if first_byte_ns.is_some() {
+                Phase::Transfer
+            } else {
+                Phase::FirstByte
+            };
+            let n = self
+                .read(&mut chunk)
+                .map_err(|e| exchange(phase, timed_out(e)))?;
+            let now = sys::monotonic_ns();
+            let first = *first_byte_ns.get_or_insert(now);
+            let done = if n == 0 {
+                let r = parser.eof().map_err(|e| exchange(phase, invalid(e)))?;
+                Some(r)
+            } else {
+                pending.extend_from_slice(&chunk[..n]);
+                match parser
+                    .feed(&pending)
+                    .map_err(|e| exchange(phase, invalid(e)))?
+                {
+                    (_, Step::Complete(r)) => Some(r),
+                    (used, Step::NeedMore) => {
+                        pending.drain(..used);
+                        None
+                    }
+                }
+            };
+            if let Some(r) = done {
+                return Ok(Received {
+                    first_byte_ns: first,
+                    last_byte_ns: now,
+                    status: r.status,
+                    body_bytes: r.body_bytes,
+                });
+            }
+        }
+    }
+}
+
+/// Apply the time left before `deadline_ns` as the socket's read and write timeout.
+fn bound(stream: &TcpStream, deadline_ns: u64) -> io::Result<()> {
+    let left = remaining(deadline_ns)?;
+    stream.set_read_timeout(Some(left))?;
+    stream.set_write_timeout(Some(left))
+}
+
+/// A socket timeout (EAGAIN from SO_RCVTIMEO) as the timeout it is.
+fn timed_out(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::WouldBlock {
+        io::Error::new(io::ErrorKind::TimedOut, "no answer within the timeout")
+    } else {
+        e
+    }
+}
+
+fn invalid(e: crate::parse::ParseError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
