@@ -68,6 +68,8 @@ pub enum Command {
     Capture(cmd::capture::CaptureArgs),
     /// Find the stalls in a capture: Nagle x delayed ACK, RTO, zero window, think time ...
     Analyze(cmd::analyze::AnalyzeArgs),
+    /// Draw results (--json output) as one self-contained HTML page with plots; compare several.
+    Report(cmd::report::ReportArgs),
 }
 
 #[cfg(test)]

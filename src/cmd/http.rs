@@ -104,6 +104,8 @@ pub struct HttpArgs {
     pub quickack: bool,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub report: crate::cmd::report::ReportFile,
 }
 
 pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
@@ -209,6 +211,7 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
     );
     emit(&report, format, &mut std::io::stdout().lock()).context("cannot write the report")?;
     let _ = std::io::stdout().flush();
+    args.report.write(&report)?;
     Ok(if report.interrupted {
         exit::INTERRUPTED
     } else if report.requests == 0 && report.errors.total > 0 {

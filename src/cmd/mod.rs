@@ -7,6 +7,7 @@ pub mod demo;
 pub mod diagnose;
 pub mod http;
 pub mod ping;
+pub mod report;
 pub mod rr;
 pub mod schema;
 pub mod serve;
@@ -34,6 +35,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Stack(a) => stack::run(&a),
         Command::Capture(a) => capture::run(&a),
         Command::Analyze(a) => analyze::run(&a),
+        Command::Report(a) => report::run(&a),
     }
 }
 

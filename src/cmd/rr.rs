@@ -141,6 +141,8 @@ pub struct RrArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub report: crate::cmd::report::ReportFile,
 }
 
 fn buf_size(what: &str, v: Option<u64>) -> anyhow::Result<Option<u32>> {
@@ -367,5 +369,6 @@ pub fn run(a: &RrArgs) -> anyhow::Result<u8> {
     let mut out = std::io::stdout().lock();
     emit(&report, format, &mut out)?;
     out.flush()?;
+    a.report.write(&report)?;
     Ok(report_code(&report))
 }

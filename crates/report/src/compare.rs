@@ -1,0 +1,129 @@
+//! Several results of one kind side by side: their spectra overlaid and a ratio table in
+//! hyperfine's style (each figure divided by the best input's).
+
+use latscope_core::Summary;
+use latscope_core::units::format_ns;
+
+use crate::document::{Document, Input, Kind};
+use crate::error::ReportError;
+use crate::html::{Section, figure, para, table};
+use crate::plot::spectrum::{Curve, spectrum};
+
+/// Inputs grouped by kind, in order of first appearance.
+pub(crate) fn groups(inputs: &[Input]) -> Vec<Vec<&Input>> {
+    let mut out: Vec<(Kind, Vec<&Input>)> = Vec::new();
+    for i in inputs {
+        match out.iter_mut().find(|(k, _)| *k == i.doc.kind()) {
+            Some((_, g)) => g.push(i),
+            None => out.push((i.doc.kind(), vec![i])),
+        }
+    }
+    out.into_iter().map(|(_, g)| g).collect()
+}
+
+/// The distribution that stands for a whole result when comparing: what its command is about.
+fn headline(doc: &Document) -> Option<(&'static str, &Summary)> {
+    match doc {
+        Document::Rr(r) => match r.results.as_slice() {
+            [one] => Some(("round trip", &one.rtt)),
+            _ => None,
+        },
+        Document::Http(r) => match &r.latency_from_intended {
+            Some(s) => Some(("latency from intended send time", s)),
+            None => Some(("request → response", &r.latency)),
+        },
+        Document::Connect(r) => match &r.transaction {
+            Some(t) => Some(("transaction", t)),
+            None => Some(("connect()", &r.connect)),
+        },
+        Document::Ping(r) => Some(("RTT", &r.rtt)),
+        Document::Diagnose(r) => r
+            .distributions
+            .iter()
+            .find(|(n, _)| n == "one request")
+            .map(|(_, s)| ("one request", s)),
+        Document::Stream(r) => r
+            .latency_probe
+            .as_ref()
+            .map(|p| ("latency probe under load", &p.loaded)),
+    }
+}
+
+/// Reads one figure from a summary.
+type Figure = fn(&Summary) -> f64;
+
+/// Figures compared, and how to read each from a summary.
+const COLUMNS: [(&str, Figure); 5] = [
+    ("p50", |s| s.p50_ns as f64),
+    ("p90", |s| s.p90_ns as f64),
+    ("p99", |s| s.p99_ns as f64),
+    ("p99.9", |s| s.p999_ns as f64),
+    ("max", |s| s.max_ns as f64),
+];
+
+/// The comparison section of one group (two or more inputs of one kind).
+pub(crate) fn section(group: &[&Input]) -> Result<Section, ReportError> {
+    let kind = group.first().map_or("?", |i| i.doc.kind().command());
+    let found: Vec<(&Input, &'static str, &Summary)> = group
+        .iter()
+        .filter_map(|i| headline(&i.doc).map(|(what, s)| (*i, what, s)))
+        .filter(|(_, _, s)| s.count > 0)
+        .collect();
+    let mut body = String::new();
+    if found.len() < 2 {
+        body += &para(
+            "note",
+            "Fewer than two of these results carry one comparable distribution (a size sweep, or no successful operation): see each result below.",
+        );
+    } else {
+        let curves: Vec<Curve<'_>> = found
+            .iter()
+            .map(|(i, _, s)| Curve {
+                label: i.name.clone(),
+                summary: s,
+            })
+            .collect();
+        let what = found[0].1;
+        body += &figure(
+            "compare-spectrum",
+            &spectrum(&curves)?,
+            &format!(
+                "{what}, one curve per result: where the curves part tells whether a change moved the typical request (left) or only the tail (right)."
+            ),
+        );
+        body += &ratio_table(&found);
+    }
+    Ok(Section {
+        id: format!("compare-{kind}"),
+        title: format!("Comparison of {} {kind} results", group.len()),
+        body,
+    })
+}
+
+/// hyperfine's "relative" view: each figure and its ratio to the input with the lowest p50.
+fn ratio_table(found: &[(&Input, &'static str, &Summary)]) -> String {
+    let best = found
+        .iter()
+        .min_by(|a, b| a.2.p50_ns.cmp(&b.2.p50_ns))
+        .map(|f| f.2)
+        .unwrap_or(found[0].2);
+    let mut head = vec!["result"];
+    head.extend(COLUMNS.iter().map(|c| c.0));
+    let rows: Vec<Vec<String>> = found
+        .iter()
+        .map(|(i, _, s)| {
+            let mut row = vec![i.name.clone()];
+            for (_, get) in COLUMNS {
+                let base = get(best).max(1.0);
+                row.push(format!("{} ({:.2}×)", format_ns(get(s)), get(s) / base));
+            }
+            row
+        })
+        .collect();
+    let mut out = table("ratios", &head, &rows);
+    out += &para(
+        "note",
+        "Each figure with its ratio to the result with the lowest p50 (1.00× = as fast as the best).",
+    );
+    out
+}

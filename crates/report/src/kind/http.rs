@@ -1,0 +1,144 @@
+//! `latscope http`: the latency spectrum, and over time the request rate and p50/p99.
+
+use latscope_core::model::http::HttpReport;
+use latscope_core::model::rr::LoadMode;
+use latscope_core::units::{format_bytes, format_ns, format_si};
+
+use super::{error_list, interrupted, latency_block};
+use crate::error::ReportError;
+use crate::html::{facts, figure, table};
+use crate::plot::Pick;
+use crate::plot::timeline::{Axes, Line, timeline};
+
+pub(crate) fn body(r: &HttpReport) -> Result<String, ReportError> {
+    let load = match &r.load {
+        LoadMode::Closed => "closed loop".to_string(),
+        LoadMode::Open { rate_per_sec } => format!("open loop, {}/s", format_si(*rate_per_sec)),
+    };
+    let mut out = interrupted(r.interrupted);
+    out += &facts(&[
+        ("URL", format!("{} {}", r.method, r.url)),
+        (
+            "protocol",
+            format!("{}{}", r.protocol, if r.tls { " over TLS" } else { "" }),
+        ),
+        (
+            "connections / threads",
+            format!("{} / {}", r.connections, r.threads),
+        ),
+        ("load", load),
+        ("requests", format_si(r.requests as f64)),
+        ("rate", format!("{}/s", format_si(r.requests_per_sec))),
+        ("read", format!("{}/s", format_bytes(r.bytes_read_per_sec))),
+        (
+            "p50 / p99",
+            format!(
+                "{} / {}",
+                format_ns(r.latency.p50_ns as f64),
+                format_ns(r.latency.p99_ns as f64)
+            ),
+        ),
+        ("errors", format_si(r.errors.total as f64)),
+    ]);
+    let mut rows = Vec::new();
+    if let Some(i) = &r.latency_from_intended {
+        rows.push(("from intended send time (corrected)".to_string(), i));
+    }
+    rows.push(("request → response".to_string(), &r.latency));
+    rows.push(("TCP connect".to_string(), &r.connect));
+    if let Some(t) = &r.tls_handshake {
+        rows.push(("TLS handshake".to_string(), t));
+    }
+    out += &latency_block(&rows)?;
+    if !r.timeline.is_empty() {
+        out += &over_time(r)?;
+    }
+    let status: Vec<Vec<String>> = r
+        .status
+        .iter()
+        .map(|s| vec![s.code.to_string(), format_si(s.count as f64)])
+        .collect();
+    out += &table("status", &["status", "responses"], &status);
+    out += &error_list("Error samples", &r.error_samples);
+    Ok(out)
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn over_time(r: &HttpReport) -> Result<String, ReportError> {
+    let t = &r.timeline;
+    let rate = Line {
+        label: "requests/s".into(),
+        points: t
+            .iter()
+            .map(|i| (secs(i.end_ns), i.requests_per_sec))
+            .collect(),
+        pick: Pick::Mean,
+    };
+    let mut lines = vec![rate];
+    if t.iter().any(|i| i.errors > 0) {
+        lines.push(Line {
+            label: "errors/s".into(),
+            points: t
+                .iter()
+                .map(|i| {
+                    (
+                        secs(i.end_ns),
+                        i.errors as f64 / secs(i.end_ns - i.start_ns).max(1e-9),
+                    )
+                })
+                .collect(),
+            pick: Pick::Mean,
+        });
+    }
+    let rate_axes = Axes {
+        y_desc: "requests per second",
+        y_fmt: |v| format_si(v),
+        log_y: false,
+    };
+    let lat = |label: &str, f: fn(&latscope_core::model::http::HttpInterval) -> u64| Line {
+        label: label.into(),
+        points: t
+            .iter()
+            .filter(|i| i.requests > 0)
+            .map(|i| (secs(i.end_ns), f(i) as f64))
+            .collect(),
+        pick: Pick::Max,
+    };
+    let lat_axes = Axes {
+        y_desc: "latency (log scale)",
+        y_fmt: |v| format_ns(v),
+        log_y: true,
+    };
+    let corrected = if r.latency_from_intended.is_some() {
+        " Open loop: counted from each request's intended send time (coordinated omission corrected)."
+    } else {
+        ""
+    };
+    Ok(format!(
+        "{}{}",
+        figure(
+            "rate-over-time",
+            &timeline(&rate_axes, &lines)?,
+            "Completed requests per second, per interval: a steady line is a steady server; dips \
+             are stalls (look for the same moment in the latency plot below).",
+        ),
+        figure(
+            "latency-over-time",
+            &timeline(
+                &lat_axes,
+                &[
+                    lat("p50", |i| i.p50_ns),
+                    lat("p99", |i| i.p99_ns),
+                    lat("max", |i| i.max_ns)
+                ]
+            )?,
+            &format!(
+                "Latency of the responses completed in each interval: p99 rising while p50 stays \
+                 is a growing tail (queueing, GC, a timer); both rising is saturation.{corrected}"
+            ),
+        )
+    ))
+}

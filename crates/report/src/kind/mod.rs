@@ -1,0 +1,152 @@
+//! One module per command: its report turned into the body of a page section. The helpers here
+//! are what several kinds share (the header line, a latency block, a summary table).
+
+mod connect;
+mod diagnose;
+mod http;
+mod ping;
+mod rr;
+mod stream;
+
+use latscope_core::Summary;
+use latscope_core::model::Meta;
+use latscope_core::units::format_si;
+
+use crate::document::{Document, Input};
+use crate::error::ReportError;
+use crate::html::{Section, figure, para, table};
+use crate::plot::spectrum::{Curve, spectrum};
+
+/// The section of input `i`.
+pub(crate) fn section(i: usize, input: &Input) -> Result<Section, ReportError> {
+    let body = match &input.doc {
+        Document::Rr(r) => rr::body(r)?,
+        Document::Http(r) => http::body(r)?,
+        Document::Connect(r) => connect::body(r)?,
+        Document::Ping(r) => ping::body(r)?,
+        Document::Diagnose(r) => diagnose::body(r)?,
+        Document::Stream(r) => stream::body(r)?,
+    };
+    Ok(Section {
+        id: format!("result-{}", i + 1),
+        title: format!("{} — {}", input.doc.kind().command(), input.name),
+        body: format!("{}{body}", header(input.doc.meta())),
+    })
+}
+
+/// Who made the result and when; a warning when the run was cut short.
+fn header(meta: &Meta) -> String {
+    para(
+        "meta",
+        &format!(
+            "latscope {} · {} · started {} · schema version {}",
+            meta.version,
+            meta.command,
+            utc(meta.started_unix_ms),
+            meta.schema_version
+        ),
+    )
+}
+
+/// A warning line for results cut short by Ctrl-C.
+fn interrupted(yes: bool) -> String {
+    if yes {
+        para(
+            "warn",
+            "Interrupted (Ctrl-C): the figures cover only what was measured.",
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` from Unix milliseconds, via Howard Hinnant's `civil_from_days`
+/// (http://howardhinnant.github.io/date_algorithms.html).
+pub(crate) fn utc(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Rows of labelled summaries as a percentile table.
+pub(crate) fn summary_table(rows: &[(String, &Summary)]) -> String {
+    let mut head = vec!["", "count"];
+    head.extend(Summary::HEADERS);
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(label, s)| {
+            let mut r = vec![label.clone(), format_si(s.count as f64)];
+            r.extend(s.cells());
+            r
+        })
+        .collect();
+    table("percentiles", &head, &rows)
+}
+
+/// What to look at in a percentile spectrum.
+pub(crate) const SPECTRUM_CAPTION: &str = "Latency by percentile, the tail stretched to the right: a flat line is \
+steady latency; a step shows a second population (a timer, a retransmission, a queue) and the \
+x axis tells what share of requests it hits. Points stop where the sample has no more data.";
+
+/// The spectrum and table of one or more distributions (empty ones left out).
+pub(crate) fn latency_block(rows: &[(String, &Summary)]) -> Result<String, ReportError> {
+    let rows: Vec<(String, &Summary)> = rows
+        .iter()
+        .filter(|(_, s)| s.count > 0)
+        .map(|(l, s)| (l.clone(), *s))
+        .collect();
+    if rows.is_empty() {
+        return Ok(para(
+            "note",
+            "No latency was measured (no successful operation).",
+        ));
+    }
+    let curves: Vec<Curve<'_>> = rows
+        .iter()
+        .map(|(l, s)| Curve {
+            label: l.clone(),
+            summary: s,
+        })
+        .collect();
+    Ok(format!(
+        "{}{}",
+        figure("spectrum", &spectrum(&curves)?, SPECTRUM_CAPTION),
+        summary_table(&rows)
+    ))
+}
+
+/// Error messages as a list, when there are any.
+pub(crate) fn error_list(title: &str, errors: &[String]) -> String {
+    if errors.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("<h3>{}</h3><ul class=\"errors\">", crate::html::esc(title));
+    for e in errors {
+        out.push_str(&format!("<li><code>{}</code></li>", crate::html::esc(e)));
+    }
+    out.push_str("</ul>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::utc(1_709_210_096_000), "2024-02-29 12:34:56 UTC");
+    }
+}

@@ -1,0 +1,118 @@
+//! Latency histograms on a log time axis (Gregg's latency histograms, netstacklat's log2 view):
+//! equal-width bars per factor of time, so a 40 ms mode shows next to a 40 µs one.
+
+use latscope_core::units::{format_ns, format_si};
+use plotters::prelude::*;
+
+use super::{HEIGHT, WIDTH, colour, svg, text, zero_span};
+use crate::error::ReportError;
+
+/// Values in `(lo_ns, hi_ns]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Bin {
+    pub lo_ns: f64,
+    pub hi_ns: f64,
+    pub count: u64,
+}
+
+/// Bins per factor of ten for samples.
+const BINS_PER_DECADE: f64 = 10.0;
+
+/// Log-spaced bins over raw samples (ns).
+pub(crate) fn from_samples(samples: &[u64]) -> Vec<Bin> {
+    let lo = samples
+        .iter()
+        .copied()
+        .filter(|&v| v > 0)
+        .min()
+        .unwrap_or(1) as f64;
+    let hi = samples.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let start = (lo.log10() * BINS_PER_DECADE).floor();
+    let n = (((hi.log10() * BINS_PER_DECADE).floor() - start) as usize + 1).min(400);
+    let edge = |k: f64| 10f64.powf((start + k) / BINS_PER_DECADE);
+    let mut bins: Vec<Bin> = (0..n)
+        .map(|k| Bin {
+            lo_ns: edge(k as f64),
+            hi_ns: edge(k as f64 + 1.0),
+            count: 0,
+        })
+        .collect();
+    for &v in samples {
+        let k = ((v.max(1) as f64).log10() * BINS_PER_DECADE).floor() - start;
+        let k = (k.max(0.0) as usize).min(n - 1);
+        bins[k].count += 1;
+    }
+    bins
+}
+
+/// Draw histograms side by side in one row of panels (one per `(title, bins)`), sharing the
+/// time axis so their modes line up.
+pub(crate) fn histograms(panels: &[(String, Vec<Bin>)]) -> Result<String, ReportError> {
+    let lo = panels
+        .iter()
+        .flat_map(|p| p.1.first().map(|b| b.lo_ns))
+        .fold(f64::MAX, f64::min);
+    let hi = panels
+        .iter()
+        .flat_map(|p| p.1.last().map(|b| b.hi_ns))
+        .fold(1.0, f64::max);
+    let lo = if lo == f64::MAX {
+        1.0
+    } else {
+        lo.min(hi / 10.0)
+    };
+    let cols = panels.len().clamp(1, 3);
+    let rows = panels.len().div_ceil(cols).max(1);
+    let height = if panels.len() > 1 {
+        300 * rows as u32
+    } else {
+        HEIGHT
+    };
+    svg((WIDTH, height), |root| {
+        let areas = root.split_evenly((rows, cols));
+        for (i, ((title, bins), area)) in panels.iter().zip(areas.iter()).enumerate() {
+            let top = zero_span(bins.iter().map(|b| b.count as f64));
+            let mut chart = ChartBuilder::on(area)
+                .margin(10)
+                .caption(title, text(16))
+                .x_label_area_size(40)
+                .y_label_area_size(56)
+                .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)?;
+            chart
+                .configure_mesh()
+                .x_desc("latency (log scale)")
+                .y_desc("count")
+                .x_label_formatter(&|v| format_ns(*v))
+                .y_label_formatter(&|v| format_si(*v))
+                .x_labels(if cols > 1 { 4 } else { 8 })
+                .label_style(text(15))
+                .axis_desc_style(text(16))
+                .light_line_style(RGBColor(235, 235, 235))
+                .max_light_lines(3)
+                .draw()?;
+            let fill = colour(i).mix(0.8).filled();
+            chart.draw_series(
+                bins.iter()
+                    .filter(|b| b.count > 0)
+                    .map(|b| Rectangle::new([(b.lo_ns, 0.0), (b.hi_ns, b.count as f64)], fill)),
+            )?;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_land_in_their_decade_bins() {
+        let bins = from_samples(&[1_000, 1_000, 10_000, 100_000]);
+        assert_eq!(bins.iter().map(|b| b.count).sum::<u64>(), 4);
+        let b = bins
+            .iter()
+            .find(|b| b.lo_ns <= 10_000.0 && 10_000.0 < b.hi_ns)
+            .unwrap();
+        assert_eq!(b.count, 1);
+    }
+}
