@@ -192,7 +192,7 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
     emit(&report, a.output.format(), &mut io::stdout().lock())?;
     Ok(if interrupted {
         exit::INTERRUPTED
-    } else if report.findings.is_empty() {
+    } else if report.analysis.findings.is_empty() {
         exit::OK
     } else {
         exit::FINDINGS

@@ -128,13 +128,7 @@ fn capture_and_analyze(
         Ok(())
     })
     .map_err(|e| format!("{e:#}"))?;
-    let r = latscope_wire::build_report(
-        meta("analyze"),
-        "live:any".into(),
-        "live",
-        analyzer.finish(),
-        vec![],
-    );
+    let r = analyzer.finish();
     let find = |k: StallKind| r.findings.iter().find(|f| f.kind == k);
     Ok(rules::CaptureEvidence {
         frames: r.frames,

@@ -6,6 +6,8 @@
 //! Everything here works on bytes handed in by the caller, so every parser can be fuzzed and
 //! unit-tested without a network.
 
+#![warn(missing_docs)]
+
 pub mod analyze;
 pub mod capfile;
 #[doc(hidden)]
@@ -71,48 +73,33 @@ pub struct FileSummary {
     pub interrupted: bool,
 }
 
-/// Assemble the report from an analysis.
+/// Assemble the report from an analysis: the analysis itself, with where it came from and
+/// warnings about frames it had to skip.
 pub fn build_report(
     meta: Meta,
     source: String,
     format: &str,
-    a: Analysis,
+    analysis: Analysis,
     mut warnings: Vec<String>,
 ) -> AnalyzeReport {
-    let sum = |h: &Option<latscope_core::LatencyHistogram>| {
-        h.as_ref().filter(|h| !h.is_empty()).map(|h| h.summary())
-    };
-    if a.skipped.truncated > 0 {
+    let skipped = &analysis.skipped;
+    if skipped.truncated > 0 {
         warnings.push(format!(
             "{} frames were cut short before their TCP/UDP header (snap length too small?) and were skipped",
-            a.skipped.truncated
+            skipped.truncated
         ));
     }
-    if a.skipped.unknown_link_type > 0 {
+    if skipped.unknown_link_type > 0 {
         warnings.push(format!(
             "{} frames have a link type latscope does not decode and were skipped",
-            a.skipped.unknown_link_type
+            skipped.unknown_link_type
         ));
     }
     AnalyzeReport {
         meta,
         source,
         format: format.into(),
-        frames: a.frames,
-        tcp_frames: a.tcp_frames,
-        udp_frames: a.udp_frames,
-        skipped: a.skipped,
-        capture_span_ns: a.capture_span_ns,
-        connections: a.connections,
-        peak_open_connections: a.peak_open_connections,
-        counts: a.counts,
-        transactions: a.transactions,
-        transaction_time: sum(&a.tx_hist),
-        think_time: sum(&a.think_hist),
-        handshake_rtt: sum(&a.handshake_hist),
-        findings: a.findings,
-        top_connections: a.top_connections,
-        ladder: a.ladder,
+        analysis,
         warnings,
     }
 }

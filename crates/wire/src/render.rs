@@ -41,26 +41,27 @@ fn summary_table(out: &mut String, rows: &[(&str, &Option<Summary>)]) {
 
 impl Human for AnalyzeReport {
     fn render_human(&self, out: &mut String) {
+        let a = &self.analysis;
         let _ = writeln!(
             out,
             "{} ({}): {} frames over {}, {} TCP connections, {} transactions",
             self.source,
             self.format,
-            self.frames,
-            ns(self.capture_span_ns),
-            self.connections,
-            self.transactions
+            a.frames,
+            ns(a.capture_span_ns),
+            a.connections,
+            a.transactions
         );
         for w in &self.warnings {
             let _ = writeln!(out, "  warning: {w}");
         }
         out.push('\n');
-        if self.findings.is_empty() {
+        if a.findings.is_empty() {
             out.push_str("No stalls found.\n");
         } else {
             out.push_str("Stalls, by time lost:\n");
             let mut t = Table::new(&["", "cause", "count", "time lost", "largest at frame"]);
-            for (i, f) in self.findings.iter().enumerate() {
+            for (i, f) in a.findings.iter().enumerate() {
                 t.row(vec![
                     format!("{}.", i + 1),
                     f.title.clone(),
@@ -73,7 +74,7 @@ impl Human for AnalyzeReport {
                 ]);
             }
             t.render("  ", out);
-            if let Some(f) = self.findings.first() {
+            if let Some(f) = a.findings.first() {
                 let _ = writeln!(out, "\n  Top cause: {}. {}", f.title, f.explanation);
                 let _ = writeln!(out, "  Examples: {}", frames_list(&f.examples));
                 if let Some(e) = f.examples.first() {
@@ -89,12 +90,12 @@ impl Human for AnalyzeReport {
         summary_table(
             out,
             &[
-                ("transaction", &self.transaction_time),
-                ("server think", &self.think_time),
-                ("handshake RTT", &self.handshake_rtt),
+                ("transaction", &a.transaction_time),
+                ("server think", &a.think_time),
+                ("handshake RTT", &a.handshake_rtt),
             ],
         );
-        let c = &self.counts;
+        let c = &a.counts;
         let _ = writeln!(
             out,
             "\nTCP analysis: {} retransmissions ({} fast, {} spurious), {} out-of-order, {} duplicate ACKs, {} zero window, {} window full",
@@ -106,7 +107,7 @@ impl Human for AnalyzeReport {
             c.zero_window,
             c.window_full
         );
-        let worst: Vec<_> = self
+        let worst: Vec<_> = a
             .top_connections
             .iter()
             .filter(|c| c.stall_lost_ns > 0)
@@ -136,7 +137,7 @@ impl Human for AnalyzeReport {
             }
             t.render("  ", out);
         }
-        if let Some(l) = &self.ladder {
+        if let Some(l) = &a.ladder {
             out.push('\n');
             render_ladder(l, out);
         }

@@ -72,7 +72,7 @@ pub struct StallExample {
     pub lost_ns: u64,
 }
 
-/// One stall detector's result, ranked in [`AnalyzeReport::findings`] by time lost.
+/// One stall detector's result, ranked in [`Analysis::findings`] by time lost.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StallFinding {
     /// Which detector.
@@ -253,15 +253,9 @@ pub struct Skipped {
     pub fragment: u64,
 }
 
-/// The whole `latscope analyze` result.
+/// What the analyzer found in the frames: the body of the `latscope analyze` result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct AnalyzeReport {
-    /// Who and when.
-    pub meta: Meta,
-    /// The file (or "live:IFACE").
-    pub source: String,
-    /// "pcap", "pcapng" or "live".
-    pub format: String,
+pub struct Analysis {
     /// Frames read.
     pub frames: u64,
     /// TCP frames analysed.
@@ -292,6 +286,20 @@ pub struct AnalyzeReport {
     pub top_connections: Vec<ConnSummary>,
     /// The `--conn N` ladder, when asked for.
     pub ladder: Option<Ladder>,
+}
+
+/// The whole `latscope analyze` result: where the frames came from, the analysis, warnings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AnalyzeReport {
+    /// Who and when.
+    pub meta: Meta,
+    /// The file (or "live:IFACE").
+    pub source: String,
+    /// "pcap", "pcapng" or "live".
+    pub format: String,
+    /// What was found (its fields appear at the top level of the JSON document).
+    #[serde(flatten)]
+    pub analysis: Analysis,
     /// Things the reader should know (truncated file, skipped blocks …).
     pub warnings: Vec<String>,
 }

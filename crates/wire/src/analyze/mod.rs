@@ -53,9 +53,11 @@ mod tests;
 mod transaction;
 
 use latscope_core::LatencyHistogram;
+use latscope_core::summary::Summary;
 
 use crate::packet::{Addr, Decoded, SkipReason, TcpView, Transport, flags};
-use crate::report::{ConnSummary, Ladder, Skipped, StallFinding, TcpCounts};
+pub use crate::report::Analysis;
+use crate::report::{ConnSummary, Ladder, Skipped, TcpCounts};
 
 pub use explain::explain;
 pub use flow::FxHasher;
@@ -100,40 +102,6 @@ pub struct Analyzer {
     acc: Acc,
     top: Vec<ConnSummary>,
     ladder_conn: Option<ConnSummary>,
-}
-
-/// What [`Analyzer::finish`] returns (the report minus metadata the caller adds).
-pub struct Analysis {
-    /// Frames seen.
-    pub frames: u64,
-    /// TCP frames analysed.
-    pub tcp_frames: u64,
-    /// UDP frames.
-    pub udp_frames: u64,
-    /// Skipped frames by reason.
-    pub skipped: Skipped,
-    /// First to last timestamp.
-    pub capture_span_ns: u64,
-    /// Connections seen.
-    pub connections: u64,
-    /// Peak simultaneously tracked connections.
-    pub peak_open_connections: u64,
-    /// Totals.
-    pub counts: TcpCounts,
-    /// Transactions.
-    pub transactions: u64,
-    /// Transaction durations (None: no transaction).
-    pub tx_hist: Option<LatencyHistogram>,
-    /// Think times.
-    pub think_hist: Option<LatencyHistogram>,
-    /// Handshake RTTs.
-    pub handshake_hist: Option<LatencyHistogram>,
-    /// Findings ranked by time lost.
-    pub findings: Vec<StallFinding>,
-    /// Worst connections.
-    pub top_connections: Vec<ConnSummary>,
-    /// The traced connection.
-    pub ladder: Option<Ladder>,
 }
 
 impl Default for Analyzer {
@@ -338,14 +306,18 @@ impl Analyzer {
             peak_open_connections: self.flows.peak_open,
             counts: self.counts,
             transactions: self.acc.tx.total,
+            transaction_time: summary(self.acc.tx.tx_hist.as_ref()),
+            think_time: summary(self.acc.tx.think_hist.as_ref()),
+            handshake_rtt: summary(self.acc.hs_hist.as_ref()),
             findings: self.acc.stalls.findings(),
-            tx_hist: self.acc.tx.tx_hist,
-            think_hist: self.acc.tx.think_hist,
-            handshake_hist: self.acc.hs_hist,
             top_connections: top,
             ladder,
         }
     }
+}
+
+fn summary(h: Option<&LatencyHistogram>) -> Option<Summary> {
+    h.filter(|h| !h.is_empty()).map(LatencyHistogram::summary)
 }
 
 fn endpoint(a: (Addr, u16)) -> String {
