@@ -1,8 +1,13 @@
 //! Packet building and parsing for probes, without syscalls: the Internet checksum, TCP SYN
 //! segments, ICMP echo requests, UDP probe payloads whose checksum never changes (Paris
 //! traceroute), and the parsing of replies and ICMP errors with the header they quote.
+//! IP and TCP headers are read through the wire crate's checked views (one parser for both);
+//! the ICMP messages and latscope's probe payloads, which the wire crate does not decode, are
+//! read here.
 
 use std::net::IpAddr;
+
+use latscope_wire::packet::{Ipv4View, Ipv6View, TcpView};
 
 /// IP protocol number of ICMP.
 pub const PROTO_ICMP: u8 = 1;
@@ -39,6 +44,7 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
+#[cfg(test)]
 fn be32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes([
         *b.get(at)?,
@@ -121,14 +127,15 @@ pub struct TcpSegment {
     pub flags: u8,
 }
 
-/// Parse a TCP header (at least 14 bytes).
+/// Parse a whole TCP header (with its options) through the wire crate's checked view.
 pub fn parse_tcp(b: &[u8]) -> Option<TcpSegment> {
+    let t = TcpView::new_checked(b).ok()?;
     Some(TcpSegment {
-        sport: be16(b, 0)?,
-        dport: be16(b, 2)?,
-        seq: be32(b, 4)?,
-        ack: be32(b, 8)?,
-        flags: *b.get(13)?,
+        sport: t.src_port(),
+        dport: t.dst_port(),
+        seq: t.seq(),
+        ack: t.ack(),
+        flags: t.flags(),
     })
 }
 
@@ -168,23 +175,14 @@ pub struct Ipv4Header {
 
 /// Parse an IPv4 header (as read from a raw IPv4 socket, or quoted in an ICMP error).
 pub fn parse_ipv4(b: &[u8]) -> Option<Ipv4Header> {
-    let v_ihl = *b.first()?;
-    if v_ihl >> 4 != 4 {
-        return None;
-    }
-    let header_len = usize::from(v_ihl & 0x0f) * 4;
-    if header_len < 20 || b.len() < header_len {
-        return None;
-    }
-    let src: [u8; 4] = b.get(12..16)?.try_into().ok()?;
-    let dst: [u8; 4] = b.get(16..20)?.try_into().ok()?;
+    let h = Ipv4View::new_checked(b).ok()?;
     Some(Ipv4Header {
-        src: IpAddr::from(src),
-        dst: IpAddr::from(dst),
-        proto: b[9],
-        ttl: b[8],
-        id: be16(b, 4)?,
-        header_len,
+        src: IpAddr::from(h.src()),
+        dst: IpAddr::from(h.dst()),
+        proto: h.protocol(),
+        ttl: h.ttl(),
+        id: h.ident(),
+        header_len: h.header_len(),
     })
 }
 
@@ -350,17 +348,13 @@ fn parse_quoted_ipv4(b: &[u8]) -> Option<Quote<'_>> {
 }
 
 fn parse_quoted_ipv6(b: &[u8]) -> Option<Quote<'_>> {
-    if b.first()? >> 4 != 6 || b.len() < 40 {
-        return None;
-    }
-    let src: [u8; 16] = b.get(8..24)?.try_into().ok()?;
-    let dst: [u8; 16] = b.get(24..40)?.try_into().ok()?;
+    let h = Ipv6View::new_checked(b).ok()?;
     // Extension headers are not used by our probes; a quote with one is not ours.
     Some(Quote {
-        src: IpAddr::from(src),
-        dst: IpAddr::from(dst),
-        proto: b[6],
-        transport: b.get(40..)?,
+        src: IpAddr::from(h.src()),
+        dst: IpAddr::from(h.dst()),
+        proto: h.next_header(),
+        transport: h.payload(),
     })
 }
 

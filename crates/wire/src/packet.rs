@@ -127,6 +127,14 @@ impl<'a> Ipv4View<'a> {
     pub fn total_len(&self) -> u16 {
         be16(self.buf, 2).unwrap_or(0)
     }
+    /// Identification field.
+    pub fn ident(&self) -> u16 {
+        be16(self.buf, 4).unwrap_or(0)
+    }
+    /// Time to live.
+    pub fn ttl(&self) -> u8 {
+        self.buf.get(8).copied().unwrap_or(0)
+    }
     /// Protocol number (6 TCP, 17 UDP).
     pub fn protocol(&self) -> u8 {
         self.buf.get(9).copied().unwrap_or(0)
