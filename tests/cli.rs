@@ -1,14 +1,15 @@
 //! The command line as a user meets it: bad input, schemas, progress-free JSON, Ctrl-C, demo.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+#[macro_use]
+mod lab;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use lab::*;
 use latscope_net::proto::Limits;
-use support::*;
 
 /// Every error is one line on stderr, starting with "latscope: error:".
 fn assert_one_line_error(err: &str) {
@@ -147,39 +148,6 @@ fn test_limit_is_enforced() {
     let (code, _, err) = run(&["rr", &addr, "-c", "2", "-n", "10"]);
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("busy: 1 tests running, retry later"), "{err}");
-}
-
-#[test]
-fn committed_schemas_match_the_code() {
-    for kind in [
-        "rr",
-        "connect",
-        "demo",
-        "interval",
-        "stream",
-        "stream-interval",
-        "ping",
-        "trace",
-        "diagnose",
-        "sockets",
-        "setsockopt",
-        "stack",
-        "stack-interval",
-        "analyze",
-        "capture",
-        "http",
-    ] {
-        let (code, out, _) = run(&["schema", kind]);
-        assert_eq!(code, 0);
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("schema/{kind}.schema.json"));
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert_eq!(
-            out.trim(),
-            committed.trim(),
-            "schema/{kind}.schema.json is stale: run `latscope schema {kind} > schema/{kind}.schema.json`"
-        );
-    }
 }
 
 #[test]

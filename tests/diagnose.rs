@@ -1,12 +1,13 @@
 //! latscope diagnose names the cause: each case is a server with a known fault.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+#[macro_use]
+mod lab;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use lab::*;
 
 /// `latscope serve ARGS` on a free loopback port; killed on drop.
 struct Serve(Child, u16);
@@ -154,6 +155,7 @@ fn any_tcp_service_gets_the_path_and_the_skipped_steps() {
 
 #[test]
 fn without_privileges_the_verdict_is_reduced_but_correct() {
+    require_root!();
     let slow = Serve::start(&["--split-response", "128", "--nagle"]);
     let out = Command::new("capsh")
         .args([

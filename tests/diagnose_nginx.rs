@@ -2,11 +2,11 @@
 //! delayed ACK on the server; `tcp_nodelay on` gets no latency finding.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod http_lab;
-mod support;
+#[macro_use]
+mod lab;
 
-use http_lab::{Nginx, NginxConf};
-use support::*;
+use lab::nginx::{Nginx, NginxConf};
+use lab::*;
 
 fn diagnose_url(url: &str) -> (i32, serde_json::Value) {
     let (code, out, err) = run(&["diagnose", url, "-d", "1500ms", "-c", "4", "--json"]);
@@ -16,7 +16,8 @@ fn diagnose_url(url: &str) -> (i32, serde_json::Value) {
 
 #[test]
 fn nginx_nagle_and_nodelay() {
-    let _serial = http_lab::serial();
+    require_root!();
+    let _serial = lab::timing_lock();
     let slow = Nginx::start(NginxConf {
         tcp_nodelay: false,
         sendfile: true,

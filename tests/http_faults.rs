@@ -3,7 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod http_lab;
+#[macro_use]
+mod lab;
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -11,13 +12,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use http_lab::{TestServer, free_port, latscope, ms, read_request, respond_always};
+use lab::http::{TestServer, free_port, latscope, ms, read_request, respond_always};
 
 /// A server that freezes every connection for 1 s, 1.5 s after its first request: the open
 /// loop's corrected latency must show the stall at p99, the uncorrected one must not.
 #[test]
 fn coordinated_omission_is_corrected() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let first_ns = Arc::new(AtomicU64::new(0));
     let epoch = Instant::now();
     let f = first_ns.clone();
@@ -78,7 +79,7 @@ fn coordinated_omission_is_corrected() {
 
 #[test]
 fn garbage_responses_are_malformed_errors() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let srv = TestServer::start(respond_always(b"SPAM 200 hello\r\n\r\n"));
     let r = latscope(&[
         "http",
@@ -104,7 +105,7 @@ fn garbage_responses_are_malformed_errors() {
 
 #[test]
 fn server_closing_mid_body_is_closed_early() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let srv = TestServer::start(|mut s: TcpStream| {
         if read_request(&mut s) {
             let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part");
@@ -132,7 +133,7 @@ fn server_closing_mid_body_is_closed_early() {
 
 #[test]
 fn silent_server_times_out() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let srv = TestServer::start(|mut s: TcpStream| while read_request(&mut s) {});
     let started = Instant::now();
     let r = latscope(&[
@@ -157,7 +158,7 @@ fn silent_server_times_out() {
 
 #[test]
 fn refused_connection_is_a_one_line_target_error() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let port = free_port();
     let r = latscope(&["http", &format!("http://127.0.0.1:{port}/"), "-d", "1s"]);
     assert_eq!(r.code, 3);
@@ -171,7 +172,7 @@ fn refused_connection_is_a_one_line_target_error() {
 
 #[test]
 fn bad_input_is_exit_2() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     for args in [
         vec!["http", "ftp://127.0.0.1/"],
         vec!["http", "http://127.0.0.1/", "-H", "no colon"],
@@ -187,7 +188,7 @@ fn bad_input_is_exit_2() {
 
 #[test]
 fn chunked_interim_and_close_delimited_bodies() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     // Alternate three framings on each connection; the last one closes the connection.
     let srv = TestServer::start(|mut s: TcpStream| {
         let mut i = 0;
@@ -238,7 +239,7 @@ fn chunked_interim_and_close_delimited_bodies() {
 
 #[test]
 fn ctrl_c_prints_partial_results_and_exits_130() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let srv = TestServer::start(respond_always(
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     ));
@@ -273,7 +274,7 @@ fn ctrl_c_prints_partial_results_and_exits_130() {
 
 #[test]
 fn warmup_is_excluded() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let srv = TestServer::start(respond_always(
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     ));

@@ -2,13 +2,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod http_lab;
+#[macro_use]
+mod lab;
 
-use http_lab::{Nginx, NginxConf, latscope, make_certs, ms, wrk_p50_ms};
+use lab::http::{Nginx, NginxConf, latscope, make_certs, ms, wrk_p50_ms};
 
 #[test]
 fn exact_request_count_matches_nginx_access_log() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     // keepalive_requests 100: nginx closes every connection after 100 responses (with
     // `Connection: close`), so the count must stay exact across reconnects.
     let ng = Nginx::start(NginxConf {
@@ -46,7 +47,7 @@ fn exact_request_count_matches_nginx_access_log() {
 
 #[test]
 fn median_agrees_with_wrk() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let ng = Nginx::start(NginxConf::default());
     let url = ng.url("/");
     // One connection: the median is then the request round trip through nginx, with no
@@ -78,7 +79,7 @@ fn median_agrees_with_wrk() {
 /// send) by ~40 ms — after the first few responses, while the connection is in quick-ACK mode.
 #[test]
 fn nagle_with_sendfile_costs_40ms_like_wrk_shows() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let slow = Nginx::start(NginxConf {
         tcp_nodelay: false,
         sendfile: true,
@@ -153,7 +154,7 @@ fn quickack_removes_the_nagle_stall() {
 
 #[test]
 fn close_after_each_response_reconnects_without_errors() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     // keepalive_timeout 0: nginx answers with `Connection: close` and closes every time.
     let ng = Nginx::start(NginxConf {
         keepalive: false,
@@ -182,7 +183,7 @@ fn close_after_each_response_reconnects_without_errors() {
 
 #[test]
 fn head_and_error_statuses() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let ng = Nginx::start(NginxConf::default());
     let r = latscope(&[
         "http",
@@ -207,7 +208,7 @@ fn head_and_error_statuses() {
 
 #[test]
 fn open_loop_rate_is_kept() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let ng = Nginx::start(NginxConf::default());
     let r = latscope(&[
         "http",
@@ -236,7 +237,7 @@ fn open_loop_rate_is_kept() {
 
 #[test]
 fn https_with_rustls() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let certs = make_certs();
     let ng = Nginx::start(NginxConf {
         tls: Some((certs.cert.clone(), certs.key.clone())),
@@ -278,7 +279,7 @@ fn https_with_rustls() {
 
 #[test]
 fn json_matches_schema_and_json_lines_stream_intervals() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let ng = Nginx::start(NginxConf::default());
     let r = latscope(&[
         "http",
@@ -315,14 +316,7 @@ fn json_matches_schema_and_json_lines_stream_intervals() {
         total,
         "the timeline adds up to the total"
     );
-    let schema: serde_json::Value =
-        serde_json::from_str(&latscope(&["schema", "http"]).stdout).unwrap();
-    let validator = jsonschema::validator_for(&schema).unwrap();
-    let errors: Vec<String> = validator
-        .iter_errors(report)
-        .map(|e| e.to_string())
-        .collect();
-    assert!(errors.is_empty(), "{errors:?}");
+    lab::validate(report, "http");
     let hgrm = std::fs::read_to_string(ng.dir.0.join("out.hgrm")).unwrap();
     assert!(hgrm.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)"));
     assert!(
@@ -333,7 +327,7 @@ fn json_matches_schema_and_json_lines_stream_intervals() {
 
 #[test]
 fn memory_stays_flat_for_a_ten_times_longer_run() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let ng = Nginx::start(NginxConf::default());
     let url = ng.url("/");
     let short = latscope(&["http", &url, "-d", "1s", "-c", "20", "-t", "2", "--json"]);
@@ -351,20 +345,8 @@ fn memory_stays_flat_for_a_ten_times_longer_run() {
 }
 
 #[test]
-fn committed_schema_matches_the_code() {
-    let out = latscope(&["schema", "http"]).stdout;
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/http.schema.json");
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        out.trim(),
-        committed.trim(),
-        "schema/http.schema.json is stale: run `latscope schema http > schema/http.schema.json`"
-    );
-}
-
-#[test]
 fn http2_open_loop_keeps_the_rate_and_corrects_a_stall() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let ng = Nginx::start(NginxConf {
         http2: true,
         ..Default::default()
@@ -428,7 +410,7 @@ fn http2_open_loop_keeps_the_rate_and_corrects_a_stall() {
 
 #[test]
 fn http2_h2c_and_h2_over_tls() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     // h2c with prior knowledge; nginx's http2_max_requests (1000) ends each connection with a
     // graceful GOAWAY, which must cost reconnects but no errors and no lost requests.
     let ng = Nginx::start(NginxConf {

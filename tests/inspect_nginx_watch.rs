@@ -3,13 +3,14 @@
 //! `latscope sockets` then reads from the socket. And `--watch` on this test's own calls.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod inspect_lab;
+#[macro_use]
+mod lab;
 
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use inspect_lab::*;
+use lab::sockets::*;
 use serde_json::Value;
 
 /// nginx's accepted socket for our keep-alive connection `conn`: (worker pid, fd, row).
@@ -31,7 +32,7 @@ fn accepted_row(nginx: &Nginx, conn: &TcpStream) -> Value {
 }
 
 fn nginx_case(nodelay: bool) {
-    let nginx = Nginx::start(if nodelay { "on" } else { "off" }, nodelay, None);
+    let nginx = nginx(nodelay, None);
     let worker = nginx.worker().unwrap();
     let watch = Watch::start(&["--pid", &worker.to_string()]);
     let conn = http_keepalive(nginx.port);
@@ -75,16 +76,19 @@ fn nginx_case(nodelay: bool) {
 
 #[test]
 fn nginx_tcp_nodelay_on() {
+    require_root!();
     nginx_case(true);
 }
 
 #[test]
 fn nginx_tcp_nodelay_off() {
+    require_root!();
     nginx_case(false);
 }
 
 #[test]
 fn watch_sees_a_setsockopt_made_after_it_started() {
+    require_root!();
     let me = std::process::id();
     let watch = Watch::start(&[]);
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
@@ -144,6 +148,7 @@ fn is_zombie_or_gone(pid: u32) -> bool {
 
 #[test]
 fn watch_with_duration_ends_by_itself() {
+    require_root!();
     let t0 = Instant::now();
     let out = latscope(&["sockets", "--watch", "--duration", "300ms", "--json-lines"]);
     assert_eq!(
@@ -165,6 +170,7 @@ fn watch_with_duration_ends_by_itself() {
 
 #[test]
 fn watch_names_a_process_that_exited_before_it_was_looked_up() {
+    require_root!();
     let watch = Watch::start(&[]);
     // `ip` opens a netlink socket with setsockopt(SO_SNDBUF, 32768) (iproute2's rtnl_open) and
     // exits at once: its name can only come from the kernel's exec record.
@@ -186,6 +192,7 @@ fn watch_names_a_process_that_exited_before_it_was_looked_up() {
 
 #[test]
 fn watch_without_privileges_says_which_capability() {
+    require_root!();
     let cmd = format!("{BIN} sockets --watch --duration 1s");
     let out = std::process::Command::new("capsh")
         .args(["--drop=cap_perfmon,cap_sys_admin", "--", "-c", &cmd])

@@ -2,7 +2,8 @@
 //! another network namespace; privilege reduction; processes and sockets that vanish mid-scan.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod inspect_lab;
+#[macro_use]
+mod lab;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
@@ -12,13 +13,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use inspect_lab::*;
+use lab::sockets::*;
 
 const SOL_SOCKET: i32 = libc::SOL_SOCKET;
 const TCP: i32 = libc::IPPROTO_TCP;
 
 #[test]
 fn known_options_are_reported_exactly() {
+    require_root!();
     let me = std::process::id();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -159,31 +161,13 @@ fn known_options_are_reported_exactly() {
 fn json_matches_the_schema() {
     let me = std::process::id();
     let _l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let schema: serde_json::Value =
-        serde_json::from_slice(&latscope(&["schema", "sockets"]).stdout).unwrap();
     let (report, _) = latscope_json(&["sockets", "--pid", &me.to_string(), "--json"]);
-    let v = jsonschema::validator_for(&schema).unwrap();
-    let errors: Vec<String> = v.iter_errors(&report).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "{errors:?}");
-}
-
-#[test]
-fn committed_schemas_match_the_code() {
-    for kind in ["sockets", "setsockopt"] {
-        let out = latscope(&["schema", kind]);
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("schema/{kind}.schema.json"));
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            committed.trim(),
-            "schema/{kind}.schema.json is stale: run `latscope schema {kind} > schema/{kind}.schema.json`"
-        );
-    }
+    lab::validate(&report, "sockets");
 }
 
 #[test]
 fn socket_in_another_namespace_held_by_this_process_is_found() {
+    require_root!();
     let ns = Netns::new("t");
     let path = ns.path();
     // A local address whose route carries per-route TCP limits, as `ip route` sets them.
@@ -268,8 +252,9 @@ fn socket_in_another_namespace_held_by_this_process_is_found() {
 
 #[test]
 fn nginx_in_another_namespace_is_found_by_port() {
+    require_root!();
     let ns = Netns::new("n");
-    let nginx = Nginx::start("nsx", true, Some(&ns));
+    let nginx = nginx(true, Some(&ns));
     let (report, out) = latscope_json(&["sockets", "--port", &nginx.port.to_string(), "--json"]);
     assert!(
         out.stderr.is_empty(),
@@ -384,6 +369,7 @@ fn processes_and_sockets_vanishing_mid_scan_do_not_spam() {
 
 #[test]
 fn without_cap_sys_ptrace_shows_sock_diag_and_says_what_is_missing() {
+    require_root!();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -428,8 +414,9 @@ fn without_cap_sys_ptrace_shows_sock_diag_and_says_what_is_missing() {
 
 #[test]
 fn without_ptrace_or_admin_a_container_socket_is_still_listed_from_proc() {
+    require_root!();
     let ns = Netns::new("r");
-    let nginx = Nginx::start("rdc", false, Some(&ns));
+    let nginx = nginx(false, Some(&ns));
     let cmd = format!("{BIN} sockets --port {} --json", nginx.port);
     let out = Command::new("capsh")
         .args(["--drop=cap_sys_ptrace,cap_sys_admin", "--", "-c", &cmd])

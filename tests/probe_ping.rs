@@ -1,12 +1,13 @@
 //! `latscope ping` against delay lines, namespaces and loopback; agreement with hping3;
 //! behaviour without CAP_NET_RAW.
 
-mod probe_lab;
+#[macro_use]
+mod lab;
 
 use std::process::Command;
 use std::time::Duration;
 
-use probe_lab::{BIN, DelayLine, Netns, json, link, median};
+use lab::probe::{BIN, DelayLine, Netns, json, link, median};
 use serde_json::Value;
 
 fn p50_ms(v: &Value) -> f64 {
@@ -15,19 +16,21 @@ fn p50_ms(v: &Value) -> f64 {
 
 #[test]
 fn rtt_matches_injected_delay_in_every_mode() {
+    require_root!();
     delay_line_check("10.8.0.2", "0.0.0.0:0");
 }
 
 #[test]
 fn rtt_matches_injected_delay_in_every_mode_ipv6() {
+    require_root!();
     delay_line_check("fd08::2", "[::]:0");
 }
 
 fn delay_line_check(target: &str, bind: &str) {
     let delay = Duration::from_millis(20);
     let dl = DelayLine::new(delay);
-    let tcp = probe_lab::tcp_server(Some(&dl.server), bind);
-    let udp = probe_lab::udp_echo(Some(&dl.server), bind);
+    let tcp = lab::probe::tcp_server(Some(&dl.server), bind);
+    let udp = lab::probe::udp_echo(Some(&dl.server), bind);
     let (tp, up) = (tcp.port.to_string(), udp.port.to_string());
     for (mode, port) in [
         ("--syn", tp.as_str()),
@@ -91,8 +94,8 @@ fn delay_line_check(target: &str, bind: &str) {
 
 /// client (10.7.0.1) — server (10.7.0.2) over one veth.
 fn pair() -> (Netns, Netns) {
-    let c = Netns::new("pc");
-    let s = Netns::new("ps");
+    let c = Netns::new("pc").no_icmp_limits();
+    let s = Netns::new("ps").no_icmp_limits();
     link(&c, "v", &s, "v");
     c.ip(&["addr", "add", "10.7.0.1/24", "dev", "v"]);
     s.ip(&["addr", "add", "10.7.0.2/24", "dev", "v"]);
@@ -101,8 +104,9 @@ fn pair() -> (Netns, Netns) {
 
 #[test]
 fn syn_ping_port_states_and_no_half_open_connection() {
+    require_root!();
     let (c, s) = pair();
-    let open = probe_lab::tcp_server(Some(&s), "0.0.0.0:0");
+    let open = lab::probe::tcp_server(Some(&s), "0.0.0.0:0");
     let filtered = open.port.wrapping_add(1).max(1024);
     let closed = open.port.wrapping_add(2).max(1025);
     s.exec(&["nft", "add table inet lsprobe"]);
@@ -177,8 +181,9 @@ fn hping3_rtts_ms(text: &str) -> Vec<f64> {
 
 #[test]
 fn agrees_with_hping3_syn() {
+    require_root!();
     let dl = DelayLine::new(Duration::from_millis(10));
-    let tcp = probe_lab::tcp_server(Some(&dl.server), "0.0.0.0:0");
+    let tcp = lab::probe::tcp_server(Some(&dl.server), "0.0.0.0:0");
     let p = tcp.port.to_string();
     // hping3 prints 0.1 ms steps and times answers when its libpcap loop delivers them, which
     // adds 0.5-1 ms here (on loopback its median is ~0.6 ms for a ~25 us RTT, see
@@ -224,7 +229,8 @@ fn capsh(cmd: &str) -> std::process::Output {
 
 #[test]
 fn without_cap_net_raw_syn_fails_clearly_and_default_falls_back_to_connect() {
-    let srv = probe_lab::tcp_server(None, "127.0.0.1:0");
+    require_root!();
+    let srv = lab::probe::tcp_server(None, "127.0.0.1:0");
     let out = capsh(&format!(
         "exec {BIN} ping --syn -c 1 -p {} 127.0.0.1",
         srv.port
@@ -275,8 +281,9 @@ fn without_cap_net_raw_syn_fails_clearly_and_default_falls_back_to_connect() {
 
 #[test]
 fn loopback_ipv6_every_mode() {
-    let tcp = probe_lab::tcp_server(None, "[::1]:0");
-    let udp = probe_lab::udp_echo(None, "[::1]:0");
+    require_root!();
+    let tcp = lab::probe::tcp_server(None, "[::1]:0");
+    let udp = lab::probe::udp_echo(None, "[::1]:0");
     let (tp, up) = (tcp.port.to_string(), udp.port.to_string());
     for (mode, port, kind) in [
         ("--syn", tp.as_str(), "syn_ack"),
@@ -318,6 +325,7 @@ fn loopback_ipv6_every_mode() {
 
 #[test]
 fn ctrl_c_prints_statistics_so_far() {
+    require_root!();
     let child = Command::new(BIN)
         .args(["ping", "--icmp", "-c", "100000", "-i", "5ms", "127.0.0.1"])
         .stdout(std::process::Stdio::piped())
@@ -347,6 +355,7 @@ fn ctrl_c_prints_statistics_so_far() {
 
 #[test]
 fn flood_and_json_schema() {
+    require_root!();
     let out = Command::new(BIN)
         .args(["ping", "--icmp", "--flood", "-c", "3000", "127.0.0.1"])
         .output()
@@ -389,24 +398,14 @@ fn flood_and_json_schema() {
             ],
         ),
     ] {
-        let schema = Command::new(BIN)
-            .args(["schema", kind])
-            .output()
-            .expect("schema");
-        let schema: Value = serde_json::from_slice(&schema.stdout).expect("schema JSON");
         let out = Command::new(BIN).args(&args).output().expect("run");
-        let doc = json(&out);
-        let validator = jsonschema::validator_for(&schema).expect("valid schema");
-        let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
-        assert!(
-            errors.is_empty(),
-            "{args:?} does not match `latscope schema {kind}`: {errors:?}"
-        );
+        lab::validate(&json(&out), kind);
     }
 }
 
 #[test]
 fn trace_report_ctrl_c_and_json_lines() {
+    require_root!();
     let child = Command::new(BIN)
         .args([
             "trace",
@@ -461,9 +460,10 @@ fn trace_report_ctrl_c_and_json_lines() {
 
 #[test]
 fn probes_overlap_when_the_interval_is_shorter_than_the_rtt() {
+    require_root!();
     let dl = DelayLine::new(Duration::from_millis(20));
-    let tcp = probe_lab::tcp_server(Some(&dl.server), "0.0.0.0:0");
-    let udp = probe_lab::udp_echo(Some(&dl.server), "0.0.0.0:0");
+    let tcp = lab::probe::tcp_server(Some(&dl.server), "0.0.0.0:0");
+    let udp = lab::probe::udp_echo(Some(&dl.server), "0.0.0.0:0");
     let (tp, up) = (tcp.port.to_string(), udp.port.to_string());
     // 1 ms apart over a 20 ms path: ~20 probes in flight, each matched to its own answer.
     for (mode, port) in [

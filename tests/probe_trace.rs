@@ -1,8 +1,9 @@
 //! `latscope trace` in a namespace lab: client — R1 — R2 — R3 — destination.
 
-mod probe_lab;
+#[macro_use]
+mod lab;
 
-use probe_lab::Chain;
+use lab::probe::Chain;
 use serde_json::Value;
 
 /// The responder of each hop of a plain trace (`None` for a hop with no answer).
@@ -31,13 +32,14 @@ fn run_trace(lab: &Chain, args: &[&str]) -> Value {
         "trace {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    probe_lab::json(&out)
+    lab::probe::json(&out)
 }
 
 #[test]
 fn trace_finds_routers_then_destination_in_every_mode() {
+    require_root!();
     let lab = Chain::new();
-    let _web = probe_lab::tcp_server(Some(lab.dest()), "0.0.0.0:80");
+    let _web = lab::probe::tcp_server(Some(lab.dest()), "0.0.0.0:80");
     let want: Vec<Option<String>> = Chain::hops_v4().into_iter().map(Some).collect();
     for (mode, reply) in [
         ("--syn", "syn_ack"),
@@ -72,6 +74,7 @@ fn trace_finds_routers_then_destination_in_every_mode() {
 
 #[test]
 fn trace_ipv6() {
+    require_root!();
     let lab = Chain::new();
     let want: Vec<Option<String>> = Chain::hops_v6().into_iter().map(Some).collect();
     for mode in ["--syn", "--udp", "--icmp"] {
@@ -82,6 +85,7 @@ fn trace_ipv6() {
 
 #[test]
 fn silent_router_shows_as_star_and_the_trace_continues() {
+    require_root!();
     let lab = Chain::new();
     let r2 = &lab.nodes[2];
     // R2 forwards, but never sends time exceeded (a common firewall/CoPP setting).
@@ -135,7 +139,7 @@ fn silent_router_shows_as_star_and_the_trace_continues() {
         "trace", "--udp", "-q", "1", "-w", "300ms", "-m", "3", "--json", "10.9.4.2",
     ]);
     assert_eq!(out.status.code(), Some(1));
-    let v = probe_lab::json(&out);
+    let v = lab::probe::json(&out);
     assert_eq!(v["reached"], false);
     assert_eq!(
         hop_addrs(&v),
@@ -156,7 +160,7 @@ fn silent_router_shows_as_star_and_the_trace_continues() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v = probe_lab::json(&out);
+    let v = lab::probe::json(&out);
     let rep = v["report"].as_array().expect("report");
     assert_eq!(rep.len(), 4, "{rep:?}");
     let loss: Vec<f64> = rep
@@ -175,8 +179,9 @@ fn silent_router_shows_as_star_and_the_trace_continues() {
 
 #[test]
 fn agrees_with_traceroute_tcp() {
+    require_root!();
     let lab = Chain::new();
-    let _web = probe_lab::tcp_server(Some(lab.dest()), "0.0.0.0:80");
+    let _web = lab::probe::tcp_server(Some(lab.dest()), "0.0.0.0:80");
     let out = lab.client().exec(&[
         "traceroute",
         "-T",
@@ -206,12 +211,13 @@ fn agrees_with_traceroute_tcp() {
 
 #[test]
 fn unprivileged_icmp_trace_with_ping_sockets() {
+    require_root!();
     let lab = Chain::new();
     let c = lab.client();
     c.exec(&["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"]);
     let cmd = format!(
         "exec {} trace --icmp -q 2 -w 500ms -m 8 --json 10.9.4.2",
-        probe_lab::BIN
+        lab::probe::BIN
     );
     let out = c.try_exec(&["capsh", "--drop=cap_net_raw", "--", "-c", &cmd]);
     assert_eq!(
@@ -220,7 +226,7 @@ fn unprivileged_icmp_trace_with_ping_sockets() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v = probe_lab::json(&out);
+    let v = lab::probe::json(&out);
     assert!(
         v["mode_reason"]
             .as_str()
@@ -270,10 +276,11 @@ fn captured_probes(pcap: &[u8]) -> Vec<(u8, u8, Vec<u8>)> {
 
 #[test]
 fn paris_flow_is_constant_on_the_wire() {
+    require_root!();
     let lab = Chain::new();
-    let _web = probe_lab::tcp_server(Some(lab.dest()), "0.0.0.0:80");
+    let _web = lab::probe::tcp_server(Some(lab.dest()), "0.0.0.0:80");
     let r1 = &lab.nodes[1];
-    let pcap = std::env::temp_dir().join(format!("{}.pcap", probe_lab::unique("cap")));
+    let pcap = std::env::temp_dir().join(format!("{}.pcap", lab::probe::unique("cap")));
     struct Cleanup(std::path::PathBuf, std::process::Child);
     impl Drop for Cleanup {
         fn drop(&mut self) {

@@ -1,16 +1,17 @@
 //! serve + rr/connect over TCP, UDP and unix, in-process and through the binary.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+#[macro_use]
+mod lab;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use lab::*;
 use latscope_core::model::Meta;
 use latscope_core::model::rr::{ServerBehaviour, SockOpts, Transport};
 use latscope_net::rr::{Peer, RrConfig, StopAfter};
 use latscope_net::sock::Target;
-use support::*;
 
 fn cfg(
     target: Target,
@@ -388,7 +389,7 @@ fn a_closed_stdout_ends_the_run_quietly() {
     use std::io::BufRead;
     use std::process::{Command, Stdio};
     let srv = server(None, None, None);
-    let mut child = Command::new(support::BIN)
+    let mut child = Command::new(lab::BIN)
         .args([
             "rr",
             &addr_arg(srv.tcp_addr),

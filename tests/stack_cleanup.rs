@@ -2,16 +2,18 @@
 //! error during start-up. One test, so no other stack run of this binary overlaps the checks.
 #![allow(clippy::unwrap_used)]
 
-mod stack_lab;
+#[macro_use]
+mod lab;
 
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
-use stack_lab::{BIN, Stack, lsstk_programs, lsstk_programs_settled};
+use lab::stack::{BIN, Stack, lsstk_programs, lsstk_programs_settled};
 
 #[test]
 fn nothing_left_attached_after_exit_ctrl_c_or_attach_error() {
+    require_root!();
     assert!(
         lsstk_programs_settled().is_empty(),
         "leftovers before the test: {:?}",

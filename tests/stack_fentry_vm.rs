@@ -1,7 +1,7 @@
 //! `latscope stack` on the path real servers take: fentry/fexit. This machine's kernel refuses
 //! BPF trampolines, so the test boots Debian 12's stock kernel (6.1, fetched by
 //! `scripts/vm-kernel.sh`) under QEMU with an initramfs of busybox + virtio/9p modules, mounts
-//! the host's root read-only over 9p and runs `tests/vm_lab/guest.sh` there: latscope serve,
+//! the host's root read-only over 9p and runs `tests/lab/vm/guest.sh` there: latscope serve,
 //! stack and rr on the VM's loopback. Checks that the fentry/fexit hooks are the ones chosen,
 //! that every probe counts the traffic, and that nothing stays attached after Ctrl-C. Also
 //! `latscope sockets` on a kernel without sock_diag handlers (the VM has no tcp_diag module).
@@ -9,13 +9,17 @@
 //! Emulated (TCG), so ~30 s; the VM has no network device and touches nothing of the host's.
 #![allow(clippy::unwrap_used)]
 
+#[macro_use]
+mod lab;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_latscope");
+use lab::BIN;
+
 /// Transactions per transport.
 const N: u64 = 300;
 
@@ -34,7 +38,7 @@ fn which(prog: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// busybox, the modules and tests/vm_lab/init, as a gzipped cpio archive in `dir`.
+/// busybox, the modules and tests/lab/vm/init, as a gzipped cpio archive in `dir`.
 fn initramfs(dir: &Path, kernel: &Path) -> PathBuf {
     let root = dir.join("root");
     for d in ["bin", "mods", "proc", "sys", "dev", "host"] {
@@ -43,7 +47,7 @@ fn initramfs(dir: &Path, kernel: &Path) -> PathBuf {
     std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
     let init = root.join("init");
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm_lab/init"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lab/vm/init"),
         &init,
     )
     .unwrap();
@@ -135,9 +139,7 @@ fn field<'a>(lines: &'a [String], key: &str) -> &'a str {
 
 #[test]
 fn fentry_hooks_on_a_stock_kernel_count_every_packet_and_detach() {
-    if unsafe { libc::geteuid() } != 0 {
-        panic!("needs root (BPF in the VM is loaded by root; run as CI does)");
-    }
+    require_root!(); // BPF in the VM is loaded by root, as CI does
     let kernel = vm_dir();
     assert!(
         kernel.join("vmlinuz").exists() && kernel.join("modules/order").exists(),
@@ -151,7 +153,7 @@ fn fentry_hooks_on_a_stock_kernel_count_every_packet_and_detach() {
         Path::new("/bin/busybox").exists(),
         "/bin/busybox missing: run scripts/setup.sh"
     );
-    let guest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm_lab/guest.sh");
+    let guest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lab/vm/guest.sh");
     let lscmd = format!("{},{BIN},{N}", guest.display());
     assert!(
         !lscmd.contains(' '),

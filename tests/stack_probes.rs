@@ -1,7 +1,8 @@
 //! `latscope stack` against real traffic in two test namespaces joined by veth (needs root).
 #![allow(clippy::unwrap_used)]
 
-mod stack_lab;
+#[macro_use]
+mod lab;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -9,16 +10,13 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
+use lab::stack::{BIN, Lab, Stack, hist, report};
 use latscope_ebpf::Probe;
-use stack_lab::{BIN, Lab, SERIAL, Stack, hist, report};
-
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 #[test]
 fn veth_traffic_reaches_every_available_probe_with_plausible_counts() {
-    let _g = lock();
+    require_root!();
+    let _g = lab::timing_lock();
     let lab = Lab::new("p");
     let (listener, udp, port) = lab.servers();
     let stack = lab.stack_on_port(port, &["-r", "1h"]);
@@ -32,15 +30,7 @@ fn veth_traffic_reaches_every_available_probe_with_plausible_counts() {
     let (code, out) = stack.interrupt();
     assert_eq!(code, 130, "Ctrl-C exits 130 with the partial report");
     // The JSON is what `latscope schema stack` promises.
-    let schema_out = Command::new(BIN)
-        .args(["schema", "stack"])
-        .output()
-        .unwrap();
-    let schema: serde_json::Value = serde_json::from_slice(&schema_out.stdout).unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
-    if let Err(e) = jsonschema::validate(&schema, &doc) {
-        panic!("report does not match its schema: {e}");
-    }
+    lab::json_checked(&out, "stack");
     let r = report(&out);
     assert!(r.interrupted);
     let mut seen = BTreeMap::new();
@@ -85,7 +75,8 @@ fn veth_traffic_reaches_every_available_probe_with_plausible_counts() {
 
 #[test]
 fn slow_reader_shows_in_socket_read_while_enqueue_stays_fast() {
-    let _g = lock();
+    require_root!();
+    let _g = lab::timing_lock();
     let lab = Lab::new("s");
     let (listener, _udp, port) = lab.servers();
     let stack = lab.stack_on_port(port, &["-p", "tcp-socket-enqueued,tcp-socket-read"]);
@@ -107,10 +98,11 @@ fn slow_reader_shows_in_socket_read_while_enqueue_stays_fast() {
 
 #[test]
 fn udp_read_fifo_resyncs_past_a_full_ring_and_keeps_order() {
+    require_root!();
     // The tracepoint fallback of udp-socket-read queues each datagram's stamp per socket (a ring
     // of 256) and pops one per read. A burst deeper than the ring makes it skip what is queued
     // at that moment and follow the rest; reads after the burst are matched one to one again.
-    let _g = lock();
+    let _g = lab::timing_lock();
     let lab = Lab::new("u");
     let (_listener, udp, port) = lab.servers();
     let stack = lab.stack_on_port(port, &["-p", "udp-socket-read"]);
@@ -145,7 +137,8 @@ fn udp_read_fifo_resyncs_past_a_full_ring_and_keeps_order() {
 
 #[test]
 fn sampling_times_one_packet_in_n_at_each_probe() {
-    let _g = lock();
+    require_root!();
+    let _g = lab::timing_lock();
     let lab = Lab::new("m");
     let (_listener, udp, port) = lab.servers();
     let stack = lab.stack_on_port(
@@ -193,7 +186,8 @@ fn tcp_start_run(
 
 #[test]
 fn ten_thousand_nftables_rules_raise_tcp_start_latency() {
-    let _g = lock();
+    require_root!();
+    let _g = lab::timing_lock();
     let lab = Lab::new("n");
     let (listener, _udp, port) = lab.servers();
     let before = tcp_start_run(&lab, &listener, port);
@@ -338,10 +332,11 @@ fn check_prometheus_text(text: &str) -> BTreeMap<String, f64> {
 
 #[test]
 fn prometheus_metrics_parse_and_buckets_are_cumulative() {
-    let _g = lock();
+    require_root!();
+    let _g = lab::timing_lock();
     let lab = Lab::new("m");
     let (listener, _udp, port) = lab.servers();
-    let netns = Lab::netns_path(&lab.ns_b);
+    let netns = lab.netns_b();
     let stack = Stack::start(&[
         "--prometheus",
         "127.0.0.1:0",
@@ -385,7 +380,8 @@ fn prometheus_metrics_parse_and_buckets_are_cumulative() {
 
 #[test]
 fn list_probes_names_every_probe_and_its_hook() {
-    let _g = lock();
+    require_root!();
+    let _g = lab::timing_lock();
     let out = Command::new(BIN)
         .args(["stack", "--list-probes"])
         .output()
@@ -416,7 +412,8 @@ fn list_probes_names_every_probe_and_its_hook() {
 
 #[test]
 fn without_bpf_capabilities_exit_4_and_say_which() {
-    let _g = lock();
+    require_root!();
+    let _g = lab::timing_lock();
     let out = Command::new("capsh")
         .args([
             "--drop=cap_bpf,cap_perfmon,cap_sys_admin",
@@ -452,10 +449,11 @@ fn bad_filters_are_usage_errors() {
 
 #[test]
 fn filters_apply_in_the_kernel() {
-    let _g = lock();
+    require_root!();
+    let _g = lab::timing_lock();
     let lab = Lab::new("f");
     let (listener, _udp, port) = lab.servers();
-    let netns = Lab::netns_path(&lab.ns_b);
+    let netns = lab.netns_b();
     let p = port.to_string();
     // --pid of a process that reads nothing here: reads vanish, tcp-start (softirq) stays.
     let stack = Stack::start(&[
@@ -491,15 +489,7 @@ fn filters_apply_in_the_kernel() {
     assert!(hist(&r, Probe::TcpSocketRead).count() >= 50);
     // The veth's ifindex inside B: its packets are there; another index: none.
     let link = Command::new("ip")
-        .args([
-            "-n",
-            &lab.ns_b,
-            "-o",
-            "link",
-            "show",
-            "dev",
-            &format!("{}v", lab.ns_b),
-        ])
+        .args(["-n", &lab.ns_b, "-o", "link", "show", "dev", &lab.dev_b])
         .output()
         .unwrap();
     let ifindex = String::from_utf8_lossy(&link.stdout)
@@ -546,10 +536,11 @@ fn filters_apply_in_the_kernel() {
 
 #[test]
 fn json_lines_gives_interval_deltas_then_the_summary() {
-    let _g = lock();
+    require_root!();
+    let _g = lab::timing_lock();
     let lab = Lab::new("j");
     let (listener, _udp, port) = lab.servers();
-    let netns = Lab::netns_path(&lab.ns_b);
+    let netns = lab.netns_b();
     let mut stack = Stack::start(&[
         "--json-lines",
         "-r",
@@ -570,20 +561,13 @@ fn json_lines_gives_interval_deltas_then_the_summary() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let schema_out = Command::new(BIN)
-        .args(["schema", "stack-interval"])
-        .output()
-        .unwrap();
-    let schema: serde_json::Value = serde_json::from_slice(&schema_out.stdout).unwrap();
     let (summary, intervals) = lines.split_last().unwrap();
     assert_eq!(summary["event"], "summary");
     assert!(intervals.len() >= 3, "{out}");
     let mut reads = 0;
     for ev in intervals {
         assert_eq!(ev["event"], "interval");
-        if let Err(e) = jsonschema::validate(&schema, ev) {
-            panic!("interval event does not match its schema: {e}");
-        }
+        lab::validate(ev, "stack-interval");
         for h in ev["histograms"].as_array().unwrap() {
             reads += h["count"].as_u64().unwrap();
         }

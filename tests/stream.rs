@@ -2,12 +2,13 @@
 //! rate-limited link compared with iperf3, latency under load, and faults.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+#[macro_use]
+mod lab;
 
 use std::time::{Duration, Instant};
 
-use support::netns::NetnsPair;
-use support::*;
+use lab::netns::NetnsPair;
+use lab::*;
 
 fn stream_json(args: &[&str]) -> serde_json::Value {
     let mut full = vec!["stream"];
@@ -147,6 +148,7 @@ fn iperf3_rate(lab: &mut NetnsPair, extra: &[&str]) -> f64 {
 
 #[test]
 fn shaped_link_rate_matches_the_limit_and_iperf3() {
+    require_root!();
     let mut lab = NetnsPair::routed("lss", 92, 1500);
     // A 50 Mbit/s token bucket on the router, towards the server, with a deep queue
     // (bufferbloat). On the router, not the client: a local qdisc would back-pressure the

@@ -4,15 +4,17 @@
 //! sizes are fast again. The sweep must flag that window and nothing else. Needs root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+#[macro_use]
+mod lab;
 
 use std::time::Duration;
 
-use support::netns::NetnsPair;
-use support::*;
+use lab::netns::NetnsPair;
+use lab::*;
 
 #[test]
 fn sweep_finds_the_500_to_1500_byte_window() {
+    require_root!();
     let mut lab = NetnsPair::new("lsw", 91, 1500);
     let server = lab.addr_b.clone();
     lab.spawn(

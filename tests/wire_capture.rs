@@ -3,20 +3,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod wire_lab;
+#[macro_use]
+mod lab;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
-use wire_lab::{
+use lab::wire::{
     BIN, Bg, Netns, Pattern, TempDir, analyze_json, http_client, http_server, spawn_ready,
     tshark_count,
 };
 
 #[test]
 fn capture_matches_tcpdump_packet_count() {
+    require_root!();
     let dir = TempDir::new();
     let ours = dir.path("latscope.pcap");
     let theirs = dir.path("tcpdump.pcap");
@@ -66,6 +68,7 @@ fn capture_matches_tcpdump_packet_count() {
 
 #[test]
 fn capture_count_and_bad_filter() {
+    require_root!();
     let dir = TempDir::new();
     let f = dir.path("c.pcap");
     let (addr, server) = http_server(Pattern::SplitNoDelay, 3);
@@ -143,6 +146,7 @@ fn capture_count_and_bad_filter() {
 
 #[test]
 fn analyze_live_finds_nagle() {
+    require_root!();
     let (addr, server) = http_server(Pattern::SplitNagle, 1);
     let port = addr.port().to_string();
     let mut cmd = Command::new(BIN);
@@ -173,7 +177,8 @@ fn analyze_live_finds_nagle() {
 /// Bulk transfers through a namespace whose nftables input hook drops ~6% of the segments.
 #[test]
 fn retransmissions_match_tshark_under_nft_loss() {
-    let ns = Netns::new();
+    require_root!();
+    let ns = Netns::new("w").with_lo_mtu(1500);
     let port = 5000;
     ns.nft(&format!(
         "table inet {t} {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n  tcp sport {port} numgen random mod 100 < 6 drop\n  tcp dport {port} numgen random mod 100 < 6 drop\n }}\n}}\n",

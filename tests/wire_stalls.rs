@@ -4,12 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod wire_lab;
+#[macro_use]
+mod lab;
 
 use std::time::Duration;
 
+use lab::wire::{Bg, Pattern, TempDir, analyze_json, http_client, http_server};
 use serde_json::Value;
-use wire_lab::{Bg, Pattern, TempDir, analyze_json, http_client, http_server};
 
 const CONNS: usize = 2;
 const REQS: usize = 5;
@@ -59,6 +60,7 @@ fn conns(v: &Value) -> Vec<Value> {
 
 #[test]
 fn nagle_split_response_every_slow_transaction_flagged() {
+    require_root!();
     let (_dir, file, lat) = capture_scenario(Pattern::SplitNagle);
     let (code, v) = analyze_json(&file, &[]);
     assert_eq!(code, 1, "findings → exit 1");
@@ -104,7 +106,7 @@ fn nagle_split_response_every_slow_transaction_flagged() {
         .count();
     assert!(slow_measured >= CONNS * (REQS - 1), "client saw {lat:?}");
     // The ladder marks the stall.
-    let out = std::process::Command::new(wire_lab::BIN)
+    let out = std::process::Command::new(lab::wire::BIN)
         .arg("analyze")
         .arg(&file)
         .args(["--conn", "0"])
@@ -117,6 +119,7 @@ fn nagle_split_response_every_slow_transaction_flagged() {
 
 #[test]
 fn nodelay_nothing_flagged() {
+    require_root!();
     let (_dir, file, _) = capture_scenario(Pattern::SplitNoDelay);
     let (code, v) = analyze_json(&file, &[]);
     let k = kinds(&v);
@@ -139,6 +142,7 @@ fn nodelay_nothing_flagged() {
 
 #[test]
 fn think_time_is_not_nagle() {
+    require_root!();
     let (_dir, file, _) = capture_scenario(Pattern::Think(Duration::from_millis(60)));
     let (code, v) = analyze_json(&file, &[]);
     assert_eq!(code, 1);

@@ -1,7 +1,5 @@
-//! Test lab for `latscope stack`: two network namespaces joined by a veth pair, traffic
-//! generators that run inside them, and a runner for the real binary. Every name carries this
-//! process's pid and a tag, and everything is removed in Drop.
-#![allow(dead_code, clippy::unwrap_used)]
+//! Helpers for `latscope stack`: two network namespaces joined by a veth pair with traffic
+//! generators that run inside them, and a runner for the real binary (killed on drop).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -14,96 +12,42 @@ use latscope_core::Log2Histogram;
 use latscope_ebpf::Probe;
 use latscope_ebpf::report::StackReport;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_latscope");
+pub use super::BIN;
+use super::netns::{self, NetnsPair};
 
-/// Run a command, panic with its output if it fails.
-pub fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Serialises the timing-sensitive tests of one binary.
-pub static SERIAL: Mutex<()> = Mutex::new(());
-
+/// Two namespaces A (10.77.0.1) and B (10.77.0.2) joined by a veth pair, deleted on drop.
 pub struct Lab {
     pub ns_a: String,
     pub ns_b: String,
     pub ip_a: Ipv4Addr,
     pub ip_b: Ipv4Addr,
+    /// B's end of the veth pair.
+    pub dev_b: String,
+    pair: NetnsPair,
 }
 
 impl Lab {
-    /// `tag`: one lowercase letter unique within the test binary.
     pub fn new(tag: &str) -> Lab {
-        let pid = std::process::id();
-        let lab = Lab {
-            ns_a: format!("lsk{pid}{tag}a"),
-            ns_b: format!("lsk{pid}{tag}b"),
-            ip_a: Ipv4Addr::new(10, 77, 1, 1),
-            ip_b: Ipv4Addr::new(10, 77, 1, 2),
-        };
-        sh(&["ip", "netns", "add", &lab.ns_a]);
-        sh(&["ip", "netns", "add", &lab.ns_b]);
-        let (va, vb) = (format!("{}v", lab.ns_a), format!("{}v", lab.ns_b));
-        sh(&[
-            "ip", "link", "add", &va, "netns", &lab.ns_a, "type", "veth", "peer", "name", &vb,
-            "netns", &lab.ns_b,
-        ]);
-        for (ns, dev, ip) in [
-            (&lab.ns_a, &va, "10.77.1.1/24"),
-            (&lab.ns_b, &vb, "10.77.1.2/24"),
-        ] {
-            sh(&["ip", "-n", ns, "addr", "add", ip, "dev", dev]);
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        let pair = NetnsPair::new(tag, 77, 1500);
+        Lab {
+            ns_a: pair.a.clone(),
+            ns_b: pair.b.clone(),
+            ip_a: pair.addr_a.parse().unwrap(),
+            ip_b: pair.addr_b.parse().unwrap(),
+            dev_b: pair.dev_b.clone(),
+            pair,
         }
-        lab
     }
 
-    pub fn netns_path(ns: &str) -> String {
-        format!("/run/netns/{ns}")
-    }
-
-    /// Run `f` on a thread that has entered network namespace `ns` (sockets it creates live there).
-    pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-        let path = Lab::netns_path(ns);
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                let fd = std::fs::File::open(&path).unwrap();
-                // SAFETY: fd is an open netns file; setns affects only this thread.
-                let rc = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-                f()
-            })
-            .join()
-            .unwrap()
-        })
-    }
-
-    /// Spawn a thread that enters network namespace `ns` and runs `f` there (so the kernel sees
-    /// the reads as done by a process of that namespace, as a real server's would be).
-    pub fn spawn_in_ns<T: Send + 'static>(
-        ns: &str,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> std::thread::JoinHandle<T> {
-        let path = Lab::netns_path(ns);
-        std::thread::spawn(move || {
-            let fd = std::fs::File::open(&path).unwrap();
-            // SAFETY: fd is an open netns file; setns affects only this thread.
-            let rc = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-            f()
-        })
+    /// B's namespace file, as `--netns` takes it.
+    pub fn netns_b(&self) -> String {
+        netns::path(&self.ns_b)
     }
 
     /// A TCP listener and a UDP socket on the same port in B.
     pub fn servers(&self) -> (TcpListener, UdpSocket, u16) {
         let ip = self.ip_b;
-        Lab::in_ns(&self.ns_b, move || {
+        netns::run_in(&self.ns_b, move || {
             let l = TcpListener::bind((ip, 0)).unwrap();
             let port = l.local_addr().unwrap().port();
             let u = UdpSocket::bind((ip, port)).unwrap();
@@ -113,7 +57,7 @@ impl Lab {
 
     /// `latscope stack --json` filtered to B's namespace and local `port`, plus `extra`.
     pub fn stack_on_port(&self, port: u16, extra: &[&str]) -> Stack {
-        let netns = Lab::netns_path(&self.ns_b);
+        let netns = self.netns_b();
         let port = port.to_string();
         let mut args = vec!["--json", "--netns", &netns, "--lport", &port];
         args.extend_from_slice(extra);
@@ -125,7 +69,7 @@ impl Lab {
     pub fn tcp_transactions(&self, listener: &TcpListener, n: usize, size: usize, think: Duration) {
         let addr = SocketAddr::from((self.ip_b, listener.local_addr().unwrap().port()));
         let listener = listener.try_clone().unwrap();
-        let server = Lab::spawn_in_ns(&self.ns_b, move || {
+        let server = netns::spawn_in(&self.ns_b, move || {
             let (mut conn, _) = listener.accept().unwrap();
             conn.set_nodelay(true).unwrap();
             let mut buf = vec![0u8; size];
@@ -137,7 +81,7 @@ impl Lab {
                 conn.write_all(b"k").unwrap();
             }
         });
-        let client = Lab::spawn_in_ns(&self.ns_a, move || {
+        let client = netns::spawn_in(&self.ns_a, move || {
             let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
             c.set_nodelay(true).unwrap();
             let msg = vec![7u8; size];
@@ -170,7 +114,7 @@ impl Lab {
         };
         assert_eq!(rc, 0, "SO_RCVBUFFORCE");
         let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
-        let reader = Lab::spawn_in_ns(&self.ns_b, move || {
+        let reader = netns::spawn_in(&self.ns_b, move || {
             sent_rx.recv().unwrap();
             std::thread::sleep(hold);
             server.set_nonblocking(true).unwrap();
@@ -181,7 +125,7 @@ impl Lab {
             }
             got
         });
-        let sender = Lab::spawn_in_ns(&self.ns_a, move || {
+        let sender = netns::spawn_in(&self.ns_a, move || {
             let c = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
             for _ in 0..n {
                 c.send_to(&vec![1u8; size], addr).unwrap();
@@ -201,7 +145,7 @@ impl Lab {
         let server = server.try_clone().unwrap();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let (ack_tx, ack_rx) = std::sync::mpsc::channel::<bool>();
-        let reader = Lab::spawn_in_ns(&self.ns_b, move || {
+        let reader = netns::spawn_in(&self.ns_b, move || {
             server
                 .set_read_timeout(Some(Duration::from_secs(2)))
                 .unwrap();
@@ -210,7 +154,7 @@ impl Lab {
                 let _ = ack_tx.send(server.recv(&mut buf).is_ok());
             }
         });
-        let sender = Lab::spawn_in_ns(&self.ns_a, move || {
+        let sender = netns::spawn_in(&self.ns_a, move || {
             let c = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
             let mut got = 0;
             for _ in 0..n {
@@ -225,17 +169,6 @@ impl Lab {
         let got = sender.join().unwrap();
         reader.join().unwrap();
         got
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.ns_a])
-            .status();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.ns_b])
-            .status();
     }
 }
 

@@ -1,23 +1,28 @@
-//! Helpers for the `latscope sockets` integration tests: running the binary, setting socket
-//! options, network namespaces, a private nginx, and a `--watch` child. Everything created here
-//! has a name with "lsi" and the test's pid, and is removed on drop.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! Helpers for the `latscope sockets` tests: socket options as the test sees them, report rows,
+//! a keep-alive HTTP connection, and a `sockets --watch` child (killed on drop).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::RawFd;
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_latscope");
+pub use super::netns::Netns;
+pub use super::nginx::{Nginx, NginxConf};
+pub use super::{BIN, free_port, output as latscope};
 
-/// Run latscope with `args`.
-pub fn latscope(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run latscope")
+/// A private nginx as deployed (a master and one worker) on 127.0.0.1, `tcp_nodelay on|off`,
+/// optionally inside network namespace `netns`.
+pub fn nginx(nodelay: bool, netns: Option<&Netns>) -> Nginx {
+    Nginx::start(NginxConf {
+        tcp_nodelay: nodelay,
+        master_process: true,
+        netns: netns.map(|ns| ns.name.clone()),
+        ..NginxConf::default()
+    })
 }
 
 /// Run latscope with `args` (which should include --json) and parse stdout.
@@ -85,149 +90,10 @@ pub fn row(report: &Value, pid: u32, fd: RawFd) -> &Value {
         })
 }
 
-/// A free TCP port on 127.0.0.1 (bound then released; good enough on loopback).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The inode of a namespace file.
 pub fn inode(path: &str) -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).unwrap().ino()
-}
-
-/// A named network namespace with loopback up, deleted on drop.
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new(tag: &str) -> Netns {
-        let name = format!("lsi{}{tag}", std::process::id());
-        let _ = Command::new("ip")
-            .args(["netns", "del", &name])
-            .stderr(Stdio::null())
-            .status();
-        let st = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip netns add {name}");
-        let ns = Netns { name };
-        let st = Command::new("ip")
-            .args(["-n", &ns.name, "link", "set", "lo", "up"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        ns
-    }
-
-    pub fn path(&self) -> String {
-        format!("/run/netns/{}", self.name)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-/// A private nginx (nginx-light) on 127.0.0.1:`port`, with its own prefix in a temp dir; stopped
-/// and removed on drop.
-pub struct Nginx {
-    pub dir: PathBuf,
-    pub port: u16,
-    pub child: Child,
-}
-
-impl Nginx {
-    /// Start nginx with `tcp_nodelay on|off`, optionally inside network namespace `netns`.
-    pub fn start(tag: &str, nodelay: bool, netns: Option<&Netns>) -> Nginx {
-        let dir = std::env::temp_dir().join(format!("lsi{}{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("logs")).unwrap();
-        std::fs::create_dir_all(dir.join("html")).unwrap();
-        std::fs::write(dir.join("html/index.html"), "hello from nginx\n").unwrap();
-        let port = free_port();
-        let d = dir.display();
-        let conf = format!(
-            "daemon off;\nworker_processes 1;\nerror_log {d}/logs/error.log;\npid {d}/logs/nginx.pid;\n\
-             events {{ worker_connections 64; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;\n  \
-             uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n  tcp_nodelay {};\n  keepalive_timeout 60;\n  \
-             server {{ listen 127.0.0.1:{port}; root {d}/html; }}\n}}\n",
-            if nodelay { "on" } else { "off" }
-        );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let conf_path = dir.join("nginx.conf");
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", &ns.name, "nginx"]);
-                c
-            }
-            None => Command::new("nginx"),
-        };
-        cmd.arg("-p")
-            .arg(&dir)
-            .arg("-c")
-            .arg(&conf_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = cmd.spawn().expect("start nginx (nginx-light)");
-        let n = Nginx { dir, port, child };
-        // Ready when the worker exists (the listener is open before workers are forked).
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while n.worker().is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "nginx did not start: {}",
-                n.error_log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        n
-    }
-
-    pub fn master(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The worker process's pid.
-    pub fn worker(&self) -> Option<u32> {
-        let pid = self.master();
-        let s = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
-        s.split_whitespace().next()?.parse().ok()
-    }
-
-    pub fn error_log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("logs/error.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SIGTERM: fast shutdown; the master stops its workers.
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// Open a keep-alive HTTP/1.1 connection, make one request and read the whole response; the

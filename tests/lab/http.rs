@@ -1,206 +1,16 @@
-//! Test helpers for `latscope http`: private nginx instances on free loopback ports, tiny
-//! misbehaving HTTP servers, and runners for latscope and wrk. Everything started here is
-//! stopped in Drop; temp paths carry the pid.
-
-#![allow(dead_code, clippy::unwrap_used)]
+//! Helpers for `latscope http`: tiny misbehaving HTTP servers, a runner that measures the
+//! client's peak memory, wrk, and certificates. Everything started here is stopped in Drop.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-/// Tests of one binary run in parallel threads; timing-sensitive ones take this lock so they
-/// do not load the machine for each other.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A fresh temp directory, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "latscope-http-{tag}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A port nobody listens on right now (bind 0, read, close).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_listening(port: u16, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            panic!("{what} exited early: {st}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what} did not listen on port {port}");
-}
-
-/// How a private nginx is configured.
-#[derive(Clone, Debug)]
-pub struct NginxConf {
-    pub tcp_nodelay: bool,
-    pub sendfile: bool,
-    /// `keepalive_timeout 0` makes nginx close after every response (with `Connection: close`).
-    pub keepalive: bool,
-    pub keepalive_requests: u32,
-    pub access_log: bool,
-    /// Serve HTTPS with this (cert, key) pair.
-    pub tls: Option<(PathBuf, PathBuf)>,
-    /// Size of /index.html.
-    pub index_bytes: usize,
-    /// Speak HTTP/2 (h2 with TLS, h2c with prior knowledge without).
-    pub http2: bool,
-}
-
-impl Default for NginxConf {
-    fn default() -> Self {
-        NginxConf {
-            tcp_nodelay: true,
-            sendfile: true,
-            keepalive: true,
-            keepalive_requests: 1000,
-            access_log: false,
-            tls: None,
-            index_bytes: 612,
-            http2: false,
-        }
-    }
-}
-
-/// A private nginx (single process, foreground) on a free loopback port.
-pub struct Nginx {
-    pub port: u16,
-    child: Child,
-    pub dir: TempDir,
-}
-
-fn nginx_bin() -> &'static str {
-    if Path::new("/usr/sbin/nginx").exists() {
-        "/usr/sbin/nginx"
-    } else {
-        "nginx"
-    }
-}
-
-impl Nginx {
-    pub fn start(conf: NginxConf) -> Nginx {
-        let dir = TempDir::new("nginx");
-        let d = dir.0.display().to_string();
-        std::fs::create_dir_all(dir.0.join("html")).unwrap();
-        std::fs::create_dir_all(dir.0.join("logs")).unwrap();
-        std::fs::create_dir_all(dir.0.join("tmp")).unwrap();
-        std::fs::write(dir.0.join("html/index.html"), vec![b'a'; conf.index_bytes]).unwrap();
-        // Retry on the (unlikely) race of another process taking the free port first.
-        for _ in 0..5 {
-            let port = free_port();
-            let h2 = if conf.http2 { " http2" } else { "" };
-            let listen = match &conf.tls {
-                Some((cert, key)) => format!(
-                    "listen 127.0.0.1:{port} ssl{h2}; ssl_certificate {}; ssl_certificate_key {};",
-                    cert.display(),
-                    key.display()
-                ),
-                None => format!("listen 127.0.0.1:{port}{h2};"),
-            };
-            let text = format!(
-                "daemon off;\nmaster_process off;\nuser root;\npid {d}/nginx.pid;\nerror_log {d}/logs/error.log;\n\
-                 events {{ worker_connections 4096; }}\n\
-                 http {{\n  {access}\n  sendfile {sendfile};\n  tcp_nodelay {nodelay};\n  keepalive_timeout {ka};\n  keepalive_requests {kar};\n\
-                 \x20 client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
-                 \x20 server {{ {listen} root {d}/html; }}\n}}\n",
-                access = if conf.access_log {
-                    format!("access_log {d}/logs/access.log;")
-                } else {
-                    "access_log off;".into()
-                },
-                sendfile = if conf.sendfile { "on" } else { "off" },
-                nodelay = if conf.tcp_nodelay { "on" } else { "off" },
-                ka = if conf.keepalive { "75s" } else { "0" },
-                kar = conf.keepalive_requests,
-            );
-            let conf_path = dir.0.join("nginx.conf");
-            std::fs::write(&conf_path, text).unwrap();
-            let mut child = Command::new(nginx_bin())
-                .arg("-p")
-                .arg(&dir.0)
-                .arg("-c")
-                .arg(&conf_path)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("nginx (apt: nginx-light) must be installed");
-            std::thread::sleep(Duration::from_millis(50));
-            if let Ok(Some(_)) = child.try_wait() {
-                continue; // port taken: try another
-            }
-            wait_listening(port, &mut child, "nginx");
-            return Nginx { port, child, dir };
-        }
-        panic!("could not start nginx");
-    }
-
-    /// The nginx process (master_process off: the one that serves).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        let scheme = if std::fs::read_to_string(self.dir.0.join("nginx.conf"))
-            .unwrap()
-            .contains("ssl_certificate")
-        {
-            "https"
-        } else {
-            "http"
-        };
-        format!("{scheme}://127.0.0.1:{}{path}", self.port)
-    }
-
-    /// Lines in the access log (requests nginx answered).
-    pub fn access_log_lines(&self) -> usize {
-        std::fs::read_to_string(self.dir.0.join("logs/access.log"))
-            .map(|s| s.lines().count())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+pub use super::nginx::{Nginx, NginxConf};
+pub use super::{TempDir, free_port};
 
 /// A tiny threaded HTTP server whose behaviour per connection is a closure; stops on drop.
 pub struct TestServer {
@@ -297,7 +107,7 @@ pub struct Run {
 /// when possible.
 #[allow(clippy::zombie_processes)] // reaped by wait4 below, which std does not know about
 pub fn latscope(args: &[&str]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_latscope"))
+    let mut child = Command::new(super::BIN)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -389,7 +199,7 @@ pub struct Certs {
 }
 
 pub fn make_certs() -> Certs {
-    let dir = TempDir::new("certs");
+    let dir = TempDir::new();
     let p = |n: &str| dir.0.join(n);
     let run = |args: &[&str]| {
         let st = Command::new("openssl")

@@ -1,50 +1,17 @@
-//! Test helpers for the capture/analyze tests: run `latscope capture` (or tcpdump) in the
-//! background, small TCP servers with chosen write patterns, a network namespace with an
-//! nftables loss rule, and tshark queries. Everything is named with the test's pid and cleaned
-//! up in Drop.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! Helpers for the capture/analyze tests: `latscope capture` (or tcpdump) in the background,
+//! small HTTP servers with chosen write patterns, and tshark queries. Background processes are
+//! stopped in Drop.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_latscope");
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-/// A unique name for this process and call: `lsw<pid>x<n>` (≤ 15 chars for interfaces).
-pub fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}{}x{}",
-        std::process::id() % 100_000,
-        SEQ.fetch_add(1, Ordering::SeqCst)
-    )
-}
-
-/// A temp directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new() -> Self {
-        let p = std::env::temp_dir().join(unique("latscope-wire-"));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use super::netns::Netns;
+pub use super::{BIN, TempDir, unique};
 
 /// A background capture process; SIGINT on stop (and on drop, as a safety net).
 pub struct Bg {
@@ -257,66 +224,4 @@ pub fn tshark_count(file: &Path, filter: &str) -> u64 {
         .lines()
         .filter(|l| !l.trim().is_empty())
         .count() as u64
-}
-
-/// A network namespace with `lo` up at MTU 1500, deleted on drop (with its nft tables).
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new() -> Netns {
-        let name = unique("lsw");
-        let st = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip netns add failed (needs root)");
-        let ns = Netns { name };
-        let st = Command::new("ip")
-            .args(["-n", &ns.name, "link", "set", "lo", "mtu", "1500", "up"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        ns
-    }
-
-    /// Load an nftables ruleset inside the namespace.
-    pub fn nft(&self, ruleset: &str) {
-        let mut c = Command::new("ip")
-            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        c.stdin
-            .take()
-            .unwrap()
-            .write_all(ruleset.as_bytes())
-            .unwrap();
-        assert!(c.wait().unwrap().success(), "nft rejected the ruleset");
-    }
-
-    /// Run `f` on a thread that has entered the namespace (setns only moves the calling thread).
-    pub fn spawn<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> JoinHandle<T> {
-        let path = format!("/var/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let fd = std::fs::File::open(&path).unwrap();
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns on this thread with a valid namespace fd.
-            let rc = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns failed");
-            f()
-        })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
 }

@@ -4,147 +4,17 @@
 //! - [`DelayLine`]: two namespaces joined by two TUN devices and a forwarder that holds every
 //!   client→server packet for a fixed delay (this kernel has no netem);
 //! - servers running inside a namespace on a thread that `setns`-ed into it.
-#![allow(dead_code)]
 
-use std::fs::File;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::process::Output;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_latscope");
-
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// A unique short name: `lsp<pid><n><tag>`.
-pub fn unique(tag: &str) -> String {
-    format!(
-        "lsp{}{}{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::SeqCst),
-        tag
-    )
-}
-
-/// Run a command; panic with its output if it fails.
-pub fn sh(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A network namespace, deleted on Drop.
-pub struct Netns {
-    pub name: String,
-}
-
-impl Netns {
-    pub fn new(tag: &str) -> Netns {
-        let name = unique(tag);
-        sh(&["ip", "netns", "add", &name]);
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"]);
-        for kv in [
-            "net.ipv4.icmp_ratelimit=0",
-            "net.ipv6.icmp.ratelimit=0",
-            "net.ipv4.icmp_msgs_per_sec=100000",
-            "net.ipv6.conf.all.accept_dad=0",
-            "net.ipv6.conf.default.accept_dad=0",
-        ] {
-            ns.exec(&["sysctl", "-qw", kv]);
-        }
-        ns
-    }
-
-    /// `ip -n NAME ARGS...`
-    pub fn ip(&self, args: &[&str]) -> Output {
-        let mut v = vec!["ip", "-n", &self.name];
-        v.extend_from_slice(args);
-        sh(&v)
-    }
-
-    /// `ip netns exec NAME ARGS...` (must succeed).
-    pub fn exec(&self, args: &[&str]) -> Output {
-        let mut v = vec!["ip", "netns", "exec", &self.name];
-        v.extend_from_slice(args);
-        sh(&v)
-    }
-
-    /// `ip netns exec NAME ARGS...`, whatever its exit status.
-    pub fn try_exec(&self, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.name])
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-    }
-
-    /// Wait until `addr` is routable from this namespace: IPv6 addresses and their routes are
-    /// completed from a kernel workqueue, later than `ip addr add` returns on a busy machine.
-    pub fn wait_route(&self, addr: &str) {
-        for _ in 0..200 {
-            if self
-                .try_exec(&["ip", "route", "get", addr])
-                .status
-                .success()
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("{addr} never became routable in {}", self.name);
-    }
-
-    /// Run latscope inside the namespace.
-    pub fn latscope(&self, args: &[&str]) -> Output {
-        let mut v = vec![BIN];
-        v.extend_from_slice(args);
-        self.try_exec(&v)
-    }
-
-    /// Run `f` on a thread that lives in this namespace (sockets it makes belong here).
-    pub fn spawn<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> JoinHandle<T> {
-        let path = format!("/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let fd = File::open(&path).expect("open netns");
-            // SAFETY: fd is a valid namespace file descriptor; setns only affects this thread.
-            let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
-    }
-}
-
-/// A veth link between two namespaces, with addresses.
-pub fn link(a: &Netns, a_if: &str, b: &Netns, b_if: &str) {
-    a.ip(&[
-        "link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", &b.name,
-    ]);
-    a.ip(&["link", "set", a_if, "up"]);
-    b.ip(&["link", "set", b_if, "up"]);
-}
+pub use super::netns::{Netns, link};
+pub use super::{BIN, unique};
 
 /// client — R1 — R2 — R3 — destination. Subnet s (1..=4) joins node s-1 (`.1`, `::1`) and node
 /// s (`.2`, `::2`): 10.9.s.0/24 and fd09:s::/64. Routers answer from their left address.
@@ -156,7 +26,10 @@ pub struct Chain {
 impl Chain {
     pub fn new() -> Chain {
         let tags = ["c", "r1", "r2", "r3", "d"];
-        let nodes: Vec<Netns> = tags.iter().map(|t| Netns::new(t)).collect();
+        let nodes: Vec<Netns> = tags
+            .iter()
+            .map(|t| Netns::new(t).no_icmp_limits())
+            .collect();
         for s in 1..=4usize {
             let (l, r) = (&nodes[s - 1], &nodes[s]);
             link(l, "right", r, "left");
@@ -395,8 +268,8 @@ fn write_fd(fd: i32, buf: &[u8]) {
 
 impl DelayLine {
     pub fn new(delay: Duration) -> DelayLine {
-        let client = Netns::new("a");
-        let server = Netns::new("b");
+        let client = Netns::new("a").no_icmp_limits();
+        let server = Netns::new("b").no_icmp_limits();
         let tun_c = client
             .spawn(|| open_tun("dl0"))
             .join()

@@ -1,0 +1,321 @@
+//! Network namespaces built by the test and removed on drop: [`Netns`] (one namespace),
+//! [`link`] (a veth pair between two), [`NetnsPair`] (two namespaces joined directly or through
+//! a router). Deleting a namespace removes its interfaces, and with them the veth pairs.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{BIN, sh, unique};
+
+/// A named network namespace with `lo` up, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    /// `ls<tag><pid>x<n>` (see [`super::unique`]); panics when not root.
+    pub fn new(tag: &str) -> Netns {
+        let name = unique(tag);
+        let st = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .expect("ip (iproute2) is installed by setup.sh");
+        assert!(st.success(), "ip netns add {name} failed (needs root)");
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Let the namespace answer every ICMP error and use IPv6 addresses at once (no duplicate
+    /// address detection): what traceroute and ping tests need to count every probe.
+    pub fn no_icmp_limits(self) -> Netns {
+        for kv in [
+            "net.ipv4.icmp_ratelimit=0",
+            "net.ipv6.icmp.ratelimit=0",
+            "net.ipv4.icmp_msgs_per_sec=100000",
+            "net.ipv6.conf.all.accept_dad=0",
+            "net.ipv6.conf.default.accept_dad=0",
+        ] {
+            self.sysctl(kv);
+        }
+        self
+    }
+
+    /// Set the MTU of `lo` (captures on loopback then see Ethernet-sized segments).
+    pub fn with_lo_mtu(self, mtu: u32) -> Netns {
+        self.ip(&["link", "set", "lo", "mtu", &mtu.to_string(), "up"]);
+        self
+    }
+
+    /// The namespace's file, as `--netns` takes it.
+    pub fn path(&self) -> String {
+        path(&self.name)
+    }
+
+    /// `ip -n NAME ARGS...` (must succeed).
+    pub fn ip(&self, args: &[&str]) -> Output {
+        let mut v = vec!["ip", "-n", &self.name];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+
+    /// `sysctl -qw KEY=VALUE` inside the namespace.
+    pub fn sysctl(&self, kv: &str) {
+        self.exec(&["sysctl", "-qw", kv]);
+    }
+
+    /// `ip netns exec NAME ARGS...` (must succeed).
+    pub fn exec(&self, args: &[&str]) -> Output {
+        let mut v = vec!["ip", "netns", "exec", &self.name];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+
+    /// `ip netns exec NAME ARGS...`, whatever its exit status.
+    pub fn try_exec(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// Run latscope inside the namespace.
+    pub fn latscope(&self, args: &[&str]) -> Output {
+        let mut v = vec![BIN];
+        v.extend_from_slice(args);
+        self.try_exec(&v)
+    }
+
+    /// Load an nftables ruleset inside the namespace (its tables go with it).
+    pub fn nft(&self, ruleset: &str) {
+        use std::io::Write;
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(ruleset.as_bytes())
+            .unwrap();
+        assert!(c.wait().unwrap().success(), "nft rejected the ruleset");
+    }
+
+    /// Wait until `addr` is routable from this namespace: IPv6 addresses and their routes are
+    /// completed from a kernel workqueue, later than `ip addr add` returns on a busy machine.
+    pub fn wait_route(&self, addr: &str) {
+        for _ in 0..200 {
+            if self
+                .try_exec(&["ip", "route", "get", addr])
+                .status
+                .success()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{addr} never became routable in {}", self.name);
+    }
+
+    /// Run `f` on a thread that lives in this namespace (sockets it makes belong here).
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        spawn_in(&self.name, f)
+    }
+
+    /// Run `f` in this namespace and wait for its result.
+    pub fn run_in<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        run_in(&self.name, f)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// The file of namespace `name`.
+pub fn path(name: &str) -> String {
+    format!("/run/netns/{name}")
+}
+
+/// Move the calling thread into namespace `name` (setns only moves the calling thread).
+fn enter(name: &str) {
+    let p = path(name);
+    let fd = File::open(&p).unwrap_or_else(|e| panic!("open {p}: {e}"));
+    // SAFETY: fd is an open namespace file; setns affects only this thread.
+    let rc = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns {p}: {}", std::io::Error::last_os_error());
+}
+
+/// Run `f` on a new thread inside namespace `name`.
+pub fn spawn_in<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let name = name.to_string();
+    std::thread::spawn(move || {
+        enter(&name);
+        f()
+    })
+}
+
+/// Run `f` on a scoped thread inside namespace `name` and return its result.
+pub fn run_in<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            enter(name);
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// A veth pair `a_if` (in `a`) — `b_if` (in `b`), both up. The pair is made inside the
+/// namespaces, so nothing is left in the host's when a namespace goes.
+pub fn link(a: &Netns, a_if: &str, b: &Netns, b_if: &str) {
+    a.ip(&[
+        "link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", &b.name,
+    ]);
+    a.ip(&["link", "set", a_if, "up"]);
+    b.ip(&["link", "set", b_if, "up"]);
+}
+
+/// Two namespaces `a` (10.<net>.0.1) and `b` (10.<net>.0.2) joined by a veth pair, or with
+/// [`NetnsPair::routed`] a router between them; processes started in them are killed and the
+/// namespaces deleted on drop.
+pub struct NetnsPair {
+    pub a: String,
+    pub b: String,
+    pub addr_a: String,
+    pub addr_b: String,
+    /// The veth ends in `a` and `b`.
+    pub dev_a: String,
+    pub dev_b: String,
+    /// With a router: its namespace and its interface towards `b` (the place to shape).
+    pub router: Option<(String, String)>,
+    children: Vec<Child>,
+    /// Dropped after `children` are killed (fields drop after `Drop::drop`).
+    namespaces: Vec<Netns>,
+}
+
+impl NetnsPair {
+    pub fn new(tag: &str, net: u8, mtu: u32) -> NetnsPair {
+        let (a, b) = (Netns::new(tag), Netns::new(tag));
+        let (dev_a, dev_b) = (unique("va"), unique("vb"));
+        link(&a, &dev_a, &b, &dev_b);
+        let (addr_a, addr_b) = (format!("10.{net}.0.1"), format!("10.{net}.0.2"));
+        let mtu = mtu.to_string();
+        for (ns, dev, addr) in [(&a, &dev_a, &addr_a), (&b, &dev_b, &addr_b)] {
+            ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", dev]);
+            ns.ip(&["link", "set", dev, "up", "mtu", &mtu]);
+        }
+        NetnsPair {
+            a: a.name.clone(),
+            b: b.name.clone(),
+            addr_a,
+            addr_b,
+            dev_a,
+            dev_b,
+            router: None,
+            children: vec![],
+            namespaces: vec![a, b],
+        }
+    }
+
+    /// a (10.<net>.1.1) — router (10.<net>.1.2 | 10.<net>.2.1) — b (10.<net>.2.2).
+    pub fn routed(tag: &str, net: u8, mtu: u32) -> NetnsPair {
+        let (a, r, b) = (Netns::new(tag), Netns::new(tag), Netns::new(tag));
+        let (va, ra, rb, vb) = (unique("va"), unique("ra"), unique("rb"), unique("vb"));
+        link(&a, &va, &r, &ra);
+        link(&r, &rb, &b, &vb);
+        let mtu = mtu.to_string();
+        for (dev, ns, addr) in [
+            (&va, &a, format!("10.{net}.1.1/24")),
+            (&ra, &r, format!("10.{net}.1.2/24")),
+            (&rb, &r, format!("10.{net}.2.1/24")),
+            (&vb, &b, format!("10.{net}.2.2/24")),
+        ] {
+            ns.ip(&["addr", "add", &addr, "dev", dev]);
+            ns.ip(&["link", "set", dev, "up", "mtu", &mtu]);
+        }
+        a.ip(&["route", "add", "default", "via", &format!("10.{net}.1.2")]);
+        b.ip(&["route", "add", "default", "via", &format!("10.{net}.2.1")]);
+        r.sysctl("net.ipv4.ip_forward=1");
+        NetnsPair {
+            a: a.name.clone(),
+            b: b.name.clone(),
+            addr_a: format!("10.{net}.1.1"),
+            addr_b: format!("10.{net}.2.2"),
+            dev_a: va,
+            dev_b: vb,
+            router: Some((r.name.clone(), rb)),
+            children: vec![],
+            namespaces: vec![a, r, b],
+        }
+    }
+
+    /// Run any command in namespace `ns`; panics if it fails.
+    pub fn exec(&self, ns: &str, cmd: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(cmd)
+            .output()
+            .expect("ip netns exec");
+        assert!(
+            out.status.success(),
+            "{cmd:?} in {ns}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Start any program in namespace `ns` in the background; killed on drop.
+    pub fn spawn_cmd(&mut self, ns: &str, cmd: &[&str]) {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(cmd)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("ip netns exec");
+        self.children.push(child);
+    }
+
+    /// Start `latscope ARGS` in namespace `ns` in the background; killed on drop.
+    pub fn spawn(&mut self, ns: &str, args: &[&str]) {
+        let mut cmd = vec![BIN];
+        cmd.extend_from_slice(args);
+        self.spawn_cmd(ns, &cmd);
+    }
+
+    /// Run `latscope ARGS` in namespace `ns`; (exit code, stdout, stderr).
+    pub fn run(&self, ns: &str, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, BIN])
+            .args(args)
+            .output()
+            .expect("run");
+        super::split(&out)
+    }
+}
+
+impl Drop for NetnsPair {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
