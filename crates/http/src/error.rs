@@ -7,36 +7,52 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum HttpError {
     #[error("invalid URL {0}")]
+    /// The URL cannot be used.
     Url(String),
     #[error("invalid header {0}")]
+    /// A `-H` header is not `Name: value`.
     Header(String),
     #[error("invalid method '{0}': use an upper-case token such as GET, POST or HEAD")]
+    /// The method is not an upper-case token.
     Method(String),
     #[error("invalid option: {0}")]
+    /// An option is out of range or conflicts with another.
     Config(String),
     #[error("cannot resolve '{host}': {source}")]
+    /// The host name did not resolve.
     Resolve {
+        /// The name looked up.
         host: String,
+        /// The resolver's error.
         source: std::io::Error,
     },
     #[error(
         "cannot connect to {addr}: {source} (is a server listening there? check the URL or --connect-to)"
     )]
+    /// No resolved address accepted a connection.
     Connect {
+        /// The address tried (the last one when several were).
         addr: String,
+        /// The connect error.
         source: std::io::Error,
     },
     #[error("TLS set-up failed: {0}")]
+    /// The TLS client could not be configured (CA file, server name).
     Tls(String),
     /// One request's exchange failed after the connection was made ([`crate::request_phases`]).
     #[error("{phase} failed: {source}")]
     Exchange {
+        /// The phase that failed.
         phase: crate::phases::Phase,
+        /// What failed (a timeout is `TimedOut`, a bad response `InvalidData`).
         source: std::io::Error,
     },
     #[error("{what}: {source}")]
+    /// A local system call failed (threads, epoll, timers).
     System {
+        /// What was being done.
         what: &'static str,
+        /// The system error.
         source: std::io::Error,
     },
 }

@@ -50,9 +50,13 @@ struct State {
 /// What the HTTP/2 engine needs to build requests, prepared once by [`crate::Config::new`].
 #[derive(Debug, Clone)]
 pub struct H2Parts {
+    /// Request method.
     pub method: http::Method,
+    /// Request URI (scheme, authority, path).
     pub uri: http::Uri,
+    /// Request headers (user headers; no connection-specific ones).
     pub headers: http::HeaderMap,
+    /// Request body, shared by every request.
     pub body: Bytes,
 }
 

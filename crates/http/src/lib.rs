@@ -10,6 +10,8 @@
 //! The engine never prints: [`run`] returns a [`RunResult`] and streams one [`Interval`] per
 //! second to a callback (the live view and `--json-lines` are made from those).
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod http2;
 pub mod parse;
@@ -40,12 +42,17 @@ pub use stats::{ErrorKind, Stats};
 /// What the user asked for, before anything is resolved or serialised.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The target, `http[s]://host[:port]/path`.
     pub url: String,
+    /// HTTP method (upper-case token).
     pub method: String,
     /// `Name: value` lines.
     pub headers: Vec<String>,
+    /// Request body (sent with its `Content-Length`).
     pub body: Vec<u8>,
+    /// Concurrent connections.
     pub connections: u32,
+    /// Worker threads (never more than connections).
     pub threads: u32,
     /// Measured duration (after the warm-up); `None` with `requests` set = until done.
     pub duration: Option<Duration>,
@@ -53,9 +60,13 @@ pub struct Options {
     pub requests: Option<u64>,
     /// Open loop at this total rate (requests per second).
     pub rate_per_sec: Option<f64>,
+    /// Run this long before measuring; excluded from every figure.
     pub warmup: Duration,
+    /// Give up on a request or connection attempt after this long.
     pub timeout: Duration,
+    /// HTTPS: do not verify the server's certificate.
     pub insecure: bool,
+    /// HTTPS: also trust the CA certificates in these PEM files.
     pub ca_files: Vec<PathBuf>,
     /// Connect here (`HOST:PORT`) instead of the URL's host and port.
     pub connect_to: Option<String>,
@@ -102,7 +113,9 @@ impl Options {
 pub struct Config {
     /// The URL as the user gave it.
     pub url_text: String,
+    /// The parsed URL.
     pub url: Url,
+    /// HTTP method.
     pub method: String,
     /// The first resolved address of the target.
     pub addr: SocketAddr,
@@ -110,16 +123,27 @@ pub struct Config {
     pub addrs: Vec<SocketAddr>,
     /// How long resolving the host took (`getaddrinfo`), ns.
     pub resolve_ns: u64,
+    /// The serialised HTTP/1.1 request, sent as is on every request.
     pub request: Arc<[u8]>,
+    /// The method is HEAD (responses have no body).
     pub head_request: bool,
+    /// Concurrent connections.
     pub connections: u32,
+    /// Worker threads (at most `connections`).
     pub threads: u32,
+    /// Measured duration, ns; `None` = until `requests` are done.
     pub duration_ns: Option<u64>,
+    /// Exact number of measured requests (`-n`).
     pub requests: Option<u64>,
+    /// Open loop at this total rate; `None` = closed loop.
     pub rate_per_sec: Option<f64>,
+    /// Warm-up before measuring, ns.
     pub warmup_ns: u64,
+    /// Per-request and per-connect timeout, ns.
     pub timeout_ns: u64,
+    /// Length of one timeline interval, ns (one second).
     pub interval_ns: u64,
+    /// HTTPS: the client configuration and the server name to verify; `None` for `http://`.
     pub tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
     /// HTTP/2 request parts (`--http2`); `None` for HTTP/1.1.
     pub h2: Option<http2::H2Parts>,
@@ -258,12 +282,17 @@ impl Config {
 /// One second (the last one may be shorter) of the measured run, all threads merged.
 #[derive(Debug, Clone)]
 pub struct Interval {
+    /// Position in the timeline, from 0.
     pub index: u64,
     /// Since the end of the warm-up, ns.
     pub start_ns: u64,
+    /// End, since the end of the warm-up, ns.
     pub end_ns: u64,
+    /// Responses completed in the interval.
     pub requests: u64,
+    /// Failed requests and connection attempts in the interval.
     pub errors: u64,
+    /// Bytes read in the interval.
     pub bytes: u64,
     /// Latency of the responses completed in the interval (from the intended send time in
     /// open loop).
@@ -292,6 +321,7 @@ pub struct RunResult {
     pub stats: Stats,
     /// Measured time: end of warm-up → end of the run (or the last response with `-n`).
     pub elapsed_ns: u64,
+    /// The per-second timeline.
     pub intervals: Vec<Interval>,
     /// Stopped early by the stop flag.
     pub interrupted: bool,

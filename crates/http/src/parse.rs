@@ -22,20 +22,28 @@ const MAX_LINE_BYTES: usize = 4096;
 #[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
 pub enum ParseError {
     #[error("malformed status line")]
+    /// The status line is not `HTTP/1.x NNN[ reason]`.
     StatusLine,
     #[error("malformed header line")]
+    /// A header line has no colon or an invalid name.
     Header,
     #[error("invalid or conflicting Content-Length")]
+    /// `Content-Length` is not a number, or two of them disagree.
     ContentLength,
     #[error("unsupported Transfer-Encoding")]
+    /// A transfer coding other than chunked frames the body.
     TransferEncoding,
     #[error("malformed chunked body")]
+    /// A chunk size, chunk end or trailer line is malformed.
     Chunk,
     #[error("response head larger than {MAX_HEAD_BYTES} bytes")]
+    /// The status line and headers exceed [`MAX_HEAD_BYTES`].
     HeadTooLarge,
     #[error("unexpected 101 Switching Protocols")]
+    /// The server switched protocols, which was never asked for.
     Upgrade,
     #[error("connection closed before the response was complete")]
+    /// The connection closed before the response was complete.
     Truncated,
 }
 
@@ -51,6 +59,7 @@ pub enum Step {
 /// A complete final response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Response {
+    /// Status code, 100..=599.
     pub status: u16,
     /// The server will close the connection after this response.
     pub close: bool,

@@ -5,16 +5,20 @@ use crate::error::HttpError;
 /// `http` or `https`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
+    /// `http://`: plain TCP, port 80 by default.
     Http,
+    /// `https://`: TLS, port 443 by default.
     Https,
 }
 
 /// A parsed `http://` or `https://` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
+    /// `http` or `https`.
     pub scheme: Scheme,
     /// Host name or IP literal, without brackets.
     pub host: String,
+    /// Port (the scheme's default when the URL has none).
     pub port: u16,
     /// Path and query, starting with `/`.
     pub path: String,

@@ -23,6 +23,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in the order of the counters.
     pub const ALL: [ErrorKind; 7] = [
         ErrorKind::Connect,
         ErrorKind::Timeout,
@@ -33,6 +34,7 @@ impl ErrorKind {
         ErrorKind::Io,
     ];
 
+    /// The kind's name in reports and JSON.
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::Connect => "connect",
@@ -61,18 +63,22 @@ impl ErrorKind {
 pub struct ErrorCounts([u64; 7]);
 
 impl ErrorCounts {
+    /// Count one error of `kind`.
     pub fn add(&mut self, kind: ErrorKind) {
         self.0[kind as usize] += 1;
     }
 
+    /// Errors of `kind`.
     pub fn get(&self, kind: ErrorKind) -> u64 {
         self.0[kind as usize]
     }
 
+    /// Errors of every kind.
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
     }
 
+    /// Add `o`'s counts into `self`.
     pub fn merge(&mut self, o: &ErrorCounts) {
         for (a, b) in self.0.iter_mut().zip(o.0) {
             *a += b;
@@ -100,9 +106,11 @@ pub struct Stats {
     pub warmup_requests: u64,
     /// Bytes read from / written to sockets (TLS records included).
     pub bytes_read: u64,
+    /// Bytes written to sockets (TLS records included).
     pub bytes_written: u64,
     /// Responses by status code (index = code, 100..=599).
     pub status: Box<[u64; 600]>,
+    /// Failures by kind.
     pub errors: ErrorCounts,
     /// Open loop: requests sent more than 1 ms after their intended time.
     pub late_sends: u64,
