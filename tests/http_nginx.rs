@@ -130,7 +130,7 @@ fn nagle_with_sendfile_costs_40ms_like_wrk_shows() {
 /// once, so Nagle releases the body without waiting for the ~40 ms delayed-ACK timer.
 #[test]
 fn quickack_removes_the_nagle_stall() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let slow = Nginx::start(NginxConf {
         tcp_nodelay: false,
         sendfile: true,

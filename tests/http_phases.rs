@@ -3,19 +3,20 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod http_lab;
+#[macro_use]
+mod lab;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use http_lab::{Nginx, NginxConf, TestServer, make_certs, read_request};
+use lab::http::{Nginx, NginxConf, TestServer, free_port, make_certs, read_request};
 use latscope_http::{HttpError, Options, Phase, request_phases};
 
 const MS: u64 = 1_000_000;
 
 #[test]
 fn plain_and_tls_requests_to_nginx() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let ng = Nginx::start(NginxConf::default());
     let p = request_phases(&Options::new(ng.url("/"))).unwrap();
     eprintln!("http: {p:?}");
@@ -66,7 +67,7 @@ fn plain_and_tls_requests_to_nginx() {
 /// before the first byte is time to first byte, the one after it is transfer.
 #[test]
 fn stalls_land_in_their_phase() {
-    let _serial = http_lab::serial();
+    let _serial = lab::timing_lock();
     let srv = TestServer::start(|mut s| {
         if read_request(&mut s) {
             std::thread::sleep(Duration::from_millis(150));
@@ -87,8 +88,8 @@ fn stalls_land_in_their_phase() {
 
 #[test]
 fn refused_and_silent_servers_are_errors_within_the_timeout() {
-    let _serial = http_lab::serial();
-    let port = http_lab::free_port();
+    let _serial = lab::timing_lock();
+    let port = free_port();
     let e = request_phases(&Options::new(format!("http://127.0.0.1:{port}/"))).unwrap_err();
     assert!(matches!(e, HttpError::Connect { .. }), "{e}");
 
