@@ -70,6 +70,10 @@ pub enum Command {
     Analyze(cmd::analyze::AnalyzeArgs),
     /// Draw results (--json output) as one self-contained HTML page with plots; compare several.
     Report(cmd::report::ReportArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::completions::CompletionsArgs),
+    /// Print the man page (roff) for `latscope` and every subcommand.
+    Man(cmd::completions::ManArgs),
 }
 
 #[cfg(test)]

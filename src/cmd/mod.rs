@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod capture;
+pub mod completions;
 pub mod connect;
 pub mod demo;
 pub mod diagnose;
@@ -36,6 +37,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Capture(a) => capture::run(&a),
         Command::Analyze(a) => analyze::run(&a),
         Command::Report(a) => report::run(&a),
+        Command::Completions(a) => completions::completions(&a),
+        Command::Man(a) => completions::man(&a),
     }
 }
 
