@@ -41,7 +41,7 @@ pub fn analyze_capture<R: Read>(
     let kind = reader.kind();
     let mut n: u64 = 0;
     while let Some(f) = reader.next_frame()? {
-        let d = decode(f.link, f.data);
+        let d = packet::decode_with_orig_len(f.link, f.data, f.orig_len);
         analyzer.push(f.number, f.ts_ns, d);
         n += 1;
         if n & 0xf_ffff == 0 {

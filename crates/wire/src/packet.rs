@@ -470,10 +470,34 @@ fn link_payload(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), SkipReason
     }
 }
 
-/// Decode a captured frame down to TCP or UDP.
+/// Decode a captured frame down to TCP or UDP, trusting the IP length fields (the frame's
+/// original length is unknown; it may have been cut by the snap length).
 #[inline]
 pub fn decode(link: LinkType, frame: &[u8]) -> Result<Decoded<'_>, SkipReason> {
+    decode_frame(link, frame, None)
+}
+
+/// Decode a captured frame whose length on the wire was `orig_len` (pcap's original length):
+/// an IP length larger than the frame itself is not trusted, as in Wireshark ("IPv4 total
+/// length exceeds packet length"), and the payload is bounded by what was on the wire.
+#[inline]
+pub fn decode_with_orig_len(
+    link: LinkType,
+    frame: &[u8],
+    orig_len: u32,
+) -> Result<Decoded<'_>, SkipReason> {
+    decode_frame(link, frame, Some(orig_len as usize))
+}
+
+#[inline]
+fn decode_frame(
+    link: LinkType,
+    frame: &[u8],
+    orig_len: Option<usize>,
+) -> Result<Decoded<'_>, SkipReason> {
     let (et, ip) = link_payload(link, frame)?;
+    // IP bytes that were on the wire, when the original frame length is known.
+    let ip_wire = orig_len.map(|o| o.saturating_sub(frame.len() - ip.len()));
     let (src, dst, proto, l4, l4_wire_len) = match et {
         ETH_P_IP => {
             let v4 = Ipv4View::new_checked(ip)?;
@@ -487,6 +511,7 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Decoded<'_>, SkipReason> {
             } else {
                 v4.payload().len()
             };
+            let wire = ip_wire.map_or(wire, |w| wire.min(w.saturating_sub(v4.header_len())));
             (
                 Addr::v4(v4.src()),
                 Addr::v4(v4.dst()),
@@ -502,6 +527,9 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Decoded<'_>, SkipReason> {
             let mut wire = usize::from(v6.payload_len());
             if wire == 0 {
                 wire = rest.len(); // jumbogram or GSO
+            }
+            if let Some(w) = ip_wire {
+                wire = wire.min(w.saturating_sub(40));
             }
             // Walk hop-by-hop (0), routing (43), destination options (60) and fragment (44).
             for _ in 0..8 {
@@ -651,6 +679,51 @@ pub(crate) mod tests {
         };
         assert_eq!(payload_len, 100);
         assert_eq!(tcp.payload().len(), 10);
+    }
+
+    /// An IP length beyond the frame's original length is not trusted (tshark class 4); one
+    /// beyond the captured length of a snapped frame is.
+    #[test]
+    fn ip_length_bounded_by_original_frame_length() {
+        let f = eth_ipv4_tcp(
+            [1, 1, 1, 1],
+            [2, 2, 2, 2],
+            1,
+            2,
+            0,
+            0,
+            flags::ACK,
+            1,
+            &[],
+            b"",
+        );
+        let mut bogus = f.clone();
+        bogus[16..18].copy_from_slice(&4096u16.to_be_bytes());
+        let len = |d: Decoded<'_>| match d.transport {
+            Transport::Tcp { payload_len, .. } => payload_len,
+            Transport::Udp(_) => panic!(),
+        };
+        let orig = bogus.len() as u32;
+        assert_eq!(
+            len(decode_with_orig_len(LinkType::Ethernet, &bogus, orig).unwrap()),
+            0
+        );
+        assert_eq!(len(decode(LinkType::Ethernet, &bogus).unwrap()), 4096 - 40);
+        let full = eth_ipv4_tcp(
+            [1, 1, 1, 1],
+            [2, 2, 2, 2],
+            1,
+            2,
+            0,
+            0,
+            0x10,
+            1,
+            &[],
+            &[7; 100],
+        );
+        let cut = &full[..64];
+        let d = decode_with_orig_len(LinkType::Ethernet, cut, full.len() as u32).unwrap();
+        assert_eq!(len(d), 100);
     }
 
     #[test]

@@ -109,6 +109,8 @@ pub(super) struct Dir {
     pub base: u32,
     pub nextseq: u32,
     pub nextseq_ts: u64,
+    /// The frame that set `nextseq` (the original of a retransmission no longer listed).
+    pub nextseq_frame: u64,
     pub maxseqtobeacked: u32,
     pub lastack: u32,
     pub lastack_ts: u64,
@@ -137,6 +139,8 @@ pub(super) struct Dir {
     /// When this side last retransmitted: a release after a retransmission is loss recovery,
     /// not a delayed ACK or cork.
     pub last_rexmit_ts: Option<u64>,
+    /// Capture time up to which this side's RTO waits are already counted.
+    pub rto_charged_until: u64,
     /// (time, frame) of this side's first zero-window advertisement still in force.
     pub zero_since: Option<(u64, u64)>,
 }

@@ -178,11 +178,14 @@ impl Analyzer {
         let fl = tcp.flags();
         let key = FlowKey::new(src.0, src.1, dst.0, dst.1);
         if let Some(i) = self.flows.slot(&key) {
-            // A new SYN on a finished connection (port reuse) starts a new connection.
+            // A SYN with a new ISN starts a new connection (port reuse), as in Wireshark; one
+            // with the connection's own ISN is a retransmission (an OS retrying a refused
+            // connect after a RST) and stays in it. Without a captured SYN, a SYN after the
+            // connection ended is a new one.
             let reuse = fl & (flags::SYN | flags::ACK) == flags::SYN
-                && self.flows.get(i).is_some_and(|c| {
-                    (c.closed_at.is_some() || c.rst)
-                        || c.client_isn.is_some_and(|isn| isn != tcp.seq())
+                && self.flows.get(i).is_some_and(|c| match c.client_isn {
+                    Some(isn) => isn != tcp.seq(),
+                    None => c.closed_at.is_some() || c.rst,
                 });
             if !reuse {
                 return i;

@@ -110,10 +110,18 @@ fn handshake(c: &mut Conn, d: usize, raw: &RawSegment<'_, '_>) -> Option<u64> {
         } else {
             c.syn_ts = Some(ts);
             c.client_isn = Some(raw.tcp.seq());
+            // The same SYN again after a RST (a retried refused connect): the connection
+            // goes on.
+            if c.rst {
+                c.rst = false;
+                c.closed_at = None;
+            }
         }
         return None;
     }
-    if !ackf || c.first_rtt.is_some() {
+    // The handshake completes with the client's ACK; a RST answering the SYN (a refused
+    // connect) completes nothing.
+    if !ackf || fl & flags::RST != 0 || c.first_rtt.is_some() {
         return None;
     }
     let s = c.syn_ts?;

@@ -185,7 +185,9 @@ fn classify_resend(c: &Conn, s: &Segment<'_>) -> (u32, Option<(u64, u64)>) {
         let end = seq
             .wrapping_add(seglen)
             .wrapping_add(u32::from(s.syn_or_fin()));
-        if f.nextseq != end || f.lastacklen == 0 {
+        // A repeated SYN or FIN has the same length as the original, so it falls to the
+        // retransmission test below like repeated data (its sequence byte counts in `end`).
+        if f.nextseq != end || (f.lastacklen == 0 && !s.syn_or_fin()) {
             return (A_OOO, None);
         }
     }
@@ -196,7 +198,7 @@ fn classify_resend(c: &Conn, s: &Segment<'_>) -> (u32, Option<(u64, u64)>) {
         .unacked
         .iter()
         .find(|u| !lt(u.seq, seq))
-        .map_or((f.nextseq_ts, 0), |u| (u.ts, u.frame));
+        .map_or((f.nextseq_ts, f.nextseq_frame), |u| (u.ts, u.frame));
     (A_RETRANS, Some(since))
 }
 
@@ -228,6 +230,7 @@ fn update_state(c: &mut Conn, s: &Segment<'_>, a: u32) {
     if (gt(nextseq, f.nextseq) || f.nextseq == 0) && a & A_ZWP == 0 {
         f.nextseq = nextseq;
         f.nextseq_ts = s.ts;
+        f.nextseq_frame = s.frame;
     }
     if (s.seq == f.maxseqtobeacked || f.maxseqtobeacked == 0) && a & A_ZWP == 0 {
         f.maxseqtobeacked = f.nextseq;

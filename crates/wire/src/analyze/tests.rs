@@ -274,3 +274,87 @@ fn closed_connections_are_dropped() {
     let r = a.finish();
     assert_eq!(r.connections, 200);
 }
+
+/// tshark class 1: a repeated SYN or FIN a few ms after the first is a retransmission (the
+/// SYN/FIN sequence byte counts), not out-of-order.
+#[test]
+fn repeated_syn_and_fin_are_retransmissions() {
+    let mut s = Sim::new();
+    let mss = [2, 4, 0x05, 0xb4];
+    s.pkt(0.0, true, flags::SYN, b"", &mss);
+    s.cseq -= 1;
+    s.pkt(0.5, true, flags::SYN, b"", &mss);
+    s.pkt(0.6, false, flags::SYN | flags::ACK, b"", &mss);
+    s.pkt(0.7, true, flags::ACK, b"", &[]);
+    s.pkt(10.0, false, flags::FIN | flags::ACK, b"", &[]);
+    s.sseq -= 1;
+    s.pkt(12.0, false, flags::FIN | flags::ACK, b"", &[]);
+    let r = s.a.finish();
+    assert_eq!(r.counts.out_of_order, 0, "{:?}", r.counts);
+    assert_eq!(r.counts.tshark_retransmission(), 2, "{:?}", r.counts);
+    assert_eq!(r.connections, 1);
+}
+
+/// tshark class 2: a SYN with the same ISN after a RST (an OS retrying a refused connect) stays
+/// in its connection as a retransmission, and SYN → RST is no handshake RTT.
+#[test]
+fn same_isn_syn_after_rst_is_the_same_connection() {
+    let mut s = Sim::new();
+    let mss = [2, 4, 0x05, 0xb4];
+    s.pkt(0.0, true, flags::SYN, b"", &mss);
+    s.pkt(0.1, false, flags::RST | flags::ACK, b"", &[]);
+    s.cseq -= 1;
+    s.pkt(500.0, true, flags::SYN, b"", &mss);
+    s.pkt(500.1, false, flags::RST | flags::ACK, b"", &[]);
+    let r = s.a.finish();
+    assert_eq!(r.connections, 1);
+    assert_eq!(r.counts.tshark_retransmission(), 1, "{:?}", r.counts);
+    assert!(r.handshake_rtt.is_none(), "{:?}", r.handshake_rtt);
+    assert_eq!(r.top_connections[0].handshake_rtt_ns, None);
+    // A new ISN is a new connection (port reuse).
+    let mut s = Sim::new();
+    s.pkt(0.0, true, flags::SYN, b"", &mss);
+    s.pkt(0.1, false, flags::RST | flags::ACK, b"", &[]);
+    s.cseq += 1000;
+    s.pkt(500.0, true, flags::SYN, b"", &mss);
+    assert_eq!(s.a.finish().connections, 2);
+}
+
+/// tshark class 5: the original of a partial retransmission is a real frame, never 0.
+#[test]
+fn partial_retransmission_names_its_original() {
+    let mut s = Sim::new();
+    s.handshake();
+    s.pkt(1.0, false, flags::ACK, &[1; 100], &[]);
+    s.sseq -= 50;
+    s.pkt(301.0, false, flags::ACK, &[1; 50], &[]);
+    let r = s.a.finish();
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == StallKind::RtoRetransmission)
+        .unwrap();
+    assert_eq!(f.examples[0].since_frame, 4);
+    assert_eq!(f.lost_ns, 300_000_000);
+}
+
+/// Repeated timer retransmissions of the same bytes count each stretch of waiting once.
+#[test]
+fn rto_time_lost_counted_once() {
+    let mut s = Sim::new();
+    s.handshake();
+    s.pkt(1.0, false, flags::ACK, &[1; 100], &[]);
+    for t in [301.0, 901.0, 2101.0] {
+        s.sseq -= 100;
+        s.pkt(t, false, flags::ACK, &[1; 100], &[]);
+    }
+    let r = s.a.finish();
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == StallKind::RtoRetransmission)
+        .unwrap();
+    assert_eq!(f.count, 3);
+    assert_eq!(f.lost_ns, 2_100_000_000);
+    assert!(f.lost_ns <= r.top_connections[0].duration_ns);
+}

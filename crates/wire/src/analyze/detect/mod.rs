@@ -142,17 +142,17 @@ impl Sink<'_> {
         since: u64,
         lost: u64,
     ) {
-        c.stall_lost += lost;
+        c.stall_lost = c.stall_lost.saturating_add(lost);
         if let Some(t) = &mut c.tx {
             // The largest stall names the transaction's cause.
             if t.stall.is_none() || lost > t.stall_lost {
                 t.stall = Some(kind);
             }
-            t.stall_lost += lost;
+            t.stall_lost = t.stall_lost.saturating_add(lost);
         }
         let acc = &mut self.stalls.acc[kind.index()];
         acc.count += 1;
-        acc.lost += lost;
+        acc.lost = acc.lost.saturating_add(lost);
         let ex = StallExample {
             conn: c.id,
             frame,

@@ -1,5 +1,6 @@
 //! RTO retransmission: Wireshark's plain "retransmission" (not fast, not spurious) means a
-//! timer fired (RTO or tail-loss probe). Time lost is the gap since the original transmission.
+//! timer fired (RTO or tail-loss probe). Time lost is the gap since the original transmission
+//! (or since the previous retransmission, when that came later).
 
 use latscope_core::timer::TcpTimer;
 
@@ -17,7 +18,13 @@ impl Detector for Rto {
         let Some((t0, f0)) = s.rto_since else {
             return;
         };
-        let lost = s.ts.saturating_sub(t0);
+        // Each stretch of waiting is counted once: a second retransmission of the same bytes
+        // adds only the time since the first one, so the sum never exceeds the connection's
+        // duration.
+        let dir = &mut c.dirs[s.d];
+        let from = t0.max(dir.rto_charged_until);
+        dir.rto_charged_until = dir.rto_charged_until.max(s.ts);
+        let lost = s.ts.saturating_sub(from);
         out.notes.push(|| {
             let timer =
                 TcpTimer::classify(lost).map_or(String::new(), |t| format!(", {}", t.label()));
