@@ -99,12 +99,17 @@ fn damaged_files_give_clear_errors_or_counted_skips() {
     assert_eq!(code, 0);
     assert!(out.contains("1 frames were cut short"), "{out}");
 
-    // Unknown link type: counted skip.
+    // Unknown link type: counted skip, and the verdict says nothing could be read (exit 2),
+    // not "no stalls".
     let mut b = pcap_header(147, 65535);
     record(&mut b, &tcp_frame(), 58);
     let (code, out, _) = run(&dir, "dlt147.pcap", &b);
-    assert_eq!(code, 0);
+    assert_eq!(code, 2, "{out}");
     assert!(out.contains("link type latscope does not decode"), "{out}");
+    assert!(
+        out.contains("No frames could be read") && !out.contains("No stalls found"),
+        "{out}"
+    );
 
     let out = Command::new(BIN)
         .args(["analyze", "/nonexistent/latscope-wire.pcap"])

@@ -12,8 +12,9 @@ use latscope_core::model::Meta;
 use latscope_core::render::emit;
 use latscope_core::units::{parse_duration, parse_size};
 use latscope_wire::capfile::FileKind;
+use latscope_wire::packet::decode_with_orig_len;
 use latscope_wire::{
-    AnalyzeOptions, Analyzer, CaptureReader, ReadError, analyze_capture, build_report, decode,
+    AnalyzeOptions, Analyzer, CaptureReader, ReadError, analyze_capture, build_report,
 };
 
 use latscope_capture::{CaptureConfig, LiveCapture};
@@ -29,7 +30,8 @@ use crate::output::{OutputArgs, stop_flag, unix_ms};
   latscope analyze big.pcapng --json            the report as JSON (schema: latscope schema analyze)
   latscope analyze --live -i eth0 -d 10s -f 'tcp port 8080'
 
-Exit code 1 when a stall detector fired.")]
+Exit code 1 when a stall detector fired, 2 when frames were read but none could be decoded
+(unknown link type, not IP): nothing was analysed.")]
 pub struct AnalyzeArgs {
     /// Capture file (pcap or pcapng; Ethernet, Linux cooked v1/v2, raw IP, loopback); "-" = stdin.
     #[arg(required_unless_present = "live")]
@@ -112,7 +114,7 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
         let mut frame = 0u64;
         let stats = cap.run(&stop, None, Some(a.duration), |ts, orig, data| {
             frame += 1;
-            analyzer.push(frame, ts, decode(link, data));
+            analyzer.push(frame, ts, decode_with_orig_len(link, data, orig));
             match &mut writer {
                 Some(w) => w.write_frame(ts, orig, data),
                 None => Ok(()),
@@ -192,6 +194,8 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
     emit(&report, a.output.format(), &mut io::stdout().lock())?;
     Ok(if interrupted {
         exit::INTERRUPTED
+    } else if report.analysis.nothing_readable() {
+        exit::USAGE
     } else if report.analysis.findings.is_empty() {
         exit::OK
     } else {

@@ -56,7 +56,14 @@ impl Human for AnalyzeReport {
             let _ = writeln!(out, "  warning: {w}");
         }
         out.push('\n');
-        if a.findings.is_empty() {
+        if a.nothing_readable() {
+            let k = &a.skipped;
+            let _ = writeln!(
+                out,
+                "No frames could be read: all {} frames were skipped ({} unknown link type, {} not IP, {} truncated, {} malformed); nothing was analysed.",
+                a.frames, k.unknown_link_type, k.not_ip, k.truncated, k.malformed
+            );
+        } else if a.findings.is_empty() {
             out.push_str("No stalls found.\n");
         } else {
             out.push_str("Stalls, by time lost:\n");

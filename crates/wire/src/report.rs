@@ -288,6 +288,19 @@ pub struct Analysis {
     pub ladder: Option<Ladder>,
 }
 
+impl Analysis {
+    /// Frames were read but none could be decoded down to IP (unknown link type, not IP,
+    /// truncated or malformed headers): nothing was analysed, which is not "no stalls".
+    pub fn nothing_readable(&self) -> bool {
+        let k = &self.skipped;
+        self.frames > 0
+            && self.tcp_frames == 0
+            && self.udp_frames == 0
+            && k.not_tcp_udp == 0
+            && k.fragment == 0
+    }
+}
+
 /// The whole `latscope analyze` result: where the frames came from, the analysis, warnings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AnalyzeReport {
