@@ -329,3 +329,122 @@ fn retransmissions_match_tshark_under_nft_loss() {
         "tcp.analysis.lost_segment"
     );
 }
+
+/// Loopback traffic of known shapes on `tcp_port`/`udp_port`: a few TCP connections (handshake,
+/// a small and a large write each way, FIN) and UDP datagrams of 40, 300 and 1,200 bytes.
+fn mixed_traffic(tcp: &TcpListener, udp: &std::net::UdpSocket) {
+    let addr = tcp.local_addr().unwrap();
+    let server = {
+        let tcp = tcp.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..3 {
+                let (mut s, _) = tcp.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let mut got = 0;
+                while got < 10 + 1500 {
+                    let n = s.read(&mut buf).unwrap();
+                    assert!(n > 0);
+                    got += n;
+                }
+                s.write_all(&[7u8; 20]).unwrap();
+                s.write_all(&[8u8; 1400]).unwrap();
+            }
+        })
+    };
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_nodelay(true).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(&[1u8; 10]).unwrap();
+        c.write_all(&[2u8; 1500]).unwrap();
+        let mut buf = vec![0u8; 1420];
+        c.read_exact(&mut buf).unwrap();
+    }
+    server.join().unwrap();
+    let to = udp.local_addr().unwrap();
+    let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for size in [40usize, 300, 1200, 40, 300, 1200] {
+        tx.send_to(&vec![0u8; size], to).unwrap();
+    }
+}
+
+/// Every filter tcpdump accepts means the same in latscope capture (both compile with libpcap):
+/// the same loopback traffic captured by both under each filter gives the same packet count.
+#[test]
+fn capture_filters_match_tcpdump() {
+    let dir = TempDir::new();
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let ports = format!(
+        "(tcp port {} or udp port {})",
+        tcp.local_addr().unwrap().port(),
+        udp.local_addr().unwrap().port()
+    );
+    let filters = [
+        "tcp[tcpflags] & (tcp-syn|tcp-fin) != 0",
+        "tcp[13] = 18",
+        "ip[8] < 65",
+        "greater 200",
+        "less 100",
+        "len > 1000",
+        "ether proto 0x0800",
+        "udp",
+        "tcp and not (udp or icmp)",
+    ];
+    let runs: Vec<(String, std::path::PathBuf, std::path::PathBuf, Bg, Bg)> = filters
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let filter = format!("({f}) and {ports}");
+            let ours = dir.path(&format!("ours{i}.pcap"));
+            let theirs = dir.path(&format!("theirs{i}.pcap"));
+            let td = Bg::tcpdump("lo", &theirs, &filter);
+            let ls = Bg::latscope_capture(
+                None,
+                &[
+                    "-i",
+                    "lo",
+                    "--buffer",
+                    "4MiB",
+                    "-w",
+                    ours.to_str().unwrap(),
+                    &filter,
+                ],
+            );
+            (filter, ours, theirs, td, ls)
+        })
+        .collect();
+    mixed_traffic(&tcp, &udp);
+    let mut nonzero = 0;
+    for (filter, ours, theirs, td, ls) in runs {
+        let out = ls.stop();
+        let _ = td.stop();
+        assert!(
+            out.status.success(),
+            "{filter}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (n_ours, n_theirs) = (tshark_count(&ours, ""), tshark_count(&theirs, ""));
+        assert_eq!(
+            n_ours, n_theirs,
+            "packets under '{filter}': latscope vs tcpdump"
+        );
+        eprintln!("{filter}: {n_ours} packets, as tcpdump");
+        nonzero += usize::from(n_ours > 0);
+    }
+    // Every filter matched something, so each comparison could have failed.
+    assert_eq!(nonzero, filters.len());
+
+    let out = Command::new(BIN)
+        .args(["capture", "-i", "lo", "-w", "/dev/null", "tcp[13] = = 18"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("latscope: error: invalid capture filter 'tcp[13] = = 18': ")
+            && err.contains("syntax error"),
+        "{err}"
+    );
+}

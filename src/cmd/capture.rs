@@ -1,5 +1,5 @@
 //! `latscope capture`: live capture to a pcap file (nanosecond timestamps) through an AF_PACKET
-//! TPACKET_V3 ring, with the tcpdump-style filter compiled to classic BPF in the kernel.
+//! TPACKET_V3 ring, with the tcpdump filter compiled to classic BPF by libpcap and run in the kernel.
 
 use std::io::{self, BufWriter, Write};
 use std::time::Duration;
@@ -21,8 +21,9 @@ use crate::output::{OutputArgs, stop_flag, unix_ms};
   latscope capture -i lo -w - -c 1000 host 127.0.0.1 | tshark -r -
   latscope capture -i any -w all.pcap -d 30s 'tcp and not port 22'
 
-The filter uses tcpdump's syntax (host, net, port, portrange, src, dst, tcp, udp, icmp, ip, ip6,
-arp, and/or/not, parentheses); it runs in the kernel as classic BPF. Needs CAP_NET_RAW.
+The filter is tcpdump's (pcap-filter(7)), compiled by libpcap as tcpdump does, e.g.
+'tcp[tcpflags] & (tcp-syn|tcp-fin) != 0', 'greater 200', 'ip[8] < 65'; it runs in the kernel as
+classic BPF. Needs CAP_NET_RAW.
 Ctrl-C stops, flushes the file and prints the counts (kernel drops included).")]
 pub struct CaptureArgs {
     /// Interface to capture on ("any" for all interfaces, written as raw IP).

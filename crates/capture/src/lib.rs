@@ -1,5 +1,5 @@
-//! Live capture for latscope: an AF_PACKET TPACKET_V3 ring ([`ring`]) with the tcpdump-style
-//! filter compiled to classic BPF and attached in the kernel ([`filter`]). Used by
+//! Live capture for latscope: an AF_PACKET TPACKET_V3 ring ([`ring`]) with the tcpdump filter
+//! compiled to classic BPF by libpcap and attached in the kernel ([`filter`]). Used by
 //! `latscope capture` (writes pcap), `latscope analyze --live` (feeds the analyzer directly) and
 //! `latscope diagnose` (captures the target's port).
 //!
@@ -50,6 +50,7 @@ pub enum FilterMode {
 pub struct LiveCapture {
     ring: Ring,
     prog: Program,
+    outgoing: Outgoing,
     mode: FilterMode,
     link: LinkType,
     dgram: bool,
@@ -74,6 +75,8 @@ pub struct CaptureStats {
 }
 
 const BLOCK: usize = 1 << 20;
+/// The kernel's limit on a classic BPF program (`BPF_MAXINSNS`).
+const BPF_MAXINSNS: usize = 4096;
 
 /// `cfg.iface` → (ifindex, ARPHRD type); "any" is (0, 0).
 fn resolve_iface(name: &str) -> Result<(u32, u32), CaptureError> {
@@ -124,11 +127,13 @@ impl LiveCapture {
             (FilterLink::RawIp, LinkType::Raw)
         };
         let snaplen = cfg.snaplen.clamp(64, 262_144);
-        let prog = filter::compile(&cfg.filter, flink, snaplen, outgoing)?;
+        let prog = Program::compile(&cfg.filter, flink, snaplen)?;
+        let kernel_prog = prog.for_kernel(outgoing);
         let block_nr = (cfg.buffer_bytes / BLOCK).clamp(2, 1024);
-        let open = |f: Option<&[filter::Insn]>| Ring::open(ifindex, !ethernet, f, BLOCK, block_nr);
-        let (ring, mode) = if prog.fits_kernel() {
-            match open(Some(&prog.insns)) {
+        let open =
+            |f: Option<&[libc::sock_filter]>| Ring::open(ifindex, !ethernet, f, BLOCK, block_nr);
+        let (ring, mode) = if kernel_prog.len() <= BPF_MAXINSNS {
+            match open(Some(&kernel_prog)) {
                 Ok(r) => (r, FilterMode::Kernel),
                 Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
                     return Err(CaptureError::Privilege(e));
@@ -146,8 +151,9 @@ impl LiveCapture {
         };
         Ok(LiveCapture {
             ring,
-            filter_len: prog.insns.len(),
+            filter_len: kernel_prog.len(),
             prog,
+            outgoing,
             mode,
             link,
             dgram: !ethernet,
@@ -177,8 +183,13 @@ impl LiveCapture {
         let mut packets = 0u64;
         let mut bytes = 0u64;
         let mut err: Option<io::Error> = None;
-        let (prog, mode, dgram, snaplen) =
-            (&self.prog, self.mode, self.dgram, self.snaplen as usize);
+        let (prog, outgoing, mode, dgram, snaplen) = (
+            &self.prog,
+            self.outgoing,
+            self.mode,
+            self.dgram,
+            self.snaplen as usize,
+        );
         let mut interrupted = false;
         let keep_len = |p: &ring::RingPacket<'_>| -> usize {
             if dgram && !matches!(p.protocol, 0x0800 | 0x86dd) {
@@ -186,12 +197,10 @@ impl LiveCapture {
             }
             match mode {
                 FilterMode::Kernel => p.data.len(),
-                FilterMode::UserSpace => {
-                    // The program itself rejects the outgoing copies (see `compile`).
-                    (filter::run(prog, p.data, u32::from(p.pkttype), p.ifindex) as usize)
-                        .min(p.data.len())
-                        .min(snaplen)
-                }
+                FilterMode::UserSpace if outgoing.drops(p.pkttype, p.ifindex) => 0,
+                FilterMode::UserSpace => (prog.run(p.data, p.orig_len) as usize)
+                    .min(p.data.len())
+                    .min(snaplen),
             }
         };
         let mut deliver = |p: ring::RingPacket<'_>,

@@ -7,8 +7,6 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{Ordering, fence};
 
-use crate::filter::Insn;
-
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_VERSION: libc::c_int = 10;
 const PACKET_RX_RING: libc::c_int = 5;
@@ -100,7 +98,7 @@ impl Ring {
     pub fn open(
         ifindex: u32,
         dgram: bool,
-        filter: Option<&[Insn]>,
+        filter: Option<&[libc::sock_filter]>,
         block_size: usize,
         block_nr: usize,
     ) -> io::Result<Ring> {
@@ -332,16 +330,8 @@ fn setsockopt<T>(
     if rc < 0 { Err(last_err(what)) } else { Ok(()) }
 }
 
-fn attach_filter(fd: &OwnedFd, insns: &[Insn]) -> io::Result<()> {
-    let mut prog: Vec<libc::sock_filter> = insns
-        .iter()
-        .map(|i| libc::sock_filter {
-            code: i.code,
-            jt: i.jt as u8,
-            jf: i.jf as u8,
-            k: i.k,
-        })
-        .collect();
+fn attach_filter(fd: &OwnedFd, insns: &[libc::sock_filter]) -> io::Result<()> {
+    let mut prog = insns.to_vec();
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
