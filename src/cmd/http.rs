@@ -34,6 +34,12 @@ complete. Open loop (-q): requests are due at a constant total rate; latency is 
 from when each request was due, so a stalled server shows up in the percentiles
 (coordinated omission, as corrected by wrk2).
 
+Latency is counted from when a request's first byte is written to the socket to when the last
+byte of its response has been read. In closed loop every connection always has one request in
+flight, so the mean equals connections ÷ requests/s (Little's law; the summary shows the check).
+wrk's figures can be lower under concurrency: its clock starts when its event loop gets round to
+writing the request, not when the previous response ended.
+
 Exit codes: 0 ok; 1 some requests failed or got status >= 400; 2 bad input; 3 target unreachable,
 refused, or no request succeeded; 5 local system error; 130 interrupted (partial results).";
 

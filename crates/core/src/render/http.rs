@@ -151,6 +151,9 @@ impl Human for HttpReport {
             out,
             "  Latency: request write started → last response byte read."
         );
+        if let Some(line) = self.littles_law() {
+            let _ = writeln!(out, "  {line}");
+        }
         if matches!(self.load, LoadMode::Open { .. }) {
             let _ = writeln!(
                 out,
@@ -163,5 +166,26 @@ impl Human for HttpReport {
                 "\n  (interrupted: figures cover what was measured before Ctrl-C)"
             );
         }
+    }
+}
+
+impl HttpReport {
+    /// Closed loop keeps every connection (every stream with HTTP/2) busy with one request, so
+    /// by Little's law the mean latency is requests in flight ÷ throughput: the check that the
+    /// figure covers each request's whole time in the system (a load generator whose clock
+    /// starts late reports less).
+    fn littles_law(&self) -> Option<String> {
+        if !matches!(self.load, LoadMode::Closed) || self.requests_per_sec <= 0.0 {
+            return None;
+        }
+        let in_flight =
+            f64::from(self.connections) * f64::from(self.streams_per_connection.unwrap_or(1));
+        let expected_ns = in_flight / self.requests_per_sec * 1e9;
+        Some(format!(
+            "Little's law: {in_flight:.0} in flight ÷ {} req/s = {}; measured mean {}.",
+            format_si(self.requests_per_sec),
+            format_ns(expected_ns),
+            format_ns(self.latency.mean_ns)
+        ))
     }
 }
