@@ -3,12 +3,13 @@
 //! from results this test measures itself; errors; size and time bounds on large inputs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+#[macro_use]
+mod lab;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use support::*;
+use lab::*;
 
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -4,13 +4,14 @@
 //! screenshot of each is kept under target/report-screenshots/ as an artefact.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+#[macro_use]
+mod lab;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::*;
+use lab::*;
 
 const CHROMIUM: &str = "chromium";
 /// A cold start of chromium on a loaded 2-core machine takes a few seconds.
