@@ -412,6 +412,9 @@ pub struct Decoded<'a> {
     pub dst: Addr,
     /// TCP or UDP.
     pub transport: Transport<'a>,
+    /// The IPv4 identification field (None for IPv6): tells a frame captured twice from a
+    /// retransmission, which carries a new one.
+    pub ip_id: Option<u16>,
 }
 
 const ETH_P_IP: u16 = 0x0800;
@@ -498,6 +501,7 @@ fn decode_frame(
     let (et, ip) = link_payload(link, frame)?;
     // IP bytes that were on the wire, when the original frame length is known.
     let ip_wire = orig_len.map(|o| o.saturating_sub(frame.len() - ip.len()));
+    let mut ip_id = None;
     let (src, dst, proto, l4, l4_wire_len) = match et {
         ETH_P_IP => {
             let v4 = Ipv4View::new_checked(ip)?;
@@ -512,6 +516,7 @@ fn decode_frame(
                 v4.payload().len()
             };
             let wire = ip_wire.map_or(wire, |w| wire.min(w.saturating_sub(v4.header_len())));
+            ip_id = Some(v4.ident());
             (
                 Addr::v4(v4.src()),
                 Addr::v4(v4.dst()),
@@ -571,6 +576,7 @@ fn decode_frame(
         src,
         dst,
         transport,
+        ip_id,
     })
 }
 

@@ -104,7 +104,9 @@ fn script(rng: &mut Rng) -> Vec<Pkt> {
             }
             s.push(h);
             s.push(p(true, ACK, 0, 40_000_000 + rng.below(2_000_000)));
-            let mut body = p(false, ACK | PSH, 900, 30_000);
+            // The ACK reaches the server and the body comes back: one capture-point→server
+            // round trip (SYN→SYN-ACK, rtt / 2 here) after the ACK, plus the server's 30 µs.
+            let mut body = p(false, ACK | PSH, 900, rtt / 2 + 30_000);
             body.tag = 1;
             s.push(body);
             s.push(p(true, ACK, 0, rtt));

@@ -139,6 +139,8 @@ pub(super) struct Dir {
     /// When this side last retransmitted: a release after a retransmission is loss recovery,
     /// not a delayed ACK or cork.
     pub last_rexmit_ts: Option<u64>,
+    /// (IPv4 id, relative seq, length, flags) of this side's previous segment.
+    pub last_seg_key: Option<(u16, u32, u32, u8)>,
     /// Capture time up to which this side's RTO waits are already counted.
     pub rto_charged_until: u64,
     /// (time, frame) of this side's first zero-window advertisement still in force.
@@ -245,12 +247,17 @@ impl Conn {
     }
 
     /// Effective MSS of the sender of direction `d`: what the peer advertised, minus the
-    /// timestamp option; without a captured handshake, the largest segment seen but at least
-    /// Ethernet's MSS.
+    /// timestamp option; without a captured handshake, see below.
     pub(super) fn sender_mss(&self, d: usize) -> u32 {
         match self.dirs[1 - d].mss_opt {
             Some(m) => u32::from(m).saturating_sub(if self.dirs[d].timestamps { 12 } else { 0 }),
-            None => self.dirs[d].max_seg.max(1460),
+            // No handshake: the largest segment seen when it looks like a full segment of an
+            // Ethernet-sized path (with or without options), else Ethernet's MSS; a segment
+            // that large is never "small".
+            None => match self.dirs[d].max_seg {
+                m if m >= 1200 => m,
+                _ => 1460,
+            },
         }
     }
 }

@@ -148,7 +148,7 @@ impl Analyzer {
             Ok(d) => match d.transport {
                 Transport::Tcp { tcp, payload_len } => {
                     self.tcp_frames += 1;
-                    self.on_tcp(frame, ts_ns, d.src, d.dst, &tcp, payload_len);
+                    self.on_tcp(frame, ts_ns, &d, &tcp, payload_len);
                 }
                 Transport::Udp(_) => self.udp_frames += 1,
             },
@@ -202,17 +202,9 @@ impl Analyzer {
             .insert(key, Conn::new(id, frame, ts, src, dst, fl))
     }
 
-    fn on_tcp(
-        &mut self,
-        frame: u64,
-        ts: u64,
-        src: Addr,
-        dst: Addr,
-        tcp: &TcpView<'_>,
-        seglen: u32,
-    ) {
-        let src = (src, tcp.src_port());
-        let slot = self.conn_slot(frame, ts, src, (dst, tcp.dst_port()), tcp);
+    fn on_tcp(&mut self, frame: u64, ts: u64, d: &Decoded<'_>, tcp: &TcpView<'_>, seglen: u32) {
+        let src = (d.src, tcp.src_port());
+        let slot = self.conn_slot(frame, ts, src, (d.dst, tcp.dst_port()), tcp);
         let Some(c) = self.flows.get_mut(slot) else {
             return;
         };
@@ -223,6 +215,7 @@ impl Analyzer {
             src,
             tcp,
             len: seglen,
+            ip_id: d.ip_id,
         };
         self.acc.process(c, &raw, tracing);
     }

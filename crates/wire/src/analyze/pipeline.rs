@@ -10,7 +10,7 @@ use crate::report::LadderRow;
 use super::detect::{DETECTORS, Segment, Sink, Stalls};
 use super::flow::{Conn, DataSeg};
 use super::ladder::{MAX_LADDER_ROWS, Notes, Trace, flag_string};
-use super::seq::{self, A_RESENT};
+use super::seq::{self, A_LOST, A_RESENT};
 use super::transaction::TxStats;
 
 /// What the per-packet code accumulates across connections. Kept apart from the connection
@@ -33,6 +33,8 @@ pub(super) struct RawSegment<'a, 'p> {
     pub src: (Addr, u16),
     pub tcp: &'a TcpView<'p>,
     pub len: u32,
+    /// IPv4 identification (None for IPv6).
+    pub ip_id: Option<u16>,
 }
 
 impl Acc {
@@ -51,9 +53,14 @@ impl Acc {
         }
         let mut s = relative(c, d, raw);
         let advances = s.len > 0 && (c.dirs[d].nextseq == 0 || s.seq == c.dirs[d].nextseq);
+        s.duplicate = is_duplicate(c, raw, &s);
         let o = seq::analyze(c, &s, &mut self.notes);
         s.analysis = o.flags;
         s.rto_since = o.rto_since;
+        if o.flags & A_LOST != 0 {
+            // Segments were not captured: the transaction in progress cannot be timed.
+            self.tx.abandon(c);
+        }
         s.new_data = s.len > 0 && o.flags & A_RESENT == 0 && advances;
         if s.new_data {
             s.held = held_segment(c, &s);
@@ -176,7 +183,22 @@ fn relative<'p>(c: &mut Conn, d: usize, raw: &RawSegment<'_, 'p>) -> Segment<'p>
         new_data: false,
         held: None,
         first_response: None,
+        duplicate: false,
     }
+}
+
+/// The same frame captured twice (on two interfaces, or by a duplicating tap): the same IPv4
+/// identification, sequence number, length and flags as this side's previous segment. A real
+/// retransmission carries a new identification.
+fn is_duplicate(c: &mut Conn, raw: &RawSegment<'_, '_>, s: &Segment<'_>) -> bool {
+    let Some(id) = raw.ip_id.filter(|&id| id != 0) else {
+        return false;
+    };
+    let key = (id, s.seq, s.len, s.flags);
+    let dir = &mut c.dirs[s.d];
+    let dup = dir.last_seg_key == Some(key);
+    dir.last_seg_key = Some(key);
+    dup
 }
 
 /// Remember new data segment `s` as the sender's latest; return the one before it, unless the

@@ -358,3 +358,99 @@ fn rto_time_lost_counted_once() {
     assert_eq!(f.lost_ns, 2_100_000_000);
     assert!(f.lost_ns <= r.top_connections[0].duration_ns);
 }
+
+/// Without a handshake, full-size segments (1448 bytes: MSS 1460 with timestamps) are never
+/// "small": a delayed-ACK release of them is not Nagle (issue 15 item 2).
+#[test]
+fn no_handshake_full_segments_are_not_nagle() {
+    let mut s = Sim::new();
+    let a = flags::ACK;
+    s.pkt(1.0, true, a | flags::PSH, b"GET /big HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(1.1, false, a, &[0u8; 1448], &[]);
+    s.pkt(41.1, true, a, b"", &[]);
+    s.pkt(41.2, false, a, &[0u8; 1448], &[]);
+    let r = s.a.finish();
+    let kinds: Vec<_> = r.findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, vec![StallKind::DelayedAck], "{:?}", r.findings);
+}
+
+/// Captured at the client of a 900 ms path, a server segment seen in the same microsecond as
+/// the client's late ACK cannot have been released by it.
+#[test]
+fn no_release_faster_than_the_path() {
+    let mss = [2, 4, 0x05, 0xb4];
+    let a = flags::ACK | flags::PSH;
+    let mut s = Sim::new();
+    s.pkt(0.0, true, flags::SYN, b"", &mss);
+    s.pkt(900.0, false, flags::SYN | flags::ACK, b"", &mss);
+    s.pkt(900.01, true, flags::ACK, b"", &[]);
+    s.pkt(1000.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(1900.0, false, a, b"HTTP/1.1 200 OK\r\n", &[]);
+    s.pkt(1950.0, true, flags::ACK, b"", &[]);
+    s.pkt(1950.0, false, a, b"body", &[]);
+    let r = s.a.finish();
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| !matches!(f.kind, StallKind::NagleDelayedAck | StallKind::DelayedAck)),
+        "{:?}",
+        r.findings
+    );
+}
+
+/// After "previous segment not captured" the transaction in progress is not timed: no think
+/// time across the gap.
+#[test]
+fn no_think_time_across_a_capture_gap() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK | flags::PSH;
+    s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(1.1, false, a, b"HTTP/1.1 200 OK\r\n\r\n", &[]);
+    s.pkt(2.0, true, a, b"GET /2 HTTP/1.1\r\n\r\n", &[]);
+    // The server's answer and the next requests were not captured.
+    s.sseq += 5000;
+    s.cseq += 3000;
+    s.pkt(900_000.0, true, a, b"GET /9 HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(900_000.2, false, a, b"HTTP/1.1 200 OK\r\n\r\n", &[]);
+    let r = s.a.finish();
+    assert!(
+        r.findings.iter().all(|f| f.kind != StallKind::ThinkTime),
+        "{:?}",
+        r.findings
+    );
+}
+
+/// The same frame captured twice (same IPv4 identification) counts as tshark counts it, but is
+/// no RTO stall; a resend with a new identification is one.
+#[test]
+fn duplicate_frames_are_not_rto_stalls() {
+    for (id2, stalls) in [(7u16, 0u64), (8, 1)] {
+        let mut s = Sim::new();
+        s.handshake();
+        for (t, id) in [(1.0, 7u16), (2.0, id2)] {
+            s.frame += 1;
+            let mut f = eth_ipv4_tcp(
+                S,
+                C,
+                80,
+                40000,
+                s.sseq,
+                s.cseq,
+                flags::ACK,
+                1000,
+                &[],
+                &[1; 100],
+            );
+            f[18..20].copy_from_slice(&id.to_be_bytes());
+            s.a.push(s.frame, (t * 1e6) as u64, decode(LinkType::Ethernet, &f));
+        }
+        let r = s.a.finish();
+        let rto = r
+            .findings
+            .iter()
+            .find(|f| f.kind == StallKind::RtoRetransmission)
+            .map_or(0, |f| f.count);
+        assert_eq!(rto, stalls, "id {id2}");
+    }
+}

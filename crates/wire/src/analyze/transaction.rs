@@ -153,6 +153,12 @@ impl TxStats {
         }
     }
 
+    /// Forget the transaction in progress without timing it (segments were not captured).
+    pub(super) fn abandon(&mut self, c: &mut Conn) {
+        c.tx = None;
+        c.tx_state = TxState::Idle;
+    }
+
     /// End the connection's transaction (the next request began, or the connection ended).
     pub(super) fn close(&mut self, c: &mut Conn) {
         if let Some(t) = c.tx.take() {

@@ -25,11 +25,16 @@ impl Detector for DelayedAckRelease {
             return;
         };
         let p = &c.dirs[1 - s.d];
+        // The ACK must reach the sender and D2 come back: at the capture point that takes a
+        // round trip to the sender (half of it is allowed for jitter). A segment seen at once
+        // after the ACK across a long path left before the ACK arrived (a window-limited
+        // sender), it was not released by it.
+        let min_release = c.rtt_to_sender(s.d).unwrap_or(0) / 2;
         let released = p.last_pkt_pure_ack
             && p.last_pkt_ts >= d1.ts
             && p.last_data_ts <= d1.ts
             && p.last_pkt_ack == d1.end
-            && s.ts.saturating_sub(p.last_pkt_ts) <= c.release_window(s.d);
+            && (min_release..=c.release_window(s.d)).contains(&s.ts.saturating_sub(p.last_pkt_ts));
         if !released {
             return;
         }

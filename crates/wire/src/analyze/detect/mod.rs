@@ -66,6 +66,9 @@ pub(super) struct Segment<'p> {
     pub held: Option<DataSeg>,
     /// For new server data: the transaction's first response byte.
     pub first_response: Option<FirstResponse>,
+    /// An exact copy of this side's previous frame (same IPv4 identification): captured twice,
+    /// not sent twice.
+    pub duplicate: bool,
 }
 
 impl Segment<'_> {

@@ -18,6 +18,10 @@ impl Detector for Rto {
         let Some((t0, f0)) = s.rto_since else {
             return;
         };
+        // A frame captured twice was sent once: no timer fired.
+        if s.duplicate {
+            return;
+        }
         // Each stretch of waiting is counted once: a second retransmission of the same bytes
         // adds only the time since the first one, so the sum never exceeds the connection's
         // duration.
