@@ -91,7 +91,7 @@ fn assert_page(html: &str, expected: &[&str]) -> Vec<(String, String)> {
 
 #[test]
 fn every_committed_example_renders_its_plots() {
-    let cases: [(&str, &[&str], &[&str]); 10] = [
+    let cases: [(&str, &[&str], &[&str]); 12] = [
         ("rr.json", &["spectrum"], &["round trip", "one-way p50"]),
         ("rr-nagle.json", &["spectrum"], &["Nagle on"]),
         ("rr-sizes.json", &["sweep"], &["No size jumped"]),
@@ -124,6 +124,16 @@ fn every_committed_example_renders_its_plots() {
                 "Fix:",
                 "quick-ack experiment",
             ],
+        ),
+        (
+            "stack.json",
+            &["stack-histograms"],
+            &["tcp-socket-read", "tp_btf/netif_receive_skb"],
+        ),
+        (
+            "analyze.json",
+            &["connection-stalls", "spectrum"],
+            &["Nagle x delayed ACK", "with nothing on the wire", "#61"],
         ),
         (
             "stream.json",

@@ -81,13 +81,19 @@ fn each_report_kind_renders_in_chromium() {
     let data = root().join("tests/data/report");
     let pages = root().join("target/report-screenshots");
     std::fs::create_dir_all(&pages).unwrap();
-    let cases: [(&str, &[&str], &[&str]); 6] = [
+    let cases: [(&str, &[&str], &[&str]); 8] = [
         ("diagnose", &["diagnose.json"], &["budget", "spectrum"]),
         ("rr-sweep", &["rr-sizes-stall.json"], &["sweep"]),
         (
             "http",
             &["http-open.json"],
             &["spectrum", "rate-over-time", "latency-over-time"],
+        ),
+        ("stack", &["stack.json"], &["stack-histograms"]),
+        (
+            "analyze",
+            &["analyze.json"],
+            &["connection-stalls", "spectrum"],
         ),
         ("ping", &["ping.json"], &["spectrum", "histogram"]),
         ("stream", &["stream.json"], &["throughput", "spectrum"]),

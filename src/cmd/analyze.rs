@@ -65,6 +65,8 @@ pub struct AnalyzeArgs {
     pub buffer: u64,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub report: crate::cmd::report::ReportFile,
 }
 
 /// A capture file that cannot be read: an I/O error is the system's, a malformed file is bad
@@ -192,6 +194,7 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
         warnings,
     );
     emit(&report, a.output.format(), &mut io::stdout().lock())?;
+    a.report.write(&report)?;
     Ok(if interrupted {
         exit::INTERRUPTED
     } else if report.analysis.nothing_readable() {

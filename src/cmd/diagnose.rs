@@ -57,6 +57,8 @@ pub struct DiagnoseArgs {
     pub ipv6: bool,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub report: crate::cmd::report::ReportFile,
 }
 
 pub fn run(a: &DiagnoseArgs) -> anyhow::Result<u8> {
@@ -69,6 +71,7 @@ pub fn run(a: &DiagnoseArgs) -> anyhow::Result<u8> {
             let mut out = std::io::stdout().lock();
             emit(&report, a.output.format(), &mut out)?;
             out.flush()?;
+            a.report.write(&report)?;
             if let Some(h) = report
                 .steps
                 .iter()

@@ -15,7 +15,7 @@ use crate::exit::{USAGE, coded};
 latscope rr 10.0.0.2 --json > rr.json && latscope report rr.json -o rr.html\n  \
 latscope report before.json after.json -o compare.html   # overlaid spectra + ratio table\n  \
 latscope http http://10.0.0.2/ -d 60s --report http.html # or straight from the run\n\n\
-Results of rr, http, connect, ping, diagnose and stream are drawn (the --json document, or the \
+Results of rr, http, connect, ping, diagnose, stream, stack and analyze are drawn (the --json document, or the \
 last line of --json-lines). The page needs no network to view: CSS and SVG plots are inline.")]
 pub struct ReportArgs {
     /// Result files written with `latscope COMMAND --json` (two or more of one kind are also

@@ -94,6 +94,8 @@ pub struct StackArgs {
     pub prometheus: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub report: crate::cmd::report::ReportFile,
 }
 
 fn config(a: &StackArgs) -> anyhow::Result<StackConfig> {
@@ -444,6 +446,7 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     drop(server);
     drop(session);
     emit(&report, format, &mut stdout)?;
+    a.report.write(&report)?;
     Ok(if interrupted {
         exit::INTERRUPTED
     } else {

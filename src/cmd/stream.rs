@@ -106,6 +106,8 @@ pub struct StreamArgs {
     pub ipv6: bool,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub report: crate::cmd::report::ReportFile,
 }
 
 fn usage(msg: impl Into<String>) -> anyhow::Error {
@@ -258,5 +260,6 @@ pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
     let mut out = std::io::stdout().lock();
     emit(&report, format, &mut out)?;
     out.flush()?;
+    a.report.write(&report)?;
     Ok(report_code(&report))
 }

@@ -9,6 +9,8 @@ use latscope_core::model::ping::PingReport;
 use latscope_core::model::rr::RrReport;
 use latscope_core::model::stream::StreamReport;
 use latscope_core::model::{Meta, SCHEMA_VERSION};
+use latscope_ebpf::report::StackReport;
+use latscope_wire::report::AnalyzeReport;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -29,17 +31,23 @@ pub enum Kind {
     Diagnose,
     /// `latscope stream`.
     Stream,
+    /// `latscope stack`.
+    Stack,
+    /// `latscope analyze`.
+    Analyze,
 }
 
 impl Kind {
     /// Every kind, in the order the help lists them.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Rr,
         Kind::Http,
         Kind::Connect,
         Kind::Ping,
         Kind::Diagnose,
         Kind::Stream,
+        Kind::Stack,
+        Kind::Analyze,
     ];
 
     /// The subcommand name, as `meta.command` spells it.
@@ -51,6 +59,8 @@ impl Kind {
             Kind::Ping => "ping",
             Kind::Diagnose => "diagnose",
             Kind::Stream => "stream",
+            Kind::Stack => "stack",
+            Kind::Analyze => "analyze",
         }
     }
 
@@ -77,6 +87,8 @@ pub enum Document {
     Ping(PingReport),
     Diagnose(DiagnoseReport),
     Stream(StreamReport),
+    Stack(StackReport),
+    Analyze(AnalyzeReport),
 }
 
 /// A result and what to call it on the page (usually its file name).
@@ -122,6 +134,8 @@ impl Document {
             Kind::Ping => Document::Ping(typed(value, &command)?),
             Kind::Diagnose => Document::Diagnose(typed(value, &command)?),
             Kind::Stream => Document::Stream(typed(value, &command)?),
+            Kind::Stack => Document::Stack(typed(value, &command)?),
+            Kind::Analyze => Document::Analyze(typed(value, &command)?),
         })
     }
 
@@ -134,6 +148,8 @@ impl Document {
             Document::Ping(_) => Kind::Ping,
             Document::Diagnose(_) => Kind::Diagnose,
             Document::Stream(_) => Kind::Stream,
+            Document::Stack(_) => Kind::Stack,
+            Document::Analyze(_) => Kind::Analyze,
         }
     }
 
@@ -146,6 +162,8 @@ impl Document {
             Document::Ping(r) => &r.meta,
             Document::Diagnose(r) => &r.meta,
             Document::Stream(r) => &r.meta,
+            Document::Stack(r) => &r.meta,
+            Document::Analyze(r) => &r.meta,
         }
     }
 }

@@ -129,5 +129,5 @@ fn budget(b: &Budget, findings: &[Finding]) -> Result<Option<String>, ReportErro
                 .collect(),
         });
     }
-    stacked(&bars).map(Some)
+    stacked(&bars, "time per request (median)").map(Some)
 }

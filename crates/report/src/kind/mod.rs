@@ -1,11 +1,13 @@
 //! One module per command: its report turned into the body of a page section. The helpers here
 //! are what several kinds share (the header line, a latency block, a summary table).
 
+mod analyze;
 mod connect;
 mod diagnose;
 mod http;
 mod ping;
 mod rr;
+mod stack;
 mod stream;
 
 use latscope_core::Summary;
@@ -26,6 +28,8 @@ pub(crate) fn section(i: usize, input: &Input) -> Result<Section, ReportError> {
         Document::Ping(r) => ping::body(r)?,
         Document::Diagnose(r) => diagnose::body(r)?,
         Document::Stream(r) => stream::body(r)?,
+        Document::Stack(r) => stack::body(r)?,
+        Document::Analyze(r) => analyze::body(r)?,
     };
     Ok(Section {
         id: format!("result-{}", i + 1),

@@ -14,7 +14,7 @@ pub(crate) struct Bar {
 
 /// Draw the bars on one time axis, each bar's name above it (long names need no margin on a
 /// phone); parts with the same label share a colour across bars, named in the legend.
-pub(crate) fn stacked(bars: &[Bar]) -> Result<String, ReportError> {
+pub(crate) fn stacked(bars: &[Bar], x_desc: &str) -> Result<String, ReportError> {
     let total = bars
         .iter()
         .map(|b| b.parts.iter().map(|p| p.1.max(0.0)).sum::<f64>())
@@ -38,7 +38,7 @@ pub(crate) fn stacked(bars: &[Bar]) -> Result<String, ReportError> {
             .configure_mesh()
             .disable_y_mesh()
             .y_labels(0)
-            .x_desc("time per request (median)")
+            .x_desc(x_desc)
             .x_label_formatter(&|v| format_ns(*v))
             .label_style(text(16))
             .axis_desc_style(text(16))

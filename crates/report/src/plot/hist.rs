@@ -1,6 +1,8 @@
 //! Latency histograms on a log time axis (Gregg's latency histograms, netstacklat's log2 view):
 //! equal-width bars per factor of time, so a 40 ms mode shows next to a 40 µs one.
 
+use latscope_core::Log2Histogram;
+use latscope_core::log2::{bucket_lower, bucket_upper};
 use latscope_core::units::{format_ns, format_si};
 use plotters::prelude::*;
 
@@ -43,6 +45,23 @@ pub(crate) fn from_samples(samples: &[u64]) -> Vec<Bin> {
         bins[k].count += 1;
     }
     bins
+}
+
+/// The non-empty span of a log2 histogram, as bins (bucket 0, values 0 and 1 ns, drawn from
+/// 0.5 ns so the log axis can hold it).
+pub(crate) fn from_log2(h: &Log2Histogram) -> Vec<Bin> {
+    let first = h.buckets.iter().position(|&c| c > 0);
+    let last = h.buckets.iter().rposition(|&c| c > 0);
+    let (Some(first), Some(last)) = (first, last) else {
+        return Vec::new();
+    };
+    (first..=last)
+        .map(|k| Bin {
+            lo_ns: if k == 0 { 0.5 } else { bucket_lower(k) as f64 },
+            hi_ns: bucket_upper(k).max(1) as f64,
+            count: h.buckets[k],
+        })
+        .collect()
 }
 
 /// Draw histograms side by side in one row of panels (one per `(title, bins)`), sharing the
@@ -114,5 +133,14 @@ mod tests {
             .find(|b| b.lo_ns <= 10_000.0 && 10_000.0 < b.hi_ns)
             .unwrap();
         assert_eq!(b.count, 1);
+    }
+
+    #[test]
+    fn log2_bins_keep_bucket_edges() {
+        let mut h = Log2Histogram::new();
+        h.record(3000);
+        let bins = from_log2(&h);
+        assert_eq!(bins.len(), 1);
+        assert_eq!((bins[0].lo_ns, bins[0].hi_ns), (2048.0, 4096.0));
     }
 }
