@@ -42,7 +42,11 @@ fn headline(doc: &Document) -> Option<(&'static str, &Summary)> {
             .iter()
             .find(|(n, _)| n == "one request")
             .map(|(_, s)| ("one request", s)),
-        Document::Analyze(r) => r.transaction_time.as_ref().map(|s| ("transaction time", s)),
+        Document::Analyze(r) => r
+            .analysis
+            .transaction_time
+            .as_ref()
+            .map(|s| ("transaction time", s)),
         Document::Stack(_) => None,
         Document::Stream(r) => r
             .latency_probe

@@ -22,13 +22,17 @@ pub(crate) fn body(r: &AnalyzeReport) -> Result<String, ReportError> {
     }
     out += &facts(&[
         ("source", format!("{} ({})", r.source, r.format)),
-        ("frames", format_si(r.frames as f64)),
-        ("span", format_ns(r.capture_span_ns as f64)),
-        ("TCP connections", format_si(r.connections as f64)),
-        ("transactions", format_si(r.transactions as f64)),
-        ("retransmissions", r.counts.retransmission.to_string()),
+        ("frames", format_si(r.analysis.frames as f64)),
+        ("span", format_ns(r.analysis.capture_span_ns as f64)),
+        ("TCP connections", format_si(r.analysis.connections as f64)),
+        ("transactions", format_si(r.analysis.transactions as f64)),
+        (
+            "retransmissions",
+            r.analysis.counts.retransmission.to_string(),
+        ),
     ]);
     let rows: Vec<Vec<String>> = r
+        .analysis
         .findings
         .iter()
         .map(|f| {
@@ -51,16 +55,16 @@ pub(crate) fn body(r: &AnalyzeReport) -> Result<String, ReportError> {
             &["stall", "times", "time lost", "first example"],
             &rows,
         );
-        for f in &r.findings {
+        for f in &r.analysis.findings {
             out += &para("note", &format!("{}: {}", f.kind.label(), f.explanation));
         }
     }
     out += &connections(r)?;
     let mut dists = Vec::new();
     for (label, s) in [
-        ("transaction", &r.transaction_time),
-        ("server think time", &r.think_time),
-        ("handshake RTT", &r.handshake_rtt),
+        ("transaction", &r.analysis.transaction_time),
+        ("server think time", &r.analysis.think_time),
+        ("handshake RTT", &r.analysis.handshake_rtt),
     ] {
         if let Some(s) = s {
             dists.push((label.to_string(), s));
@@ -69,7 +73,7 @@ pub(crate) fn body(r: &AnalyzeReport) -> Result<String, ReportError> {
     if !dists.is_empty() {
         out += &latency_block(&dists)?;
     }
-    if let Some(l) = &r.ladder {
+    if let Some(l) = &r.analysis.ladder {
         out += &ladder(&l.rows);
     }
     Ok(out)
@@ -77,6 +81,7 @@ pub(crate) fn body(r: &AnalyzeReport) -> Result<String, ReportError> {
 
 fn connections(r: &AnalyzeReport) -> Result<String, ReportError> {
     let bars: Vec<Bar> = r
+        .analysis
         .top_connections
         .iter()
         .filter(|c| c.stall_lost_ns > 0)
