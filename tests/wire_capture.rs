@@ -448,3 +448,73 @@ fn capture_filters_match_tcpdump() {
         "{err}"
     );
 }
+
+/// `capture -w` in a shared directory: a planted symbolic link is refused (nothing is written
+/// through it), as is a file with another hard link; a new file is created.
+#[test]
+fn capture_write_does_not_follow_planted_links() {
+    let dir = TempDir::new();
+    let victim = dir.path("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let link = dir.path("planted.pcap");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let hard = dir.path("hard.pcap");
+    std::fs::hard_link(&victim, &hard).unwrap();
+    for target in [&link, &hard] {
+        let out = Command::new(BIN)
+            .args(["capture", "-i", "lo", "-c", "1", "-d", "1s", "-w"])
+            .arg(target)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", target.display());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("refusing to write"), "{err}");
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    // A fresh name is created; an existing file of ours is replaced.
+    let fresh = dir.path("fresh.pcap");
+    for _ in 0..2 {
+        let out = Command::new(BIN)
+            .args(["capture", "-i", "lo", "-d", "300ms", "-w"])
+            .arg(&fresh)
+            .arg("udp port 9")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(std::fs::metadata(&fresh).unwrap().len(), 24);
+    }
+}
+
+/// A second Ctrl-C right after the first still leaves a complete file with every packet the
+/// summary counted (it used to exit at once, with the packets still in the write buffer).
+#[test]
+fn capture_second_ctrl_c_still_flushes() {
+    let dir = TempDir::new();
+    let f = dir.path("twice.pcap");
+    let (addr, server) = http_server(Pattern::SplitNoDelay, 3);
+    let filter = format!("tcp port {}", addr.port());
+    let mut cmd = Command::new(BIN);
+    cmd.args(["capture", "-i", "lo", "--json", "-w"])
+        .arg(&f)
+        .arg(&filter)
+        .stdout(std::process::Stdio::piped());
+    let child = spawn_ready(cmd, "capturing on");
+    http_client(addr, 3, 3);
+    server.join().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..2 {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n = report["packets"].as_u64().unwrap();
+    assert!(n >= 3 * (3 + 3 * 3), "{n} packets");
+    assert_eq!(tshark_count(&f, ""), n);
+}

@@ -1,7 +1,10 @@
 //! `latscope capture`: live capture to a pcap file (nanosecond timestamps) through an AF_PACKET
 //! TPACKET_V3 ring, with the tcpdump filter compiled to classic BPF by libpcap and run in the kernel.
 
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -13,7 +16,7 @@ use latscope_wire::report::CaptureReport;
 use latscope_wire::{CaptureWriter, LinkType, PcapNgWriter, PcapWriter};
 
 use crate::exit;
-use crate::output::{OutputArgs, stop_flag, unix_ms};
+use crate::output::{OutputArgs, stop_flag_finishing, unix_ms};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -78,7 +81,9 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
         "latscope: capturing on {} (filter: {}), Ctrl-C to stop",
         a.interface, mode
     );
-    let stop = stop_flag();
+    // The stop takes at most ~0.2 s (one poll, the drain) plus the flush: a second Ctrl-C waits
+    // for it instead of leaving a truncated file.
+    let stop = stop_flag_finishing();
     // A live packet count for people (stderr is a terminal), never when writing to stdout.
     let bar = (a.output.progress() && a.write != "-").then(|| {
         let b = indicatif::ProgressBar::new_spinner();
@@ -151,10 +156,7 @@ pub fn open_writer(
     let out: Box<dyn Write> = if path == "-" {
         Box::new(io::stdout())
     } else {
-        Box::new(
-            std::fs::File::create(path)
-                .map_err(|e| exit::because(exit::USAGE, format!("cannot create '{path}'"), e))?,
-        )
+        Box::new(create_output(Path::new(path))?)
     };
     let w = BufWriter::with_capacity(1 << 20, out);
     let format = format.unwrap_or(if path.ends_with(".pcapng") {
@@ -166,4 +168,50 @@ pub fn open_writer(
         FileFormat::Pcap => CaptureWriter::Pcap(PcapWriter::new(w, link, snaplen)?),
         FileFormat::Pcapng => CaptureWriter::PcapNg(PcapNgWriter::new(w, link, snaplen, iface)?),
     })
+}
+
+/// Open the output file without being tricked into writing elsewhere, as a root capture in a
+/// shared directory could be (/tmp): a symbolic link is refused (`O_NOFOLLOW`), a new file is
+/// created exclusively (`O_EXCL`), and an existing regular file is truncated only when it is
+/// ours and has no other hard link. Devices and pipes (`/dev/null`, a FIFO) are written as is.
+fn create_output(path: &Path) -> anyhow::Result<File> {
+    let shown = path.display();
+    let refuse =
+        |why: &str| exit::coded(exit::USAGE, format!("refusing to write '{shown}': {why}"));
+    let cannot = |e: io::Error| exit::because(exit::USAGE, format!("cannot create '{shown}'"), e);
+    let created = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path);
+    match created {
+        Ok(f) => return Ok(f),
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(cannot(e)),
+        Err(_) => {}
+    }
+    let f = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                refuse("it is a symbolic link (give the real path)")
+            } else {
+                cannot(e)
+            }
+        })?;
+    let meta = f.metadata().map_err(cannot)?;
+    if meta.file_type().is_file() {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if meta.uid() != euid {
+            return Err(refuse("it belongs to another user (remove it first)"));
+        }
+        if meta.nlink() > 1 {
+            return Err(refuse("it has other hard links (remove it first)"));
+        }
+        f.set_len(0).map_err(cannot)?;
+    }
+    Ok(f)
 }
