@@ -61,6 +61,7 @@ fn start_server(behaviour: ServerBehaviour) -> anyhow::Result<ServerHandle> {
         handshake_timeout: Duration::from_secs(5),
         forced: Some(behaviour),
         workers: None,
+        ..ServeConfig::default()
     };
     Ok(Server::bind(cfg, Arc::new(AtomicBool::new(false)), |_| {})?.spawn()?)
 }

@@ -6,17 +6,18 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use latscope_core::model::rr::{ServerBehaviour, SockOpts, WriteMode};
-use latscope_core::units::{format_duration, parse_duration, parse_size};
+use latscope_core::units::{format_duration, parse_bitrate, parse_duration, parse_size};
 use latscope_net::proto::{DEFAULT_PORT, Limits};
-use latscope_net::serve::{ServeConfig, ServeEvent, Server};
+use latscope_net::serve::{Budget, ServeConfig, ServeEvent, Server};
 
 use crate::output::stop_flag;
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Examples:
-  latscope serve                                   TCP+UDP on port 7373, all addresses
-  latscope serve --bind 127.0.0.1 -p 9000 --unix /tmp/latscope.sock
+  latscope serve                                   TCP+UDP on port 7373, loopback only
+  latscope serve --bind ::                         every interface (IPv6 and IPv4)
+  latscope serve -p 9000 --unix /tmp/latscope.sock
   latscope serve --split-response 128 --nagle      behave like nginx with tcp_nodelay off:
                                                    header and body in two writes, Nagle on
   latscope serve --max-tests 8 --max-duration 60s  a shared server with tight limits
@@ -24,10 +25,19 @@ Examples:
 Clients state each test (sizes, socket options, duration); the server checks it against its
 limits and refuses what exceeds them with a message saying which limit. The behaviour flags
 (--split-response, --nagle, --think, --drop-every) override what clients ask for, to reproduce
-a misbehaving server. Ctrl-C stops the server and removes its unix socket.")]
+a misbehaving server. Ctrl-C stops the server and removes its unix socket.
+
+Budget (a server you can leave running): threads ≤ --max-connections + 3 (joined data
+connections and server-sent UDP flows count as connections); test buffers ≤ --max-test-memory
+per test and --max-memory in all (refused beyond, given back after each test); each source
+address at most a quarter of the tests and connections (--per-source-tests/-connections);
+server-sent UDP ≤ --max-udp-rate per test; a UDP response ≤ 10× its request; the whole
+handshake within --handshake-timeout; congestion controls only from
+net.ipv4.tcp_allowed_congestion_control.")]
 pub struct ServeArgs {
-    /// Address to listen on (both IPv6 and IPv4 with the default).
-    #[arg(long, default_value = "::")]
+    /// Address to listen on: loopback by default; `::` for every interface (IPv6 and IPv4),
+    /// `0.0.0.0` for every IPv4 one. The start-up line lists the interfaces exposed.
+    #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
     /// TCP and UDP port.
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
@@ -50,6 +60,21 @@ pub struct ServeArgs {
     /// Time a client has to send its hello and test request.
     #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
     pub handshake_timeout: std::time::Duration,
+    /// Test buffers all tests together may hold.
+    #[arg(long, default_value = "512MiB", value_name = "SIZE", value_parser = parse_size)]
+    pub max_memory: u64,
+    /// Test buffers one test may hold (streams × buffer length).
+    #[arg(long, default_value = "64MiB", value_name = "SIZE", value_parser = parse_size)]
+    pub max_test_memory: u64,
+    /// Tests one source address may run at once (default: a quarter of --max-tests).
+    #[arg(long, value_name = "N")]
+    pub per_source_tests: Option<u32>,
+    /// Connections one source address may hold (default: a quarter of --max-connections).
+    #[arg(long, value_name = "N")]
+    pub per_source_connections: Option<u32>,
+    /// Fastest UDP the server sends for one test.
+    #[arg(long, default_value = "1G", value_name = "RATE", value_parser = parse_bitrate)]
+    pub max_udp_rate: f64,
     /// Respond in two writes: the first SIZE bytes, then the rest (forces it for every test).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub split_response: Option<u64>,
@@ -129,6 +154,14 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
         handshake_timeout: a.handshake_timeout,
         forced: a.forced(),
         workers: a.workers,
+        budget: Budget {
+            max_tests_per_source: a.per_source_tests,
+            max_connections_per_source: a.per_source_connections,
+            max_test_memory_bytes: a.max_test_memory,
+            max_memory_bytes: a.max_memory,
+            max_udp_rate_bps: a.max_udp_rate,
+            ..Budget::default()
+        },
     };
     let quiet = a.quiet;
     let server = Server::bind(cfg, stop_flag(), move |ev| log(&ev, quiet))
@@ -139,12 +172,18 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
 
 fn log(ev: &ServeEvent, quiet: bool) {
     match ev {
-        ServeEvent::Listening { tcp, udp, unix } => {
+        ServeEvent::Listening {
+            tcp,
+            udp,
+            unix,
+            exposed,
+        } => {
             let unix = unix
                 .as_ref()
                 .map(|p| format!(", unix {}", p.display()))
                 .unwrap_or_default();
             eprintln!("latscope serve: listening on tcp {tcp}, udp {udp}{unix} (Ctrl-C stops)");
+            eprintln!("latscope serve: {}", exposure(exposed));
         }
         _ if quiet => {}
         ServeEvent::TestStarted {
@@ -169,5 +208,22 @@ fn log(ev: &ServeEvent, quiet: bool) {
             );
         }
         ServeEvent::Refused { peer, reason } => eprintln!("refused {peer}: {reason}"),
+    }
+}
+
+/// Which interfaces clients can reach the server through, e.g. "exposed on lo 127.0.0.1 only
+/// (loopback)" or "exposed on eth0 10.0.0.5, lo 127.0.0.1".
+fn exposure(exposed: &[(String, IpAddr)]) -> String {
+    if exposed.is_empty() {
+        return "exposed on no configured interface address".into();
+    }
+    let list: Vec<String> = exposed.iter().map(|(n, ip)| format!("{n} {ip}")).collect();
+    if exposed.iter().all(|(_, ip)| ip.is_loopback()) {
+        format!("exposed on {} only (loopback)", list.join(", "))
+    } else {
+        format!(
+            "exposed on {} — reachable from other hosts; --bind 127.0.0.1 keeps it local",
+            list.join(", ")
+        )
     }
 }

@@ -30,6 +30,7 @@ pub fn server(
         handshake_timeout: Duration::from_secs(2),
         forced,
         workers: None,
+        ..ServeConfig::default()
     };
     Server::bind(cfg, Arc::new(AtomicBool::new(false)), |_| {})
         .expect("bind")

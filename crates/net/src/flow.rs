@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use latscope_core::model::rr::Transport;
 use latscope_core::model::stream::{Cost, StreamInterval, StreamOptions, TcpFigures, UdpFigures};
 
-use crate::pace::sleep_until;
+use crate::pace::sleep_until_or_stop;
 use crate::proto::{StreamDatagram, StreamSpec, UDP_STREAM_HEADER_LEN};
 use latscope_sys::error::is_transient as is_timeout;
 use latscope_sys::sockopt::{get_raw, set_bytes, set_int};
@@ -64,6 +64,14 @@ impl DataSock {
         let _ = match self {
             DataSock::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
             DataSock::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+        };
+    }
+
+    /// Set (or clear) the send timeout; errors are ignored (a closed socket fails later anyway).
+    pub fn set_write_timeout(&self, t: Option<Duration>) {
+        let _ = match self {
+            DataSock::Tcp(s) => s.set_write_timeout(t),
+            DataSock::Unix(s) => s.set_write_timeout(t),
         };
     }
 
@@ -342,6 +350,9 @@ pub fn stream_recv(
     res
 }
 
+/// Pacing gaps beyond this (a day) end a UDP flow: no test lasts that long.
+const MAX_GAP_NS: f64 = 86_400e9;
+
 /// Send datagrams of `len` bytes at `rate_bps` (None: as fast as possible), paced per datagram
 /// so there are no bursts. `dest` None means the socket is connected.
 #[allow(clippy::too_many_arguments)]
@@ -366,7 +377,16 @@ pub fn udp_send(
             break Ok(());
         }
         if let Some(g) = gap_ns {
-            sleep_until(start + Duration::from_nanos((g * seq as f64) as u64));
+            // Every wait ends with the test: a gap past the deadline (a tiny or zero rate) ends
+            // the flow instead of sleeping through it, and a stop is seen within 50 ms.
+            let due_ns = g * seq as f64;
+            if !due_ns.is_finite() || due_ns >= MAX_GAP_NS {
+                break Ok(());
+            }
+            let due = start + Duration::from_nanos(due_ns as u64);
+            if until.deadline.is_some_and(|d| due >= d) || !sleep_until_or_stop(due, stop) {
+                break Ok(());
+            }
         }
         let t0 = Instant::now();
         if until.deadline.is_some_and(|d| t0 >= d) {

@@ -33,6 +33,26 @@ pub fn sleep_until(deadline: Instant) {
     }
 }
 
+/// Longest single sleep of [`sleep_until_or_stop`]: how late a stop flag is noticed.
+const STOP_CHECK: Duration = Duration::from_millis(50);
+
+/// Like [`sleep_until`], but wakes at least every 50 ms to look at `stop`. Returns false if
+/// `stop` was set before the deadline: a long pacing gap (a rate of 1 bit/s) never holds a
+/// thread past its test.
+pub fn sleep_until_or_stop(deadline: Instant, stop: &std::sync::atomic::AtomicBool) -> bool {
+    loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left <= STOP_CHECK {
+            sleep_until(deadline);
+            return true;
+        }
+        std::thread::sleep(STOP_CHECK);
+    }
+}
+
 /// The intended send times of one connection in an open-loop run: connection `index` of `n`
 /// sends every `n / rate` seconds, offset so the connections interleave evenly.
 #[derive(Clone, Debug)]

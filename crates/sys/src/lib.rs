@@ -5,7 +5,9 @@
 //! - [`clock`]: the clocks, each named after what it reads ([`clock::monotonic_ns`],
 //!   [`clock::realtime_ns`]) — two functions once both called `now_ns` read different clocks;
 //! - [`error`]: classification of `io::Error`s ([`error::is_transient`]);
-//! - [`Family`]: the address-family preference of `-4` / `-6`.
+//! - [`Family`]: the address-family preference of `-4` / `-6`;
+//! - [`mem`]: giving freed memory back to the kernel; [`net`]: the host's interfaces and
+//!   allowed congestion controls.
 //!
 //! `Family` lives here rather than in `latscope-core`: the result model never needs it (it
 //! records addresses, not preferences); only the engines that resolve names do, and they all
@@ -19,6 +21,8 @@
 pub mod clock;
 pub mod error;
 pub mod family;
+pub mod mem;
+pub mod net;
 pub mod sockopt;
 
 pub use family::Family;

@@ -1,12 +1,14 @@
 //! Admission: connection and test slots, the `--workers` queue, and the check of a test request
 //! against the server's limits.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use latscope_core::model::rr::Transport;
 
-use super::Shared;
-use crate::proto::{self, Limits, RefusalCode, Start, TestKind, UDP_HEADER_LEN};
+use super::{ServeConfig, Shared};
+use crate::proto::{self, Limits, RefusalCode, Start, StreamSpec, TestKind, UDP_HEADER_LEN};
 
 /// First come, first served admission to the `--workers` slots (a plain semaphore would let
 /// the thread that just finished win again and starve the others — unlike a real worker,
@@ -56,34 +58,194 @@ impl Drop for WorkerPermit<'_> {
     }
 }
 
-/// Decrements a counter when dropped.
-pub(super) struct Slot<'a>(&'a AtomicU32);
+/// What one source address holds.
+#[derive(Debug, Default)]
+pub(super) struct SourceUse {
+    conns: u32,
+    tests: u32,
+}
 
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+/// A budgeted resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Resource {
+    /// One of `--max-connections` (and of the source's share).
+    Conn,
+    /// One of `--max-tests` (and of the source's share).
+    Test,
+    /// Bytes of buffers.
+    Memory(u64),
+}
+
+/// A resource held; given back when dropped.
+pub(super) struct Held {
+    sh: Arc<Shared>,
+    what: Resource,
+    ip: Option<IpAddr>,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Held({:?})", self.what)
     }
 }
 
-/// Take one of `max` slots counted by `counter`, or None when all are taken.
-pub(super) fn try_slot(counter: &AtomicU32, max: u32) -> Option<Slot<'_>> {
-    let prev = counter.fetch_add(1, Ordering::SeqCst);
-    let slot = Slot(counter);
-    if prev >= max { None } else { Some(slot) }
+/// Take `what` for a client at `ip` (None: a unix socket, no per-source share), or say why not.
+pub(super) fn take(sh: &Arc<Shared>, what: Resource, ip: Option<IpAddr>) -> Result<Held, Refusal> {
+    let cfg = &sh.cfg;
+    let ip = ip.map(super::canonical);
+    match what {
+        Resource::Conn | Resource::Test => {
+            let (counter, max, name) = match what {
+                Resource::Conn => (&sh.conns, cfg.max_connections, "connections"),
+                _ => (&sh.tests, cfg.limits.max_tests, "tests"),
+            };
+            if counter.fetch_add(1, Ordering::SeqCst) >= max {
+                counter.fetch_sub(1, Ordering::SeqCst);
+                let running = sh.tests.load(Ordering::Relaxed).min(cfg.limits.max_tests);
+                return Err((
+                    RefusalCode::Busy,
+                    format!("{running} tests running, retry later"),
+                ));
+            }
+            if let Some(ip) = ip
+                && let Err(share) = take_share(sh, what, ip)
+            {
+                counter.fetch_sub(1, Ordering::SeqCst);
+                return Err((
+                    RefusalCode::Quota,
+                    format!("{ip} already holds its share of {share} {name} on this server"),
+                ));
+            }
+        }
+        Resource::Memory(bytes) => take_memory(sh, bytes)?,
+    }
+    Ok(Held {
+        sh: sh.clone(),
+        what,
+        ip,
+    })
+}
+
+/// Count one more connection or test of `ip`; Err(its share) when it has it all.
+fn take_share(sh: &Shared, what: Resource, ip: IpAddr) -> Result<(), u32> {
+    let Ok(mut m) = sh.sources.lock() else {
+        return Ok(());
+    };
+    let u = m.entry(ip).or_default();
+    let (n, share) = match what {
+        Resource::Conn => (&mut u.conns, sh.cfg.connections_per_source()),
+        _ => (&mut u.tests, sh.cfg.tests_per_source()),
+    };
+    if *n >= share {
+        if u.conns == 0 && u.tests == 0 {
+            m.remove(&ip);
+        }
+        return Err(share);
+    }
+    *n += 1;
+    Ok(())
+}
+
+fn take_memory(sh: &Shared, bytes: u64) -> Result<(), Refusal> {
+    let b = &sh.cfg.budget;
+    let mib = |n: u64| n.div_ceil(1 << 20);
+    if bytes > b.max_test_memory_bytes {
+        return Err((
+            RefusalCode::Limit,
+            format!(
+                "the test needs {} MiB of buffers; this server allows {} MiB per test: use fewer streams or a smaller --length",
+                mib(bytes),
+                mib(b.max_test_memory_bytes)
+            ),
+        ));
+    }
+    let mut cur = sh.memory.load(Ordering::SeqCst);
+    loop {
+        if cur + bytes > b.max_memory_bytes {
+            let running = sh.tests.load(Ordering::Relaxed);
+            return Err((
+                RefusalCode::Busy,
+                format!("{running} tests running, retry later"),
+            ));
+        }
+        match sh
+            .memory
+            .compare_exchange(cur, cur + bytes, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => return Ok(()),
+            Err(now) => cur = now,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let sh = &self.sh;
+        match self.what {
+            Resource::Memory(bytes) => {
+                sh.memory.fetch_sub(bytes, Ordering::SeqCst);
+                return;
+            }
+            Resource::Conn => sh.conns.fetch_sub(1, Ordering::SeqCst),
+            Resource::Test => sh.tests.fetch_sub(1, Ordering::SeqCst),
+        };
+        if let Some(ip) = self.ip
+            && let Ok(mut m) = sh.sources.lock()
+            && let Some(u) = m.get_mut(&ip)
+        {
+            match self.what {
+                Resource::Conn => u.conns = u.conns.saturating_sub(1),
+                _ => u.tests = u.tests.saturating_sub(1),
+            }
+            if u.conns == 0 && u.tests == 0 {
+                m.remove(&ip);
+            }
+        }
+    }
+}
+
+/// Bytes of thread stack of every connection and flow thread.
+pub(super) const THREAD_STACK: usize = 256 * 1024;
+
+/// The buffers a test will allocate, bytes (see [`super::Budget`]).
+pub(super) fn memory_needed(start: &Start) -> u64 {
+    let stack = THREAD_STACK as u64;
+    match (&start.stream, start.kind) {
+        (Some(spec), TestKind::Stream) => {
+            let buf = u64::from(spec.buffer_bytes).max(4096);
+            (0..spec.flows())
+                .map(|i| {
+                    let server_sends = !spec.client_sends(i);
+                    match spec.transport {
+                        Transport::Udp if !server_sends => 0,
+                        _ if server_sends && spec.options.zerocopy => 2 * buf + stack,
+                        _ => buf + stack,
+                    }
+                })
+                .sum()
+        }
+        _ => u64::from(start.request_bytes) + u64::from(start.response_bytes),
+    }
 }
 
 /// Why a request is refused: the protocol's code and a message telling the client what to change.
 pub(super) type Refusal = (RefusalCode, String);
 
 /// Check a test request against the limits; the refusal text tells the client what to change.
-pub(super) fn validate(start: &Start, limits: &Limits, unix: bool) -> Result<(), Refusal> {
+pub(super) fn validate(start: &Start, cfg: &ServeConfig, unix: bool) -> Result<(), Refusal> {
+    let limits = &cfg.limits;
     check_sizes(start, limits)?;
     check_duration(start.duration_ms, limits)?;
     if start.kind == TestKind::UdpRr {
         check_udp_rr(start, unix)?;
+        check_amplification(start, cfg.budget.max_udp_amplification)?;
     }
     if start.kind == TestKind::Stream {
         check_stream(start, limits, unix)?;
+        if let Some(spec) = &start.stream {
+            check_udp_rate(spec, cfg.budget.max_udp_rate_bps)?;
+            check_congestion(spec, &latscope_sys::net::allowed_congestion_controls())?;
+        }
     }
     if start.server.think_ns > 10_000_000_000 {
         return Err((RefusalCode::Limit, "think time above 10 s".into()));
@@ -209,6 +371,63 @@ fn check_stream(start: &Start, limits: &Limits, unix: bool) -> Result<(), Refusa
     Ok(())
 }
 
+/// A UDP answer at most `ratio` times the request: the server must not amplify.
+fn check_amplification(start: &Start, ratio: u32) -> Result<(), Refusal> {
+    let max = u64::from(start.request_bytes) * u64::from(ratio.max(1));
+    if u64::from(start.response_bytes) > max {
+        return Err((
+            RefusalCode::Limit,
+            format!(
+                "a {} B UDP response to a {} B request: this server answers at most {ratio}× the request",
+                start.response_bytes, start.request_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// UDP the server sends is paced, at a positive rate, and at most `max_bps` per test.
+fn check_udp_rate(spec: &StreamSpec, max_bps: f64) -> Result<(), Refusal> {
+    if spec.transport != Transport::Udp {
+        return Ok(());
+    }
+    let rate = spec.udp_rate_bps.unwrap_or(f64::INFINITY);
+    if rate.is_nan() || rate <= 0.0 {
+        return Err((
+            RefusalCode::Invalid,
+            "a UDP test needs a rate above 0 bit/s".into(),
+        ));
+    }
+    let server_flows = (0..spec.flows()).filter(|&i| !spec.client_sends(i)).count();
+    let total = rate * server_flows as f64;
+    if total > max_bps {
+        return Err((
+            RefusalCode::Limit,
+            format!(
+                "{:.0} Mbit/s of UDP from the server: this server sends at most {:.0} Mbit/s per test",
+                total / 1e6,
+                max_bps / 1e6
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Only congestion controls unprivileged users may pick (`allowed`): the server may run as
+/// root, and a name outside the list could autoload a kernel module.
+fn check_congestion(spec: &StreamSpec, allowed: &[String]) -> Result<(), Refusal> {
+    match &spec.options.congestion {
+        Some(cc) if !allowed.iter().any(|a| a == cc) => Err((
+            RefusalCode::Invalid,
+            format!(
+                "congestion control '{cc}' is not allowed on this server (net.ipv4.tcp_allowed_congestion_control: {})",
+                allowed.join(" ")
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,12 +447,15 @@ mod tests {
 
     #[test]
     fn limits_are_enforced() {
-        let l = Limits {
-            max_tests: 1,
-            max_duration_ms: 10_000,
-            max_message_bytes: 1000,
+        let cfg = ServeConfig {
+            limits: Limits {
+                max_tests: 1,
+                max_duration_ms: 10_000,
+                max_message_bytes: 1000,
+            },
+            ..ServeConfig::default()
         };
-        let code = |s: &Start, unix| validate(s, &l, unix).map_err(|e| e.0);
+        let code = |s: &Start, unix| validate(s, &cfg, unix).map_err(|e| e.0);
         assert!(code(&start(TestKind::Rr, 64, 64, 1000), false).is_ok());
         assert_eq!(
             code(&start(TestKind::Rr, 0, 64, 1000), false),
@@ -255,18 +477,58 @@ mod tests {
             code(&start(TestKind::UdpRr, 64, 64, 1000), true),
             Err(RefusalCode::Invalid)
         );
+        // Amplification: 20 B asking for 1000 B is refused, 100 B for 1000 B is not.
+        assert_eq!(
+            code(&start(TestKind::UdpRr, 20, 1000, 1000), false),
+            Err(RefusalCode::Limit)
+        );
+        assert!(code(&start(TestKind::UdpRr, 100, 1000, 1000), false).is_ok());
     }
 
     #[test]
-    fn slots_are_bounded_and_released() {
-        let c = AtomicU32::new(0);
-        let a = try_slot(&c, 2);
-        let b = try_slot(&c, 2);
-        assert!(a.is_some() && b.is_some());
-        assert!(try_slot(&c, 2).is_none());
-        drop(a);
-        assert!(try_slot(&c, 2).is_some());
-        drop(b);
-        assert_eq!(c.load(Ordering::SeqCst), 0);
+    fn congestion_control_must_be_allowed() {
+        let mut spec = StreamSpec {
+            transport: Transport::Tcp,
+            direction: latscope_core::model::stream::Direction::Send,
+            streams: 1,
+            duration_ms: 1000,
+            bytes_per_stream: None,
+            buffer_bytes: 1000,
+            udp_rate_bps: None,
+            options: Default::default(),
+            interval_ms: 1000,
+        };
+        let allowed = vec!["reno".to_string(), "cubic".to_string()];
+        assert!(check_congestion(&spec, &allowed).is_ok());
+        spec.options.congestion = Some("cubic".into());
+        assert!(check_congestion(&spec, &allowed).is_ok());
+        spec.options.congestion = Some("tcp_evil".into());
+        assert_eq!(
+            check_congestion(&spec, &allowed).map_err(|e| e.0),
+            Err(RefusalCode::Invalid)
+        );
+    }
+
+    #[test]
+    fn udp_rate_is_capped_and_positive() {
+        let spec = |rate: Option<f64>| StreamSpec {
+            transport: Transport::Udp,
+            direction: latscope_core::model::stream::Direction::Receive,
+            streams: 2,
+            duration_ms: 1000,
+            bytes_per_stream: None,
+            buffer_bytes: 1000,
+            udp_rate_bps: rate,
+            options: Default::default(),
+            interval_ms: 1000,
+        };
+        assert!(check_udp_rate(&spec(Some(1.0)), 1e9).is_ok());
+        assert!(check_udp_rate(&spec(Some(0.0)), 1e9).is_err());
+        assert!(check_udp_rate(&spec(None), 1e9).is_err());
+        // Two server-sent flows at 600 Mbit/s: 1.2 Gbit/s > 1 Gbit/s.
+        assert_eq!(
+            check_udp_rate(&spec(Some(6e8)), 1e9).map_err(|e| e.0),
+            Err(RefusalCode::Limit)
+        );
     }
 }

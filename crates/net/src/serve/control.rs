@@ -1,7 +1,7 @@
 //! The control protocol on the server side: greeting, test request, refusal or acceptance, and
 //! dispatch to the test kind's module.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use latscope_core::model::rr::ServerBehaviour;
 
-use super::{ServeEvent, Shared, admission, rr, stream, stream_join, udp_rr};
+use latscope_sys::sockopt::set_int;
+
+use super::admission::{self, Held, Refusal, Resource};
+use super::{ServeEvent, Shared, rr, stream, stream_join, udp_rr};
 use crate::proto::{
     self, ClientHello, FrameError, RefusalCode, Reply, ServerHello, Start, TestKind,
 };
@@ -34,7 +37,7 @@ impl Ended {
 /// An admitted test, handed to its kind's `run`. The kind calls [`Test::accept`] once it is
 /// ready for the client (a stream test registers itself first).
 pub(super) struct Test<'a> {
-    pub(super) sh: &'a Shared,
+    pub(super) sh: &'a Arc<Shared>,
     pub(super) conn: &'a mut Conn,
     pub(super) start: &'a Start,
     pub(super) peer: &'a str,
@@ -105,44 +108,66 @@ fn hello(sh: &Shared) -> Vec<u8> {
     greeting
 }
 
-/// Turn away a connection beyond `--max-connections`: greeting first, so the client knows it
-/// reached a latscope server, then a `busy` refusal.
-pub(super) fn refuse_busy_connection(sh: &Shared, mut conn: Conn, peer: String) {
-    let _ = conn.set_write_timeout(Some(sh.cfg.handshake_timeout));
+/// Turn away a connection beyond `--max-connections` (or its source's share): greeting first,
+/// so the client knows it reached a latscope server, then the refusal.
+pub(super) fn refuse_connection(sh: &Shared, mut conn: Conn, peer: String, why: Refusal) {
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
     let mut out = hello(sh);
-    proto::encode_frame(&busy(sh), &mut out);
+    proto::encode_frame(&refusal(sh, why.0, &why.1), &mut out);
     let _ = conn.write_all(&out);
     (sh.log)(ServeEvent::Refused {
         peer,
-        reason: "too many connections".into(),
+        reason: format!("connection: {}", why.1),
     });
 }
 
-/// The `busy` refusal, with the number of tests running.
-fn busy(sh: &Shared) -> Reply {
+/// A refusal frame; `busy` ones say how many tests run.
+fn refusal(sh: &Shared, code: RefusalCode, message: &str) -> Reply {
     let running = sh
         .tests
         .load(Ordering::Relaxed)
         .min(sh.cfg.limits.max_tests);
     Reply::Refused {
-        code: RefusalCode::Busy,
-        message: format!("{running} tests running, retry later"),
-        running_tests: Some(running),
+        code,
+        message: message.into(),
+        running_tests: (code == RefusalCode::Busy).then_some(running),
+    }
+}
+
+/// A connection's reads during the handshake, all bounded by one deadline: a client sending a
+/// byte a second cannot stretch it (slowloris).
+struct Handshake<'a> {
+    conn: &'a mut Conn,
+    deadline: Instant,
+}
+
+impl Read for Handshake<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "handshake deadline passed",
+            ));
+        }
+        self.conn.set_read_timeout(Some(left))?;
+        self.conn.read(buf)
     }
 }
 
 /// Handshake, admission and the test itself, on the connection's own thread.
-pub(super) fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_ip: Option<IpAddr>) {
+pub(super) fn handle_conn(
+    sh: &Arc<Shared>,
+    mut conn: Conn,
+    slot: Held,
+    peer: String,
+    peer_ip: Option<IpAddr>,
+) {
     let cfg = &sh.cfg;
-    let _ = conn.set_read_timeout(Some(cfg.handshake_timeout));
+    let handshake_deadline = Instant::now() + cfg.handshake_timeout;
     let _ = conn.set_write_timeout(Some(cfg.handshake_timeout));
     if conn.is_tcp() {
-        let _ = latscope_sys::sockopt::set_int(
-            conn.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            1,
-        );
+        let _ = set_int(conn.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
     }
     if conn.write_all(&hello(sh)).is_err() {
         return;
@@ -153,27 +178,33 @@ pub(super) fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_i
             reason,
         })
     };
-    let start = match read_request(&mut conn) {
+    let mut hs = Handshake {
+        conn: &mut conn,
+        deadline: handshake_deadline,
+    };
+    let start = match read_request(&mut hs) {
         Ok(s) => s,
         Err(msg) => return log_refused(msg),
     };
-    if let Err((code, msg)) = admission::validate(&start, &cfg.limits, !conn.is_tcp()) {
+    if let Err((code, msg)) = admission::validate(&start, cfg, !conn.is_tcp()) {
         let _ = refuse(&mut conn, code, &msg);
         return log_refused(msg);
     }
     if start.kind == TestKind::StreamJoin {
-        if let Err(msg) = stream_join::join(sh, conn, &start) {
+        if let Err(msg) = stream_join::join(sh, conn, slot, &start) {
             log_refused(msg);
         }
         return;
     }
-    let Some(_test) = admission::try_slot(&sh.tests, cfg.limits.max_tests) else {
-        let reply = busy(sh);
-        let _ = proto::write_frame(&mut conn, &reply);
-        return log_refused(format!(
-            "this server already runs its limit of {} tests",
-            cfg.limits.max_tests
-        ));
+    let memory = admission::memory_needed(&start);
+    let held = admission::take(sh, Resource::Test, peer_ip)
+        .and_then(|t| Ok((t, admission::take(sh, Resource::Memory(memory), None)?)));
+    let _held = match held {
+        Ok(h) => h,
+        Err((code, msg)) => {
+            let _ = proto::write_frame(&mut conn, &refusal(sh, code, &msg));
+            return log_refused(msg);
+        }
     };
     let began = Instant::now();
     let mut test = Test {
@@ -200,12 +231,12 @@ pub(super) fn handle_conn(sh: &Arc<Shared>, mut conn: Conn, peer: String, peer_i
 
 /// Read the client's greeting and test request; refuse a wrong version or a malformed request.
 /// Err: what to log.
-fn read_request(conn: &mut Conn) -> Result<Start, String> {
+fn read_request(conn: &mut Handshake) -> Result<Start, String> {
     let _client: ClientHello = match proto::read_greeting(conn) {
         Ok(h) => h,
         Err(FrameError::Version(v)) => {
             let _ = refuse(
-                conn,
+                conn.conn,
                 RefusalCode::Version,
                 &format!(
                     "protocol version {v} is not supported; this server speaks {}",
@@ -218,7 +249,7 @@ fn read_request(conn: &mut Conn) -> Result<Start, String> {
     };
     proto::read_frame(conn).map_err(|e| {
         let _ = refuse(
-            conn,
+            conn.conn,
             RefusalCode::Invalid,
             &format!("bad test request: {e}"),
         );

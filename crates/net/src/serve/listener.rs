@@ -6,9 +6,11 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread;
+use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -104,6 +106,8 @@ impl Server {
         udp.set_read_timeout(Some(udp::UDP_IDLE))
             .map_err(|e| NetError::io("udp socket", e))?;
         let udp_out = udp.try_clone().ok();
+        // Test buffers come from their own mappings and go back to the kernel when freed.
+        latscope_sys::mem::unmap_large_allocations(128 * 1024);
         Ok(Server {
             tcp,
             udp,
@@ -117,6 +121,8 @@ impl Server {
                 next_id: AtomicU64::new(1),
                 udp_tests: RwLock::new(HashMap::new()),
                 streams: RwLock::new(HashMap::new()),
+                sources: Mutex::new(HashMap::new()),
+                memory: AtomicU64::new(0),
                 busy: Mutex::new(admission::WorkerQueue::default()),
                 free: Condvar::new(),
                 udp_out,
@@ -129,6 +135,7 @@ impl Server {
     pub fn run(self) -> Result<(), NetError> {
         let sh = self.shared.clone();
         (sh.log)(ServeEvent::Listening {
+            exposed: exposed(self.tcp_addr().ip()),
             tcp: self.tcp_addr(),
             udp: self
                 .udp
@@ -151,13 +158,27 @@ impl Server {
     }
 }
 
+/// The interfaces a server bound to `bind` is reachable through: every one for a wildcard
+/// address (IPv4 ones only for 0.0.0.0), else the one holding the address.
+fn exposed(bind: IpAddr) -> Vec<(String, IpAddr)> {
+    let all = latscope_sys::net::interface_addrs().unwrap_or_default();
+    all.into_iter()
+        .filter(|(_, ip)| match bind {
+            IpAddr::V4(b) if b.is_unspecified() => ip.is_ipv4(),
+            IpAddr::V6(b) if b.is_unspecified() => true,
+            b => *ip == b,
+        })
+        .collect()
+}
+
+/// Longest pause of the accept loop while descriptors (or socket memory) are exhausted.
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
+
 /// Wait for connections (waking every [`POLL`] to check the stop flag) and hand each to its own
-/// thread.
-fn accept_loop(
-    sh: &Arc<Shared>,
-    tcp: &TcpListener,
-    unix: Option<&(UnixListener, std::path::PathBuf)>,
-) {
+/// thread. When accept fails for lack of descriptors (EMFILE), the pending connection stays
+/// queued and poll would report it again at once: back off (1 ms doubling to 500 ms) instead of
+/// spinning.
+fn accept_loop(sh: &Arc<Shared>, tcp: &TcpListener, unix: Option<&(UnixListener, PathBuf)>) {
     let mut fds = vec![libc::pollfd {
         fd: tcp.as_raw_fd(),
         events: libc::POLLIN,
@@ -170,6 +191,7 @@ fn accept_loop(
             revents: 0,
         });
     }
+    let mut backoff = Duration::ZERO;
     while !sh.stopping() {
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the whole call.
         let n = unsafe {
@@ -182,15 +204,43 @@ fn accept_loop(
         if n <= 0 {
             continue;
         }
-        while let Ok((s, peer)) = tcp.accept() {
-            let _ = s.set_nonblocking(false);
-            spawn_conn(sh, Conn::Tcp(s), peer.to_string(), Some(peer.ip()));
-        }
-        if let Some((l, p)) = unix {
-            while let Ok((s, _)) = l.accept() {
+        let mut next_tcp = || {
+            tcp.accept().map(|(s, peer)| {
                 let _ = s.set_nonblocking(false);
-                spawn_conn(sh, Conn::Unix(s), format!("unix:{}", p.display()), None);
-            }
+                (Conn::Tcp(s), peer.to_string(), Some(peer.ip()))
+            })
+        };
+        let mut exhausted = drain(sh, &mut next_tcp);
+        if let Some((l, p)) = unix {
+            let mut next_unix = || {
+                l.accept().map(|(s, _)| {
+                    let _ = s.set_nonblocking(false);
+                    (Conn::Unix(s), format!("unix:{}", p.display()), None)
+                })
+            };
+            exhausted |= drain(sh, &mut next_unix);
+        }
+        if exhausted {
+            backoff = (backoff * 2).clamp(Duration::from_millis(1), MAX_BACKOFF);
+            std::thread::sleep(backoff);
+        } else {
+            backoff = Duration::ZERO;
+        }
+    }
+}
+
+type Accepted = (Conn, String, Option<IpAddr>);
+
+/// Accept until the queue is empty; true if accept failed for lack of resources.
+fn drain(sh: &Arc<Shared>, next: &mut dyn FnMut() -> io::Result<Accepted>) -> bool {
+    loop {
+        match next() {
+            Ok((conn, peer, ip)) => spawn_conn(sh, conn, peer, ip),
+            Err(e) if latscope_sys::error::is_resource_exhaustion(&e) => return true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            // ECONNABORTED and the like: that connection is gone, try the next.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+            Err(_) => return false,
         }
     }
 }
@@ -201,14 +251,13 @@ fn spawn_conn(sh: &Arc<Shared>, conn: Conn, peer: String, peer_ip: Option<IpAddr
     let peer2 = peer.clone();
     let spawned = thread::Builder::new()
         .name("serve-conn".into())
-        .stack_size(256 * 1024)
-        .spawn(move || {
-            let Some(_slot) = admission::try_slot(&sh2.conns, sh2.cfg.max_connections) else {
-                control::refuse_busy_connection(&sh2, conn, peer2);
-                return;
-            };
-            control::handle_conn(&sh2, conn, peer2, peer_ip);
-        });
+        .stack_size(admission::THREAD_STACK)
+        .spawn(
+            move || match admission::take(&sh2, admission::Resource::Conn, peer_ip) {
+                Ok(slot) => control::handle_conn(&sh2, conn, slot, peer2, peer_ip),
+                Err(why) => control::refuse_connection(&sh2, conn, peer2, why),
+            },
+        );
     if spawned.is_err() {
         (sh.log)(ServeEvent::Refused {
             peer,

@@ -60,6 +60,68 @@ pub struct ServeConfig {
     /// Handle at most this many requests at once across all connections, like that many
     /// single-threaded workers: the rest wait their turn (socket queueing). None: no limit.
     pub workers: Option<u32>,
+    /// What one source address may hold at once, and the memory budget.
+    pub budget: Budget,
+}
+
+/// Per-source quotas and the memory budget; the resource figures below hold by construction:
+///
+/// - **threads** ≤ `max_connections` + 3: one per connection (a handshake, an rr test, a stream
+///   test's control channel, or a joined data connection's flow thread), one per server-sent
+///   UDP stream flow — which takes a connection slot too — plus the accept, UDP and main
+///   threads. Connection and flow threads have 256 KiB stacks.
+/// - **descriptors** ≤ `max_connections` + one memfd per zero-copy sending flow + 3 (listener,
+///   UDP socket, unix listener); joined data connections count toward `max_connections`.
+/// - **memory**: each test reserves its buffers (rr: request + response; stream: per flow the
+///   write or read buffer, twice for zero-copy senders, plus 256 KiB of thread stack) against
+///   `max_test_memory_bytes` (default 64 MiB) and the server-wide `max_memory_bytes` (default
+///   512 MiB); a request beyond the first is refused (`limit`), beyond what is left waits for
+///   nothing: it is refused `busy`. Buffers are unmapped when freed (glibc's mmap threshold is
+///   pinned at 128 KiB) and the heap is trimmed after every stream test, so memory goes back.
+///   Kernel socket buffers are the kernel's budget (net.ipv4.tcp_mem), not counted here.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    /// Tests one source address may run at once (default: a quarter of `max_tests`, ≥ 1).
+    pub max_tests_per_source: Option<u32>,
+    /// Connections one source address may hold (default: a quarter of `max_connections`).
+    pub max_connections_per_source: Option<u32>,
+    /// Buffers one test may reserve, bytes.
+    pub max_test_memory_bytes: u64,
+    /// Buffers all tests together may reserve, bytes.
+    pub max_memory_bytes: u64,
+    /// Fastest UDP the server sends for one test (sum of its flows), bit/s.
+    pub max_udp_rate_bps: f64,
+    /// Largest UDP rr response as a multiple of the request (amplification cap).
+    pub max_udp_amplification: u32,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            max_tests_per_source: None,
+            max_connections_per_source: None,
+            max_test_memory_bytes: 64 << 20,
+            max_memory_bytes: 512 << 20,
+            max_udp_rate_bps: 1e9,
+            max_udp_amplification: 10,
+        }
+    }
+}
+
+impl ServeConfig {
+    fn tests_per_source(&self) -> u32 {
+        self.budget
+            .max_tests_per_source
+            .unwrap_or(self.limits.max_tests / 4)
+            .max(1)
+    }
+
+    fn connections_per_source(&self) -> u32 {
+        self.budget
+            .max_connections_per_source
+            .unwrap_or(self.max_connections / 4)
+            .max(1)
+    }
 }
 
 impl Default for ServeConfig {
@@ -77,6 +139,7 @@ impl Default for ServeConfig {
             handshake_timeout: Duration::from_secs(5),
             forced: None,
             workers: None,
+            budget: Budget::default(),
         }
     }
 }
@@ -86,6 +149,8 @@ impl Default for ServeConfig {
 pub enum ServeEvent {
     /// The server is bound and accepting.
     Listening {
+        /// The interfaces (name, address) reachable through the bound address.
+        exposed: Vec<(String, IpAddr)>,
         /// The TCP listening address.
         tcp: SocketAddr,
         /// The UDP socket's address (the same port).
@@ -141,6 +206,10 @@ struct Shared {
     /// Requests being handled and the FIFO of waiting ones, against `cfg.workers`.
     busy: Mutex<admission::WorkerQueue>,
     free: Condvar,
+    /// Connections and tests held per source address.
+    sources: Mutex<HashMap<IpAddr, admission::SourceUse>>,
+    /// Bytes of buffers reserved by running tests.
+    memory: AtomicU64,
     /// A clone of the UDP socket for stream tests in which the server sends datagrams.
     udp_out: Option<UdpSocket>,
     log: Box<dyn Fn(ServeEvent) + Send + Sync>,

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use latscope_core::model::rr::Transport;
 
-use super::control::{Ended, Test};
+use super::admission::{self, Held, Refusal, Resource};
+use super::control::{self, Ended, Test};
 use super::udp::{UdpUsage, udp_thread_usage, usage_now};
 use super::{POLL, Shared, canonical};
 use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
@@ -31,6 +32,8 @@ pub(super) struct StreamTest {
     pub(super) udp_rx: Vec<Mutex<UdpRx>>,
     pub(super) counters: Vec<FlowCounters>,
     pub(super) stop: AtomicBool,
+    /// Connection slots of the joined data connections and server-sent UDP flows.
+    pub(super) held: Mutex<Vec<Held>>,
 }
 
 impl StreamTest {
@@ -76,6 +79,7 @@ impl<'a> StreamGuard<'a> {
             udp_rx: (0..flows).map(|_| Mutex::new(UdpRx::default())).collect(),
             counters: (0..flows).map(|_| FlowCounters::default()).collect(),
             stop: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
         });
         if let Ok(mut m) = sh.streams.write() {
             m.insert(token, test.clone());
@@ -93,6 +97,9 @@ impl Drop for StreamGuard<'_> {
     }
 }
 
+/// How long after a stream test's deadline the server waits for the client's Stop.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
 /// What a server data thread returns: its CPU usage and whether it sent.
 struct FlowThread {
     usage: ThreadUsage,
@@ -108,6 +115,10 @@ pub(super) fn run(t: &mut Test) -> Ended {
     // The test must be findable before the client learns its token, or its first data
     // connection could arrive first.
     let guard = StreamGuard::register(t.sh, spec, t.token, t.peer_ip);
+    if let Err((code, message)) = hold_udp_flows(t, &guard.test) {
+        let _ = control::refuse(t.conn, code, &message);
+        return Ended::new(0, message);
+    }
     if !t.accept() {
         return Ended::new(0, "the client left before the test");
     }
@@ -129,8 +140,15 @@ pub(super) fn run(t: &mut Test) -> Ended {
     }
     let socks: Vec<Option<Arc<DataSock>>> =
         test.socks.lock().map(|v| v.clone()).unwrap_or_default();
-    let threads = spawn_flows(sh, test, &socks, start);
-    let (udp_sent, mut reason) = control_loop(sh, conn, test, &socks, start);
+    // Every wait of the test ends with it: bytes-count tests get the server's longest duration.
+    let limit_ms = if spec.duration_ms > 0 {
+        spec.duration_ms
+    } else {
+        sh.cfg.limits.max_duration_ms
+    };
+    let deadline = start + Duration::from_millis(limit_ms);
+    let threads = spawn_flows(sh, test, &socks, start, deadline);
+    let (udp_sent, mut reason) = control_loop(sh, conn, test, &socks, start, deadline);
     test.stop.store(true, Ordering::SeqCst);
     let outs: Vec<FlowThread> = threads.into_iter().filter_map(|h| h.join().ok()).collect();
     let (fin, total) = final_figures(sh, test, &socks, &outs, &udp_sent, udp_usage_start, start);
@@ -138,7 +156,29 @@ pub(super) fn run(t: &mut Test) -> Ended {
     if let Some(e) = outs.iter().find_map(|o| o.error.clone()) {
         reason = e;
     }
+    drop(socks);
+    drop(guard);
+    // The flows' buffers are freed: give the memory back.
+    latscope_sys::mem::trim();
     Ended::new(total, reason)
+}
+
+/// Each flow the server sends over UDP has a thread of its own: it takes a connection slot,
+/// as a joined data connection does.
+fn hold_udp_flows(t: &Test, test: &StreamTest) -> Result<(), Refusal> {
+    let spec = &test.spec;
+    if spec.transport != Transport::Udp {
+        return Ok(());
+    }
+    let senders = (0..spec.flows()).filter(|&i| !spec.client_sends(i)).count();
+    let mut held = Vec::with_capacity(senders);
+    for _ in 0..senders {
+        held.push(admission::take(t.sh, Resource::Conn, t.peer_ip)?);
+    }
+    if let Ok(mut h) = test.held.lock() {
+        h.extend(held);
+    }
+    Ok(())
 }
 
 /// Wait (bounded by the handshake timeout) for every flow to join.
@@ -162,10 +202,11 @@ fn spawn_flows(
     test: &Arc<StreamTest>,
     socks: &[Option<Arc<DataSock>>],
     start: Instant,
+    deadline: Instant,
 ) -> Vec<JoinHandle<FlowThread>> {
     let spec = &test.spec;
     let until = Until {
-        deadline: (spec.duration_ms > 0).then(|| start + Duration::from_millis(spec.duration_ms)),
+        deadline: Some(deadline),
         bytes: spec.bytes_per_stream,
     };
     let peers: Vec<Option<SocketAddr>> =
@@ -186,6 +227,7 @@ fn spawn_flows(
         };
         let handle = thread::Builder::new()
             .name("serve-flow".into())
+            .stack_size(admission::THREAD_STACK)
             .spawn(move || {
                 let u0 = ThreadUsage::now();
                 let c = &t.counters[i as usize];
@@ -237,12 +279,15 @@ fn control_loop(
     test: &StreamTest,
     socks: &[Option<Arc<DataSock>>],
     start: Instant,
+    deadline: Instant,
 ) -> (Vec<(u32, u64)>, String) {
     let spec = &test.spec;
     let _ = conn.set_read_timeout(Some(Duration::from_millis(20)));
     let mut reader = FrameReader::default();
     let interval = Duration::from_millis(spec.interval_ms.max(10));
-    let hard_deadline = start + Duration::from_millis(spec.duration_ms) + Duration::from_secs(30);
+    // The client says Stop once its senders are done; past the deadline, give it a little
+    // time to, then end the test ourselves.
+    let hard_deadline = deadline + STOP_GRACE;
     let mut next = start + interval;
     let mut ivs = flow::IntervalState::default();
     let tcp_fd = |i: u32| {

@@ -8,14 +8,15 @@ use std::sync::atomic::Ordering;
 
 use latscope_core::model::rr::{ServerBehaviour, Transport};
 
+use super::admission::Held;
 use super::control::refuse;
-use super::{Shared, canonical};
+use super::{POLL, Shared, canonical};
 use crate::flow::{self, DataSock};
 use crate::proto::{self, RefusalCode, Reply, Start, StreamDatagram, UDP_JOIN_SEQ};
 use crate::sock::Conn;
 
 /// A data connection joins its stream test. Err: what to log.
-pub(super) fn join(sh: &Shared, mut conn: Conn, start: &Start) -> Result<(), String> {
+pub(super) fn join(sh: &Shared, mut conn: Conn, slot: Held, start: &Start) -> Result<(), String> {
     let Some(j) = start.join else {
         let _ = refuse(
             &mut conn,
@@ -63,11 +64,18 @@ pub(super) fn join(sh: &Shared, mut conn: Conn, start: &Start) -> Result<(), Str
         Conn::Unix(s) => DataSock::Unix(s),
     };
     sock.set_read_timeout(None);
+    // A client that stops reading must not hold the sending thread past the test: writes time
+    // out and the sender checks its stop flag and deadline.
+    sock.set_write_timeout(Some(POLL));
     if let Ok(mut v) = test.socks.lock() {
         if v[j.index as usize].is_some() {
             return Err("flow joined twice".into());
         }
         v[j.index as usize] = Some(Arc::new(sock));
+    }
+    // The data connection keeps its connection slot for as long as the test holds it.
+    if let Ok(mut h) = test.held.lock() {
+        h.push(slot);
     }
     test.joined.notify_all();
     Ok(())

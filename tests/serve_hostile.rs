@@ -1,0 +1,492 @@
+//! `latscope serve` against hostile clients (issue 17): each attack runs against a real server
+//! process on loopback, bounded in time, and each test then checks that the server is still up,
+//! that its slots are free again (an honest test from the same host runs), that an honest client
+//! from another source address was served meanwhile, and that threads and memory stay within
+//! the budget the server documents.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use latscope_core::model::rr::{ServerBehaviour, Transport};
+use latscope_core::model::stream::{Direction, StreamOptions};
+use latscope_net::proto::{
+    self, ClientHello, RefusalCode, Reply, ServerHello, Start, StreamSpec, TestKind,
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_latscope");
+
+/// A `latscope serve` child on 127.0.0.1 (ephemeral port), killed on drop.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Serve {
+    fn start(args: &[&str]) -> Serve {
+        Serve::start_with(args, None)
+    }
+
+    /// With `nofile`: the server's RLIMIT_NOFILE.
+    fn start_with(args: &[&str], nofile: Option<u64>) -> Serve {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--bind", "127.0.0.1", "--port", "0"])
+            .args(args)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null());
+        if let Some(n) = nofile {
+            // SAFETY: setrlimit is async-signal-safe; it only touches the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let l = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd.spawn().expect("spawn serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let first = lines.next().expect("start-up line").unwrap();
+        let exposed = lines.next().expect("exposure line").unwrap();
+        assert!(
+            exposed.contains("127.0.0.1") && exposed.contains("loopback"),
+            "{exposed}"
+        );
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let tcp = first
+            .split("tcp ")
+            .nth(1)
+            .and_then(|s| s.split(',').next())
+            .expect("address in the start-up line");
+        Serve {
+            child,
+            addr: tcp.parse().expect("address"),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// (threads, VmRSS in KiB) of the server process.
+    fn threads_rss(&self) -> (u64, u64) {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let field = |k: &str| {
+            s.lines()
+                .find(|l| l.starts_with(k))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        (field("Threads:"), field("VmRSS:"))
+    }
+
+    /// CPU time (user + system) the server used, in clock ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let after = &s[s.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = after.split_whitespace().collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    }
+
+    /// The server is up, its slots are free and it serves an honest rr (through the binary).
+    fn serves_honest_rr(&mut self) {
+        assert!(self.alive(), "the server died");
+        let out = Command::new(BIN)
+            .args(["rr", &self.addr.to_string(), "-n", "200", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "honest rr failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_req(kind: TestKind, req: u32, resp: u32, ms: u64) -> Start {
+    Start {
+        kind,
+        request_bytes: req,
+        response_bytes: resp,
+        duration_ms: ms,
+        server: ServerBehaviour::default(),
+        stream: None,
+        join: None,
+    }
+}
+
+fn stream_req(spec: StreamSpec) -> Start {
+    Start {
+        stream: Some(spec),
+        ..start_req(TestKind::Stream, 1, 1, 0)
+    }
+}
+
+fn spec(transport: Transport, direction: Direction, streams: u32, buf: u32) -> StreamSpec {
+    StreamSpec {
+        transport,
+        direction,
+        streams,
+        duration_ms: 1000,
+        bytes_per_stream: None,
+        buffer_bytes: buf,
+        udp_rate_bps: None,
+        options: StreamOptions {
+            nodelay: true,
+            ..StreamOptions::default()
+        },
+        interval_ms: 1000,
+    }
+}
+
+/// Connect from `src` (a loopback address), send greeting and request, read the reply.
+fn open(addr: SocketAddr, src: Ipv4Addr, start: &Start) -> (TcpStream, Reply) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(IpAddr::V4(src), 0).into()).unwrap();
+    s.connect_timeout(&addr.into(), Duration::from_secs(2))
+        .unwrap();
+    let mut c: TcpStream = s.into();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = Vec::new();
+    proto::encode_greeting(
+        &ClientHello {
+            software: "hostile test".into(),
+            auth: None,
+        },
+        &mut out,
+    );
+    proto::encode_frame(start, &mut out);
+    c.write_all(&out).unwrap();
+    let _: ServerHello = proto::read_greeting(&mut c).expect("greeting");
+    let reply: Reply = proto::read_frame(&mut c).expect("reply");
+    (c, reply)
+}
+
+fn refusal(r: &Reply) -> Option<RefusalCode> {
+    match r {
+        Reply::Refused { code, .. } => Some(*code),
+        Reply::Accepted { .. } => None,
+    }
+}
+
+/// An honest rr from another source address (127.0.0.2): 50 transactions of 64 B, each
+/// answered within a second.
+fn honest_rr_from_elsewhere(addr: SocketAddr) {
+    let (mut c, reply) = open(
+        addr,
+        Ipv4Addr::new(127, 0, 0, 2),
+        &start_req(TestKind::Rr, 64, 64, 10_000),
+    );
+    assert_eq!(refusal(&reply), None, "{reply:?}");
+    c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut buf = [0u8; 64];
+    for _ in 0..50 {
+        c.write_all(&[b'q'; 64]).unwrap();
+        c.read_exact(&mut buf).expect("an answer within 1 s");
+    }
+}
+
+#[test]
+fn udp_rate_of_one_bit_per_second_does_not_hold_a_slot() {
+    let mut srv = Serve::start(&["--max-tests", "1"]);
+    // The honest client of the issue: `stream -u -R -b 1 -t 1s` used to hold its slot for hours.
+    let t0 = Instant::now();
+    let out = Command::new(BIN)
+        .args([
+            "stream",
+            &srv.addr.to_string(),
+            "-u",
+            "-R",
+            "-b",
+            "1",
+            "-t",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "took {:?}: {}",
+        t0.elapsed(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A rate of 0 is refused outright.
+    let mut s = spec(Transport::Udp, Direction::Receive, 1, 1000);
+    s.udp_rate_bps = Some(0.0);
+    let (_c, reply) = open(srv.addr, Ipv4Addr::LOCALHOST, &stream_req(s));
+    assert_eq!(refusal(&reply), Some(RefusalCode::Invalid), "{reply:?}");
+    // The only test slot is free again.
+    srv.serves_honest_rr();
+}
+
+#[test]
+fn hostile_udp_stream_that_never_stops_is_ended_by_its_deadline() {
+    let mut srv = Serve::start(&["--max-tests", "5", "--per-source-tests", "4"]);
+    // A 1 bit/s server→client UDP test whose client never joins, never says Stop, never closes.
+    let mut s = spec(Transport::Udp, Direction::Receive, 4, 1000);
+    s.udp_rate_bps = Some(1.0);
+    let conns: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let (c, reply) = open(srv.addr, Ipv4Addr::LOCALHOST, &stream_req(s.clone()));
+            assert_eq!(refusal(&reply), None, "{reply:?}");
+            c
+        })
+        .collect();
+    honest_rr_from_elsewhere(srv.addr);
+    // The join wait is bounded by the handshake timeout (5 s): every slot is back after it.
+    let t0 = Instant::now();
+    loop {
+        let (_c, reply) = open(
+            srv.addr,
+            Ipv4Addr::LOCALHOST,
+            &start_req(TestKind::Rr, 64, 64, 1000),
+        );
+        if refusal(&reply).is_none() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "slots still held: {reply:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    drop(conns);
+    srv.serves_honest_rr();
+}
+
+#[test]
+fn handshake_slowloris_is_cut_at_the_whole_handshake_deadline() {
+    let mut srv = Serve::start(&[
+        "--handshake-timeout",
+        "1s",
+        "--max-connections",
+        "40",
+        "--per-source-connections",
+        "30",
+    ]);
+    // 30 clients sending one byte of a valid greeting every 200 ms (a per-read timeout of 1 s
+    // would never fire).
+    let mut conns: Vec<TcpStream> = (0..30)
+        .map(|_| {
+            let c = TcpStream::connect(srv.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            c
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut greeting = Vec::new();
+    proto::encode_greeting(
+        &ClientHello {
+            software: "slow".into(),
+            auth: None,
+        },
+        &mut greeting,
+    );
+    let mut closed_at = vec![None; conns.len()];
+    let mut sink = [0u8; 512];
+    for i in 0..20 {
+        for (k, c) in conns.iter_mut().enumerate() {
+            if closed_at[k].is_some() {
+                continue;
+            }
+            let _ = c.write_all(&greeting[i % greeting.len()..][..1]);
+            // Drain the server's greeting; EOF or a reset means the server closed it.
+            loop {
+                match c.read(&mut sink) {
+                    Ok(0) => {
+                        closed_at[k] = Some(t0.elapsed());
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+                    Err(_) => {
+                        closed_at[k] = Some(t0.elapsed());
+                        break;
+                    }
+                }
+            }
+        }
+        if i == 5 {
+            // Meanwhile, another host is served.
+            honest_rr_from_elsewhere(srv.addr);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for (k, t) in closed_at.iter().enumerate() {
+        let t = t.unwrap_or_else(|| panic!("connection {k} still open after {:?}", t0.elapsed()));
+        assert!(
+            t < Duration::from_millis(2500),
+            "connection {k} closed at {t:?}"
+        );
+    }
+    srv.serves_honest_rr();
+}
+
+#[test]
+fn stream_memory_and_connections_are_budgeted() {
+    let mut srv = Serve::start(&["--max-connections", "8", "--per-source-connections", "8"]);
+    // 128 streams × 4 MiB each way: 1 GiB of buffers in one request (issue 17: 536 MB each).
+    let big = spec(Transport::Tcp, Direction::Both, 128, 4 << 20);
+    for _ in 0..12 {
+        let (_c, reply) = open(srv.addr, Ipv4Addr::LOCALHOST, &stream_req(big.clone()));
+        assert_eq!(refusal(&reply), Some(RefusalCode::Limit), "{reply:?}");
+    }
+    let (threads, rss_kib) = srv.threads_rss();
+    assert!(
+        rss_kib < 64 * 1024,
+        "RSS {rss_kib} KiB after refused requests"
+    );
+    assert!(threads <= 8 + 3, "{threads} threads");
+    // Data connections count toward --max-connections: 8 streams + the control connection do
+    // not fit in 8 connections.
+    let out = Command::new(BIN)
+        .args(["stream", &srv.addr.to_string(), "-P", "8", "-t", "1s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("busy") || err.contains("share"), "{err}");
+    // The refused test's joined connections are freed when its join wait (the handshake
+    // timeout, 5 s) ends; then a stream test within the budget runs, and its memory is given
+    // back.
+    let t0 = Instant::now();
+    loop {
+        let out = Command::new(BIN)
+            .args([
+                "stream",
+                &srv.addr.to_string(),
+                "-P",
+                "4",
+                "-t",
+                "1s",
+                "-l",
+                "4MiB",
+            ])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (threads, rss_kib) = srv.threads_rss();
+    assert!(rss_kib < 64 * 1024, "RSS {rss_kib} KiB after the test");
+    assert!(threads <= 8 + 3, "{threads} threads");
+    srv.serves_honest_rr();
+}
+
+#[test]
+fn per_source_quota_leaves_room_for_other_hosts() {
+    let mut srv = Serve::start(&["--max-tests", "8", "--per-source-tests", "2"]);
+    // One host opens idle UDP tests until its share is used up.
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let (c, reply) = open(
+                srv.addr,
+                Ipv4Addr::LOCALHOST,
+                &start_req(TestKind::UdpRr, 64, 64, 60_000),
+            );
+            assert_eq!(refusal(&reply), None, "{reply:?}");
+            c
+        })
+        .collect();
+    let (_c, reply) = open(
+        srv.addr,
+        Ipv4Addr::LOCALHOST,
+        &start_req(TestKind::UdpRr, 64, 64, 60_000),
+    );
+    assert_eq!(refusal(&reply), Some(RefusalCode::Quota), "{reply:?}");
+    honest_rr_from_elsewhere(srv.addr);
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    srv.serves_honest_rr();
+}
+
+#[test]
+fn amplification_and_congestion_control_are_refused() {
+    let mut srv = Serve::start(&[]);
+    // 20 B asking for 65,507 B (3,275×).
+    let (_c, reply) = open(
+        srv.addr,
+        Ipv4Addr::LOCALHOST,
+        &start_req(TestKind::UdpRr, 20, 65_507, 1000),
+    );
+    assert_eq!(refusal(&reply), Some(RefusalCode::Limit), "{reply:?}");
+    // Unpaced or too fast server-sent UDP.
+    let mut s = spec(Transport::Udp, Direction::Receive, 4, 1400);
+    s.udp_rate_bps = Some(1e9);
+    let (_c, reply) = open(srv.addr, Ipv4Addr::LOCALHOST, &stream_req(s));
+    assert_eq!(refusal(&reply), Some(RefusalCode::Limit), "{reply:?}");
+    // A congestion control outside net.ipv4.tcp_allowed_congestion_control.
+    let mut s = spec(Transport::Tcp, Direction::Send, 1, 1000);
+    s.options.congestion = Some("latscope_no_such_cc".into());
+    let (_c, reply) = open(srv.addr, Ipv4Addr::LOCALHOST, &stream_req(s));
+    assert_eq!(refusal(&reply), Some(RefusalCode::Invalid), "{reply:?}");
+    srv.serves_honest_rr();
+}
+
+#[test]
+fn busy_refusal_comes_after_the_greeting() {
+    let mut srv = Serve::start(&["--max-connections", "1", "--handshake-timeout", "3s"]);
+    let idle = TcpStream::connect(srv.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let out = Command::new(BIN)
+        .args(["rr", &srv.addr.to_string(), "-n", "10"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("busy: 0 tests running, retry later"), "{err}");
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(200));
+    srv.serves_honest_rr();
+}
+
+#[test]
+fn accept_loop_backs_off_when_descriptors_run_out() {
+    // 24 descriptors: the server runs out after a handful of connections.
+    let mut srv = Serve::start_with(&["--handshake-timeout", "3s"], Some(24));
+    let conns: Vec<TcpStream> = (0..40)
+        .filter_map(|_| TcpStream::connect(srv.addr).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let ticks_per_s = 100.0; // USER_HZ on Linux
+    let c0 = srv.cpu_ticks();
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu = (srv.cpu_ticks() - c0) as f64 / ticks_per_s / 2.0;
+    assert!(
+        cpu < 0.2,
+        "the server used {:.0}% of a core while out of descriptors",
+        cpu * 100.0
+    );
+    drop(conns);
+    // The handshakes time out, the descriptors come back, and the server serves again.
+    std::thread::sleep(Duration::from_secs(3));
+    srv.serves_honest_rr();
+}
