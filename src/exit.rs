@@ -76,7 +76,6 @@ pub const OK: u8 = Exit::Ok.code();
 pub const FINDINGS: u8 = Exit::Findings.code();
 pub const USAGE: u8 = Exit::Usage.code();
 pub const TARGET: u8 = Exit::Target.code();
-pub const PRIVILEGE: u8 = Exit::Privilege.code();
 pub const SYSTEM: u8 = Exit::System.code();
 pub const INTERRUPTED: u8 = Exit::Interrupted.code();
 
@@ -342,9 +341,9 @@ mod tests {
         let e = anyhow::Error::new(CaptureError::Consumer(io::Error::from(
             io::ErrorKind::PermissionDenied,
         )));
-        assert_eq!(code_for(&e), PRIVILEGE);
+        assert_eq!(code_for(&e), Exit::Privilege.code());
         let e = anyhow::Error::new(StackError::NoBtf);
-        assert_eq!(code_for(&e), PRIVILEGE);
+        assert_eq!(code_for(&e), Exit::Privilege.code());
         assert_eq!(
             code_for(&anyhow::Error::new(StackError::NothingAttached("x".into()))),
             SYSTEM

@@ -1,18 +1,33 @@
 //! The `latscope` binary as a library: command-line parsing, one module per subcommand, and the
-//! mapping of errors to documented exit codes. Integration tests call [`main_with_args`]
-//! in-process or run the binary.
+//! mapping of errors to documented exit codes. Its entry point is [`main_with_args`] (what
+//! `main` calls); integration tests run the binary, and [`schema_kinds`] lists the JSON documents
+//! `latscope schema` describes. The modules are private: engines and result models live in the
+//! crates under `crates/`, and `docs/architecture.md` maps where each thing goes.
 
-pub mod cli;
-pub mod cmd;
-pub mod diagnose;
-pub mod exit;
-pub mod output;
-pub mod progress;
+#![warn(missing_docs)]
+
+mod cli;
+mod cmd;
+mod diagnose;
+mod exit;
+mod output;
+mod progress;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+/// The kinds `latscope schema KIND` accepts, as spelt on the command line: one per JSON document
+/// (`schema/<kind>.schema.json`).
+pub fn schema_kinds() -> Vec<String> {
+    use clap::ValueEnum;
+    cmd::schema::SchemaKind::value_variants()
+        .iter()
+        .filter_map(|k| k.to_possible_value())
+        .map(|v| v.get_name().to_string())
+        .collect()
+}
 
 /// Parse `args` and run the chosen subcommand; print errors as one line (plus causes) on stderr.
 pub fn main_with_args<I, T>(args: I) -> ExitCode

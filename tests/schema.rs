@@ -6,21 +6,7 @@
 #[macro_use]
 mod lab;
 
-use clap::ValueEnum;
-use latscope::cmd::schema::SchemaKind;
-
-/// The kinds `latscope schema` accepts, as spelt on the command line.
-fn kinds() -> Vec<String> {
-    SchemaKind::value_variants()
-        .iter()
-        .map(|k| {
-            k.to_possible_value()
-                .expect("not skipped")
-                .get_name()
-                .to_string()
-        })
-        .collect()
-}
+use latscope::schema_kinds as kinds;
 
 #[test]
 fn every_committed_schema_matches_latscope_schema() {

@@ -8,6 +8,8 @@
 //!
 //! BPF sources live in `src/bpf/`; `build.rs` compiles them into a skeleton (libbpf-cargo).
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod probes;
 pub mod prometheus;

@@ -17,12 +17,19 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Probe {
+    /// The packet enters the IP layer.
     IpStart = 0,
+    /// The packet reaches TCP's receive function.
     TcpStart = 1,
+    /// The datagram reaches UDP's receive function.
     UdpStart = 2,
+    /// The segment is queued on the TCP socket's receive queue.
     TcpSocketEnqueued = 3,
+    /// The datagram is queued on the UDP socket's receive queue.
     UdpSocketEnqueued = 4,
+    /// The application reads the data from the TCP socket.
     TcpSocketRead = 5,
+    /// The application reads the datagram from the UDP socket.
     UdpSocketRead = 6,
 }
 
@@ -147,6 +154,7 @@ pub enum HookKind {
 /// One implementation of a probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hook {
+    /// How the implementation attaches (fentry, tracepoint, kprobe, …).
     pub kind: HookKind,
     /// What `--list-probes` shows, e.g. `fentry/tcp_v4_rcv+tcp_v6_rcv`.
     pub label: &'static str,

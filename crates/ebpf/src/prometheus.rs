@@ -24,6 +24,7 @@ use crate::session::GroupBy;
 /// Bucket bounds exported: 2^8 ns (256 ns) … 2^36 ns (68.7 s); faster samples count in the
 /// first bucket, slower ones only in `+Inf`.
 pub const FIRST_BUCKET: usize = 8;
+/// The last bucket exported (upper bound 2^36 ns, about 69 s); slower samples only in `+Inf`.
 pub const LAST_BUCKET: usize = 36;
 
 /// Default port when `--prometheus` gets only a port or nothing.

@@ -15,16 +15,21 @@ use crate::session::{Filters, GroupBy, ProbeStatus, StampStats};
 /// One probe's histogram (for one group when grouping).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ProbeHistogram {
+    /// The hook point.
     pub probe: Probe,
     /// The implementation that recorded it, e.g. `tp_btf/skb_copy_datagram_iovec`.
     pub hook: String,
     /// Group: interface name (or `if<N>` when not in this namespace), cgroup id, or `all`.
     pub group: String,
+    /// Packets timed.
     pub count: u64,
+    /// Mean latency, ns.
     pub mean_ns: f64,
     /// Estimated from the log2 buckets (linear inside the bucket; off by at most 2×).
     pub p50_ns: f64,
+    /// Estimated like `p50_ns`.
     pub p99_ns: f64,
+    /// The log2 histogram the statistics come from.
     pub hist: Log2Histogram,
 }
 
@@ -47,16 +52,21 @@ impl ProbeHistogram {
 /// Timestamp bookkeeping of one probe.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProbeStamps {
+    /// The hook point.
     pub probe: Probe,
     #[serde(flatten)]
+    /// Samples timed from the fallback stamp, or dropped for a missing or bad timestamp.
     pub stats: StampStats,
 }
 
 /// `latscope stack --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StackReport {
+    /// Tool, version and command.
     pub meta: Meta,
+    /// How histograms are split (`--group-by`).
     pub group_by: GroupBy,
+    /// Filters applied in the kernel.
     pub filters: Filters,
     /// Each requested probe: the implementation in use, or why none could be used.
     pub probes: Vec<ProbeStatus>,
@@ -65,11 +75,13 @@ pub struct StackReport {
     /// One packet in this many was timed at each probe (`--sample`; 1 = every packet): counts
     /// are then about 1/N of the packets.
     pub sample_every: u32,
+    /// How long the probes were attached, ns.
     pub duration_ns: u64,
     /// Stopped by Ctrl-C.
     pub interrupted: bool,
     /// Cumulative histograms since start, in probe order then group.
     pub histograms: Vec<ProbeHistogram>,
+    /// Timestamp bookkeeping per probe.
     pub stamps: Vec<ProbeStamps>,
 }
 
@@ -80,8 +92,11 @@ pub struct StackInterval {
     pub event: String,
     /// Always "stack".
     pub command: String,
+    /// Start of the interval, ns since the start of the run.
     pub start_ns: u64,
+    /// End of the interval, ns since the start of the run.
     pub end_ns: u64,
+    /// This interval's histograms, in probe order then group.
     pub histograms: Vec<ProbeHistogram>,
 }
 

@@ -46,8 +46,11 @@ pub enum HookMode {
 #[serde(rename_all = "snake_case")]
 pub enum GroupBy {
     #[default]
+    /// One histogram per probe.
     None,
+    /// One histogram per probe and receiving interface.
     Interface,
+    /// One histogram per probe and cgroup (v2) of the reading process.
     Cgroup,
 }
 
@@ -75,8 +78,11 @@ pub struct Filters {
 pub struct StackConfig {
     /// Probes to attach (empty = all).
     pub probes: Vec<Probe>,
+    /// Which kinds of implementation may be used.
     pub mode: HookMode,
+    /// Filters applied in the kernel.
     pub filters: Filters,
+    /// How histograms are split.
     pub group_by: GroupBy,
     /// Also try the implementations after the chosen one (and detach them again), to report
     /// everything the kernel allows (`--list-probes`).
@@ -92,6 +98,7 @@ pub struct StackConfig {
 pub struct HookAttempt {
     /// e.g. `fentry/tcp_v4_rcv+tcp_v6_rcv`.
     pub hook: String,
+    /// Why it was refused (the loader or kernel error).
     pub error: String,
 }
 
@@ -100,9 +107,11 @@ pub struct HookAttempt {
     Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
 pub struct ProbeStatus {
+    /// The hook point.
     pub probe: Probe,
     /// The implementation in use, if any.
     pub hook: Option<String>,
+    /// The kind of the implementation in use, if any.
     pub hook_kind: Option<crate::probes::HookKind>,
     /// Where "now" is taken with that implementation.
     pub semantics: Option<String>,
@@ -113,6 +122,7 @@ pub struct ProbeStatus {
 }
 
 impl ProbeStatus {
+    /// Whether an implementation of the probe is attached.
     pub fn available(&self) -> bool {
         self.hook.is_some()
     }
@@ -142,8 +152,11 @@ pub struct StampStats {
 /// One histogram read from the kernel: a probe and a group (ifindex / cgroup id / 0).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawHistogram {
+    /// The hook point.
     pub probe: Probe,
+    /// The group key: ifindex, cgroup id, or 0 without grouping.
     pub group: u64,
+    /// The histogram as read from the per-CPU maps, summed.
     pub hist: Log2Histogram,
 }
 
