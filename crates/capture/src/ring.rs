@@ -317,17 +317,8 @@ fn setsockopt<T>(
     v: &T,
     what: &str,
 ) -> io::Result<()> {
-    // SAFETY: `v` points to a live T and the length passed is its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (v as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 { Err(last_err(what)) } else { Ok(()) }
+    latscope_sys::sockopt::set_raw(fd.as_raw_fd(), level, name, v)
+        .map_err(|e| io::Error::new(e.kind(), format!("{what}: {e}")))
 }
 
 fn attach_filter(fd: &OwnedFd, insns: &[libc::sock_filter]) -> io::Result<()> {

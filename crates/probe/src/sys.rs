@@ -75,12 +75,7 @@ pub fn set_int(
 }
 
 /// `setsockopt` with any plain-old-data value (latscope-sys's, on an owned descriptor).
-pub fn set_raw<T: Copy>(
-    fd: &OwnedFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    v: &T,
-) -> io::Result<()> {
+pub fn set_raw<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
     latscope_sys::sockopt::set_raw(fd.as_raw_fd(), level, name, v)
 }
 

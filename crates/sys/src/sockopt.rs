@@ -60,12 +60,7 @@ pub fn get_bytes(
 }
 
 /// `setsockopt` with any plain-old-data value (`T` must be the C struct the option expects).
-pub fn set_raw<T: Copy>(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &T,
-) -> io::Result<()> {
+pub fn set_raw<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
     // SAFETY: the pointer and length describe a live `T`; the kernel only reads it.
     cvt(unsafe {
         libc::setsockopt(
