@@ -12,7 +12,7 @@ use latscope_core::units::{format_si, parse_count, parse_duration, parse_size};
 use latscope_net::connect::ConnectConfig;
 use latscope_net::proto::DEFAULT_PORT;
 use latscope_net::rr::StopAfter;
-use latscope_net::sock::{Family, Target};
+use latscope_net::sock::Target;
 
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
@@ -52,12 +52,8 @@ pub struct ConnectArgs {
     /// --crr request and response size.
     #[arg(short, long, default_value = "64", value_parser = parse_size, value_name = "SIZE")]
     pub size: u64,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    pub ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    pub ipv6: bool,
+    #[command(flatten)]
+    pub family: super::FamilyArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -70,7 +66,7 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
             "connect measures TCP: give HOST:PORT, not a unix socket",
         ));
     }
-    let family = Family::from_flags(a.ipv4, a.ipv6);
+    let family = a.family.family();
     let addr = target.resolve(family)?;
     if a.parallel == 0 || a.parallel > 10_000 {
         return Err(exit::coded(

@@ -7,7 +7,7 @@ use clap::Args;
 use latscope_core::render::emit;
 use latscope_core::units::{parse_duration, parse_size};
 use latscope_net::proto::DEFAULT_PORT;
-use latscope_net::sock::{Family, Target};
+use latscope_net::sock::Target;
 
 use crate::diagnose::collect::{self, Plan};
 use crate::exit;
@@ -49,12 +49,8 @@ pub struct DiagnoseArgs {
     /// Skip the latency-under-load step (a few seconds of bulk transfer).
     #[arg(long)]
     pub no_load: bool,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    pub ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    pub ipv6: bool,
+    #[command(flatten)]
+    pub family: super::FamilyArgs,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
@@ -118,7 +114,7 @@ fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
     if matches!(target, Target::Unix(_)) {
         anyhow::bail!("diagnose needs a network target (HOST[:PORT])");
     }
-    let family = Family::from_flags(a.ipv4, a.ipv6);
+    let family = a.family.family();
     let addr = target.resolve(family)?;
     if a.concurrency == 0 || a.concurrency > 1000 {
         anyhow::bail!("--concurrency must be between 1 and 1000");

@@ -17,6 +17,8 @@ pub mod stack;
 pub mod stream;
 pub mod trace;
 
+use clap::Args;
+
 use crate::cli::{Cli, Command};
 
 /// Run the parsed command; returns the exit code.
@@ -75,5 +77,24 @@ pub fn target_and_transport(
             crate::exit::USAGE,
             "no target: give HOST[:PORT] or --unix PATH",
         )),
+    }
+}
+
+/// `-4` / `-6`: the address family flags every command that resolves a host name shares.
+#[derive(Args, Debug, Clone, Default)]
+#[group(multiple = false)]
+pub struct FamilyArgs {
+    /// IPv4 only.
+    #[arg(short = '4')]
+    pub ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6')]
+    pub ipv6: bool,
+}
+
+impl FamilyArgs {
+    /// The family to resolve names in.
+    pub fn family(&self) -> latscope_probe::Family {
+        latscope_probe::Family::from_flags(self.ipv4, self.ipv6)
     }
 }

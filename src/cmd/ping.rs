@@ -8,8 +8,8 @@ use latscope_core::model::Meta;
 use latscope_core::model::ping::{PingReply, ProbeMode};
 use latscope_core::render::{self, OutputFormat};
 use latscope_core::units::{parse_count, parse_duration};
+use latscope_probe::ProbeRequest;
 use latscope_probe::ping::{PingContext, PingOptions};
-use latscope_probe::{Family, ProbeRequest};
 use serde::Serialize;
 
 use crate::exit;
@@ -46,30 +46,6 @@ impl ModeArgs {
             Some(ProbeMode::Icmp)
         } else {
             None
-        }
-    }
-}
-
-/// Address family flags shared by ping and trace.
-#[derive(Args, Debug, Clone, Default)]
-#[group(multiple = false)]
-pub struct FamilyArgs {
-    /// IPv4 only.
-    #[arg(short = '4')]
-    pub ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    pub ipv6: bool,
-}
-
-impl FamilyArgs {
-    pub fn family(&self) -> Family {
-        if self.ipv4 {
-            Family::V4
-        } else if self.ipv6 {
-            Family::V6
-        } else {
-            Family::Any
         }
     }
 }
@@ -112,7 +88,7 @@ pub struct PingArgs {
     #[arg(long)]
     pub user_timestamps: bool,
     #[command(flatten)]
-    pub family: FamilyArgs,
+    pub family: super::FamilyArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }

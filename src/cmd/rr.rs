@@ -11,7 +11,7 @@ use latscope_core::render::{OutputFormat, emit, emit_event};
 use latscope_core::sweep::parse_size_list;
 use latscope_core::units::{parse_count, parse_duration, parse_rate, parse_size};
 use latscope_net::rr::{Peer, RrConfig, StopAfter};
-use latscope_net::sock::{Family, Target};
+use latscope_net::sock::Target;
 
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
@@ -87,12 +87,8 @@ pub struct RrArgs {
     /// Interval of --json-lines events and the progress line.
     #[arg(short, long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub interval: Duration,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    pub ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    pub ipv6: bool,
+    #[command(flatten)]
+    pub family: super::FamilyArgs,
 
     /// Client: leave Nagle on (TCP_NODELAY off; it is on by default, as in most RPC clients).
     #[arg(long, help_heading = "Client socket options")]
@@ -247,7 +243,7 @@ fn check_sockperf(a: &RrArgs, sizes: &[(u32, u32)], transport: Transport) -> any
 /// Turn the flags into the engine's configuration.
 pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
     let (target, transport) = super::target_and_transport(&a.target, &a.unix, a.udp)?;
-    let family = Family::from_flags(a.ipv4, a.ipv6);
+    let family = a.family.family();
     let addr = match &target {
         Target::Unix(_) => None,
         t => Some(t.resolve(family)?),

@@ -12,7 +12,7 @@ use latscope_core::render::stream::interval_line;
 use latscope_core::render::{OutputFormat, emit, emit_event};
 use latscope_core::units::{format_bitrate, parse_bitrate, parse_duration, parse_size};
 use latscope_net::proto::StreamSpec;
-use latscope_net::sock::{Family, Target};
+use latscope_net::sock::Target;
 use latscope_net::stream::StreamConfig;
 
 use crate::exit;
@@ -98,12 +98,8 @@ pub struct StreamArgs {
     /// Connection set-up timeout.
     #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
     pub connect_timeout: Duration,
-    /// IPv4 only.
-    #[arg(short = '4', conflicts_with = "ipv6")]
-    pub ipv4: bool,
-    /// IPv6 only.
-    #[arg(short = '6')]
-    pub ipv6: bool,
+    #[command(flatten)]
+    pub family: super::FamilyArgs,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
@@ -116,7 +112,7 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 
 pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
     let (target, transport) = super::target_and_transport(&a.target, &a.unix, a.udp)?;
-    let family = Family::from_flags(a.ipv4, a.ipv6);
+    let family = a.family.family();
     let addr = match &target {
         Target::Unix(_) => None,
         t => Some(t.resolve(family)?),

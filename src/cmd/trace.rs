@@ -13,7 +13,7 @@ use latscope_probe::ProbeRequest;
 use latscope_probe::trace::TraceOptions;
 use serde::Serialize;
 
-use super::ping::FamilyArgs;
+use super::FamilyArgs;
 use crate::exit;
 use crate::output::{self, OutputArgs};
 
