@@ -190,18 +190,23 @@ fn without_privileges_the_verdict_is_reduced_but_correct() {
 }
 
 #[test]
-fn bad_targets_exit_2() {
+fn unmeasurable_targets_exit_3_and_bad_input_2() {
     let free = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
+    // The global exit table: a target that cannot be measured is 3, never "no problem" (0).
     let (code, _, err) = run(&["diagnose", &format!("127.0.0.1:{free}")]);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, 3, "{err}");
     assert!(
         err.starts_with("latscope: error: cannot connect to") && err.contains("refused"),
         "{err}"
     );
     let (code, _, err) = run(&["diagnose", "no-such-host.invalid"]);
+    assert_eq!(code, 3, "{err}");
+    let (code, _, err) = run(&["diagnose", "127.0.0.1", "-c", "0"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = run(&["diagnose", "http://[::1"]);
     assert_eq!(code, 2, "{err}");
 }

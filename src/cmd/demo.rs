@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use latscope_core::model::Meta;
 use latscope_core::model::demo::{DemoReport, DemoServer, DemoVerdict};
-use latscope_core::model::diagnose::DiagnoseReport;
+use latscope_core::model::diagnose::{DiagnoseReport, StepName};
 use latscope_core::model::rr::{ServerBehaviour, SockOpts, WriteMode};
 use latscope_core::render::emit;
 use latscope_core::units::parse_duration;
@@ -66,30 +66,27 @@ fn start_server(behaviour: ServerBehaviour) -> anyhow::Result<ServerHandle> {
     Ok(Server::bind(cfg, Arc::new(AtomicBool::new(false)), |_| {})?.spawn()?)
 }
 
-fn p50(d: &DiagnoseReport, name: &str) -> Option<u64> {
-    d.distributions
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, s)| s.p50_ns)
+fn p50(d: &DiagnoseReport, name: StepName) -> Option<u64> {
+    d.distribution(name).map(|s| s.p50_ns)
 }
 
 /// Derive the demo's verdict from the two diagnoses.
 pub fn verdict(healthy: &DiagnoseReport, slow: &DiagnoseReport) -> DemoVerdict {
     let (hp, sp) = (
-        p50(healthy, "path").unwrap_or(0),
-        p50(slow, "path").unwrap_or(0),
+        p50(healthy, StepName::Path).unwrap_or(0),
+        p50(slow, StepName::Path).unwrap_or(0),
     );
     let same_path = hp.max(sp) <= 2 * hp.min(sp) || hp.abs_diff(sp) < 100_000;
     let (hr, sr) = (
-        p50(healthy, "one request").unwrap_or(0),
-        p50(slow, "one request").unwrap_or(0),
+        p50(healthy, StepName::OneRequest).unwrap_or(0),
+        p50(slow, StepName::OneRequest).unwrap_or(0),
     );
     let excess = sr.saturating_sub(hr);
     DemoVerdict {
         same_path,
         excess_ns: excess,
         stalled: excess >= 1_000_000 && sr >= 10 * hr.max(1),
-        slow_cause: slow.findings.first().map(|f| f.rule.clone()),
+        slow_cause: slow.findings.first().map(|f| f.rule),
         side_to_fix: slow.findings.first().map(|f| f.side.name().to_string()),
         healthy_is_clean: healthy.findings.is_empty(),
     }

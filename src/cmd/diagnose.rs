@@ -9,6 +9,7 @@ use latscope_core::units::{parse_duration, parse_size};
 use latscope_net::proto::DEFAULT_PORT;
 use latscope_net::sock::Target;
 
+use crate::diagnose::Outcome;
 use crate::diagnose::collect::{self, Plan};
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag};
@@ -29,7 +30,8 @@ socket_read_wait, pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, 
 evidence, a confidence, the side to fix and the fix. When nothing is wrong it says so and shows
 the budget: network path against time in the hosts.
 
-Exit codes: 0 no finding; 1 findings; 2 error (bad input, target unreachable); 130 interrupted.")]
+Exit codes: 0 measured, no finding; 1 findings; 2 bad input; 3 the target could not be measured
+(unreachable, refused, name lookup failed); 4 missing privileges; 130 interrupted.")]
 pub struct DiagnoseArgs {
     /// An http:// or https:// URL, or HOST[:PORT]: a latscope server (port 7373 by default) or
     /// any TCP service.
@@ -58,43 +60,19 @@ pub struct DiagnoseArgs {
 }
 
 pub fn run(a: &DiagnoseArgs) -> anyhow::Result<u8> {
-    // diagnose documents 2 for every error, as its callers (scripts, CI) expect 0/1/2.
-    match plan(a) {
-        Ok(p) => {
-            let progress = Progress::new(a.output.progress(), "diagnose");
-            let report = collect::run(&p, &stop_flag(), &|s| progress.set(s.to_string()));
-            drop(progress);
-            let mut out = std::io::stdout().lock();
-            emit(&report, a.output.format(), &mut out)?;
-            out.flush()?;
-            a.report.write(&report)?;
-            if let Some(h) = report
-                .steps
-                .iter()
-                .find(|s| s.name == "handshakes" && s.status != "ran")
-            {
-                return Err(exit::coded(
-                    exit::USAGE,
-                    format!("cannot connect to {}: {}", report.target, h.detail),
-                ));
-            }
-            if report.steps.iter().all(|s| s.status != "ran") {
-                return Err(exit::coded(
-                    exit::USAGE,
-                    format!(
-                        "nothing could be measured at {}: {}",
-                        report.target,
-                        report
-                            .steps
-                            .first()
-                            .map(|s| s.detail.as_str())
-                            .unwrap_or("")
-                    ),
-                ));
-            }
-            Ok(crate::diagnose::exit_code(&report))
-        }
-        Err(e) => Err(exit::coded(exit::USAGE, format!("{e:#}"))),
+    let p = plan(a)?;
+    let progress = Progress::new(a.output.progress(), "diagnose");
+    let report = collect::run(&p, &stop_flag(), &|s| progress.set(s.to_string()));
+    drop(progress);
+    let mut out = std::io::stdout().lock();
+    emit(&report, a.output.format(), &mut out)?;
+    out.flush()?;
+    a.report.write(&report)?;
+    match Outcome::of(&report) {
+        Outcome::Interrupted => Ok(exit::INTERRUPTED),
+        Outcome::Unmeasurable(why) => Err(exit::coded(exit::TARGET, why)),
+        Outcome::Findings => Ok(exit::FINDINGS),
+        Outcome::Clean => Ok(exit::OK),
     }
 }
 
@@ -103,7 +81,8 @@ fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
         .then(|| a.target.clone());
     let target = match &url {
         Some(u) => {
-            let parsed = latscope_http::Url::parse(u)?;
+            let parsed = latscope_http::Url::parse(u)
+                .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
             Target::Inet {
                 host: parsed.host,
                 port: parsed.port,
@@ -112,22 +91,34 @@ fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
         None => Target::parse(&a.target, DEFAULT_PORT)?,
     };
     if matches!(target, Target::Unix(_)) {
-        anyhow::bail!("diagnose needs a network target (HOST[:PORT])");
+        return Err(exit::coded(
+            exit::USAGE,
+            "diagnose needs a network target (HOST[:PORT])",
+        ));
     }
     let family = a.family.family();
     let addr = target.resolve(family)?;
     if a.concurrency == 0 || a.concurrency > 1000 {
-        anyhow::bail!("--concurrency must be between 1 and 1000");
+        return Err(exit::coded(
+            exit::USAGE,
+            "--concurrency must be between 1 and 1000",
+        ));
     }
     if a.request_size == 0
         || a.response_size == 0
         || a.request_size > 1 << 20
         || a.response_size > 1 << 20
     {
-        anyhow::bail!("--request-size and --response-size must be between 1 B and 1 MiB");
+        return Err(exit::coded(
+            exit::USAGE,
+            "--request-size and --response-size must be between 1 B and 1 MiB",
+        ));
     }
     if a.duration < Duration::from_millis(200) {
-        anyhow::bail!("--duration must be at least 200ms");
+        return Err(exit::coded(
+            exit::USAGE,
+            "--duration must be at least 200ms",
+        ));
     }
     Ok(Plan {
         target,

@@ -1,15 +1,34 @@
 //! `latscope diagnose`: runs the measurements a latency hunt needs, in order, and applies the
-//! named rules of [`rules`] to what they found. Evidence collection is in [`collect`]; rules
-//! are pure and tested on their own.
+//! named rules of [`rules`] to what they found. Each measurement is a step of [`steps`], run by
+//! the pipeline in [`collect`] into the typed [`evidence`]; rules are pure and tested on their
+//! own.
 
 pub mod collect;
+pub mod evidence;
 pub mod rules;
+pub mod steps;
 
-use latscope_core::model::diagnose::{Budget, DiagnoseReport, Finding};
+use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis, StepName, StepStatus};
 use latscope_core::units::format_ns;
 
+use evidence::Evidence;
+
+/// Where a request's time goes, from the evidence.
+pub fn budget(ev: &Evidence) -> Budget {
+    Budget {
+        path_rtt_ns: ev.path.as_ref().map(|s| s.p50_ns),
+        single_request_ns: ev.single.as_ref().map(|s| s.p50_ns),
+        concurrent_request_ns: ev.concurrent.as_ref().map(|c| c.latency.p50_ns),
+        concurrency: ev.concurrent.as_ref().map(|c| c.connections).unwrap_or(1),
+        host_ns: match (&ev.single, &ev.path) {
+            (Some(s), Some(pth)) => Some(s.p50_ns.saturating_sub(pth.p50_ns)),
+            _ => None,
+        },
+    }
+}
+
 /// One sentence: the answer to "where does the latency come from?".
-pub fn verdict(findings: &[Finding], budget: &Budget) -> String {
+pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
     if let Some(top) = findings.first() {
         return format!(
             "{} — {} of each request; fix on the {} side: {}",
@@ -34,13 +53,42 @@ pub fn verdict(findings: &[Finding], budget: &Budget) -> String {
     }
 }
 
-/// Exit code: 0 no finding, 1 findings, 130 interrupted.
-pub fn exit_code(r: &DiagnoseReport) -> u8 {
-    if r.interrupted {
-        crate::exit::INTERRUPTED
-    } else if r.findings.is_empty() {
-        crate::exit::OK
-    } else {
-        crate::exit::FINDINGS
+/// What a run amounts to, which decides the exit code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Ctrl-C: partial results.
+    Interrupted,
+    /// The target could not be measured (no connection, or no step ran): never "no problem".
+    Unmeasurable(String),
+    /// At least one rule fired.
+    Findings,
+    /// Measured, and nothing is wrong.
+    Clean,
+}
+
+impl Outcome {
+    /// Classify a finished report from its typed steps.
+    pub fn of(r: &DiagnoseReport) -> Outcome {
+        if r.interrupted {
+            return Outcome::Interrupted;
+        }
+        if let Some(h) = r
+            .step(StepName::Handshakes)
+            .filter(|s| s.status != StepStatus::Ran)
+        {
+            return Outcome::Unmeasurable(format!("cannot connect to {}: {}", r.target, h.detail));
+        }
+        if r.steps.iter().all(|s| s.status != StepStatus::Ran) {
+            return Outcome::Unmeasurable(format!(
+                "nothing could be measured at {}: {}",
+                r.target,
+                r.steps.first().map(|s| s.detail.as_str()).unwrap_or("")
+            ));
+        }
+        if r.findings.is_empty() {
+            Outcome::Clean
+        } else {
+            Outcome::Findings
+        }
     }
 }

@@ -1,95 +1,32 @@
 //! The catalogue of findings. Each rule is a pure function of the evidence, so each is tested
-//! on its own with synthetic figures; the collection of evidence lives in `collect.rs`.
+//! on its own with synthetic figures; the collection of evidence lives in `steps/`.
 
-use latscope_core::Summary;
-use latscope_core::model::diagnose::{Finding, Side};
+use latscope_core::model::diagnose::{Diagnosis, RuleId, Side};
 use latscope_core::timer::{TcpTimer, describe_stall};
 use latscope_core::units::format_ns;
 
-/// What the measurements found, by step. Absent steps are `None`.
-#[derive(Clone, Debug, Default)]
-pub struct Evidence {
-    /// Round-trip time of the path without the application (SYN ping with kernel timestamps,
-    /// or the kernel's handshake RTT).
-    pub path: Option<Summary>,
-    /// connect() latency as the client sees it (includes SYN retransmissions).
-    pub handshake: Option<Summary>,
-    /// Connect attempts that failed: (attempts, refused, timed out).
-    pub connect_failures: (u64, u64, u64),
-    /// One request at a time.
-    pub single: Option<Summary>,
-    /// The same with TCP_QUICKACK re-armed by the client after every read.
-    pub quickack: Option<Summary>,
-    /// `concurrency` connections at once.
-    pub concurrent: Option<(u32, Summary)>,
-    /// A small request's latency idle and while a bulk transfer runs on the same path.
-    pub under_load: Option<(Summary, Summary)>,
-    /// The server's end of our connections, when it runs on this host.
-    pub server_sockets: Option<ServerSockets>,
-    /// What a packet capture of the single-request step showed.
-    pub capture: Option<CaptureEvidence>,
-    /// Kernel receive-path latency of the server's packets (eBPF), medians in ns.
-    pub stack: Option<StackEvidence>,
-}
-
-/// Per-hook medians of how long the server's received packets had waited (latscope stack).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct StackEvidence {
-    pub packets: u64,
-    pub ip_start_ns: Option<f64>,
-    pub tcp_start_ns: Option<f64>,
-    pub enqueued_ns: Option<f64>,
-    pub read_ns: Option<f64>,
-    /// The log2 bucket holding the median read latency, e.g. "(33.6ms, 67.1ms]".
-    pub read_bucket: Option<String>,
-}
-
-/// Stalls and retransmissions seen on the wire (latscope analyze's detectors).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CaptureEvidence {
-    pub frames: u64,
-    pub transactions: u64,
-    /// Nagle × delayed ACK stalls: count, time lost, an example (conn, since frame, frame).
-    pub nagle: Option<(u64, u64, (u64, u64, u64))>,
-    /// Think-time findings: count and time.
-    pub think: Option<(u64, u64)>,
-    pub retransmissions: u64,
-    pub rto_stalls: Option<(u64, u64)>,
-    /// Delayed ACKs that held data back without Nagle: count and time lost.
-    pub delayed_ack: Option<(u64, u64)>,
-}
-
-/// Options of the server's sockets, read from the sockets themselves.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServerSockets {
-    /// e.g. "nginx[1234]".
-    pub process: String,
-    pub connections: usize,
-    /// Connections with TCP_NODELAY off (Nagle on).
-    pub nagle_on: usize,
-    pub corked: usize,
-}
+pub use super::evidence::*;
 
 /// A rule: the evidence in, a finding out when it fires.
-pub type Rule = fn(&Evidence) -> Option<Finding>;
+pub type Rule = fn(&Evidence) -> Option<Diagnosis>;
 
 /// Rules in the order they are tried; the report ranks what fires by latency explained.
-pub const RULES: &[(&str, Rule)] = &[
-    ("nagle_delayed_ack", nagle_delayed_ack),
-    ("think_time", think_time),
-    ("socket_queueing", socket_queueing),
-    ("slow_handshake", slow_handshake),
-    ("retransmissions", retransmissions),
-    ("delayed_ack", delayed_ack),
-    ("pre_tcp_kernel", pre_tcp_kernel),
-    ("socket_read_wait", socket_read_wait),
-    ("bufferbloat", bufferbloat),
-    ("path_dominates", path_dominates),
+pub const RULES: &[Rule] = &[
+    nagle_delayed_ack,
+    think_time,
+    socket_queueing,
+    slow_handshake,
+    retransmissions,
+    delayed_ack,
+    pre_tcp_kernel,
+    socket_read_wait,
+    bufferbloat,
+    path_dominates,
 ];
 
 /// Apply every rule, most latency explained first.
-pub fn apply(e: &Evidence) -> Vec<Finding> {
-    let mut out: Vec<Finding> = RULES.iter().filter_map(|(_, r)| r(e)).collect();
+pub fn apply(e: &Evidence) -> Vec<Diagnosis> {
+    let mut out: Vec<Diagnosis> = RULES.iter().filter_map(|r| r(e)).collect();
     out.sort_by_key(|f| std::cmp::Reverse(f.explains_ns));
     out
 }
@@ -105,7 +42,7 @@ fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
 /// the client ACKs at once (TCP_QUICKACK). The server's Nagle algorithm held the rest of a
 /// response until the client ACKed the first part; the client, with nothing to send, delayed
 /// that ACK (TCP_ATO_MIN = 40 ms on Linux). The server is the side to fix.
-pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
+pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
     let (single, path, excess) = host_excess(e)?;
     if !matches!(
         TcpTimer::classify(excess),
@@ -122,7 +59,7 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
         .filter(|q| q.saturating_mul(10) <= single);
     let wire = e.capture.as_ref().and_then(|c| {
         c.nagle
-            .filter(|n| c.transactions > 0 && n.0 * 2 >= c.transactions)
+            .filter(|n| c.transactions > 0 && n.total.count * 2 >= c.transactions)
     });
     if quick.is_none() && wire.is_none() {
         return None;
@@ -147,12 +84,16 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
     }
     let mut confidence = 0.9;
     if let Some(c) = &e.capture
-        && let Some((n, lost, (conn, from, to))) = c.nagle
+        && let Some(n) = c.nagle
     {
         evidence.push(format!(
-            "on the wire: {n} of {} transactions stalled by Nagle × delayed ACK, {} lost in all (e.g. connection {conn}, frames {from} → {to})",
+            "on the wire: {} of {} transactions stalled by Nagle × delayed ACK, {} lost in all (e.g. connection {}, frames {} → {})",
+            n.total.count,
             c.transactions,
-            format_ns(lost as f64)
+            format_ns(n.total.lost_ns as f64),
+            n.example.conn,
+            n.example.since_frame,
+            n.example.frame
         ));
         confidence = 0.95;
     }
@@ -176,8 +117,8 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
             0.75
         };
     }
-    Some(Finding {
-        rule: "nagle_delayed_ack".into(),
+    Some(Diagnosis {
+        rule: RuleId::NagleDelayedAck,
         title: "Nagle × delayed ACK: the server holds part of each response until the client's delayed ACK".into(),
         explains_ns: single.saturating_sub(quick.unwrap_or(path)),
         confidence,
@@ -189,15 +130,15 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Finding> {
 
 /// Application think time: the hosts add milliseconds that no TCP timer explains and that
 /// TCP_QUICKACK does not change. The server spends the time before answering.
-pub fn think_time(e: &Evidence) -> Option<Finding> {
+pub fn think_time(e: &Evidence) -> Option<Diagnosis> {
     let (single, path, excess) = host_excess(e)?;
     if excess < 1_000_000 || excess < 5 * path {
         return None;
     }
-    if e.capture
-        .as_ref()
-        .is_some_and(|c| c.nagle.is_some_and(|n| n.0 * 2 >= c.transactions.max(1)))
-    {
+    if e.capture.as_ref().is_some_and(|c| {
+        c.nagle
+            .is_some_and(|n| n.total.count * 2 >= c.transactions.max(1))
+    }) {
         return None;
     }
     if TcpTimer::classify(excess).is_some() {
@@ -212,8 +153,8 @@ pub fn think_time(e: &Evidence) -> Option<Finding> {
     {
         return None;
     }
-    Some(Finding {
-        rule: "think_time".into(),
+    Some(Diagnosis {
+        rule: RuleId::ThinkTime,
         title: "application think time: the server takes milliseconds before it answers".into(),
         explains_ns: excess,
         confidence: if e.quickack.is_some() { 0.8 } else { 0.6 },
@@ -232,21 +173,22 @@ pub fn think_time(e: &Evidence) -> Option<Finding> {
 
 /// Socket queueing: with N concurrent connections each request takes about N times as long as
 /// alone — the server handles one request at a time and the rest wait in its socket queues.
-pub fn socket_queueing(e: &Evidence) -> Option<Finding> {
-    let (n, conc) = e.concurrent.as_ref()?;
+pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
+    let c = e.concurrent.as_ref()?;
+    let (n, conc) = (c.connections, &c.latency);
     let single = e.single.as_ref()?.p50_ns;
-    if *n < 2 || single < 200_000 {
+    if n < 2 || single < 200_000 {
         return None;
     }
     let ratio = conc.p50_ns as f64 / single as f64;
-    if ratio < 0.6 * f64::from(*n) {
+    if ratio < 0.6 * f64::from(n) {
         return None;
     }
-    Some(Finding {
-        rule: "socket_queueing".into(),
+    Some(Diagnosis {
+        rule: RuleId::SocketQueueing,
         title: "requests wait in the server's socket queue: it serves one at a time".into(),
         explains_ns: conc.p50_ns.saturating_sub(single),
-        confidence: if ratio >= 0.8 * f64::from(*n) { 0.85 } else { 0.65 },
+        confidence: if ratio >= 0.8 * f64::from(n) { 0.85 } else { 0.65 },
         side: Side::Server,
         evidence: vec![
             format!("one request at a time: p50 {}", format_ns(single as f64)),
@@ -258,15 +200,15 @@ pub fn socket_queueing(e: &Evidence) -> Option<Finding> {
 
 /// Slow handshakes: connects take a second or more, or time out — SYNs dropped (listen backlog
 /// full, SYN flood protection) and retransmitted after TCP_TIMEOUT_INIT (1 s).
-pub fn slow_handshake(e: &Evidence) -> Option<Finding> {
+pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
     let p = e.handshake.as_ref()?;
-    let (attempts, _refused, timed_out) = e.connect_failures;
+    let (attempts, timed_out) = (e.connect_failures.attempts, e.connect_failures.timed_out);
     let slow = p.p99_ns >= 900_000_000;
     if !slow && timed_out == 0 {
         return None;
     }
-    Some(Finding {
-        rule: "slow_handshake".into(),
+    Some(Diagnosis {
+        rule: RuleId::SlowHandshake,
         title: "slow or failing handshakes: SYNs are dropped and retransmitted".into(),
         explains_ns: if slow { p.p99_ns.saturating_sub(p.p50_ns) } else { 1_000_000_000 },
         confidence: 0.7,
@@ -282,9 +224,10 @@ pub fn slow_handshake(e: &Evidence) -> Option<Finding> {
 
 /// Retransmissions: segments were lost (or their ACKs were) and sent again; a timer-driven
 /// retransmission costs at least TCP_RTO_MIN (200 ms).
-pub fn retransmissions(e: &Evidence) -> Option<Finding> {
+pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
     let c = e.capture.as_ref()?;
-    let (rto_n, rto_lost) = c.rto_stalls.unwrap_or((0, 0));
+    let rto = c.rto_stalls.unwrap_or_default();
+    let (rto_n, rto_lost) = (rto.count, rto.lost_ns);
     // Material only: a loss rate of at least 1 in 1000 frames, or retransmission timeouts that
     // cost at least a tenth of a request's median (and 100 µs) per request. A handful of
     // retransmissions among a hundred thousand frames explains nothing.
@@ -295,8 +238,8 @@ pub fn retransmissions(e: &Evidence) -> Option<Finding> {
     if c.retransmissions == 0 || !(rate_material || time_material) {
         return None;
     }
-    Some(Finding {
-        rule: "retransmissions".into(),
+    Some(Diagnosis {
+        rule: RuleId::Retransmissions,
         title: "packet loss: segments retransmitted".into(),
         explains_ns: per_request,
         confidence: 0.9,
@@ -314,15 +257,18 @@ pub fn retransmissions(e: &Evidence) -> Option<Finding> {
 /// Delayed ACK alone: the capture shows segments waiting for a delayed ACK without Nagle being
 /// the reason (e.g. a sender whose window or TCP_CORK needs the ACK), in a material share of
 /// transactions.
-pub fn delayed_ack(e: &Evidence) -> Option<Finding> {
+pub fn delayed_ack(e: &Evidence) -> Option<Diagnosis> {
     let c = e.capture.as_ref()?;
-    let (n, lost) = c.delayed_ack?;
+    let StallTotal {
+        count: n,
+        lost_ns: lost,
+    } = c.delayed_ack?;
     let per_request = lost.checked_div(c.transactions).unwrap_or(lost);
     if n * 10 < c.transactions.max(1) || per_request < 1_000_000 {
         return None;
     }
-    Some(Finding {
-        rule: "delayed_ack".into(),
+    Some(Diagnosis {
+        rule: RuleId::DelayedAck,
         title: "delayed ACKs hold data back (without Nagle)".into(),
         explains_ns: per_request,
         confidence: 0.8,
@@ -338,15 +284,15 @@ pub fn delayed_ack(e: &Evidence) -> Option<Finding> {
 
 /// Pre-TCP kernel latency: packets wait between the IP layer and TCP (netfilter rules,
 /// routing) — netstacklat's ip-start → tcp-start gap.
-pub fn pre_tcp_kernel(e: &Evidence) -> Option<Finding> {
+pub fn pre_tcp_kernel(e: &Evidence) -> Option<Diagnosis> {
     let st = e.stack.as_ref()?;
     let (ip, tcp) = (st.ip_start_ns?, st.tcp_start_ns?);
     let gap = tcp - ip;
     if gap < 20_000.0 {
         return None;
     }
-    Some(Finding {
-        rule: "pre_tcp_kernel".into(),
+    Some(Diagnosis {
+        rule: RuleId::PreTcpKernel,
         title: "packets wait inside the kernel before TCP (netfilter rules or routing)".into(),
         explains_ns: gap as u64,
         confidence: 0.75,
@@ -363,14 +309,14 @@ pub fn pre_tcp_kernel(e: &Evidence) -> Option<Finding> {
 
 /// Requests wait in the socket: the kernel had them queued long before the application read
 /// them (netstacklat's tcp-socket-enqueued vs tcp-socket-read) — too few workers, or a busy one.
-pub fn socket_read_wait(e: &Evidence) -> Option<Finding> {
+pub fn socket_read_wait(e: &Evidence) -> Option<Diagnosis> {
     let st = e.stack.as_ref()?;
     let (enq, read) = (st.enqueued_ns?, st.read_ns?);
     if read < 1_000_000.0 || read < 10.0 * enq.max(1.0) {
         return None;
     }
-    Some(Finding {
-        rule: "socket_read_wait".into(),
+    Some(Diagnosis {
+        rule: RuleId::SocketReadWait,
         title: "requests wait in the socket before the server reads them".into(),
         explains_ns: (read - enq) as u64,
         confidence: 0.85,
@@ -387,14 +333,14 @@ pub fn socket_read_wait(e: &Evidence) -> Option<Finding> {
 
 /// Bufferbloat: a bulk transfer on the same path multiplies a small request's latency — it
 /// waits behind the bulk data in an oversized queue.
-pub fn bufferbloat(e: &Evidence) -> Option<Finding> {
-    let (idle, loaded) = e.under_load.as_ref()?;
+pub fn bufferbloat(e: &Evidence) -> Option<Diagnosis> {
+    let UnderLoad { idle, loaded } = e.under_load.as_ref()?;
     let added = loaded.p50_ns.saturating_sub(idle.p50_ns);
     if loaded.p50_ns < 5 * idle.p50_ns.max(1) || added < 5_000_000 {
         return None;
     }
-    Some(Finding {
-        rule: "bufferbloat".into(),
+    Some(Diagnosis {
+        rule: RuleId::Bufferbloat,
         title: "latency under load: bulk traffic makes small requests wait in a queue (bufferbloat)".into(),
         explains_ns: added,
         confidence: 0.8,
@@ -410,13 +356,13 @@ pub fn bufferbloat(e: &Evidence) -> Option<Finding> {
 }
 
 /// The network path dominates: most of a request's time is the round trip itself.
-pub fn path_dominates(e: &Evidence) -> Option<Finding> {
+pub fn path_dominates(e: &Evidence) -> Option<Diagnosis> {
     let (single, path, _) = host_excess(e)?;
     if path < 1_000_000 || (path as f64) < 0.6 * single as f64 {
         return None;
     }
-    Some(Finding {
-        rule: "path_dominates".into(),
+    Some(Diagnosis {
+        rule: RuleId::PathDominates,
         title: "the network path dominates: the round trip is most of each request".into(),
         explains_ns: path,
         confidence: 0.9,
@@ -434,6 +380,22 @@ pub fn path_dominates(e: &Evidence) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use latscope_core::Summary;
+
+    fn nagle(count: u64, lost_ns: u64, example: (u64, u64, u64)) -> Option<NagleStalls> {
+        Some(NagleStalls {
+            total: StallTotal { count, lost_ns },
+            example: StallExample {
+                conn: example.0,
+                since_frame: example.1,
+                frame: example.2,
+            },
+        })
+    }
+
+    fn stalls(count: u64, lost_ns: u64) -> Option<StallTotal> {
+        Some(StallTotal { count, lost_ns })
+    }
 
     fn s(p50_us: u64) -> Summary {
         Summary {
@@ -477,7 +439,7 @@ mod tests {
         e.capture = Some(CaptureEvidence {
             frames: 90,
             transactions: 20,
-            nagle: Some((19, 800_000_000, (0, 5, 6))),
+            nagle: nagle(19, 800_000_000, (0, 5, 6)),
             ..CaptureEvidence::default()
         });
         assert!(nagle_delayed_ack(&e).is_some());
@@ -489,7 +451,7 @@ mod tests {
         let mut e = base(40, 20_040);
         e.quickack = Some(s(20_030));
         let f = think_time(&e).expect("fires");
-        assert_eq!(f.rule, "think_time");
+        assert_eq!(f.rule, RuleId::ThinkTime);
         assert_eq!(nagle_delayed_ack(&e), None);
         // A healthy server: nothing.
         let e = base(40, 60);
@@ -500,10 +462,16 @@ mod tests {
     #[test]
     fn queueing_scales_with_concurrency() {
         let mut e = base(40, 10_000);
-        e.concurrent = Some((8, s(78_000)));
+        e.concurrent = Some(Concurrent {
+            connections: 8,
+            latency: s(78_000),
+        });
         let f = socket_queueing(&e).expect("fires");
         assert!(f.explains_ns >= 67_000_000);
-        e.concurrent = Some((8, s(12_000)));
+        e.concurrent = Some(Concurrent {
+            connections: 8,
+            latency: s(12_000),
+        });
         assert_eq!(socket_queueing(&e), None, "a concurrent server");
     }
 
@@ -514,9 +482,9 @@ mod tests {
         e.capture = Some(CaptureEvidence {
             frames: 500,
             transactions: 40,
-            nagle: Some((38, 1_600_000_000, (1, 17, 18))),
+            nagle: nagle(38, 1_600_000_000, (1, 17, 18)),
             retransmissions: 3,
-            rto_stalls: Some((1, 210_000_000)),
+            rto_stalls: stalls(1, 210_000_000),
             ..CaptureEvidence::default()
         });
         let f = nagle_delayed_ack(&e).expect("fires");
@@ -529,7 +497,7 @@ mod tests {
             frames: 130_256,
             transactions: 32_560,
             retransmissions: 8,
-            rto_stalls: Some((8, 39_700_000)),
+            rto_stalls: stalls(8, 39_700_000),
             ..CaptureEvidence::default()
         });
         assert_eq!(retransmissions(&e), None);
@@ -570,7 +538,7 @@ mod tests {
         e.capture = Some(CaptureEvidence {
             frames: 200,
             transactions: 40,
-            delayed_ack: Some((38, 1_520_000_000)),
+            delayed_ack: stalls(38, 1_520_000_000),
             ..CaptureEvidence::default()
         });
         let f = delayed_ack(&e).expect("fires");
@@ -578,7 +546,7 @@ mod tests {
         e.capture = Some(CaptureEvidence {
             frames: 200,
             transactions: 40,
-            delayed_ack: Some((1, 40_000_000)),
+            delayed_ack: stalls(1, 40_000_000),
             ..CaptureEvidence::default()
         });
         assert_eq!(delayed_ack(&e), None, "one in forty is not a pattern");
@@ -593,14 +561,24 @@ mod tests {
             count: 10,
             ..Summary::default()
         });
-        e.connect_failures = (10, 0, 0);
+        e.connect_failures = ConnectFailures {
+            attempts: 10,
+            ..ConnectFailures::default()
+        };
         assert!(slow_handshake(&e).is_some());
         let mut e = base(20_000, 21_000);
         assert!(path_dominates(&e).is_some());
-        e.under_load = Some((s(20_000), s(180_000)));
+        e.under_load = Some(UnderLoad {
+            idle: s(20_000),
+            loaded: s(180_000),
+        });
         let f = bufferbloat(&e).expect("fires");
         assert_eq!(f.side, Side::Network);
         let ranked = apply(&e);
-        assert_eq!(ranked[0].rule, "bufferbloat", "ranked by latency explained");
+        assert_eq!(
+            ranked[0].rule,
+            RuleId::Bufferbloat,
+            "ranked by latency explained"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! hyperfine's style (each figure divided by the best input's).
 
 use latscope_core::Summary;
+use latscope_core::model::diagnose::StepName;
 use latscope_core::units::format_ns;
 
 use crate::document::{Document, Input, Kind};
@@ -38,10 +39,8 @@ fn headline(doc: &Document) -> Option<(&'static str, &Summary)> {
         },
         Document::Ping(r) => Some(("RTT", &r.rtt)),
         Document::Diagnose(r) => r
-            .distributions
-            .iter()
-            .find(|(n, _)| n == "one request")
-            .map(|(_, s)| ("one request", s)),
+            .distribution(StepName::OneRequest)
+            .map(|s| (StepName::OneRequest.label(), s)),
         Document::Analyze(r) => r
             .analysis
             .transaction_time

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Meta;
-use super::diagnose::DiagnoseReport;
+use super::diagnose::{DiagnoseReport, RuleId};
 use super::rr::ServerBehaviour;
 
 /// One of the demo's servers and its diagnosis.
@@ -27,7 +27,7 @@ pub struct DemoVerdict {
     /// A stall was observed (excess ≥ 1 ms and ≥ 10× the healthy p50).
     pub stalled: bool,
     /// The slow server's top finding (rule name), if any.
-    pub slow_cause: Option<String>,
+    pub slow_cause: Option<RuleId>,
     /// The side that finding blames.
     pub side_to_fix: Option<String>,
     /// The healthy server has no finding.

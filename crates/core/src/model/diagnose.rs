@@ -6,15 +6,117 @@ use serde::{Deserialize, Serialize};
 use super::Meta;
 use crate::summary::Summary;
 
+/// The steps of the investigation, in the order the pipeline runs them. The JSON names are the
+/// words the human report shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum StepName {
+    /// The network path without the application (SYN or connect ping).
+    #[serde(rename = "path")]
+    Path,
+    /// Plain connects: handshake time and failures, and what speaks on the port.
+    #[serde(rename = "handshakes")]
+    Handshakes,
+    /// The server's end of our connections, read from its sockets (local servers).
+    #[serde(rename = "server sockets")]
+    ServerSockets,
+    /// A packet capture of the single-request step, run through latscope analyze's detectors.
+    #[serde(rename = "packet capture")]
+    PacketCapture,
+    /// Kernel receive-path latency of the server's packets (eBPF, local servers).
+    #[serde(rename = "kernel stack")]
+    KernelStack,
+    /// One request at a time.
+    #[serde(rename = "one request")]
+    OneRequest,
+    /// The same with TCP_QUICKACK re-armed by the client after every read.
+    #[serde(rename = "quick-ack experiment")]
+    QuickAckExperiment,
+    /// Several connections at once.
+    #[serde(rename = "concurrent requests")]
+    ConcurrentRequests,
+    /// A small request while a bulk transfer runs on the same path.
+    #[serde(rename = "latency under load")]
+    LatencyUnderLoad,
+}
+
+impl StepName {
+    /// The name as the report shows it (the same words as the JSON).
+    pub const fn label(self) -> &'static str {
+        match self {
+            StepName::Path => "path",
+            StepName::Handshakes => "handshakes",
+            StepName::ServerSockets => "server sockets",
+            StepName::PacketCapture => "packet capture",
+            StepName::KernelStack => "kernel stack",
+            StepName::OneRequest => "one request",
+            StepName::QuickAckExperiment => "quick-ack experiment",
+            StepName::ConcurrentRequests => "concurrent requests",
+            StepName::LatencyUnderLoad => "latency under load",
+        }
+    }
+}
+
+/// What became of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// It measured; `detail` says what.
+    Ran,
+    /// It did not apply to this target or this host; `detail` says why.
+    Skipped,
+    /// It tried and failed; `detail` has the error.
+    Failed,
+    /// It was not run or was stopped early: Ctrl-C, or the run's time budget ran out.
+    CutShort,
+}
+
+impl StepStatus {
+    /// The JSON word.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StepStatus::Ran => "ran",
+            StepStatus::Skipped => "skipped",
+            StepStatus::Failed => "failed",
+            StepStatus::CutShort => "cut_short",
+        }
+    }
+}
+
 /// One step of the investigation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Step {
-    /// e.g. "path", "single request", "concurrent requests", "quick-ack experiment".
-    pub name: String,
-    /// "ran", "skipped" or "failed".
-    pub status: String,
+    pub name: StepName,
+    pub status: StepStatus,
     /// What was measured, or why it was skipped.
     pub detail: String,
+}
+
+/// What answers at the target, which decides the steps that can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetKind {
+    /// A latscope server: every step.
+    Latscope,
+    /// An http:// or https:// URL: the HTTP load engine makes the requests.
+    Http,
+    /// Any other TCP service: the path only.
+    Tcp,
+}
+
+impl TargetKind {
+    /// The JSON word.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TargetKind::Latscope => "latscope",
+            TargetKind::Http => "http",
+            TargetKind::Tcp => "tcp",
+        }
+    }
+
+    /// Whether requests can be made (latscope or HTTP), not only connections.
+    pub const fn speaks_requests(self) -> bool {
+        matches!(self, TargetKind::Latscope | TargetKind::Http)
+    }
 }
 
 /// Which side a finding blames.
@@ -40,11 +142,45 @@ impl Side {
     }
 }
 
-/// A named rule that fired.
+/// The named rules of diagnose (their JSON names are stable identifiers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleId {
+    NagleDelayedAck,
+    ThinkTime,
+    SocketQueueing,
+    SlowHandshake,
+    Retransmissions,
+    DelayedAck,
+    PreTcpKernel,
+    SocketReadWait,
+    Bufferbloat,
+    PathDominates,
+}
+
+impl RuleId {
+    /// The stable identifier (the JSON word).
+    pub const fn name(self) -> &'static str {
+        match self {
+            RuleId::NagleDelayedAck => "nagle_delayed_ack",
+            RuleId::ThinkTime => "think_time",
+            RuleId::SocketQueueing => "socket_queueing",
+            RuleId::SlowHandshake => "slow_handshake",
+            RuleId::Retransmissions => "retransmissions",
+            RuleId::DelayedAck => "delayed_ack",
+            RuleId::PreTcpKernel => "pre_tcp_kernel",
+            RuleId::SocketReadWait => "socket_read_wait",
+            RuleId::Bufferbloat => "bufferbloat",
+            RuleId::PathDominates => "path_dominates",
+        }
+    }
+}
+
+/// A named rule that fired: a diagnosis of where latency comes from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Finding {
+pub struct Diagnosis {
     /// Stable rule name, e.g. "nagle_delayed_ack".
-    pub rule: String,
+    pub rule: RuleId,
     pub title: String,
     /// Latency per request this finding explains, ns.
     pub explains_ns: u64,
@@ -75,15 +211,30 @@ pub struct Budget {
 pub struct DiagnoseReport {
     pub meta: Meta,
     pub target: String,
-    /// "latscope" (a latscope server), "http" or "tcp" (any TCP service: path only).
-    pub target_kind: String,
+    /// What answered at the target.
+    pub target_kind: TargetKind,
     pub steps: Vec<Step>,
     pub budget: Budget,
-    /// Distributions measured, by step name.
-    pub distributions: Vec<(String, Summary)>,
+    /// Distributions measured, by step.
+    pub distributions: Vec<(StepName, Summary)>,
     /// Ranked by the latency they explain.
-    pub findings: Vec<Finding>,
+    pub findings: Vec<Diagnosis>,
     /// One sentence: the answer.
     pub verdict: String,
     pub interrupted: bool,
+}
+
+impl DiagnoseReport {
+    /// The record of step `name`, if the pipeline reached it.
+    pub fn step(&self, name: StepName) -> Option<&Step> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// The distribution step `name` measured.
+    pub fn distribution(&self, name: StepName) -> Option<&Summary> {
+        self.distributions
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| s)
+    }
 }

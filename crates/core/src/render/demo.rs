@@ -3,15 +3,13 @@ use std::fmt::Write;
 use super::rr::server_text;
 use super::{Human, Table};
 use crate::model::demo::DemoReport;
-use crate::model::diagnose::DiagnoseReport;
+use crate::model::diagnose::{DiagnoseReport, StepName};
 use crate::model::rr::Transport;
 use crate::units::format_ns;
 
-fn dist_p(d: &DiagnoseReport, name: &str, p99: bool) -> String {
-    d.distributions
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, s)| format_ns(if p99 { s.p99_ns } else { s.p50_ns } as f64))
+fn dist_p(d: &DiagnoseReport, name: StepName, p99: bool) -> String {
+    d.distribution(name)
+        .map(|s| format_ns(if p99 { s.p99_ns } else { s.p50_ns } as f64))
         .unwrap_or_else(|| "-".into())
 }
 
@@ -34,10 +32,10 @@ impl Human for DemoReport {
             t.row(vec![
                 s.name.clone(),
                 s.address.clone(),
-                dist_p(d, "path", false),
-                dist_p(d, "one request", false),
-                dist_p(d, "one request", true),
-                dist_p(d, "concurrent requests", false),
+                dist_p(d, StepName::Path, false),
+                dist_p(d, StepName::OneRequest, false),
+                dist_p(d, StepName::OneRequest, true),
+                dist_p(d, StepName::ConcurrentRequests, false),
             ]);
         }
         t.render("  ", out);

@@ -1,18 +1,18 @@
 use std::fmt::Write;
 
 use super::{Human, Table};
-use crate::model::diagnose::{DiagnoseReport, Finding};
+use crate::model::diagnose::{DiagnoseReport, Diagnosis, StepStatus};
 use crate::units::format_ns;
 
 /// The numbered findings with their evidence and fix, each line prefixed by `indent`.
-pub(crate) fn render_findings(findings: &[Finding], indent: &str, out: &mut String) {
+pub(crate) fn render_findings(findings: &[Diagnosis], indent: &str, out: &mut String) {
     for (i, x) in findings.iter().enumerate() {
         let _ = writeln!(
             out,
             "\n{indent}{}. {} [{}]\n{indent}   explains {} per request · confidence {:.0}% · side to fix: {}",
             i + 1,
             x.title,
-            x.rule,
+            x.rule.name(),
             format_ns(x.explains_ns as f64),
             x.confidence * 100.0,
             x.side.name()
@@ -29,16 +29,18 @@ impl Human for DiagnoseReport {
         let _ = writeln!(
             out,
             "latscope diagnose {} ({})\n",
-            self.target, self.target_kind
+            self.target,
+            self.target_kind.name()
         );
         let _ = writeln!(out, "  Steps");
         for s in &self.steps {
-            let mark = match s.status.as_str() {
-                "ran" => "✓",
-                "skipped" => "-",
-                _ => "✗",
+            let mark = match s.status {
+                StepStatus::Ran => "✓",
+                StepStatus::Skipped => "-",
+                StepStatus::CutShort => "…",
+                StepStatus::Failed => "✗",
             };
-            let _ = writeln!(out, "    {mark} {:<22} {}", s.name, s.detail);
+            let _ = writeln!(out, "    {mark} {:<22} {}", s.name.label(), s.detail);
         }
         let b = &self.budget;
         let f = |v: Option<u64>| v.map(|n| format_ns(n as f64)).unwrap_or_else(|| "-".into());

@@ -1,7 +1,7 @@
 //! `latscope diagnose`: the verdict, each finding with its evidence and fix, the latency budget
 //! and the distributions the steps measured.
 
-use latscope_core::model::diagnose::{Budget, DiagnoseReport, Finding};
+use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis};
 use latscope_core::units::format_ns;
 
 use super::{interrupted, latency_block};
@@ -13,7 +13,7 @@ pub(crate) fn body(r: &DiagnoseReport) -> Result<String, ReportError> {
     let mut out = interrupted(r.interrupted);
     out += &facts(&[
         ("target", r.target.clone()),
-        ("target kind", r.target_kind.clone()),
+        ("target kind", r.target_kind.name().to_string()),
         ("findings", r.findings.len().to_string()),
         ("path RTT", opt_ns(r.budget.path_rtt_ns)),
         ("one request", opt_ns(r.budget.single_request_ns)),
@@ -43,7 +43,7 @@ pub(crate) fn body(r: &DiagnoseReport) -> Result<String, ReportError> {
     let rows: Vec<(String, &latscope_core::Summary)> = r
         .distributions
         .iter()
-        .map(|(n, s)| (n.clone(), s))
+        .map(|(n, s)| (n.label().to_string(), s))
         .collect();
     if !rows.is_empty() {
         out += "<h3>Distributions measured</h3>\n";
@@ -52,7 +52,13 @@ pub(crate) fn body(r: &DiagnoseReport) -> Result<String, ReportError> {
     let steps: Vec<Vec<String>> = r
         .steps
         .iter()
-        .map(|s| vec![s.name.clone(), s.status.clone(), s.detail.clone()])
+        .map(|s| {
+            vec![
+                s.name.label().to_string(),
+                s.status.name().to_string(),
+                s.detail.clone(),
+            ]
+        })
         .collect();
     out += "<h3>Steps</h3>\n";
     out += &table("steps", &["step", "status", "what it measured"], &steps);
@@ -63,11 +69,11 @@ fn opt_ns(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_string(), |v| format_ns(v as f64))
 }
 
-fn finding(f: &Finding) -> String {
+fn finding(f: &Diagnosis) -> String {
     let mut out = format!(
         "<div class=\"finding\" data-rule=\"{}\"><h3>{}</h3><p>Explains {} per request · \
          confidence {:.0}% · side: {}</p><ul>",
-        esc(&f.rule),
+        esc(f.rule.name()),
         esc(&f.title),
         esc(&format_ns(f.explains_ns as f64)),
         f.confidence * 100.0,
@@ -85,7 +91,7 @@ const HOSTS: &str = "hosts (kernel + app)";
 const QUEUE: &str = "queueing";
 
 /// The budget bars, when the diagnosis measured at least the path or one request.
-fn budget(b: &Budget, findings: &[Finding]) -> Result<Option<String>, ReportError> {
+fn budget(b: &Budget, findings: &[Diagnosis]) -> Result<Option<String>, ReportError> {
     let path = b.path_rtt_ns.map(|v| v as f64);
     let single = b.single_request_ns.map(|v| v as f64);
     let host = b.host_ns.map(|v| v as f64).or(match (single, path) {
@@ -125,7 +131,7 @@ fn budget(b: &Budget, findings: &[Finding]) -> Result<Option<String>, ReportErro
             label: "explained by findings".into(),
             parts: findings
                 .iter()
-                .map(|f| (f.rule.clone(), f.explains_ns as f64))
+                .map(|f| (f.rule.name().to_string(), f.explains_ns as f64))
                 .collect(),
         });
     }

@@ -1,0 +1,116 @@
+//! What the steps found: one named field per step, filled by that step's typed outcome and
+//! read by the rules. Absent steps leave their field `None`.
+
+use latscope_core::Summary;
+use latscope_core::model::diagnose::TargetKind;
+
+/// What the measurements found, by step.
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    /// Round-trip time of the path without the application (SYN ping with kernel timestamps,
+    /// or the kernel's handshake RTT).
+    pub path: Option<Summary>,
+    /// connect() latency as the client sees it (includes SYN retransmissions).
+    pub handshake: Option<Summary>,
+    /// Connect attempts and how many failed.
+    pub connect_failures: ConnectFailures,
+    /// What answered at the target; `None` when no connection succeeded.
+    pub target: Option<TargetKind>,
+    /// One request at a time.
+    pub single: Option<Summary>,
+    /// The same with TCP_QUICKACK re-armed by the client after every read.
+    pub quickack: Option<Summary>,
+    /// Several connections at once.
+    pub concurrent: Option<Concurrent>,
+    /// A small request's latency idle and while a bulk transfer runs on the same path.
+    pub under_load: Option<UnderLoad>,
+    /// The server's end of our connections, when it runs on this host.
+    pub server_sockets: Option<ServerSockets>,
+    /// What a packet capture of the single-request step showed.
+    pub capture: Option<CaptureEvidence>,
+    /// Kernel receive-path latency of the server's packets (eBPF), medians in ns.
+    pub stack: Option<StackEvidence>,
+}
+
+/// Connect attempts of the handshakes step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectFailures {
+    pub attempts: u64,
+    pub refused: u64,
+    pub timed_out: u64,
+}
+
+/// Requests with `connections` connections at once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Concurrent {
+    pub connections: u32,
+    pub latency: Summary,
+}
+
+/// A small request's latency idle and under a bulk transfer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnderLoad {
+    pub idle: Summary,
+    pub loaded: Summary,
+}
+
+/// Per-hook medians of how long the server's received packets had waited (latscope stack).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StackEvidence {
+    pub packets: u64,
+    pub ip_start_ns: Option<f64>,
+    pub tcp_start_ns: Option<f64>,
+    pub enqueued_ns: Option<f64>,
+    pub read_ns: Option<f64>,
+    /// The log2 bucket holding the median read latency, e.g. "(33.6ms, 67.1ms]".
+    pub read_bucket: Option<String>,
+}
+
+/// How many stalls of one kind the wire showed and the time they cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StallTotal {
+    pub count: u64,
+    pub lost_ns: u64,
+}
+
+/// Where one stall can be seen in the capture.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StallExample {
+    /// Connection number in the analysis.
+    pub conn: u64,
+    /// The frame the stall started after.
+    pub since_frame: u64,
+    /// The frame that ended it.
+    pub frame: u64,
+}
+
+/// Nagle × delayed ACK stalls seen on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NagleStalls {
+    pub total: StallTotal,
+    pub example: StallExample,
+}
+
+/// Stalls and retransmissions seen on the wire (latscope analyze's detectors).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaptureEvidence {
+    pub frames: u64,
+    pub transactions: u64,
+    pub nagle: Option<NagleStalls>,
+    pub think: Option<StallTotal>,
+    pub retransmissions: u64,
+    pub rto_stalls: Option<StallTotal>,
+    /// Delayed ACKs that held data back without Nagle.
+    pub delayed_ack: Option<StallTotal>,
+}
+
+/// Options of the server's sockets, read from the sockets themselves.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerSockets {
+    /// e.g. "nginx[1234]".
+    pub process: String,
+    pub connections: usize,
+    /// Connections with TCP_NODELAY off (Nagle on).
+    pub nagle_on: usize,
+    pub corked: usize,
+}

@@ -1,0 +1,137 @@
+//! The engine calls the steps share: one request/response measurement for a latscope server
+//! (rr) or a URL (the HTTP load engine).
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use latscope_core::Summary;
+use latscope_core::model::Meta;
+use latscope_core::model::rr::{ServerBehaviour, SockOpts, Transport};
+use latscope_net::proto::{Start, TestKind};
+use latscope_net::rr::{Peer, RrConfig, StopAfter, open_session};
+
+use crate::diagnose::collect::Plan;
+use crate::output::unix_ms;
+
+pub fn meta(cmd: &str) -> Meta {
+    Meta::new(cmd, env!("CARGO_PKG_VERSION"), unix_ms())
+}
+
+fn rr_cfg(p: &Plan, connections: u32, quickack: bool, duration: Duration) -> RrConfig {
+    RrConfig {
+        target: p.target.clone(),
+        addr: Some(p.addr),
+        transport: Transport::Tcp,
+        sizes: vec![(p.request_bytes, p.response_bytes)],
+        connections,
+        stop_after: StopAfter::Duration(duration),
+        warmup: Duration::from_millis(300),
+        rate: None,
+        client: SockOpts {
+            nodelay: true,
+            quickack,
+            ..SockOpts::default()
+        },
+        server: ServerBehaviour {
+            sockopts: SockOpts {
+                nodelay: true,
+                ..SockOpts::default()
+            },
+            ..ServerBehaviour::default()
+        },
+        timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(3),
+        interval: Duration::from_secs(1),
+        peer: Peer::Latscope,
+    }
+}
+
+/// Latency of latscope request/responses with `connections` connections for `duration`.
+pub fn rr_latency(
+    p: &Plan,
+    connections: u32,
+    quickack: bool,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<Summary, String> {
+    let r = latscope_net::rr::run(
+        &rr_cfg(p, connections, quickack, duration),
+        meta("rr"),
+        stop,
+        &mut |_| {},
+        false,
+    )
+    .map_err(|e| e.to_string())?;
+    let s = r.results.into_iter().next().ok_or("no result")?;
+    if let Some(e) = s.errors.first() {
+        return Err(e.clone());
+    }
+    Ok(s.rtt)
+}
+
+/// Latency of GET `url` with `connections` connections for `duration` (HTTP load engine).
+fn http_latency(
+    url: &str,
+    connections: u32,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<Summary, String> {
+    let o = latscope_http::Options {
+        url: url.into(),
+        method: "GET".into(),
+        headers: vec![],
+        body: vec![],
+        connections,
+        threads: connections.clamp(1, 2),
+        duration: Some(duration),
+        requests: None,
+        rate_per_sec: None,
+        warmup: Duration::from_millis(300),
+        timeout: Duration::from_secs(5),
+        insecure: true,
+        ca_files: vec![],
+        connect_to: None,
+        host: None,
+        http2: false,
+        streams: 1,
+        quickack: false,
+    };
+    let cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
+    let r = latscope_http::run(&cfg, stop, &mut |_| {}).map_err(|e| e.to_string())?;
+    if r.stats.requests == 0 {
+        return Err(r
+            .stats
+            .error_samples
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "no request succeeded".into()));
+    }
+    Ok(r.stats.latency.summary())
+}
+
+/// One request's latency measurement for this target: rr for latscope, HTTP for a URL.
+pub fn app_latency(
+    p: &Plan,
+    connections: u32,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<Summary, String> {
+    match &p.url {
+        Some(url) => http_latency(url, connections, duration, stop),
+        None => rr_latency(p, connections, false, duration, stop),
+    }
+}
+
+/// Is a latscope server listening there?
+pub fn is_latscope(p: &Plan) -> bool {
+    let start = Start {
+        kind: TestKind::Rr,
+        request_bytes: 1,
+        response_bytes: 1,
+        duration_ms: 1000,
+        server: ServerBehaviour::default(),
+        stream: None,
+        join: None,
+    };
+    open_session(&p.target, Some(p.addr), Duration::from_secs(2), &start, &[]).is_ok()
+}

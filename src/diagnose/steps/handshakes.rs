@@ -1,0 +1,93 @@
+//! Plain connects: handshake failures and their time as the client sees it, then what speaks on
+//! the port (a URL's HTTP server, a latscope server, or any TCP service).
+
+use std::time::Duration;
+
+use latscope_core::Summary;
+use latscope_core::model::connect::ConnectMode;
+use latscope_core::model::diagnose::{StepName, TargetKind};
+use latscope_core::model::rr::ServerBehaviour;
+use latscope_core::units::format_ns;
+use latscope_net::connect::ConnectConfig;
+use latscope_net::rr::StopAfter;
+
+use super::engines::{is_latscope, meta};
+use super::{Measure, NotRun};
+use crate::diagnose::collect::Context;
+use crate::diagnose::evidence::{ConnectFailures, Evidence};
+
+pub struct Handshakes;
+
+/// The connects' figures and what answered.
+pub struct Connects {
+    connect: Summary,
+    failures: ConnectFailures,
+    /// `None` when no connect succeeded.
+    target: Option<TargetKind>,
+}
+
+impl Measure for Handshakes {
+    const NAME: StepName = StepName::Handshakes;
+    type Output = Connects;
+
+    fn run(cx: &Context, _ev: &Evidence) -> Result<Connects, NotRun> {
+        let p = cx.plan;
+        let cc = ConnectConfig {
+            target: p.target.clone(),
+            addr: p.addr,
+            mode: ConnectMode::Connect,
+            stop_after: StopAfter::Count(100),
+            parallel: 1,
+            timeout: Duration::from_secs(3),
+            interval: Duration::from_millis(2),
+            request_bytes: 1,
+            response_bytes: 1,
+            server: ServerBehaviour::default(),
+        };
+        let r = latscope_net::connect::run(&cc, meta("connect"), cx.stop)
+            .map_err(|e| NotRun::Failed(e.to_string()))?;
+        let target = (r.succeeded > 0).then(|| {
+            if p.url.is_some() {
+                TargetKind::Http
+            } else if is_latscope(p) {
+                TargetKind::Latscope
+            } else {
+                TargetKind::Tcp
+            }
+        });
+        Ok(Connects {
+            connect: r.connect,
+            failures: ConnectFailures {
+                attempts: r.attempts,
+                refused: r.refused,
+                timed_out: r.timed_out,
+            },
+            target,
+        })
+    }
+
+    fn detail(_cx: &Context, o: &Connects) -> String {
+        format!(
+            "{} connects: p50 {}, p99 {}, {} refused, {} timed out",
+            o.failures.attempts,
+            format_ns(o.connect.p50_ns as f64),
+            format_ns(o.connect.p99_ns as f64),
+            o.failures.refused,
+            o.failures.timed_out
+        )
+    }
+
+    fn failed(o: &Connects) -> bool {
+        o.target.is_none()
+    }
+
+    fn distribution(o: &Connects) -> Option<Summary> {
+        Some(o.connect.clone())
+    }
+
+    fn store(ev: &mut Evidence, o: Connects) {
+        ev.handshake = Some(o.connect);
+        ev.connect_failures = o.failures;
+        ev.target = o.target;
+    }
+}
