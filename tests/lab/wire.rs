@@ -73,8 +73,11 @@ impl Bg {
 
     /// tcpdump writing `file` with `filter` on `iface`.
     pub fn tcpdump(iface: &str, file: &Path, filter: &str) -> Bg {
+        // --immediate-mode: without it tcpdump reads the kernel's ring a block at a time (a
+        // block is handed over when full or after its 1 s timeout), so packets of the last
+        // second before the Ctrl-C are counted by the kernel but never written.
         let mut child = Command::new("tcpdump")
-            .args(["-i", iface, "-U", "-n", "-w"])
+            .args(["-i", iface, "--immediate-mode", "-U", "-n", "-w"])
             .arg(file)
             .arg(filter)
             .stdout(Stdio::null())
