@@ -197,11 +197,22 @@ fn unmeasurable_targets_exit_3_and_bad_input_2() {
         .unwrap()
         .port();
     // The global exit table: a target that cannot be measured is 3, never "no problem" (0).
-    let (code, _, err) = run(&["diagnose", &format!("127.0.0.1:{free}")]);
+    let (code, out, err) = run(&["diagnose", &format!("127.0.0.1:{free}")]);
     assert_eq!(code, 3, "{err}");
     assert!(
         err.starts_with("latscope: error: cannot connect to") && err.contains("refused"),
         "{err}"
+    );
+    // The report agrees with the exit code: no "no problem" verdict for what was not measured.
+    assert!(!out.contains("No latency problem found"), "{out}");
+    assert!(!out.contains("no problem on the path"), "{out}");
+    assert!(out.contains("could not be measured"), "{out}");
+    let (code, out, _) = run(&["diagnose", &format!("127.0.0.1:{free}"), "--json"]);
+    assert_eq!(code, 3);
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        doc["verdict"].as_str().unwrap().starts_with("not measured"),
+        "{doc}"
     );
     let (code, _, err) = run(&["diagnose", "no-such-host.invalid"]);
     assert_eq!(code, 3, "{err}");

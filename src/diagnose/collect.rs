@@ -131,7 +131,7 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
     let findings = super::rules::apply(&c.evidence);
     let budget = super::budget(&c.evidence);
     let verdict = super::verdict(&findings, &budget);
-    DiagnoseReport {
+    let mut report = DiagnoseReport {
         meta: steps::meta("diagnose"),
         target: p.target.to_string(),
         target_kind: c.evidence.target.unwrap_or(if p.url.is_some() {
@@ -145,5 +145,9 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         findings,
         verdict,
         interrupted: cx.stopped(),
+    };
+    if let Some(why) = report.unmeasurable() {
+        report.verdict = format!("not measured — {why}");
     }
+    report
 }

@@ -8,7 +8,7 @@ pub mod evidence;
 pub mod rules;
 pub mod steps;
 
-use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis, StepName, StepStatus};
+use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis};
 use latscope_core::units::format_ns;
 
 use evidence::Evidence;
@@ -72,18 +72,8 @@ impl Outcome {
         if r.interrupted {
             return Outcome::Interrupted;
         }
-        if let Some(h) = r
-            .step(StepName::Handshakes)
-            .filter(|s| s.status != StepStatus::Ran)
-        {
-            return Outcome::Unmeasurable(format!("cannot connect to {}: {}", r.target, h.detail));
-        }
-        if r.steps.iter().all(|s| s.status != StepStatus::Ran) {
-            return Outcome::Unmeasurable(format!(
-                "nothing could be measured at {}: {}",
-                r.target,
-                r.steps.first().map(|s| s.detail.as_str()).unwrap_or("")
-            ));
+        if let Some(why) = r.unmeasurable() {
+            return Outcome::Unmeasurable(why);
         }
         if r.findings.is_empty() {
             Outcome::Clean

@@ -225,6 +225,26 @@ pub struct DiagnoseReport {
 }
 
 impl DiagnoseReport {
+    /// Why the target could not be measured, if it could not: the handshake step did not run
+    /// (refused, unreachable, unresolvable), or no step ran at all. Such a run is never "no
+    /// problem found".
+    pub fn unmeasurable(&self) -> Option<String> {
+        if let Some(h) = self
+            .step(StepName::Handshakes)
+            .filter(|s| s.status != StepStatus::Ran)
+        {
+            return Some(format!("cannot connect to {}: {}", self.target, h.detail));
+        }
+        if self.steps.iter().all(|s| s.status != StepStatus::Ran) {
+            return Some(format!(
+                "nothing could be measured at {}: {}",
+                self.target,
+                self.steps.first().map(|s| s.detail.as_str()).unwrap_or("")
+            ));
+        }
+        None
+    }
+
     /// The record of step `name`, if the pipeline reached it.
     pub fn step(&self, name: StepName) -> Option<&Step> {
         self.steps.iter().find(|s| s.name == name)

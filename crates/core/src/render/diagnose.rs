@@ -56,7 +56,12 @@ impl Human for DiagnoseReport {
             ]);
         }
         t.render("    ", out);
-        if self.findings.is_empty() {
+        if self.findings.is_empty() && self.unmeasurable().is_some() {
+            let _ = writeln!(
+                out,
+                "\n  The target could not be measured: no verdict on its latency."
+            );
+        } else if self.findings.is_empty() {
             let _ = writeln!(out, "\n  No latency problem found.");
         } else {
             let _ = writeln!(out, "\n  Findings, by the latency they explain");
