@@ -6,11 +6,12 @@
 //! (HZ/25 = 40 ms) unless in quick-ack mode (net/ipv4/tcp_input.c, tcp_output.c). The two
 //! together give the classic 40 ms stall of request/response traffic.
 
-use latscope_core::model::sockets::{Finding, Severity, SocketRow};
+use latscope_core::model::sockets::{Severity, SocketFinding, SocketRow, TcpStats};
+use latscope_core::timer::TcpTimer;
 use latscope_core::units::format_bytes;
 
-fn f(severity: Severity, rule: &str, text: String) -> Finding {
-    Finding {
+fn f(severity: Severity, rule: &str, text: String) -> SocketFinding {
+    SocketFinding {
         severity,
         rule: rule.into(),
         text,
@@ -34,14 +35,21 @@ fn share(part: Option<u64>, whole: Option<u64>) -> Option<(f64, u64, u64)> {
 
 /// Findings for `row`. `peer` is the other end of the connection when it is a socket this scan
 /// also saw (loopback, or another namespace on this host).
-pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
+pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<SocketFinding> {
     let mut out = Vec::new();
+    nagle_and_cork(row, peer, &mut out);
+    if let Some(t) = row.tcp.as_ref().filter(|_| row.state == "ESTAB") {
+        connection(row, t, peer, &mut out);
+    }
+    tuned_limits(row, &mut out);
+    out
+}
+
+/// Nagle on a listener or a request/response connection, and TCP_CORK.
+fn nagle_and_cork(row: &SocketRow, peer: Option<&SocketRow>, out: &mut Vec<SocketFinding>) {
     let opts = row.options.as_ref();
     let tcp = row.tcp.as_ref();
-    let is_tcp = row.proto == "tcp";
-
-    // Nagle.
-    if is_tcp && opts.and_then(|o| o.nodelay) == Some(false) {
+    if row.proto == "tcp" && opts.and_then(|o| o.nodelay) == Some(false) {
         if row.state == "LISTEN" {
             out.push(f(
                 Severity::Info,
@@ -80,81 +88,97 @@ pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
             "TCP_CORK is on: partial segments are held until the application uncorks, or for up to 200 ms".into(),
         ));
     }
-    if let Some(t) = tcp.filter(|_| row.state == "ESTAB") {
-        // Our own delayed-ACK timeout matters when the peer runs Nagle (otherwise a delayed ACK
-        // rides on the response and costs nothing).
-        let peer_nagle = peer
-            .and_then(|p| p.options.as_ref())
-            .and_then(|o| o.nodelay)
-            == Some(false);
-        if t.ato_us >= 40_000 && peer_nagle {
-            out.push(f(
-                Severity::Warn,
-                "delayed-ack",
-                format!(
-                    "delays its ACKs up to {} (ato) while the peer runs Nagle: the peer's short writes wait for them; TCP_QUICKACK or `ip route ... quickack 1` avoids it",
-                    ms(t.ato_us)
-                ),
-            ));
-        }
-        if let Some((pct, p, w)) =
-            share(t.sndbuf_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0)
-        {
-            out.push(f(
-                Severity::Warn,
-                "sndbuf-limited",
-                format!(
-                    "send buffer limited {pct:.0}% of the time ({} of {} busy sending): raise SO_SNDBUF or stop fixing it",
-                    ms(p.min(u64::from(u32::MAX)) as u32),
-                    ms(w.min(u64::from(u32::MAX)) as u32)
-                ),
-            ));
-        }
-        if let Some((pct, _, _)) = share(t.rwnd_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0)
-        {
-            out.push(f(
-                Severity::Warn,
-                "rwnd-limited",
-                format!("the peer's receive window limited sending {pct:.0}% of the time: the peer reads too slowly or its SO_RCVBUF is small"),
-            ));
-        }
-        if t.total_retrans > 0 {
-            out.push(f(
-                Severity::Warn,
-                "retransmits",
-                format!(
-                    "{} segments retransmitted over the connection's life; each timeout costs at least the RTO (now {})",
-                    t.total_retrans,
-                    ms(t.rto_us)
-                ),
-            ));
-        }
-        if let Some(n) = t.notsent_bytes.filter(|&n| n >= 64 * 1024) {
-            let lowat_set = opts
-                .and_then(|o| o.notsent_lowat)
-                .is_some_and(|l| l > 0 && l < u32::MAX / 2);
-            if !lowat_set {
-                out.push(f(
-                    Severity::Info,
-                    "notsent-queue",
-                    format!(
-                        "{} written but not yet sent: data queued in the socket ages there; TCP_NOTSENT_LOWAT keeps that queue short",
-                        format_bytes(f64::from(n))
-                    ),
-                ));
-            }
-        }
-        if t.rtt_us >= 1000 && t.rttvar_us > t.rtt_us / 2 {
+}
+
+/// What an established connection's TCP_INFO says: delayed ACKs against a Nagle peer, buffer
+/// and window limits, retransmissions, an unsent queue, RTT jitter.
+fn connection(
+    row: &SocketRow,
+    t: &TcpStats,
+    peer: Option<&SocketRow>,
+    out: &mut Vec<SocketFinding>,
+) {
+    let opts = row.options.as_ref();
+    // Our own delayed-ACK timeout matters when the peer runs Nagle (otherwise a delayed ACK
+    // rides on the response and costs nothing).
+    let peer_nagle = peer
+        .and_then(|p| p.options.as_ref())
+        .and_then(|o| o.nodelay)
+        == Some(false);
+    if u64::from(t.ato_us) * 1_000 >= TcpTimer::DelayedAckMin.nominal_ns() && peer_nagle {
+        out.push(f(
+            Severity::Warn,
+            "delayed-ack",
+            format!(
+                "delays its ACKs up to {} (ato) while the peer runs Nagle: the peer's short writes wait for them; TCP_QUICKACK or `ip route ... quickack 1` avoids it",
+                ms(t.ato_us)
+            ),
+        ));
+    }
+    if let Some((pct, p, w)) = share(t.sndbuf_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0) {
+        out.push(f(
+            Severity::Warn,
+            "sndbuf-limited",
+            format!(
+                "send buffer limited {pct:.0}% of the time ({} of {} busy sending): raise SO_SNDBUF or stop fixing it",
+                ms(p.min(u64::from(u32::MAX)) as u32),
+                ms(w.min(u64::from(u32::MAX)) as u32)
+            ),
+        ));
+    }
+    if let Some((pct, _, _)) = share(t.rwnd_limited_us, t.busy_time_us).filter(|s| s.0 >= 10.0) {
+        out.push(f(
+            Severity::Warn,
+            "rwnd-limited",
+            format!("the peer's receive window limited sending {pct:.0}% of the time: the peer reads too slowly or its SO_RCVBUF is small"),
+        ));
+    }
+    if t.total_retrans > 0 {
+        out.push(f(
+            Severity::Warn,
+            "retransmits",
+            format!(
+                "{} segments retransmitted over the connection's life; each timeout costs at least the RTO (now {})",
+                t.total_retrans,
+                ms(t.rto_us)
+            ),
+        ));
+    }
+    if let Some(n) = t.notsent_bytes.filter(|&n| n >= 64 * 1024) {
+        let lowat_set = opts
+            .and_then(|o| o.notsent_lowat)
+            .is_some_and(|l| l > 0 && l < u32::MAX / 2);
+        if !lowat_set {
             out.push(f(
                 Severity::Info,
-                "rtt-jitter",
-                format!("RTT varies a lot: {} ± {}", ms(t.rtt_us), ms(t.rttvar_us)),
+                "notsent-queue",
+                format!(
+                    "{} written but not yet sent: data queued in the socket ages there; TCP_NOTSENT_LOWAT keeps that queue short",
+                    format_bytes(f64::from(n))
+                ),
             ));
         }
     }
+    if t.rtt_us >= 1000 && t.rttvar_us > t.rtt_us / 2 {
+        out.push(f(
+            Severity::Info,
+            "rtt-jitter",
+            format!("RTT varies a lot: {} ± {}", ms(t.rtt_us), ms(t.rttvar_us)),
+        ));
+    }
+}
+
+/// Timers and queues someone tuned away from the defaults (socket options, route metrics) and
+/// receive-buffer drops.
+fn tuned_limits(row: &SocketRow, out: &mut Vec<SocketFinding>) {
+    let opts = row.options.as_ref();
     // Per-socket limits that differ from the kernel defaults (TCP_RTO_MIN = 200 ms,
     // TCP_DELACK_MAX = 200 ms in include/net/tcp.h): someone tuned them, often a BPF program.
-    if let Some(us) = opts.and_then(|o| o.delack_max_us).filter(|&u| u != 200_000) {
+    let default_us = TcpTimer::DelayedAckMaxOrRtoMin.nominal_ns() / 1_000;
+    if let Some(us) = opts
+        .and_then(|o| o.delack_max_us)
+        .filter(|&u| u64::from(u) != default_us)
+    {
         out.push(f(
             Severity::Info,
             "delack-max",
@@ -164,7 +188,10 @@ pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
             ),
         ));
     }
-    if let Some(us) = opts.and_then(|o| o.rto_min_us).filter(|&u| u != 200_000) {
+    if let Some(us) = opts
+        .and_then(|o| o.rto_min_us)
+        .filter(|&u| u64::from(u) != default_us)
+    {
         out.push(f(
             Severity::Info,
             "rto-min",
@@ -208,7 +235,6 @@ pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<Finding> {
             ));
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -248,7 +274,7 @@ mod tests {
         }
     }
 
-    fn rules(v: &[Finding]) -> Vec<&str> {
+    fn rules(v: &[SocketFinding]) -> Vec<&str> {
         v.iter().map(|f| f.rule.as_str()).collect()
     }
 

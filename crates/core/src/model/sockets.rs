@@ -74,7 +74,7 @@ pub struct SocketRow {
     /// Per-route limits for the remote address (`ip route ... rto_min / quickack`), if set.
     pub route: Option<RouteLimits>,
     /// Plain-word findings about latency.
-    pub findings: Vec<Finding>,
+    pub findings: Vec<SocketFinding>,
 }
 
 /// Socket options read from the socket itself.
@@ -198,7 +198,7 @@ pub enum Severity {
 
 /// A plain-word statement about one socket.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Finding {
+pub struct SocketFinding {
     pub severity: Severity,
     /// Stable identifier of the rule ("nagle-on-rr", "peer-delayed-ack", ...).
     pub rule: String,

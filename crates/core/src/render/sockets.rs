@@ -319,7 +319,7 @@ impl Human for WatchSummary {
 mod tests {
     use super::*;
     use crate::model::Meta;
-    use crate::model::sockets::{Access, Finding, Owner, SocketOptions, TcpStats};
+    use crate::model::sockets::{Access, Owner, SocketFinding, SocketOptions, TcpStats};
 
     #[test]
     fn renders_rows_options_and_findings() {
@@ -351,7 +351,7 @@ mod tests {
             }),
             mem: None,
             route: None,
-            findings: vec![Finding {
+            findings: vec![SocketFinding {
                 severity: Severity::Warn,
                 rule: "nagle-on-rr".into(),
                 text: "Nagle on".into(),
