@@ -43,6 +43,7 @@ fn cfg(
         connect_timeout: Duration::from_secs(2),
         interval: Duration::from_millis(200),
         peer: Peer::Latscope,
+        auth: None,
     }
 }
 

@@ -490,3 +490,147 @@ fn accept_loop_backs_off_when_descriptors_run_out() {
     std::thread::sleep(Duration::from_secs(3));
     srv.serves_honest_rr();
 }
+
+/// A key file of mode 600 holding `secret`, in a fresh directory.
+fn key_file(name: &str, secret: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("latscope-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, secret).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// `latscope ARGS` with no key in the environment unless `env_key` says so.
+fn latscope(args: &[&str], env_key: Option<&std::path::Path>) -> std::process::Output {
+    let mut c = Command::new(BIN);
+    c.args(args).env_remove(latscope_net::auth::AUTH_FILE_ENV);
+    if let Some(k) = env_key {
+        c.env(latscope_net::auth::AUTH_FILE_ENV, k);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn authentication_refuses_missing_and_wrong_keys_and_admits_the_right_one() {
+    let key = key_file("key", "a shared secret of the lab\n");
+    let wrong = key_file("wrong", "not the secret\n");
+    let srv = Serve::start(&["--auth-file", key.to_str().unwrap()]);
+    let target = srv.addr.to_string();
+    // No key: a clear refusal naming the remedy, exit 3 (the target cannot be measured).
+    let out = latscope(&["rr", &target, "-n", "20"], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("authentication required: pass --auth-file"),
+        "{err}"
+    );
+    // The wrong key.
+    let out = latscope(
+        &[
+            "rr",
+            &target,
+            "-n",
+            "20",
+            "--auth-file",
+            wrong.to_str().unwrap(),
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("authentication failed"), "{err}");
+    // The right key, by flag (rr over TCP and UDP, a stream test whose data connections each
+    // authenticate, connect --crr) and by environment.
+    let k = key.to_str().unwrap();
+    for args in [
+        vec!["rr", &target, "-n", "50", "--auth-file", k],
+        vec!["rr", &target, "-n", "50", "--udp", "--auth-file", k],
+        vec![
+            "stream",
+            &target,
+            "-P",
+            "2",
+            "-t",
+            "500ms",
+            "--auth-file",
+            k,
+        ],
+        vec!["connect", &target, "--crr", "-n", "20", "--auth-file", k],
+    ] {
+        let out = latscope(&args, None);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = latscope(&["rr", &target, "-n", "50"], Some(&key));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A key file every user can read is refused before anything is sent (usage, exit 2).
+    let open_key = key_file("open", "secret");
+    std::fs::set_permissions(
+        &open_key,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let out = latscope(
+        &[
+            "rr",
+            &target,
+            "-n",
+            "5",
+            "--auth-file",
+            open_key.to_str().unwrap(),
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("chmod 600"), "{err}");
+}
+
+#[test]
+fn authentication_cannot_be_replayed_and_the_key_never_crosses_the_wire() {
+    use latscope_net::auth::AuthKey;
+    let secret = "replay-proof secret";
+    let key = key_file("replay", secret);
+    let srv = Serve::start(&["--auth-file", key.to_str().unwrap()]);
+    let k = AuthKey::from_file(&key).unwrap();
+    // One connection: answer its challenge, keep every byte we send.
+    let attempt = |proof: Option<latscope_net::auth::AuthProof>| {
+        let mut c = TcpStream::connect(srv.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let hello: ServerHello = proto::read_greeting(&mut c).expect("greeting");
+        assert!(hello.auth_required);
+        let challenge = hello.challenge.expect("a challenge");
+        let proof = proof.unwrap_or_else(|| k.prove(&challenge).unwrap());
+        let mut out = Vec::new();
+        proto::encode_greeting(
+            &ClientHello {
+                software: "replay test".into(),
+                auth: Some(proof.clone()),
+            },
+            &mut out,
+        );
+        proto::encode_frame(&start_req(TestKind::Rr, 64, 64, 1000), &mut out);
+        c.write_all(&out).unwrap();
+        let reply: Reply = proto::read_frame(&mut c).expect("reply");
+        (challenge, proof, out, reply)
+    };
+    let (c1, proof, sent, reply) = attempt(None);
+    assert_eq!(refusal(&reply), None, "{reply:?}");
+    assert!(
+        !sent.windows(secret.len()).any(|w| w == secret.as_bytes()),
+        "the secret is on the wire"
+    );
+    // The same answer on a new connection (a new challenge) is refused.
+    let (c2, _, _, reply) = attempt(Some(proof));
+    assert_ne!(c1, c2, "challenges repeat");
+    assert_eq!(refusal(&reply), Some(RefusalCode::Auth), "{reply:?}");
+}

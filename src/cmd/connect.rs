@@ -55,6 +55,8 @@ pub struct ConnectArgs {
     #[command(flatten)]
     pub family: super::FamilyArgs,
     #[command(flatten)]
+    pub auth: super::AuthArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -113,6 +115,7 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
             },
             ..ServerBehaviour::default()
         },
+        auth: a.auth.key()?,
     })
 }
 

@@ -138,6 +138,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
             response_bytes: RESPONSE,
             no_load: true,
             url: None,
+            auth: None,
         };
         let diagnosis = collect::run(&plan, &stop, &|s| {
             progress.set(format!("{name} server: {s}"))

@@ -54,6 +54,8 @@ pub struct DiagnoseArgs {
     #[command(flatten)]
     pub family: super::FamilyArgs,
     #[command(flatten)]
+    pub auth: super::AuthArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
     pub report: crate::cmd::report::ReportFile,
@@ -129,5 +131,6 @@ fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
         response_bytes: a.response_size as u32,
         no_load: a.no_load,
         url,
+        auth: a.auth.key()?,
     })
 }

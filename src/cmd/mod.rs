@@ -98,3 +98,24 @@ impl FamilyArgs {
         latscope_probe::Family::from_flags(self.ipv4, self.ipv6)
     }
 }
+
+/// `--auth-file`: the key clients of an authenticating `latscope serve` prove they hold.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AuthArgs {
+    /// Key file of a `latscope serve --auth-file` (the same file, or a copy of it; mode 600).
+    /// The key never crosses the wire: the client answers the server's challenge with an
+    /// HMAC-SHA256 of it.
+    #[arg(long, value_name = "FILE", env = latscope_net::auth::AUTH_FILE_ENV)]
+    pub auth_file: Option<std::path::PathBuf>,
+}
+
+impl AuthArgs {
+    /// The key, read and checked (a missing, empty or world-readable file is a usage error).
+    pub fn key(&self) -> anyhow::Result<Option<latscope_net::auth::AuthKey>> {
+        self.auth_file
+            .as_deref()
+            .map(latscope_net::auth::AuthKey::from_file)
+            .transpose()
+            .map_err(anyhow::Error::from)
+    }
+}

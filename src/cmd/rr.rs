@@ -89,6 +89,8 @@ pub struct RrArgs {
     pub interval: Duration,
     #[command(flatten)]
     pub family: super::FamilyArgs,
+    #[command(flatten)]
+    pub auth: super::AuthArgs,
 
     /// Client: leave Nagle on (TCP_NODELAY off; it is on by default, as in most RPC clients).
     #[arg(long, help_heading = "Client socket options")]
@@ -327,6 +329,7 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
             PeerKind::Latscope => Peer::Latscope,
             PeerKind::Sockperf => Peer::Sockperf,
         },
+        auth: a.auth.key()?,
     })
 }
 

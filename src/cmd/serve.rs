@@ -21,6 +21,8 @@ Examples:
   latscope serve --split-response 128 --nagle      behave like nginx with tcp_nodelay off:
                                                    header and body in two writes, Nagle on
   latscope serve --max-tests 8 --max-duration 60s  a shared server with tight limits
+  latscope serve --bind :: --auth-file key         only clients holding `key` (rr/stream/
+                                                   connect/diagnose --auth-file key)
 
 Clients state each test (sizes, socket options, duration); the server checks it against its
 limits and refuses what exceeds them with a message saying which limit. The behaviour flags
@@ -91,6 +93,11 @@ pub struct ServeArgs {
     /// UDP: drop every Nth request (fault injection), for every test.
     #[arg(long, value_name = "N")]
     pub drop_every: Option<u32>,
+    /// Require clients to prove they hold the key in FILE (mode 600; e.g.
+    /// `head -c 32 /dev/urandom | base64 > FILE`): an HMAC-SHA256 challenge–response, the key
+    /// never crosses the wire. Clients pass the same file with --auth-file.
+    #[arg(long, value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
     /// Log only start-up and errors, not every test.
     #[arg(short, long)]
     pub quiet: bool,
@@ -162,15 +169,21 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
             max_udp_rate_bps: a.max_udp_rate,
             ..Budget::default()
         },
+        auth: a
+            .auth_file
+            .as_deref()
+            .map(latscope_net::auth::AuthKey::from_file)
+            .transpose()?,
     };
     let quiet = a.quiet;
-    let server = Server::bind(cfg, stop_flag(), move |ev| log(&ev, quiet))
+    let auth = cfg.auth.is_some();
+    let server = Server::bind(cfg, stop_flag(), move |ev| log(&ev, quiet, auth))
         .context("cannot start the server")?;
     server.run()?;
     Ok(crate::exit::OK)
 }
 
-fn log(ev: &ServeEvent, quiet: bool) {
+fn log(ev: &ServeEvent, quiet: bool, auth: bool) {
     match ev {
         ServeEvent::Listening {
             tcp,
@@ -184,6 +197,9 @@ fn log(ev: &ServeEvent, quiet: bool) {
                 .unwrap_or_default();
             eprintln!("latscope serve: listening on tcp {tcp}, udp {udp}{unix} (Ctrl-C stops)");
             eprintln!("latscope serve: {}", exposure(exposed));
+            if auth {
+                eprintln!("latscope serve: clients must prove they hold the --auth-file key");
+            }
         }
         _ if quiet => {}
         ServeEvent::TestStarted {

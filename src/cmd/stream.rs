@@ -101,6 +101,8 @@ pub struct StreamArgs {
     #[command(flatten)]
     pub family: super::FamilyArgs,
     #[command(flatten)]
+    pub auth: super::AuthArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
     pub report: crate::cmd::report::ReportFile,
@@ -205,6 +207,7 @@ pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
         connect_timeout: a.connect_timeout,
         affinity: a.affinity.clone(),
         latency_probe: a.latency_probe,
+        auth: a.auth.key()?,
     })
 }
 

@@ -27,6 +27,8 @@ pub struct Plan {
     pub no_load: bool,
     /// An http:// or https:// URL: the application steps use the HTTP load engine.
     pub url: Option<String>,
+    /// The key for an authenticating latscope server (`--auth-file`).
+    pub auth: Option<latscope_net::auth::AuthKey>,
 }
 
 /// What every step may look at: the plan and the run's stop flag.

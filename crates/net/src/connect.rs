@@ -16,6 +16,7 @@ use latscope_core::model::connect::{ConnectMode, ConnectReport};
 use latscope_core::model::rr::ServerBehaviour;
 
 use crate::NetError;
+use crate::auth::AuthKey;
 use crate::proto::{Start, TestKind};
 use crate::rr::{StopAfter, handshake, open_session};
 use crate::sock::{Conn, Target};
@@ -46,6 +47,8 @@ pub struct ConnectConfig {
     pub response_bytes: u32,
     /// CRR: behaviour asked of the server.
     pub server: ServerBehaviour,
+    /// The key proving this client may use the server (`--auth-file`); None: none sent.
+    pub auth: Option<AuthKey>,
 }
 
 #[derive(Default)]
@@ -92,7 +95,13 @@ fn one_attempt(
         drop(stream);
         return Outcome::Ok;
     }
-    let mut session = match handshake(Conn::Tcp(stream), &cfg.target, start, request) {
+    let mut session = match handshake(
+        Conn::Tcp(stream),
+        &cfg.target,
+        cfg.auth.as_ref(),
+        start,
+        request,
+    ) {
         Ok(s) => s,
         Err(e) => return Outcome::Other(e.to_string()),
     };
@@ -181,7 +190,14 @@ pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<Connect
     if cfg.mode == ConnectMode::Crr {
         // Fail early and clearly if the port is not a latscope server (or refuses the test);
         // the check's result also tells us the behaviour the server applies.
-        open_session(&cfg.target, Some(cfg.addr), cfg.timeout, &start, &[])?;
+        open_session(
+            &cfg.target,
+            Some(cfg.addr),
+            cfg.timeout,
+            cfg.auth.as_ref(),
+            &start,
+            &[],
+        )?;
     }
     let samples: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let request = vec![b'q'; cfg.request_bytes as usize];

@@ -8,6 +8,8 @@ use crate::proto::RefusalCode;
 fn refusal_text(code: RefusalCode, message: &str) -> String {
     match code {
         RefusalCode::Busy => format!("busy: {message}"),
+        // "authentication required: pass --auth-file …" says it all.
+        RefusalCode::Auth => message.to_string(),
         _ => format!("the server refused the test: {message}"),
     }
 }

@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod error;
 pub mod proto;
 pub mod serve;

@@ -18,8 +18,9 @@
 //! datagram carries [`UdpHeader`] with the token from `Accepted`, so the server never answers
 //! datagrams it did not agree to (no reflection or amplification).
 //!
-//! `auth` fields leave room for authentication: a server that requires it refuses hellos
-//! without a valid token (not implemented by version 1 servers, which require none).
+//! Authentication is optional ([`crate::auth`]): a server started with a key puts a challenge in
+//! its hello and refuses (`auth`) a client hello without the right answer. A client with a key
+//! therefore reads the server's greeting before sending its own (one round trip more).
 
 use std::io::{self, Read, Write};
 
@@ -28,6 +29,8 @@ use latscope_core::model::stream::{
     Cost, Direction, StreamInterval, StreamOptions, TcpFigures, UdpFigures,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::auth::AuthProof;
 
 /// The protocol version this build speaks.
 pub const VERSION: u16 = 1;
@@ -56,8 +59,8 @@ pub const UDP_HEADER_LEN: usize = 20;
 pub struct ClientHello {
     /// e.g. "latscope 0.1.0".
     pub software: String,
-    /// Reserved for authentication (a pre-shared token); `None` in version 1.
-    pub auth: Option<String>,
+    /// The answer to the server's challenge, when the client has a key (see [`crate::auth`]).
+    pub auth: Option<AuthProof>,
 }
 
 /// Limits the server enforces, announced in its hello so clients can check before asking.
@@ -80,6 +83,10 @@ pub struct ServerHello {
     pub limits: Limits,
     /// True when the server wants `auth` in the client hello.
     pub auth_required: bool,
+    /// With `auth_required`: this connection's challenge (hex), which the client's `auth`
+    /// answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<String>,
 }
 
 /// What kind of test the client asks for.

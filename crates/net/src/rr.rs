@@ -21,6 +21,7 @@ use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::sweep::find_jump;
 
 use crate::NetError;
+use crate::auth::{AuthKey, AuthProof};
 use crate::pace::{Schedule, precise_timers, sleep_until};
 use crate::proto::{
     self, ClientHello, FrameError, Reply, ServerHello, Start, TestKind, UDP_HEADER_LEN, UdpHeader,
@@ -76,6 +77,8 @@ pub struct RrConfig {
     pub interval: Duration,
     /// Which server speaks at the other end.
     pub peer: Peer,
+    /// The key proving this client may use the server (`--auth-file`); None: none sent.
+    pub auth: Option<AuthKey>,
 }
 
 /// The server at the other end of an rr test.
@@ -119,17 +122,21 @@ pub fn open_session(
     target: &Target,
     addr: Option<SocketAddr>,
     connect_timeout: Duration,
+    auth: Option<&AuthKey>,
     start: &Start,
     first_message: &[u8],
 ) -> Result<Session, NetError> {
     let conn = connect(target, addr, connect_timeout)?;
-    handshake(conn, target, start, first_message)
+    handshake(conn, target, auth, start, first_message)
 }
 
-/// Greet and ask for a test on an already connected socket.
+/// Greet and ask for a test on an already connected socket. With a key, the client waits for
+/// the server's greeting (its challenge) before sending its own; without, greeting, request and
+/// `first_message` go out at once.
 pub fn handshake(
     mut conn: Conn,
     target: &Target,
+    auth: Option<&AuthKey>,
     start: &Start,
     first_message: &[u8],
 ) -> Result<Session, NetError> {
@@ -140,20 +147,35 @@ pub fn handshake(
     if conn.is_tcp() {
         set_int(conn.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).map_err(io_err)?;
     }
-    let mut out = Vec::with_capacity(256 + first_message.len());
-    let hello = ClientHello {
-        software: format!("latscope {}", env!("CARGO_PKG_VERSION")),
-        auth: None,
+    let greet = |auth: Option<AuthProof>, out: &mut Vec<u8>| {
+        let hello = ClientHello {
+            software: format!("latscope {}", env!("CARGO_PKG_VERSION")),
+            auth,
+        };
+        proto::encode_greeting(&hello, out);
+        proto::encode_frame(start, out);
+        out.extend_from_slice(first_message);
     };
-    proto::encode_greeting(&hello, &mut out);
-    proto::encode_frame(start, &mut out);
-    out.extend_from_slice(first_message);
-    // A peer that is not latscope may close or reset as soon as it sees our greeting: read its
-    // answer before deciding what went wrong.
-    let write_res = conn.write_all(&out);
-    let server: ServerHello = match proto::read_greeting(&mut conn) {
-        Ok(h) => h,
-        Err(e) => return Err(greeting_error(&name, e, write_res.err())),
+    let mut out = Vec::with_capacity(256 + first_message.len());
+    let server: ServerHello = if let Some(key) = auth {
+        let server: ServerHello =
+            proto::read_greeting(&mut conn).map_err(|e| greeting_error(&name, e, None))?;
+        let proof = match &server.challenge {
+            Some(c) => Some(key.prove(c)?),
+            None => None,
+        };
+        greet(proof, &mut out);
+        conn.write_all(&out).map_err(io_err)?;
+        server
+    } else {
+        greet(None, &mut out);
+        // A peer that is not latscope may close or reset as soon as it sees our greeting: read
+        // its answer before deciding what went wrong.
+        let write_res = conn.write_all(&out);
+        match proto::read_greeting(&mut conn) {
+            Ok(h) => h,
+            Err(e) => return Err(greeting_error(&name, e, write_res.err())),
+        }
     };
     let reply: Reply = proto::read_frame(&mut conn).map_err(|e| match e {
         FrameError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
@@ -615,6 +637,7 @@ fn open_sessions(cfg: &RrConfig, req: u32, resp: u32) -> Result<Vec<Option<Sessi
                         max_message_bytes: 0,
                     },
                     auth_required: false,
+                    challenge: None,
                 },
             }));
             continue;
@@ -633,14 +656,28 @@ fn open_sessions(cfg: &RrConfig, req: u32, resp: u32) -> Result<Vec<Option<Sessi
             // first asking for one hour and retrying with the announced limit if refused.
             start.duration_ms = 3_600_000;
         }
-        let session = match open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[]) {
+        let session = match open_session(
+            &cfg.target,
+            cfg.addr,
+            cfg.connect_timeout,
+            cfg.auth.as_ref(),
+            &start,
+            &[],
+        ) {
             Err(NetError::ServerRefused {
                 code: proto::RefusalCode::DurationLimit,
                 ..
             }) if lifetime.is_none() => {
                 let probe = open_probe_limits(cfg)?;
                 start.duration_ms = probe;
-                open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[])?
+                open_session(
+                    &cfg.target,
+                    cfg.addr,
+                    cfg.connect_timeout,
+                    cfg.auth.as_ref(),
+                    &start,
+                    &[],
+                )?
             }
             other => other?,
         };
@@ -823,7 +860,14 @@ fn open_probe_limits(cfg: &RrConfig) -> Result<u64, NetError> {
         stream: None,
         join: None,
     };
-    let s = open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start, &[])?;
+    let s = open_session(
+        &cfg.target,
+        cfg.addr,
+        cfg.connect_timeout,
+        cfg.auth.as_ref(),
+        &start,
+        &[],
+    )?;
     Ok(s.hello.limits.max_duration_ms)
 }
 

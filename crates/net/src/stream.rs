@@ -22,6 +22,7 @@ use latscope_core::model::stream::{
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::NetError;
+use crate::auth::AuthKey;
 use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
 use crate::proto::{
     Control, FlowFinal, FrameError, FrameReader, Join, Start, StreamDatagram, StreamSpec, TestKind,
@@ -50,6 +51,8 @@ pub struct StreamConfig {
     pub affinity: Vec<usize>,
     /// Measure rr latency before and during the load.
     pub latency_probe: bool,
+    /// The key proving this client may use the server (`--auth-file`); None: none sent.
+    pub auth: Option<AuthKey>,
 }
 
 fn io_err(ctx: &str) -> impl Fn(std::io::Error) -> NetError + '_ {
@@ -133,7 +136,13 @@ fn open_flow(cfg: &StreamConfig, token: u64, index: u32) -> Result<Flow, NetErro
                 (Target::Inet { .. }, Some(a)) => tcp_data(cfg, a)?,
                 _ => connect(&cfg.target, None, cfg.connect_timeout)?,
             };
-            let session = handshake(conn, &cfg.target, &join_start(token, index), &[])?;
+            let session = handshake(
+                conn,
+                &cfg.target,
+                cfg.auth.as_ref(),
+                &join_start(token, index),
+                &[],
+            )?;
             let sock = match session.conn {
                 Conn::Tcp(s) => DataSock::Tcp(s),
                 Conn::Unix(s) => DataSock::Unix(s),
@@ -205,6 +214,7 @@ fn probe_config(cfg: &StreamConfig, duration: Duration) -> Option<RrConfig> {
         connect_timeout: cfg.connect_timeout,
         interval: Duration::from_secs(1),
         peer: Peer::Latscope,
+        auth: cfg.auth.clone(),
     })
 }
 
@@ -385,7 +395,14 @@ fn start_test(cfg: &StreamConfig) -> Result<(rr::Session, FrameReader, Vec<Flow>
         stream: Some(spec.clone()),
         join: None,
     };
-    let mut control = open_session(&cfg.target, cfg.addr, cfg.connect_timeout, &start_req, &[])?;
+    let mut control = open_session(
+        &cfg.target,
+        cfg.addr,
+        cfg.connect_timeout,
+        cfg.auth.as_ref(),
+        &start_req,
+        &[],
+    )?;
     let token = control
         .udp_token
         .ok_or_else(|| NetError::Protocol("the server gave no test token".into()))?;

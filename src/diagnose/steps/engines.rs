@@ -7,7 +7,8 @@ use std::time::Duration;
 use latscope_core::Summary;
 use latscope_core::model::Meta;
 use latscope_core::model::rr::{ServerBehaviour, SockOpts, Transport};
-use latscope_net::proto::{Start, TestKind};
+use latscope_net::NetError;
+use latscope_net::proto::{RefusalCode, Start, TestKind};
 use latscope_net::rr::{Peer, RrConfig, StopAfter, open_session};
 
 use crate::diagnose::collect::Plan;
@@ -43,6 +44,7 @@ fn rr_cfg(p: &Plan, connections: u32, quickack: bool, duration: Duration) -> RrC
         connect_timeout: Duration::from_secs(3),
         interval: Duration::from_secs(1),
         peer: Peer::Latscope,
+        auth: p.auth.clone(),
     }
 }
 
@@ -133,5 +135,18 @@ pub fn is_latscope(p: &Plan) -> bool {
         stream: None,
         join: None,
     };
-    open_session(&p.target, Some(p.addr), Duration::from_secs(2), &start, &[]).is_ok()
+    // A latscope server that refuses us for want of the right key is still one: the steps
+    // that follow then fail with its "authentication required" message.
+    match open_session(
+        &p.target,
+        Some(p.addr),
+        Duration::from_secs(2),
+        p.auth.as_ref(),
+        &start,
+        &[],
+    ) {
+        Ok(_) => true,
+        Err(NetError::ServerRefused { code, .. }) => code == RefusalCode::Auth,
+        Err(_) => false,
+    }
 }

@@ -43,6 +43,7 @@ impl Measure for Handshakes {
             request_bytes: 1,
             response_bytes: 1,
             server: ServerBehaviour::default(),
+            auth: p.auth.clone(),
         };
         let r = latscope_net::connect::run(&cc, meta("connect"), cx.stop)
             .map_err(|e| NotRun::Failed(e.to_string()))?;

@@ -54,6 +54,7 @@ impl Measure for UnderLoad {
             connect_timeout: Duration::from_secs(3),
             affinity: vec![],
             latency_probe: true,
+            auth: cx.plan.auth.clone(),
         };
         let r = latscope_net::stream::run(&sc, meta("stream"), cx.stop, &mut |_| {})
             .map_err(|e| NotRun::Failed(e.to_string()))?;

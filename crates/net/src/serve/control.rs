@@ -14,6 +14,7 @@ use latscope_sys::sockopt::set_int;
 
 use super::admission::{self, Held, Refusal, Resource};
 use super::{ServeEvent, Shared, rr, stream, stream_join, udp_rr};
+use crate::auth::{self, AuthKey};
 use crate::proto::{
     self, ClientHello, FrameError, RefusalCode, Reply, ServerHello, Start, TestKind,
 };
@@ -97,11 +98,13 @@ pub(super) fn refuse(conn: &mut Conn, code: RefusalCode, message: &str) -> io::R
     )
 }
 
-fn hello(sh: &Shared) -> Vec<u8> {
+/// The server's greeting; `challenge`: this connection's authentication challenge.
+fn hello(sh: &Shared, challenge: Option<&[u8]>) -> Vec<u8> {
     let hello = ServerHello {
         software: format!("latscope {}", env!("CARGO_PKG_VERSION")),
         limits: sh.cfg.limits.clone(),
-        auth_required: false,
+        auth_required: sh.cfg.auth.is_some(),
+        challenge: challenge.map(auth::to_hex),
     };
     let mut greeting = Vec::with_capacity(256);
     proto::encode_greeting(&hello, &mut greeting);
@@ -112,7 +115,7 @@ fn hello(sh: &Shared) -> Vec<u8> {
 /// so the client knows it reached a latscope server, then the refusal.
 pub(super) fn refuse_connection(sh: &Shared, mut conn: Conn, peer: String, why: Refusal) {
     let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
-    let mut out = hello(sh);
+    let mut out = hello(sh, None);
     proto::encode_frame(&refusal(sh, why.0, &why.1), &mut out);
     let _ = conn.write_all(&out);
     (sh.log)(ServeEvent::Refused {
@@ -169,7 +172,28 @@ pub(super) fn handle_conn(
     if conn.is_tcp() {
         let _ = set_int(conn.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
     }
-    if conn.write_all(&hello(sh)).is_err() {
+    let challenge = match sh.cfg.auth {
+        Some(_) => match auth::challenge() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                let _ = conn.write_all(&hello(sh, None));
+                let _ = refuse(
+                    &mut conn,
+                    RefusalCode::Busy,
+                    "the server cannot draw a random challenge",
+                );
+                return (sh.log)(ServeEvent::Refused {
+                    peer,
+                    reason: format!("getrandom: {e}"),
+                });
+            }
+        },
+        None => None,
+    };
+    if conn
+        .write_all(&hello(sh, challenge.as_ref().map(|c| &c[..])))
+        .is_err()
+    {
         return;
     }
     let log_refused = |reason: String| {
@@ -182,7 +206,7 @@ pub(super) fn handle_conn(
         conn: &mut conn,
         deadline: handshake_deadline,
     };
-    let start = match read_request(&mut hs) {
+    let start = match read_request(&mut hs, sh.cfg.auth.as_ref(), challenge.as_ref()) {
         Ok(s) => s,
         Err(msg) => return log_refused(msg),
     };
@@ -229,10 +253,14 @@ pub(super) fn handle_conn(
     });
 }
 
-/// Read the client's greeting and test request; refuse a wrong version or a malformed request.
-/// Err: what to log.
-fn read_request(conn: &mut Handshake) -> Result<Start, String> {
-    let _client: ClientHello = match proto::read_greeting(conn) {
+/// Read the client's greeting and test request; refuse a wrong version, a client that does not
+/// prove it has the server's key, or a malformed request. Err: what to log.
+fn read_request(
+    conn: &mut Handshake,
+    key: Option<&AuthKey>,
+    challenge: Option<&[u8; auth::NONCE_BYTES]>,
+) -> Result<Start, String> {
+    let client: ClientHello = match proto::read_greeting(conn) {
         Ok(h) => h,
         Err(FrameError::Version(v)) => {
             let _ = refuse(
@@ -247,6 +275,28 @@ fn read_request(conn: &mut Handshake) -> Result<Start, String> {
         }
         Err(e) => return Err(format!("bad greeting: {e}")),
     };
+    if let (Some(key), Some(challenge)) = (key, challenge) {
+        // Checked before the request is even read: an unauthenticated client gets no further.
+        let refused = match &client.auth {
+            None => Some((
+                format!(
+                    "authentication required: pass --auth-file FILE (or set {}) with this server's key",
+                    auth::AUTH_FILE_ENV
+                ),
+                "no authentication",
+            )),
+            Some(proof) if !key.verify(challenge, proof) => Some((
+                "authentication failed: the key does not match this server's (check --auth-file)"
+                    .to_string(),
+                "wrong key",
+            )),
+            Some(_) => None,
+        };
+        if let Some((message, logged)) = refused {
+            let _ = refuse(conn.conn, RefusalCode::Auth, &message);
+            return Err(format!("authentication: {logged}"));
+        }
+    }
     proto::read_frame(conn).map_err(|e| {
         let _ = refuse(
             conn.conn,

@@ -34,6 +34,7 @@ use std::time::Duration;
 use latscope_core::model::rr::ServerBehaviour;
 
 use crate::NetError;
+use crate::auth::AuthKey;
 use crate::proto::{self, Limits, TestKind};
 
 /// How often blocked threads look at the stop flag and their deadline.
@@ -62,6 +63,8 @@ pub struct ServeConfig {
     pub workers: Option<u32>,
     /// What one source address may hold at once, and the memory budget.
     pub budget: Budget,
+    /// When set, every connection must prove it knows this key (see [`crate::auth`]).
+    pub auth: Option<AuthKey>,
 }
 
 /// Per-source quotas and the memory budget; the resource figures below hold by construction:
@@ -140,6 +143,7 @@ impl Default for ServeConfig {
             forced: None,
             workers: None,
             budget: Budget::default(),
+            auth: None,
         }
     }
 }
