@@ -102,10 +102,12 @@ impl LatencyHistogram {
         self.clamped = 0;
     }
 
+    /// Samples recorded.
     pub fn count(&self) -> u64 {
         self.count
     }
 
+    /// True when nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -115,10 +117,12 @@ impl LatencyHistogram {
         self.clamped
     }
 
+    /// Smallest sample, ns (0 when empty).
     pub fn min_ns(&self) -> u64 {
         if self.count == 0 { 0 } else { self.min_ns }
     }
 
+    /// Largest sample, ns (0 when empty).
     pub fn max_ns(&self) -> u64 {
         self.max_ns
     }

@@ -4,6 +4,7 @@
 //!
 //! Data flows one way: engine → histogram → [`summary::Summary`] → report struct in [`model`] →
 //! [`render`].
+#![warn(missing_docs)]
 
 pub mod hist;
 pub mod log2;

@@ -61,6 +61,7 @@ pub fn bucket_label(k: usize) -> String {
 }
 
 impl Log2Histogram {
+    /// An empty histogram.
     pub fn new() -> Self {
         Self::default()
     }
@@ -77,11 +78,13 @@ impl Log2Histogram {
     }
 
     #[inline]
+    /// Count one sample of `ns`.
     pub fn record(&mut self, ns: u64) {
         self.buckets[bucket_of(ns)] += 1;
         self.sum_ns = self.sum_ns.saturating_add(ns);
     }
 
+    /// Add `other`'s counts and sum to this one.
     pub fn merge(&mut self, other: &Log2Histogram) {
         for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
             *a += b;
@@ -102,10 +105,12 @@ impl Log2Histogram {
         }
     }
 
+    /// Samples counted.
     pub fn count(&self) -> u64 {
         self.buckets.iter().sum()
     }
 
+    /// Mean of the samples, ns (0 when empty).
     pub fn mean_ns(&self) -> f64 {
         let n = self.count();
         if n == 0 {

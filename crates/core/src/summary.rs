@@ -8,16 +8,27 @@ use crate::units::format_ns;
 /// Count, extremes, moments and percentiles of a latency distribution, all in nanoseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Summary {
+    /// Samples.
     pub count: u64,
+    /// Smallest sample, ns.
     pub min_ns: u64,
+    /// Arithmetic mean, ns.
     pub mean_ns: f64,
+    /// Standard deviation, ns.
     pub stddev_ns: f64,
+    /// Median, ns.
     pub p50_ns: u64,
+    /// 75th percentile, ns.
     pub p75_ns: u64,
+    /// 90th percentile, ns.
     pub p90_ns: u64,
+    /// 99th percentile, ns.
     pub p99_ns: u64,
+    /// 99.9th percentile, ns.
     pub p999_ns: u64,
+    /// 99.99th percentile, ns.
     pub p9999_ns: u64,
+    /// Largest sample, ns.
     pub max_ns: u64,
 }
 

@@ -15,8 +15,11 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[error("invalid {what} '{input}': {hint}")]
 pub struct UnitError {
+    /// What was being parsed ("duration", "size", ...).
     pub what: &'static str,
+    /// The text the user typed.
     pub input: String,
+    /// What would have been accepted.
     pub hint: &'static str,
 }
 

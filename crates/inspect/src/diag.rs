@@ -22,7 +22,9 @@ const DIAG_MSG_LEN: usize = 72;
 /// Transport protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Proto {
+    /// TCP.
     Tcp,
+    /// UDP.
     Udp,
 }
 
@@ -39,14 +41,21 @@ impl Proto {
 /// One socket as sock_diag describes it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DiagSocket {
+    /// TCP or UDP.
     pub proto: Proto,
+    /// Local address and port.
     pub local: SocketAddr,
+    /// Remote address and port (unspecified for listeners and unconnected UDP).
     pub remote: SocketAddr,
     /// Kernel TCP state number (TCP_ESTABLISHED = 1, ...; UDP uses 1 connected, 7 unconnected).
     pub state: u8,
+    /// Socket inode (matches `/proc/PID/fd/N` → `socket:[INODE]`).
     pub inode: u64,
+    /// Owner uid.
     pub uid: u32,
+    /// tcp_info (INET_DIAG_INFO), TCP only.
     pub tcp: Option<TcpStats>,
+    /// Queue and buffer memory (INET_DIAG_SKMEMINFO).
     pub mem: Option<SocketMemory>,
 }
 
@@ -74,7 +83,9 @@ pub fn state_name(proto: Proto, state: u8) -> &'static str {
 /// The sockets of one namespace, and what the reader should know about how they were read.
 #[derive(Debug, Default)]
 pub struct Listing {
+    /// The sockets found.
     pub sockets: Vec<DiagSocket>,
+    /// What the reader should know about how they were read (fallbacks, truncation).
     pub notes: Vec<String>,
 }
 

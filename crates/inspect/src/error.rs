@@ -11,22 +11,36 @@ pub enum InspectError {
     /// A kernel interface refused for lack of a capability.
     #[error("{what}: permission denied (needs {capability})")]
     Privilege {
+        /// What was attempted.
         what: String,
+        /// The capability that would allow it.
         capability: &'static str,
     },
     /// The kernel does not offer an interface this needs.
     #[error("{what}: not supported by this kernel ({detail})")]
-    Unsupported { what: String, detail: String },
+    Unsupported {
+        /// What was attempted.
+        what: String,
+        /// What the kernel said.
+        detail: String,
+    },
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {
+        /// What was attempted.
         what: String,
+        /// The system call's error.
         #[source]
         source: io::Error,
     },
     /// The kernel answered something that could not be parsed.
     #[error("{what}: malformed kernel reply ({detail})")]
-    Malformed { what: String, detail: String },
+    Malformed {
+        /// What was being read.
+        what: String,
+        /// What was wrong with it.
+        detail: String,
+    },
 }
 
 impl InspectError {

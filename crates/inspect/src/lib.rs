@@ -10,6 +10,7 @@
 //! - [`route`]: per-route `rto_min` / `quickack` (RTM_GETROUTE).
 //! - [`findings`]: plain-word rules over one socket.
 //! - [`scan`]: the whole `latscope sockets` scan; [`watch`]: `--watch` (setsockopt tracepoint).
+#![warn(missing_docs)]
 
 pub mod diag;
 pub mod error;

@@ -13,6 +13,7 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 /// Request flags.
 pub const NLM_F_REQUEST: u16 = 0x1;
+/// Dump flags (NLM_F_ROOT | NLM_F_MATCH): every object, not one.
 pub const NLM_F_DUMP: u16 = 0x300;
 
 /// Round up to the netlink alignment (4).

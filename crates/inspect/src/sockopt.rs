@@ -115,7 +115,9 @@ pub fn get_string(fd: RawFd, level: i32, name: i32) -> Option<String> {
 const SO_BUSY_POLL: i32 = 46;
 /// Newer TCP options (include/uapi/linux/tcp.h); older kernels answer ENOPROTOOPT.
 pub const TCP_RTO_MAX_MS: i32 = 44;
+/// TCP_RTO_MIN_US: the socket's minimum retransmission timeout, µs (kernel 6.11+).
 pub const TCP_RTO_MIN_US: i32 = 45;
+/// TCP_DELACK_MAX_US: the socket's longest ACK delay, µs (kernel 6.11+).
 pub const TCP_DELACK_MAX_US: i32 = 46;
 /// ioctl that returns an fd for a socket's network namespace (linux/sockios.h).
 const SIOCGSKNS: libc::c_ulong = 0x894C;

@@ -91,10 +91,15 @@ const FLAG_USE_CLOCKID: u64 = 1 << 25;
 /// Where the tracepoint's fields sit in its raw record (from its `format` file).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Layout {
+    /// Offset of the socket fd.
     pub fd: usize,
+    /// Offset of the option level.
     pub level: usize,
+    /// Offset of the option name.
     pub optname: usize,
+    /// Offset of the user pointer to the value.
     pub optval: usize,
+    /// Offset of the value's length.
     pub optlen: usize,
 }
 
@@ -127,14 +132,21 @@ pub fn parse_format(text: &str) -> Option<Layout> {
 /// One setsockopt call as the kernel recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawCall {
+    /// Process id of the caller.
     pub pid: u32,
+    /// Thread id of the caller.
     pub tid: u32,
     /// CLOCK_MONOTONIC at the call; [`Watcher::poll`] converts it to Unix time.
     pub time_unix_ns: u64,
+    /// The socket's file descriptor.
     pub fd: i32,
+    /// Option level (SOL_TCP, SOL_SOCKET, ...).
     pub level: i32,
+    /// Option name number.
     pub optname: i32,
+    /// User-space address of the value.
     pub optval: u64,
+    /// Length of the value, bytes.
     pub optlen: u32,
     /// (user stack pointer, bytes from it upwards) at syscall entry.
     pub stack: Option<(u64, Vec<u8>)>,

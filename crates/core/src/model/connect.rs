@@ -8,6 +8,7 @@ use crate::summary::Summary;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+/// What one connection attempt measures.
 pub enum ConnectMode {
     /// connect() then close(): the three-way handshake as the client sees it.
     Connect,
@@ -18,11 +19,17 @@ pub enum ConnectMode {
 /// The report of `latscope connect`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ConnectReport {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
+    /// The target as given.
     pub target: String,
+    /// Handshake only, or a whole connect-request-response-close transaction.
     pub mode: ConnectMode,
+    /// Attempts in flight at once.
     pub parallel: u32,
+    /// Attempts made.
     pub attempts: u64,
+    /// Attempts that completed.
     pub succeeded: u64,
     /// Connection refused (RST to the SYN).
     pub refused: u64,
@@ -30,6 +37,7 @@ pub struct ConnectReport {
     pub timed_out: u64,
     /// Other failures, by message.
     pub other_errors: u64,
+    /// Wall-clock time of the run, ns.
     pub elapsed_ns: u64,
     /// Successful operations per second.
     pub rate_per_sec: f64,
@@ -39,5 +47,6 @@ pub struct ConnectReport {
     pub transaction: Option<Summary>,
     /// A sample of distinct error messages.
     pub error_samples: Vec<String>,
+    /// True when Ctrl-C ended the run.
     pub interrupted: bool,
 }

@@ -12,8 +12,11 @@ use super::rr::ServerBehaviour;
 pub struct DemoServer {
     /// "healthy" or "slow".
     pub name: String,
+    /// Where the server listened ("addr:port").
     pub address: String,
+    /// How the server was configured to behave.
     pub behaviour: ServerBehaviour,
+    /// latscope diagnose's report on it.
     pub diagnosis: DiagnoseReport,
 }
 
@@ -35,9 +38,14 @@ pub struct DemoVerdict {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// The report of `latscope demo`: two servers, their diagnoses, and what they say together.
 pub struct DemoReport {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
+    /// The healthy and the slow server.
     pub servers: Vec<DemoServer>,
+    /// The comparison of the two diagnoses.
     pub verdict: DemoVerdict,
+    /// True when Ctrl-C ended the demo.
     pub interrupted: bool,
 }

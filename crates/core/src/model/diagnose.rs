@@ -85,7 +85,9 @@ impl StepStatus {
 /// One step of the investigation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Step {
+    /// Which step.
     pub name: StepName,
+    /// Whether it ran, was skipped, or failed.
     pub status: StepStatus,
     /// What was measured, or why it was skipped.
     pub detail: String,
@@ -123,14 +125,20 @@ impl TargetKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Side {
+    /// The client host or application.
     Client,
+    /// The server host or application.
     Server,
+    /// Both ends (a setting on one side meets a behaviour of the other).
     Both,
+    /// The network between the hosts.
     Network,
+    /// The kernel's network stack on the measured host.
     Kernel,
 }
 
 impl Side {
+    /// The side's name in plain words.
     pub fn name(self) -> &'static str {
         match self {
             Side::Client => "client",
@@ -146,15 +154,25 @@ impl Side {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RuleId {
+    /// Nagle on one side holds a segment until the other side's delayed ACK.
     NagleDelayedAck,
+    /// The server's application takes the time before it answers.
     ThinkTime,
+    /// Requests wait in socket queues (accept or receive backlog) under concurrency.
     SocketQueueing,
+    /// The connection set-up (SYN → SYN-ACK) is slow or retried.
     SlowHandshake,
+    /// Retransmissions (loss) add timeouts.
     Retransmissions,
+    /// The receiver delays ACKs that the sender waits for.
     DelayedAck,
+    /// Packets wait in the kernel before TCP sees them (qdisc, netfilter, softirq).
     PreTcpKernel,
+    /// Data waits in the socket before the application reads it.
     SocketReadWait,
+    /// Queues on the path fill under load (latency grows with throughput).
     Bufferbloat,
+    /// The network path itself is most of the time.
     PathDominates,
 }
 
@@ -181,14 +199,17 @@ impl RuleId {
 pub struct Diagnosis {
     /// Stable rule name, e.g. "nagle_delayed_ack".
     pub rule: RuleId,
+    /// One-line statement of the finding.
     pub title: String,
     /// Latency per request this finding explains, ns.
     pub explains_ns: u64,
     /// 0.0 ..= 1.0.
     pub confidence: f64,
+    /// Which side to fix.
     pub side: Side,
     /// The figures behind it.
     pub evidence: Vec<String>,
+    /// What to change, and where.
     pub fix: String,
 }
 
@@ -201,6 +222,7 @@ pub struct Budget {
     pub single_request_ns: Option<u64>,
     /// Under concurrency.
     pub concurrent_request_ns: Option<u64>,
+    /// Concurrent requests in flight for `concurrent_request_ns`.
     pub concurrency: u32,
     /// single − path: time spent in the hosts (kernel + application).
     pub host_ns: Option<u64>,
@@ -209,11 +231,15 @@ pub struct Budget {
 /// The report of `latscope diagnose`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DiagnoseReport {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
+    /// The target as given.
     pub target: String,
     /// What answered at the target.
     pub target_kind: TargetKind,
+    /// The steps, in the order they ran.
     pub steps: Vec<Step>,
+    /// Where a request's time goes.
     pub budget: Budget,
     /// Distributions measured, by step.
     pub distributions: Vec<(StepName, Summary)>,
@@ -221,6 +247,7 @@ pub struct DiagnoseReport {
     pub findings: Vec<Diagnosis>,
     /// One sentence: the answer.
     pub verdict: String,
+    /// True when Ctrl-C ended the run (steps not run are marked so).
     pub interrupted: bool,
 }
 

@@ -11,7 +11,9 @@ use crate::summary::Summary;
 /// Responses with one status code.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct StatusCount {
+    /// HTTP status code.
     pub code: u16,
+    /// Responses with this status.
     pub count: u64,
 }
 
@@ -32,6 +34,7 @@ pub struct HttpErrors {
     pub tls: u64,
     /// Other socket errors.
     pub io: u64,
+    /// All of the above.
     pub total: u64,
 }
 
@@ -40,23 +43,33 @@ pub struct HttpErrors {
 pub struct HttpInterval {
     /// Since the end of the warm-up, ns.
     pub start_ns: u64,
+    /// Interval end, ns since the end of the warm-up.
     pub end_ns: u64,
+    /// Responses completed in the interval.
     pub requests: u64,
+    /// Responses per second in the interval.
     pub requests_per_sec: f64,
+    /// Failures in the interval.
     pub errors: u64,
+    /// Bytes read in the interval.
     pub bytes_read: u64,
     /// Latency of the responses completed in this interval (from the intended send time in
     /// open loop).
     pub p50_ns: u64,
+    /// 99th percentile latency in the interval, ns.
     pub p99_ns: u64,
+    /// Longest latency in the interval, ns.
     pub max_ns: u64,
 }
 
 /// The report of `latscope http`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HttpReport {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
+    /// The URL requested.
     pub url: String,
+    /// The request method.
     pub method: String,
     /// "HTTP/1.1" or "HTTP/2".
     pub protocol: String,
@@ -64,19 +77,27 @@ pub struct HttpReport {
     pub streams_per_connection: Option<u32>,
     /// The address connections went to.
     pub address: String,
+    /// HTTPS (rustls).
     pub tls: bool,
+    /// Concurrent connections.
     pub connections: u32,
+    /// Worker threads.
     pub threads: u32,
+    /// Closed loop (wrk) or open loop at a fixed rate (wrk2).
     pub load: LoadMode,
+    /// Warm-up excluded from the statistics, ns.
     pub warmup_ns: u64,
     /// Measured time (warm-up excluded), ns.
     pub elapsed_ns: u64,
     /// Completed responses (any status) after the warm-up.
     pub requests: u64,
+    /// Responses per second.
     pub requests_per_sec: f64,
     /// Bytes read from the sockets (TLS records included) and their rate.
     pub bytes_read: u64,
+    /// bytes_read per second.
     pub bytes_read_per_sec: f64,
+    /// Bytes written to the sockets (TLS records included).
     pub bytes_written: u64,
     /// Request write started → response complete.
     pub latency: Summary,
@@ -85,7 +106,9 @@ pub struct HttpReport {
     pub latency_from_intended: Option<Summary>,
     /// Open loop only: requests sent more than 1 ms after their intended time.
     pub late_sends: u64,
+    /// Responses by status code.
     pub status: Vec<StatusCount>,
+    /// Failures by kind.
     pub errors: HttpErrors,
     /// Up to 8 distinct error messages, "kind: message".
     pub error_samples: Vec<String>,

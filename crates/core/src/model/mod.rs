@@ -23,7 +23,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct Meta {
     /// Always "latscope".
     pub tool: String,
+    /// latscope's version (Cargo package version).
     pub version: String,
+    /// Version of the JSON model; bumped on incompatible changes.
     pub schema_version: u32,
     /// The subcommand: "rr", "connect", ...
     pub command: String,
@@ -32,6 +34,7 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// Meta for `command` started at `started_unix_ms`.
     pub fn new(command: &str, version: &str, started_unix_ms: u64) -> Self {
         Meta {
             tool: "latscope".into(),
@@ -48,16 +51,21 @@ impl Meta {
 pub struct IntervalEvent {
     /// Always "interval".
     pub event: String,
+    /// The subcommand that measured.
     pub command: String,
     /// What the interval belongs to, e.g. "64B/64B" for a size of a sweep.
     pub label: String,
     /// Interval start and end, ns since the measurement began.
     pub start_ns: u64,
+    /// Interval end, ns since the measurement began.
     pub end_ns: u64,
     /// Operations completed in the interval and their rate.
     pub count: u64,
+    /// Operations per second in the interval.
     pub rate_per_sec: f64,
+    /// Operations that failed in the interval.
     pub errors: u64,
+    /// Latency of the operations completed in the interval.
     pub latency: Summary,
 }
 
@@ -66,5 +74,6 @@ pub struct IntervalEvent {
 pub struct SummaryEvent<R> {
     /// Always "summary".
     pub event: String,
+    /// The command's full report.
     pub report: R,
 }

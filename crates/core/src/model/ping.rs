@@ -22,6 +22,7 @@ pub enum ProbeMode {
 }
 
 impl ProbeMode {
+    /// The mode's name for tables ("TCP SYN", "ICMP echo", ...).
     pub fn name(self) -> &'static str {
         match self {
             ProbeMode::Syn => "TCP SYN",
@@ -113,6 +114,7 @@ pub enum PortState {
 }
 
 impl PortState {
+    /// The state's name as nmap prints it.
     pub fn name(self) -> &'static str {
         match self {
             PortState::Open => "open",
@@ -130,6 +132,7 @@ pub struct PingReply {
     pub seq: u64,
     /// Who answered.
     pub from: String,
+    /// What kind of answer it was.
     pub kind: ReplyKind,
     /// TCP flags of the answer (`SA`, `RA`), when TCP.
     pub flags: Option<String>,
@@ -137,6 +140,7 @@ pub struct PingReply {
     pub ttl: Option<u8>,
     /// Bytes of the answer as received.
     pub size: u64,
+    /// Round-trip time, ns.
     pub rtt_ns: u64,
     /// Whether both ends of this RTT are kernel timestamps.
     pub kernel_timestamps: bool,
@@ -145,6 +149,7 @@ pub struct PingReply {
 /// The report of `latscope ping`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PingReport {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
     /// The target as given.
     pub target: String,
@@ -152,16 +157,21 @@ pub struct PingReport {
     pub address: String,
     /// Destination port (TCP and UDP modes).
     pub port: Option<u16>,
+    /// How the probes were sent.
     pub mode: ProbeMode,
     /// Why this mode (chosen by the user, or picked from the privileges available).
     pub mode_reason: String,
     /// Where the RTT timestamps came from.
     pub timestamps: String,
+    /// Payload bytes per probe.
     pub payload_bytes: u64,
+    /// Probes sent.
     pub sent: u64,
+    /// Probes answered.
     pub received: u64,
     /// Probes that got no answer within the timeout.
     pub lost: u64,
+    /// lost / sent, %.
     pub loss_percent: f64,
     /// Answers by kind (label, count).
     pub replies_by_kind: Vec<(String, u64)>,
@@ -169,11 +179,13 @@ pub struct PingReport {
     pub rtt: Summary,
     /// open / closed / filtered (TCP and UDP modes).
     pub port_state: Option<PortState>,
+    /// Wall-clock time of the run, ns.
     pub elapsed_ns: u64,
     /// Probes sent per second.
     pub rate_per_sec: f64,
     /// Every answer (bounded: at most the first 100000).
     pub replies: Vec<PingReply>,
+    /// True when Ctrl-C ended the run.
     pub interrupted: bool,
 }
 
@@ -182,14 +194,18 @@ pub struct PingReport {
 pub struct HopProbe {
     /// Who answered (None: no answer within the wait time, shown as `*`).
     pub from: Option<String>,
+    /// What kind of answer it was.
     pub kind: Option<ReplyKind>,
+    /// Round-trip time, ns (None: no answer).
     pub rtt_ns: Option<u64>,
 }
 
 /// One TTL of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TraceHop {
+    /// The TTL (hop limit) the probes were sent with.
     pub ttl: u8,
+    /// The probes sent at this TTL.
     pub probes: Vec<HopProbe>,
     /// Whether the destination answered at this TTL.
     pub destination: bool,
@@ -198,42 +214,62 @@ pub struct TraceHop {
 /// Per-hop statistics over the rounds of `trace --report` (mtr's report, plus percentiles).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HopStats {
+    /// The TTL (hop limit) of this hop.
     pub ttl: u8,
     /// The addresses that answered at this TTL, most frequent first.
     pub addresses: Vec<String>,
+    /// Probes sent at this TTL.
     pub sent: u64,
+    /// Probes answered at this TTL.
     pub received: u64,
+    /// Unanswered probes, %.
     pub loss_percent: f64,
+    /// RTT of the last answered probe, ns.
     pub last_ns: Option<u64>,
+    /// RTT of the answered probes.
     pub rtt: Summary,
+    /// Whether the destination answered at this TTL.
     pub destination: bool,
 }
 
 /// The report of `latscope trace`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TraceReport {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
+    /// The target as given.
     pub target: String,
+    /// The address it resolved to.
     pub address: String,
+    /// How the probes were sent.
     pub mode: ProbeMode,
+    /// Why this mode (chosen by the user, or picked from the privileges available).
     pub mode_reason: String,
+    /// Destination port (TCP and UDP modes).
     pub port: Option<u16>,
     /// What stays constant across TTLs so load balancers keep the probes on one path (Paris
     /// traceroute), and which field identifies each probe.
     pub flow: String,
+    /// First TTL probed.
     pub first_ttl: u8,
+    /// Highest TTL probed.
     pub max_ttl: u8,
+    /// Probes per TTL.
     pub queries: u32,
+    /// How long to wait for an answer, ns.
     pub wait_ns: u64,
     /// Whether the destination answered.
     pub reached: bool,
     /// How the destination answered (SYN-ACK, RST, echo reply, port unreachable, ...).
     pub destination_reply: Option<ReplyKind>,
+    /// Where the RTT timestamps came from.
     pub timestamps: String,
     /// The hops, one per TTL (plain trace).
     pub hops: Vec<TraceHop>,
     /// `--report`: the number of rounds and per-hop statistics.
     pub rounds: Option<u64>,
+    /// Per-hop statistics (`--report`).
     pub report: Option<Vec<HopStats>>,
+    /// True when Ctrl-C ended the trace.
     pub interrupted: bool,
 }

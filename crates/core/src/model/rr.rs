@@ -9,13 +9,18 @@ use crate::sweep::SizeJump;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+/// The transport a request/response test runs over.
 pub enum Transport {
+    /// TCP.
     Tcp,
+    /// UDP datagrams.
     Udp,
+    /// Unix-domain stream sockets.
     Unix,
 }
 
 impl Transport {
+    /// The transport's name for tables.
     pub fn name(self) -> &'static str {
         match self {
             Transport::Tcp => "TCP",
@@ -46,18 +51,22 @@ pub struct SockOpts {
     pub quickack: bool,
     /// TCP_CORK around each message.
     pub cork: bool,
+    /// SO_SNDBUF to request, bytes.
     pub sndbuf: Option<u32>,
+    /// SO_RCVBUF to request, bytes.
     pub rcvbuf: Option<u32>,
 }
 
 /// What the server was asked to do for each request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ServerBehaviour {
+    /// One write or two.
     pub write_mode: WriteMode,
     /// First-write length in split mode.
     pub split_at: u32,
     /// Time the server waits before replying (application think time), ns.
     pub think_ns: u64,
+    /// Socket options the server applies.
     pub sockopts: SockOpts,
     /// UDP only: the server drops every Nth request (fault injection); 0 = never.
     pub drop_every: u32,
@@ -67,10 +76,12 @@ pub struct ServerBehaviour {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum LoadMode {
+    /// Next request as soon as the previous response arrived.
     Closed,
     /// Requests at a constant total rate; latency counted from each request's intended send
     /// time (coordinated-omission corrected).
     Open {
+        /// Requests per second, all connections together.
         rate_per_sec: f64,
     },
 }
@@ -78,12 +89,15 @@ pub enum LoadMode {
 /// Figures for one request/response size pair.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RrSizeResult {
+    /// Request size, bytes.
     pub request_bytes: u32,
+    /// Response size, bytes.
     pub response_bytes: u32,
     /// Completed transactions counted in the statistics (warm-up excluded).
     pub transactions: u64,
     /// Measured time, ns (warm-up excluded).
     pub elapsed_ns: u64,
+    /// Completed transactions per second.
     pub transactions_per_sec: f64,
     /// Round-trip time: request write started → last response byte read.
     pub rtt: Summary,
@@ -106,16 +120,23 @@ pub struct RrSizeResult {
 /// The report of `latscope rr`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RrReport {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
     /// "HOST:PORT" or "unix:PATH".
     pub target: String,
+    /// TCP, UDP or unix.
     pub transport: Transport,
     /// The server measured: "latscope" (behaviour negotiated) or "sockperf".
     pub peer: String,
+    /// Connections (concurrent request streams).
     pub connections: u32,
+    /// Closed or open loop.
     pub load: LoadMode,
+    /// Socket options the client applied.
     pub client: SockOpts,
+    /// What the server was asked to do.
     pub server: ServerBehaviour,
+    /// Warm-up excluded from the statistics, ns.
     pub warmup_ns: u64,
     /// One entry per size (one entry without `--sizes`).
     pub results: Vec<RrSizeResult>,

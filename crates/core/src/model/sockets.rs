@@ -10,6 +10,7 @@ use super::Meta;
 /// The report of `latscope sockets`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SocketsReport {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
     /// What was asked: "pid 1234", "port 8080", "all".
     pub selection: String,
@@ -35,9 +36,11 @@ pub struct Access {
 /// A process holding a socket, and the fd number it holds it under.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Owner {
+    /// Process id.
     pub pid: u32,
     /// The process name (`/proc/PID/comm`).
     pub comm: String,
+    /// The file descriptor number in that process.
     pub fd: i32,
 }
 
@@ -52,6 +55,7 @@ pub struct SocketRow {
     pub state: String,
     /// "addr:port" ("[v6]:port").
     pub local: String,
+    /// Peer "addr:port"; "*:*" for listening and unconnected sockets.
     pub remote: String,
     /// The socket inode (what `/proc/PID/fd/N` links to as `socket:[INODE]`).
     pub inode: u64,
@@ -60,12 +64,14 @@ pub struct SocketRow {
     /// Network namespace inode (`/proc/PID/ns/net`), and whether it is this process's own. 0 when
     /// unknown: the socket was listed from `/proc/PID/net` of a process latscope may not inspect.
     pub netns: u64,
+    /// The socket lives in latscope's own network namespace.
     pub netns_is_own: bool,
     /// Processes holding the socket; empty when no process could be matched (or read).
     pub owners: Vec<Owner>,
     /// Options read with getsockopt on a duplicate of the socket (pidfd_getfd). None when they
     /// could not be read; `options_error` says why.
     pub options: Option<SocketOptions>,
+    /// Why `options` could not be read (no CAP_SYS_PTRACE, the process exited, ...).
     pub options_error: Option<String>,
     /// From sock_diag INET_DIAG_INFO (TCP only).
     pub tcp: Option<TcpStats>,
@@ -91,6 +97,7 @@ pub struct SocketOptions {
     /// SO_SNDBUF / SO_RCVBUF as the kernel reports them (twice what was asked with setsockopt,
     /// for bookkeeping overhead).
     pub sndbuf: Option<u32>,
+    /// SO_RCVBUF as the kernel reports it (twice what was asked).
     pub rcvbuf: Option<u32>,
     /// TCP_NOTSENT_LOWAT in bytes as getsockopt returns it: 0 = not set on the socket (the sysctl
     /// net.ipv4.tcp_notsent_lowat applies, by default UINT_MAX = no limit).
@@ -99,8 +106,11 @@ pub struct SocketOptions {
     pub congestion: Option<String>,
     /// SO_KEEPALIVE and, when on, TCP_KEEPIDLE / TCP_KEEPINTVL (s) and TCP_KEEPCNT.
     pub keepalive: Option<bool>,
+    /// TCP_KEEPIDLE, s: idle time before the first keepalive probe.
     pub keepidle_s: Option<u32>,
+    /// TCP_KEEPINTVL, s: time between keepalive probes.
     pub keepintvl_s: Option<u32>,
+    /// TCP_KEEPCNT: unanswered probes before the connection is dropped.
     pub keepcnt: Option<u32>,
     /// SO_BUSY_POLL in µs (0 = off).
     pub busy_poll_us: Option<u32>,
@@ -126,37 +136,55 @@ pub struct TcpStats {
     pub info_len: u32,
     /// Congestion-control algorithm (INET_DIAG_CONG).
     pub congestion: Option<String>,
+    /// Smoothed round-trip time, µs.
     pub rtt_us: u32,
+    /// Round-trip time variation, µs.
     pub rttvar_us: u32,
+    /// Lowest RTT seen on the connection, µs (kernel 4.10+).
     pub min_rtt_us: Option<u32>,
     /// Retransmission timeout currently in force.
     pub rto_us: u32,
     /// Delayed-ACK timeout the kernel uses for this connection right now.
     pub ato_us: u32,
+    /// Largest segment this side sends, bytes.
     pub snd_mss: u32,
+    /// Largest segment seen from the peer, bytes.
     pub rcv_mss: u32,
+    /// Congestion window, segments.
     pub snd_cwnd: u32,
+    /// Slow-start threshold, segments.
     pub snd_ssthresh: u32,
     /// Segments sent but not yet acknowledged.
     pub unacked: u32,
+    /// Segments currently thought lost.
     pub lost: u32,
     /// Retransmitted segments currently outstanding, and over the connection's life.
     pub retrans: u32,
+    /// Segments retransmitted over the connection's life.
     pub total_retrans: u32,
     /// Bytes written by the application but not yet sent.
     pub notsent_bytes: Option<u32>,
+    /// Most recent delivery-rate sample, bit/s.
     pub delivery_rate_bps: Option<u64>,
+    /// Pacing rate, bit/s.
     pub pacing_rate_bps: Option<u64>,
+    /// Bytes the peer acknowledged.
     pub bytes_acked: Option<u64>,
+    /// Bytes received from the peer.
     pub bytes_received: Option<u64>,
+    /// Segments with data received.
     pub data_segs_in: Option<u32>,
+    /// Segments with data sent.
     pub data_segs_out: Option<u32>,
     /// Time busy sending, and the parts of it limited by the receive window / the send buffer.
     pub busy_time_us: Option<u64>,
+    /// Part of the busy time limited by the peer's receive window, µs.
     pub rwnd_limited_us: Option<u64>,
+    /// Part of the busy time limited by the send buffer, µs.
     pub sndbuf_limited_us: Option<u64>,
     /// Milliseconds since the last data sent / received.
     pub last_data_sent_ms: u32,
+    /// Milliseconds since data was last received.
     pub last_data_recv_ms: u32,
     /// Peer's advertised receive window after scaling.
     pub snd_wnd: Option<u32>,
@@ -169,9 +197,11 @@ pub struct TcpStats {
 pub struct SocketMemory {
     /// Receive queue memory and its limit (the effective SO_RCVBUF).
     pub rmem_alloc: u32,
+    /// Receive buffer limit, bytes.
     pub rcvbuf: u32,
     /// Send queue memory and its limit (the effective SO_SNDBUF).
     pub wmem_queued: u32,
+    /// Send buffer limit, bytes.
     pub sndbuf: u32,
     /// Packets dropped because the receive buffer was full (UDP).
     pub drops: u32,
@@ -199,9 +229,11 @@ pub enum Severity {
 /// A plain-word statement about one socket.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SocketFinding {
+    /// Info or warn.
     pub severity: Severity,
     /// Stable identifier of the rule ("nagle-on-rr", "peer-delayed-ack", ...).
     pub rule: String,
+    /// The finding in plain words, with the fix where there is one.
     pub text: String,
 }
 
@@ -212,9 +244,13 @@ pub struct SetsockoptEvent {
     pub event: String,
     /// Wall-clock time of the call, ms since the Unix epoch.
     pub unix_ms: u64,
+    /// Process id of the caller.
     pub pid: u32,
+    /// Thread id of the caller.
     pub tid: u32,
+    /// Process name of the caller.
     pub comm: String,
+    /// The socket's file descriptor in the caller.
     pub fd: i32,
     /// "SOL_TCP" / "SOL_SOCKET" / "SOL_UDP".
     pub level: String,
@@ -233,10 +269,12 @@ pub struct SetsockoptEvent {
 /// The end of a `--watch` run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct WatchSummary {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
     /// Events reported.
     pub events: u64,
     /// Events the kernel dropped because the ring buffer was full.
     pub lost: u64,
+    /// True when Ctrl-C ended the watch.
     pub interrupted: bool,
 }

@@ -22,6 +22,7 @@ pub enum Direction {
 /// Socket options of the data connections (both sides apply them).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct StreamOptions {
+    /// TCP_NODELAY on the data connections.
     pub nodelay: bool,
     /// TCP_MAXSEG before connecting/accepting.
     pub mss: Option<u32>,
@@ -29,7 +30,9 @@ pub struct StreamOptions {
     pub tos: Option<u8>,
     /// TCP_CONGESTION, e.g. "cubic", "bbr".
     pub congestion: Option<String>,
+    /// SO_SNDBUF requested, bytes (the kernel doubles it for bookkeeping).
     pub sndbuf: Option<u32>,
+    /// SO_RCVBUF requested, bytes (the kernel doubles it for bookkeeping).
     pub rcvbuf: Option<u32>,
     /// Send with sendfile(2) from an in-memory file instead of write(2) (no user-space copy).
     pub zerocopy: bool,
@@ -41,14 +44,18 @@ pub struct Cost {
     /// False where the CPU time could not be attributed: the server's shared UDP receiver while
     /// other traffic reached it too.
     pub cpu_measured: bool,
+    /// User CPU time over the measured time, % of one core.
     pub cpu_user_pct: f64,
+    /// System (kernel) CPU time over the measured time, % of one core.
     pub cpu_sys_pct: f64,
     /// read/write/send/recv/sendfile calls on the data sockets.
     pub io_calls: u64,
+    /// Mean bytes moved per I/O call.
     pub bytes_per_call: f64,
     /// Mean time per I/O call, µs (nuttcp's msec/call, in µs); 0 where not measured (the
     /// server's shared UDP receiver).
     pub us_per_call: f64,
+    /// Voluntary plus involuntary context switches of the side's data threads.
     pub context_switches: u64,
 }
 
@@ -59,33 +66,43 @@ pub struct SideView {
     pub side: String,
     /// "sender" or "receiver".
     pub role: String,
+    /// Bytes this side counted (sent or received).
     pub bytes: u64,
+    /// Time this side measured over, ns.
     pub elapsed_ns: u64,
+    /// This side's rate, bit/s.
     pub rate_bps: f64,
+    /// CPU and system-call cost of this side.
     pub cost: Cost,
 }
 
 /// TCP's own figures (TCP_INFO on the sending sockets), summed or maxed over streams.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TcpFigures {
+    /// Segments retransmitted (sum over streams).
     pub retransmits: u64,
     /// Congestion window at the end, segments (largest over streams).
     pub cwnd: u32,
     /// Smoothed RTT at the end, µs (largest over streams).
     pub rtt_us: u32,
+    /// RTT variation at the end, µs (largest over streams).
     pub rtt_var_us: u32,
 }
 
 /// UDP delivery figures (receiver's sequence tracking, sender's count).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UdpFigures {
+    /// Datagrams the sender sent.
     pub sent: u64,
     /// Distinct datagrams received.
     pub received: u64,
     /// sent − received.
     pub lost: u64,
+    /// lost / sent, %.
     pub loss_pct: f64,
+    /// Datagrams received after a higher sequence number.
     pub out_of_order: u64,
+    /// Datagrams received more than once.
     pub duplicates: u64,
     /// Interarrival jitter (RFC 3550 §6.4.1), ns.
     pub jitter_ns: f64,
@@ -94,20 +111,28 @@ pub struct UdpFigures {
 /// One stream (connection) of one direction.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StreamFigures {
+    /// Stream number, from 0.
     pub index: u32,
+    /// Bytes the sender wrote on this stream.
     pub bytes_sent: u64,
+    /// Bytes the receiver read on this stream.
     pub bytes_received: u64,
     /// Receiver's bytes over the measured time.
     pub rate_bps: f64,
+    /// TCP_INFO figures of this stream's sender (TCP only).
     pub tcp: Option<TcpFigures>,
+    /// Delivery figures of this stream (UDP only).
     pub udp: Option<UdpFigures>,
 }
 
 /// Average, minimum and maximum of the per-interval rates (nepim's avg/min/max lines).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IntervalStats {
+    /// Mean of the per-interval rates, bit/s.
     pub avg_bps: f64,
+    /// Lowest per-interval rate, bit/s.
     pub min_bps: f64,
+    /// Highest per-interval rate, bit/s.
     pub max_bps: f64,
 }
 
@@ -118,12 +143,19 @@ pub struct DirectionResult {
     pub direction: String,
     /// The receiver's count: the truth for delivered bytes.
     pub bytes_delivered: u64,
+    /// Delivered bytes over the measured time, bit/s.
     pub rate_bps: f64,
+    /// The sending side's view.
     pub sender: SideView,
+    /// The receiving side's view.
     pub receiver: SideView,
+    /// Per-stream figures.
     pub streams: Vec<StreamFigures>,
+    /// Spread of the per-interval rates.
     pub intervals: IntervalStats,
+    /// TCP_INFO figures of the senders, over all streams (TCP only).
     pub tcp: Option<TcpFigures>,
+    /// Delivery figures over all streams (UDP only).
     pub udp: Option<UdpFigures>,
 }
 
@@ -138,11 +170,15 @@ pub struct StreamInterval {
     pub side: String,
     /// "sender" or "receiver".
     pub role: String,
+    /// Interval start, ns since the test started.
     pub start_ns: u64,
+    /// Interval end, ns since the test started.
     pub end_ns: u64,
     /// Bytes per stream in this interval.
     pub stream_bytes: Vec<u64>,
+    /// Bytes in this interval, all streams.
     pub bytes: u64,
+    /// Rate in this interval, bit/s.
     pub rate_bps: f64,
     /// TCP senders: retransmits in this interval, cwnd and RTT at its end.
     pub tcp: Option<TcpFigures>,
@@ -162,24 +198,34 @@ pub struct LatencyProbe {
 /// The report of `latscope stream`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StreamReport {
+    /// Tool version, host and time of the run.
     pub meta: Meta,
+    /// The server as given on the command line.
     pub target: String,
+    /// TCP or UDP.
     pub transport: Transport,
+    /// Which way data flowed.
     pub direction: Direction,
+    /// Parallel streams per direction.
     pub streams: u32,
     /// Requested duration (ns) or byte count (per direction).
     pub duration_ns: Option<u64>,
+    /// Requested byte count per direction (instead of a duration).
     pub bytes: Option<u64>,
     /// Write size.
     pub buffer_bytes: u32,
     /// UDP target rate, bit/s (total per direction).
     pub udp_rate_bps: Option<f64>,
+    /// Socket options both sides applied.
     pub options: StreamOptions,
+    /// One result per direction measured.
     pub results: Vec<DirectionResult>,
     /// Every interval of both sides' views, in order.
     pub intervals: Vec<StreamInterval>,
+    /// Request/response latency idle and under the transfer (`--latency-probe`).
     pub latency_probe: Option<LatencyProbe>,
     /// An error that ended the test early (partial figures above).
     pub error: Option<String>,
+    /// True when Ctrl-C ended the test early.
     pub interrupted: bool,
 }

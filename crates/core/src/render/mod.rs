@@ -4,9 +4,11 @@ mod connect;
 mod demo;
 mod diagnose;
 mod http;
+/// Human rendering of ping and trace reports (shared with the report crate).
 pub mod ping;
 mod rr;
 mod sockets;
+/// Human rendering of stream reports (shared with the report crate).
 pub mod stream;
 pub mod table;
 

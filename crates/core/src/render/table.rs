@@ -3,12 +3,14 @@
 use std::fmt::Write;
 
 #[derive(Debug, Default, Clone)]
+/// An aligned text table with a header row.
 pub struct Table {
     headers: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
+    /// A table with these column headers.
     pub fn new<S: AsRef<str>>(headers: &[S]) -> Self {
         Table {
             headers: headers.iter().map(|h| h.as_ref().to_string()).collect(),
@@ -16,11 +18,13 @@ impl Table {
         }
     }
 
+    /// Append one row (one cell per header).
     pub fn row(&mut self, cells: Vec<String>) -> &mut Self {
         self.rows.push(cells);
         self
     }
 
+    /// True when the table has no rows.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
