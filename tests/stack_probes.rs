@@ -232,15 +232,17 @@ fn ten_thousand_nftables_rules_raise_tcp_start_latency() {
     );
 }
 
-/// Minimal checker of the Prometheus text format (0.0.4): syntax of every line, TYPE before
-/// samples, and for histograms: increasing `le`, cumulative counts, `+Inf` = `_count`, `_sum`.
+/// Minimal checker of the OpenMetrics text format: syntax of every line, TYPE before samples,
+/// `# EOF` last, counters' samples end in `_total`, and for histograms: increasing `le`,
+/// cumulative counts, `+Inf` = `_count`, `_sum`.
 fn check_prometheus_text(text: &str) -> BTreeMap<String, f64> {
     let mut types: BTreeMap<String, String> = BTreeMap::new();
     let mut samples = BTreeMap::new();
     // (family, labels without le) → [(le, count)]
     let mut buckets: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
+    assert!(text.ends_with("# EOF\n"), "no # EOF at the end");
     for line in text.lines() {
-        if line.is_empty() {
+        if line.is_empty() || line == "# EOF" {
             continue;
         }
         if let Some(rest) = line.strip_prefix("# ") {
@@ -257,7 +259,7 @@ fn check_prometheus_text(text: &str) -> BTreeMap<String, f64> {
                     "TYPE twice: {line}"
                 );
             } else {
-                assert_eq!(kind, "HELP", "{line}");
+                assert!(kind == "HELP" || kind == "UNIT", "{line}");
             }
             continue;
         }
@@ -303,7 +305,17 @@ fn check_prometheus_text(text: &str) -> BTreeMap<String, f64> {
                 name.strip_suffix(suf)
                     .filter(|f| types.get(*f).map(String::as_str) == Some("histogram"))
             })
+            .or_else(|| {
+                name.strip_suffix("_total")
+                    .filter(|f| types.get(*f).map(String::as_str) == Some("counter"))
+            })
             .unwrap_or(name);
+        if types.get(family).map(String::as_str) == Some("counter") {
+            assert!(
+                name.ends_with("_total"),
+                "counter sample without _total: {line}"
+            );
+        }
         assert!(types.contains_key(family), "sample before its TYPE: {line}");
         if name.ends_with("_bucket") {
             buckets
@@ -354,13 +366,16 @@ fn prometheus_metrics_parse_and_buckets_are_cumulative() {
     lab.tcp_transactions(&listener, 100, 100, Duration::ZERO);
     std::thread::sleep(Duration::from_millis(1500)); // the page refreshes every second
     let mut c = TcpStream::connect(addr).unwrap();
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut resp = String::new();
     c.read_to_string(&mut resp).unwrap();
     let (head, body) = resp.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(
+        head.contains("application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
     let samples = check_prometheus_text(body);
     let reads: f64 = samples
         .iter()

@@ -10,10 +10,11 @@ use clap::{Args, ValueEnum};
 use latscope_core::model::Meta;
 use latscope_core::render::{OutputFormat, emit, emit_event};
 use latscope_core::units::parse_duration;
-use latscope_ebpf::prometheus::{self, MetricsServer};
+use latscope_ebpf::prometheus::{Snapshot, StackCollector};
 use latscope_ebpf::report::{self, ProbeHistogram, ProbeStamps, StackInterval, StackReport};
 use latscope_ebpf::session::RawHistogram;
 use latscope_ebpf::{Filters, GroupBy, HookMode, Probe, Session, StackConfig, sys};
+use latscope_exporter::{Limits, Server};
 
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
@@ -239,7 +240,7 @@ fn delta(now: &[RawHistogram], before: &[RawHistogram]) -> Vec<RawHistogram> {
 }
 
 /// The start-up line: how many probes attached, on which hooks, what is unavailable.
-fn attach_note(session: &Session, cfg: &StackConfig, server: Option<&MetricsServer>) -> String {
+fn attach_note(session: &Session, cfg: &StackConfig, server: Option<&Server>) -> String {
     let refused: Vec<String> = session
         .status()
         .iter()
@@ -349,9 +350,9 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let prom_addr = a
         .prometheus
         .as_deref()
-        .map(prometheus::parse_listen_addr)
+        .map(latscope_exporter::parse_listen_addr)
         .transpose()
-        .map_err(|e| exit::coded(exit::USAGE, e))?;
+        .map_err(|e| exit::coded(exit::USAGE, format!("--prometheus: {e}")))?;
     let format = a.output.format();
     let stop = stop_flag();
     let mut stdout = std::io::stdout().lock();
@@ -372,9 +373,12 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     }
     // Started after attaching: a bind failure is an error after attach, and the session's Drop
     // detaches everything on the way out.
+    let collector = std::sync::Arc::new(StackCollector::default());
     let server = prom_addr
         .map(|addr| {
-            MetricsServer::start(addr).map_err(|e| {
+            let mut registry = prometheus_client::registry::Registry::default();
+            registry.register_collector(Box::new(collector.clone()));
+            Server::start(addr, std::sync::Arc::new(registry), Limits::default()).map_err(|e| {
                 exit::because(
                     exit::SYSTEM,
                     format!("--prometheus: cannot listen on {addr}"),
@@ -406,16 +410,14 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
         }
         let now = Instant::now();
         let done = duration.is_some_and(|d| now.duration_since(started) >= d);
-        if let Some(srv) = &server
-            && (now.duration_since(last_prom) >= Duration::from_secs(1) || done)
-        {
+        if server.is_some() && (now.duration_since(last_prom) >= Duration::from_secs(1) || done) {
             let raw = view.read()?;
-            srv.update(prometheus::render(
-                &view.attached(),
-                &view.histograms(&raw),
-                &view.stamps()?,
-                cfg.group_by,
-            ));
+            collector.update(Snapshot {
+                attached: view.attached(),
+                histograms: view.histograms(&raw),
+                stamps: view.stamps()?,
+                group_by: cfg.group_by,
+            });
             last_prom = now;
         }
         if done {

@@ -4,7 +4,7 @@
 //! - [`probes`]: the registry (probe → implementations tried in order, with their semantics).
 //! - [`session`]: loads one BPF object per probe sharing one set of maps, attaches, reads maps.
 //! - [`report`]: the result model (`latscope stack --json`) and its human rendering.
-//! - [`prometheus`]: the text exposition of the histograms and a tiny `/metrics` server.
+//! - [`prometheus`]: the histograms as a `prometheus-client` collector (served by latscope-exporter).
 //!
 //! BPF sources live in `src/bpf/`; `build.rs` compiles them into a skeleton (libbpf-cargo).
 
