@@ -79,6 +79,101 @@ pub(crate) fn timestamps_text(prober: &dyn Prober, kernel: u64, total: u64) -> S
     )
 }
 
+/// What the answers so far add up to.
+#[derive(Default)]
+struct Tally {
+    received: u64,
+    lost: u64,
+    kernel_rtts: u64,
+    hist: LatencyHistogram,
+    kinds: BTreeMap<&'static str, u64>,
+    states: Vec<PortState>,
+    replies: Vec<PingReply>,
+}
+
+impl Tally {
+    /// Count one answer to probe `seq` with its RTT, hand it to `on_reply`, keep it while fewer
+    /// than `keep` are kept.
+    fn answer(
+        &mut self,
+        r: &Response,
+        seq: u64,
+        (rtt_ns, kernel): (u64, bool),
+        keep: usize,
+        on_reply: &mut dyn FnMut(&PingReply),
+    ) {
+        self.received += 1;
+        if kernel {
+            self.kernel_rtts += 1;
+        }
+        self.hist.record(rtt_ns.max(1));
+        *self.kinds.entry(r.kind.label()).or_default() += 1;
+        if let Some(s) = r.kind.port_state() {
+            self.states.push(s);
+        }
+        let reply = PingReply {
+            seq,
+            from: r.from.to_string(),
+            kind: r.kind,
+            flags: r.tcp_flags.map(packet::tcp_flag_letters),
+            ttl: r.ttl,
+            size: r.size as u64,
+            rtt_ns,
+            kernel_timestamps: kernel,
+        };
+        on_reply(&reply);
+        if self.replies.len() < keep {
+            self.replies.push(reply);
+        }
+    }
+
+    /// The report: probes still waiting when interrupted are neither answered nor lost.
+    fn report(
+        self,
+        prober: &dyn Prober,
+        ctx: PingContext,
+        elapsed_ns: u64,
+        interrupted: bool,
+    ) -> PingReport {
+        let sent = self.received + self.lost;
+        let mode = prober.mode();
+        let udp = mode == latscope_core::model::ping::ProbeMode::Udp;
+        PingReport {
+            meta: ctx.meta,
+            target: ctx.target,
+            address: ctx.address.to_string(),
+            port: ctx.port,
+            mode,
+            mode_reason: ctx.mode_reason,
+            timestamps: timestamps_text(prober, self.kernel_rtts, self.received),
+            payload_bytes: ctx.payload_bytes,
+            sent,
+            received: self.received,
+            lost: self.lost,
+            loss_percent: if sent == 0 {
+                0.0
+            } else {
+                self.lost as f64 * 100.0 / sent as f64
+            },
+            replies_by_kind: self
+                .kinds
+                .into_iter()
+                .map(|(k, n)| (k.to_string(), n))
+                .collect(),
+            rtt: self.hist.summary(),
+            port_state: ctx.port.map(|_| port_state(&self.states, udp)),
+            elapsed_ns,
+            rate_per_sec: if elapsed_ns == 0 {
+                0.0
+            } else {
+                sent as f64 * 1e9 / elapsed_ns as f64
+            },
+            replies: self.replies,
+            interrupted,
+        }
+    }
+}
+
 /// Ping with `prober` until `count` probes are done or `stop` is set; `on_reply` sees every
 /// answer as it arrives.
 pub fn ping(
@@ -97,11 +192,7 @@ pub fn ping(
     let mut next_send = start;
     let mut outstanding: VecDeque<(u16, u64, Instant)> = VecDeque::new();
     let mut seq: u64 = 0;
-    let (mut received, mut lost, mut kernel_rtts) = (0u64, 0u64, 0u64);
-    let mut hist = LatencyHistogram::new();
-    let mut kinds: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut states: Vec<PortState> = Vec::new();
-    let mut replies = Vec::new();
+    let mut tally = Tally::default();
     let mut responses: Vec<Response> = Vec::new();
     let mut interrupted = false;
     loop {
@@ -116,7 +207,7 @@ pub fn ping(
             }
             outstanding.pop_front();
             prober.forget(id);
-            lost += 1;
+            tally.lost += 1;
         }
         let more = opts.count.is_none_or(|c| seq < c);
         if !more && outstanding.is_empty() {
@@ -146,71 +237,16 @@ pub fn ping(
             let Some(pos) = outstanding.iter().position(|o| o.0 == r.id) else {
                 continue;
             };
-            let Some((rtt_ns, kernel)) = rtt_of(prober, &r) else {
+            let Some(rtt) = rtt_of(prober, &r) else {
                 continue;
             };
             let (_, probe_seq, _) = outstanding.remove(pos).unwrap_or((r.id, 0, now));
             prober.forget(r.id);
-            received += 1;
-            if kernel {
-                kernel_rtts += 1;
-            }
-            hist.record(rtt_ns.max(1));
-            *kinds.entry(r.kind.label()).or_default() += 1;
-            if let Some(s) = r.kind.port_state() {
-                states.push(s);
-            }
-            let reply = PingReply {
-                seq: probe_seq,
-                from: r.from.to_string(),
-                kind: r.kind,
-                flags: r.tcp_flags.map(packet::tcp_flag_letters),
-                ttl: r.ttl,
-                size: r.size as u64,
-                rtt_ns,
-                kernel_timestamps: kernel,
-            };
-            on_reply(&reply);
-            if replies.len() < opts.keep_replies {
-                replies.push(reply);
-            }
+            tally.answer(&r, probe_seq, rtt, opts.keep_replies, on_reply);
         }
     }
-    // Probes still waiting when interrupted are neither answered nor lost.
-    let sent = received + lost;
     let elapsed_ns = start.elapsed().as_nanos() as u64;
-    let udp = prober.mode() == latscope_core::model::ping::ProbeMode::Udp;
-    let port_state = ctx.port.map(|_| port_state(&states, udp));
-    let mode = prober.mode();
-    Ok(PingReport {
-        meta: ctx.meta,
-        target: ctx.target,
-        address: ctx.address.to_string(),
-        port: ctx.port,
-        mode,
-        mode_reason: ctx.mode_reason,
-        timestamps: timestamps_text(prober, kernel_rtts, received),
-        payload_bytes: ctx.payload_bytes,
-        sent,
-        received,
-        lost,
-        loss_percent: if sent == 0 {
-            0.0
-        } else {
-            lost as f64 * 100.0 / sent as f64
-        },
-        replies_by_kind: kinds.into_iter().map(|(k, n)| (k.to_string(), n)).collect(),
-        rtt: hist.summary(),
-        port_state,
-        elapsed_ns,
-        rate_per_sec: if elapsed_ns == 0 {
-            0.0
-        } else {
-            sent as f64 * 1e9 / elapsed_ns as f64
-        },
-        replies,
-        interrupted,
-    })
+    Ok(tally.report(prober, ctx, elapsed_ns, interrupted))
 }
 
 /// open if anything said open; closed if the host said nothing listens; otherwise filtered
