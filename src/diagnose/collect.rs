@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use latscope_core::Summary;
-use latscope_core::model::diagnose::{DiagnoseReport, Step, StepName, StepStatus, TargetKind};
+use latscope_core::model::diagnose::{
+    DiagnoseReport, Responsiveness, Step, StepName, StepStatus, TargetKind,
+};
 use latscope_net::sock::Target;
 
 use super::evidence::Evidence;
@@ -147,6 +149,13 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         findings,
         verdict,
         interrupted: cx.stopped(),
+        phases: c.evidence.phases,
+        responsiveness: c.evidence.under_load.as_ref().map(|u| Responsiveness {
+            idle_rpm: Responsiveness::rpm(u.idle.p50_ns),
+            loaded_rpm: Responsiveness::rpm(u.loaded.p50_ns),
+            load: u.load.describe(),
+        }),
+        max_time_ms: 0,
     };
     if let Some(why) = report.unmeasurable() {
         report.verdict = format!("not measured — {why}");

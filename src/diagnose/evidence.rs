@@ -2,7 +2,7 @@
 //! read by the rules. Absent steps leave their field `None`.
 
 use latscope_core::Summary;
-use latscope_core::model::diagnose::TargetKind;
+use latscope_core::model::diagnose::{RequestPhases, TargetKind};
 
 /// What the measurements found, by step.
 #[derive(Clone, Debug, Default)]
@@ -30,6 +30,8 @@ pub struct Evidence {
     pub capture: Option<CaptureEvidence>,
     /// Kernel receive-path latency of the server's packets (eBPF), medians in ns.
     pub stack: Option<StackEvidence>,
+    /// A URL request phase by phase (medians).
+    pub phases: Option<RequestPhases>,
 }
 
 /// Connect attempts of the handshakes step.
@@ -47,11 +49,45 @@ pub struct Concurrent {
     pub latency: Summary,
 }
 
-/// A small request's latency idle and under a bulk transfer.
+/// A small request's latency idle and under load.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UnderLoad {
     pub idle: Summary,
     pub loaded: Summary,
+    /// What loaded the path meanwhile.
+    pub load: Load,
+}
+
+/// The load of the latency-under-load step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Load {
+    /// A bulk TCP transfer to `latscope serve` (its rate, when measured).
+    Bulk { rate_bps: Option<f64> },
+    /// Concurrent requests of the HTTP engine: the top of its ramp.
+    Http {
+        connections: u32,
+        requests_per_sec: f64,
+        bytes_per_sec: f64,
+    },
+}
+
+impl Load {
+    /// e.g. "a bulk transfer at 9.4 Gbit/s", "32 concurrent GET (41k/s)".
+    pub fn describe(&self) -> String {
+        use latscope_core::units::format_bitrate;
+        match *self {
+            Load::Bulk { rate_bps: Some(r) } => format!("a bulk transfer at {}", format_bitrate(r)),
+            Load::Bulk { rate_bps: None } => "a bulk transfer".into(),
+            Load::Http {
+                connections,
+                requests_per_sec,
+                bytes_per_sec,
+            } => format!(
+                "{connections} concurrent GET ({requests_per_sec:.0}/s, {})",
+                format_bitrate(bytes_per_sec * 8.0)
+            ),
+        }
+    }
 }
 
 /// Per-hook medians of how long the server's received packets had waited (latscope stack).
@@ -113,4 +149,6 @@ pub struct ServerSockets {
     /// Connections with TCP_NODELAY off (Nagle on).
     pub nagle_on: usize,
     pub corked: usize,
+    /// The connections' send MSS from TCP_INFO (the largest), when read.
+    pub snd_mss: Option<u32>,
 }

@@ -9,6 +9,8 @@ pub mod rules;
 pub mod steps;
 
 use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis};
+use std::fmt::Write;
+
 use latscope_core::units::format_ns;
 
 use evidence::Evidence;
@@ -24,27 +26,74 @@ pub fn budget(ev: &Evidence) -> Budget {
             (Some(s), Some(pth)) => Some(s.p50_ns.saturating_sub(pth.p50_ns)),
             _ => None,
         },
+        server_app_ns: server_app_ns(ev),
     }
 }
 
-/// One sentence: the answer to "where does the latency come from?".
+/// The server's time before its first response byte that no TCP timer explains: the request
+/// phases' time to first byte beyond the path's round trip, or else the hosts' excess when the
+/// think-time rule attributes it to the application.
+fn server_app_ns(ev: &Evidence) -> Option<u64> {
+    if rules::timer_explains(ev) {
+        return None;
+    }
+    let path = ev.path.as_ref().map_or(0, |p| p.p50_ns);
+    if let Some(ph) = &ev.phases {
+        return Some(ph.ttfb_ns.saturating_sub(path));
+    }
+    rules::think_time(ev).map(|d| d.explains_ns)
+}
+
+/// One sentence: the answer to "where does the latency come from?", accounting for the
+/// budget — how much of a request the top finding explains, what it explains in turn, and
+/// with no finding where the time goes.
 pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
     if let Some(top) = findings.first() {
-        return format!(
-            "{} — {} of each request; fix on the {} side: {}",
+        let mut v = format!(
+            "{} — {} of each request",
             top.title,
-            format_ns(top.explains_ns as f64),
-            top.side.name(),
-            top.fix
+            format_ns(top.explains_ns as f64)
         );
+        if let Some(s) = budget
+            .single_request_ns
+            .filter(|&s| s >= top.explains_ns && s > 0)
+        {
+            let _ = write!(
+                v,
+                " ({:.0}% of its {})",
+                100.0 * top.explains_ns as f64 / s as f64,
+                format_ns(s as f64)
+            );
+        }
+        let effects: Vec<&str> = top
+            .causes
+            .iter()
+            .filter_map(|r| findings.iter().find(|f| f.rule == *r))
+            .map(|f| f.title.as_str())
+            .collect();
+        if !effects.is_empty() {
+            let _ = write!(v, "; this explains: {}", effects.join("; "));
+        }
+        let _ = write!(v, "; fix on the {} side: {}", top.side.name(), top.fix);
+        return v;
     }
     match (budget.single_request_ns, budget.path_rtt_ns, budget.host_ns) {
-        (Some(s), Some(p), Some(h)) => format!(
-            "no latency problem found: a request takes {} — {} network path, {} in the hosts (kernel and application)",
-            format_ns(s as f64),
-            format_ns(p as f64),
-            format_ns(h as f64)
-        ),
+        (Some(s), Some(p), Some(h)) => {
+            let mut v = format!(
+                "no latency problem found: a request takes {} — {} network path, {} in the hosts (kernel and application)",
+                format_ns(s as f64),
+                format_ns(p as f64),
+                format_ns(h as f64)
+            );
+            if let Some(a) = budget.server_app_ns.filter(|&a| a > 0) {
+                let _ = write!(
+                    v,
+                    ", of which {} is the server's own time before its first response byte",
+                    format_ns(a as f64)
+                );
+            }
+            v
+        }
         (None, Some(p), _) => format!(
             "no problem on the path (connect RTT {}); the application was not measured",
             format_ns(p as f64)

@@ -10,7 +10,7 @@ pub use super::evidence::*;
 /// A rule: the evidence in, a finding out when it fires.
 pub type Rule = fn(&Evidence) -> Option<Diagnosis>;
 
-/// Rules in the order they are tried; the report ranks what fires by latency explained.
+/// Rules in the order they are tried; the report ranks what fires by [`rank`].
 pub const RULES: &[Rule] = &[
     nagle_delayed_ack,
     think_time,
@@ -22,13 +22,112 @@ pub const RULES: &[Rule] = &[
     socket_read_wait,
     bufferbloat,
     path_dominates,
+    slow_dns,
+    slow_tls,
 ];
 
-/// Apply every rule, most latency explained first.
+/// Apply every rule, then rank: root causes first (most latency explained first), each
+/// consequence linked to its cause (see [`CHAINS`]).
 pub fn apply(e: &Evidence) -> Vec<Diagnosis> {
-    let mut out: Vec<Diagnosis> = RULES.iter().filter_map(|r| r(e)).collect();
-    out.sort_by_key(|f| std::cmp::Reverse(f.explains_ns));
-    out
+    rank(e, RULES.iter().filter_map(|r| r(e)).collect())
+}
+
+/// One finding explaining another: `cause` makes `effect` happen, when `holds` says the
+/// figures fit (the cause is large enough to account for the effect).
+pub struct Link {
+    pub cause: RuleId,
+    pub effect: RuleId,
+    pub holds: fn(&Evidence, &Diagnosis, &Diagnosis) -> bool,
+}
+
+/// The causal links between findings. A kernel that makes every packet wait makes requests
+/// queue behind each other and shows up as host time; Nagle's held segments are what the
+/// delayed ACKs release; loss on the path drops SYNs too, while SYN drops alone are the
+/// retransmissions a capture sees.
+pub const CHAINS: &[Link] = &[
+    Link {
+        cause: RuleId::PreTcpKernel,
+        effect: RuleId::SocketQueueing,
+        // Each request is at least two packets through the slow path, and the concurrent
+        // requests wait for each other's: the kernel accounts for the queueing when that
+        // covers half of it.
+        holds: |e, c, q| {
+            let n = e
+                .concurrent
+                .as_ref()
+                .map_or(1, |c| u64::from(c.connections));
+            c.explains_ns.saturating_mul(2 * n) * 2 >= q.explains_ns
+        },
+    },
+    Link {
+        cause: RuleId::PreTcpKernel,
+        effect: RuleId::ThinkTime,
+        holds: |_, c, t| c.explains_ns.saturating_mul(2) * 2 >= t.explains_ns,
+    },
+    Link {
+        cause: RuleId::PreTcpKernel,
+        effect: RuleId::SocketReadWait,
+        holds: |e, c, w| {
+            let n = e
+                .concurrent
+                .as_ref()
+                .map_or(1, |c| u64::from(c.connections));
+            c.explains_ns.saturating_mul(2 * n) * 2 >= w.explains_ns
+        },
+    },
+    Link {
+        cause: RuleId::NagleDelayedAck,
+        effect: RuleId::DelayedAck,
+        holds: |_, _, _| true,
+    },
+    Link {
+        cause: RuleId::Retransmissions,
+        effect: RuleId::SlowHandshake,
+        holds: |e, _, _| e.capture.as_ref().is_some_and(loss_rate_material),
+    },
+    Link {
+        cause: RuleId::SlowHandshake,
+        effect: RuleId::Retransmissions,
+        holds: |e, _, _| !e.capture.as_ref().is_some_and(loss_rate_material),
+    },
+    Link {
+        cause: RuleId::SocketReadWait,
+        effect: RuleId::SocketQueueing,
+        holds: |_, _, _| true,
+    },
+];
+
+/// Order findings so that the root cause comes first: findings another finding explains are
+/// marked `caused_by` it and ranked after every root cause; within each group, most latency
+/// explained first.
+pub fn rank(e: &Evidence, mut found: Vec<Diagnosis>) -> Vec<Diagnosis> {
+    found.sort_by_key(|f| std::cmp::Reverse(f.explains_ns));
+    for link in CHAINS {
+        let (Some(ci), Some(ei)) = (
+            found.iter().position(|f| f.rule == link.cause),
+            found.iter().position(|f| f.rule == link.effect),
+        ) else {
+            continue;
+        };
+        // One cause per effect, and no cycles: an effect already explained, or a cause that is
+        // itself this effect's consequence, is left alone.
+        if found[ei].caused_by.is_some() || found[ci].caused_by == Some(link.effect) {
+            continue;
+        }
+        if !(link.holds)(e, &found[ci], &found[ei]) {
+            continue;
+        }
+        let cause_title = found[ci].title.clone();
+        found[ei].caused_by = Some(link.cause);
+        found[ei].evidence.push(format!(
+            "explained by another finding: {cause_title} [{}]",
+            link.cause.name()
+        ));
+        found[ci].causes.push(link.effect);
+    }
+    // Stable: within roots and within consequences the order by latency stays.
+    found.sort_by_key(|f| f.caused_by.is_some());
+    found
 }
 
 /// Excess of the single-request median over the path median (time spent in the hosts).
@@ -38,30 +137,74 @@ fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
     Some((single, path, single.saturating_sub(path)))
 }
 
+/// A loss rate that matters: at least one retransmission per 1000 frames.
+fn loss_rate_material(c: &CaptureEvidence) -> bool {
+    c.retransmissions > 0 && c.retransmissions * 1000 >= c.frames.max(1)
+}
+
+/// The capture shows Nagle-held segments released by delayed ACKs in most transactions.
+fn wire_nagle(e: &Evidence) -> Option<(&CaptureEvidence, NagleStalls)> {
+    let c = e.capture.as_ref()?;
+    let n = c.nagle?;
+    (c.transactions > 0 && n.total.count * 2 >= c.transactions).then_some((c, n))
+}
+
+/// The capture shows segments released by delayed ACKs (classified "without Nagle") in most
+/// transactions, while the server's own sockets have TCP_NODELAY off: Nagle is on at the
+/// sender, so the held segments are Nagle's whatever their size looked like on the wire.
+fn wire_delayed_ack_with_server_nagle(e: &Evidence) -> Option<(&CaptureEvidence, StallTotal)> {
+    let c = e.capture.as_ref()?;
+    let d = c.delayed_ack?;
+    let nagle_on = e.server_sockets.as_ref().is_some_and(|s| s.nagle_on > 0);
+    (nagle_on && c.transactions > 0 && d.count * 2 >= c.transactions).then_some((c, d))
+}
+
+/// TCP_QUICKACK on the client made requests at least 20% faster: a delayed ACK was in the way.
+fn quickack_helped(e: &Evidence) -> bool {
+    match (&e.quickack, &e.single) {
+        (Some(q), Some(s)) => (q.p50_ns as f64) < 0.8 * s.p50_ns as f64,
+        _ => false,
+    }
+}
+
+/// A TCP timer, with evidence, explains the hosts' excess: the quick-ack experiment removed
+/// it, or the wire shows delayed-ACK releases in most transactions.
+pub(crate) fn timer_explains(e: &Evidence) -> bool {
+    quickack_helped(e)
+        || wire_nagle(e).is_some()
+        || e.capture.as_ref().is_some_and(|c| {
+            c.delayed_ack
+                .is_some_and(|d| c.transactions > 0 && d.count * 2 >= c.transactions)
+        })
+}
+
 /// Nagle × delayed ACK: requests take ~40 ms more than the path, and the stall disappears when
-/// the client ACKs at once (TCP_QUICKACK). The server's Nagle algorithm held the rest of a
-/// response until the client ACKed the first part; the client, with nothing to send, delayed
-/// that ACK (TCP_ATO_MIN = 40 ms on Linux). The server is the side to fix.
+/// the client ACKs at once (TCP_QUICKACK), or the wire shows it. The server's Nagle algorithm
+/// held the rest of a response until the client ACKed the first part; the client, with nothing
+/// to send, delayed that ACK (TCP_ATO_MIN = 40 ms on Linux). The server is the side to fix.
 pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
     let (single, path, excess) = host_excess(e)?;
-    if !matches!(
-        TcpTimer::classify(excess),
-        Some(TcpTimer::DelayedAckMin | TcpTimer::DelayedAckMaxOrRtoMin)
-    ) {
+    // The stall is the excess, or what TCP_QUICKACK removed from it (when the server also
+    // thinks, the excess is the timer plus that).
+    let removed = e
+        .quickack
+        .as_ref()
+        .filter(|_| quickack_helped(e))
+        .map(|q| single.saturating_sub(q.p50_ns));
+    let timer_shaped = |ns: u64| TcpTimer::classify(ns).is_some_and(TcpTimer::is_delayed_ack);
+    if !timer_shaped(excess) && !removed.is_some_and(timer_shaped) {
         return None;
     }
-    // Decisive evidence, either way: an immediate ACK from the client removes the stall, or
-    // the capture shows Nagle-held segments released by delayed ACKs in most transactions.
+    // Decisive evidence, any of: an immediate ACK from the client removes the stall; the
+    // capture shows Nagle-held segments released by delayed ACKs in most transactions; or it
+    // shows delayed-ACK releases and the server's sockets have Nagle on.
     let quick = e
         .quickack
         .as_ref()
         .map(|q| q.p50_ns)
         .filter(|q| q.saturating_mul(10) <= single);
-    let wire = e.capture.as_ref().and_then(|c| {
-        c.nagle
-            .filter(|n| c.transactions > 0 && n.total.count * 2 >= c.transactions)
-    });
-    if quick.is_none() && wire.is_none() {
+    let delack_nagle = wire_delayed_ack_with_server_nagle(e);
+    if quick.is_none() && wire_nagle(e).is_none() && delack_nagle.is_none() {
         return None;
     }
     let mut evidence = vec![
@@ -97,6 +240,19 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
         ));
         confidence = 0.95;
     }
+    if let Some((c, d)) = delack_nagle {
+        evidence.push(format!(
+            "on the wire: {} of {} transactions waited for a delayed ACK ({} in all); with Nagle on at the server, those held segments are Nagle's{}",
+            d.count,
+            c.transactions,
+            format_ns(d.lost_ns as f64),
+            e.server_sockets
+                .as_ref()
+                .and_then(|s| s.snd_mss)
+                .map(|m| format!(" (the connection's MSS is {m} B: a response smaller than that is one \"small\" segment)"))
+                .unwrap_or_default()
+        ));
+    }
     if let Some(ss) = &e.server_sockets
         && ss.connections > 0
     {
@@ -120,54 +276,111 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
     Some(Diagnosis {
         rule: RuleId::NagleDelayedAck,
         title: "Nagle × delayed ACK: the server holds part of each response until the client's delayed ACK".into(),
-        explains_ns: single.saturating_sub(quick.unwrap_or(path)),
+        // With TCP_QUICKACK the stall goes and what is left is someone else's (e.g. think
+        // time); without the experiment, the hosts' whole excess.
+        explains_ns: single.saturating_sub(
+            e.quickack
+                .as_ref()
+                .filter(|_| quickack_helped(e))
+                .map_or(path, |q| q.p50_ns),
+        ),
         confidence,
         side: Side::Server,
         evidence,
         fix: "server: set TCP_NODELAY (nginx: `tcp_nodelay on`) or write each response in one call; client: re-arm TCP_QUICKACK after every read where the server cannot be changed".into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
-/// Application think time: the hosts add milliseconds that no TCP timer explains and that
-/// TCP_QUICKACK does not change. The server spends the time before answering.
+/// Application think time: the time before the first response byte that no TCP timer on the
+/// wire explains is the server's own (its application). It fires whenever the hosts add
+/// ≥ 1 ms and ≥ 5× the path and no timer is shown to be the cause (the quick-ack experiment
+/// changed nothing, the capture shows no delayed-ACK releases). An excess of a timer's length
+/// without that evidence is still reported — with a lower confidence and a line saying which
+/// experiment would tell — rather than "no problem" while the hosts add 1,000× the path.
 pub fn think_time(e: &Evidence) -> Option<Diagnosis> {
-    let (single, path, excess) = host_excess(e)?;
+    let (single, path, host) = host_excess(e)?;
+    // What a delayed ACK explains is not the application's: when one is shown, what is left is
+    // the time with TCP_QUICKACK on (a server can have both Nagle and think time).
+    let excess = if timer_explains(e) {
+        match &e.quickack {
+            Some(q) if quickack_helped(e) => q.p50_ns.saturating_sub(path),
+            _ => return None,
+        }
+    } else {
+        host
+    };
     if excess < 1_000_000 || excess < 5 * path {
         return None;
     }
-    if e.capture.as_ref().is_some_and(|c| {
-        c.nagle
-            .is_some_and(|n| n.total.count * 2 >= c.transactions.max(1))
-    }) {
-        return None;
+    let timer = TcpTimer::classify(excess).filter(|t| t.is_delayed_ack());
+    let mut evidence = vec![
+        format!(
+            "one request: p50 {} against a path RTT of {}",
+            format_ns(single as f64),
+            format_ns(path as f64)
+        ),
+        match timer {
+            None => format!(
+                "the hosts add {}, and no TCP timer has that length",
+                format_ns(excess as f64)
+            ),
+            Some(_) => format!(
+                "the hosts add {} ({}), yet no delayed ACK is shown to cause it",
+                format_ns(excess as f64),
+                describe_stall(excess)
+            ),
+        },
+        match &e.quickack {
+            Some(q) if excess < host => format!(
+                "with TCP_QUICKACK on the client requests still take {} (p50): beyond the delayed ACK, {} is the server's",
+                format_ns(q.p50_ns as f64),
+                format_ns(excess as f64)
+            ),
+            Some(q) => format!(
+                "TCP_QUICKACK on the client leaves it unchanged (p50 {}): not a delayed ACK",
+                format_ns(q.p50_ns as f64)
+            ),
+            None => "the quick-ack experiment did not run".into(),
+        },
+    ];
+    if let Some(c) = &e.capture {
+        evidence.push(format!(
+            "on the wire: {} transactions{}",
+            c.transactions,
+            c.think
+                .map(|t| format!(
+                    "; {} waited for the server's first response byte ({} in all)",
+                    t.count,
+                    format_ns(t.lost_ns as f64)
+                ))
+                .unwrap_or_default()
+        ));
     }
-    if TcpTimer::classify(excess).is_some() {
-        // A timer-shaped excess: Nagle/delayed-ACK territory, unless quick-ack left it alone.
-        let quick = e.quickack.as_ref()?.p50_ns;
-        if quick.saturating_mul(10) <= single {
-            return None;
-        }
+    if let Some(ph) = &e.phases {
+        evidence.push(format!(
+            "request phases: time to first byte {} of which {} beyond the path's round trip",
+            format_ns(ph.ttfb_ns as f64),
+            format_ns(ph.ttfb_ns.saturating_sub(path) as f64)
+        ));
     }
-    if let Some(q) = &e.quickack
-        && (q.p50_ns as f64) < 0.8 * single as f64
-    {
-        return None;
-    }
+    let ruled_out = e.quickack.is_some() || e.capture.is_some();
+    let confidence = match (ruled_out, timer) {
+        (true, _) => 0.8,
+        (false, None) => 0.65,
+        (false, Some(_)) => 0.5,
+    };
     Some(Diagnosis {
         rule: RuleId::ThinkTime,
-        title: "application think time: the server takes milliseconds before it answers".into(),
+        title: "server application time: the server takes milliseconds before its first response byte".into(),
         explains_ns: excess,
-        confidence: if e.quickack.is_some() { 0.8 } else { 0.6 },
+        confidence,
         side: Side::Server,
-        evidence: vec![
-            format!("one request: p50 {} against a path RTT of {}", format_ns(single as f64), format_ns(path as f64)),
-            format!("the hosts add {}, and no TCP timer has that length", format_ns(excess as f64)),
-            match &e.quickack {
-                Some(q) => format!("TCP_QUICKACK on the client leaves it unchanged (p50 {}): not a delayed ACK", format_ns(q.p50_ns as f64)),
-                None => "the quick-ack experiment did not run".into(),
-            },
-        ],
+        evidence,
         fix: "profile the server's request handling (the time is spent before the first response byte); look for slow back-ends, locks or synchronous I/O".into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
@@ -195,6 +408,8 @@ pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
             format!("{n} at once: p50 {} — {:.1}× longer, close to {n}× (serialised)", format_ns(conc.p50_ns as f64), ratio),
         ],
         fix: "add workers (nginx `worker_processes`, more threads or processes) or make request handling concurrent".into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
@@ -219,6 +434,8 @@ pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
             "a ~1 s step is the initial retransmission timeout of a dropped SYN".into(),
         ],
         fix: "check the listen backlog (`ss -ltn` Recv-Q vs Send-Q, net.core.somaxconn, the listen() backlog) and `nstat` ListenOverflows/ListenDrops; accept connections faster".into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
@@ -233,7 +450,7 @@ pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
     // retransmissions among a hundred thousand frames explains nothing.
     let per_request = rto_lost.checked_div(c.transactions).unwrap_or(rto_lost);
     let median = e.single.as_ref().map(|s| s.p50_ns).unwrap_or(0);
-    let rate_material = c.retransmissions * 1000 >= c.frames.max(1);
+    let rate_material = loss_rate_material(c);
     let time_material = per_request >= 100_000 && per_request * 10 >= median;
     if c.retransmissions == 0 || !(rate_material || time_material) {
         return None;
@@ -251,6 +468,8 @@ pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
             format_ns(rto_lost as f64)
         )],
         fix: "find where packets are dropped: `nstat`/`ip -s link` on both hosts, interface errors, queue drops (`tc -s qdisc`), firewall rules; losses on a path you don't own need its operator".into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
@@ -267,6 +486,11 @@ pub fn delayed_ack(e: &Evidence) -> Option<Diagnosis> {
     if n * 10 < c.transactions.max(1) || per_request < 1_000_000 {
         return None;
     }
+    // With Nagle on at the server, the held data is Nagle's: `nagle_delayed_ack` names it
+    // and sends the user to the server, not the client.
+    if e.server_sockets.as_ref().is_some_and(|s| s.nagle_on > 0) {
+        return None;
+    }
     Some(Diagnosis {
         rule: RuleId::DelayedAck,
         title: "delayed ACKs hold data back (without Nagle)".into(),
@@ -279,6 +503,8 @@ pub fn delayed_ack(e: &Evidence) -> Option<Diagnosis> {
             format_ns(lost as f64)
         )],
         fix: "the receiver (client) should ACK at once: re-arm TCP_QUICKACK after reads, or per route `ip route change … quickack 1`; the sender can avoid waiting on ACKs by writing each message in one call".into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
@@ -304,6 +530,8 @@ pub fn pre_tcp_kernel(e: &Evidence) -> Option<Diagnosis> {
             format_ns(gap)
         )],
         fix: "count and trim the netfilter rules on the input path (`nft list ruleset | wc -l`, `iptables-save | wc -l`); remove redundant ones, use sets instead of long rule chains".into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
@@ -328,30 +556,76 @@ pub fn socket_read_wait(e: &Evidence) -> Option<Diagnosis> {
             st.read_bucket.as_ref().map(|b| format!(", bucket {b}")).unwrap_or_default()
         )],
         fix: "add workers (nginx `worker_processes`), or find what keeps the workers from reading (blocking calls, CPU starvation)".into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
-/// Bufferbloat: a bulk transfer on the same path multiplies a small request's latency — it
-/// waits behind the bulk data in an oversized queue.
+/// Latency under load counts when the loaded median is at least this many times the idle one
+/// (responsiveness in round trips per minute falls to a fifth)…
+const LOAD_RATIO: f64 = 5.0;
+/// …and the load adds at least this much: below it, a busy host's scheduling noise.
+const LOAD_FLOOR_NS: u64 = 2_000_000;
+/// A loaded round trip this much longer counts whatever the ratio (on a long path, 100 ms →
+/// 300 ms is 3× but 200 ms that anyone notices), provided it at least adds half the idle figure.
+const LOAD_ABSOLUTE_NS: u64 = 50_000_000;
+
+/// Whether a probe going from `idle_ns` to `loaded_ns` under load is a finding: both relative
+/// and absolute thresholds (compare the IETF responsiveness method and flent's RRUL, which
+/// judge the loaded round trip against the idle one): 24 µs → 4 ms (167×, +4 ms) counts;
+/// 30 µs → 300 µs (10×, +0.27 ms) does not; 100 ms → 300 ms does.
+pub fn inflated(idle_ns: u64, loaded_ns: u64) -> bool {
+    let added = loaded_ns.saturating_sub(idle_ns);
+    let ratio = loaded_ns as f64 / idle_ns.max(1) as f64;
+    (added >= LOAD_FLOOR_NS && ratio >= LOAD_RATIO) || (added >= LOAD_ABSOLUTE_NS && ratio >= 1.5)
+}
+
+/// Latency under load: the load on the same path multiplies a small request's latency — it
+/// waits behind the load's data in a queue. Under a bulk transfer that queue is the path's
+/// (bufferbloat); under the HTTP engine's concurrent requests, it is the one the probe shares
+/// with them, which for a URL target may be the server's.
 pub fn bufferbloat(e: &Evidence) -> Option<Diagnosis> {
-    let UnderLoad { idle, loaded } = e.under_load.as_ref()?;
-    let added = loaded.p50_ns.saturating_sub(idle.p50_ns);
-    if loaded.p50_ns < 5 * idle.p50_ns.max(1) || added < 5_000_000 {
+    let UnderLoad { idle, loaded, load } = e.under_load.as_ref()?;
+    if !inflated(idle.p50_ns, loaded.p50_ns) {
         return None;
     }
+    let added = loaded.p50_ns.saturating_sub(idle.p50_ns);
+    let rpm = latscope_core::model::diagnose::Responsiveness::rpm;
+    let (title, side, fix) = match load {
+        Load::Bulk { .. } => (
+            "latency under load: bulk traffic makes small requests wait in a queue (bufferbloat)",
+            Side::Network,
+            "use an AQM on the bottleneck (`tc qdisc replace dev IFACE root fq_codel` or cake), shrink oversized queues (tbf/htb limit, BQL); separate bulk and interactive traffic",
+        ),
+        Load::Http { .. } => (
+            "latency under load: a request waits behind the others while the server is loaded",
+            Side::Both,
+            "if the load's bytes fill the path, use an AQM on the bottleneck (fq_codel, cake); otherwise the server queues requests: more workers, admission control, or shorter per-request work",
+        ),
+    };
     Some(Diagnosis {
         rule: RuleId::Bufferbloat,
-        title: "latency under load: bulk traffic makes small requests wait in a queue (bufferbloat)".into(),
+        title: title.into(),
         explains_ns: added,
         confidence: 0.8,
-        side: Side::Network,
-        evidence: vec![format!(
-            "a 64 B request/response: p50 {} idle, {} while a bulk transfer runs ({:.0}×)",
-            format_ns(idle.p50_ns as f64),
-            format_ns(loaded.p50_ns as f64),
-            loaded.p50_ns as f64 / idle.p50_ns.max(1) as f64
-        )],
-        fix: "use an AQM on the bottleneck (`tc qdisc replace dev IFACE root fq_codel` or cake), shrink oversized queues (tbf/htb limit, BQL); separate bulk and interactive traffic".into(),
+        side,
+        evidence: vec![
+            format!(
+                "a small request: p50 {} idle, {} while {} runs ({:.0}×)",
+                format_ns(idle.p50_ns as f64),
+                format_ns(loaded.p50_ns as f64),
+                load.describe(),
+                loaded.p50_ns as f64 / idle.p50_ns.max(1) as f64
+            ),
+            format!(
+                "responsiveness: {:.0} round trips per minute idle, {:.0} under load",
+                rpm(idle.p50_ns),
+                rpm(loaded.p50_ns)
+            ),
+        ],
+        fix: fix.into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
@@ -374,6 +648,73 @@ pub fn path_dominates(e: &Evidence) -> Option<Diagnosis> {
             100.0 * path as f64 / single.max(1) as f64
         )],
         fix: "shorten the path (closer server, fewer hops, a CDN) or make fewer round trips per request (keep-alive, pipelining, batching)".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// A phase dominates when it is at least this share of the whole request…
+const PHASE_SHARE: f64 = 1.0 / 3.0;
+/// …and at least this long.
+const PHASE_FLOOR_NS: u64 = 1_000_000;
+
+/// Slow name resolution: the DNS lookup is a large share of a URL request (paid on every new
+/// connection whose name is not cached).
+pub fn slow_dns(e: &Evidence) -> Option<Diagnosis> {
+    let ph = e.phases.as_ref()?;
+    let total = ph.total_ns();
+    if ph.dns_ns < PHASE_FLOOR_NS || (ph.dns_ns as f64) < PHASE_SHARE * total as f64 {
+        return None;
+    }
+    Some(Diagnosis {
+        rule: RuleId::SlowDns,
+        title: "slow name resolution: the DNS lookup dominates a new connection's request".into(),
+        explains_ns: ph.dns_ns,
+        confidence: 0.85,
+        side: Side::Client,
+        evidence: vec![format!(
+            "request phases (median of {}): DNS {} of a {} request ({:.0}%)",
+            ph.requests,
+            format_ns(ph.dns_ns as f64),
+            format_ns(total as f64),
+            100.0 * ph.dns_ns as f64 / total.max(1) as f64
+        )],
+        fix: "check the resolver (`resolvectl status`, /etc/resolv.conf: the first nameserver answers slowly or times out); use a local caching resolver, or keep connections alive so the lookup is rare".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// A slow TLS handshake: beyond its two round trips at most (TLS 1.2; 1.3 needs one), the
+/// handshake spends milliseconds — the server's key exchange and signature, a long
+/// certificate chain, or OCSP fetched inline.
+pub fn slow_tls(e: &Evidence) -> Option<Diagnosis> {
+    let ph = e.phases.as_ref()?;
+    let tls = ph.tls_ns?;
+    let path = e.path.as_ref().map_or(ph.connect_ns, |p| p.p50_ns);
+    let beyond = tls.saturating_sub(2 * path);
+    let total = ph.total_ns();
+    if beyond < PHASE_FLOOR_NS || (tls as f64) < PHASE_SHARE * total as f64 {
+        return None;
+    }
+    Some(Diagnosis {
+        rule: RuleId::SlowTls,
+        title: "slow TLS handshake: the server spends milliseconds setting up each connection".into(),
+        explains_ns: beyond,
+        confidence: 0.8,
+        side: Side::Server,
+        evidence: vec![format!(
+            "request phases (median of {}): TLS handshake {} of a {} request ({:.0}%), {} beyond two round trips of the path ({} each)",
+            ph.requests,
+            format_ns(tls as f64),
+            format_ns(total as f64),
+            100.0 * tls as f64 / total.max(1) as f64,
+            format_ns(beyond as f64),
+            format_ns(path as f64)
+        )],
+        fix: "on the server: an ECDSA certificate instead of a large RSA key, a short chain, OCSP stapling, TLS 1.3 and session resumption; on the client, reuse connections".into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
@@ -571,6 +912,7 @@ mod tests {
         e.under_load = Some(UnderLoad {
             idle: s(20_000),
             loaded: s(180_000),
+            load: Load::Bulk { rate_bps: None },
         });
         let f = bufferbloat(&e).expect("fires");
         assert_eq!(f.side, Side::Network);
@@ -579,6 +921,191 @@ mod tests {
             ranked[0].rule,
             RuleId::Bufferbloat,
             "ranked by latency explained"
+        );
+    }
+
+    /// Issue 15 item 3: 15 ms before the first byte on a 12 µs path is the server's time, even
+    /// without the quick-ack experiment or a capture (15 ms is also the edge of the coarse
+    /// delayed-ACK band), and never "no problem".
+    #[test]
+    fn server_time_is_named_without_timer_evidence() {
+        let mut e = base(12, 15_012);
+        let f = think_time(&e).expect("fires");
+        assert_eq!(f.side, Side::Server);
+        assert_eq!(f.explains_ns, 15_000_000);
+        assert_eq!(apply(&e)[0].rule, RuleId::ThinkTime);
+        // A capture without delayed-ACK releases strengthens it.
+        e.capture = Some(CaptureEvidence {
+            frames: 400,
+            transactions: 100,
+            think: stalls(100, 1_500_000_000),
+            ..CaptureEvidence::default()
+        });
+        assert!(think_time(&e).expect("fires").confidence >= 0.8);
+        // A timer shown on the wire takes it away.
+        e.capture = Some(CaptureEvidence {
+            frames: 400,
+            transactions: 100,
+            delayed_ack: stalls(90, 1_500_000_000),
+            ..CaptureEvidence::default()
+        });
+        assert_eq!(think_time(&e), None);
+        // So does a quick-ack experiment that removed it.
+        let mut e = base(12, 40_012);
+        e.quickack = Some(s(30));
+        assert_eq!(think_time(&e), None);
+        // Phases give the budget its application share.
+        let mut e = base(12, 15_012);
+        e.phases = Some(latscope_core::model::diagnose::RequestPhases {
+            requests: 5,
+            dns_ns: 3_000,
+            connect_ns: 20_000,
+            tls_ns: None,
+            ttfb_ns: 15_010_000,
+            transfer_ns: 1_000,
+        });
+        let b = crate::diagnose::budget(&e);
+        assert_eq!(b.server_app_ns, Some(14_998_000));
+        let v = crate::diagnose::verdict(&apply(&e), &b);
+        assert!(v.starts_with("server application time"), "{v}");
+        assert!(v.contains("(100% of its 15ms)"), "{v}");
+    }
+
+    /// Issue 15 item 2: delayed-ACK releases on the wire while the server's sockets have
+    /// TCP_NODELAY off are Nagle × delayed ACK, fixed on the server, not "delayed ACK alone".
+    #[test]
+    fn delayed_acks_with_server_nagle_on_are_nagle() {
+        let mut e = base(20, 40_100);
+        e.capture = Some(CaptureEvidence {
+            frames: 400,
+            transactions: 50,
+            delayed_ack: stalls(48, 1_920_000_000),
+            ..CaptureEvidence::default()
+        });
+        // Without the server's sockets: delayed ACK alone, on the client.
+        assert_eq!(apply(&e)[0].rule, RuleId::DelayedAck);
+        assert_eq!(nagle_delayed_ack(&e), None);
+        e.server_sockets = Some(ServerSockets {
+            process: "python3[77]".into(),
+            connections: 1,
+            nagle_on: 1,
+            corked: 0,
+            snd_mss: Some(65_483),
+        });
+        let all = apply(&e);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0].rule, RuleId::NagleDelayedAck);
+        assert_eq!(all[0].side, Side::Server);
+        assert!(all[0].evidence.iter().any(|l| l.contains("65483 B")));
+        // Nagle off at the server: back to the client's delayed ACK.
+        e.server_sockets.as_mut().unwrap().nagle_on = 0;
+        assert_eq!(apply(&e)[0].rule, RuleId::DelayedAck);
+    }
+
+    /// Issue 15 item 5: relative inflation counts, with a floor.
+    #[test]
+    fn latency_under_load_thresholds() {
+        assert!(inflated(24_000, 4_000_000), "167×, +4 ms");
+        assert!(
+            !inflated(30_000, 300_000),
+            "10× but +0.27 ms: scheduling noise"
+        );
+        assert!(!inflated(1_000_000, 2_900_000), "+1.9 ms, 2.9×");
+        assert!(inflated(100_000_000, 300_000_000), "3×, +200 ms");
+        assert!(!inflated(100_000_000, 130_000_000), "+30 ms on 100 ms");
+        let mut e = base(24, 60);
+        e.under_load = Some(UnderLoad {
+            idle: s(24),
+            loaded: s(4_000),
+            load: Load::Bulk {
+                rate_bps: Some(1e9),
+            },
+        });
+        let f = bufferbloat(&e).expect("fires");
+        assert!(
+            f.evidence[1].contains("2500000 round trips per minute idle, 15000 under load"),
+            "{:?}",
+            f.evidence
+        );
+    }
+
+    /// Issue 15 item 10: the kernel's per-packet delay is the root cause of the queueing it
+    /// produces, even when the queueing explains more latency per request.
+    #[test]
+    fn the_root_cause_ranks_first() {
+        let mut e = base(30, 500);
+        e.concurrent = Some(Concurrent {
+            connections: 8,
+            latency: s(3_800),
+        });
+        e.stack = Some(StackEvidence {
+            packets: 400,
+            ip_start_ns: Some(2_000.0),
+            tcp_start_ns: Some(202_000.0),
+            ..StackEvidence::default()
+        });
+        let all = apply(&e);
+        let rules: Vec<RuleId> = all.iter().map(|f| f.rule).collect();
+        assert_eq!(rules, vec![RuleId::PreTcpKernel, RuleId::SocketQueueing]);
+        assert_eq!(all[1].caused_by, Some(RuleId::PreTcpKernel));
+        assert_eq!(all[0].causes, vec![RuleId::SocketQueueing]);
+        let v = crate::diagnose::verdict(&all, &crate::diagnose::budget(&e));
+        assert!(v.contains("this explains: requests wait"), "{v}");
+        // A kernel delay far too small to account for the queueing explains nothing.
+        e.stack.as_mut().unwrap().tcp_start_ns = Some(27_000.0);
+        let all = apply(&e);
+        assert_eq!(all[0].rule, RuleId::SocketQueueing);
+        assert!(all.iter().all(|f| f.caused_by.is_none()));
+    }
+
+    #[test]
+    fn dns_and_tls_when_they_dominate() {
+        let ph = |dns_ms: u64, tls_ms: Option<u64>| latscope_core::model::diagnose::RequestPhases {
+            requests: 5,
+            dns_ns: dns_ms * 1_000_000,
+            connect_ns: 100_000,
+            tls_ns: tls_ms.map(|t| t * 1_000_000),
+            ttfb_ns: 300_000,
+            transfer_ns: 10_000,
+        };
+        let mut e = base(50, 300);
+        e.phases = Some(ph(200, None));
+        assert_eq!(slow_dns(&e).expect("fires").side, Side::Client);
+        e.phases = Some(ph(0, Some(30)));
+        let f = slow_tls(&e).expect("fires");
+        assert_eq!(f.explains_ns, 30_000_000 - 100_000);
+        // A fast handshake on a slow path is the path's.
+        e.path = Some(s(20_000));
+        e.phases = Some(ph(0, Some(40)));
+        assert_eq!(slow_tls(&e), None);
+        e.phases = Some(ph(0, Some(1)));
+        assert_eq!(slow_dns(&e), None);
+    }
+
+    /// A server with Nagle on that also thinks 15 ms: the delayed ACK and the think time are
+    /// both named, each with its own share (the Python http.server case: head and body in two
+    /// writes, 15 ms of work).
+    #[test]
+    fn nagle_and_think_time_split_the_budget() {
+        let mut e = base(18, 56_000);
+        e.quickack = Some(s(15_500));
+        e.capture = Some(CaptureEvidence {
+            frames: 119,
+            transactions: 23,
+            nagle: nagle(22, 906_000_000, (0, 71, 73)),
+            ..CaptureEvidence::default()
+        });
+        let all = apply(&e);
+        let rules: Vec<RuleId> = all.iter().map(|f| f.rule).collect();
+        assert_eq!(rules, vec![RuleId::NagleDelayedAck, RuleId::ThinkTime]);
+        assert_eq!(all[0].explains_ns, 40_500_000);
+        assert_eq!(all[1].explains_ns, 15_500_000 - 18_000);
+        // Without the wire, the experiment alone: removing a 40 ms timer's worth is enough.
+        e.capture = None;
+        assert_eq!(
+            nagle_delayed_ack(&e),
+            None,
+            "15.5 ms left is not a tenth: not decisive alone"
         );
     }
 }

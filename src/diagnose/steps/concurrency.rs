@@ -21,7 +21,8 @@ impl Measure for Concurrency {
         if n < 2 {
             return Err(NotRun::Skipped("--concurrency 1".into()));
         }
-        let latency = app_latency(cx.plan, n, cx.plan.duration, cx.stop).map_err(NotRun::Failed)?;
+        let latency =
+            app_latency(cx.plan, n, false, cx.plan.duration, cx.stop).map_err(NotRun::Failed)?;
         Ok(Concurrent {
             connections: n,
             latency,

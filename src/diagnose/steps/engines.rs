@@ -72,13 +72,35 @@ pub fn rr_latency(
 }
 
 /// Latency of GET `url` with `connections` connections for `duration` (HTTP load engine).
-fn http_latency(
+pub fn http_latency(
     url: &str,
     connections: u32,
+    quickack: bool,
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
-    let o = latscope_http::Options {
+    let o = http_options(url, connections, quickack, duration);
+    let cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
+    let r = latscope_http::run(&cfg, stop, &mut |_| {}).map_err(|e| e.to_string())?;
+    if r.stats.requests == 0 {
+        return Err(r
+            .stats
+            .error_samples
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "no request succeeded".into()));
+    }
+    Ok(r.stats.latency.summary())
+}
+
+/// The HTTP engine's options for GET `url` with `connections` connections.
+pub fn http_options(
+    url: &str,
+    connections: u32,
+    quickack: bool,
+    duration: Duration,
+) -> latscope_http::Options {
+    latscope_http::Options {
         url: url.into(),
         method: "GET".into(),
         headers: vec![],
@@ -96,31 +118,22 @@ fn http_latency(
         host: None,
         http2: false,
         streams: 1,
-        quickack: false,
-    };
-    let cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
-    let r = latscope_http::run(&cfg, stop, &mut |_| {}).map_err(|e| e.to_string())?;
-    if r.stats.requests == 0 {
-        return Err(r
-            .stats
-            .error_samples
-            .first()
-            .cloned()
-            .unwrap_or_else(|| "no request succeeded".into()));
+        quickack,
     }
-    Ok(r.stats.latency.summary())
 }
 
-/// One request's latency measurement for this target: rr for latscope, HTTP for a URL.
+/// One request's latency measurement for this target: rr for latscope, HTTP for a URL; with
+/// `quickack`, the client re-arms TCP_QUICKACK after every read.
 pub fn app_latency(
     p: &Plan,
     connections: u32,
+    quickack: bool,
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
     match &p.url {
-        Some(url) => http_latency(url, connections, duration, stop),
-        None => rr_latency(p, connections, false, duration, stop),
+        Some(url) => http_latency(url, connections, quickack, duration, stop),
+        None => rr_latency(p, connections, quickack, duration, stop),
     }
 }
 

@@ -12,6 +12,7 @@ mod engines;
 mod handshakes;
 mod kernel_stack;
 mod path;
+mod phases;
 mod quickack;
 mod server_sockets;
 mod single;
@@ -150,6 +151,7 @@ pub const PIPELINE: &[Entry] = &[
     Entry::observe::<server_sockets::ServerSockets>(),
     Entry::measure::<single::Single>(),
     Entry::measure::<quickack::QuickAck>(),
+    Entry::measure::<phases::Phases>(),
     Entry::measure::<concurrency::Concurrency>(),
     Entry::measure::<under_load::UnderLoad>(),
 ];

@@ -1,14 +1,15 @@
 //! The quick-ack experiment: if the hosts add milliseconds, does an immediate ACK from the
-//! client change it? A stall that vanishes is the client's delayed ACK releasing data the
+//! client change it? The same requests again — rr for a latscope server, the HTTP engine's
+//! `quickack` option for a URL — with TCP_QUICKACK re-armed after every read. A stall that vanishes is the client's delayed ACK releasing data the
 //! server held back.
 
 use std::time::Duration;
 
 use latscope_core::Summary;
-use latscope_core::model::diagnose::{StepName, TargetKind};
+use latscope_core::model::diagnose::StepName;
 use latscope_core::units::format_ns;
 
-use super::engines::rr_latency;
+use super::engines::app_latency;
 use super::{Measure, NotRun, requests_target};
 use crate::diagnose::collect::Context;
 use crate::diagnose::evidence::Evidence;
@@ -23,9 +24,7 @@ impl Measure for QuickAck {
     type Output = Summary;
 
     fn run(cx: &Context, ev: &Evidence) -> Result<Summary, NotRun> {
-        if requests_target(ev)? == TargetKind::Http {
-            return Err(NotRun::Skipped("the HTTP engine does not re-arm TCP_QUICKACK; the packet capture is the evidence instead".into()));
-        }
+        requests_target(ev)?;
         let host_ns = match (&ev.single, &ev.path) {
             (Some(s), Some(p)) => s.p50_ns.saturating_sub(p.p50_ns),
             _ => 0,
@@ -36,7 +35,7 @@ impl Measure for QuickAck {
             ));
         }
         let d = cx.plan.duration.min(Duration::from_secs(2));
-        rr_latency(cx.plan, 1, true, d, cx.stop).map_err(NotRun::Failed)
+        app_latency(cx.plan, 1, true, d, cx.stop).map_err(NotRun::Failed)
     }
 
     fn detail(_cx: &Context, s: &Summary) -> String {

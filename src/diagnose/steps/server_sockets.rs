@@ -81,8 +81,14 @@ impl Observe for ServerSockets {
 
     fn detail(_cx: &Context, ss: &evidence::ServerSockets) -> String {
         format!(
-            "{}: {} connection(s), TCP_NODELAY off on {}, TCP_CORK on {}",
-            ss.process, ss.connections, ss.nagle_on, ss.corked
+            "{}: {} connection(s), TCP_NODELAY off on {}, TCP_CORK on {}{}",
+            ss.process,
+            ss.connections,
+            ss.nagle_on,
+            ss.corked,
+            ss.snd_mss
+                .map(|m| format!(", MSS {m} B"))
+                .unwrap_or_default()
         )
     }
 
@@ -132,5 +138,10 @@ fn summarise(r: &SocketsReport, port: u16) -> Result<evidence::ServerSockets, No
             .iter()
             .filter(|(_, o)| o.cork == Some(true))
             .count(),
+        snd_mss: server
+            .iter()
+            .filter_map(|row| row.tcp.as_ref().map(|t| t.snd_mss))
+            .filter(|&m| m > 0)
+            .max(),
     })
 }

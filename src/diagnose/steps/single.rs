@@ -17,7 +17,7 @@ impl Measure for Single {
 
     fn run(cx: &Context, ev: &Evidence) -> Result<Summary, NotRun> {
         requests_target(ev)?;
-        app_latency(cx.plan, 1, cx.plan.duration, cx.stop).map_err(NotRun::Failed)
+        app_latency(cx.plan, 1, false, cx.plan.duration, cx.stop).map_err(NotRun::Failed)
     }
 
     fn detail(cx: &Context, s: &Summary) -> String {

@@ -1,26 +1,28 @@
-//! Latency under load: a 64 B request/response idle and while a bulk transfer saturates the
-//! same path (needs `latscope serve` at the target).
+//! Latency under load: a small request idle and while the path is loaded — by a bulk transfer
+//! to `latscope serve`, or for a URL by the HTTP engine's own concurrent requests (a ramp).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use latscope_core::model::diagnose::Responsiveness;
 use latscope_core::model::diagnose::{StepName, TargetKind};
 use latscope_core::model::rr::Transport;
 use latscope_core::model::stream::{Direction, StreamOptions};
-use latscope_core::units::{format_bitrate, format_ns};
+use latscope_core::units::format_ns;
 use latscope_net::proto::StreamSpec;
 use latscope_net::stream::StreamConfig;
 
-use super::engines::meta;
+use super::engines::{http_latency, http_options, meta};
 use super::{Measure, NotRun, requests_target};
 use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{Evidence, UnderLoad as Loaded};
+use crate::diagnose::evidence::{Evidence, Load, UnderLoad as Loaded};
 
 pub struct UnderLoad;
 
-/// The probe's latency idle and loaded, and the bulk rate it competed with.
+/// The probe's latency idle and loaded, and the load it competed with.
 pub struct Outcome {
     latency: Loaded,
-    bulk_rate_bps: Option<f64>,
 }
 
 impl Measure for UnderLoad {
@@ -33,9 +35,8 @@ impl Measure for UnderLoad {
             return Err(NotRun::Skipped("--no-load".into()));
         }
         if kind == TargetKind::Http {
-            return Err(NotRun::Skipped(
-                "a bulk transfer needs `latscope serve` at the target".into(),
-            ));
+            let url = cx.plan.url.as_deref().unwrap_or_default();
+            return http_ramp(url, cx.stop).map(|latency| Outcome { latency });
         }
         let sc = StreamConfig {
             target: cx.plan.target.clone(),
@@ -65,21 +66,80 @@ impl Measure for UnderLoad {
             latency: Loaded {
                 idle: lp.idle,
                 loaded: lp.loaded,
+                load: Load::Bulk {
+                    rate_bps: r.results.first().map(|d| d.rate_bps),
+                },
             },
-            bulk_rate_bps: r.results.first().map(|d| d.rate_bps),
         })
     }
 
     fn detail(_cx: &Context, o: &Outcome) -> String {
         format!(
-            "64 B probe p50 {} idle, {} during a {} bulk transfer",
+            "probe p50 {} idle, {} during {} ({:.0} and {:.0} round trips per minute)",
             format_ns(o.latency.idle.p50_ns as f64),
             format_ns(o.latency.loaded.p50_ns as f64),
-            o.bulk_rate_bps.map(format_bitrate).unwrap_or_default()
+            o.latency.load.describe(),
+            Responsiveness::rpm(o.latency.idle.p50_ns),
+            Responsiveness::rpm(o.latency.loaded.p50_ns),
         )
     }
 
     fn store(ev: &mut Evidence, o: Outcome) {
         ev.under_load = Some(o.latency);
     }
+}
+
+/// Each level of the ramp runs this long; the probe measures after the load has settled.
+const RAMP_STEP: Duration = Duration::from_millis(900);
+const RAMP_SETTLE: Duration = Duration::from_millis(200);
+/// Concurrency levels of the ramp, until the load's request rate stops growing.
+const RAMP: [u32; 3] = [4, 16, 64];
+/// A level adding less than this to the request rate means the server (or the path) is
+/// saturated: the working conditions of the responsiveness method.
+const SATURATED_GAIN: f64 = 1.1;
+
+/// Latency under load for a URL: the HTTP engine itself is the load, ramping its concurrency
+/// until the request rate stops growing (as the IETF responsiveness method ramps its load to
+/// "working conditions"), while one probe connection measures a GET meanwhile. Idle is the same
+/// probe alone.
+fn http_ramp(url: &str, stop: &AtomicBool) -> Result<Loaded, NotRun> {
+    let idle = http_latency(url, 1, false, RAMP_STEP, stop).map_err(NotRun::Failed)?;
+    let mut top: Option<Loaded> = None;
+    let mut last_rate = 0.0;
+    for n in RAMP {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let cfg = latscope_http::Config::new(&http_options(url, n, false, RAMP_STEP + RAMP_SETTLE))
+            .map_err(|e| NotRun::Failed(e.to_string()))?;
+        let load_stop = Arc::new(AtomicBool::new(false));
+        let flag = load_stop.clone();
+        let load = std::thread::spawn(move || latscope_http::run(&cfg, &flag, &mut |_| {}));
+        std::thread::sleep(RAMP_SETTLE);
+        let probe = http_latency(url, 1, false, RAMP_STEP - RAMP_SETTLE, stop);
+        if stop.load(Ordering::Relaxed) {
+            load_stop.store(true, Ordering::Relaxed);
+        }
+        let r = load
+            .join()
+            .map_err(|_| NotRun::Failed("the load thread panicked".into()))?
+            .map_err(|e| NotRun::Failed(e.to_string()))?;
+        let probe = probe.map_err(NotRun::Failed)?;
+        let secs = (r.elapsed_ns as f64 / 1e9).max(1e-3);
+        let rate = r.stats.requests as f64 / secs;
+        top = Some(Loaded {
+            idle: idle.clone(),
+            loaded: probe,
+            load: Load::Http {
+                connections: n,
+                requests_per_sec: rate,
+                bytes_per_sec: r.stats.bytes_read as f64 / secs,
+            },
+        });
+        if rate < last_rate * SATURATED_GAIN {
+            break;
+        }
+        last_rate = rate;
+    }
+    top.ok_or_else(|| NotRun::Failed("interrupted".into()))
 }

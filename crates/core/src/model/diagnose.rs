@@ -34,9 +34,13 @@ pub enum StepName {
     /// Several connections at once.
     #[serde(rename = "concurrent requests")]
     ConcurrentRequests,
-    /// A small request while a bulk transfer runs on the same path.
+    /// A small request while a bulk transfer (or, for a URL, a ramp of concurrent requests)
+    /// loads the same path.
     #[serde(rename = "latency under load")]
     LatencyUnderLoad,
+    /// A URL's request broken into phases: DNS, connect, TLS, time to first byte, transfer.
+    #[serde(rename = "request phases")]
+    RequestPhases,
 }
 
 impl StepName {
@@ -52,6 +56,7 @@ impl StepName {
             StepName::QuickAckExperiment => "quick-ack experiment",
             StepName::ConcurrentRequests => "concurrent requests",
             StepName::LatencyUnderLoad => "latency under load",
+            StepName::RequestPhases => "request phases",
         }
     }
 }
@@ -174,6 +179,8 @@ pub enum RuleId {
     Bufferbloat,
     /// The network path itself is most of the time.
     PathDominates,
+    SlowDns,
+    SlowTls,
 }
 
 impl RuleId {
@@ -190,6 +197,8 @@ impl RuleId {
             RuleId::SocketReadWait => "socket_read_wait",
             RuleId::Bufferbloat => "bufferbloat",
             RuleId::PathDominates => "path_dominates",
+            RuleId::SlowDns => "slow_dns",
+            RuleId::SlowTls => "slow_tls",
         }
     }
 }
@@ -211,6 +220,12 @@ pub struct Diagnosis {
     pub evidence: Vec<String>,
     /// What to change, and where.
     pub fix: String,
+    /// The finding that explains this one, when both fired (this one is its consequence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caused_by: Option<RuleId>,
+    /// The findings this one explains (its consequences), when they fired too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<RuleId>,
 }
 
 /// Where a request's time goes (medians, ns).
@@ -226,6 +241,54 @@ pub struct Budget {
     pub concurrency: u32,
     /// single − path: time spent in the hosts (kernel + application).
     pub host_ns: Option<u64>,
+    /// Of the hosts' time, what the server spends before its first response byte that no TCP
+    /// timer explains (its application time), when the evidence shows it.
+    #[serde(default)]
+    pub server_app_ns: Option<u64>,
+}
+
+/// One URL request phase by phase (medians, ns), as `curl -w` / httpstat show it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RequestPhases {
+    /// How many requests the medians come from.
+    pub requests: u32,
+    /// Name resolution.
+    pub dns_ns: u64,
+    /// TCP connect.
+    pub connect_ns: u64,
+    /// TLS handshake (`None` for http://).
+    pub tls_ns: Option<u64>,
+    /// Request sent → first response byte (one round trip plus the server's time).
+    pub ttfb_ns: u64,
+    /// First → last response byte.
+    pub transfer_ns: u64,
+}
+
+impl RequestPhases {
+    /// The whole request: the sum of the phases.
+    pub fn total_ns(&self) -> u64 {
+        self.dns_ns + self.connect_ns + self.tls_ns.unwrap_or(0) + self.ttfb_ns + self.transfer_ns
+    }
+}
+
+/// Responsiveness in round trips per minute (60 s ÷ the probe's median round trip), idle and
+/// under load — the figure of the IETF responsiveness method (draft-ietf-ippm-responsiveness,
+/// Apple's `networkQuality`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Responsiveness {
+    /// Round trips per minute with the path idle.
+    pub idle_rpm: f64,
+    /// Round trips per minute while the load ran.
+    pub loaded_rpm: f64,
+    /// What the load was, e.g. "1 bulk TCP stream, 9.4 Gbit/s" or "32 concurrent GET".
+    pub load: String,
+}
+
+impl Responsiveness {
+    /// Round trips per minute of a round trip of `rtt_ns`.
+    pub fn rpm(rtt_ns: u64) -> f64 {
+        60e9 / rtt_ns.max(1) as f64
+    }
 }
 
 /// The report of `latscope diagnose`.
@@ -249,6 +312,16 @@ pub struct DiagnoseReport {
     pub verdict: String,
     /// True when Ctrl-C ended the run (steps not run are marked so).
     pub interrupted: bool,
+    /// A URL request's phases (URL targets).
+    #[serde(default)]
+    pub phases: Option<RequestPhases>,
+    /// Round trips per minute idle and under load (when the load step ran).
+    #[serde(default)]
+    pub responsiveness: Option<Responsiveness>,
+    /// The run's time budget, ms (`--max-time`); steps still running when it ran out are
+    /// cut short.
+    #[serde(default)]
+    pub max_time_ms: u64,
 }
 
 impl DiagnoseReport {

@@ -17,6 +17,17 @@ pub(crate) fn render_findings(findings: &[Diagnosis], indent: &str, out: &mut St
             x.confidence * 100.0,
             x.side.name()
         );
+        if let Some(c) = x.caused_by {
+            let _ = writeln!(out, "{indent}   consequence of [{}]", c.name());
+        }
+        if !x.causes.is_empty() {
+            let names: Vec<&str> = x.causes.iter().map(|r| r.name()).collect();
+            let _ = writeln!(
+                out,
+                "{indent}   root cause: explains [{}]",
+                names.join("], [")
+            );
+        }
         for e in &x.evidence {
             let _ = writeln!(out, "{indent}   - {e}");
         }
@@ -55,7 +66,34 @@ impl Human for DiagnoseReport {
                 f(b.concurrent_request_ns),
             ]);
         }
+        if let Some(a) = b.server_app_ns {
+            t.row(vec!["  of which server application".into(), f(Some(a))]);
+        }
         t.render("    ", out);
+        if let Some(ph) = &self.phases {
+            let _ = writeln!(
+                out,
+                "\n  Request phases (medians of {} requests)",
+                ph.requests
+            );
+            let mut t = Table::new(&["DNS", "connect", "TLS", "first byte", "transfer", "total"]);
+            t.row(vec![
+                f(Some(ph.dns_ns)),
+                f(Some(ph.connect_ns)),
+                f(ph.tls_ns),
+                f(Some(ph.ttfb_ns)),
+                f(Some(ph.transfer_ns)),
+                f(Some(ph.total_ns())),
+            ]);
+            t.render("    ", out);
+        }
+        if let Some(r) = &self.responsiveness {
+            let _ = writeln!(
+                out,
+                "\n  Responsiveness: {:.0} round trips per minute idle, {:.0} under load ({})",
+                r.idle_rpm, r.loaded_rpm, r.load
+            );
+        }
         if self.findings.is_empty() && self.unmeasurable().is_some() {
             let _ = writeln!(
                 out,
@@ -66,6 +104,20 @@ impl Human for DiagnoseReport {
         } else {
             let _ = writeln!(out, "\n  Findings, by the latency they explain");
             render_findings(&self.findings, "  ", out);
+        }
+        let cut: Vec<&str> = self
+            .steps
+            .iter()
+            .filter(|s| s.status == StepStatus::CutShort)
+            .map(|s| s.name.label())
+            .collect();
+        if !cut.is_empty() && !self.interrupted {
+            let _ = writeln!(
+                out,
+                "\n  Cut short by the {} time budget: {}",
+                format_ns(self.max_time_ms as f64 * 1e6),
+                cut.join(", ")
+            );
         }
         let _ = writeln!(out, "\n  Verdict: {}", self.verdict);
         if self.interrupted {
