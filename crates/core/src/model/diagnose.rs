@@ -179,7 +179,9 @@ pub enum RuleId {
     Bufferbloat,
     /// The network path itself is most of the time.
     PathDominates,
+    /// A URL's DNS lookup dominates a new connection's request.
     SlowDns,
+    /// A URL's TLS handshake takes milliseconds beyond its round trips.
     SlowTls,
 }
 
