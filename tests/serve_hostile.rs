@@ -634,3 +634,62 @@ fn authentication_cannot_be_replayed_and_the_key_never_crosses_the_wire() {
     assert_ne!(c1, c2, "challenges repeat");
     assert_eq!(refusal(&reply), Some(RefusalCode::Auth), "{reply:?}");
 }
+
+/// `latscope stream TARGET ARGS --json`, its delivered rate in bit/s (every direction summed).
+fn stream_rate(target: &str, args: &[&str]) -> f64 {
+    let out = Command::new(BIN)
+        .args(["stream", target, "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rate_bps"].as_f64().unwrap())
+        .sum()
+}
+
+#[test]
+fn per_source_bandwidth_quota_holds_across_tests_and_kinds() {
+    // 80 Mbit/s for the whole source address (loopback carries gigabits without it).
+    let quota = 80e6;
+    let srv = Serve::start(&["--per-source-rate", "80M"]);
+    let target = srv.addr.to_string();
+    // One TCP test is slowed to the quota, not below half of it.
+    let one = stream_rate(&target, &["-t", "2s"]);
+    assert!(
+        one <= 1.25 * quota && one >= 0.5 * quota,
+        "one TCP test: {:.1} Mbit/s against a quota of 80",
+        one / 1e6
+    );
+    // Four tests at once from the same address, each asking for more than the quota: TCP each
+    // way, UDP at 300 Mbit/s each way (the server's datagrams are paced to the quota, the
+    // client's beyond it dropped). Together they get the quota.
+    let runs: Vec<std::thread::JoinHandle<f64>> = [
+        vec!["-t", "2s"],
+        vec!["-t", "2s", "-R"],
+        vec!["-t", "2s", "-R", "--udp", "-b", "300M"],
+        vec!["-t", "2s", "--udp", "-b", "300M"],
+    ]
+    .into_iter()
+    .map(|args| {
+        let target = target.clone();
+        std::thread::spawn(move || stream_rate(&target, &args))
+    })
+    .collect();
+    let rates: Vec<f64> = runs.into_iter().map(|h| h.join().unwrap()).collect();
+    let total: f64 = rates.iter().sum();
+    assert!(
+        total <= 1.3 * quota,
+        "four tests together: {:.1} Mbit/s ({:?}) against a quota of 80",
+        total / 1e6,
+        rates.iter().map(|r| (r / 1e6).round()).collect::<Vec<_>>()
+    );
+}

@@ -32,7 +32,8 @@ a misbehaving server. Ctrl-C stops the server and removes its unix socket.
 Budget (a server you can leave running): threads ≤ --max-connections + 3 (joined data
 connections and server-sent UDP flows count as connections); test buffers ≤ --max-test-memory
 per test and --max-memory in all (refused beyond, given back after each test); each source
-address at most a quarter of the tests and connections (--per-source-tests/-connections);
+address at most a quarter of the tests and connections (--per-source-tests/-connections) and,
+with --per-source-rate, that much bandwidth;
 server-sent UDP ≤ --max-udp-rate per test; a UDP response ≤ 10× its request; the whole
 handshake within --handshake-timeout; congestion controls only from
 net.ipv4.tcp_allowed_congestion_control.")]
@@ -74,6 +75,10 @@ pub struct ServeArgs {
     /// Connections one source address may hold (default: a quarter of --max-connections).
     #[arg(long, value_name = "N")]
     pub per_source_connections: Option<u32>,
+    /// Bandwidth one source address may use, both ways, over all its tests (e.g. 100M = 100
+    /// Mbit/s): TCP is slowed to it, UDP beyond it is dropped. Default: no limit.
+    #[arg(long, value_name = "RATE", value_parser = parse_bitrate)]
+    pub per_source_rate: Option<f64>,
     /// Fastest UDP the server sends for one test.
     #[arg(long, default_value = "1G", value_name = "RATE", value_parser = parse_bitrate)]
     pub max_udp_rate: f64,
@@ -142,6 +147,12 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
             "--workers must be at least 1",
         ));
     }
+    if a.per_source_rate.is_some_and(|r| r.is_nan() || r < 8.0) {
+        return Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "--per-source-rate must be at least 8 bit/s (1 byte/s)",
+        ));
+    }
     if a.split_response == Some(0) {
         return Err(crate::exit::coded(
             crate::exit::USAGE,
@@ -167,6 +178,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
             max_test_memory_bytes: a.max_test_memory,
             max_memory_bytes: a.max_memory,
             max_udp_rate_bps: a.max_udp_rate,
+            max_source_rate_bytes: a.per_source_rate.map(|bps| bps / 8.0),
             ..Budget::default()
         },
         auth: a

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use latscope_core::model::rr::Transport;
 use latscope_core::model::stream::{Cost, StreamInterval, StreamOptions, TcpFigures, UdpFigures};
 
-use crate::pace::sleep_until_or_stop;
+use crate::pace::{RateLimit, sleep_until_or_stop};
 use crate::proto::{StreamDatagram, StreamSpec, UDP_STREAM_HEADER_LEN};
 use latscope_sys::error::is_transient as is_timeout;
 use latscope_sys::sockopt::{get_raw, set_bytes, set_int};
@@ -251,13 +251,16 @@ fn memfd_with(buf: &[u8]) -> io::Result<OwnedFd> {
     Ok(f.into())
 }
 
-/// Send on a stream socket until `until`, `stop`, or an error. Shuts the write side down at
-/// the end so the receiver sees EOF after the last byte.
+/// Send on a stream socket until `until`, `stop`, or an error, no faster than `limit` allows
+/// (the server's per-source rate). Shuts the write side down at the end so the receiver sees
+/// EOF after the last byte.
+#[allow(clippy::too_many_arguments)]
 pub fn stream_send(
     sock: &DataSock,
     len: usize,
     zerocopy: bool,
     until: Until,
+    limit: Option<&RateLimit>,
     start: Instant,
     c: &FlowCounters,
     stop: &AtomicBool,
@@ -281,6 +284,11 @@ pub fn stream_send(
             .bytes
             .map(|b| (b - sent).min(buf.len() as u64) as usize)
             .unwrap_or(buf.len());
+        if let Some(l) = limit
+            && !l.wait(want as u64, until.deadline, stop)
+        {
+            break Ok(());
+        }
         let r = match &memfd {
             Some(fd) => {
                 let mut off: libc::off_t = 0;
@@ -314,10 +322,12 @@ pub fn stream_send(
     res
 }
 
-/// Receive on a stream socket until EOF, `stop` or an error.
+/// Receive on a stream socket until EOF, `stop` or an error. With `limit`, reading waits for
+/// the rate: the sender is slowed down by TCP's flow control.
 pub fn stream_recv(
     sock: &DataSock,
     len: usize,
+    limit: Option<&RateLimit>,
     start: Instant,
     c: &FlowCounters,
     stop: &AtomicBool,
@@ -337,6 +347,13 @@ pub fn stream_recv(
                 c.bytes.fetch_add(n as u64, Ordering::Relaxed);
                 c.last_ns
                     .store((t1 - start).as_nanos() as u64, Ordering::Relaxed);
+                // Once stopped, a limited receiver reads no more: what the kernel still holds is
+                // beyond the rate.
+                if let Some(l) = limit
+                    && !l.wait(n as u64, None, stop)
+                {
+                    break Ok(());
+                }
             }
             Err(e) if is_timeout(&e) => {
                 if stop.load(Ordering::Relaxed) {
@@ -354,7 +371,8 @@ pub fn stream_recv(
 const MAX_GAP_NS: f64 = 86_400e9;
 
 /// Send datagrams of `len` bytes at `rate_bps` (None: as fast as possible), paced per datagram
-/// so there are no bursts. `dest` None means the socket is connected.
+/// so there are no bursts, and no faster than `limit` allows. `dest` None means the socket is
+/// connected.
 #[allow(clippy::too_many_arguments)]
 pub fn udp_send(
     sock: &UdpSocket,
@@ -364,6 +382,7 @@ pub fn udp_send(
     len: usize,
     rate_bps: Option<f64>,
     until: Until,
+    limit: Option<&RateLimit>,
     start: Instant,
     c: &FlowCounters,
     stop: &AtomicBool,
@@ -387,6 +406,11 @@ pub fn udp_send(
             if until.deadline.is_some_and(|d| due >= d) || !sleep_until_or_stop(due, stop) {
                 break Ok(());
             }
+        }
+        if let Some(l) = limit
+            && !l.wait(buf.len() as u64, until.deadline, stop)
+        {
+            break Ok(());
         }
         let t0 = Instant::now();
         if until.deadline.is_some_and(|d| t0 >= d) {

@@ -479,11 +479,14 @@ fn spawn_flows(
                         len,
                         spec.options.zerocopy,
                         until,
+                        None,
                         start,
                         c,
                         &send_stop,
                     ),
-                    (Flow::Stream(s), false) => flow::stream_recv(s, len, start, c, &recv_stop),
+                    (Flow::Stream(s), false) => {
+                        flow::stream_recv(s, len, None, start, c, &recv_stop)
+                    }
                     (Flow::Udp(u), true) => flow::udp_send(
                         u,
                         None,
@@ -492,6 +495,7 @@ fn spawn_flows(
                         len,
                         spec.udp_rate_bps,
                         until,
+                        None,
                         start,
                         c,
                         &send_stop,
@@ -628,9 +632,18 @@ fn coordinate(
                     now.duration_since(start).as_nanos() as u64
                         > c.last_ns.load(Ordering::Relaxed) + 1_000_000_000
                 }));
+        // TCP (and unix) flows the server sends end with its EOF, after its last byte; a Stop
+        // before that would cut a server→client test short.
+        let stream_recv_done = udp
+            || handles
+                .iter()
+                .filter(|(_, s, _)| !*s)
+                .all(|(i, _, _)| counters[*i as usize].done.load(Ordering::Relaxed))
+            || until.deadline.is_some_and(|d| now >= d + UDP_GRACE);
         let grace = if udp { UDP_GRACE } else { Duration::ZERO };
         let ready = (!has_client_senders || senders_done_at.is_some_and(|t| now >= t + grace))
-            && udp_recv_done;
+            && udp_recv_done
+            && stream_recv_done;
         if stop_sent_at.is_none() && (ready || interrupted) {
             if udp {
                 shared.recv_stop.store(true, Ordering::Relaxed);

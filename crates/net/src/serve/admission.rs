@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use latscope_core::model::rr::Transport;
 
 use super::{ServeConfig, Shared};
+use crate::pace::RateLimit;
 use crate::proto::{self, Limits, RefusalCode, Start, StreamSpec, TestKind, UDP_HEADER_LEN};
 
 /// First come, first served admission to the `--workers` slots (a plain semaphore would let
@@ -202,6 +203,25 @@ impl Drop for Held {
             }
         }
     }
+}
+
+/// Bursts a source's rate allows (`--per-source-rate`): 50 ms worth of it.
+const RATE_BURST: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The rate limit a test of `ip` shares with that address's other running tests; None when the
+/// server has no per-source rate, or for unix-socket clients.
+pub(super) fn source_rate(sh: &Shared, ip: Option<IpAddr>) -> Option<Arc<RateLimit>> {
+    let bytes_per_s = sh.cfg.budget.max_source_rate_bytes?;
+    let ip = super::canonical(ip?);
+    let mut m = sh.rates.lock().ok()?;
+    if let Some(l) = m.get(&ip).and_then(std::sync::Weak::upgrade) {
+        return Some(l);
+    }
+    // Forget addresses none of whose tests run any more.
+    m.retain(|_, w| w.strong_count() > 0);
+    let l = Arc::new(RateLimit::new(bytes_per_s, RATE_BURST));
+    m.insert(ip, Arc::downgrade(&l));
+    Some(l)
 }
 
 /// Bytes of thread stack of every connection and flow thread.

@@ -122,6 +122,7 @@ impl Server {
                 udp_tests: RwLock::new(HashMap::new()),
                 streams: RwLock::new(HashMap::new()),
                 sources: Mutex::new(HashMap::new()),
+                rates: Mutex::new(HashMap::new()),
                 memory: AtomicU64::new(0),
                 busy: Mutex::new(admission::WorkerQueue::default()),
                 free: Condvar::new(),

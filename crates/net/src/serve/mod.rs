@@ -96,6 +96,11 @@ pub struct Budget {
     pub max_udp_rate_bps: f64,
     /// Largest UDP rr response as a multiple of the request (amplification cap).
     pub max_udp_amplification: u32,
+    /// Bytes per second one source address may move through the server, both ways, over all
+    /// its tests (stream data, rr and UDP); None: no limit. TCP flows are slowed to it (the
+    /// server reads and writes no faster), UDP datagrams beyond it are dropped (received ones
+    /// cannot be slowed down: they count as lost).
+    pub max_source_rate_bytes: Option<f64>,
 }
 
 impl Default for Budget {
@@ -107,6 +112,7 @@ impl Default for Budget {
             max_memory_bytes: 512 << 20,
             max_udp_rate_bps: 1e9,
             max_udp_amplification: 10,
+            max_source_rate_bytes: None,
         }
     }
 }
@@ -212,6 +218,8 @@ struct Shared {
     free: Condvar,
     /// Connections and tests held per source address.
     sources: Mutex<HashMap<IpAddr, admission::SourceUse>>,
+    /// Each source address's byte rate, while one of its tests holds it.
+    rates: Mutex<HashMap<IpAddr, std::sync::Weak<crate::pace::RateLimit>>>,
     /// Bytes of buffers reserved by running tests.
     memory: AtomicU64,
     /// A clone of the UDP socket for stream tests in which the server sends datagrams.

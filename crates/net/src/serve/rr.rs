@@ -11,7 +11,7 @@ use latscope_core::model::rr::WriteMode;
 use latscope_sys::sockopt::set_int;
 
 use super::control::{Ended, Test};
-use super::{POLL, Shared, admission::WorkerPermit};
+use super::{POLL, Shared, admission, admission::WorkerPermit};
 use crate::proto::TestKind;
 use crate::sock::Conn;
 
@@ -35,12 +35,21 @@ pub(super) fn run(t: &mut Test) -> Ended {
     let fd = conn.as_raw_fd();
     let think = Duration::from_nanos(b.think_ns);
     let cork = tcp && b.sockopts.cork;
+    // The source's byte rate (`--per-source-rate`), shared with its other tests: each
+    // transaction waits for its bytes (bounded by the test's deadline).
+    let limit = admission::source_rate(sh, t.peer_ip);
+    let per_transaction = (req.len() + resp.len()) as u64;
     let mut n = 0u64;
     loop {
         match read_full(conn, &mut req, sh, deadline, tcp && b.sockopts.quickack) {
             Ok(true) => {}
             Ok(false) => return Ended::new(n, "client closed"),
             Err(e) => return Ended::new(n, e),
+        }
+        if let Some(l) = &limit
+            && !l.wait(per_transaction, Some(deadline), &sh.stop)
+        {
+            return Ended::new(n, "test duration reached");
         }
         let worker = WorkerPermit::take(sh);
         if !think.is_zero() {

@@ -16,6 +16,7 @@ use super::control::{self, Ended, Test};
 use super::udp::{UdpUsage, udp_thread_usage, usage_now};
 use super::{POLL, Shared, canonical};
 use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
+use crate::pace::RateLimit;
 use crate::proto::{self, Control, FlowFinal, FrameReader, StreamSpec};
 use crate::sock::Conn;
 
@@ -34,6 +35,8 @@ pub(super) struct StreamTest {
     pub(super) stop: AtomicBool,
     /// Connection slots of the joined data connections and server-sent UDP flows.
     pub(super) held: Mutex<Vec<Held>>,
+    /// The source address's byte rate, shared with its other tests (`--per-source-rate`).
+    pub(super) limit: Option<Arc<RateLimit>>,
 }
 
 impl StreamTest {
@@ -80,6 +83,7 @@ impl<'a> StreamGuard<'a> {
             counters: (0..flows).map(|_| FlowCounters::default()).collect(),
             stop: AtomicBool::new(false),
             held: Mutex::new(Vec::new()),
+            limit: admission::source_rate(sh, peer_ip),
         });
         if let Ok(mut m) = sh.streams.write() {
             m.insert(token, test.clone());
@@ -239,11 +243,14 @@ fn spawn_flows(
                         len,
                         spec.options.zerocopy,
                         until,
+                        t.limit.as_deref(),
                         start,
                         c,
                         &t.stop,
                     ),
-                    (Some(sock), _, _) => flow::stream_recv(&sock, len, start, c, &t.stop),
+                    (Some(sock), _, _) => {
+                        flow::stream_recv(&sock, len, t.limit.as_deref(), start, c, &t.stop)
+                    }
                     (None, Some(udp), Some(peer)) => flow::udp_send(
                         &udp,
                         Some(peer),
@@ -252,6 +259,7 @@ fn spawn_flows(
                         len,
                         spec.udp_rate_bps,
                         until,
+                        t.limit.as_deref(),
                         start,
                         c,
                         &t.stop,

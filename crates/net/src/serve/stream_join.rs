@@ -13,7 +13,7 @@ use super::control::refuse;
 use super::{POLL, Shared, canonical};
 use crate::flow::{self, DataSock};
 use crate::proto::{self, RefusalCode, Reply, Start, StreamDatagram, UDP_JOIN_SEQ};
-use crate::sock::Conn;
+use crate::sock::{Conn, set_int};
 
 /// A data connection joins its stream test. Err: what to log.
 pub(super) fn join(sh: &Shared, mut conn: Conn, slot: Held, start: &Start) -> Result<(), String> {
@@ -50,6 +50,14 @@ pub(super) fn join(sh: &Shared, mut conn: Conn, slot: Held, start: &Start) -> Re
             &format!("socket options: {e}"),
         );
         return Err(format!("socket options: {e}"));
+    }
+    if let Some(l) = &test.limit
+        && conn.is_tcp()
+    {
+        // A rate-limited source gets a receive window the size of 100 ms of its rate: what
+        // the kernel accepts ahead of the server's paced reads stays small.
+        let window = (l.bytes_per_s() / 10.0).clamp(64.0 * 1024.0, 4.0 * 1024.0 * 1024.0) as i32;
+        let _ = set_int(conn.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, window);
     }
     let accepted = Reply::Accepted {
         test_id: 0,
@@ -112,6 +120,10 @@ pub(super) fn on_datagram(
     }
     let Some(start) = t.start.get() else { return };
     if !t.spec.client_sends(d.index) {
+        return;
+    }
+    // Beyond the source's rate the datagram is dropped (policed): it counts as lost.
+    if t.limit.as_ref().is_some_and(|l| !l.admit(len as u64)) {
         return;
     }
     let arrival = start.elapsed().as_nanos() as u64;

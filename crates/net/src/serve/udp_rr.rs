@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::control::{Ended, Test};
-use super::{POLL, Shared, canonical, rr::read_full};
+use super::{POLL, Shared, admission, canonical, rr::read_full};
+use crate::pace::RateLimit;
 use crate::proto::UdpHeader;
 
 /// A running UDP request/response test, as the UDP thread sees it.
@@ -18,6 +19,9 @@ pub(super) struct UdpTest {
     drop_every: u32,
     requests: AtomicU64,
     deadline: Instant,
+    /// The source's byte rate (`--per-source-rate`): transactions beyond it go unanswered.
+    limit: Option<Arc<RateLimit>>,
+    request_bytes: u32,
 }
 
 /// Run a UDP rr test: register its token, then wait for the client to close the control
@@ -32,6 +36,8 @@ pub(super) fn run(t: &mut Test) -> Ended {
         drop_every: t.behaviour.drop_every,
         requests: AtomicU64::new(0),
         deadline: t.deadline,
+        limit: admission::source_rate(t.sh, Some(peer_ip)),
+        request_bytes: t.start.request_bytes,
     });
     let token = t.token;
     if let Ok(mut m) = t.sh.udp_tests.write() {
@@ -77,6 +83,10 @@ pub(super) fn on_datagram(
         return;
     }
     let len = t.response_bytes as usize;
+    let bytes = u64::from(t.request_bytes) + len as u64;
+    if t.limit.as_ref().is_some_and(|l| !l.admit(bytes)) {
+        return;
+    }
     h.write(&mut resp[..len]);
     let _ = udp.send_to(&resp[..len], from);
 }
