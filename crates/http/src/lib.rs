@@ -164,81 +164,12 @@ impl Config {
             .iter()
             .map(|h| request::parse_header(h))
             .collect::<Result<Vec<_>, _>>()?;
-        if o.connections == 0 {
-            return Err(HttpError::Config("--connections must be at least 1".into()));
-        }
-        if o.threads == 0 {
-            return Err(HttpError::Config("--threads must be at least 1".into()));
-        }
-        if o.requests == Some(0) {
-            return Err(HttpError::Config("-n must be at least 1".into()));
-        }
-        if o.duration.is_some_and(|d| d.is_zero()) {
-            return Err(HttpError::Config("--duration must be longer than 0".into()));
-        }
-        if o.timeout.is_zero() {
-            return Err(HttpError::Config("--timeout must be longer than 0".into()));
-        }
-        if let Some(r) = o.rate_per_sec
-            && !(r.is_finite() && r > 0.0)
-        {
-            return Err(HttpError::Config(format!(
-                "--rate {r}: must be a positive number of requests per second"
-            )));
-        }
-        let (host, port) = match &o.connect_to {
-            Some(ct) => {
-                let (h, p) = ct
-                    .rsplit_once(':')
-                    .and_then(|(h, p)| {
-                        Some((
-                            h.trim_start_matches('[').trim_end_matches(']'),
-                            p.parse::<u16>().ok()?,
-                        ))
-                    })
-                    .ok_or_else(|| {
-                        HttpError::Config(format!("--connect-to '{ct}': expected HOST:PORT"))
-                    })?;
-                (h.to_string(), p)
-            }
-            None => (url.host.clone(), url.port),
-        };
-        let resolve_start = sys::monotonic_ns();
-        let addrs: Vec<SocketAddr> = (host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|source| HttpError::Resolve {
-                host: host.clone(),
-                source,
-            })?
-            .collect();
-        let resolve_ns = sys::monotonic_ns() - resolve_start;
-        let addr = *addrs.first().ok_or_else(|| HttpError::Resolve {
-            host: host.clone(),
-            source: std::io::ErrorKind::NotFound.into(),
-        })?;
+        check_limits(o)?;
+        let (host, port) = target_host_port(o, &url)?;
+        let (addrs, resolve_ns) = resolve(&host, port)?;
+        let addr = addrs[0];
         let request = request::build_request(&o.method, &url, o.host.as_deref(), &headers, &o.body);
-        let tls = if url.scheme == Scheme::Https {
-            let name_host = o
-                .host
-                .as_deref()
-                .map(|h| h.split(':').next().unwrap_or(h))
-                .unwrap_or(&url.host);
-            let alpn: &[u8] = if o.http2 { b"h2" } else { b"http/1.1" };
-            Some((
-                tls::client_config(o.insecure, &o.ca_files, alpn)?,
-                tls::server_name(name_host)?,
-            ))
-        } else {
-            None
-        };
-        if o.http2 && o.streams == 0 {
-            return Err(HttpError::Config("--streams must be at least 1".into()));
-        }
-        if o.http2 && o.quickack {
-            return Err(HttpError::Config(
-                "--quickack works with HTTP/1.1 only, not with --http2".into(),
-            ));
-        }
+        let tls = tls_for(o, &url)?;
         let h2 = if o.http2 {
             Some(http2::H2Parts::new(
                 &o.method,
@@ -277,6 +208,102 @@ impl Config {
             url,
         })
     }
+}
+
+/// The figures in `o` that must be positive.
+fn check_limits(o: &Options) -> Result<(), HttpError> {
+    if o.connections == 0 {
+        return Err(HttpError::Config("--connections must be at least 1".into()));
+    }
+    if o.threads == 0 {
+        return Err(HttpError::Config("--threads must be at least 1".into()));
+    }
+    if o.requests == Some(0) {
+        return Err(HttpError::Config("-n must be at least 1".into()));
+    }
+    if o.duration.is_some_and(|d| d.is_zero()) {
+        return Err(HttpError::Config("--duration must be longer than 0".into()));
+    }
+    if o.timeout.is_zero() {
+        return Err(HttpError::Config("--timeout must be longer than 0".into()));
+    }
+    if let Some(r) = o.rate_per_sec
+        && !(r.is_finite() && r > 0.0)
+    {
+        return Err(HttpError::Config(format!(
+            "--rate {r}: must be a positive number of requests per second"
+        )));
+    }
+    if o.http2 && o.streams == 0 {
+        return Err(HttpError::Config("--streams must be at least 1".into()));
+    }
+    if o.http2 && o.quickack {
+        return Err(HttpError::Config(
+            "--quickack works with HTTP/1.1 only, not with --http2".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Where to connect: `--connect-to HOST:PORT`, else the URL's host and port.
+fn target_host_port(o: &Options, url: &Url) -> Result<(String, u16), HttpError> {
+    Ok(match &o.connect_to {
+        Some(ct) => {
+            let (h, p) = ct
+                .rsplit_once(':')
+                .and_then(|(h, p)| {
+                    Some((
+                        h.trim_start_matches('[').trim_end_matches(']'),
+                        p.parse::<u16>().ok()?,
+                    ))
+                })
+                .ok_or_else(|| {
+                    HttpError::Config(format!("--connect-to '{ct}': expected HOST:PORT"))
+                })?;
+            (h.to_string(), p)
+        }
+        None => (url.host.clone(), url.port),
+    })
+}
+
+/// Every address of `host:port` (at least one) and how long resolving took, ns.
+fn resolve(host: &str, port: u16) -> Result<(Vec<SocketAddr>, u64), HttpError> {
+    let resolve_start = sys::monotonic_ns();
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|source| HttpError::Resolve {
+            host: host.to_string(),
+            source,
+        })?
+        .collect();
+    let resolve_ns = sys::monotonic_ns() - resolve_start;
+    if addrs.is_empty() {
+        return Err(HttpError::Resolve {
+            host: host.to_string(),
+            source: std::io::ErrorKind::NotFound.into(),
+        });
+    }
+    Ok((addrs, resolve_ns))
+}
+
+/// The TLS client configuration and server name for an https URL.
+fn tls_for(
+    o: &Options,
+    url: &Url,
+) -> Result<Option<(Arc<ClientConfig>, ServerName<'static>)>, HttpError> {
+    if url.scheme != Scheme::Https {
+        return Ok(None);
+    }
+    let name_host = o
+        .host
+        .as_deref()
+        .map(|h| h.split(':').next().unwrap_or(h))
+        .unwrap_or(&url.host);
+    let alpn: &[u8] = if o.http2 { b"h2" } else { b"http/1.1" };
+    Ok(Some((
+        tls::client_config(o.insecure, &o.ca_files, alpn)?,
+        tls::server_name(name_host)?,
+    )))
 }
 
 /// One second (the last one may be shorter) of the measured run, all threads merged.
