@@ -10,6 +10,7 @@ mod cli;
 mod cmd;
 mod diagnose;
 mod exit;
+mod live;
 mod output;
 mod progress;
 

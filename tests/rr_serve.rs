@@ -54,7 +54,12 @@ fn run_engine(c: &RrConfig) -> latscope_core::model::rr::RrReport {
         c,
         Meta::new("rr", "test", 0),
         &stop,
-        &mut |_| events += 1,
+        &mut |ev, h| {
+            // The histogram handed over is the interval's: the live view's percentiles so far
+            // are built from these.
+            assert_eq!(ev.count, h.count(), "interval histogram matches its event");
+            events += 1;
+        },
         true,
     )
     .expect("rr runs");

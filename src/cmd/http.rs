@@ -15,8 +15,10 @@ use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::render::{OutputFormat, emit, emit_event};
 use latscope_core::units::{self, format_ns, format_si};
 use latscope_http::{Config, ErrorKind, Interval, Options, RunResult};
+use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
+use crate::live::LiveArgs;
 use crate::output::{self, OutputArgs};
 
 const AFTER_HELP: &str = "\
@@ -111,6 +113,8 @@ pub struct HttpArgs {
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
+    pub live: LiveArgs,
+    #[command(flatten)]
     pub report: crate::cmd::report::ReportFile,
 }
 
@@ -151,7 +155,8 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
     let started = output::unix_ms();
     let stop = output::stop_flag();
 
-    let bar = args.output.progress().then(|| {
+    let live = args.live.start(&args.output, live_state(args, &cfg), &stop);
+    let bar = (args.output.progress() && live.is_none()).then(|| {
         let b = ProgressBar::new_spinner();
         b.set_style(
             ProgressStyle::with_template("{spinner} {elapsed} {msg}")
@@ -166,8 +171,20 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
         b
     });
     let mut total = 0u64;
-    let mut on_interval = |iv: &Interval| {
+    let mut on_interval = |iv: &Interval, hist: &LatencyHistogram| {
         total += iv.requests;
+        if let Some(v) = &live {
+            v.update(|st| {
+                st.tick(Tick {
+                    end_ns: iv.end_ns,
+                    count: iv.requests,
+                    errors: iv.errors,
+                    rate: interval_event(iv).rate_per_sec,
+                    latency: Some(&iv.latency),
+                    hist: Some(hist),
+                })
+            });
+        }
         if let Some(b) = &bar {
             let secs = (iv.end_ns - iv.start_ns) as f64 / 1e9;
             let mut m = format!(
@@ -199,6 +216,8 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
+    // The screen is given back before anything is printed, also on error.
+    drop(live);
     let result = result?;
 
     if let Some(path) = &args.hgrm {
@@ -227,6 +246,28 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
     } else {
         exit::OK
     })
+}
+
+/// The live view's empty state: the run's end is its -n count, or warm-up + duration.
+fn live_state(args: &HttpArgs, cfg: &Config) -> LiveState {
+    let goal = match (cfg.requests, args.duration) {
+        (Some(n), _) => Goal::Count(n),
+        (None, d) => Goal::Duration(args.warmup + d.unwrap_or(Duration::from_secs(10))),
+    };
+    let mut title = format!(
+        "latscope http {}  {} connections",
+        cfg.url_text, cfg.connections
+    );
+    if let Some(r) = cfg.rate_per_sec {
+        let _ = write!(title, ", open loop at {} req/s", format_si(r));
+    }
+    let mut st = LiveState::new(title, goal, RateUnit::PerSec("req/s"));
+    st.status = if cfg.warmup_ns > 0 {
+        "warming up…".into()
+    } else {
+        "connecting…".into()
+    };
+    st
 }
 
 fn interval_event(iv: &Interval) -> IntervalEvent {

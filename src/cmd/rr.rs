@@ -5,15 +5,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use latscope_core::model::Meta;
+use latscope_core::LatencyHistogram;
 use latscope_core::model::rr::{RrReport, ServerBehaviour, SockOpts, Transport, WriteMode};
+use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::render::{OutputFormat, emit, emit_event};
 use latscope_core::sweep::parse_size_list;
 use latscope_core::units::{parse_count, parse_duration, parse_rate, parse_size};
 use latscope_net::rr::{Peer, RrConfig, StopAfter};
 use latscope_net::sock::Target;
+use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
+use crate::live::LiveArgs;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 use crate::progress::Progress;
 
@@ -139,6 +142,8 @@ pub struct RrArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub live: LiveArgs,
     #[command(flatten)]
     pub report: crate::cmd::report::ReportFile,
 }
@@ -352,22 +357,63 @@ pub fn report_code(r: &RrReport) -> u8 {
 pub fn run(a: &RrArgs) -> anyhow::Result<u8> {
     let cfg = config(a)?;
     let format = a.output.format();
-    let progress = Progress::new(a.output.progress(), &format!("rr {}", cfg.target));
     let stop = stop_flag();
+    let live = a.live.start(&a.output, live_state(&cfg), &stop);
+    let progress = Progress::new(
+        a.output.progress() && live.is_none(),
+        &format!("rr {}", cfg.target),
+    );
     let mut stdout = std::io::stdout();
-    let want = format == OutputFormat::JsonLines || a.output.progress();
-    let mut on_interval = |ev: &latscope_core::model::IntervalEvent| {
+    let want = format == OutputFormat::JsonLines || a.output.progress() || live.is_some();
+    let mut on_interval = |ev: &IntervalEvent, hist: &LatencyHistogram| {
         progress.interval(ev);
+        if let Some(v) = &live {
+            v.update(|st| {
+                if cfg.sizes.len() > 1 {
+                    st.status = format!("size {}", ev.label);
+                }
+                st.tick(Tick {
+                    end_ns: ev.end_ns,
+                    count: ev.count,
+                    errors: ev.errors,
+                    rate: ev.rate_per_sec,
+                    latency: Some(&ev.latency),
+                    hist: Some(hist),
+                })
+            });
+        }
         if format == OutputFormat::JsonLines {
             crate::output::live(emit_event(ev, &mut stdout), &stop);
         }
     };
     let meta = Meta::new("rr", env!("CARGO_PKG_VERSION"), unix_ms());
-    let report = latscope_net::rr::run(&cfg, meta, &stop, &mut on_interval, want)?;
+    let report = latscope_net::rr::run(&cfg, meta, &stop, &mut on_interval, want);
     drop(progress);
+    // The screen is given back before anything is printed, also on error.
+    drop(live);
+    let report = report?;
     let mut out = std::io::stdout().lock();
     emit(&report, format, &mut out)?;
     out.flush()?;
     a.report.write(&report)?;
     Ok(report_code(&report))
+}
+
+/// The live view's empty state: every size's warm-up and duration, or the transaction count.
+fn live_state(cfg: &RrConfig) -> LiveState {
+    let sizes = cfg.sizes.len().max(1) as u32;
+    let goal = match cfg.stop_after {
+        StopAfter::Duration(d) => Goal::Duration((cfg.warmup + d) * sizes),
+        StopAfter::Count(n) => Goal::Count(n * u64::from(sizes)),
+    };
+    let title = format!(
+        "latscope rr {} {}  {} connection{}",
+        cfg.target,
+        cfg.transport.name(),
+        cfg.connections,
+        if cfg.connections == 1 { "" } else { "s" }
+    );
+    let mut st = LiveState::new(title, goal, RateUnit::PerSec("trans/s"));
+    st.status = "connecting…".into();
+    st
 }

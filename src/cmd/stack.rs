@@ -9,14 +9,16 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use latscope_core::model::Meta;
 use latscope_core::render::{OutputFormat, emit, emit_event};
-use latscope_core::units::parse_duration;
+use latscope_core::units::{format_ns, parse_duration};
 use latscope_ebpf::prometheus::{Snapshot, StackCollector};
 use latscope_ebpf::report::{self, ProbeHistogram, ProbeStamps, StackInterval, StackReport};
 use latscope_ebpf::session::RawHistogram;
 use latscope_ebpf::{Filters, GroupBy, HookMode, Probe, Session, StackConfig, sys};
 use latscope_exporter::{Limits, Server};
+use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
+use crate::live::LiveArgs;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -95,6 +97,8 @@ pub struct StackArgs {
     pub prometheus: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub live: LiveArgs,
     #[command(flatten)]
     pub report: crate::cmd::report::ReportFile,
 }
@@ -319,6 +323,72 @@ fn print_interval(
     Ok(())
 }
 
+/// The live view's empty state: the run ends after -d, or when stopped.
+fn live_state(duration: Option<Duration>) -> LiveState {
+    let goal = duration.map_or(Goal::Open, Goal::Duration);
+    let mut st = LiveState::new(
+        "latscope stack  kernel receive-path latency per hook",
+        goal,
+        RateUnit::PerSec("pkt/s"),
+    );
+    st.status = "waiting for the first interval…".into();
+    st
+}
+
+/// One interval into the live view: the rate of the busiest hook, and a row per hook and group
+/// with its packets and percentiles so far and in the interval.
+fn live_tick(
+    st: &mut LiveState,
+    view: &View<'_>,
+    raw: &[RawHistogram],
+    (prev, prev_ns, end_ns): (&[RawHistogram], u64, u64),
+) {
+    let recent = view.histograms(&delta(raw, prev));
+    let busiest = recent.iter().map(|h| h.count).max().unwrap_or(0);
+    let secs = end_ns.saturating_sub(prev_ns) as f64 / 1e9;
+    st.tick(Tick {
+        end_ns,
+        count: 0,
+        errors: 0,
+        rate: if secs > 0.0 {
+            busiest as f64 / secs
+        } else {
+            0.0
+        },
+        latency: None,
+        hist: None,
+    });
+    let rows = view
+        .histograms(raw)
+        .iter()
+        .map(|h| {
+            let now = recent
+                .iter()
+                .find(|r| r.probe == h.probe && r.group == h.group);
+            vec![
+                h.probe.to_string(),
+                h.group.clone(),
+                h.count.to_string(),
+                format_ns(h.p50_ns),
+                format_ns(h.p99_ns),
+                now.map_or_else(|| "-".into(), |r| r.count.to_string()),
+                now.filter(|r| r.count > 0)
+                    .map_or_else(|| "-".into(), |r| format_ns(r.p99_ns)),
+            ]
+        })
+        .collect();
+    let header = [
+        "hook",
+        "group",
+        "packets",
+        "p50",
+        "p99",
+        "last packets",
+        "last p99",
+    ];
+    st.table = Some((header.iter().map(|h| h.to_string()).collect(), rows));
+}
+
 /// Everything the session attaches is owned by file descriptors (nothing is pinned), so any
 /// exit detaches it; the hook only says so, so that a panic message is not read as "probes left
 /// behind".
@@ -396,6 +466,13 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let note = attach_note(&session, &cfg, server.as_ref());
     // Always on stderr (stdout stays pure JSON with --json): scripts wait for this line.
     eprintln!("{note}. Ctrl-C to stop.");
+    let live = a.live.start(&a.output, live_state(duration), &stop);
+    // The live view moves once a second; the printed snapshots keep -r.
+    let interval = if live.is_some() {
+        interval.min(Duration::from_secs(1))
+    } else {
+        interval
+    };
 
     let started = Instant::now();
     let started_ms = unix_ms();
@@ -427,11 +504,16 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
             last_print = now;
             let raw = view.read()?;
             let end_ns = now.duration_since(started).as_nanos() as u64;
-            print_interval(&view, format, &raw, (&prev, prev_ns, end_ns), &mut stdout)?;
+            match &live {
+                Some(v) => v.update(|st| live_tick(st, &view, &raw, (&prev, prev_ns, end_ns))),
+                None => print_interval(&view, format, &raw, (&prev, prev_ns, end_ns), &mut stdout)?,
+            }
             prev = raw;
             prev_ns = end_ns;
         }
     };
+    // The screen is given back before anything is printed.
+    drop(live);
     let raw = view.read()?;
     let report = StackReport {
         meta: Meta::new("stack", env!("CARGO_PKG_VERSION"), started_ms),

@@ -10,12 +10,14 @@ use latscope_core::model::rr::Transport;
 use latscope_core::model::stream::{Direction, StreamInterval, StreamOptions, StreamReport};
 use latscope_core::render::stream::interval_line;
 use latscope_core::render::{OutputFormat, emit, emit_event};
-use latscope_core::units::{format_bitrate, parse_bitrate, parse_duration, parse_size};
+use latscope_core::units::{format_bitrate, format_ns, parse_bitrate, parse_duration, parse_size};
 use latscope_net::proto::StreamSpec;
 use latscope_net::sock::Target;
 use latscope_net::stream::StreamConfig;
+use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
+use crate::live::LiveArgs;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 use crate::progress::Progress;
 
@@ -104,6 +106,8 @@ pub struct StreamArgs {
     pub auth: super::AuthArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub live: LiveArgs,
     #[command(flatten)]
     pub report: crate::cmd::report::ReportFile,
 }
@@ -224,12 +228,22 @@ pub fn report_code(r: &StreamReport) -> u8 {
 pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
     let cfg = config(a)?;
     let format = a.output.format();
-    let progress = Progress::new(a.output.progress(), &format!("stream {}", cfg.target));
     let stop = stop_flag();
+    let live = a.live.start(&a.output, live_state(&cfg), &stop);
+    let progress = Progress::new(
+        a.output.progress() && live.is_none(),
+        &format!("stream {}", cfg.target),
+    );
     let mut header_done = false;
+    let mut feed = LiveFeed::new(&cfg);
     let mut on_interval = |ev: &StreamInterval| match format {
         OutputFormat::JsonLines => {
             crate::output::live(emit_event(ev, &mut std::io::stdout()), &stop);
+        }
+        OutputFormat::Human if live.is_some() => {
+            if let Some(v) = &live {
+                v.update(|st| feed.take(ev, st));
+            }
         }
         OutputFormat::Human => {
             progress.set(format!(
@@ -254,11 +268,114 @@ pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
         }
     };
     let meta = Meta::new("stream", env!("CARGO_PKG_VERSION"), unix_ms());
-    let report = latscope_net::stream::run(&cfg, meta, &stop, &mut on_interval)?;
+    let report = latscope_net::stream::run(&cfg, meta, &stop, &mut on_interval);
     drop(progress);
+    // The screen is given back before anything is printed, also on error.
+    drop(live);
+    let report = report?;
     let mut out = std::io::stdout().lock();
     emit(&report, format, &mut out)?;
     out.flush()?;
     a.report.write(&report)?;
     Ok(report_code(&report))
+}
+
+/// The live view's empty state: the senders' duration (plus the idle latency probe), or open
+/// when the run is a byte count.
+fn live_state(cfg: &StreamConfig) -> LiveState {
+    let spec = &cfg.spec;
+    let goal = if spec.bytes_per_stream.is_some() || spec.duration_ms == 0 {
+        Goal::Open
+    } else {
+        Goal::Duration(Duration::from_millis(spec.duration_ms))
+    };
+    let title = format!(
+        "latscope stream {} {}  {} stream{} {}",
+        cfg.target,
+        spec.transport.name(),
+        spec.streams,
+        if spec.streams == 1 { "" } else { "s" },
+        match spec.direction {
+            Direction::Send => "client→server",
+            Direction::Receive => "server→client",
+            Direction::Both => "both ways",
+        }
+    );
+    let mut st = LiveState::new(title, goal, RateUnit::Bits);
+    st.status = "connecting…".into();
+    st
+}
+
+/// Turns the per-side interval records into the live view's figures: one rate per interval (the
+/// receivers' rates, summed over the directions) and a table of every side's last interval.
+struct LiveFeed {
+    directions: usize,
+    /// Receivers' rates of the interval being assembled: (direction, bit/s).
+    pending: Vec<(String, f64)>,
+    /// Each side's last record, keyed by direction, side and role.
+    rows: std::collections::BTreeMap<(String, String, String), StreamInterval>,
+}
+
+impl LiveFeed {
+    fn new(cfg: &StreamConfig) -> LiveFeed {
+        LiveFeed {
+            directions: if cfg.spec.direction == Direction::Both {
+                2
+            } else {
+                1
+            },
+            pending: Vec::new(),
+            rows: Default::default(),
+        }
+    }
+
+    fn take(&mut self, ev: &StreamInterval, st: &mut LiveState) {
+        self.rows.insert(
+            (ev.direction.clone(), ev.side.clone(), ev.role.clone()),
+            ev.clone(),
+        );
+        if ev.role == "receiver" {
+            self.pending.retain(|(d, _)| *d != ev.direction);
+            self.pending.push((ev.direction.clone(), ev.rate_bps));
+            if self.pending.len() >= self.directions {
+                st.tick(Tick {
+                    end_ns: ev.end_ns,
+                    count: 0,
+                    errors: 0,
+                    rate: self.pending.iter().map(|(_, r)| r).sum(),
+                    latency: None,
+                    hist: None,
+                });
+                self.pending.clear();
+            }
+        }
+        let header = [
+            "direction",
+            "side",
+            "role",
+            "rate",
+            "retransmits",
+            "cwnd",
+            "rtt",
+            "UDP lost",
+        ];
+        let rows = self
+            .rows
+            .values()
+            .map(|r| {
+                let tcp = r.tcp.as_ref();
+                vec![
+                    r.direction.clone(),
+                    r.side.clone(),
+                    r.role.clone(),
+                    format_bitrate(r.rate_bps),
+                    tcp.map_or_else(String::new, |t| t.retransmits.to_string()),
+                    tcp.map_or_else(String::new, |t| t.cwnd.to_string()),
+                    tcp.map_or_else(String::new, |t| format_ns(f64::from(t.rtt_us) * 1e3)),
+                    r.udp_lost.map_or_else(String::new, |l| l.to_string()),
+                ]
+            })
+            .collect();
+        st.table = Some((header.iter().map(|h| h.to_string()).collect(), rows));
+    }
 }

@@ -173,6 +173,19 @@ impl LatencyHistogram {
         }
     }
 
+    /// The same samples in base-2 buckets (the kernel-side layout of [`crate::Log2Histogram`]),
+    /// for views that draw a coarse histogram. Each HDR bucket's count goes to the log2 bucket of
+    /// its highest equivalent value, so a sample never moves more than one HDR bucket (0.1%).
+    pub fn to_log2(&self) -> crate::Log2Histogram {
+        let mut out = crate::Log2Histogram::new();
+        for it in self.hist.iter_recorded() {
+            let v = self.hist.highest_equivalent(it.value_iterated_to());
+            out.buckets[crate::log2::bucket_of(v)] += it.count_at_value();
+        }
+        out.sum_ns = u64::try_from(self.sum_ns).unwrap_or(u64::MAX);
+        out
+    }
+
     /// Iterate the percentile distribution in HdrHistogram's classic "percentile distribution"
     /// layout: (value_ns, quantile, cumulative count), `ticks` steps per halving distance.
     pub fn percentile_distribution(&self, ticks: u32) -> Vec<(u64, f64, u64)> {
@@ -197,6 +210,20 @@ impl LatencyHistogram {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn to_log2_keeps_every_sample_in_its_power_of_two() {
+        let mut h = LatencyHistogram::new();
+        for v in [3u64, 4, 1000, 1024, 1025, 5_000_000] {
+            h.record(v);
+        }
+        let l = h.to_log2();
+        assert_eq!(l.count(), 6);
+        assert_eq!(l.buckets[2], 2); // (2, 4]
+        assert_eq!(l.buckets[10], 2); // (512, 1024]
+        assert_eq!(l.buckets[11], 1); // (1024, 2048]
+        assert_eq!(l.buckets[23], 1); // (4.19 ms, 8.39 ms]
+    }
 
     fn exact_quantile(sorted: &[u64], q: f64) -> u64 {
         let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());

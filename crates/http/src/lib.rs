@@ -395,7 +395,7 @@ impl IntervalMerger {
     }
 
     /// Emit every interval that no thread can add to any more (all of them with `all`).
-    fn emit(&mut self, all: bool, on_interval: &mut dyn FnMut(&Interval)) {
+    fn emit(&mut self, all: bool, on_interval: &mut dyn FnMut(&Interval, &LatencyHistogram)) {
         while let Some((&k, _)) = self.pending.first_key_value() {
             let ready = all
                 || self
@@ -421,7 +421,7 @@ impl IntervalMerger {
                 bytes: m.bytes,
                 latency: m.hist.summary(),
             };
-            on_interval(&iv);
+            on_interval(&iv, &m.hist);
             self.out.push(iv);
         }
     }
@@ -449,11 +449,12 @@ fn probe(addrs: &[SocketAddr], timeout: Duration) -> Result<SocketAddr, HttpErro
 }
 
 /// Run the load. `stop` ends it early (partial results, `interrupted`); `on_interval` gets each
-/// second of the measured run as soon as every thread has reported it.
+/// second of the measured run as soon as every thread has reported it, with that second's merged
+/// latency histogram (a live view accumulates them; nothing on the request path changes).
 pub fn run(
     cfg: &Config,
     stop: &AtomicBool,
-    on_interval: &mut dyn FnMut(&Interval),
+    on_interval: &mut dyn FnMut(&Interval, &LatencyHistogram),
 ) -> Result<RunResult, HttpError> {
     let addr = probe(&cfg.addrs, Duration::from_nanos(cfg.timeout_ns))?;
     let threads = cfg.threads.max(1) as usize;
@@ -621,15 +622,15 @@ mod tests {
         let mut m = IntervalMerger::new(2);
         let mut seen = vec![];
         m.add(msg(0, 0, 5, false));
-        m.emit(false, &mut |i| seen.push((i.index, i.requests)));
+        m.emit(false, &mut |i, _| seen.push((i.index, i.requests)));
         assert!(seen.is_empty());
         m.add(msg(1, 0, 7, false));
         m.add(msg(1, 1, 1, true));
-        m.emit(false, &mut |i| seen.push((i.index, i.requests)));
+        m.emit(false, &mut |i, _| seen.push((i.index, i.requests)));
         assert_eq!(seen, vec![(0, 12)]);
         m.add(msg(0, 1, 2, false));
         m.add(msg(0, 2, 3, true));
-        m.emit(false, &mut |i| seen.push((i.index, i.requests)));
+        m.emit(false, &mut |i, _| seen.push((i.index, i.requests)));
         assert_eq!(seen, vec![(0, 12), (1, 3), (2, 3)]);
     }
 }

@@ -514,12 +514,13 @@ fn reply_seq(buf: &[u8], token: Option<u64>) -> Option<u64> {
     }
 }
 
-/// Run the measurement. `on_interval` is called from this thread every `cfg.interval`.
+/// Run the measurement. `on_interval` is called from this thread every `cfg.interval` with the
+/// interval's figures and its merged latency histogram (for a live view's percentiles so far).
 pub fn run(
     cfg: &RrConfig,
     meta: Meta,
     stop: &AtomicBool,
-    on_interval: &mut dyn FnMut(&IntervalEvent),
+    on_interval: &mut dyn FnMut(&IntervalEvent, &LatencyHistogram),
     want_intervals: bool,
 ) -> Result<RrReport, NetError> {
     if cfg.connections == 0 {
@@ -585,7 +586,7 @@ fn run_size(
     req: u32,
     resp: u32,
     stop: &AtomicBool,
-    on_interval: &mut dyn FnMut(&IntervalEvent),
+    on_interval: &mut dyn FnMut(&IntervalEvent, &LatencyHistogram),
     want_intervals: bool,
 ) -> Result<(RrSizeResult, ServerBehaviour), NetError> {
     // Open every session before starting the clock, so set-up cost is not measured.
@@ -693,7 +694,7 @@ fn run_workers(
     (req, resp): (u32, u32),
     sessions: Vec<Option<Session>>,
     stop: &AtomicBool,
-    on_interval: &mut dyn FnMut(&IntervalEvent),
+    on_interval: &mut dyn FnMut(&IntervalEvent, &LatencyHistogram),
     want_intervals: bool,
 ) -> Result<(Vec<WorkerOut>, Instant), NetError> {
     let udp = cfg.transport == Transport::Udp;
@@ -894,7 +895,7 @@ fn emit_interval(
     t_start: Instant,
     from: Instant,
     to: Instant,
-    on_interval: &mut dyn FnMut(&IntervalEvent),
+    on_interval: &mut dyn FnMut(&IntervalEvent, &LatencyHistogram),
 ) {
     let mut h = LatencyHistogram::new();
     let mut errors = 0;
@@ -922,5 +923,5 @@ fn emit_interval(
         errors,
         latency: h.summary(),
     };
-    on_interval(&ev);
+    on_interval(&ev, &h);
 }

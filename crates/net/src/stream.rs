@@ -230,7 +230,7 @@ fn run_probe(
         &c,
         Meta::new("rr", env!("CARGO_PKG_VERSION"), 0),
         stop,
-        &mut |_| {},
+        &mut |_, _| {},
         false,
     )?;
     Ok(r.results

@@ -60,7 +60,7 @@ pub fn rr_latency(
         &rr_cfg(p, connections, quickack, duration),
         meta("rr"),
         stop,
-        &mut |_| {},
+        &mut |_, _| {},
         false,
     )
     .map_err(|e| e.to_string())?;
@@ -81,7 +81,7 @@ pub fn http_latency(
 ) -> Result<Summary, String> {
     let o = http_options(url, connections, quickack, duration);
     let cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
-    let r = latscope_http::run(&cfg, stop, &mut |_| {}).map_err(|e| e.to_string())?;
+    let r = latscope_http::run(&cfg, stop, &mut |_, _| {}).map_err(|e| e.to_string())?;
     if r.stats.requests == 0 {
         return Err(r
             .stats

@@ -114,7 +114,7 @@ fn http_ramp(url: &str, stop: &AtomicBool) -> Result<Loaded, NotRun> {
             .map_err(|e| NotRun::Failed(e.to_string()))?;
         let load_stop = Arc::new(AtomicBool::new(false));
         let flag = load_stop.clone();
-        let load = std::thread::spawn(move || latscope_http::run(&cfg, &flag, &mut |_| {}));
+        let load = std::thread::spawn(move || latscope_http::run(&cfg, &flag, &mut |_, _| {}));
         std::thread::sleep(RAMP_SETTLE);
         let probe = http_latency(url, 1, false, RAMP_STEP - RAMP_SETTLE, stop);
         if stop.load(Ordering::Relaxed) {
