@@ -26,7 +26,8 @@ Examples:
   latscope diagnose 10.0.0.2 --json
 
 Findings are named rules (nagle_delayed_ack, delayed_ack, think_time, socket_queueing,
-socket_read_wait, pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, path_dominates), ranked by the latency per request they explain, each with its
+socket_read_wait, pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, path_dominates,
+cpu_throttling, run_queue_delay), ranked by the latency per request they explain, each with its
 evidence, a confidence, the side to fix and the fix. When nothing is wrong it says so and shows
 the budget: network path against time in the hosts.
 

@@ -12,6 +12,7 @@ use latscope_core::model::diagnose::{
 use latscope_net::sock::Target;
 
 use super::evidence::Evidence;
+use super::locate::LocalServer;
 use super::steps::{self, Entry, Record, Running, Started};
 
 /// What to run.
@@ -33,21 +34,18 @@ pub struct Plan {
     pub auth: Option<latscope_net::auth::AuthKey>,
 }
 
-/// What every step may look at: the plan and the run's stop flag.
+/// What every step may look at: the plan, the run's stop flag, and where the server runs.
 pub struct Context<'a> {
     pub plan: &'a Plan,
     pub stop: &'a AtomicBool,
+    /// The server's namespace when it runs on this host (in any network namespace).
+    pub server: Option<LocalServer>,
 }
 
 impl Context<'_> {
     /// Whether the run was interrupted.
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
-    }
-
-    /// Whether the server runs on this host (its address is one of ours).
-    pub fn server_is_local(&self) -> bool {
-        std::net::UdpSocket::bind((self.plan.addr.ip(), 0)).is_ok()
     }
 }
 
@@ -130,7 +128,11 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
 
 /// Run the investigation.
 pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseReport {
-    let cx = Context { plan: p, stop };
+    let cx = Context {
+        plan: p,
+        stop,
+        server: super::locate::locate(p.addr),
+    };
     let c = collect(&cx, progress);
     let findings = super::rules::apply(&c.evidence);
     let budget = super::budget(&c.evidence);

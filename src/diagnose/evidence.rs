@@ -32,6 +32,29 @@ pub struct Evidence {
     pub stack: Option<StackEvidence>,
     /// A URL request phase by phase (medians).
     pub phases: Option<RequestPhases>,
+    /// The server's threads waiting for a CPU (local servers).
+    pub cpu: Option<CpuEvidence>,
+    /// The path's bottleneck rate and what one request puts through it.
+    pub bottleneck: Option<Bottleneck>,
+}
+
+/// The path's bottleneck: its rate (a bulk transfer's throughput) and the bytes one
+/// request/response exchange puts on the wire.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bottleneck {
+    pub rate_bps: f64,
+    /// Request + response bytes per exchange, with TCP/IP/Ethernet headers.
+    pub wire_bytes: u64,
+}
+
+impl Bottleneck {
+    /// Time to serialise one exchange at the bottleneck rate, ns.
+    pub fn serialisation_ns(&self) -> u64 {
+        if self.rate_bps <= 0.0 {
+            return 0;
+        }
+        (self.wire_bytes as f64 * 8.0 / self.rate_bps * 1e9) as u64
+    }
 }
 
 /// Connect attempts of the handshakes step.
@@ -151,4 +174,38 @@ pub struct ServerSockets {
     pub corked: usize,
     /// The connections' send MSS from TCP_INFO (the largest), when read.
     pub snd_mss: Option<u32>,
+}
+
+/// CPU scheduling of the server's processes while the requests ran.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CpuEvidence {
+    /// e.g. "nginx[1234]" (the first process listening on the port).
+    pub process: String,
+    /// CPU bandwidth throttling of its cgroup (or an ancestor's), when the cgroup has a limit.
+    pub throttling: Option<Throttling>,
+    /// Run-queue waits of its threads (eBPF), when the probes could be attached.
+    pub run_queue: Option<RunQueueWaits>,
+}
+
+/// `cpu.stat` differences over the measured span (cgroup v1 or v2).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Throttling {
+    /// The cgroup, e.g. "/system.slice/web.service".
+    pub cgroup: String,
+    /// The limit, e.g. "10ms per 100ms" (`cpu.max` / `cpu.cfs_quota_us`).
+    pub limit: Option<String>,
+    /// Enforcement periods that elapsed, and in how many the cgroup ran out of quota.
+    pub periods: u64,
+    pub throttled: u64,
+    /// Time its threads were held back.
+    pub throttled_ns: u64,
+}
+
+/// How long the server's threads waited for a CPU after becoming runnable.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunQueueWaits {
+    pub waits: u64,
+    pub total_ns: u64,
+    pub p50_ns: f64,
+    pub p99_ns: f64,
 }

@@ -5,6 +5,7 @@
 
 pub mod collect;
 pub mod evidence;
+pub mod locate;
 pub mod rules;
 pub mod steps;
 
@@ -17,16 +18,23 @@ use evidence::Evidence;
 
 /// Where a request's time goes, from the evidence.
 pub fn budget(ev: &Evidence) -> Budget {
+    let ser = ev.bottleneck.map(|b| b.serialisation_ns());
     Budget {
         path_rtt_ns: ev.path.as_ref().map(|s| s.p50_ns),
         single_request_ns: ev.single.as_ref().map(|s| s.p50_ns),
         concurrent_request_ns: ev.concurrent.as_ref().map(|c| c.latency.p50_ns),
         concurrency: ev.concurrent.as_ref().map(|c| c.connections).unwrap_or(1),
         host_ns: match (&ev.single, &ev.path) {
-            (Some(s), Some(pth)) => Some(s.p50_ns.saturating_sub(pth.p50_ns)),
+            (Some(s), Some(pth)) => Some(
+                s.p50_ns
+                    .saturating_sub(pth.p50_ns)
+                    .saturating_sub(ser.unwrap_or(0)),
+            ),
             _ => None,
         },
         server_app_ns: server_app_ns(ev),
+        bottleneck_bps: ev.bottleneck.map(|b| b.rate_bps),
+        serialisation_ns: ser,
     }
 }
 

@@ -24,6 +24,9 @@ pub const RULES: &[Rule] = &[
     path_dominates,
     slow_dns,
     slow_tls,
+    cpu_throttling,
+    run_queue_delay,
+    bottleneck_bandwidth,
 ];
 
 /// Apply every rule, then rank: root causes first (most latency explained first), each
@@ -130,11 +133,17 @@ pub fn rank(e: &Evidence, mut found: Vec<Diagnosis>) -> Vec<Diagnosis> {
     found
 }
 
-/// Excess of the single-request median over the path median (time spent in the hosts).
+/// Excess of the single-request median over the path median and the exchange's serialisation
+/// at the bottleneck (time spent in the hosts).
 fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
     let single = e.single.as_ref()?.p50_ns;
     let path = e.path.as_ref().map(|p| p.p50_ns).unwrap_or(0);
-    Some((single, path, single.saturating_sub(path)))
+    let wire = e.bottleneck.map_or(0, |b| b.serialisation_ns());
+    Some((
+        single,
+        path,
+        single.saturating_sub(path).saturating_sub(wire),
+    ))
 }
 
 /// A loss rate that matters: at least one retransmission per 1000 frames.
@@ -390,7 +399,7 @@ pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
     let c = e.concurrent.as_ref()?;
     let (n, conc) = (c.connections, &c.latency);
     let single = e.single.as_ref()?.p50_ns;
-    if n < 2 || single < 200_000 {
+    if n < 2 || single < 200_000 || bandwidth_explains_concurrency(e) {
         return None;
     }
     let ratio = conc.p50_ns as f64 / single as f64;
@@ -512,7 +521,14 @@ pub fn delayed_ack(e: &Evidence) -> Option<Diagnosis> {
 /// routing) — netstacklat's ip-start → tcp-start gap.
 pub fn pre_tcp_kernel(e: &Evidence) -> Option<Diagnosis> {
     let st = e.stack.as_ref()?;
-    let (ip, tcp) = (st.ip_start_ns?, st.tcp_start_ns?);
+    let ip = st.ip_start_ns?;
+    // Without a tcp-start probe (no fentry and no tracepoint there), the socket enqueue bounds
+    // it from above: TCP's own processing of a segment is a few microseconds.
+    let (tcp, at) = match (st.tcp_start_ns, st.enqueued_ns) {
+        (Some(t), _) => (t, "TCP"),
+        (None, Some(q)) => (q, "the socket"),
+        (None, None) => return None,
+    };
     let gap = tcp - ip;
     if gap < 20_000.0 {
         return None;
@@ -521,10 +537,10 @@ pub fn pre_tcp_kernel(e: &Evidence) -> Option<Diagnosis> {
         rule: RuleId::PreTcpKernel,
         title: "packets wait inside the kernel before TCP (netfilter rules or routing)".into(),
         explains_ns: gap as u64,
-        confidence: 0.75,
+        confidence: if at == "TCP" { 0.75 } else { 0.65 },
         side: Side::Kernel,
         evidence: vec![format!(
-            "kernel stack (eBPF), server side: packets reach the IP layer after {} and TCP after {} (median): {} between them",
+            "kernel stack (eBPF), server side: packets reach the IP layer after {} and {at} after {} (median): {} between them",
             format_ns(ip),
             format_ns(tcp),
             format_ns(gap)
@@ -718,6 +734,171 @@ pub fn slow_tls(e: &Evidence) -> Option<Diagnosis> {
     })
 }
 
+/// The worst tail latency the request steps measured: (p50, p99) of the step with the larger p99.
+fn tail(e: &Evidence) -> Option<(u64, u64)> {
+    [e.single.as_ref(), e.concurrent.as_ref().map(|c| &c.latency)]
+        .into_iter()
+        .flatten()
+        .map(|s| (s.p50_ns, s.p99_ns))
+        .max_by_key(|&(_, p99)| p99)
+}
+
+/// CPU throttling: the server's cgroup ran out of its CPU quota (cgroup v1 `cpu.cfs_quota_us`,
+/// v2 `cpu.max`) while the requests ran, and its threads were held back until the next period —
+/// requests arriving meanwhile wait, which shows in the tail. The kernel's own counters
+/// (`cpu.stat` nr_throttled, throttled_time / throttled_usec) are the evidence.
+pub fn cpu_throttling(e: &Evidence) -> Option<Diagnosis> {
+    let c = e.cpu.as_ref()?;
+    let t = c.throttling.as_ref()?;
+    if t.throttled == 0 || t.throttled_ns < 1_000_000 {
+        return None;
+    }
+    let (p50, p99) = tail(e)?;
+    let held_per_period = t.throttled_ns / t.throttled;
+    // Requests must have felt it: a tail of at least a millisecond beyond the median.
+    let tail_ns = p99.saturating_sub(p50);
+    if tail_ns < 1_000_000 {
+        return None;
+    }
+    Some(Diagnosis {
+        rule: RuleId::CpuThrottling,
+        title: "the server's cgroup runs out of CPU quota: its threads are throttled until the next period".into(),
+        explains_ns: tail_ns.min(held_per_period.max(1_000_000)),
+        confidence: 0.85,
+        side: Side::Server,
+        evidence: vec![
+            format!(
+                "cgroup {} of {} ({}): throttled in {} of {} periods while the requests ran, {} held back ({} per throttled period)",
+                t.cgroup,
+                c.process,
+                t.limit.as_deref().unwrap_or("limit set"),
+                t.throttled,
+                t.periods,
+                format_ns(t.throttled_ns as f64),
+                format_ns(held_per_period as f64)
+            ),
+            format!(
+                "requests: p50 {}, p99 {} — the tail is requests that arrived while it was throttled",
+                format_ns(p50 as f64),
+                format_ns(p99 as f64)
+            ),
+        ],
+        fix: "raise the cgroup's CPU limit (`cpu.max` on cgroup v2, `cpu.cfs_quota_us` on v1; Kubernetes: the container's CPU limit), or make the server use less CPU per request; fewer busy threads burn the quota less fast".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// Run-queue delay: the server's threads, once woken to handle a request, wait for a CPU
+/// (other busy threads or processes on the same CPUs). Measured as bcc's runqlat does, from the
+/// scheduler's wakeup and switch tracepoints, for the server's threads only.
+pub fn run_queue_delay(e: &Evidence) -> Option<Diagnosis> {
+    let c = e.cpu.as_ref()?;
+    let rq = c.run_queue.as_ref()?;
+    let single = e.single.as_ref()?;
+    let requests = single.count + e.concurrent.as_ref().map_or(0, |c| c.latency.count);
+    if requests == 0 {
+        return None;
+    }
+    // A throttled cgroup's threads also wait "in the run queue" until the next period: that
+    // time is the throttling's (its own rule), not contention for CPUs.
+    let throttled_ns = c.throttling.as_ref().map_or(0, |t| t.throttled_ns);
+    if throttled_ns.saturating_mul(2) >= rq.total_ns {
+        return None;
+    }
+    // The typical wake-up must wait: a median wait of at least 100 µs and a quarter of a
+    // request (a busy load generator on the same CPUs makes a long tail of short waits).
+    let per_request = rq.total_ns / requests;
+    if rq.p50_ns < 100_000.0 || rq.p50_ns < 0.25 * single.p50_ns as f64 {
+        return None;
+    }
+    Some(Diagnosis {
+        rule: RuleId::RunQueueDelay,
+        title: "the server's threads wait for a CPU before they can answer (run-queue delay)".into(),
+        explains_ns: (rq.p50_ns as u64).min(single.p50_ns),
+        confidence: 0.8,
+        side: Side::Server,
+        evidence: vec![
+            format!(
+                "scheduler tracepoints (eBPF), {}: {} waits for a CPU, p50 {}, p99 {}, {} in all",
+                c.process,
+                rq.waits,
+                format_ns(rq.p50_ns),
+                format_ns(rq.p99_ns),
+                format_ns(rq.total_ns as f64)
+            ),
+            format!(
+                "{} of waiting per request against a request median of {}",
+                format_ns(per_request as f64),
+                format_ns(single.p50_ns as f64)
+            ),
+        ],
+        fix: "find what else runs on the server's CPUs (`top`, `perf sched`, `runqlat`); give the server dedicated CPUs (cpusets, taskset) or more of them, lower the priority of batch work (`nice`, cgroup cpu.weight), or run fewer busy threads than CPUs".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// Whether N exchanges serialised one after another at the bottleneck account for at least half
+/// of the concurrent latency: then requests queue on the link, not in the server.
+fn bandwidth_explains_concurrency(e: &Evidence) -> bool {
+    let (Some(b), Some(c)) = (e.bottleneck, e.concurrent.as_ref()) else {
+        return false;
+    };
+    let queued = b.serialisation_ns() * u64::from(c.connections);
+    queued.saturating_mul(2) >= c.latency.p50_ns
+}
+
+/// The bottleneck's rate: a request and its response take a material time just to be
+/// serialised onto the slowest link, and N of them at once queue for it N deep. That is the
+/// network's share of the budget (the hosts are not slow; the link is), and adding server
+/// workers would not help.
+pub fn bottleneck_bandwidth(e: &Evidence) -> Option<Diagnosis> {
+    let b = e.bottleneck?;
+    let single = e.single.as_ref()?.p50_ns;
+    let ser = b.serialisation_ns();
+    if ser < 100_000 || (ser as f64) < 0.3 * single as f64 {
+        return None;
+    }
+    let mut evidence = vec![
+        format!(
+            "a bulk transfer on the path reaches {}: the bottleneck rate",
+            latscope_core::units::format_bitrate(b.rate_bps)
+        ),
+        format!(
+            "one request and its response ({} B on the wire) take {} to serialise at that rate, of a {} request",
+            b.wire_bytes,
+            format_ns(ser as f64),
+            format_ns(single as f64)
+        ),
+    ];
+    let mut explains = ser;
+    if let Some(c) = &e.concurrent
+        && bandwidth_explains_concurrency(e)
+    {
+        evidence.push(format!(
+            "{} at once: p50 {} — they queue for the link ({} × {} = {})",
+            c.connections,
+            format_ns(c.latency.p50_ns as f64),
+            c.connections,
+            format_ns(ser as f64),
+            format_ns((ser * u64::from(c.connections)) as f64)
+        ));
+        explains = explains.max(c.latency.p50_ns.saturating_sub(single) + ser);
+    }
+    Some(Diagnosis {
+        rule: RuleId::BottleneckBandwidth,
+        title: "the path's bandwidth: each response takes material time to serialise at the bottleneck".into(),
+        explains_ns: explains,
+        confidence: 0.8,
+        side: Side::Network,
+        evidence,
+        fix: "a faster link at the bottleneck, or fewer bytes per request (compression, smaller responses, fewer round trips carrying data); more server workers would not help".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -871,6 +1052,22 @@ mod tests {
         });
         assert_eq!(pre_tcp_kernel(&e), None);
         assert_eq!(socket_read_wait(&e), None);
+        // No tcp-start probe: the socket enqueue bounds the pre-TCP time.
+        e.stack = Some(StackEvidence {
+            packets: 400,
+            ip_start_ns: Some(500.0),
+            tcp_start_ns: None,
+            enqueued_ns: Some(99_000.0),
+            read_ns: Some(111_000.0),
+            read_bucket: None,
+        });
+        let f = pre_tcp_kernel(&e).expect("fires");
+        assert_eq!(f.explains_ns, 98_500);
+        assert!(
+            f.evidence[0].contains("the socket after"),
+            "{:?}",
+            f.evidence
+        );
     }
 
     #[test]
@@ -891,6 +1088,99 @@ mod tests {
             ..CaptureEvidence::default()
         });
         assert_eq!(delayed_ack(&e), None, "one in forty is not a pattern");
+    }
+
+    #[test]
+    fn cpu_rules_need_the_kernel_counters_and_a_tail() {
+        let mut e = base(20, 60);
+        e.single = Some(Summary {
+            count: 1000,
+            p50_ns: 60_000,
+            p99_ns: 45_000_000,
+            ..Summary::default()
+        });
+        e.cpu = Some(CpuEvidence {
+            process: "python3[7]".into(),
+            throttling: Some(Throttling {
+                cgroup: "/web".into(),
+                limit: Some("10ms of CPU per 100ms".into()),
+                periods: 30,
+                throttled: 12,
+                throttled_ns: 960_000_000,
+            }),
+            run_queue: None,
+        });
+        let f = cpu_throttling(&e).expect("fires");
+        assert_eq!(f.rule, RuleId::CpuThrottling);
+        assert_eq!(
+            f.explains_ns, 44_940_000,
+            "the tail, within the time held back"
+        );
+        // Throttled, but no request waited: not a latency finding.
+        e.single = Some(s(60));
+        assert_eq!(cpu_throttling(&e), None);
+        // Run-queue waits: material per request, against the request's own median.
+        e.cpu = Some(CpuEvidence {
+            process: "latscope[9]".into(),
+            throttling: None,
+            run_queue: Some(RunQueueWaits {
+                waits: 200,
+                total_ns: 300_000_000,
+                p50_ns: 1_000_000.0,
+                p99_ns: 4_000_000.0,
+            }),
+        });
+        e.single = Some(Summary {
+            count: 100,
+            p50_ns: 2_000_000,
+            p99_ns: 5_000_000,
+            ..Summary::default()
+        });
+        let f = run_queue_delay(&e).expect("fires");
+        assert_eq!(f.explains_ns, 1_000_000, "the median wait");
+        e.cpu.as_mut().unwrap().run_queue.as_mut().unwrap().p50_ns = 30_000.0;
+        assert_eq!(run_queue_delay(&e), None, "30 µs typical waits: noise");
+        // Waits that are the cgroup's throttling belong to that rule.
+        let c = e.cpu.as_mut().unwrap();
+        c.run_queue.as_mut().unwrap().p50_ns = 1_000_000.0;
+        c.throttling = Some(Throttling {
+            cgroup: "/web".into(),
+            limit: None,
+            periods: 30,
+            throttled: 20,
+            throttled_ns: 200_000_000,
+        });
+        assert_eq!(run_queue_delay(&e), None);
+    }
+
+    #[test]
+    fn a_slow_link_is_the_network_not_the_server() {
+        // 4 Mbit/s: 1.2 KB on the wire per exchange is 2.4 ms; 8 at once queue 8 deep.
+        let mut e = base(60, 2_600);
+        e.concurrent = Some(Concurrent {
+            connections: 8,
+            latency: s(19_500),
+        });
+        e.bottleneck = Some(Bottleneck {
+            rate_bps: 4e6,
+            wire_bytes: 1_220,
+        });
+        let f = bottleneck_bandwidth(&e).expect("fires");
+        assert_eq!(f.side, Side::Network);
+        assert_eq!(
+            socket_queueing(&e),
+            None,
+            "the link queues them, not the server"
+        );
+        assert_eq!(apply(&e)[0].rule, RuleId::BottleneckBandwidth);
+        assert!(crate::diagnose::budget(&e).serialisation_ns.unwrap() > 2_000_000);
+        // A fast path: serialisation is nothing, and a one-at-a-time server is still named.
+        e.bottleneck = Some(Bottleneck {
+            rate_bps: 10e9,
+            wire_bytes: 1_220,
+        });
+        assert_eq!(bottleneck_bandwidth(&e), None);
+        assert!(socket_queueing(&e).is_some());
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub struct NginxConf {
     pub master_process: bool,
     /// Run inside this network namespace (by name).
     pub netns: Option<String>,
+    /// The IPv4 address to listen on (an address of `netns` when set).
+    pub addr: String,
+    /// More directives for the `http` block, e.g. `ssl_session_tickets off;`.
+    pub extra: String,
 }
 
 impl Default for NginxConf {
@@ -42,11 +46,13 @@ impl Default for NginxConf {
             http2: false,
             master_process: false,
             netns: None,
+            addr: "127.0.0.1".into(),
+            extra: String::new(),
         }
     }
 }
 
-/// A private nginx (foreground) on a free port of 127.0.0.1.
+/// A private nginx (foreground) on a free port of its address (127.0.0.1 by default).
 pub struct Nginx {
     pub port: u16,
     pub child: Child,
@@ -67,11 +73,12 @@ impl NginxConf {
         let h2 = if self.http2 { " http2" } else { "" };
         let listen = match &self.tls {
             Some((cert, key)) => format!(
-                "listen 127.0.0.1:{port} ssl{h2}; ssl_certificate {}; ssl_certificate_key {};",
+                "listen {}:{port} ssl{h2}; ssl_certificate {}; ssl_certificate_key {};",
+                self.addr,
                 cert.display(),
                 key.display()
             ),
-            None => format!("listen 127.0.0.1:{port}{h2};"),
+            None => format!("listen {}:{port}{h2};", self.addr),
         };
         let process = if self.master_process {
             "worker_processes 1;"
@@ -84,7 +91,8 @@ impl NginxConf {
              events {{ worker_connections 4096; }}\n\
              http {{\n  {access}\n  sendfile {sendfile};\n  tcp_nodelay {nodelay};\n  keepalive_timeout {ka};\n  keepalive_requests {kar};\n\
              \x20 client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
-             \x20 server {{ {listen} root {d}/html; }}\n}}\n",
+             \x20 {extra}\n\x20 server {{ {listen} root {d}/html; }}\n}}\n",
+            extra = self.extra,
             access = if self.access_log {
                 format!("access_log {d}/logs/access.log;")
             } else {
@@ -150,7 +158,8 @@ impl Nginx {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         let port = self.port;
-        let connects = || TcpStream::connect(("127.0.0.1", port)).is_ok();
+        let addr = self.conf.addr.as_str();
+        let connects = || TcpStream::connect((addr, port)).is_ok();
         loop {
             let up = match (&self.conf.netns, self.conf.master_process) {
                 (_, true) => self.worker().is_some(),
@@ -191,7 +200,7 @@ impl Nginx {
         } else {
             "http"
         };
-        format!("{scheme}://127.0.0.1:{}{path}", self.port)
+        format!("{scheme}://{}:{}{path}", self.conf.addr, self.port)
     }
 
     /// Lines in the access log (requests nginx answered).

@@ -4,6 +4,7 @@
 //! - [`probes`]: the registry (probe → implementations tried in order, with their semantics).
 //! - [`session`]: loads one BPF object per probe sharing one set of maps, attaches, reads maps.
 //! - [`report`]: the result model (`latscope stack --json`) and its human rendering.
+//! - [`runq`]: run-queue latency of chosen processes (sched tracepoints, as bcc's runqlat).
 //! - [`prometheus`]: the histograms as a `prometheus-client` collector (served by latscope-exporter).
 //!
 //! BPF sources live in `src/bpf/`; `build.rs` compiles them into a skeleton (libbpf-cargo).
@@ -14,6 +15,7 @@ pub mod error;
 pub mod probes;
 pub mod prometheus;
 pub mod report;
+pub mod runq;
 pub mod session;
 mod skel;
 pub mod sys;

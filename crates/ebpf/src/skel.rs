@@ -8,3 +8,8 @@
     dead_code
 )]
 include!(concat!(env!("OUT_DIR"), "/stack.skel.rs"));
+
+/// The skeleton of `src/bpf/runq.bpf.c` (run-queue latency).
+pub mod runq {
+    include!(concat!(env!("OUT_DIR"), "/runq.skel.rs"));
+}

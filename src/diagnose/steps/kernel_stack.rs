@@ -22,12 +22,15 @@ impl Observe for KernelStack {
 
     fn start(cx: &Context, ev: &Evidence) -> Result<latscope_ebpf::Session, NotRun> {
         requests_target(ev)?;
-        if !cx.server_is_local() {
+        let Some(server) = cx.server else {
             return Err(NotRun::Skipped("the server is not on this host".into()));
-        }
+        };
         let cfg = latscope_ebpf::StackConfig {
             filters: latscope_ebpf::Filters {
                 local_port: Some(cx.plan.addr.port()),
+                // Its own namespace: a server in a container or another `ip netns` is watched
+                // there, and same-port traffic of other namespaces stays out.
+                netns_inode: (server.netns_inode != 0).then_some(server.netns_inode),
                 ..Default::default()
             },
             ..Default::default()

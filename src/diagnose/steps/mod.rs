@@ -8,6 +8,7 @@
 
 mod capture;
 mod concurrency;
+mod cpu;
 mod engines;
 mod handshakes;
 mod kernel_stack;
@@ -149,6 +150,7 @@ pub const PIPELINE: &[Entry] = &[
     Entry::observe::<kernel_stack::KernelStack>(),
     Entry::observe::<capture::Capture>(),
     Entry::observe::<server_sockets::ServerSockets>(),
+    Entry::observe::<cpu::Cpu>(),
     Entry::measure::<single::Single>(),
     Entry::measure::<quickack::QuickAck>(),
     Entry::measure::<phases::Phases>(),

@@ -16,24 +16,32 @@ use crate::diagnose::evidence::{self, Evidence};
 
 pub struct ServerSockets;
 
-/// The scan thread and the port it looks for.
+/// The scan thread and the server end it looks for.
 pub struct Scanning {
     port: u16,
+    netns: u64,
     thread: JoinHandle<Result<SocketsReport, InspectError>>,
 }
 
 /// The server's end has the service port as its local port (our client ends have it as the
-/// remote one), whichever process holds it — even this one, as in `latscope demo`.
-fn is_server_end(row: &SocketRow, port: u16) -> bool {
-    row.state == "ESTAB" && row.local.ends_with(&format!(":{port}"))
+/// remote one), whichever process holds it — even this one, as in `latscope demo` — in the
+/// server's network namespace (`netns` 0 or a row of unknown namespace: any).
+fn is_server_end(row: &SocketRow, port: u16, netns: u64) -> bool {
+    row.state == "ESTAB"
+        && row.local.ends_with(&format!(":{port}"))
+        && (netns == 0 || row.netns == 0 || row.netns == netns)
 }
 
 /// Scan until a server end with readable options shows up, or until `deadline`.
-fn scan_for_server(port: u16, deadline: Instant) -> Result<SocketsReport, InspectError> {
+fn scan_for_server(
+    port: u16,
+    netns: u64,
+    deadline: Instant,
+) -> Result<SocketsReport, InspectError> {
     let found = |r: &SocketsReport| {
         r.sockets
             .iter()
-            .any(|row| is_server_end(row, port) && row.options.is_some())
+            .any(|row| is_server_end(row, port, netns) && row.options.is_some())
     };
     // Look once the requests are flowing; retry (bounded) if the connection is not up yet —
     // set-up steps before the requests take a variable time.
@@ -61,13 +69,18 @@ impl Observe for ServerSockets {
 
     fn start(cx: &Context, ev: &Evidence) -> Result<Scanning, NotRun> {
         requests_target(ev)?;
-        if !cx.server_is_local() {
+        let Some(server) = cx.server else {
             return Err(NotRun::Skipped("the server is not on this host".into()));
-        }
+        };
         let port = cx.plan.addr.port();
+        let netns = server.netns_inode;
         let deadline = Instant::now() + cx.plan.duration + Duration::from_secs(3);
-        let thread = std::thread::spawn(move || scan_for_server(port, deadline));
-        Ok(Scanning { port, thread })
+        let thread = std::thread::spawn(move || scan_for_server(port, netns, deadline));
+        Ok(Scanning {
+            port,
+            netns,
+            thread,
+        })
     }
 
     fn finish(_cx: &Context, s: Scanning) -> Result<evidence::ServerSockets, NotRun> {
@@ -76,7 +89,7 @@ impl Observe for ServerSockets {
             Ok(Err(e)) => return Err(NotRun::Failed(e.to_string())),
             Err(_) => return Err(NotRun::Failed("the socket scan panicked".into())),
         };
-        summarise(&r, s.port)
+        summarise(&r, s.port, s.netns)
     }
 
     fn detail(_cx: &Context, ss: &evidence::ServerSockets) -> String {
@@ -98,11 +111,11 @@ impl Observe for ServerSockets {
 }
 
 /// Count the options of the server's connections in a scan.
-fn summarise(r: &SocketsReport, port: u16) -> Result<evidence::ServerSockets, NotRun> {
+fn summarise(r: &SocketsReport, port: u16, netns: u64) -> Result<evidence::ServerSockets, NotRun> {
     let server: Vec<&SocketRow> = r
         .sockets
         .iter()
-        .filter(|row| is_server_end(row, port))
+        .filter(|row| is_server_end(row, port, netns))
         .collect();
     let with_opts: Vec<_> = server
         .iter()

@@ -16,13 +16,24 @@ use latscope_net::stream::StreamConfig;
 use super::engines::{http_latency, http_options, meta};
 use super::{Measure, NotRun, requests_target};
 use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{Evidence, Load, UnderLoad as Loaded};
+use crate::diagnose::evidence::{Bottleneck, Evidence, Load, UnderLoad as Loaded};
 
 pub struct UnderLoad;
 
 /// The probe's latency idle and loaded, and the load it competed with.
 pub struct Outcome {
     latency: Loaded,
+    /// With a bulk transfer: bytes one request/response exchange of the request steps puts on
+    /// the wire (its rate is the path's bottleneck).
+    exchange_wire_bytes: Option<u64>,
+}
+
+/// Bytes on the wire for `payload` bytes of TCP data: per segment (at most `mss` bytes of data)
+/// 32 B of TCP header with timestamps, 20 B of IPv4 and 14 B of Ethernet (preamble and
+/// inter-frame gap do not pass through a qdisc's rate and are left out).
+fn on_wire(payload: u64, mss: u64) -> u64 {
+    let segments = payload.div_ceil(mss).max(1);
+    payload + segments * (32 + 20 + 14)
 }
 
 impl Measure for UnderLoad {
@@ -36,7 +47,10 @@ impl Measure for UnderLoad {
         }
         if kind == TargetKind::Http {
             let url = cx.plan.url.as_deref().unwrap_or_default();
-            return http_ramp(url, cx.stop).map(|latency| Outcome { latency });
+            return http_ramp(url, cx.stop).map(|latency| Outcome {
+                latency,
+                exchange_wire_bytes: None,
+            });
         }
         let sc = StreamConfig {
             target: cx.plan.target.clone(),
@@ -70,6 +84,10 @@ impl Measure for UnderLoad {
                     rate_bps: r.results.first().map(|d| d.rate_bps),
                 },
             },
+            exchange_wire_bytes: Some(
+                on_wire(u64::from(cx.plan.request_bytes), 1448)
+                    + on_wire(u64::from(cx.plan.response_bytes), 1448),
+            ),
         })
     }
 
@@ -85,6 +103,20 @@ impl Measure for UnderLoad {
     }
 
     fn store(ev: &mut Evidence, o: Outcome) {
+        // A bulk transfer's throughput is the path's bottleneck rate.
+        if let (
+            Load::Bulk {
+                rate_bps: Some(rate_bps),
+            },
+            Some(wire_bytes),
+        ) = (&o.latency.load, o.exchange_wire_bytes)
+            && *rate_bps > 0.0
+        {
+            ev.bottleneck = Some(Bottleneck {
+                rate_bps: *rate_bps,
+                wire_bytes,
+            });
+        }
         ev.under_load = Some(o.latency);
     }
 }

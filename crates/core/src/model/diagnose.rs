@@ -41,6 +41,10 @@ pub enum StepName {
     /// A URL's request broken into phases: DNS, connect, TLS, time to first byte, transfer.
     #[serde(rename = "request phases")]
     RequestPhases,
+    /// The server's threads waiting for a CPU: run-queue delay (eBPF) and its cgroup's CPU
+    /// throttling (local servers).
+    #[serde(rename = "cpu scheduling")]
+    CpuScheduling,
 }
 
 impl StepName {
@@ -57,6 +61,7 @@ impl StepName {
             StepName::ConcurrentRequests => "concurrent requests",
             StepName::LatencyUnderLoad => "latency under load",
             StepName::RequestPhases => "request phases",
+            StepName::CpuScheduling => "cpu scheduling",
         }
     }
 }
@@ -183,6 +188,12 @@ pub enum RuleId {
     SlowDns,
     /// A URL's TLS handshake takes milliseconds beyond its round trips.
     SlowTls,
+    /// The server's cgroup runs out of CPU quota and is throttled.
+    CpuThrottling,
+    /// The server's threads wait for a CPU (run-queue delay).
+    RunQueueDelay,
+    /// Serialisation at the path's bottleneck rate is a material part of a request.
+    BottleneckBandwidth,
 }
 
 impl RuleId {
@@ -201,6 +212,9 @@ impl RuleId {
             RuleId::PathDominates => "path_dominates",
             RuleId::SlowDns => "slow_dns",
             RuleId::SlowTls => "slow_tls",
+            RuleId::CpuThrottling => "cpu_throttling",
+            RuleId::RunQueueDelay => "run_queue_delay",
+            RuleId::BottleneckBandwidth => "bottleneck_bandwidth",
         }
     }
 }
@@ -241,8 +255,15 @@ pub struct Budget {
     pub concurrent_request_ns: Option<u64>,
     /// Concurrent requests in flight for `concurrent_request_ns`.
     pub concurrency: u32,
-    /// single − path: time spent in the hosts (kernel + application).
+    /// single − path − serialisation: time spent in the hosts (kernel + application).
     pub host_ns: Option<u64>,
+    /// The path's bottleneck rate, measured by a bulk transfer (bit/s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck_bps: Option<f64>,
+    /// Time one request and its response take to cross the bottleneck at that rate (headers
+    /// included): part of the network's share, not the hosts'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serialisation_ns: Option<u64>,
     /// Of the hosts' time, what the server spends before its first response byte that no TCP
     /// timer explains (its application time), when the evidence shows it.
     #[serde(default)]

@@ -58,6 +58,15 @@ impl Human for DiagnoseReport {
         let _ = writeln!(out, "\n  Latency budget (medians)");
         let mut t = Table::new(&["", "time"]);
         t.row(vec!["network path RTT".into(), f(b.path_rtt_ns)]);
+        if let (Some(ser), Some(rate)) = (b.serialisation_ns, b.bottleneck_bps) {
+            t.row(vec![
+                format!(
+                    "serialisation at the bottleneck ({})",
+                    crate::units::format_bitrate(rate)
+                ),
+                f(Some(ser)),
+            ]);
+        }
         t.row(vec!["hosts: kernel + application".into(), f(b.host_ns)]);
         t.row(vec!["one request".into(), f(b.single_request_ns)]);
         if b.concurrency > 1 {

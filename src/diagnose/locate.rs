@@ -1,0 +1,92 @@
+//! Where the server runs: in this network namespace, in another one on this host (a container,
+//! an `ip netns` namespace), or on another host. The steps that read the server's own sockets,
+//! its kernel stack and its CPU scheduling need it on this host, in whichever namespace.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::fs::MetadataExt;
+
+/// A server found on this host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalServer {
+    /// Inode of its network namespace (as `ls -i /proc/PID/ns/net`).
+    pub netns_inode: u64,
+    /// Whether that is latscope's own namespace.
+    pub own_netns: bool,
+}
+
+/// Whether `addr`'s IP is an address of the calling thread's namespace, and whether something
+/// holds its port there (a bind of the port fails).
+fn here(addr: SocketAddr) -> (bool, bool) {
+    let local = UdpSocket::bind((addr.ip(), 0)).is_ok();
+    let port_taken =
+        local && TcpListener::bind(addr).is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse);
+    (local, port_taken)
+}
+
+/// Every network namespace we can open: named ones (`ip netns`, /run/netns) and those of every
+/// process, one file each (deduplicated by inode).
+fn namespaces(skip: u64) -> Vec<(u64, File)> {
+    let mut seen: HashSet<u64> = HashSet::from([skip]);
+    let mut out = Vec::new();
+    let named = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path());
+    let procs = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .map(|e| e.path().join("ns/net"));
+    for path in named.chain(procs) {
+        let Ok(f) = File::open(&path) else { continue };
+        let Ok(m) = f.metadata() else { continue };
+        if seen.insert(m.ino()) {
+            out.push((m.ino(), f));
+        }
+    }
+    out
+}
+
+/// Find the server at `addr` on this host: our own namespace first, else a namespace where the
+/// address is local and its port is held (a listener), else one where the address alone is
+/// local. `None`: another host, or namespaces we may not enter (needs CAP_SYS_ADMIN).
+pub fn locate(addr: SocketAddr) -> Option<LocalServer> {
+    let own = latscope_inspect::procfs::own_netns().unwrap_or(0);
+    if here(addr).0 {
+        return Some(LocalServer {
+            netns_inode: own,
+            own_netns: true,
+        });
+    }
+    let mut address_only = None;
+    for (inode, file) in namespaces(own) {
+        let found = latscope_inspect::netns::run_in_netns(file, "a network namespace".into(), {
+            move || Ok(here(addr))
+        });
+        match found {
+            Ok((true, true)) => {
+                return Some(LocalServer {
+                    netns_inode: inode,
+                    own_netns: false,
+                });
+            }
+            Ok((true, false)) if address_only.is_none() => {
+                address_only = Some(LocalServer {
+                    netns_inode: inode,
+                    own_netns: false,
+                });
+            }
+            _ => {}
+        }
+    }
+    address_only
+}

@@ -1,0 +1,356 @@
+//! CPU scheduling of a server on this host (any network namespace) while the requests run: how
+//! long its threads wait in the run queue (eBPF on the scheduler tracepoints, as bcc's runqlat)
+//! and whether its cgroup's CPU limit throttles it (`cpu.stat` nr_throttled / throttled time,
+//! cgroup v1 `cpu.cfs_quota_us` or v2 `cpu.max`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use latscope_core::model::diagnose::StepName;
+use latscope_core::units::format_ns;
+use latscope_ebpf::runq::RunQueue;
+use latscope_inspect::scan::{Selection, scan};
+
+use super::engines::meta;
+use super::{NotRun, Observe, requests_target};
+use crate::diagnose::collect::Context;
+use crate::diagnose::evidence::{CpuEvidence, Evidence, RunQueueWaits, Throttling};
+
+pub struct Cpu;
+
+/// What runs meanwhile: the probes and the cgroup counters at the start.
+pub struct Watching {
+    process: String,
+    before: Vec<(Cgroup, CpuStat)>,
+    runq: Result<RunQueue, String>,
+}
+
+/// A cgroup with a `cpu.stat` that counts throttling.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Cgroup {
+    /// Its path in the hierarchy, as /proc/PID/cgroup shows it.
+    name: String,
+    dir: PathBuf,
+    v2: bool,
+}
+
+/// The throttling counters of `cpu.stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CpuStat {
+    periods: u64,
+    throttled: u64,
+    throttled_ns: u64,
+}
+
+impl Observe for Cpu {
+    const NAME: StepName = StepName::CpuScheduling;
+    const FROM: StepName = StepName::OneRequest;
+    const UNTIL: StepName = StepName::ConcurrentRequests;
+    type Running = Watching;
+    type Output = CpuEvidence;
+
+    fn start(cx: &Context, ev: &Evidence) -> Result<Watching, NotRun> {
+        requests_target(ev)?;
+        let Some(server) = cx.server else {
+            return Err(NotRun::Skipped("the server is not on this host".into()));
+        };
+        let (process, pids) = listeners(cx.plan.addr.port(), server.netns_inode)?;
+        let mut cgroups: Vec<Cgroup> = pids.iter().flat_map(|&p| cgroups_of(p)).collect();
+        cgroups.sort();
+        cgroups.dedup();
+        let before = cgroups
+            .into_iter()
+            .filter_map(|c| read_stat(&c.dir).map(|s| (c, s)))
+            .collect();
+        let runq = RunQueue::start(&pids).map_err(|e| e.to_string());
+        Ok(Watching {
+            process,
+            before,
+            runq,
+        })
+    }
+
+    fn finish(_cx: &Context, w: Watching) -> Result<CpuEvidence, NotRun> {
+        // The cgroup (the server's own or an ancestor) that held it back the longest.
+        let throttling = w
+            .before
+            .iter()
+            .filter_map(|(c, b)| {
+                let a = read_stat(&c.dir)?;
+                Some(Throttling {
+                    cgroup: c.name.clone(),
+                    limit: limit(&c.dir, c.v2),
+                    periods: a.periods.saturating_sub(b.periods),
+                    throttled: a.throttled.saturating_sub(b.throttled),
+                    throttled_ns: a.throttled_ns.saturating_sub(b.throttled_ns),
+                })
+            })
+            // A cgroup without a limit never throttles: only limited ones are worth a line.
+            .filter(|t| t.limit.is_some() || t.throttled > 0)
+            .max_by_key(|t| (t.throttled_ns, t.periods));
+        let run_queue = match &w.runq {
+            Ok(rq) => {
+                let h = rq.histogram().map_err(|e| NotRun::Failed(e.to_string()))?;
+                (h.count() > 0).then(|| RunQueueWaits {
+                    waits: h.count(),
+                    total_ns: (h.mean_ns() * h.count() as f64) as u64,
+                    p50_ns: h.quantile_ns(0.5),
+                    p99_ns: h.quantile_ns(0.99),
+                })
+            }
+            Err(_) => None,
+        };
+        if throttling.is_none()
+            && let Err(why) = &w.runq
+        {
+            return Err(NotRun::Skipped(format!(
+                "{}: no cgroup CPU limit, and run-queue probes unavailable ({why})",
+                w.process
+            )));
+        }
+        Ok(CpuEvidence {
+            process: w.process,
+            throttling,
+            run_queue,
+        })
+    }
+
+    fn detail(_cx: &Context, c: &CpuEvidence) -> String {
+        let rq = match &c.run_queue {
+            Some(r) => format!(
+                "{} run-queue waits, p50 {}, p99 {}, {} in all",
+                r.waits,
+                format_ns(r.p50_ns),
+                format_ns(r.p99_ns),
+                format_ns(r.total_ns as f64)
+            ),
+            None => "run-queue waits not measured".into(),
+        };
+        let th = match &c.throttling {
+            Some(t) => format!(
+                "cgroup {} ({}): throttled in {} of {} periods, {} held back",
+                t.cgroup,
+                t.limit.as_deref().unwrap_or("no limit"),
+                t.throttled,
+                t.periods,
+                format_ns(t.throttled_ns as f64)
+            ),
+            None => "no CPU limit on its cgroups".into(),
+        };
+        format!("{}: {rq}; {th}", c.process)
+    }
+
+    fn store(ev: &mut Evidence, c: CpuEvidence) {
+        ev.cpu = Some(c);
+    }
+}
+
+/// The processes listening on `port` in namespace `netns` (0: any), and the first one's name.
+fn listeners(port: u16, netns: u64) -> Result<(String, Vec<u32>), NotRun> {
+    let r =
+        scan(Selection::Port(port), meta("sockets")).map_err(|e| NotRun::Failed(e.to_string()))?;
+    let suffix = format!(":{port}");
+    let mut names = BTreeMap::new();
+    for row in r.sockets.iter().filter(|row| {
+        row.state == "LISTEN"
+            && row.local.ends_with(&suffix)
+            && (netns == 0 || row.netns == 0 || row.netns == netns)
+    }) {
+        for o in &row.owners {
+            names.entry(o.pid).or_insert_with(|| o.comm.clone());
+        }
+    }
+    let Some((pid, comm)) = names.iter().next() else {
+        return Err(NotRun::Skipped(format!(
+            "no process listening on port {port} could be read on this host"
+        )));
+    };
+    let process = format!("{comm}[{pid}]");
+    Ok((process, names.into_keys().collect()))
+}
+
+/// Mount points of the cgroup v2 hierarchy and of the v1 hierarchy holding the cpu controller,
+/// as paths we can open. Ours first; where our mount namespace has no cgroup file system (as
+/// under `ip netns exec`, which mounts a fresh /sys), those of another process's mount
+/// namespace, through its /proc/PID/root: init's, else the first process whose namespace has
+/// them and whose root we may enter.
+fn mounts() -> (Option<PathBuf>, Option<PathBuf>) {
+    let found = |(v2, v1): &(Option<PathBuf>, Option<PathBuf>)| {
+        [v2, v1]
+            .into_iter()
+            .flatten()
+            .any(|p| std::fs::read_dir(p).is_ok())
+    };
+    let own = cgroup_mounts(
+        &std::fs::read_to_string("/proc/self/mounts").unwrap_or_default(),
+        Path::new("/"),
+    );
+    if found(&own) {
+        return own;
+    }
+    let pids = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
+    for pid in std::iter::once(1).chain(pids).take(4096) {
+        let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/mounts")) else {
+            continue;
+        };
+        let m = cgroup_mounts(&table, Path::new(&format!("/proc/{pid}/root")));
+        if found(&m) {
+            return m;
+        }
+    }
+    own
+}
+
+/// The (v2, v1 cpu) cgroup mount points in a mounts table, under `root`.
+fn cgroup_mounts(table: &str, root: &Path) -> (Option<PathBuf>, Option<PathBuf>) {
+    let (mut v2, mut v1) = (None, None);
+    let at = |p: &str| root.join(p.strip_prefix('/').unwrap_or(p));
+    for l in table.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 4 {
+            continue;
+        }
+        if f[2] == "cgroup2" && v2.is_none() {
+            v2 = Some(at(f[1]));
+        }
+        if f[2] == "cgroup" && f[3].split(',').any(|o| o == "cpu") {
+            v1 = Some(at(f[1]));
+        }
+    }
+    (v2, v1)
+}
+
+/// The cgroups whose CPU limit applies to `pid`: its own and every ancestor's, in the v1 cpu
+/// hierarchy and in v2 (a limit anywhere up the tree throttles it).
+fn cgroups_of(pid: u32) -> Vec<Cgroup> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return vec![];
+    };
+    let (v2_root, v1_root) = mounts();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(hier), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let (root, v2) = if hier == "0" && ctrls.is_empty() {
+            (v2_root.clone(), true)
+        } else if ctrls.split(',').any(|c| c == "cpu") {
+            (v1_root.clone(), false)
+        } else {
+            continue;
+        };
+        let Some(root) = root else { continue };
+        let mut p = Path::new(path);
+        loop {
+            let rel = p.strip_prefix("/").unwrap_or(p);
+            out.push(Cgroup {
+                name: p.display().to_string(),
+                dir: root.join(rel),
+                v2,
+            });
+            match p.parent() {
+                Some(parent) => p = parent,
+                None => break,
+            }
+        }
+    }
+    out
+}
+
+/// The throttling counters of a cgroup's `cpu.stat`; `None` when it has none (no cpu
+/// controller there).
+fn read_stat(dir: &Path) -> Option<CpuStat> {
+    parse_stat(&std::fs::read_to_string(dir.join("cpu.stat")).ok()?)
+}
+
+/// v1: `nr_periods`, `nr_throttled`, `throttled_time` (ns); v2: `throttled_usec`.
+fn parse_stat(text: &str) -> Option<CpuStat> {
+    let mut s = CpuStat::default();
+    let mut seen = false;
+    for l in text.lines() {
+        let mut kv = l.split_whitespace();
+        let (Some(k), Some(v)) = (kv.next(), kv.next().and_then(|v| v.parse::<u64>().ok())) else {
+            continue;
+        };
+        match k {
+            "nr_periods" => s.periods = v,
+            "nr_throttled" => {
+                s.throttled = v;
+                seen = true;
+            }
+            "throttled_time" => s.throttled_ns = v,
+            "throttled_usec" => s.throttled_ns = v.saturating_mul(1000),
+            _ => {}
+        }
+    }
+    seen.then_some(s)
+}
+
+/// The cgroup's CPU limit in words, `None` when unlimited.
+fn limit(dir: &Path, v2: bool) -> Option<String> {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let (quota, period) = if v2 {
+        let t = read("cpu.max")?;
+        let mut f = t.split_whitespace();
+        (
+            f.next()?.parse::<i64>().ok()?,
+            f.next()?.parse::<i64>().ok()?,
+        )
+    } else {
+        (
+            read("cpu.cfs_quota_us")?.trim().parse::<i64>().ok()?,
+            read("cpu.cfs_period_us")?.trim().parse::<i64>().ok()?,
+        )
+    };
+    (quota > 0 && period > 0).then(|| {
+        format!(
+            "{} of CPU per {}",
+            format_ns(quota as f64 * 1000.0),
+            format_ns(period as f64 * 1000.0)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_stat_of_both_versions() {
+        let v1 = "nr_periods 120\nnr_throttled 30\nthrottled_time 2700000000\nnr_bursts 0\n";
+        assert_eq!(
+            parse_stat(v1),
+            Some(CpuStat {
+                periods: 120,
+                throttled: 30,
+                throttled_ns: 2_700_000_000
+            })
+        );
+        let v2 = "usage_usec 5\nuser_usec 3\nsystem_usec 2\nnr_periods 10\nnr_throttled 4\nthrottled_usec 350000\n";
+        assert_eq!(parse_stat(v2).map(|s| s.throttled_ns), Some(350_000_000));
+        // A v2 cgroup without the cpu controller counts usage only: no throttling figures.
+        assert_eq!(parse_stat("usage_usec 5\nuser_usec 3\n"), None);
+    }
+
+    #[test]
+    fn cgroup_mounts_of_a_hybrid_host() {
+        let table = "tmpfs /sys/fs/cgroup tmpfs rw 0 0\n\
+            cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n\
+            cgroup /sys/fs/cgroup/cpuacct cgroup rw,relatime,cpuacct 0 0\n\
+            cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n";
+        let (v2, v1) = cgroup_mounts(table, Path::new("/proc/1/root"));
+        assert_eq!(v1, Some(PathBuf::from("/proc/1/root/sys/fs/cgroup/cpu")));
+        assert_eq!(
+            v2,
+            Some(PathBuf::from("/proc/1/root/sys/fs/cgroup/unified"))
+        );
+        let (v2, v1) = cgroup_mounts("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n", Path::new("/"));
+        assert_eq!((v2, v1), (Some(PathBuf::from("/sys/fs/cgroup")), None));
+    }
+}

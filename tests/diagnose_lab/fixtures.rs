@@ -1,0 +1,235 @@
+//! What the scenarios are built from: processes started inside a namespace, CPU-limited cgroups
+//! (v1 `cpu.cfs_quota_us` or v2 `cpu.max`, whichever this host has), a resolver override for a
+//! namespace, and the diagnose runner. Everything is undone on drop.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::lab::{BIN, netns, unique};
+
+/// The lab's Python servers (see the file's docstring).
+pub fn servers_py() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/diagnose_lab/servers.py").to_string()
+}
+
+/// Debian's python3 (installed by setup.sh), not whatever a pyenv shim points to.
+pub fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+/// A process started in a namespace with `ip netns exec` (which execs it: the child's pid is the
+/// program's); killed on drop.
+pub struct Proc(pub Child);
+
+impl Proc {
+    pub fn start(ns: &str, cmd: &[&str]) -> Proc {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        Proc(child)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Load an nftables ruleset inside namespace `ns` (its tables go with the namespace).
+pub fn nft(ns: &str, ruleset: &str) {
+    use std::io::Write;
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("nft (nftables) is installed by setup.sh");
+    c.stdin
+        .take()
+        .expect("stdin")
+        .write_all(ruleset.as_bytes())
+        .expect("write ruleset");
+    assert!(c.wait().expect("nft").success(), "nft rejected the ruleset");
+}
+
+/// Wait until `addr` accepts TCP connections from inside namespace `ns`.
+pub fn wait_tcp(ns: &str, addr: &str) {
+    let addr: std::net::SocketAddr = addr.parse().expect("socket address");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    netns::run_in(ns, || {
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err() {
+            assert!(Instant::now() < deadline, "{addr} never accepted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+}
+
+/// A cgroup with a CPU bandwidth limit of `quota_us` per 100 ms period, on cgroup v2
+/// (`cpu.max`) when the unified hierarchy has the cpu controller, else on v1's cpu hierarchy
+/// (`cpu.cfs_quota_us`). Removed on drop (after its processes are gone).
+pub struct CpuCgroup {
+    pub dir: PathBuf,
+}
+
+fn v1_cpu_root() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 3 && f[2] == "cgroup" && f[3].split(',').any(|o| o == "cpu"))
+            .then(|| PathBuf::from(f[1]))
+    })
+}
+
+fn v2_root() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let root = mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 2 && f[2] == "cgroup2").then(|| PathBuf::from(f[1]))
+    })?;
+    let ctl = std::fs::read_to_string(root.join("cgroup.controllers")).ok()?;
+    ctl.split_whitespace().any(|c| c == "cpu").then_some(root)
+}
+
+impl CpuCgroup {
+    pub fn new(quota_us: u32) -> CpuCgroup {
+        let name = unique("cg");
+        if let Some(root) = v2_root() {
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu");
+            let dir = root.join(&name);
+            std::fs::create_dir(&dir).expect("mkdir cgroup v2");
+            std::fs::write(dir.join("cpu.max"), format!("{quota_us} 100000")).expect("cpu.max");
+            return CpuCgroup { dir };
+        }
+        let root = v1_cpu_root().expect("no cgroup cpu controller (v1 or v2) on this host");
+        let dir = root.join(&name);
+        std::fs::create_dir(&dir).expect("mkdir cgroup v1");
+        std::fs::write(dir.join("cpu.cfs_period_us"), "100000").expect("cfs_period_us");
+        std::fs::write(dir.join("cpu.cfs_quota_us"), quota_us.to_string()).expect("cfs_quota_us");
+        CpuCgroup { dir }
+    }
+
+    pub fn add(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).expect("cgroup.procs");
+    }
+}
+
+impl Drop for CpuCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// `ip netns exec` bind-mounts /etc/netns/NAME/resolv.conf over /etc/resolv.conf: a namespace's
+/// own resolver. Removed on drop.
+pub struct Resolver(PathBuf);
+
+impl Resolver {
+    pub fn new(ns: &str, nameserver: &str) -> Resolver {
+        let dir = PathBuf::from(format!("/etc/netns/{ns}"));
+        std::fs::create_dir_all(&dir).expect("mkdir /etc/netns/NAME");
+        std::fs::write(
+            dir.join("resolv.conf"),
+            format!("nameserver {nameserver}\noptions timeout:2 attempts:1\n"),
+        )
+        .expect("resolv.conf");
+        Resolver(dir)
+    }
+}
+
+impl Drop for Resolver {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What one diagnose run said.
+#[derive(Debug)]
+pub struct Outcome {
+    pub code: i32,
+    pub rules: Vec<String>,
+    pub verdict: String,
+    pub secs: f64,
+    pub doc: Option<serde_json::Value>,
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// The top finding's rule, "clean" for exit 0, or what went wrong.
+    pub fn top(&self) -> String {
+        match (self.code, self.rules.first()) {
+            (1, Some(r)) => r.clone(),
+            (0, _) => "clean".into(),
+            (c, _) => format!("exit {c}"),
+        }
+    }
+}
+
+/// Run `latscope diagnose TARGET --json ARGS` inside namespace `ns`, killed after `limit`.
+pub fn diagnose(ns: &str, target: &str, args: &[String], limit: Duration) -> Outcome {
+    let t0 = Instant::now();
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns, BIN, "diagnose", target, "--json"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run latscope diagnose");
+    let pid = child.id();
+    let killer = std::thread::spawn(move || {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: signal 0 only checks that our child still exists.
+            if unsafe { libc::kill(pid as i32, 0) } != 0 {
+                return;
+            }
+        }
+        // SAFETY: our own child, still running past its limit.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    });
+    let out = child.wait_with_output().expect("wait for diagnose");
+    let secs = t0.elapsed().as_secs_f64();
+    drop(killer);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let doc: Option<serde_json::Value> = serde_json::from_str(&stdout).ok();
+    let rules = doc
+        .as_ref()
+        .and_then(|d| d["findings"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|f| f["rule"].as_str().map(String::from))
+        .collect();
+    Outcome {
+        code: out.status.code().unwrap_or(-1),
+        rules,
+        verdict: doc
+            .as_ref()
+            .and_then(|d| d["verdict"].as_str().map(String::from))
+            .unwrap_or_default(),
+        secs,
+        doc,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

@@ -1,0 +1,617 @@
+//! The catalogue: each scenario builds a real server or a real kernel fault in namespaces of its
+//! own and says which rule `latscope diagnose` must put first (or that it must exit 0).
+//!
+//! The client namespace `a` runs diagnose; the server lives in namespace `b` (or behind a router
+//! or a delay line). Nothing here knows how the rules decide: a scenario states the fault and
+//! the finding a person who built it would expect.
+
+use std::any::Any;
+use std::time::Duration;
+
+use crate::fixtures::{CpuCgroup, Proc, Resolver, nft, python, servers_py, wait_tcp};
+use crate::lab::netns::NetnsPair;
+use crate::lab::nginx::{Nginx, NginxConf};
+use crate::lab::probe::DelayLine;
+use crate::lab::{BIN, TempDir, sh};
+
+/// What a scenario must produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// This rule first, exit 1.
+    Rule(&'static str),
+    /// No finding, exit 0.
+    Clean,
+}
+
+/// Which runs include a scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Set {
+    /// The lab (scripts/diagnose-lab.sh).
+    Lab,
+    /// Held back while the rules were developed; run last, reported separately.
+    Holdout,
+}
+
+/// A built scenario: where to run diagnose, against what, and what to tear down.
+pub struct Setup {
+    pub client_ns: String,
+    pub target: String,
+    pub args: Vec<String>,
+    guards: Vec<Box<dyn Any>>,
+}
+
+impl Setup {
+    fn new(client_ns: &str, target: String) -> Setup {
+        Setup {
+            client_ns: client_ns.into(),
+            target,
+            args: vec![],
+            guards: vec![],
+        }
+    }
+
+    fn keep<T: 'static>(mut self, g: T) -> Setup {
+        self.guards.push(Box::new(g));
+        self
+    }
+
+    fn arg(mut self, a: &str) -> Setup {
+        self.args.push(a.into());
+        self
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        // Last made, first undone: processes go before the cgroups and namespaces they use.
+        while let Some(g) = self.guards.pop() {
+            drop(g);
+        }
+    }
+}
+
+pub struct Scenario {
+    pub name: &'static str,
+    pub what: &'static str,
+    pub expect: Expect,
+    pub set: Set,
+    pub build: fn() -> Setup,
+}
+
+/// Two namespaces joined by a veth pair (10.<net>.0.1 — 10.<net>.0.2, MTU 1500).
+fn pair(net: u8) -> NetnsPair {
+    NetnsPair::new("dl", net, 1500)
+}
+
+/// `latscope serve` in namespace `ns` on `addr` port 7373 with extra flags.
+fn serve(ns: &str, addr: &str, extra: &[&str]) -> Proc {
+    let mut cmd = vec![BIN, "serve", "--bind", addr, "-q"];
+    cmd.extend_from_slice(extra);
+    Proc::start(ns, &cmd)
+}
+
+/// The lab's Python HTTP server in `ns` on `addr`:8080.
+fn py_http(ns: &str, addr: &str, extra: &[&str]) -> Proc {
+    let py = servers_py();
+    let mut cmd = vec![python(), py.as_str(), "http", addr, "8080"];
+    cmd.extend_from_slice(extra);
+    Proc::start(ns, &cmd)
+}
+
+fn nginx_in(ns: &str, addr: &str, conf: NginxConf) -> Nginx {
+    Nginx::start(NginxConf {
+        netns: Some(ns.into()),
+        addr: addr.into(),
+        ..conf
+    })
+}
+
+/// Many nftables rules on the server's input path that match nothing the test sends.
+fn nft_bloat(rules: usize) -> String {
+    let mut s = String::from(
+        "table inet bloat {\n chain input {\n  type filter hook input priority 0; policy accept;\n",
+    );
+    for i in 0..rules {
+        // Each rule is evaluated for every packet: an address outside the lab's nets and a port.
+        s.push_str(&format!(
+            "  ip saddr 192.0.{}.{} tcp dport {} drop\n",
+            (i / 250) % 250,
+            i % 250 + 1,
+            1000 + i % 60000
+        ));
+    }
+    s.push_str(" }\n}\n");
+    s
+}
+
+/// A table with one base chain on `hook` holding `rule`.
+fn one_rule(table: &str, hook: &str, rule: &str) -> String {
+    format!(
+        "table inet {table} {{\n chain {hook} {{\n  type filter hook {hook} priority 0; policy accept;\n  {rule}\n }}\n}}\n"
+    )
+}
+
+fn latscope_pair(net: u8, serve_flags: &[&str]) -> (NetnsPair, Proc, String) {
+    let p = pair(net);
+    let srv = serve(&p.b, &p.addr_b, serve_flags);
+    let target = format!("{}:7373", p.addr_b);
+    wait_tcp(&p.a, &target);
+    (p, srv, target)
+}
+
+fn healthy_latscope() -> Setup {
+    let (p, srv, t) = latscope_pair(141, &[]);
+    Setup::new(&p.a.clone(), t).keep(p).keep(srv)
+}
+
+fn healthy_nginx() -> Setup {
+    let p = pair(142);
+    let ng = nginx_in(&p.b, &p.addr_b, NginxConf::default());
+    let url = ng.url("/index.html");
+    Setup::new(&p.a.clone(), url).keep(p).keep(ng)
+}
+
+fn healthy_routed_nginx() -> Setup {
+    let p = NetnsPair::routed("dl", 143, 1500);
+    let ng = nginx_in(
+        &p.b,
+        &p.addr_b,
+        NginxConf {
+            index_bytes: 4096,
+            ..NginxConf::default()
+        },
+    );
+    let url = ng.url("/index.html");
+    wait_tcp(&p.a, &format!("{}:{}", p.addr_b, ng.port));
+    Setup::new(&p.a.clone(), url).keep(p).keep(ng)
+}
+
+fn python_http_server() -> Setup {
+    let p = pair(144);
+    let dir = TempDir::new();
+    std::fs::write(dir.path("index.html"), vec![b'p'; 612]).unwrap();
+    let d = dir.0.display().to_string();
+    let srv = Proc::start(
+        &p.b,
+        &[
+            python(),
+            "-m",
+            "http.server",
+            "--bind",
+            &p.addr_b,
+            "-d",
+            &d,
+            "8000",
+        ],
+    );
+    let t = format!("{}:8000", p.addr_b);
+    wait_tcp(&p.a, &t);
+    Setup::new(&p.a.clone(), format!("http://{t}/index.html"))
+        .keep(p)
+        .keep(dir)
+        .keep(srv)
+}
+
+fn py_target(p: NetnsPair, srv: Proc) -> Setup {
+    let t = format!("{}:8080", p.addr_b);
+    wait_tcp(&p.a, &t);
+    Setup::new(&p.a.clone(), format!("http://{t}/"))
+        .keep(p)
+        .keep(srv)
+}
+
+fn nagle_server() -> Setup {
+    let p = pair(145);
+    let srv = py_http(&p.b, &p.addr_b, &["--split"]);
+    py_target(p, srv)
+}
+
+fn think_time() -> Setup {
+    let p = pair(146);
+    let srv = py_http(&p.b, &p.addr_b, &["--think-ms", "15"]);
+    py_target(p, srv)
+}
+
+fn one_worker() -> Setup {
+    let p = pair(147);
+    let srv = py_http(&p.b, &p.addr_b, &["--single", "--think-ms", "3"]);
+    py_target(p, srv)
+}
+
+fn delayed_ack_client() -> Setup {
+    // The server may send one segment per round trip (its congestion window is clamped to 1 on
+    // the route back): a two-segment response needs the client's ACK of the first, which the
+    // client delays (one full segment alone does not force an immediate ACK).
+    let p = pair(148);
+    p.exec(
+        &p.b,
+        &[
+            "ip",
+            "route",
+            "replace",
+            "10.148.0.0/24",
+            "dev",
+            &p.dev_b,
+            "cwnd",
+            "lock",
+            "1",
+        ],
+    );
+    let ng = nginx_in(
+        &p.b,
+        &p.addr_b,
+        NginxConf {
+            index_bytes: 2000,
+            ..NginxConf::default()
+        },
+    );
+    let url = ng.url("/index.html");
+    Setup::new(&p.a.clone(), url).keep(p).keep(ng)
+}
+
+fn cpu_starved() -> Setup {
+    // A threaded Python server given 10 ms of CPU per 100 ms period: under concurrent requests
+    // it uses its quota and waits for the next period.
+    let p = pair(149);
+    let cg = CpuCgroup::new(10_000);
+    let srv = py_http(&p.b, &p.addr_b, &[]);
+    cg.add(srv.pid());
+    let t = format!("{}:8080", p.addr_b);
+    wait_tcp(&p.a, &t);
+    Setup::new(&p.a.clone(), format!("http://{t}/"))
+        .keep(p)
+        .keep(cg)
+        .keep(srv)
+}
+
+fn netfilter_bloat() -> Setup {
+    let p = pair(150);
+    nft(&p.b, &nft_bloat(6000));
+    let (srv, t) = {
+        let s = serve(&p.b, &p.addr_b, &[]);
+        let t = format!("{}:7373", p.addr_b);
+        wait_tcp(&p.a, &t);
+        (s, t)
+    };
+    Setup::new(&p.a.clone(), t)
+        .arg("--no-load")
+        .keep(p)
+        .keep(srv)
+}
+
+fn loss() -> Setup {
+    let (p, srv, t) = latscope_pair(151, &[]);
+    nft(
+        &p.b,
+        &one_rule(
+            "loss",
+            "input",
+            "tcp dport 7373 numgen random mod 50 0 drop",
+        ),
+    );
+    Setup::new(&p.a.clone(), t)
+        .arg("--no-load")
+        .keep(p)
+        .keep(srv)
+}
+
+fn syn_drops() -> Setup {
+    let (p, srv, t) = latscope_pair(152, &[]);
+    nft(
+        &p.b,
+        &one_rule(
+            "syn",
+            "input",
+            "tcp dport 7373 tcp flags & (syn|ack) == syn numgen random mod 2 0 drop",
+        ),
+    );
+    Setup::new(&p.a.clone(), t)
+        .arg("--no-load")
+        .keep(p)
+        .keep(srv)
+}
+
+fn tbf(p: &NetnsPair, ns: &str, dev: &str, rate: &str, latency: &str) {
+    p.exec(
+        ns,
+        &[
+            "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", "4kb",
+            "latency", latency,
+        ],
+    );
+}
+
+fn slow_link() -> Setup {
+    // A 4 Mbit/s link both ways with a short queue: each 1 KiB response takes ~2 ms to serialise.
+    let (p, srv, t) = latscope_pair(153, &[]);
+    tbf(&p, &p.a.clone(), &p.dev_a.clone(), "4mbit", "5ms");
+    tbf(&p, &p.b.clone(), &p.dev_b.clone(), "4mbit", "5ms");
+    Setup::new(&p.a.clone(), t).keep(p).keep(srv)
+}
+
+fn deep_queue() -> Setup {
+    // 20 Mbit/s with 300 ms of queue on the client's way out: the bulk transfer fills it.
+    let (p, srv, t) = latscope_pair(154, &[]);
+    tbf(&p, &p.a.clone(), &p.dev_a.clone(), "20mbit", "300ms");
+    Setup::new(&p.a.clone(), t).keep(p).keep(srv)
+}
+
+fn long_path() -> Setup {
+    let dl = DelayLine::new(Duration::from_millis(25));
+    let srv = serve(&dl.server.name, "10.8.0.2", &[]);
+    wait_tcp(&dl.client.name, "10.8.0.2:7373");
+    Setup::new(&dl.client.name.clone(), "10.8.0.2:7373".into())
+        .arg("--no-load")
+        .keep(dl)
+        .keep(srv)
+}
+
+fn slow_dns() -> Setup {
+    // The client's resolver (a local responder the lab starts) takes 300 ms per answer.
+    let p = pair(155);
+    let ng = nginx_in(&p.b, &p.addr_b, NginxConf::default());
+    let py = servers_py();
+    let dns = Proc::start(
+        &p.a,
+        &[
+            python(),
+            &py,
+            "dns",
+            "127.0.0.1",
+            "53",
+            "web.lab.test",
+            &p.addr_b,
+            "300",
+        ],
+    );
+    let res = Resolver::new(&p.a, "127.0.0.1");
+    std::thread::sleep(Duration::from_millis(500));
+    let url = format!("http://web.lab.test:{}/index.html", ng.port);
+    Setup::new(&p.a.clone(), url)
+        .keep(p)
+        .keep(ng)
+        .keep(res)
+        .keep(dns)
+}
+
+fn rsa4096(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.path("srv.pem"), dir.path("srv.key"));
+    sh(&[
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:4096",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=lab",
+        "-keyout",
+        &key.display().to_string(),
+        "-out",
+        &cert.display().to_string(),
+    ]);
+    (cert, key)
+}
+
+fn slow_tls() -> Setup {
+    // Every request is a new connection with a full TLS handshake signed by an RSA-4096 key.
+    let p = pair(156);
+    let dir = TempDir::new();
+    let tls = rsa4096(&dir);
+    let ng = nginx_in(
+        &p.b,
+        &p.addr_b,
+        NginxConf {
+            tls: Some(tls),
+            keepalive: false,
+            // No resumption: every connection pays the full RSA-4096 handshake.
+            extra: "ssl_session_tickets off; ssl_session_cache off;".into(),
+            ..NginxConf::default()
+        },
+    );
+    let url = ng.url("/index.html");
+    Setup::new(&p.a.clone(), url).keep(p).keep(dir).keep(ng)
+}
+
+// Held-back scenarios: written before the rules were tuned on the lab, run only at the end.
+
+fn holdout_return_loss() -> Setup {
+    // Loss on the way back: the server's own output drops 3% of its segments, nginx target.
+    let p = pair(160);
+    let ng = nginx_in(
+        &p.b,
+        &p.addr_b,
+        NginxConf {
+            index_bytes: 8000,
+            ..NginxConf::default()
+        },
+    );
+    nft(
+        &p.b,
+        &one_rule(
+            "rloss",
+            "output",
+            &format!("tcp sport {} numgen random mod 33 0 drop", ng.port),
+        ),
+    );
+    let url = ng.url("/index.html");
+    Setup::new(&p.a.clone(), url).keep(p).keep(ng)
+}
+
+fn holdout_healthy_threaded_python() -> Setup {
+    let p = pair(161);
+    let srv = py_http(&p.b, &p.addr_b, &[]);
+    py_target(p, srv)
+}
+
+fn holdout_cpu_hog() -> Setup {
+    // latscope serve shares one CPU with two busy loops at the same priority: its threads wait
+    // in the run queue for their turn.
+    let (p, srv, t) = latscope_pair(162, &[]);
+    sh(&["taskset", "-a", "-p", "-c", "0", &srv.pid().to_string()]);
+    let hogs: Vec<Proc> = (0..2)
+        .map(|_| {
+            Proc::start(
+                &p.b,
+                &["taskset", "-c", "0", python(), "-c", "while True: pass"],
+            )
+        })
+        .collect();
+    Setup::new(&p.a.clone(), t)
+        .arg("--no-load")
+        .keep(p)
+        .keep(srv)
+        .keep(hogs)
+}
+
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "healthy-latscope-serve",
+        what: "latscope serve, defaults, one veth hop",
+        expect: Expect::Clean,
+        set: Set::Lab,
+        build: healthy_latscope,
+    },
+    Scenario {
+        name: "healthy-nginx",
+        what: "nginx, default settings (tcp_nodelay on, sendfile on), one veth hop",
+        expect: Expect::Clean,
+        set: Set::Lab,
+        build: healthy_nginx,
+    },
+    Scenario {
+        name: "healthy-nginx-routed",
+        what: "nginx with a 4 KiB page behind a router namespace",
+        expect: Expect::Clean,
+        set: Set::Lab,
+        build: healthy_routed_nginx,
+    },
+    Scenario {
+        name: "python-http.server",
+        what: "python3 -m http.server defaults: HTTP/1.0, a connection and a thread per request, one GIL",
+        expect: Expect::Rule("socket_queueing"),
+        set: Set::Lab,
+        build: python_http_server,
+    },
+    Scenario {
+        name: "nagle-server",
+        what: "HTTP server writing header and body in two send()s, TCP_NODELAY off",
+        expect: Expect::Rule("nagle_delayed_ack"),
+        set: Set::Lab,
+        build: nagle_server,
+    },
+    Scenario {
+        name: "delayed-ack-client",
+        what: "server's congestion window locked to 1 segment, 2-segment responses: the client's delayed ACK releases the second",
+        expect: Expect::Rule("delayed_ack"),
+        set: Set::Lab,
+        build: delayed_ack_client,
+    },
+    Scenario {
+        name: "think-time",
+        what: "HTTP server sleeping 15 ms before every answer",
+        expect: Expect::Rule("think_time"),
+        set: Set::Lab,
+        build: think_time,
+    },
+    Scenario {
+        name: "one-worker",
+        what: "HTTP server on one thread (event loop) doing 3 ms of blocking work per request, 8 concurrent clients",
+        expect: Expect::Rule("socket_queueing"),
+        set: Set::Lab,
+        build: one_worker,
+    },
+    Scenario {
+        name: "cpu-starved",
+        what: "threaded HTTP server in a cgroup limited to 10% of a CPU",
+        expect: Expect::Rule("cpu_throttling"),
+        set: Set::Lab,
+        build: cpu_starved,
+    },
+    Scenario {
+        name: "netfilter-bloat",
+        what: "6000 nftables rules on the server's input hook",
+        expect: Expect::Rule("pre_tcp_kernel"),
+        set: Set::Lab,
+        build: netfilter_bloat,
+    },
+    Scenario {
+        name: "loss",
+        what: "nftables numgen drops 2% of segments to the server",
+        expect: Expect::Rule("retransmissions"),
+        set: Set::Lab,
+        build: loss,
+    },
+    Scenario {
+        name: "syn-drops",
+        what: "nftables drops half of the SYNs",
+        expect: Expect::Rule("slow_handshake"),
+        set: Set::Lab,
+        build: syn_drops,
+    },
+    Scenario {
+        name: "slow-link",
+        what: "4 Mbit/s tbf both ways, short queue",
+        expect: Expect::Rule("bottleneck_bandwidth"),
+        set: Set::Lab,
+        build: slow_link,
+    },
+    Scenario {
+        name: "deep-queue",
+        what: "20 Mbit/s tbf with 300 ms of queue on the client's way out",
+        expect: Expect::Rule("bufferbloat"),
+        set: Set::Lab,
+        build: deep_queue,
+    },
+    Scenario {
+        name: "long-path",
+        what: "TUN delay line holding every client→server packet 25 ms",
+        expect: Expect::Rule("path_dominates"),
+        set: Set::Lab,
+        build: long_path,
+    },
+    Scenario {
+        name: "slow-dns",
+        what: "the client's resolver answers after 300 ms (URL with a host name)",
+        expect: Expect::Rule("slow_dns"),
+        set: Set::Lab,
+        build: slow_dns,
+    },
+    Scenario {
+        name: "slow-tls",
+        what: "nginx HTTPS, RSA-4096 key, no keep-alive: a full handshake per request",
+        expect: Expect::Rule("slow_tls"),
+        set: Set::Lab,
+        build: slow_tls,
+    },
+    Scenario {
+        name: "holdout-return-loss",
+        what: "nginx, 8 KB page, the server's output drops 3% of its segments",
+        expect: Expect::Rule("retransmissions"),
+        set: Set::Holdout,
+        build: holdout_return_loss,
+    },
+    Scenario {
+        name: "holdout-healthy-threaded-python",
+        what: "threaded Python HTTP/1.1 keep-alive server, TCP_NODELAY, one write per response",
+        expect: Expect::Clean,
+        set: Set::Holdout,
+        build: holdout_healthy_threaded_python,
+    },
+    Scenario {
+        name: "holdout-cpu-hog",
+        what: "latscope serve pinned to a CPU shared with two busy loops",
+        expect: Expect::Rule("run_queue_delay"),
+        set: Set::Holdout,
+        build: holdout_cpu_hog,
+    },
+];
+
+pub fn by_name(name: &str) -> &'static Scenario {
+    SCENARIOS
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no scenario {name}"))
+}

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Small servers for the diagnose lab, each written the way an application would be, not the way
+latscope expects: the lab starts them inside the namespaces it builds.
+
+  servers.py http ADDR PORT [--split] [--think-ms MS] [--single]
+      HTTP/1.1 keep-alive server answering every request with a 1 KiB body.
+      --split     header and body in two send() calls, TCP_NODELAY left off (Nagle on)
+      --think-ms  sleep before answering (application time)
+      --single    one thread serving every connection from one event loop (a single worker,
+                  like a Node.js or asyncio server doing its work synchronously)
+  servers.py dns ADDR PORT NAME IPV4 DELAY_MS
+      A UDP DNS responder: A queries for NAME get IPV4 after DELAY_MS, everything else gets
+      NXDOMAIN (also after the delay); AAAA for NAME gets an empty answer.
+"""
+
+import socket
+import struct
+import sys
+import threading
+import time
+
+BODY = b"x" * 1024
+
+
+def http_conn(conn, split, think_s):
+    buf = b""
+    with conn:
+        while True:
+            while b"\r\n\r\n" not in buf:
+                try:
+                    chunk = conn.recv(65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                buf += chunk
+            _, buf = buf.split(b"\r\n\r\n", 1)
+            if think_s:
+                time.sleep(think_s)
+            try:
+                respond(conn, split)
+            except OSError:
+                return
+
+
+def respond(conn, split):
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+        + str(len(BODY)).encode()
+        + b"\r\n\r\n"
+    )
+    if split:
+        conn.sendall(head)
+        conn.sendall(BODY)
+    else:
+        conn.sendall(head + BODY)
+
+
+def event_loop(ls, split, think_s):
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(ls, selectors.EVENT_READ)
+    bufs = {}
+    while True:
+        for key, _ in sel.select():
+            s = key.fileobj
+            if s is ls:
+                conn, _ = ls.accept()
+                if not split:
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sel.register(conn, selectors.EVENT_READ)
+                bufs[conn] = b""
+                continue
+            try:
+                chunk = s.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                sel.unregister(s)
+                bufs.pop(s, None)
+                s.close()
+                continue
+            bufs[s] += chunk
+            while b"\r\n\r\n" in bufs[s]:
+                _, bufs[s] = bufs[s].split(b"\r\n\r\n", 1)
+                if think_s:
+                    time.sleep(think_s)  # the work blocks the only thread
+                try:
+                    respond(s, split)
+                except OSError:
+                    break
+
+
+def http(args):
+    addr, port = args[0], int(args[1])
+    split = "--split" in args
+    single = "--single" in args
+    think_s = 0.0
+    if "--think-ms" in args:
+        think_s = float(args[args.index("--think-ms") + 1]) / 1000.0
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    ls = socket.socket(fam, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, port))
+    ls.listen(1024)
+    print("ready", flush=True)
+    if single:
+        event_loop(ls, split, think_s)
+        return
+    while True:
+        conn, _ = ls.accept()
+        if not split:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=http_conn, args=(conn, split, think_s), daemon=True).start()
+
+
+def qname(msg):
+    """The question's name and the offset after the question."""
+    i, labels = 12, []
+    while msg[i]:
+        n = msg[i]
+        labels.append(msg[i + 1 : i + 1 + n].decode("ascii", "replace"))
+        i += 1 + n
+    qtype, _qclass = struct.unpack("!HH", msg[i + 1 : i + 5])
+    return ".".join(labels).lower(), qtype, i + 5
+
+
+def dns_answer(msg, name, ipv4):
+    q, qtype, end = qname(msg)
+    question = msg[12:end]
+    (tid,) = struct.unpack("!H", msg[:2])
+    if q != name:
+        return struct.pack("!HHHHHH", tid, 0x8183, 1, 0, 0, 0) + question
+    if qtype != 1:
+        return struct.pack("!HHHHHH", tid, 0x8180, 1, 0, 0, 0) + question
+    rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + socket.inet_aton(ipv4)
+    return struct.pack("!HHHHHH", tid, 0x8180, 1, 1, 0, 0) + question + rr
+
+
+def dns(args):
+    addr, port, name, ipv4, delay_s = (
+        args[0],
+        int(args[1]),
+        args[2].lower().rstrip("."),
+        args[3],
+        float(args[4]) / 1000.0,
+    )
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((addr, port))
+    print("ready", flush=True)
+
+    def answer(msg, peer):
+        time.sleep(delay_s)
+        try:
+            s.sendto(dns_answer(msg, name, ipv4), peer)
+        except (OSError, IndexError, struct.error):
+            pass
+
+    while True:
+        msg, peer = s.recvfrom(4096)
+        if len(msg) > 12:
+            threading.Thread(target=answer, args=(msg, peer), daemon=True).start()
+
+
+if __name__ == "__main__":
+    {"http": http, "dns": dns}[sys.argv[1]](sys.argv[2:])
