@@ -60,7 +60,8 @@ def one(view):
            "-d", f"{SECS}s", "--hgrm", hgrm] + ([] if view else ["--no-tui"])
     env = dict(os.environ, TERM="xterm-256color", COLUMNS="100", LINES="40")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run(["script", "-q", "-e", "-c", " ".join(cmd), "/dev/null"],
+    # script's pty has no size without a terminal on stdin: give it one, or nothing is drawn.
+    p = subprocess.run(["script", "-q", "-e", "-c", "stty rows 40 cols 100; " + " ".join(cmd), "/dev/null"],
                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = p.stdout.decode("utf-8", "replace")
