@@ -1,6 +1,6 @@
 //! Streaming readers for pcap (microsecond and nanosecond magic, either byte order) and pcapng
-//! (SHB/IDB/EPB/SPB/PB, per-interface `if_tsresol`/`if_tsoffset`), and a pcap writer with
-//! nanosecond timestamps.
+//! (SHB/IDB/EPB/SPB/PB, per-interface `if_tsresol`/`if_tsoffset`), either of them possibly
+//! gzip-compressed (as tshark opens `.pcap.gz`), and a pcap writer with nanosecond timestamps.
 //!
 //! The reader keeps one refillable buffer (1 MiB, grown only for a larger record) and hands out
 //! frames that borrow from it: a file of any size is read in constant memory, and the frame
@@ -8,6 +8,7 @@
 
 use std::io::{self, Read, Write};
 
+use flate2::read::MultiGzDecoder;
 use thiserror::Error;
 
 use crate::packet::LinkType;
@@ -116,9 +117,30 @@ pub struct ReadStats {
     pub truncated_tail: bool,
 }
 
+/// Where the reader's bytes come from: the source itself, or its gzip decompression (RFC 1952;
+/// every member, like `gzip -d`), which starts with the bytes already read to see the magic.
+enum Source<R> {
+    Plain(R),
+    Gzip(Box<MultiGzDecoder<io::Chain<io::Cursor<Vec<u8>>, R>>>),
+    Taken,
+}
+
+impl<R: Read> Read for Source<R> {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Source::Plain(r) => r.read(b),
+            Source::Gzip(g) => g.read(b),
+            Source::Taken => Ok(0),
+        }
+    }
+}
+
+/// The first two bytes of a gzip stream.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
 /// A streaming capture-file reader.
 pub struct CaptureReader<R> {
-    src: R,
+    src: Source<R>,
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -129,10 +151,10 @@ pub struct CaptureReader<R> {
 }
 
 impl<R: Read> CaptureReader<R> {
-    /// Read the file header and detect the format.
+    /// Read the file header and detect the format (decompressing a gzip-compressed file).
     pub fn new(src: R) -> Result<Self, ReadError> {
         let mut r = CaptureReader {
-            src,
+            src: Source::Plain(src),
             buf: vec![0u8; BUF_START],
             start: 0,
             end: 0,
@@ -145,6 +167,9 @@ impl<R: Read> CaptureReader<R> {
             next_number: 1,
             stats: ReadStats::default(),
         };
+        if r.fill(2)? && r.buf[..2] == GZIP_MAGIC {
+            r.inflate();
+        }
         if !r.fill(24)? {
             return Err(ReadError::TooShort(r.end - r.start));
         }
@@ -172,6 +197,23 @@ impl<R: Read> CaptureReader<R> {
             other => return Err(ReadError::NotACapture(other)),
         }
         Ok(r)
+    }
+
+    /// From here on, read the decompression of the source (the bytes buffered so far included).
+    fn inflate(&mut self) {
+        let Source::Plain(src) = std::mem::replace(&mut self.src, Source::Taken) else {
+            return;
+        };
+        let head = self.buf[self.start..self.end].to_vec();
+        (self.start, self.end, self.eof) = (0, 0, false);
+        self.src = Source::Gzip(Box::new(MultiGzDecoder::new(
+            io::Cursor::new(head).chain(src),
+        )));
+    }
+
+    /// The file was gzip-compressed ([`ReadStats::bytes`] then counts decompressed bytes).
+    pub fn compressed(&self) -> bool {
+        matches!(self.src, Source::Gzip(_))
     }
 
     /// pcap or pcapng.
@@ -215,6 +257,17 @@ impl<R: Read> CaptureReader<R> {
                 Ok(0) => self.eof = true,
                 Ok(k) => self.end += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A compressed file cut short: what was decompressed is read, as for a plain
+                // file that ends mid-record.
+                Err(e) if self.compressed() && e.kind() == io::ErrorKind::UnexpectedEof => {
+                    self.eof = true
+                }
+                Err(e) if self.compressed() && e.kind() == io::ErrorKind::InvalidInput => {
+                    return Err(self.corrupt(format!("gzip data: {e}")));
+                }
+                Err(e) if self.compressed() && e.kind() == io::ErrorKind::InvalidData => {
+                    return Err(self.corrupt(format!("gzip data: {e}")));
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -639,6 +692,50 @@ mod tests {
         w.write_frame(1_700_000_001_000_000_001, 100, &[2u8; 40])
             .unwrap();
         w.into_inner()
+    }
+
+    fn gzip(b: &[u8]) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    }
+
+    /// A gzip-compressed capture reads like the plain one; cut short, it keeps what was
+    /// decompressed and says the tail is missing; damaged, it is a corrupt capture.
+    #[test]
+    fn gzip_capture_reads_transparently() {
+        let plain = pcap_bytes();
+        let gz = gzip(&plain);
+        let mut r = CaptureReader::new(&gz[..]).unwrap();
+        assert!(r.compressed());
+        let f = r.next_frame().unwrap().unwrap();
+        assert_eq!(
+            (f.number, f.ts_ns, f.data.len()),
+            (1, 1_700_000_000_123_456_789, 60)
+        );
+        let f = r.next_frame().unwrap().unwrap();
+        assert_eq!((f.number, f.orig_len, f.data[0]), (2, 100, 2));
+        assert!(r.next_frame().unwrap().is_none());
+        assert_eq!(r.stats().bytes, plain.len() as u64);
+        assert!(!CaptureReader::new(&plain[..]).unwrap().compressed());
+
+        let cut = &gz[..gz.len() - 12];
+        let mut r = CaptureReader::new(cut).unwrap();
+        let mut n = 0;
+        while let Ok(Some(_)) = r.next_frame() {
+            n += 1;
+        }
+        assert!(n >= 1);
+
+        let mut bad = gz.clone();
+        for b in &mut bad[10..] {
+            *b ^= 0x5a;
+        }
+        assert!(matches!(
+            CaptureReader::new(&bad[..]),
+            Err(ReadError::Corrupt { .. })
+        ));
     }
 
     #[test]
