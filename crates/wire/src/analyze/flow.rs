@@ -14,8 +14,6 @@ use super::transaction::{TxCur, TxState};
 /// because the last ACK was lost, the duplicate ACK answering it — are analysed in their
 /// connection, as Wireshark does; then it is summarised and dropped.
 pub(super) const LINGER_NS: u64 = 2_000_000_000;
-/// How often (capture time) closed connections past their linger are swept out.
-pub(super) const SWEEP_EVERY_NS: u64 = 500_000_000;
 
 /// FxHash-style hasher: the flow key is trusted-size data from our own parser, and SipHash's
 /// DoS resistance is not worth its cost on the per-packet path.
@@ -171,6 +169,9 @@ pub(super) struct Conn {
     pub tx_count: u64,
     pub stall_lost: u64,
     pub client_isn: Option<u32>,
+    /// The close time this connection was queued for expiry with (a connection reopened and
+    /// closed again is queued again).
+    pub expiry_queued: Option<u64>,
 }
 
 impl Conn {
@@ -221,6 +222,7 @@ impl Conn {
             tx_count: 0,
             stall_lost: 0,
             client_isn: None,
+            expiry_queued: None,
         }
     }
 
@@ -263,19 +265,21 @@ impl Conn {
 }
 
 /// The connection table: a hash from flow key to a slot of a slab, so a connection can be
-/// borrowed in place on the per-packet path.
+/// borrowed in place on the per-packet path, and a queue of closed connections in order of
+/// closing, so expiry costs O(1) per connection (no walk over the table).
 #[derive(Default)]
 pub(super) struct FlowTable {
     table: HashMap<FlowKey, usize, BuildHasherDefault<FxHasher>>,
-    slab: Vec<Option<Conn>>,
+    slab: Vec<Option<(FlowKey, Conn)>>,
     free: Vec<usize>,
+    /// (close time, slot, connection id) of closed connections, oldest first.
+    closed: VecDeque<(u64, usize, u64)>,
     /// Connections created so far (the next connection's id).
     pub next_id: u64,
     /// Connections tracked now.
     pub open: u64,
     /// The most tracked at once.
     pub peak_open: u64,
-    last_sweep_ts: u64,
 }
 
 impl FlowTable {
@@ -286,22 +290,25 @@ impl FlowTable {
 
     /// The connection in `slot`.
     pub(super) fn get(&self, slot: usize) -> Option<&Conn> {
-        self.slab.get(slot).and_then(Option::as_ref)
+        self.slab.get(slot).and_then(Option::as_ref).map(|(_, c)| c)
     }
 
     /// The connection in `slot`, mutably.
     pub(super) fn get_mut(&mut self, slot: usize) -> Option<&mut Conn> {
-        self.slab.get_mut(slot).and_then(Option::as_mut)
+        self.slab
+            .get_mut(slot)
+            .and_then(Option::as_mut)
+            .map(|(_, c)| c)
     }
 
     /// Track a new connection under `key`; returns its slot.
     pub(super) fn insert(&mut self, key: FlowKey, c: Conn) -> usize {
         self.next_id = self.next_id.max(c.id + 1);
         let i = if let Some(i) = self.free.pop() {
-            self.slab[i] = Some(c);
+            self.slab[i] = Some((key, c));
             i
         } else {
-            self.slab.push(Some(c));
+            self.slab.push(Some((key, c)));
             self.slab.len() - 1
         };
         self.table.insert(key, i);
@@ -313,42 +320,49 @@ impl FlowTable {
     /// Stop tracking `key`; returns its connection.
     pub(super) fn remove(&mut self, key: &FlowKey) -> Option<Conn> {
         let i = self.table.remove(key)?;
-        let c = self.slab[i].take()?;
+        let (_, c) = self.slab[i].take()?;
         self.free.push(i);
         self.open -= 1;
         Some(c)
     }
 
-    /// Closed connections past their linger at capture time `now`, removed from the table
-    /// (checked every [`SWEEP_EVERY_NS`] of capture time).
-    pub(super) fn expire(&mut self, now: u64) -> Vec<Conn> {
-        if now < self.last_sweep_ts.saturating_add(SWEEP_EVERY_NS) {
-            return Vec::new();
+    /// After a segment of the connection in `slot`: queue it for expiry if it just closed.
+    pub(super) fn note_closed(&mut self, slot: usize) {
+        let Some((_, c)) = self.slab.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        if let Some(t) = c.closed_at.filter(|&t| c.expiry_queued != Some(t)) {
+            c.expiry_queued = Some(t);
+            self.closed.push_back((t, slot, c.id));
         }
-        self.last_sweep_ts = now;
-        self.sweep(now)
     }
 
-    /// Remove every closed connection past its linger at `now`.
-    pub(super) fn sweep(&mut self, now: u64) -> Vec<Conn> {
-        let done: Vec<FlowKey> = self
-            .table
-            .iter()
-            .filter(|&(_, &i)| {
-                self.slab[i]
-                    .as_ref()
-                    .and_then(|c| c.closed_at)
-                    .is_some_and(|t| now.saturating_sub(t) > LINGER_NS)
-            })
-            .map(|(k, _)| *k)
-            .collect();
-        done.iter().filter_map(|k| self.remove(k)).collect()
+    /// The next closed connection past its linger at capture time `now`, removed from the
+    /// table. Entries whose connection reopened, closed again later or was replaced (port
+    /// reuse) are dropped on the way. Capture time going backwards (concatenated files) only
+    /// delays expiry.
+    pub(super) fn expire_one(&mut self, now: u64) -> Option<Conn> {
+        while let Some(&(t, slot, id)) = self.closed.front() {
+            if now.saturating_sub(t) <= LINGER_NS {
+                return None;
+            }
+            self.closed.pop_front();
+            let key = match self.slab.get(slot).and_then(Option::as_ref) {
+                Some((k, c)) if c.id == id && c.closed_at == Some(t) => *k,
+                _ => continue,
+            };
+            return self.remove(&key);
+        }
+        None
     }
 
     /// Every connection still tracked, in connection order, removed from the table.
     pub(super) fn drain(&mut self) -> Vec<Conn> {
-        let keys: Vec<FlowKey> = self.table.keys().copied().collect();
-        let mut conns: Vec<Conn> = keys.iter().filter_map(|k| self.remove(k)).collect();
+        self.table.clear();
+        self.free.clear();
+        self.closed.clear();
+        self.open = 0;
+        let mut conns: Vec<Conn> = self.slab.drain(..).flatten().map(|(_, c)| c).collect();
         conns.sort_by_key(|c| c.id);
         conns
     }

@@ -154,14 +154,7 @@ impl Analyzer {
             },
             Err(r) => self.skipped.add(r),
         }
-        for c in self.flows.expire(ts_ns) {
-            self.finalize(c);
-        }
-    }
-
-    #[cfg(test)]
-    fn sweep(&mut self, now: u64) {
-        for c in self.flows.sweep(now) {
+        while let Some(c) = self.flows.expire_one(ts_ns) {
             self.finalize(c);
         }
     }
@@ -218,6 +211,7 @@ impl Analyzer {
             ip_id: d.ip_id,
         };
         self.acc.process(c, &raw, tracing);
+        self.flows.note_closed(slot);
     }
 
     fn summarise(&self, c: &Conn) -> ConnSummary {

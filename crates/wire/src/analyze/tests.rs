@@ -268,7 +268,6 @@ fn closed_connections_are_dropped() {
             let f = eth_ipv4_tcp(src, dst, s, d, 1, 1, fl, 100, &[], b"");
             a.push(frame, t0 + k as u64, decode(LinkType::Ethernet, &f));
         }
-        a.sweep(t0);
     }
     assert!(a.open_connections() <= 2, "{}", a.open_connections());
     let r = a.finish();
