@@ -48,6 +48,12 @@ pub enum LinkType {
     Ipv6,
     /// LINKTYPE_LINUX_SLL2 (276): Linux cooked capture v2.
     LinuxSll2,
+    /// LINKTYPE_PPP (9) and LINKTYPE_PPP_HDLC (50): PPP, with or without HDLC framing.
+    Ppp,
+    /// LINKTYPE_PPP_ETHER (51): PPPoE without the Ethernet header.
+    PppEther,
+    /// LINKTYPE_C_HDLC (104): Cisco HDLC.
+    CiscoHdlc,
     /// Anything else: frames are counted and skipped.
     Other(u32),
 }
@@ -64,6 +70,9 @@ impl LinkType {
             228 => LinkType::Ipv4,
             229 => LinkType::Ipv6,
             276 => LinkType::LinuxSll2,
+            9 | 50 => LinkType::Ppp,
+            51 => LinkType::PppEther,
+            104 => LinkType::CiscoHdlc,
             o => LinkType::Other(o),
         }
     }
@@ -79,6 +88,9 @@ impl LinkType {
             LinkType::Ipv4 => 228,
             LinkType::Ipv6 => 229,
             LinkType::LinuxSll2 => 276,
+            LinkType::Ppp => 9,
+            LinkType::PppEther => 51,
+            LinkType::CiscoHdlc => 104,
             LinkType::Other(o) => o,
         }
     }
@@ -422,23 +434,54 @@ const ETH_P_IPV6: u16 = 0x86dd;
 const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88a8;
 const ETH_P_QINQ: u16 = 0x9100;
+const ETH_P_PPPOE_SESSION: u16 = 0x8864;
+const ETH_P_MPLS_UC: u16 = 0x8847;
+const ETH_P_MPLS_MC: u16 = 0x8848;
+/// Transparent Ethernet bridging: an Ethernet frame inside GRE or Geneve.
+const ETH_P_TEB: u16 = 0x6558;
 
-/// Find the IP packet inside a link-layer frame: (ethertype-ish, bytes).
+/// UDP ports of the tunnels tshark decodes by default (IANA): VXLAN (RFC 7348), Geneve
+/// (RFC 8926).
+const UDP_VXLAN: u16 = 4789;
+const UDP_GENEVE: u16 = 6081;
+
+/// Layers peeled at most (VLAN tags, MPLS labels, tunnels together): a bound against crafted
+/// frames that nest forever; real traffic uses a handful.
+const MAX_LAYERS: usize = 16;
+
+/// A PPP protocol number as the ethertype that carries the same payload.
+fn ppp_to_ethertype(proto: u16) -> u16 {
+    match proto {
+        0x0021 => ETH_P_IP,
+        0x0057 => ETH_P_IPV6,
+        0x0281 => ETH_P_MPLS_UC,
+        0x0283 => ETH_P_MPLS_MC,
+        _ => 0,
+    }
+}
+
+/// A PPP frame (RFC 1661), with or without the HDLC address/control bytes (RFC 1662) and with
+/// a compressed (1-byte, odd) or full protocol field: (ethertype, payload).
+fn ppp_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    let b = if b.starts_with(&[0xff, 0x03]) {
+        &b[2..]
+    } else {
+        b
+    };
+    let first = *b.first().ok_or(SkipReason::Truncated)?;
+    let (proto, rest) = if first & 1 == 1 {
+        (u16::from(first), &b[1..])
+    } else {
+        (be16(b, 0).ok_or(SkipReason::Truncated)?, &b[2..])
+    };
+    Ok((ppp_to_ethertype(proto), rest))
+}
+
+/// Find the network-layer packet inside a link-layer frame: (ethertype-ish, bytes).
 #[inline]
 fn link_payload(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
     match link {
-        LinkType::Ethernet => {
-            let mut et = be16(frame, 12).ok_or(SkipReason::Truncated)?;
-            let mut off = 14;
-            // Up to two VLAN tags (802.1Q, QinQ).
-            let mut tags = 0;
-            while matches!(et, ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ) && tags < 2 {
-                et = be16(frame, off + 2).ok_or(SkipReason::Truncated)?;
-                off += 4;
-                tags += 1;
-            }
-            Ok((et, frame.get(off..).ok_or(SkipReason::Truncated)?))
-        }
+        LinkType::Ethernet => ethernet_payload(frame),
         LinkType::LinuxSll => {
             let et = be16(frame, 14).ok_or(SkipReason::Truncated)?;
             Ok((et, frame.get(16..).ok_or(SkipReason::Truncated)?))
@@ -461,16 +504,125 @@ fn link_payload(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), SkipReason
             };
             Ok((et, &frame[4..]))
         }
-        LinkType::Raw | LinkType::Ipv4 | LinkType::Ipv6 => {
-            let b0 = *frame.first().ok_or(SkipReason::Truncated)?;
-            match b0 >> 4 {
-                4 => Ok((ETH_P_IP, frame)),
-                6 => Ok((ETH_P_IPV6, frame)),
-                _ => Err(SkipReason::Malformed),
-            }
+        LinkType::Raw | LinkType::Ipv4 | LinkType::Ipv6 => raw_ip(frame),
+        LinkType::Ppp => ppp_payload(frame),
+        LinkType::PppEther => pppoe_payload(frame),
+        LinkType::CiscoHdlc => {
+            // Address, control, then an ethertype.
+            let et = be16(frame, 2).ok_or(SkipReason::Truncated)?;
+            Ok((et, frame.get(4..).ok_or(SkipReason::Truncated)?))
         }
         LinkType::Other(_) => Err(SkipReason::UnknownLinkType),
     }
+}
+
+/// A bare IP packet: the version nibble says which.
+fn raw_ip(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    match *b.first().ok_or(SkipReason::Truncated)? >> 4 {
+        4 => Ok((ETH_P_IP, b)),
+        6 => Ok((ETH_P_IPV6, b)),
+        _ => Err(SkipReason::Malformed),
+    }
+}
+
+/// An Ethernet II header (VLAN tags are peeled by [`network_layer`]).
+fn ethernet_payload(frame: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    let et = be16(frame, 12).ok_or(SkipReason::Truncated)?;
+    Ok((et, frame.get(14..).ok_or(SkipReason::Truncated)?))
+}
+
+/// A PPPoE session header (RFC 2516: version/type, code, session id, length), then PPP.
+fn pppoe_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    if b.len() < 6 {
+        return Err(SkipReason::Truncated);
+    }
+    // Version 1, type 1, code 0 (session data).
+    if b[0] != 0x11 || b[1] != 0 {
+        return Err(SkipReason::NotIp);
+    }
+    ppp_payload(&b[6..])
+}
+
+/// An MPLS label stack (RFC 3032) down to the bottom-of-stack label, then what it carries: IP
+/// (by the version nibble) or, after a zero nibble, a pseudowire control word (RFC 4385) and
+/// an Ethernet frame (RFC 4448), as Wireshark guesses.
+fn mpls_payload(mut b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    for _ in 0..MAX_LAYERS {
+        let label = be32(b, 0).ok_or(SkipReason::Truncated)?;
+        b = &b[4..];
+        if label & 0x100 != 0 {
+            let first = *b.first().ok_or(SkipReason::Truncated)?;
+            return match first >> 4 {
+                4 | 6 => raw_ip(b),
+                0 => ethernet_payload(b.get(4..).ok_or(SkipReason::Truncated)?),
+                _ => Err(SkipReason::NotIp),
+            };
+        }
+    }
+    Err(SkipReason::Malformed)
+}
+
+/// Peel VLAN tags (any number: 802.1Q, 802.1ad, the old 0x9100), PPPoE sessions, MPLS label
+/// stacks and bridged Ethernet until an IPv4 or IPv6 packet: (its ethertype, its bytes).
+fn network_layer(mut et: u16, mut b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    for _ in 0..MAX_LAYERS {
+        (et, b) = match et {
+            ETH_P_IP | ETH_P_IPV6 => return Ok((et, b)),
+            ETH_P_8021Q | ETH_P_8021AD | ETH_P_QINQ => {
+                let inner = be16(b, 2).ok_or(SkipReason::Truncated)?;
+                (inner, &b[4..])
+            }
+            ETH_P_PPPOE_SESSION => pppoe_payload(b)?,
+            ETH_P_MPLS_UC | ETH_P_MPLS_MC => mpls_payload(b)?,
+            ETH_P_TEB => ethernet_payload(b)?,
+            _ => return Err(SkipReason::NotIp),
+        };
+    }
+    Err(SkipReason::Malformed)
+}
+
+/// A GRE header (RFC 2784/2890; version 1 is PPTP's enhanced GRE, RFC 2637, carrying PPP):
+/// (ethertype of the payload, payload).
+fn gre_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    let fl = be16(b, 0).ok_or(SkipReason::Truncated)?;
+    let proto = be16(b, 2).ok_or(SkipReason::Truncated)?;
+    let (csum, key, seq) = (fl & 0x8000 != 0, fl & 0x2000 != 0, fl & 0x1000 != 0);
+    // Routing present (RFC 1701) is not used by anything that carries TCP.
+    if fl & 0x4000 != 0 {
+        return Err(SkipReason::NotIp);
+    }
+    let mut off = 4 + 4 * usize::from(key) + 4 * usize::from(seq);
+    match fl & 7 {
+        0 => {
+            off += 4 * usize::from(csum);
+            Ok((proto, b.get(off..).ok_or(SkipReason::Truncated)?))
+        }
+        1 if proto == 0x880b => {
+            // Enhanced GRE: the acknowledgement bit adds a field; the payload is PPP.
+            off += 4 * usize::from(fl & 0x0080 != 0);
+            ppp_payload(b.get(off..).ok_or(SkipReason::Truncated)?)
+        }
+        _ => Err(SkipReason::NotIp),
+    }
+}
+
+/// VXLAN (RFC 7348): 8 bytes with the I flag, then an Ethernet frame.
+fn vxlan_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    if b.len() < 8 {
+        return Err(SkipReason::Truncated);
+    }
+    ethernet_payload(&b[8..])
+}
+
+/// Geneve (RFC 8926): version 0, options of the stated length, then the protocol type's payload.
+fn geneve_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    let b0 = *b.first().ok_or(SkipReason::Truncated)?;
+    if b0 >> 6 != 0 {
+        return Err(SkipReason::Malformed);
+    }
+    let off = 8 + usize::from(b0 & 0x3f) * 4;
+    let proto = be16(b, 2).ok_or(SkipReason::Truncated)?;
+    Ok((proto, b.get(off..).ok_or(SkipReason::Truncated)?))
 }
 
 /// Decode a captured frame down to TCP or UDP, trusting the IP length fields (the frame's
@@ -498,85 +650,159 @@ fn decode_frame(
     frame: &[u8],
     orig_len: Option<usize>,
 ) -> Result<Decoded<'_>, SkipReason> {
-    let (et, ip) = link_payload(link, frame)?;
-    // IP bytes that were on the wire, when the original frame length is known.
+    let (et, b) = link_payload(link, frame)?;
+    let (et, ip) = network_layer(et, b)?;
+    // IP bytes that were on the wire, when the original frame length is known (every slice
+    // here is a suffix of the frame, so its offset is the length difference).
     let ip_wire = orig_len.map(|o| o.saturating_sub(frame.len() - ip.len()));
-    let mut ip_id = None;
-    let (src, dst, proto, l4, l4_wire_len) = match et {
-        ETH_P_IP => {
-            let v4 = Ipv4View::new_checked(ip)?;
-            if v4.frag_offset() != 0 {
-                return Err(SkipReason::Fragment);
-            }
-            let total = usize::from(v4.total_len());
-            // TSO/GRO captures carry total length 0 for super-packets: fall back to captured.
-            let wire = if total >= v4.header_len() {
-                total - v4.header_len()
-            } else {
-                v4.payload().len()
-            };
-            let wire = ip_wire.map_or(wire, |w| wire.min(w.saturating_sub(v4.header_len())));
-            ip_id = Some(v4.ident());
-            (
-                Addr::v4(v4.src()),
-                Addr::v4(v4.dst()),
-                v4.protocol(),
-                v4.payload(),
-                wire,
-            )
-        }
-        ETH_P_IPV6 => {
-            let v6 = Ipv6View::new_checked(ip)?;
-            let mut nh = v6.next_header();
-            let mut rest = v6.payload();
-            let mut wire = usize::from(v6.payload_len());
-            if wire == 0 {
-                wire = rest.len(); // jumbogram or GSO
-            }
-            if let Some(w) = ip_wire {
-                wire = wire.min(w.saturating_sub(40));
-            }
-            // Walk hop-by-hop (0), routing (43), destination options (60) and fragment (44).
-            for _ in 0..8 {
-                match nh {
-                    0 | 43 | 60 => {
-                        let n = *rest.first().ok_or(SkipReason::Truncated)?;
-                        let len = (usize::from(*rest.get(1).ok_or(SkipReason::Truncated)?) + 1) * 8;
-                        rest = rest.get(len..).ok_or(SkipReason::Truncated)?;
-                        wire = wire.saturating_sub(len);
-                        nh = n;
-                    }
-                    44 => {
-                        let n = *rest.first().ok_or(SkipReason::Truncated)?;
-                        let off = be16(rest, 2).ok_or(SkipReason::Truncated)? >> 3;
-                        if off != 0 {
-                            return Err(SkipReason::Fragment);
-                        }
-                        rest = rest.get(8..).ok_or(SkipReason::Truncated)?;
-                        wire = wire.saturating_sub(8);
-                        nh = n;
-                    }
-                    _ => break,
-                }
-            }
-            (Addr::v6(v6.src()), Addr::v6(v6.dst()), nh, rest, wire)
-        }
+    decode_ip(et, ip, ip_wire, 0)
+}
+
+/// The addresses, protocol, transport bytes and transport length on the wire of one IP packet.
+struct IpPacket<'a> {
+    src: Addr,
+    dst: Addr,
+    proto: u8,
+    l4: &'a [u8],
+    l4_wire: usize,
+    ip_id: Option<u16>,
+}
+
+/// Decode the IP packet `ip` (ethertype `et`) down to TCP/UDP, through IP-in-IP, GRE, VXLAN
+/// and Geneve tunnels (`depth` of them so far). `ip_wire`: the packet's bytes on the wire, when
+/// known.
+fn decode_ip(
+    et: u16,
+    ip: &[u8],
+    ip_wire: Option<usize>,
+    depth: usize,
+) -> Result<Decoded<'_>, SkipReason> {
+    let p = match et {
+        ETH_P_IP => ipv4_packet(ip, ip_wire)?,
+        ETH_P_IPV6 => ipv6_packet(ip, ip_wire)?,
         _ => return Err(SkipReason::NotIp),
     };
-    let transport = match proto {
+    let tunnel = depth < MAX_LAYERS;
+    let inner = |et: u16, b| tunnelled(&p, et, b, depth);
+    match p.proto {
         6 => {
-            let tcp = TcpView::new_checked(l4)?;
-            let payload_len = l4_wire_len.saturating_sub(tcp.header_len()) as u32;
-            Transport::Tcp { tcp, payload_len }
+            let tcp = TcpView::new_checked(p.l4)?;
+            let payload_len = p.l4_wire.saturating_sub(tcp.header_len()) as u32;
+            Ok(Decoded {
+                src: p.src,
+                dst: p.dst,
+                transport: Transport::Tcp { tcp, payload_len },
+                ip_id: p.ip_id,
+            })
         }
-        17 => Transport::Udp(UdpView::new_checked(l4)?),
-        _ => return Err(SkipReason::NotTcpUdp),
+        17 => {
+            let udp = UdpView::new_checked(p.l4)?;
+            let body = &p.l4[8..];
+            let tunnelled = match (udp.src_port(), udp.dst_port()) {
+                _ if !tunnel => None,
+                (UDP_VXLAN, _) | (_, UDP_VXLAN) => Some(vxlan_payload(body)),
+                (UDP_GENEVE, _) | (_, UDP_GENEVE) => Some(geneve_payload(body)),
+                _ => None,
+            };
+            // A tunnel port whose payload does not decode is plain UDP, as it was sent.
+            if let Some(Ok(d)) = tunnelled.map(|r| r.and_then(|(et, b)| inner(et, b))) {
+                return Ok(d);
+            }
+            Ok(Decoded {
+                src: p.src,
+                dst: p.dst,
+                transport: Transport::Udp(udp),
+                ip_id: p.ip_id,
+            })
+        }
+        4 if tunnel => inner(ETH_P_IP, p.l4),
+        41 if tunnel => inner(ETH_P_IPV6, p.l4),
+        47 if tunnel => {
+            let (et, b) = gre_payload(p.l4)?;
+            inner(et, b)
+        }
+        _ => Err(SkipReason::NotTcpUdp),
+    }
+}
+
+/// The packet a tunnel carries (`b`, of ethertype `et`, inside `outer`'s transport bytes).
+fn tunnelled<'a>(
+    outer: &IpPacket<'a>,
+    et: u16,
+    b: &'a [u8],
+    depth: usize,
+) -> Result<Decoded<'a>, SkipReason> {
+    let (et, ip) = network_layer(et, b)?;
+    // Its bytes on the wire: what the outer length leaves after the tunnel headers (every
+    // slice is a suffix of the outer transport bytes).
+    let wire = outer.l4_wire.saturating_sub(outer.l4.len() - ip.len());
+    decode_ip(et, ip, Some(wire), depth + 1)
+}
+
+fn ipv4_packet(ip: &[u8], ip_wire: Option<usize>) -> Result<IpPacket<'_>, SkipReason> {
+    let v4 = Ipv4View::new_checked(ip)?;
+    if v4.frag_offset() != 0 {
+        return Err(SkipReason::Fragment);
+    }
+    let total = usize::from(v4.total_len());
+    // TSO/GRO captures carry total length 0 for super-packets: fall back to captured.
+    let wire = if total >= v4.header_len() {
+        total - v4.header_len()
+    } else {
+        v4.payload().len()
     };
-    Ok(Decoded {
-        src,
-        dst,
-        transport,
-        ip_id,
+    let wire = ip_wire.map_or(wire, |w| wire.min(w.saturating_sub(v4.header_len())));
+    Ok(IpPacket {
+        src: Addr::v4(v4.src()),
+        dst: Addr::v4(v4.dst()),
+        proto: v4.protocol(),
+        l4: v4.payload(),
+        l4_wire: wire,
+        ip_id: Some(v4.ident()),
+    })
+}
+
+fn ipv6_packet(ip: &[u8], ip_wire: Option<usize>) -> Result<IpPacket<'_>, SkipReason> {
+    let v6 = Ipv6View::new_checked(ip)?;
+    let mut nh = v6.next_header();
+    let mut rest = v6.payload();
+    let mut wire = usize::from(v6.payload_len());
+    if wire == 0 {
+        wire = rest.len(); // jumbogram or GSO
+    }
+    if let Some(w) = ip_wire {
+        wire = wire.min(w.saturating_sub(40));
+    }
+    // Walk hop-by-hop (0), routing (43), destination options (60) and fragment (44).
+    for _ in 0..8 {
+        match nh {
+            0 | 43 | 60 => {
+                let n = *rest.first().ok_or(SkipReason::Truncated)?;
+                let len = (usize::from(*rest.get(1).ok_or(SkipReason::Truncated)?) + 1) * 8;
+                rest = rest.get(len..).ok_or(SkipReason::Truncated)?;
+                wire = wire.saturating_sub(len);
+                nh = n;
+            }
+            44 => {
+                let n = *rest.first().ok_or(SkipReason::Truncated)?;
+                let off = be16(rest, 2).ok_or(SkipReason::Truncated)? >> 3;
+                if off != 0 {
+                    return Err(SkipReason::Fragment);
+                }
+                rest = rest.get(8..).ok_or(SkipReason::Truncated)?;
+                wire = wire.saturating_sub(8);
+                nh = n;
+            }
+            _ => break,
+        }
+    }
+    Ok(IpPacket {
+        src: Addr::v6(v6.src()),
+        dst: Addr::v6(v6.dst()),
+        proto: nh,
+        l4: rest,
+        l4_wire: wire,
+        ip_id: None,
     })
 }
 
@@ -767,6 +993,152 @@ pub(crate) mod tests {
             decode(LinkType::Other(147), ip).unwrap_err(),
             SkipReason::UnknownLinkType
         );
+    }
+
+    /// An IPv4 header (protocol `proto`) around `payload`.
+    fn ipv4(proto: u8, payload: &[u8]) -> Vec<u8> {
+        let total = (20 + payload.len()) as u16;
+        let mut v = vec![0x45, 0];
+        v.extend_from_slice(&total.to_be_bytes());
+        v.extend_from_slice(&[0, 7, 0x40, 0, 64, proto, 0, 0, 172, 16, 0, 1, 172, 16, 0, 2]);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn udp(dport: u16, payload: &[u8]) -> Vec<u8> {
+        let mut v = 40000u16.to_be_bytes().to_vec();
+        v.extend_from_slice(&dport.to_be_bytes());
+        v.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        v.extend_from_slice(&[0, 0]);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn ether(et: u16, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![2u8; 12];
+        v.extend_from_slice(&et.to_be_bytes());
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// The inner TCP segment every encapsulation test wraps: 10.0.0.1:1234 → 10.0.0.2:80, 5 bytes.
+    fn inner_ip() -> Vec<u8> {
+        let f = eth_ipv4_tcp(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            1234,
+            80,
+            7,
+            0,
+            flags::ACK | flags::PSH,
+            100,
+            &[],
+            b"hello",
+        );
+        f[14..].to_vec()
+    }
+
+    fn assert_inner(frame: &[u8], link: LinkType) {
+        let d = decode_with_orig_len(link, frame, frame.len() as u32)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let Transport::Tcp { tcp, payload_len } = d.transport else {
+            panic!("not TCP")
+        };
+        assert_eq!((tcp.src_port(), tcp.dst_port(), payload_len), (1234, 80, 5));
+        assert_eq!(d.src.ip().to_string(), "10.0.0.1");
+        assert_eq!(d.dst.ip().to_string(), "10.0.0.2");
+    }
+
+    /// Each encapsulation tshark decodes is peeled down to the inner TCP segment.
+    #[test]
+    fn encapsulations_reach_the_inner_tcp() {
+        let ip = inner_ip();
+        let tag = |_outer: u16, inner: u16| {
+            let mut v = vec![0x00, 0x05];
+            v.extend_from_slice(&inner.to_be_bytes());
+            v
+        };
+        // Triple VLAN tags: 802.1ad, 802.1Q, 802.1Q.
+        let mut t = tag(ETH_P_8021AD, ETH_P_8021Q);
+        t.extend(tag(ETH_P_8021Q, ETH_P_8021Q));
+        t.extend(tag(ETH_P_8021Q, ETH_P_IP));
+        t.extend_from_slice(&ip);
+        assert_inner(&ether(ETH_P_8021AD, &t), LinkType::Ethernet);
+        // PPPoE session over QinQ.
+        let mut pppoe = vec![0x11, 0x00, 0x12, 0x34];
+        pppoe.extend_from_slice(&((ip.len() + 2) as u16).to_be_bytes());
+        pppoe.extend_from_slice(&[0x00, 0x21]);
+        pppoe.extend_from_slice(&ip);
+        let mut q = tag(ETH_P_8021AD, ETH_P_8021Q);
+        q.extend(tag(ETH_P_8021Q, ETH_P_PPPOE_SESSION));
+        q.extend_from_slice(&pppoe);
+        assert_inner(&ether(ETH_P_8021AD, &q), LinkType::Ethernet);
+        assert_inner(&pppoe, LinkType::PppEther);
+        // PPP link with HDLC framing.
+        let mut ppp = vec![0xff, 0x03, 0x00, 0x21];
+        ppp.extend_from_slice(&ip);
+        assert_inner(&ppp, LinkType::Ppp);
+        // An MPLS stack of two labels; then a pseudowire carrying Ethernet.
+        let mut mpls = vec![0x00, 0x01, 0x00, 0x40, 0x00, 0x02, 0x01, 0x40];
+        mpls.extend_from_slice(&ip);
+        assert_inner(&ether(ETH_P_MPLS_UC, &mpls), LinkType::Ethernet);
+        let mut pw = vec![0x00, 0x03, 0x01, 0x40, 0, 0, 0, 0];
+        pw.extend(ether(ETH_P_IP, &ip));
+        assert_inner(&ether(ETH_P_MPLS_UC, &pw), LinkType::Ethernet);
+        // GRE: plain IPv4, and with key + sequence carrying bridged Ethernet.
+        let mut gre = vec![0x00, 0x00, 0x08, 0x00];
+        gre.extend_from_slice(&ip);
+        assert_inner(&ether(ETH_P_IP, &ipv4(47, &gre)), LinkType::Ethernet);
+        let mut gre = vec![0x30, 0x00, 0x65, 0x58, 0, 0, 0, 9, 0, 0, 0, 1];
+        gre.extend(ether(ETH_P_IP, &ip));
+        assert_inner(&ether(ETH_P_IP, &ipv4(47, &gre)), LinkType::Ethernet);
+        // PPTP's enhanced GRE (version 1, key, sequence and acknowledgement) carrying PPP.
+        let mut gre = vec![0x30, 0x81, 0x88, 0x0b, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3];
+        gre.extend_from_slice(&[0xff, 0x03, 0x00, 0x21]);
+        gre.extend_from_slice(&ip);
+        assert_inner(&ether(ETH_P_IP, &ipv4(47, &gre)), LinkType::Ethernet);
+        // IP in IP.
+        assert_inner(&ether(ETH_P_IP, &ipv4(4, &ip)), LinkType::Ethernet);
+        // VXLAN and Geneve (with 8 bytes of options) over UDP.
+        let mut vx = vec![0x08, 0, 0, 0, 0, 0, 0x64, 0];
+        vx.extend(ether(ETH_P_IP, &ip));
+        assert_inner(
+            &ether(ETH_P_IP, &ipv4(17, &udp(4789, &vx))),
+            LinkType::Ethernet,
+        );
+        let mut gnv = vec![0x02, 0x00, 0x65, 0x58, 0, 0, 0x64, 0];
+        gnv.extend_from_slice(&[0u8; 8]);
+        gnv.extend(ether(ETH_P_IP, &ip));
+        assert_inner(
+            &ether(ETH_P_IP, &ipv4(17, &udp(6081, &gnv))),
+            LinkType::Ethernet,
+        );
+        // A tunnel port whose payload is not a tunnel stays UDP.
+        let junk = ether(ETH_P_IP, &ipv4(17, &udp(4789, &[1, 2, 3])));
+        assert!(matches!(
+            decode(LinkType::Ethernet, &junk).unwrap().transport,
+            Transport::Udp(_)
+        ));
+        // Tunnels nested without end are refused, not followed forever.
+        let mut deep = ip.clone();
+        for _ in 0..40 {
+            deep = ipv4(4, &deep);
+        }
+        assert!(decode(LinkType::Raw, &deep).is_err());
+    }
+
+    /// The inner packet's length is bounded by the outer one's: an inner IP length larger than
+    /// what the tunnel carried on the wire is not trusted.
+    #[test]
+    fn inner_length_bounded_by_outer() {
+        let mut ip = inner_ip();
+        ip[2..4].copy_from_slice(&4000u16.to_be_bytes());
+        let f = ether(ETH_P_IP, &ipv4(4, &ip));
+        let d = decode(LinkType::Ethernet, &f).unwrap();
+        let Transport::Tcp { payload_len, .. } = d.transport else {
+            panic!()
+        };
+        assert_eq!(payload_len, 5);
     }
 
     #[test]
