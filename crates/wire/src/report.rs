@@ -28,17 +28,21 @@ pub enum StallKind {
     ZeroWindow,
     /// The server took long to start its response (after subtracting the network round trip).
     ThinkTime,
+    /// A sender on a long path limited by its congestion window: it sends a window, then waits
+    /// one round trip for the ACKs before the next one leaves.
+    CwndLimited,
 }
 
 impl StallKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [StallKind; 6] = [
+    pub const ALL: [StallKind; 7] = [
         StallKind::NagleDelayedAck,
         StallKind::DelayedAck,
         StallKind::Cork,
         StallKind::RtoRetransmission,
         StallKind::ZeroWindow,
         StallKind::ThinkTime,
+        StallKind::CwndLimited,
     ];
 
     /// Short human label.
@@ -50,6 +54,7 @@ impl StallKind {
             StallKind::RtoRetransmission => "retransmission timeout",
             StallKind::ZeroWindow => "zero-window stall",
             StallKind::ThinkTime => "application think time",
+            StallKind::CwndLimited => "cwnd-limited: waits one RTT per window",
         }
     }
 

@@ -25,5 +25,10 @@ receiving application did not read fast enough."
         StallKind::ThinkTime => "The server took this long to start answering after the request arrived (network round trip \
 from the capture point already subtracted): time spent in the application, not the network."
             .into(),
+        StallKind::CwndLimited => "The sender had a full window in flight, stopped, and its next segments left only as the \
+ACKs for that window reached it, one round trip later: its congestion window, not the application or a timer, set the pace. \
+On a long path each window costs a whole round trip. A larger initial window, a congestion control that grows faster \
+(BBR), fewer round trips per transfer (connection reuse, larger responses) or a shorter path help."
+            .into(),
     }
 }

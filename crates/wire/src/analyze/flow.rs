@@ -97,6 +97,61 @@ pub(super) struct DataSeg {
     pub len: u32,
     /// Relative sequence number just past it.
     pub end: u32,
+    /// Bytes unacknowledged when it left (up to its end).
+    pub in_flight: u32,
+}
+
+/// Silence from a sender before new data counts as the start of a burst.
+const BURST_IDLE_NS: u64 = 1_000_000;
+
+/// The rhythm of one sender's bursts of new data: a sender on its own clock (a device pushing
+/// every 20 ms, a PLC's 1 s cycle) starts bursts at a strict period whatever the peer does,
+/// while a sender that reacts to the peer starts them a steady time after the peer's packets.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Cadence {
+    last_start: u64,
+    interval: u64,
+    /// Intervals in a row equal to the one before.
+    run: u32,
+    /// Smallest and largest time from the peer's last packet to a burst start over the run.
+    lag_lo: u64,
+    lag_hi: u64,
+}
+
+impl Cadence {
+    /// Equal intervals: within 5 % (at least 1 ms) of each other.
+    fn tolerance(interval: u64) -> u64 {
+        (interval / 20).max(1_000_000)
+    }
+
+    /// New data at `ts`, `idle` after this sender's previous data and `lag` after the peer's
+    /// last packet.
+    pub(super) fn on_data(&mut self, ts: u64, idle: u64, lag: u64) {
+        if idle < BURST_IDLE_NS {
+            return;
+        }
+        let iv = ts.saturating_sub(self.last_start);
+        if self.last_start != 0
+            && self.interval != 0
+            && iv.abs_diff(self.interval) <= Self::tolerance(self.interval)
+        {
+            self.run += 1;
+            self.lag_lo = self.lag_lo.min(lag);
+            self.lag_hi = self.lag_hi.max(lag);
+        } else {
+            self.run = 0;
+            (self.lag_lo, self.lag_hi) = (lag, lag);
+        }
+        self.interval = if self.last_start != 0 { iv } else { 0 };
+        self.last_start = ts;
+    }
+
+    /// The latest burst kept a strict period (three equal intervals in a row) that is
+    /// independent of the peer (the time since the peer's last packet varied): the
+    /// application's clock released it, not an ACK, a timer or a request.
+    pub(super) fn app_clock(&self) -> bool {
+        self.run >= 3 && self.lag_hi - self.lag_lo > Self::tolerance(self.interval)
+    }
 }
 
 /// One direction of a connection (index 0: client → server, 1: server → client).
@@ -143,6 +198,8 @@ pub(super) struct Dir {
     pub rto_charged_until: u64,
     /// (time, frame) of this side's first zero-window advertisement still in force.
     pub zero_since: Option<(u64, u64)>,
+    /// The rhythm of this side's bursts of new data.
+    pub cadence: Cadence,
 }
 
 /// One tracked TCP connection.

@@ -63,6 +63,11 @@ impl Acc {
         }
         s.new_data = s.len > 0 && o.flags & A_RESENT == 0 && advances;
         if s.new_data {
+            let (idle, lag) = (
+                s.ts.saturating_sub(c.dirs[d].last_data_ts),
+                s.ts.saturating_sub(c.dirs[1 - d].last_pkt_ts),
+            );
+            c.dirs[d].cadence.on_data(s.ts, idle, lag);
             s.held = held_segment(c, &s);
             s.first_response = self.tx.on_data(c, d, s.frame, s.ts, s.payload);
         }
@@ -204,12 +209,14 @@ fn is_duplicate(c: &mut Conn, raw: &RawSegment<'_, '_>, s: &Segment<'_>) -> bool
 /// Remember new data segment `s` as the sender's latest; return the one before it, unless the
 /// sender retransmitted since.
 fn held_segment(c: &mut Conn, s: &Segment<'_>) -> Option<DataSeg> {
+    let acked = c.dirs[1 - s.d].lastack;
     let dir = &mut c.dirs[s.d];
     let prev = dir.last_data.replace(DataSeg {
         ts: s.ts,
         frame: s.frame,
         len: s.len,
         end: dir.nextseq,
+        in_flight: dir.nextseq.wrapping_sub(acked),
     })?;
     if dir.last_rexmit_ts.is_some_and(|t| t >= prev.ts) {
         return None;

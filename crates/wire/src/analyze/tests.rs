@@ -453,3 +453,151 @@ fn duplicate_frames_are_not_rto_stalls() {
         assert_eq!(rto, stalls, "id {id2}");
     }
 }
+
+/// Handshake with MSS 1460 and window scale 7 on both sides (windows of 1000 << 7 bytes), the
+/// SYN-ACK `srv_ms` after the SYN and the ACK at `ack_ms`.
+fn scaled_handshake(s: &mut Sim, srv_ms: f64, ack_ms: f64) {
+    let opts = [2, 4, 0x05, 0xb4, 1, 3, 3, 7];
+    s.pkt(0.0, true, flags::SYN, b"", &opts);
+    s.pkt(srv_ms, false, flags::SYN | flags::ACK, b"", &opts);
+    s.pkt(ack_ms, true, flags::ACK, b"", &[]);
+}
+
+/// A server on a 200 ms path sending windows of four full segments, each next window right as
+/// the ACKs of the previous one arrive (captured near the server): one cwnd-limited stall per
+/// window after the first; the same pattern on a 1 ms path is not worth reporting.
+#[test]
+fn cwnd_limited_sender_waits_one_rtt_per_window() {
+    for (rtt_ms, expected) in [(200.0, 2), (1.0, 0)] {
+        let mut s = Sim::new();
+        scaled_handshake(&mut s, 0.05, rtt_ms);
+        let t0 = rtt_ms + 1.0;
+        s.pkt(
+            t0,
+            true,
+            flags::ACK | flags::PSH,
+            b"GET /big HTTP/1.1\r\n\r\n",
+            &[],
+        );
+        let seg = [0u8; 1460];
+        for w in 0..3 {
+            let tw = t0 + 0.1 + w as f64 * rtt_ms;
+            for k in 0..4 {
+                s.pkt(tw + k as f64 * 0.01, false, flags::ACK, &seg, &[]);
+            }
+            // The ACKs come back one round trip later; the next window leaves at once.
+            s.pkt(tw + rtt_ms - 0.02, true, flags::ACK, b"", &[]);
+        }
+        let r = s.a.finish();
+        let found = r
+            .findings
+            .iter()
+            .find(|f| f.kind == StallKind::CwndLimited)
+            .map_or(0, |f| f.count);
+        assert_eq!(found, expected, "RTT {rtt_ms} ms: {:?}", r.findings);
+        assert!(
+            r.findings.iter().all(|f| f.kind == StallKind::CwndLimited),
+            "{:?}",
+            r.findings
+        );
+    }
+}
+
+/// A device pushing a small record every 50 ms on its own clock: some pushes happen to leave
+/// right after a late ACK, others long after one. Strict periodicity independent of the ACKs
+/// is the application's clock: once it is established, no Nagle stall. With the same ACKs and
+/// jittered pushes the releases are reported.
+#[test]
+fn periodic_pushes_are_the_applications_clock() {
+    let nagle = |periodic: bool| {
+        let mut s = Sim::new();
+        s.handshake();
+        let a = flags::ACK | flags::PSH;
+        for k in 0..20u32 {
+            let jitter = if periodic { 0.0 } else { f64::from(k * 7 % 13) };
+            let t = 100.0 + f64::from(k) * 50.0 + jitter;
+            s.pkt(t, false, a, &[1u8; 54], &[]);
+            // Late ACKs: every other one just before the next push (which looks released by
+            // it), the others 10 ms before it.
+            let before_next = if k % 2 == 0 { 0.5 } else { 10.0 };
+            let next = 100.0
+                + f64::from(k + 1) * 50.0
+                + if periodic {
+                    0.0
+                } else {
+                    f64::from((k + 1) * 7 % 13)
+                };
+            s.pkt(next - before_next, true, flags::ACK, b"", &[]);
+        }
+        let r = s.a.finish();
+        r.findings
+            .iter()
+            .filter(|f| matches!(f.kind, StallKind::NagleDelayedAck | StallKind::DelayedAck))
+            .map(|f| f.count)
+            .sum::<u64>()
+    };
+    // Before three equal intervals establish the period (the first four pushes), the two
+    // releases among them are still reported.
+    assert_eq!(nagle(true), 2);
+    assert!(nagle(false) >= 5, "{}", nagle(false));
+}
+
+/// A PLC pushing its state every second whatever the client does; the client's polls come at
+/// varying points of the cycle. The push after a poll is no response: no think time once the
+/// cycle is known (the first pushes, before it is, still count).
+#[test]
+fn periodic_server_push_is_not_think_time() {
+    let think = |periodic: bool| {
+        let mut s = Sim::new();
+        s.handshake();
+        let a = flags::ACK | flags::PSH;
+        for k in 1..=10u32 {
+            let t = f64::from(k) * 1000.0
+                + if periodic {
+                    0.0
+                } else {
+                    f64::from(k * k * 53 % 400)
+                };
+            s.pkt(t, false, a, &[2u8; 40], &[]);
+            s.pkt(t + 0.2, true, flags::ACK, b"", &[]);
+            s.pkt(t + 100.0 + f64::from(k * 37 % 300), true, a, b"poll", &[]);
+        }
+        let r = s.a.finish();
+        r.findings
+            .iter()
+            .find(|f| f.kind == StallKind::ThinkTime)
+            .map_or(0, |f| f.count)
+    };
+    assert!(think(true) <= 3, "{}", think(true));
+    assert!(think(false) >= 8, "{}", think(false));
+}
+
+/// tshark class 3: a zero-length segment (pure ACK, window update) with an old sequence
+/// number is no retransmission: tshark only tests segments with data, SYN or FIN ("Note that a
+/// simple KeepAlive is not a retransmission"), and a segment one byte behind is a keep-alive.
+#[test]
+fn zero_length_old_sequence_is_not_a_retransmission() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK | flags::PSH;
+    s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(2.0, false, a, &[3u8; 500], &[]);
+    s.pkt(3.0, true, flags::ACK, b"", &[]);
+    // The server's pure ACK and the client's from 100 and 18 bytes back, 300 ms later.
+    s.sseq -= 100;
+    s.pkt(300.0, false, flags::ACK, b"", &[]);
+    s.sseq += 100;
+    s.cseq -= 18;
+    s.pkt(301.0, true, flags::ACK, b"", &[]);
+    s.cseq += 18;
+    let r = s.a.finish();
+    assert_eq!(r.counts.tshark_retransmission(), 0, "{:?}", r.counts);
+    assert_eq!(r.counts.keep_alive, 0, "{:?}", r.counts);
+    assert!(
+        !r.findings
+            .iter()
+            .any(|f| f.kind == StallKind::RtoRetransmission),
+        "{:?}",
+        r.findings
+    );
+}

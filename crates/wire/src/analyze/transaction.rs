@@ -110,6 +110,11 @@ impl TxStats {
                 t.http_status = http_status(payload);
                 t.think = ts.saturating_sub(t.req_last).saturating_sub(rtt);
                 c.tx_state = TxState::Response;
+                // A server pushing on its own clock did not answer the request: no think time.
+                if c.dirs[1].cadence.app_clock() {
+                    t.think = 0;
+                    return None;
+                }
                 self.think_hist
                     .get_or_insert_with(LatencyHistogram::new)
                     .record(t.think.max(1));

@@ -21,6 +21,7 @@ impl Detector for Cork {
         let peer = &c.dirs[1 - s.d];
         let gap = s.ts.saturating_sub(d1.ts);
         let corked = s.len < c.sender_mss(s.d)
+            && !c.dirs[s.d].cadence.app_clock()
             && TcpTimer::classify(gap) == Some(TcpTimer::DelayedAckMaxOrRtoMin)
             && s.ts.saturating_sub(peer.last_pkt_ts) > c.release_window(s.d)
             && peer.last_data_ts <= d1.ts;

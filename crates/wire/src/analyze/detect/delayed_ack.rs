@@ -12,39 +12,49 @@
 
 use crate::report::StallKind;
 
-use super::super::flow::Conn;
+use super::super::flow::{Conn, DataSeg};
 use super::super::ladder::fmt_ms;
 use super::{Detector, Segment, Sink, delayed_ack_floor_ns};
 
 /// Reports segments released by a delayed ACK (Nagle × delayed ACK, or delayed ACK alone).
 pub(in super::super) struct DelayedAckRelease;
 
+/// The delayed ACK that released new data segment `s` after the sender's previous data `d1`:
+/// (how late the ACK was, its frame), if one did.
+pub(super) fn release(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> Option<(u64, u64)> {
+    let p = &c.dirs[1 - s.d];
+    // The ACK must reach the sender and D2 come back: at the capture point that takes a
+    // round trip to the sender (half of it is allowed for jitter). A segment seen at once
+    // after the ACK across a long path left before the ACK arrived (a window-limited
+    // sender), it was not released by it.
+    let min_release = c.rtt_to_sender(s.d).unwrap_or(0) / 2;
+    let released = p.last_pkt_pure_ack
+        && p.last_pkt_ts >= d1.ts
+        && p.last_data_ts <= d1.ts
+        && p.last_pkt_ack == d1.end
+        && (min_release..=c.release_window(s.d)).contains(&s.ts.saturating_sub(p.last_pkt_ts));
+    if !released {
+        return None;
+    }
+    let ack_delay = p
+        .last_pkt_ts
+        .saturating_sub(d1.ts)
+        .saturating_sub(c.rtt_to_receiver(s.d).unwrap_or(0));
+    (ack_delay >= delayed_ack_floor_ns()).then_some((ack_delay, p.last_pkt_frame))
+}
+
 impl Detector for DelayedAckRelease {
     fn inspect(&self, s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
         let Some(d1) = s.held else {
             return;
         };
-        let p = &c.dirs[1 - s.d];
-        // The ACK must reach the sender and D2 come back: at the capture point that takes a
-        // round trip to the sender (half of it is allowed for jitter). A segment seen at once
-        // after the ACK across a long path left before the ACK arrived (a window-limited
-        // sender), it was not released by it.
-        let min_release = c.rtt_to_sender(s.d).unwrap_or(0) / 2;
-        let released = p.last_pkt_pure_ack
-            && p.last_pkt_ts >= d1.ts
-            && p.last_data_ts <= d1.ts
-            && p.last_pkt_ack == d1.end
-            && (min_release..=c.release_window(s.d)).contains(&s.ts.saturating_sub(p.last_pkt_ts));
-        if !released {
+        // A sender on its own clock sent when its application did, not when an ACK came.
+        if c.dirs[s.d].cadence.app_clock() {
             return;
         }
-        let ack_delay = p
-            .last_pkt_ts
-            .saturating_sub(d1.ts)
-            .saturating_sub(c.rtt_to_receiver(s.d).unwrap_or(0));
-        if ack_delay < delayed_ack_floor_ns() {
+        let Some((ack_delay, ack_frame)) = release(s, c, &d1) else {
             return;
-        }
+        };
         let smss = c.sender_mss(s.d);
         let kind = if d1.len < smss && s.len < smss {
             StallKind::NagleDelayedAck
@@ -52,7 +62,6 @@ impl Detector for DelayedAckRelease {
             StallKind::DelayedAck
         };
         let gap = s.ts.saturating_sub(d1.ts);
-        let ack_frame = p.last_pkt_frame;
         out.notes.push(|| {
             format!(
                 "<< STALL {}: held since #{} ({}), released by delayed ACK #{} ({} late)",

@@ -6,6 +6,7 @@
 //! [`DETECTORS`], and (if it reports a new kind) a [`StallKind`] variant with its explanation.
 
 mod cork;
+mod cwnd_limited;
 mod delayed_ack;
 mod rto;
 mod think_time;
@@ -29,6 +30,7 @@ pub(super) static DETECTORS: &[&dyn Detector] = &[
     &cork::Cork,
     &think_time::ThinkTime,
     &zero_window::ZeroWindow,
+    &cwnd_limited::CwndLimited,
 ];
 
 /// A stall detector.
