@@ -33,7 +33,9 @@ use crate::output::{OutputArgs, stop_flag, unix_ms};
 Exit code 1 when a stall detector fired, 2 when frames were read but none could be decoded
 (unknown link type, not IP): nothing was analysed.")]
 pub struct AnalyzeArgs {
-    /// Capture file (pcap or pcapng; Ethernet, Linux cooked v1/v2, raw IP, loopback); "-" = stdin.
+    /// Capture file (pcap or pcapng, optionally gzip-compressed; Ethernet, Linux cooked v1/v2,
+    /// raw IP, loopback, PPP, Cisco HDLC; VLAN, PPPoE, MPLS, GRE, IP-in-IP, VXLAN and Geneve
+    /// decoded down to the inner TCP); "-" = stdin.
     #[arg(required_unless_present = "live")]
     pub file: Option<PathBuf>,
     /// Show connection N (numbered from 0 in order of appearance, like tcp.stream) as a ladder.
@@ -146,6 +148,8 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
             (Box::new(f), total)
         };
         let reader = CaptureReader::new(input).map_err(|e| read_error(&name, e))?;
+        // The reader counts decompressed bytes: a compressed file's size is no total for them.
+        let total = if reader.compressed() { 0 } else { total };
         let bar = if a.output.progress() {
             let b = indicatif::ProgressBar::new(total);
             b.set_style(

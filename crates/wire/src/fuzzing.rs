@@ -24,7 +24,7 @@ pub fn packet(data: &[u8]) {
     let Some((&sel, frame)) = data.split_first() else {
         return;
     };
-    let link = match sel % 9 {
+    let link = match sel % 12 {
         0 => LinkType::Ethernet,
         1 => LinkType::Raw,
         2 => LinkType::LinuxSll,
@@ -33,6 +33,9 @@ pub fn packet(data: &[u8]) {
         5 => LinkType::Loop,
         6 => LinkType::Ipv4,
         7 => LinkType::Ipv6,
+        8 => LinkType::Ppp,
+        9 => LinkType::PppEther,
+        10 => LinkType::CiscoHdlc,
         _ => LinkType::Other(u32::from(sel)),
     };
     if let Ok(d) = decode(link, frame) {
