@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Generate latscope's capture corpus (tests/data/corpus/): small pcaps with hand-built bytes
+(no scapy needed), each a few TCP conversations with known events — handshake, data, a timer
+retransmission, duplicate ACKs and a fast retransmission, an out-of-order segment, zero-length
+segments with an old sequence number, FIN close — wrapped in each link layer and encapsulation
+latscope decodes. tests/wire_corpus.rs checks latscope's counts on every file against tshark's.
+
+Deterministic: the same bytes on every run. Usage: scripts/gen-corpus.py [OUT_DIR]
+"""
+import gzip
+import os
+import struct
+import sys
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(__file__), "..", "tests", "data", "corpus")
+
+FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+T0 = 1_700_000_000_000_000  # µs
+
+
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return (~s) & 0xFFFF
+
+
+def ip4(src, dst, proto, payload, ident=1):
+    h = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), ident & 0xFFFF, 0x4000, 64,
+                    proto, 0, bytes(src), bytes(dst))
+    h = h[:10] + struct.pack("!H", csum(h)) + h[12:]
+    return h + payload
+
+
+def ip6(src, dst, nh, payload):
+    return struct.pack("!IHBB16s16s", 0x60000000, len(payload), nh, 64, bytes(src),
+                       bytes(dst)) + payload
+
+
+def tcp(sport, dport, seq, ack, flags, win, payload=b"", opts=b""):
+    while len(opts) % 4:
+        opts += b"\x01"
+    off = (20 + len(opts)) // 4
+    return struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF,
+                       off << 4, flags, win, 0, 0) + opts + payload
+
+
+def udp(sport, dport, payload):
+    return struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+
+
+def eth(et, payload):
+    return b"\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01" + struct.pack("!H", et) + payload
+
+
+SYN_OPTS = b"\x02\x04\x05\xb4\x04\x02\x01\x03\x03\x07"  # MSS 1460, SACK-permitted, wscale 7
+
+
+class Conv:
+    """One TCP connection; packets come out as bare IP packets with timestamps."""
+
+    def __init__(self, out, cli, srv, cport, sport, isn_c, isn_s, v6=False, rtt_us=20_000):
+        self.out, self.cli, self.srv, self.cport, self.sport = out, cli, srv, cport, sport
+        self.nxt = [isn_c, isn_s]
+        self.v6 = v6
+        self.rtt = rtt_us
+        self.ident = [1000 + cport, 5000 + cport]
+
+    def send(self, t, c2s, flags, n=0, seq=None, ack=None, opts=b"", win=502):
+        d = 0 if c2s else 1
+        s = self.nxt[d] if seq is None else seq
+        a = self.nxt[1 - d] if ack is None else ack
+        src, dst = (self.cli, self.srv) if c2s else (self.srv, self.cli)
+        sp, dp = (self.cport, self.sport) if c2s else (self.sport, self.cport)
+        seg = tcp(sp, dp, s, a if flags & ACK else 0, flags, win, bytes(n), opts)
+        self.ident[d] += 1
+        pkt = ip6(src, dst, 6, seg) if self.v6 else ip4(src, dst, 6, seg, self.ident[d])
+        self.out.append((t, pkt))
+        end = s + n + (1 if flags & (SYN | FIN) else 0)
+        if ((end - self.nxt[d]) & 0xFFFFFFFF) < 0x80000000:
+            self.nxt[d] = end & 0xFFFFFFFF
+        return s
+
+    def handshake(self, t):
+        h = self.rtt // 2
+        self.send(t, True, SYN, opts=SYN_OPTS, win=64240)
+        self.send(t + h, False, SYN | ACK, opts=SYN_OPTS, win=65160)
+        self.send(t + 2 * h, True, ACK)
+        return t + 2 * h
+
+    def close(self, t):
+        h = self.rtt // 2
+        self.send(t, True, FIN | ACK)
+        self.send(t + h, False, FIN | ACK)
+        self.send(t + 2 * h, True, ACK)
+        return t + 2 * h
+
+
+def conversation(out, n, t, v6=False):
+    """A request/response exchange with one of each event the counts cover."""
+    if v6:
+        cli = bytes([0x20, 0x01, 0x0d, 0xb8] + [0] * 11 + [n + 1])
+        srv = bytes([0x20, 0x01, 0x0d, 0xb8] + [0] * 11 + [0x80])
+    else:
+        cli, srv = bytes([10, 0, 1, n + 1]), bytes([10, 0, 2, 1])
+    c = Conv(out, cli, srv, 40000 + n, 80, 0x1000_0000 * (n + 1), 0x7000_0000 + 977 * n, v6)
+    t = c.handshake(t)
+    # Request, ACKed.
+    c.send(t + 1000, True, PSH | ACK, 120)
+    c.send(t + 11000, False, ACK)
+    # Response: four full segments; the second is seen after the third (out-of-order).
+    base = c.nxt[1]
+    t += 12000
+    c.send(t, False, ACK, 1448)
+    c.send(t + 200, False, ACK, 1448, seq=base + 2896)
+    c.send(t + 400, False, ACK, 1448, seq=base + 1448)
+    c.nxt[1] = base + 4344
+    c.send(t + 600, False, PSH | ACK, 1448)
+    c.send(t + 20600, True, ACK)
+    # Three duplicate ACKs for a lost segment, then its fast retransmission.
+    t += 30000
+    lost = c.nxt[1]
+    c.send(t, False, ACK, 1448)  # "lost" (captured before the loss point)
+    c.send(t + 100, False, ACK, 1448)
+    c.send(t + 200, False, ACK, 1448)
+    c.send(t + 300, False, PSH | ACK, 1448)
+    c.send(t + 20100, True, ACK, ack=lost)
+    c.send(t + 20200, True, ACK, ack=lost)
+    c.send(t + 20300, True, ACK, ack=lost)
+    c.send(t + 21000, False, ACK, 1448, seq=lost)
+    c.send(t + 41000, True, ACK)
+    # A request answered late, its last segment resent by the timer (RTO) 300 ms later.
+    t += 60000
+    c.send(t, True, PSH | ACK, 80)
+    seg = c.send(t + 30000, False, PSH | ACK, 700)
+    c.send(t + 330000, False, PSH | ACK, 700, seq=seg)
+    c.send(t + 350000, True, ACK)
+    # Zero-length segments with an old sequence number: a pure ACK and a window update from
+    # behind the sender's highest sequence (a middlebox, or reordering): no retransmission.
+    t += 400000
+    c.send(t, False, ACK, seq=seg)
+    c.send(t + 1000, False, ACK, seq=seg, win=600)
+    c.send(t + 2000, True, ACK, seq=c.nxt[0] - 80)
+    return c.close(t + 10000)
+
+
+def write_pcap(path, link, frames, snap=160, nanos=False):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B23C4D if nanos else 0xA1B2C3D4, 2, 4, 0, 0, snap,
+                            link))
+        for t, data in frames:
+            cap = data[:snap]
+            frac = (t % 1_000_000) * (1000 if nanos else 1)
+            f.write(struct.pack("<IIII", t // 1_000_000, frac, len(cap), len(data)) + cap)
+
+
+def packets(v6=False, conns=3):
+    out = []
+    t = T0
+    for n in range(conns):
+        conversation(out, n, t + n * 7000, v6)
+    out.sort(key=lambda p: p[0])
+    return out
+
+
+def vlan(tags, et, payload):
+    """`tags` (outer first) of (tpid, vid) around `payload` of ethertype `et`."""
+    b = payload
+    inner = et
+    for tpid, vid in reversed(tags):
+        b = struct.pack("!HH", vid, inner) + b
+        inner = tpid
+    return eth(inner, b)
+
+
+def pppoe(ip, v6=False):
+    ppp = struct.pack("!H", 0x0057 if v6 else 0x0021) + ip
+    return struct.pack("!BBHH", 0x11, 0, 0x1234, len(ppp)) + ppp
+
+
+OUTER_A, OUTER_B = [192, 0, 2, 1], [192, 0, 2, 2]
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    v4 = packets()
+    v6 = packets(v6=True)
+    # Frames are cut at 160 bytes (every header fits; the IP lengths still say how long the
+    # segments were), which keeps the committed files small.
+    files = {
+        "ethernet.pcap": (1, [(t, eth(0x0800, p)) for t, p in v4]),
+        "ethernet-ipv6.pcap": (1, [(t, eth(0x86DD, p)) for t, p in v6]),
+        "raw-ip.pcap": (101, v4),
+        "linux-sll.pcap": (113, [(t, struct.pack("!HHH8sH", 0, 1, 6, b"\2" * 8, 0x0800) + p)
+                                 for t, p in v4]),
+        "null-loopback.pcap": (0, [(t, struct.pack("<I", 2) + p) for t, p in v4]),
+        "vlan-triple.pcap": (1, [(t, vlan([(0x88A8, 10), (0x8100, 20), (0x8100, 30)], 0x0800,
+                                          p)) for t, p in v4]),
+        "pppoe-qinq.pcap": (1, [(t, vlan([(0x88A8, 7), (0x8100, 8)], 0x8864, pppoe(p)))
+                                for t, p in v4]),
+        "ppp.pcap": (9, [(t, b"\xff\x03\x00\x21" + p) for t, p in v4]),
+        "mpls.pcap": (1, [(t, eth(0x8847, struct.pack("!II", (100 << 12) | 64,
+                                                       (200 << 12) | 0x100 | 64) + p))
+                          for t, p in v4]),
+        "gre.pcap": (1, [(t, eth(0x0800, ip4(OUTER_A, OUTER_B, 47,
+                                             struct.pack("!HH", 0, 0x0800) + p)))
+                         for t, p in v4]),
+        "gre-teb-key.pcap": (1, [(t, eth(0x0800, ip4(OUTER_A, OUTER_B, 47,
+                                                     struct.pack("!HHII", 0x3000, 0x6558, 42, i)
+                                                     + eth(0x0800, p))))
+                                 for i, (t, p) in enumerate(v4)]),
+        "ipip.pcap": (1, [(t, eth(0x0800, ip4(OUTER_A, OUTER_B, 4, p))) for t, p in v4]),
+        "vxlan.pcap": (1, [(t, eth(0x0800, ip4(OUTER_A, OUTER_B, 17, udp(
+            50000 + i % 7, 4789, struct.pack("!II", 0x08000000, 100 << 8) + eth(0x0800, p)))))
+                           for i, (t, p) in enumerate(v4)]),
+        "geneve.pcap": (1, [(t, eth(0x0800, ip4(OUTER_A, OUTER_B, 17, udp(
+            50000 + i % 7, 6081, struct.pack("!BBHI", 2, 0, 0x6558, 100 << 8)
+            + struct.pack("!HBBI", 0x0103, 0x80, 1, 0xdeadbeef) + eth(0x0800, p)))))
+                            for i, (t, p) in enumerate(v4)]),
+    }
+    for name, (link, frames) in files.items():
+        write_pcap(os.path.join(OUT, name), link, frames)
+    # The same capture gzip-compressed (tshark opens it too); mtime 0 keeps the bytes stable.
+    with open(os.path.join(OUT, "ethernet.pcap"), "rb") as f:
+        raw = f.read()
+    with open(os.path.join(OUT, "ethernet-gzip.pcap.gz"), "wb") as f:
+        f.write(gzip.compress(raw, mtime=0))
+    print(f"{len(files) + 1} captures in {OUT}")
+
+
+if __name__ == "__main__":
+    main()
