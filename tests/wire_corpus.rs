@@ -153,8 +153,11 @@ fn tshark_present() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The fields on which `file` differs: (field, latscope, tshark).
-fn compare(bin: &str, file: &Path) -> Result<Vec<(&'static str, u64, u64)>, String> {
+/// One differing field: (name, latscope's value, tshark's value).
+type Diff = (&'static str, u64, u64);
+
+/// The fields on which `file` differs.
+fn compare(bin: &str, file: &Path) -> Result<Vec<Diff>, String> {
     let ours = latscope_counts(bin, file)?;
     let theirs = tshark_counts(file)?;
     Ok(FIELDS
@@ -238,7 +241,7 @@ fn directory_counts_against_tshark() {
     let bin = std::env::var("LATSCOPE_BIN").unwrap_or_else(|_| BIN.to_string());
     let files = captures_in(Path::new(&dir));
     // Two workers: tshark's start-up dominates on small files.
-    let results: Vec<(String, Result<Vec<(&str, u64, u64)>, String>)> = std::thread::scope(|s| {
+    let results: Vec<(String, Result<Vec<Diff>, String>)> = std::thread::scope(|s| {
         let workers: Vec<_> = files
             .chunks(files.len().div_ceil(2).max(1))
             .map(|chunk| {
