@@ -6,13 +6,16 @@
 #   latscope analyze FILE --json
 #   tshark -q -z conv,tcp -r FILE
 # and prints packets/s of both, the ratio, latscope's peak RSS, and the peak RSS on a file half
-# the size (memory must follow open connections, not file size).
+# the size (memory must follow open connections, not file size). Then the same for a second
+# shape with MANY connections open at once over a long capture span (the flow table's cost
+# per packet must not grow with the connections open: closed ones expire in O(1)).
 #
-# Usage: benches/analyze_vs_tshark.sh [PACKETS] [CONCURRENT]     (defaults 3000000, 2000)
+# Usage: benches/analyze_vs_tshark.sh [PACKETS] [CONCURRENT] [MANY]
+#        (defaults 3000000, 2000, 50000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PACKETS=${1:-3000000}
-CONCURRENT=${2:-2000}
+SHAPES="${2:-2000} ${3:-50000}"
 TMP=$(mktemp -d /tmp/latscope-wire-bench.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -22,6 +25,8 @@ BIN=target/release/latscope
 GEN=target/release/examples/gen_pcap
 command -v tshark >/dev/null || { echo "tshark is not installed (apt-get install tshark)"; exit 2; }
 
+for CONCURRENT in $SHAPES; do
+echo "== $PACKETS packets, $CONCURRENT connections open at once =="
 "$GEN" "$TMP/big.pcap" "$PACKETS" "$CONCURRENT" 2>"$TMP/gen.txt"
 "$GEN" "$TMP/half.pcap" $((PACKETS / 2)) "$CONCURRENT" 2>/dev/null
 cat "$TMP/gen.txt"
@@ -53,3 +58,4 @@ print(f"ratio (latscope/tshark packets/s): {ts/ls:.1f}x")
 print(f"latscope found: {r['connections']} connections (peak {r['peak_open_connections']} open), "
       + ", ".join(f"{f['count']} {f['kind']}" for f in r['findings']))
 PY
+done

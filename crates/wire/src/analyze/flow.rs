@@ -14,6 +14,11 @@ use super::transaction::{TxCur, TxState};
 /// because the last ACK was lost, the duplicate ACK answering it — are analysed in their
 /// connection, as Wireshark does; then it is summarised and dropped.
 pub(super) const LINGER_NS: u64 = 2_000_000_000;
+/// A connection closed by FINs whose last FIN was never seen acknowledged stays this long: its
+/// closer retransmits that FIN with exponential backoff for minutes (Linux: `tcp_orphan_retries`,
+/// 0.2 s doubling to 2 min), and each is a retransmission in this connection, as in Wireshark,
+/// not a new connection.
+pub(super) const LINGER_UNACKED_FIN_NS: u64 = 180_000_000_000;
 
 /// FxHash-style hasher: the flow key is trusted-size data from our own parser, and SipHash's
 /// DoS resistance is not worth its cost on the per-packet path.
@@ -180,6 +185,8 @@ pub(super) struct Dir {
     pub max_seg: u32,
     pub bytes: u64,
     pub fin: bool,
+    /// This side's FIN was acknowledged by the peer.
+    pub fin_acked: bool,
     // What the detectors look back at.
     /// The last new data segment this side sent.
     pub last_data: Option<DataSeg>,
@@ -226,9 +233,9 @@ pub(super) struct Conn {
     pub tx_count: u64,
     pub stall_lost: u64,
     pub client_isn: Option<u32>,
-    /// The close time this connection was queued for expiry with (a connection reopened and
-    /// closed again is queued again).
-    pub expiry_queued: Option<u64>,
+    /// When this connection expires (closed, plus its linger); queued under this deadline (a
+    /// connection reopened, or whose last FIN got its ACK, is queued again).
+    pub expire_at: Option<u64>,
 }
 
 impl Conn {
@@ -279,7 +286,7 @@ impl Conn {
             tx_count: 0,
             stall_lost: 0,
             client_isn: None,
-            expiry_queued: None,
+            expire_at: None,
         }
     }
 
@@ -329,8 +336,10 @@ pub(super) struct FlowTable {
     table: HashMap<FlowKey, usize, BuildHasherDefault<FxHasher>>,
     slab: Vec<Option<(FlowKey, Conn)>>,
     free: Vec<usize>,
-    /// (close time, slot, connection id) of closed connections, oldest first.
+    /// (deadline, slot, connection id) of closed connections, in order of deadline: one queue
+    /// per linger, so each stays ordered.
     closed: VecDeque<(u64, usize, u64)>,
+    closed_unacked: VecDeque<(u64, usize, u64)>,
     /// Connections created so far (the next connection's id).
     pub next_id: u64,
     /// Connections tracked now.
@@ -383,34 +392,57 @@ impl FlowTable {
         Some(c)
     }
 
-    /// After a segment of the connection in `slot`: queue it for expiry if it just closed.
+    /// After a segment of the connection in `slot`: queue it for expiry if it just closed (or
+    /// its last FIN was just acknowledged, which shortens its linger).
     pub(super) fn note_closed(&mut self, slot: usize) {
         let Some((_, c)) = self.slab.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
-        if let Some(t) = c.closed_at.filter(|&t| c.expiry_queued != Some(t)) {
-            c.expiry_queued = Some(t);
-            self.closed.push_back((t, slot, c.id));
+        let Some(t) = c.closed_at else {
+            c.expire_at = None;
+            return;
+        };
+        let acked = c.rst || (c.dirs[0].fin_acked && c.dirs[1].fin_acked);
+        let deadline = t.saturating_add(if acked {
+            LINGER_NS
+        } else {
+            LINGER_UNACKED_FIN_NS
+        });
+        // Queued already: under this deadline, or (still unacknowledged) under the long one.
+        if c.expire_at == Some(deadline) || (c.expire_at.is_some() && !acked) {
+            return;
         }
+        c.expire_at = Some(deadline);
+        let q = if acked {
+            &mut self.closed
+        } else {
+            &mut self.closed_unacked
+        };
+        q.push_back((deadline, slot, c.id));
     }
 
     /// The next closed connection past its linger at capture time `now`, removed from the
-    /// table. Entries whose connection reopened, closed again later or was replaced (port
-    /// reuse) are dropped on the way. Capture time going backwards (concatenated files) only
-    /// delays expiry.
+    /// table. Entries whose connection reopened, was queued again under another deadline or
+    /// was replaced (port reuse) are dropped on the way. Capture time going backwards
+    /// (concatenated files) only delays expiry.
     pub(super) fn expire_one(&mut self, now: u64) -> Option<Conn> {
-        while let Some(&(t, slot, id)) = self.closed.front() {
-            if now.saturating_sub(t) <= LINGER_NS {
+        loop {
+            let due = |q: &VecDeque<(u64, usize, u64)>| q.front().filter(|e| e.0 < now).copied();
+            let (deadline, slot, id) = if let Some(e) = due(&self.closed) {
+                self.closed.pop_front();
+                e
+            } else if let Some(e) = due(&self.closed_unacked) {
+                self.closed_unacked.pop_front();
+                e
+            } else {
                 return None;
-            }
-            self.closed.pop_front();
+            };
             let key = match self.slab.get(slot).and_then(Option::as_ref) {
-                Some((k, c)) if c.id == id && c.closed_at == Some(t) => *k,
+                Some((k, c)) if c.id == id && c.expire_at == Some(deadline) => *k,
                 _ => continue,
             };
             return self.remove(&key);
         }
-        None
     }
 
     /// Every connection still tracked, in connection order, removed from the table.
@@ -418,6 +450,7 @@ impl FlowTable {
         self.table.clear();
         self.free.clear();
         self.closed.clear();
+        self.closed_unacked.clear();
         self.open = 0;
         let mut conns: Vec<Conn> = self.slab.drain(..).flatten().map(|(_, c)| c).collect();
         conns.sort_by_key(|c| c.id);

@@ -241,6 +241,10 @@ fn after_segment(c: &mut Conn, s: &Segment<'_>) {
     if s.flags & flags::FIN != 0 {
         fwd.fin = true;
     }
+    let rev = &mut c.dirs[1 - s.d];
+    if s.flags & flags::ACK != 0 && rev.fin && s.ack == rev.nextseq {
+        rev.fin_acked = true;
+    }
     if s.flags & flags::RST != 0 {
         c.rst = true;
         c.closed_at.get_or_insert(s.ts);

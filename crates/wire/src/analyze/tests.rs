@@ -255,23 +255,43 @@ fn closed_connections_are_dropped() {
     for i in 0..200u16 {
         let sp = 10000 + i;
         let t0 = u64::from(i) * 3_000_000_000;
-        for (k, (src, dst, s, d, fl)) in [
-            (C, S, sp, 80, flags::SYN),
-            (S, C, 80, sp, flags::SYN | flags::ACK),
-            (C, S, sp, 80, flags::ACK | flags::FIN),
-            (S, C, 80, sp, flags::ACK | flags::FIN),
+        for (k, (src, dst, s, d, seq, ack, fl)) in [
+            (C, S, sp, 80, 100, 0, flags::SYN),
+            (S, C, 80, sp, 500, 101, flags::SYN | flags::ACK),
+            (C, S, sp, 80, 101, 501, flags::ACK | flags::FIN),
+            (S, C, 80, sp, 501, 102, flags::ACK | flags::FIN),
+            (C, S, sp, 80, 102, 502, flags::ACK),
         ]
         .into_iter()
         .enumerate()
         {
             frame += 1;
-            let f = eth_ipv4_tcp(src, dst, s, d, 1, 1, fl, 100, &[], b"");
+            let f = eth_ipv4_tcp(src, dst, s, d, seq, ack, fl, 100, &[], b"");
             a.push(frame, t0 + k as u64, decode(LinkType::Ethernet, &f));
         }
     }
     assert!(a.open_connections() <= 2, "{}", a.open_connections());
     let r = a.finish();
     assert_eq!(r.connections, 200);
+}
+
+/// tshark class 2, at a long pause: a connection whose last FIN was never acknowledged stays
+/// while its FIN is retransmitted with backoff (here 10 s and 60 s later): the retransmissions
+/// are counted in it, not as new connections.
+#[test]
+fn unacknowledged_fin_lingers_for_its_retransmissions() {
+    let mut s = Sim::new();
+    s.handshake();
+    s.pkt(1.0, false, flags::ACK | flags::FIN, b"", &[]);
+    s.pkt(1.1, true, flags::ACK, b"", &[]);
+    s.pkt(70_000.0, true, flags::ACK | flags::FIN, b"", &[]);
+    for t in [80_000.0, 130_000.0] {
+        s.cseq -= 1;
+        s.pkt(t, true, flags::ACK | flags::FIN, b"", &[]);
+    }
+    let r = s.a.finish();
+    assert_eq!(r.connections, 1);
+    assert_eq!(r.counts.retransmission, 2, "{:?}", r.counts);
 }
 
 /// tshark class 1: a repeated SYN or FIN a few ms after the first is a retransmission (the
