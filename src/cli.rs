@@ -64,6 +64,8 @@ pub enum Command {
     Sockets(cmd::sockets::SocketsArgs),
     /// Kernel receive-stack latency per hook point (eBPF; netstacklat's probes), optionally as Prometheus metrics.
     Stack(cmd::stack::StackArgs),
+    /// Fleet mode: measure a mesh of targets continuously and serve Prometheus metrics.
+    Agent(cmd::agent::AgentArgs),
     /// Capture packets live (AF_PACKET ring, tcpdump filter syntax) into a pcap file.
     Capture(cmd::capture::CaptureArgs),
     /// Find the stalls in a capture: Nagle x delayed ACK, RTO, zero window, think time ...

@@ -79,7 +79,7 @@ pub fn run(a: &DiagnoseArgs) -> anyhow::Result<u8> {
     }
 }
 
-fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
+pub(crate) fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
     let url = (a.target.starts_with("http://") || a.target.starts_with("https://"))
         .then(|| a.target.clone());
     let target = match &url {

@@ -1,5 +1,6 @@
 //! One module per subcommand: arguments → engine → result → rendering.
 
+pub mod agent;
 pub mod analyze;
 pub mod capture;
 pub mod completions;
@@ -36,6 +37,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Trace(a) => trace::run(&a),
         Command::Sockets(a) => sockets::run(&a),
         Command::Stack(a) => stack::run(&a),
+        Command::Agent(a) => agent::run(&a),
         Command::Capture(a) => capture::run(&a),
         Command::Analyze(a) => analyze::run(&a),
         Command::Report(a) => report::run(&a),

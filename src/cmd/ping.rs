@@ -199,6 +199,7 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
         } else {
             0
         },
+        first_seq: 0,
     };
     let report = latscope_probe::ping::ping(prober.as_mut(), ctx, &opts, &stop, &mut on_reply)?;
     render::emit(&report, format, &mut stdout).context("writing the report")?;

@@ -28,6 +28,11 @@ pub struct PingOptions {
     pub timeout: Duration,
     /// At most this many answers are kept in the report (all are counted).
     pub keep_replies: usize,
+    /// The first probe's sequence number (its id is the low 16 bits). A caller that pings one
+    /// probe at a time with the same prober (latscope agent) moves it on each call, so every
+    /// probe has its own id — for SYN probes its own source port and sequence number — and a
+    /// late answer to an earlier probe is never taken for the current one.
+    pub first_seq: u64,
 }
 
 impl Default for PingOptions {
@@ -38,6 +43,7 @@ impl Default for PingOptions {
             flood: false,
             timeout: Duration::from_secs(1),
             keep_replies: 100_000,
+            first_seq: 0,
         }
     }
 }
@@ -191,7 +197,7 @@ pub fn ping(
     let start = Instant::now();
     let mut next_send = start;
     let mut outstanding: VecDeque<(u16, u64, Instant)> = VecDeque::new();
-    let mut seq: u64 = 0;
+    let mut seq: u64 = opts.first_seq;
     let mut tally = Tally::default();
     let mut responses: Vec<Response> = Vec::new();
     let mut interrupted = false;
@@ -209,7 +215,7 @@ pub fn ping(
             prober.forget(id);
             tally.lost += 1;
         }
-        let more = opts.count.is_none_or(|c| seq < c);
+        let more = opts.count.is_none_or(|c| seq - opts.first_seq < c);
         if !more && outstanding.is_empty() {
             break;
         }

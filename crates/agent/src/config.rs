@@ -1,0 +1,820 @@
+//! The agent's configuration file (TOML) and the peer list file, parsed and validated into
+//! [`Config`]. Every error names the file, line and column and says what to write instead.
+//!
+//! ```toml
+//! listen = "127.0.0.1:9573"          # /metrics, /healthz, /probe (loopback unless told)
+//! findings_log = "/var/log/latscope/findings.jsonl"  # diagnose reports, one JSON per line
+//! jitter = 0.2                       # each wait is interval × (1 ± jitter/2); first one random
+//!
+//! [[target]]
+//! name = "db1"                       # the `target` label (default: the address)
+//! address = "10.0.0.2"               # host name or IP literal, resolved at every probe
+//! labels = { zone = "eu-1" }         # added to every series of this target
+//! measure = [
+//!   { kind = "connect", port = 5432, interval = "1s", timeout = "1s" },
+//!   { kind = "rr", port = 7373 },    # against `latscope serve`
+//!   { kind = "http", url = "http://10.0.0.2/health", interval = "10s" },
+//!   { kind = "trace", interval = "1m" },
+//! ]
+//! slo = { kind = "connect", quantile = 0.99, threshold = "5ms", window = "5m" }
+//!
+//! [peers]                            # a mesh: same measurements for every peer of a file
+//! file = "/etc/latscope/peers"       # ADDRESS [NAME] per line; re-read on change and SIGHUP
+//! measure = [{ kind = "rr" }]
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// `latscope serve`'s default port: the default of `rr` measurements.
+pub const SERVE_PORT: u16 = 7373;
+
+/// A configuration error, located in its file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line (0 when the error concerns the whole file).
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// What is wrong and what to write instead.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(
+                f,
+                "{}:{}:{}: {}",
+                self.file.display(),
+                self.line,
+                self.column,
+                self.message
+            )
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Line and column (1-based) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, col)
+}
+
+fn at(file: &Path, text: &str, span: Option<Range<usize>>, message: String) -> ConfigError {
+    let (line, column) = span.map_or((0, 0), |s| line_col(text, s.start));
+    ConfigError {
+        file: file.to_path_buf(),
+        line,
+        column,
+        message,
+    }
+}
+
+/// What a measurement measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// TCP SYN from a raw socket → SYN-ACK/RST (kernel to kernel; needs CAP_NET_RAW).
+    Syn,
+    /// A full TCP connect() (no privilege).
+    Connect,
+    /// One request/response over an established connection to `latscope serve`.
+    Rr,
+    /// One HTTP GET on a new connection (connect, TLS, response).
+    Http,
+    /// A Paris traceroute: per-hop RTT and loss.
+    Trace,
+}
+
+impl Kind {
+    /// The `kind` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Syn => "syn",
+            Kind::Connect => "connect",
+            Kind::Rr => "rr",
+            Kind::Http => "http",
+            Kind::Trace => "trace",
+        }
+    }
+
+    /// Every kind, for error messages.
+    pub const ALL: [Kind; 5] = [Kind::Syn, Kind::Connect, Kind::Rr, Kind::Http, Kind::Trace];
+
+    /// The default interval: path probes every second, heavier ones less often.
+    fn default_interval(self) -> Duration {
+        match self {
+            Kind::Syn | Kind::Connect | Kind::Rr => Duration::from_secs(1),
+            Kind::Http => Duration::from_secs(10),
+            Kind::Trace => Duration::from_secs(60),
+        }
+    }
+
+    /// Parse a `kind=` word (the /probe query).
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+/// A duration written as in latscope's flags (`500ms`, `1s`, `5m`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Dur, D::Error> {
+        let s = String::deserialize(d)?;
+        latscope_core::units::parse_duration(&s)
+            .map(Dur)
+            .map_err(|e| serde::de::Error::custom(e.to_string()))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMeasure {
+    kind: Kind,
+    port: Option<u16>,
+    interval: Option<Spanned<Dur>>,
+    timeout: Option<Spanned<Dur>>,
+    url: Option<Spanned<String>>,
+    path: Option<String>,
+    max_ttl: Option<Spanned<u8>>,
+    size: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSlo {
+    kind: Option<Spanned<Kind>>,
+    quantile: Option<Spanned<f64>>,
+    threshold: Dur,
+    window: Option<Dur>,
+    min_samples: Option<u64>,
+    cooldown: Option<Dur>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    name: Option<Spanned<String>>,
+    address: Spanned<String>,
+    #[serde(default)]
+    labels: BTreeMap<Spanned<String>, String>,
+    measure: Spanned<Vec<Spanned<RawMeasure>>>,
+    slo: Option<Spanned<RawSlo>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPeers {
+    file: Spanned<PathBuf>,
+    #[serde(default)]
+    labels: BTreeMap<Spanned<String>, String>,
+    measure: Spanned<Vec<Spanned<RawMeasure>>>,
+    slo: Option<Spanned<RawSlo>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<Spanned<String>>,
+    findings_log: Option<PathBuf>,
+    jitter: Option<Spanned<f64>>,
+    probe_endpoint: Option<bool>,
+    #[serde(default)]
+    target: Vec<Spanned<RawTarget>>,
+    peers: Option<Spanned<RawPeers>>,
+}
+
+/// One measurement of a target, validated.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Measure {
+    /// What it measures.
+    pub kind: Kind,
+    /// TCP port (syn, connect, rr, trace).
+    pub port: u16,
+    /// Mean time between two probes (jittered, see [`Config::jitter`]).
+    pub interval: Duration,
+    /// How long one probe may take before it counts as a timeout.
+    pub timeout: Duration,
+    /// HTTP: the URL (default `http://ADDRESS:PORT/PATH`).
+    pub url: Option<String>,
+    /// HTTP: the path when no URL is given.
+    pub path: String,
+    /// Trace: the largest TTL.
+    pub max_ttl: u8,
+    /// rr: request and response bytes.
+    pub size: u32,
+}
+
+/// A per-target objective: the quantile of the last `window` above `threshold` is a breach.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Slo {
+    /// Which measurement's samples (the first non-trace one by default).
+    pub kind: Kind,
+    /// 0 < q < 1 (0.99 by default).
+    pub quantile: f64,
+    /// The bound.
+    pub threshold: Duration,
+    /// How far back samples count (5 minutes by default).
+    pub window: Duration,
+    /// No verdict on fewer samples than this (10 by default).
+    pub min_samples: u64,
+    /// At most one diagnose run per target in this time (10 minutes by default).
+    pub cooldown: Duration,
+}
+
+/// A target, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// The `target` label.
+    pub name: String,
+    /// Host name or address literal.
+    pub address: String,
+    /// Extra labels (validated names, none reserved).
+    pub labels: BTreeMap<String, String>,
+    /// Its measurements.
+    pub measures: Vec<Measure>,
+    /// Its objective.
+    pub slo: Option<Slo>,
+}
+
+/// The `[peers]` section: a template applied to every line of the peer file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Peers {
+    /// The peer list (relative paths are relative to the config file).
+    pub file: PathBuf,
+    /// Labels of every peer.
+    pub labels: BTreeMap<String, String>,
+    /// Measurements of every peer.
+    pub measures: Vec<Measure>,
+    /// Objective of every peer.
+    pub slo: Option<Slo>,
+}
+
+/// The whole configuration, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Where /metrics is served.
+    pub listen: SocketAddr,
+    /// Where diagnose reports go, one JSON per line.
+    pub findings_log: Option<PathBuf>,
+    /// Waits are `interval × (1 ± jitter/2)`, uniformly: 0.2 by default.
+    pub jitter: f64,
+    /// Whether `/probe` is served (on by default).
+    pub probe_endpoint: bool,
+    /// Targets of the file itself.
+    pub targets: Vec<Target>,
+    /// The peer list, if any.
+    pub peers: Option<Peers>,
+}
+
+/// Labels the agent sets itself; a target may not redefine them.
+const RESERVED: [&str; 8] = [
+    "target", "kind", "layer", "le", "hop", "address", "reason", "rule",
+];
+
+fn valid_label_name(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+        && !s.starts_with("__")
+}
+
+struct Ctx<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
+        at(self.file, self.text, Some(span), message.into())
+    }
+
+    fn labels(
+        &self,
+        raw: BTreeMap<Spanned<String>, String>,
+    ) -> Result<BTreeMap<String, String>, ConfigError> {
+        let mut out = BTreeMap::new();
+        for (k, v) in raw {
+            let span = k.span();
+            let k = k.into_inner();
+            if !valid_label_name(&k) {
+                return Err(self.err(
+                    span,
+                    format!("label name '{k}' is not a Prometheus label name (letters, digits and _, not starting with a digit or __)"),
+                ));
+            }
+            if RESERVED.contains(&k.as_str()) {
+                return Err(self.err(
+                    span,
+                    format!("label '{k}' is set by the agent itself; choose another name"),
+                ));
+            }
+            out.insert(k, v);
+        }
+        Ok(out)
+    }
+
+    fn measure(&self, m: Spanned<RawMeasure>) -> Result<Measure, ConfigError> {
+        let span = m.span();
+        let m = m.into_inner();
+        let interval = m
+            .interval
+            .as_ref()
+            .map_or(m.kind.default_interval(), |d| d.get_ref().0);
+        if interval < Duration::from_millis(100) {
+            let s = m.interval.as_ref().map_or(span.clone(), |d| d.span());
+            return Err(self.err(s, "interval must be at least 100ms"));
+        }
+        let timeout = m
+            .timeout
+            .as_ref()
+            .map_or(interval.min(Duration::from_secs(1)), |d| d.get_ref().0);
+        if let Some(t) = &m.timeout
+            && (t.get_ref().0.is_zero() || t.get_ref().0 > interval)
+        {
+            return Err(self.err(
+                t.span(),
+                format!(
+                    "timeout must be above 0 and at most the interval ({} ms)",
+                    interval.as_millis()
+                ),
+            ));
+        }
+        let port = match (m.kind, m.port) {
+            (_, Some(0)) => return Err(self.err(span, "port 0 cannot be probed")),
+            (_, Some(p)) => p,
+            (Kind::Rr, None) => SERVE_PORT,
+            (Kind::Http, None) => 80,
+            (Kind::Trace, None) => 33434,
+            (Kind::Syn | Kind::Connect, None) => {
+                return Err(self.err(
+                    span,
+                    format!(
+                        "a {} measurement needs a port (e.g. port = 22)",
+                        m.kind.name()
+                    ),
+                ));
+            }
+        };
+        if let Some(u) = &m.url {
+            if m.kind != Kind::Http {
+                return Err(self.err(u.span(), "url applies only to kind = \"http\""));
+            }
+            if !(u.get_ref().starts_with("http://") || u.get_ref().starts_with("https://")) {
+                return Err(self.err(u.span(), "url must start with http:// or https://"));
+            }
+        }
+        let max_ttl = match &m.max_ttl {
+            Some(t) if m.kind != Kind::Trace => {
+                return Err(self.err(t.span(), "max_ttl applies only to kind = \"trace\""));
+            }
+            Some(t) if *t.get_ref() == 0 => {
+                return Err(self.err(t.span(), "max_ttl must be between 1 and 255"));
+            }
+            Some(t) => *t.get_ref(),
+            None => 30,
+        };
+        let size = match &m.size {
+            Some(s) if m.kind != Kind::Rr => {
+                return Err(self.err(s.span(), "size applies only to kind = \"rr\""));
+            }
+            Some(s) if *s.get_ref() == 0 || *s.get_ref() > 65_536 => {
+                return Err(self.err(s.span(), "size must be between 1 and 65536 bytes"));
+            }
+            Some(s) => *s.get_ref(),
+            None => 64,
+        };
+        Ok(Measure {
+            kind: m.kind,
+            port,
+            interval,
+            timeout,
+            url: m.url.map(Spanned::into_inner),
+            path: m.path.unwrap_or_else(|| "/".into()),
+            max_ttl,
+            size,
+        })
+    }
+
+    fn measures(
+        &self,
+        raw: Spanned<Vec<Spanned<RawMeasure>>>,
+    ) -> Result<Vec<Measure>, ConfigError> {
+        let span = raw.span();
+        let list = raw.into_inner();
+        if list.is_empty() {
+            return Err(self.err(
+                span,
+                "measure is empty: give at least one, e.g. measure = [{ kind = \"connect\", port = 22 }]",
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for m in list {
+            let s = m.span();
+            let m = self.measure(m)?;
+            if !seen.insert((m.kind, m.port, m.url.clone(), m.path.clone())) {
+                return Err(self.err(s, "the same measurement is listed twice"));
+            }
+            out.push(m);
+        }
+        Ok(out)
+    }
+
+    fn slo(
+        &self,
+        raw: Option<Spanned<RawSlo>>,
+        measures: &[Measure],
+    ) -> Result<Option<Slo>, ConfigError> {
+        let Some(raw) = raw else { return Ok(None) };
+        let span = raw.span();
+        let r = raw.into_inner();
+        let kind = match &r.kind {
+            Some(k) => {
+                if !measures.iter().any(|m| m.kind == *k.get_ref()) {
+                    return Err(self.err(
+                        k.span(),
+                        format!(
+                            "slo kind '{}' is not among this target's measurements",
+                            k.get_ref().name()
+                        ),
+                    ));
+                }
+                *k.get_ref()
+            }
+            None => measures
+                .iter()
+                .map(|m| m.kind)
+                .find(|k| *k != Kind::Trace)
+                .ok_or_else(|| {
+                    self.err(span.clone(), "an slo needs a measurement other than trace")
+                })?,
+        };
+        if kind == Kind::Trace {
+            return Err(self.err(span, "an slo cannot be on trace (per-hop figures)"));
+        }
+        let quantile = r.quantile.as_ref().map_or(0.99, |q| *q.get_ref());
+        if let Some(q) = &r.quantile
+            && !(q.get_ref() > &0.0 && q.get_ref() < &1.0)
+        {
+            return Err(self.err(
+                q.span(),
+                "quantile must be strictly between 0 and 1 (e.g. 0.99)",
+            ));
+        }
+        Ok(Some(Slo {
+            kind,
+            quantile,
+            threshold: r.threshold.0,
+            window: r.window.map_or(Duration::from_secs(300), |d| d.0),
+            min_samples: r.min_samples.unwrap_or(10).max(1),
+            cooldown: r.cooldown.map_or(Duration::from_secs(600), |d| d.0),
+        }))
+    }
+}
+
+/// Parse and validate a configuration file's text.
+pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        // toml's message repeats the line with a caret; keep its first line, and say where.
+        let msg = e.message().to_string();
+        at(file, text, e.span(), msg)
+    })?;
+    let c = Ctx { file, text };
+    let listen = match &raw.listen {
+        Some(l) => {
+            latscope_exporter::parse_listen_addr(l.get_ref()).map_err(|e| c.err(l.span(), e))?
+        }
+        None => SocketAddr::from(([127, 0, 0, 1], latscope_exporter::DEFAULT_PORT)),
+    };
+    let jitter = raw.jitter.as_ref().map_or(0.2, |j| *j.get_ref());
+    if let Some(j) = &raw.jitter
+        && !(0.0..=1.0).contains(j.get_ref())
+    {
+        return Err(c.err(
+            j.span(),
+            "jitter must be between 0 and 1 (a fraction of the interval)",
+        ));
+    }
+    let mut names = BTreeSet::new();
+    let mut targets = Vec::new();
+    for t in raw.target {
+        let span = t.span();
+        let t = t.into_inner();
+        let address = t.address.get_ref().trim().to_string();
+        if address.is_empty() || address.contains(char::is_whitespace) {
+            return Err(c.err(
+                t.address.span(),
+                "address must be a host name or an IP address",
+            ));
+        }
+        let name = t
+            .name
+            .as_ref()
+            .map_or(address.clone(), |n| n.get_ref().clone());
+        if !names.insert(name.clone()) {
+            let s = t.name.as_ref().map_or(span, |n| n.span());
+            return Err(c.err(
+                s,
+                format!(
+                    "two targets are named '{name}'; names label the series and must be unique"
+                ),
+            ));
+        }
+        let measures = c.measures(t.measure)?;
+        let slo = c.slo(t.slo, &measures)?;
+        targets.push(Target {
+            name,
+            address,
+            labels: c.labels(t.labels)?,
+            measures,
+            slo,
+        });
+    }
+    let peers = match raw.peers {
+        None => None,
+        Some(p) => {
+            let p = p.into_inner();
+            let measures = c.measures(p.measure)?;
+            let slo = c.slo(p.slo, &measures)?;
+            let f = p.file.into_inner();
+            let file = if f.is_relative() {
+                file.parent().unwrap_or(Path::new(".")).join(f)
+            } else {
+                f
+            };
+            Some(Peers {
+                file,
+                labels: c.labels(p.labels)?,
+                measures,
+                slo,
+            })
+        }
+    };
+    if targets.is_empty() && peers.is_none() {
+        return Err(at(
+            file,
+            text,
+            None,
+            "nothing to measure: add a [[target]] or a [peers] section".into(),
+        ));
+    }
+    Ok(Config {
+        listen,
+        findings_log: raw.findings_log,
+        jitter,
+        probe_endpoint: raw.probe_endpoint.unwrap_or(true),
+        targets,
+        peers,
+    })
+}
+
+/// Read and validate a configuration file.
+pub fn load(file: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+        file: file.to_path_buf(),
+        line: 0,
+        column: 0,
+        message: format!("cannot read it: {e}"),
+    })?;
+    parse(file, &text)
+}
+
+/// One peer of a peer list: `ADDRESS [NAME] [key=value ...]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Host name or address.
+    pub address: String,
+    /// The `target` label (default: the address).
+    pub name: String,
+    /// Labels of this line.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Parse a peer list: one peer per line, `#` comments, blank lines ignored. A duplicate name or
+/// a bad label is an error naming its line (the caller keeps the previous list).
+pub fn parse_peers(file: &Path, text: &str) -> Result<Vec<Peer>, ConfigError> {
+    let mut out = Vec::new();
+    let mut names = BTreeSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let content = line.split('#').next().unwrap_or("").trim();
+        if content.is_empty() {
+            continue;
+        }
+        let e = |column: usize, message: String| ConfigError {
+            file: file.to_path_buf(),
+            line: i + 1,
+            column,
+            message,
+        };
+        let mut words = content.split_whitespace();
+        let address = words.next().unwrap_or_default().to_string();
+        let mut name = None;
+        let mut labels = BTreeMap::new();
+        for w in words {
+            let col = line.find(w).map_or(1, |c| c + 1);
+            match w.split_once('=') {
+                Some((k, v)) => {
+                    if !valid_label_name(k) || RESERVED.contains(&k) {
+                        return Err(e(
+                            col,
+                            format!(
+                                "'{k}' cannot be a label name here (reserved or not a Prometheus label name)"
+                            ),
+                        ));
+                    }
+                    labels.insert(k.to_string(), v.to_string());
+                }
+                None if name.is_none() => name = Some(w.to_string()),
+                None => {
+                    return Err(e(
+                        col,
+                        format!("unexpected '{w}': a line is ADDRESS [NAME] [label=value ...]"),
+                    ));
+                }
+            }
+        }
+        let name = name.unwrap_or_else(|| address.clone());
+        if !names.insert(name.clone()) {
+            return Err(e(1, format!("peer '{name}' is listed twice")));
+        }
+        out.push(Peer {
+            address,
+            name,
+            labels,
+        });
+    }
+    Ok(out)
+}
+
+impl Config {
+    /// The targets of the file plus one per peer (a peer named like a file target is skipped:
+    /// the file's own definition wins).
+    pub fn all_targets(&self, peers: &[Peer]) -> Vec<Target> {
+        let mut out = self.targets.clone();
+        if let Some(p) = &self.peers {
+            for peer in peers {
+                if out.iter().any(|t| t.name == peer.name) {
+                    continue;
+                }
+                let mut labels = p.labels.clone();
+                labels.extend(peer.labels.clone());
+                out.push(Target {
+                    name: peer.name.clone(),
+                    address: peer.address.clone(),
+                    labels,
+                    measures: p.measures.clone(),
+                    slo: p.slo.clone(),
+                });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> ConfigError {
+        parse(Path::new("agent.toml"), text).unwrap_err()
+    }
+
+    #[test]
+    fn a_full_config_parses_with_defaults() {
+        let c = parse(
+            Path::new("/etc/latscope/agent.toml"),
+            r#"
+listen = "0.0.0.0:9573"
+jitter = 0.1
+[[target]]
+address = "10.0.0.2"
+labels = { zone = "a" }
+measure = [
+  { kind = "connect", port = 22, interval = "2s", timeout = "500ms" },
+  { kind = "rr" },
+  { kind = "trace" },
+]
+slo = { threshold = "5ms" }
+[peers]
+file = "peers.txt"
+measure = [{ kind = "rr", port = 7000 }]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9573".parse().unwrap());
+        let t = &c.targets[0];
+        assert_eq!(t.name, "10.0.0.2");
+        assert_eq!(t.measures[0].interval, Duration::from_secs(2));
+        assert_eq!(t.measures[0].timeout, Duration::from_millis(500));
+        assert_eq!(t.measures[1].port, SERVE_PORT);
+        assert_eq!(t.measures[2].interval, Duration::from_secs(60));
+        let slo = t.slo.as_ref().unwrap();
+        assert_eq!((slo.kind, slo.quantile), (Kind::Connect, 0.99));
+        assert_eq!(slo.window, Duration::from_secs(300));
+        let p = c.peers.as_ref().unwrap();
+        assert_eq!(p.file, PathBuf::from("/etc/latscope/peers.txt"));
+        let peers = parse_peers(Path::new("p"), "10.0.0.3 b zone=x\n# c\n\n10.0.0.4\n").unwrap();
+        let all = c.all_targets(&peers);
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[1].name, "b");
+        assert_eq!(all[1].labels["zone"], "x");
+        assert_eq!(all[2].name, "10.0.0.4");
+        assert_eq!(all[2].measures[0].port, 7000);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_remedy() {
+        let e = err("[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"ping\" }]\n");
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.contains("unknown variant `ping`"), "{e}");
+        assert!(e.message.contains("connect"), "{e}");
+
+        let e = err("[[target]]\naddress = \"a\"\n\nmeasure = [{ kind = \"connect\" }]\n");
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("needs a port"), "{e}");
+
+        let e = err(
+            "[[target]]\naddress = \"a\"\nmeasure = [\n  { kind = \"rr\", interval = \"1s\", timeout = \"2s\" },\n]\n",
+        );
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("at most the interval"), "{e}");
+
+        let e = err(
+            "[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"rr\", interval = \"fast\" }]\n",
+        );
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.to_string().starts_with("agent.toml:3:"), "{e}");
+
+        let e = err("[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"rr\" }]\ncolour = 1\n");
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("unknown field `colour`"), "{e}");
+
+        let e = err(
+            "[[target]]\naddress = \"a\"\nlabels = { kind = \"x\" }\nmeasure = [{ kind = \"rr\" }]\n",
+        );
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.contains("set by the agent"), "{e}");
+
+        let e = err(
+            "[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"rr\" }]\n[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"rr\" }]\n",
+        );
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("two targets are named 'a'"), "{e}");
+
+        let e = err(
+            "[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"rr\" }]\nslo = { kind = \"http\", threshold = \"1ms\" }\n",
+        );
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("not among"), "{e}");
+
+        let e = err(
+            "[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"rr\" }]\nslo = { quantile = 99, threshold = \"1ms\" }\n",
+        );
+        assert_eq!(e.line, 4, "{e}");
+
+        let e = err("listen = \"nowhere:x\"\n[[target]]\naddress = \"a\"\nmeasure = []\n");
+        assert_eq!(e.line, 1, "{e}");
+
+        let e = err("[[target]]\naddress = \"a\"\nmeasure = []\n");
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.contains("at least one"), "{e}");
+
+        let e = err("jitter = 0.5\n");
+        assert_eq!(e.line, 0, "{e}");
+        assert!(e.message.contains("nothing to measure"), "{e}");
+    }
+
+    #[test]
+    fn peer_list_errors_name_the_line() {
+        let e = parse_peers(Path::new("peers"), "a\nb\na\n").unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.message.contains("listed twice"));
+        let e = parse_peers(Path::new("peers"), "a name other\n").unwrap_err();
+        assert_eq!((e.line, e.column), (1, 8), "{e}");
+        let e = parse_peers(Path::new("peers"), "a kind=x\n").unwrap_err();
+        assert!(e.message.contains("'kind'"), "{e}");
+    }
+}

@@ -1,0 +1,336 @@
+//! The agent's metric families and the bucket ladder.
+//!
+//! Bucket ladder ([`BUCKETS`]): powers of two from 2 µs to 2^26 µs (67 s), 26 buckets. A µs-scale
+//! loopback RTT and a second-scale WAN or timeout-bound figure both land in a bucket at most 2×
+//! wide, so `histogram_quantile` is within a factor 2 everywhere (usually far better: it
+//! interpolates inside the bucket), at 29 series per histogram.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::config::Target;
+use crate::measure::Outcome;
+
+/// Upper bounds of the latency buckets, seconds: 2 µs × 2^k, k = 0…25 (2 µs … 67.1 s).
+pub const BUCKETS: [f64; 26] = {
+    let mut b = [0.0; 26];
+    let mut k = 0;
+    while k < 26 {
+        b[k] = 2e-6 * (1u64 << k) as f64;
+        k += 1;
+    }
+    b
+};
+
+/// The series created for each target (family, labels).
+type SeriesByTarget = HashMap<String, HashSet<(Fam, Labels)>>;
+
+/// A series' labels: `target`, then kind/layer/…, then the target's own labels.
+pub type Labels = Vec<(String, String)>;
+
+fn new_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+type Hist = Family<Labels, Histogram, fn() -> Histogram>;
+
+/// Every family the agent exports.
+#[derive(Clone)]
+pub struct Metrics {
+    /// `latscope_latency_seconds{target,kind,layer}`.
+    pub latency: Hist,
+    /// `latscope_probes_total{target,kind}`.
+    pub probes: Family<Labels, Counter>,
+    /// `latscope_probe_failures_total{target,kind,reason}`.
+    pub failures: Family<Labels, Counter>,
+    /// `latscope_hop_latency_seconds{target,hop,address}`.
+    pub hop_latency: Hist,
+    /// `latscope_hop_lost_total{target,hop}`.
+    pub hop_lost: Family<Labels, Counter>,
+    /// `latscope_slo_breached{target,kind}`: 1 while the windowed quantile is above the bound.
+    pub slo_breached: Family<Labels, Gauge>,
+    /// `latscope_slo_quantile_seconds{target,kind}`: the windowed quantile last computed.
+    pub slo_quantile: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// `latscope_finding{target,rule,side}`: 1 for each finding of the last diagnose run.
+    pub finding: Family<Labels, Gauge>,
+    /// `latscope_diagnose_runs_total{target,result}`.
+    pub diagnose_runs: Family<Labels, Counter>,
+    /// `latscope_agent_config_reloads_total{result}`.
+    pub reloads: Family<Labels, Counter>,
+    /// `latscope_agent_targets`.
+    pub targets: Gauge,
+    /// Series created per target, for [`Metrics::forget`].
+    seen: Arc<Mutex<SeriesByTarget>>,
+}
+
+/// The agent's own cost, read at each scrape: CPU time (user + system, getrusage) and RSS.
+#[derive(Debug)]
+struct SelfCost;
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct we pass; RUSAGE_SELF needs no privilege.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: see above; a valid pointer to a rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Resident set size in bytes (/proc/self/statm, second field, in pages).
+pub fn rss_bytes() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |p| p * page)
+}
+
+fn threads() -> i64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+impl Collector for SelfCost {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let c = ConstCounter::new(cpu_seconds());
+        c.encode(encoder.encode_descriptor(
+            "latscope_agent_cpu_seconds",
+            "CPU time the agent used (user + system)",
+            None,
+            MetricType::Counter,
+        )?)?;
+        let g = ConstGauge::new(rss_bytes() as i64);
+        g.encode(encoder.encode_descriptor(
+            "latscope_agent_resident_memory_bytes",
+            "The agent's resident set size",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        let g = ConstGauge::new(threads());
+        g.encode(encoder.encode_descriptor(
+            "latscope_agent_threads",
+            "The agent's threads (one per measurement, plus the server's)",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        Ok(())
+    }
+}
+
+impl Metrics {
+    /// The families, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            latency: Family::new_with_constructor(new_histogram as fn() -> Histogram),
+            probes: Family::default(),
+            failures: Family::default(),
+            hop_latency: Family::new_with_constructor(new_histogram as fn() -> Histogram),
+            hop_lost: Family::default(),
+            slo_breached: Family::default(),
+            slo_quantile: Family::default(),
+            finding: Family::default(),
+            diagnose_runs: Family::default(),
+            reloads: Family::default(),
+            targets: Gauge::default(),
+            seen: Arc::default(),
+        };
+        registry.register(
+            "latscope_latency_seconds",
+            "Latency of each probe, by target, kind (syn, connect, rr, http, trace) and layer (tcp_handshake, application, dns, tls_handshake, ttfb, transfer, total, path)",
+            m.latency.clone(),
+        );
+        registry.register(
+            "latscope_probes",
+            "Probes sent, by target and kind",
+            m.probes.clone(),
+        );
+        registry.register(
+            "latscope_probe_failures",
+            "Probes without a sample, by reason: timeout (lost), refused, unreachable, dns, error",
+            m.failures.clone(),
+        );
+        registry.register(
+            "latscope_hop_latency_seconds",
+            "Trace: RTT to each hop (TTL) and the address that answered",
+            m.hop_latency.clone(),
+        );
+        registry.register(
+            "latscope_hop_lost",
+            "Trace: probes to a hop that got no answer",
+            m.hop_lost.clone(),
+        );
+        registry.register(
+            "latscope_slo_breached",
+            "1 while the target's windowed quantile is above its SLO threshold",
+            m.slo_breached.clone(),
+        );
+        registry.register(
+            "latscope_slo_quantile_seconds",
+            "The target's windowed quantile (the SLO's) last computed",
+            m.slo_quantile.clone(),
+        );
+        registry.register(
+            "latscope_finding",
+            "Findings of the last diagnose run on a target (1 each), by rule and side",
+            m.finding.clone(),
+        );
+        registry.register(
+            "latscope_diagnose_runs",
+            "diagnose runs started by SLO breaches, by target and result",
+            m.diagnose_runs.clone(),
+        );
+        registry.register(
+            "latscope_agent_config_reloads",
+            "Peer list and configuration reloads, by result (ok, error)",
+            m.reloads.clone(),
+        );
+        registry.register(
+            "latscope_agent_targets",
+            "Targets being measured",
+            m.targets.clone(),
+        );
+        registry.register_collector(Box::new(SelfCost));
+        m
+    }
+
+    /// Record one probe's outcome.
+    pub fn record(&self, target: &Target, kind: &str, o: &Outcome) {
+        let t = target.name.as_str();
+        let base = labels(target, &[("kind", kind)]);
+        self.note(t, Fam::Probes, &base);
+        self.probes.get_or_create(&base).inc();
+        if let Some(f) = o.failure {
+            let l = labels(target, &[("kind", kind), ("reason", f.name())]);
+            self.note(t, Fam::Failures, &l);
+            self.failures.get_or_create(&l).inc();
+        }
+        for (layer, ns) in &o.layers {
+            let l = labels(target, &[("kind", kind), ("layer", layer)]);
+            self.note(t, Fam::Latency, &l);
+            self.latency.get_or_create(&l).observe(*ns as f64 / 1e9);
+        }
+        for h in &o.hops {
+            let hop = h.ttl.to_string();
+            match (&h.from, h.rtt_ns) {
+                (Some(from), Some(ns)) => {
+                    let l = labels(target, &[("hop", &hop), ("address", from)]);
+                    self.note(t, Fam::HopLatency, &l);
+                    self.hop_latency.get_or_create(&l).observe(ns as f64 / 1e9);
+                }
+                _ => {
+                    let l = labels(target, &[("hop", &hop)]);
+                    self.note(t, Fam::HopLost, &l);
+                    self.hop_lost.get_or_create(&l).inc();
+                }
+            }
+        }
+    }
+
+    /// Forget every series of a target that is no longer measured (a peer left the list).
+    pub fn forget(&self, target: &str) {
+        let Some(keys) = self.seen.lock().ok().and_then(|mut s| s.remove(target)) else {
+            return;
+        };
+        for (fam, l) in keys {
+            match fam {
+                Fam::Latency => {
+                    self.latency.remove(&l);
+                }
+                Fam::Probes => {
+                    self.probes.remove(&l);
+                }
+                Fam::Failures => {
+                    self.failures.remove(&l);
+                }
+                Fam::HopLatency => {
+                    self.hop_latency.remove(&l);
+                }
+                Fam::HopLost => {
+                    self.hop_lost.remove(&l);
+                }
+                Fam::Slo => {
+                    self.slo_breached.remove(&l);
+                    self.slo_quantile.remove(&l);
+                }
+                Fam::Finding => {
+                    self.finding.remove(&l);
+                }
+            }
+        }
+    }
+
+    /// Remove the findings of `target` (before a new diagnose run's are set).
+    pub fn forget_findings(&self, target: &str) {
+        let Ok(mut s) = self.seen.lock() else { return };
+        let Some(set) = s.get_mut(target) else { return };
+        set.retain(|(fam, l)| {
+            if *fam == Fam::Finding {
+                self.finding.remove(l);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Note a series of `target` (once), so that [`Metrics::forget`] can remove it.
+    pub fn note(&self, target: &str, fam: Fam, l: &Labels) {
+        if let Ok(mut s) = self.seen.lock() {
+            let set = s.entry(target.to_string()).or_default();
+            if !set.contains(&(fam, l.clone())) {
+                set.insert((fam, l.clone()));
+            }
+        }
+    }
+}
+
+/// Which family a noted series belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fam {
+    /// latscope_latency_seconds
+    Latency,
+    /// latscope_probes_total
+    Probes,
+    /// latscope_probe_failures_total
+    Failures,
+    /// latscope_hop_latency_seconds
+    HopLatency,
+    /// latscope_hop_lost_total
+    HopLost,
+    /// latscope_slo_breached and latscope_slo_quantile_seconds
+    Slo,
+    /// latscope_finding
+    Finding,
+}
+
+/// `target=NAME`, then `extra`, then the target's labels.
+pub fn labels(target: &Target, extra: &[(&str, &str)]) -> Labels {
+    let mut l = Vec::with_capacity(1 + extra.len() + target.labels.len());
+    l.push(("target".to_string(), target.name.clone()));
+    for (k, v) in extra {
+        l.push(((*k).to_string(), (*v).to_string()));
+    }
+    for (k, v) in &target.labels {
+        l.push((k.clone(), v.clone()));
+    }
+    l
+}

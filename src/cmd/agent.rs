@@ -1,0 +1,130 @@
+//! `latscope agent --config FILE`: fleet mode (crates/agent); this file is the clap layer and
+//! the bridge from the agent's SLO breaches to the diagnose pipeline.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use clap::{Args, Parser};
+use latscope_agent::{Diagnoser, Diagnosis, Finding, Options};
+
+use crate::cmd::diagnose::{DiagnoseArgs, plan};
+use crate::diagnose::collect;
+use crate::exit;
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  latscope agent --config /etc/latscope/agent.toml
+  latscope agent --config agent.toml --listen 0.0.0.0:9573   expose /metrics to other hosts
+  latscope agent --config agent.toml --check                 validate the file and exit
+
+Config (TOML; every key is in docs/agent.md):
+  listen = \"127.0.0.1:9573\"
+  findings_log = \"/var/log/latscope/findings.jsonl\"
+  [[target]]
+  address = \"10.0.0.2\"
+  measure = [{ kind = \"connect\", port = 22 }, { kind = \"rr\" }, { kind = \"trace\", interval = \"1m\" }]
+  slo = { kind = \"rr\", quantile = 0.99, threshold = \"5ms\", window = \"5m\" }
+  [peers]
+  file = \"peers.txt\"       # ADDRESS [NAME] [label=value ...] per line; re-read on change and SIGHUP
+  measure = [{ kind = \"rr\" }]
+
+Serves /metrics (OpenMetrics), /healthz and /probe?target=HOST[:PORT]&kind=KIND.
+SIGHUP reloads the configuration and the peer list (a broken file keeps the previous one);
+SIGTERM or SIGINT stop it cleanly.
+
+Exit codes: 0 stopped by a signal (or --check passed); 2 bad configuration; 5 cannot listen.")]
+pub struct AgentArgs {
+    /// The configuration file (TOML).
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Serve metrics here instead of the file's `listen` (PORT or HOST:PORT).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Validate the configuration (and the peer list) and exit.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// diagnose's own argument parser, so the agent runs exactly what `latscope diagnose` would.
+#[derive(Parser)]
+struct DiagnoseCli {
+    #[command(flatten)]
+    args: DiagnoseArgs,
+}
+
+/// Runs the diagnose pipeline in-process: one second per application step and no
+/// latency-under-load step (an agent must not saturate the path it watches).
+struct InProcess;
+
+impl Diagnoser for InProcess {
+    fn diagnose(&self, target: &str, stop: &AtomicBool) -> Result<Diagnosis, String> {
+        let cli =
+            DiagnoseCli::try_parse_from(["diagnose", target, "--duration", "1s", "--no-load"])
+                .map_err(|e| e.to_string())?;
+        let p = plan(&cli.args).map_err(|e| format!("{e:#}"))?;
+        let report = collect::run(&p, stop, &|_| {});
+        if let Some(why) = report.unmeasurable() {
+            return Err(why);
+        }
+        let findings = report
+            .findings
+            .iter()
+            .map(|f| Finding {
+                rule: f.rule.name().to_string(),
+                side: serde_json::to_value(f.side)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_else(|| f.side.name().to_string()),
+            })
+            .collect();
+        Ok(Diagnosis {
+            findings,
+            report: serde_json::to_value(&report).map_err(|e| e.to_string())?,
+        })
+    }
+}
+
+pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {
+    let listen = a
+        .listen
+        .as_deref()
+        .map(latscope_exporter::parse_listen_addr)
+        .transpose()
+        .map_err(|e| exit::coded(exit::USAGE, format!("--listen: {e}")))?;
+    if a.check {
+        let cfg = latscope_agent::config::load(&a.config)
+            .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
+        let mut peers = 0;
+        if let Some(p) = &cfg.peers {
+            let text = std::fs::read_to_string(&p.file).map_err(|e| {
+                exit::coded(
+                    exit::USAGE,
+                    format!("{}: cannot read the peer list: {e}", p.file.display()),
+                )
+            })?;
+            peers = latscope_agent::config::parse_peers(&p.file, &text)
+                .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?
+                .len();
+        }
+        let measures: usize = cfg.targets.iter().map(|t| t.measures.len()).sum();
+        println!(
+            "{}: ok ({} target(s) with {measures} measurement(s), {peers} peer(s))",
+            a.config.display(),
+            cfg.targets.len()
+        );
+        return Ok(exit::OK);
+    }
+    let opts = Options {
+        config: a.config.clone(),
+        listen,
+    };
+    match latscope_agent::run(&opts, Arc::new(InProcess)) {
+        Ok(()) => Ok(exit::OK),
+        Err(e @ latscope_agent::AgentError::Config(_)) => {
+            Err(exit::coded(exit::USAGE, e.to_string()))
+        }
+        Err(e) => Err(exit::coded(exit::SYSTEM, e.to_string())),
+    }
+}

@@ -1,0 +1,320 @@
+//! `latscope agent` end to end with a real Prometheus: three namespaces meshed by veth pairs,
+//! each running `latscope serve` and `latscope agent` probing the other two; the a–c link drops
+//! 40% of the probe traffic (nftables); b's agent is killed half way. Prometheus (Debian's
+//! package, started here with a generated config and a temp storage dir, inside namespace a)
+//! scrapes the three agents every second; the test asks its HTTP API whether the lossy edge
+//! stands out in histogram_quantile and the loss counters, whether b shows as down while a and c
+//! carry on, and whether a's SLO breach on c produced a finding.
+
+#[macro_use]
+mod lab;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lab::netns::{Netns, link, run_in};
+use lab::{BIN, TempDir};
+
+/// Children killed (and reaped) on drop, so a failed assertion leaves nothing running.
+struct Procs(Vec<(String, Child)>);
+
+impl Procs {
+    fn spawn(&mut self, what: &str, ns: &Netns, args: &[&str], log: &std::path::Path) {
+        let f = std::fs::File::create(log).unwrap();
+        let c = Command::new("ip")
+            .args(["netns", "exec", &ns.name])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        self.0.push((what.to_string(), c));
+    }
+
+    fn kill(&mut self, what: &str) {
+        let i = self.0.iter().position(|(w, _)| w == what).unwrap();
+        let (_, mut c) = self.0.remove(i);
+        // SIGKILL: a crashed agent, not a clean stop.
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            // SAFETY: plain kill(2) on our own child: SIGTERM first, the clean stop.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// GET on Prometheus' API from inside namespace `ns`; the JSON answer.
+fn prom(ns: &str, port: u16, path_and_query: &str) -> serde_json::Value {
+    let req = format!("GET {path_and_query} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n");
+    let body = run_in(ns, move || {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(req.as_bytes()).unwrap();
+        let mut s = String::new();
+        c.read_to_string(&mut s).unwrap();
+        s
+    });
+    let (_, b) = body.split_once("\r\n\r\n").unwrap();
+    // Chunked or not, the JSON object is the outermost {...}.
+    let start = b.find('{').unwrap();
+    let end = b.rfind('}').unwrap();
+    serde_json::from_str(&b[start..=end]).unwrap_or_else(|e| panic!("{e}: {b}"))
+}
+
+fn enc(q: &str) -> String {
+    q.bytes()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || b"_.-~".contains(&c) {
+                (c as char).to_string()
+            } else {
+                format!("%{c:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Instant query: (labels, value) per series.
+fn query(ns: &str, port: u16, q: &str) -> Vec<(serde_json::Value, f64)> {
+    let v = prom(ns, port, &format!("/api/v1/query?query={}", enc(q)));
+    assert_eq!(v["status"], "success", "{q}: {v}");
+    v["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let x: f64 = r["value"][1].as_str().unwrap().parse().unwrap_or(f64::NAN);
+            (r["metric"].clone(), x)
+        })
+        .collect()
+}
+
+fn pick(rows: &[(serde_json::Value, f64)], source: &str, target: &str) -> Option<f64> {
+    rows.iter()
+        .find(|(m, _)| m["source"] == source && m["target"] == target)
+        .map(|r| r.1)
+}
+
+#[test]
+fn mesh_with_a_lossy_edge_and_a_killed_agent() {
+    require_root!();
+    if Command::new("prometheus").arg("--version").output().is_err() {
+        panic!("prometheus is not installed: run scripts/setup.sh (Debian package prometheus)");
+    }
+    let _g = lab::timing_lock();
+    let dir = TempDir::new();
+    let ns: Vec<Netns> = ["fa", "fb", "fc"].iter().map(|t| Netns::new(t)).collect();
+    let (a, b, c) = (&ns[0], &ns[1], &ns[2]);
+    // a–b 10.77.1.0/24, a–c 10.77.2.0/24, b–c 10.77.3.0/24.
+    let edges = [(a, b, 1u8), (a, c, 2), (b, c, 3)];
+    for (x, y, net) in edges {
+        let (xi, yi) = (format!("m{net}x"), format!("m{net}y"));
+        link(x, &xi, y, &yi);
+        x.ip(&["addr", "add", &format!("10.77.{net}.1/24"), "dev", &xi]);
+        y.ip(&["addr", "add", &format!("10.77.{net}.2/24"), "dev", &yi]);
+    }
+    // Each node's address as seen by each other node.
+    let addr = |from: usize, to: usize| -> &'static str {
+        match (from, to) {
+            (0, 1) => "10.77.1.2",
+            (1, 0) => "10.77.1.1",
+            (0, 2) => "10.77.2.2",
+            (2, 0) => "10.77.2.1",
+            (1, 2) => "10.77.3.2",
+            (2, 1) => "10.77.3.1",
+            _ => unreachable!(),
+        }
+    };
+    // 40% of the probe traffic (port 7373, both directions) between a and c is dropped, at c.
+    c.nft(
+        "table inet lossy {\n chain in {\n  type filter hook input priority 0;\n  \
+         ip saddr 10.77.2.1 tcp dport 7373 numgen random mod 100 < 40 drop\n  \
+         ip saddr 10.77.2.1 tcp sport 7373 numgen random mod 100 < 40 drop\n }\n}\n",
+    );
+    let names = ["a", "b", "c"];
+    let mut procs = Procs(Vec::new());
+    for (i, n) in ns.iter().enumerate() {
+        procs.spawn(
+            &format!("serve-{}", names[i]),
+            n,
+            &[BIN, "serve", "--bind", "0.0.0.0"],
+            &dir.path(&format!("serve-{}.log", names[i])),
+        );
+    }
+    for (i, n) in ns.iter().enumerate() {
+        let mut cfg = format!(
+            "listen = \"0.0.0.0:9573\"\nfindings_log = \"{}\"\njitter = 0.2\n",
+            dir.path(&format!("findings-{}.jsonl", names[i])).display()
+        );
+        for j in 0..3 {
+            if j == i {
+                continue;
+            }
+            cfg.push_str(&format!(
+                "[[target]]\nname = \"{}\"\naddress = \"{}\"\nlabels = {{ source = \"{}\" }}\n\
+                 measure = [\n  {{ kind = \"connect\", port = 7373, interval = \"250ms\", timeout = \"250ms\" }},\n  \
+                 {{ kind = \"rr\", interval = \"250ms\", timeout = \"250ms\" }},\n]\n\
+                 slo = {{ kind = \"rr\", quantile = 0.9, threshold = \"50ms\", window = \"20s\", min_samples = 10 }}\n",
+                names[j],
+                addr(i, j),
+                names[i]
+            ));
+        }
+        let p = dir.path(&format!("agent-{}.toml", names[i]));
+        std::fs::write(&p, cfg).unwrap();
+        let p = p.to_str().unwrap().to_string();
+        let st = Command::new(BIN)
+            .args(["agent", "--config", &p, "--check"])
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+        procs.spawn(
+            &format!("agent-{}", names[i]),
+            n,
+            &[BIN, "agent", "--config", &p],
+            &dir.path(&format!("agent-{}.log", names[i])),
+        );
+    }
+    // Prometheus in a: a's agent on loopback, b's and c's across their links to a.
+    let prom_port = 19090;
+    let prom_cfg = dir.path("prometheus.yml");
+    std::fs::write(
+        &prom_cfg,
+        format!(
+            "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\n\
+             scrape_configs:\n  - job_name: latscope\n    scrape_timeout: 900ms\n    static_configs:\n      \
+             - targets: ['127.0.0.1:9573']\n        labels: {{ node: a }}\n      \
+             - targets: ['10.77.1.2:9573']\n        labels: {{ node: b }}\n      \
+             - targets: ['10.77.2.2:9573']\n        labels: {{ node: c }}\n"
+        ),
+    )
+    .unwrap();
+    let storage = dir.path("tsdb");
+    procs.spawn(
+        "prometheus",
+        a,
+        &[
+            "prometheus",
+            &format!("--config.file={}", prom_cfg.display()),
+            &format!("--storage.tsdb.path={}", storage.display()),
+            &format!("--web.listen-address=127.0.0.1:{prom_port}"),
+        ],
+        &dir.path("prometheus.log"),
+    );
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(15));
+    procs.kill("agent-b");
+    std::thread::sleep(Duration::from_secs(12));
+    let logs = || {
+        ["agent-a.log", "agent-b.log", "agent-c.log", "prometheus.log"]
+            .iter()
+            .map(|f| {
+                let s = std::fs::read_to_string(dir.path(f)).unwrap_or_default();
+                let tail: Vec<&str> = s.lines().rev().take(8).collect();
+                format!("--- {f}\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    // b's agent is down, a's and c's are up.
+    let up = query(&a.name, prom_port, "up");
+    let up_of = |node: &str| up.iter().find(|(m, _)| m["node"] == node).map(|r| r.1);
+    assert_eq!(up_of("a"), Some(1.0), "{up:?}\n{}", logs());
+    assert_eq!(up_of("c"), Some(1.0), "{up:?}\n{}", logs());
+    assert_eq!(up_of("b"), Some(0.0), "{up:?}\n{}", logs());
+
+    // a and c carry on: their probes kept counting after b's agent died.
+    let recent = query(
+        &a.name,
+        prom_port,
+        "sum by (source) (increase(latscope_probes_total[5s]))",
+    );
+    for s in ["a", "c"] {
+        let n = recent
+            .iter()
+            .find(|(m, _)| m["source"] == s)
+            .map_or(0.0, |r| r.1);
+        assert!(n >= 10.0, "{s}: {n} probes in 5 s\n{recent:?}\n{}", logs());
+    }
+
+    // The lossy edge stands out in the loss counters: a→c and c→a lose connect probes, the
+    // clean edges (a→b, b→a while it lived, c→b) lose none or almost none.
+    let probes = query(
+        &a.name,
+        prom_port,
+        "sum by (source, target) (latscope_probes_total{kind=\"connect\"})",
+    );
+    let failed = query(
+        &a.name,
+        prom_port,
+        "sum by (source, target) (latscope_probe_failures_total{kind=\"connect\"})",
+    );
+    let ratio = |s: &str, t: &str| {
+        pick(&failed, s, t).unwrap_or(0.0) / pick(&probes, s, t).unwrap_or(f64::NAN)
+    };
+    eprintln!(
+        "connect failure ratio: a→c {:.2} c→a {:.2} a→b {:.2} c→b {:.2}",
+        ratio("a", "c"),
+        ratio("c", "a"),
+        ratio("a", "b"),
+        ratio("c", "b")
+    );
+    assert!(ratio("a", "c") >= 0.15, "{failed:?}\n{probes:?}");
+    assert!(ratio("c", "a") >= 0.15, "{failed:?}\n{probes:?}");
+    assert!(ratio("a", "b") <= 0.05, "{failed:?}\n{probes:?}");
+    assert!(ratio("c", "b") <= 0.05, "{failed:?}\n{probes:?}");
+
+    // And in the distributions: rr's p90 over the run (retransmissions after a lost segment
+    // wait ≥ 200 ms) against the clean edges' (sub-millisecond on veth, a few ms under load).
+    let p90 = query(
+        &a.name,
+        prom_port,
+        "histogram_quantile(0.9, sum by (le, source, target) (increase(latscope_latency_seconds_bucket{kind=\"rr\"}[1m])))",
+    );
+    let lossy = pick(&p90, "a", "c").unwrap_or(0.0).max(pick(&p90, "c", "a").unwrap_or(0.0));
+    let clean = pick(&p90, "a", "b").unwrap_or(f64::NAN);
+    eprintln!("rr p90: lossy edge {:.1} ms, a→b {:.3} ms", lossy * 1e3, clean * 1e3);
+    assert!(lossy >= 0.05, "{p90:?}");
+    assert!(lossy >= 10.0 * clean, "{p90:?}");
+
+    // a's SLO on c (rr p90 > 50 ms) breached and ran diagnose: a finding is exported and the
+    // report logged.
+    let breached = query(&a.name, prom_port, "latscope_slo_breached{source=\"a\",target=\"c\"}");
+    assert_eq!(breached.first().map(|r| r.1), Some(1.0), "{breached:?}\n{}", logs());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let findings = loop {
+        let f = query(&a.name, prom_port, "latscope_finding{source=\"a\",target=\"c\"}");
+        if !f.is_empty() || Instant::now() > deadline {
+            break f;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let log = std::fs::read_to_string(dir.path("findings-a.jsonl")).unwrap_or_default();
+    eprintln!("findings: {findings:?}");
+    let line: serde_json::Value = serde_json::from_str(log.lines().next().unwrap_or("{}")).unwrap();
+    assert_eq!(line["target"], "c", "{log}\n{}", logs());
+    assert!(line["observed_ns"].as_u64().unwrap_or(0) > 50_000_000, "{line}");
+    let rules: Vec<&str> = findings
+        .iter()
+        .filter_map(|(m, _)| m["rule"].as_str())
+        .collect();
+    assert!(
+        rules.contains(&"retransmissions"),
+        "rules {rules:?}; report: {}",
+        line["report"]["verdict"]
+    );
+    eprintln!("took {:?}", t0.elapsed());
+}
