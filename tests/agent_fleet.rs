@@ -110,7 +110,11 @@ fn pick(rows: &[(serde_json::Value, f64)], source: &str, target: &str) -> Option
 #[test]
 fn mesh_with_a_lossy_edge_and_a_killed_agent() {
     require_root!();
-    if Command::new("prometheus").arg("--version").output().is_err() {
+    if Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         panic!("prometheus is not installed: run scripts/setup.sh (Debian package prometheus)");
     }
     let _g = lab::timing_lock();
@@ -179,7 +183,11 @@ fn mesh_with_a_lossy_edge_and_a_killed_agent() {
             .args(["agent", "--config", &p, "--check"])
             .output()
             .unwrap();
-        assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
         procs.spawn(
             &format!("agent-{}", names[i]),
             n,
@@ -218,15 +226,23 @@ fn mesh_with_a_lossy_edge_and_a_killed_agent() {
     procs.kill("agent-b");
     std::thread::sleep(Duration::from_secs(12));
     let logs = || {
-        ["agent-a.log", "agent-b.log", "agent-c.log", "prometheus.log"]
-            .iter()
-            .map(|f| {
-                let s = std::fs::read_to_string(dir.path(f)).unwrap_or_default();
-                let tail: Vec<&str> = s.lines().rev().take(8).collect();
-                format!("--- {f}\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        [
+            "agent-a.log",
+            "agent-b.log",
+            "agent-c.log",
+            "prometheus.log",
+        ]
+        .iter()
+        .map(|f| {
+            let s = std::fs::read_to_string(dir.path(f)).unwrap_or_default();
+            let tail: Vec<&str> = s.lines().rev().take(8).collect();
+            format!(
+                "--- {f}\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
     };
 
     // b's agent is down, a's and c's are up.
@@ -284,19 +300,38 @@ fn mesh_with_a_lossy_edge_and_a_killed_agent() {
         prom_port,
         "histogram_quantile(0.9, sum by (le, source, target) (increase(latscope_latency_seconds_bucket{kind=\"rr\"}[1m])))",
     );
-    let lossy = pick(&p90, "a", "c").unwrap_or(0.0).max(pick(&p90, "c", "a").unwrap_or(0.0));
+    let lossy = pick(&p90, "a", "c")
+        .unwrap_or(0.0)
+        .max(pick(&p90, "c", "a").unwrap_or(0.0));
     let clean = pick(&p90, "a", "b").unwrap_or(f64::NAN);
-    eprintln!("rr p90: lossy edge {:.1} ms, a→b {:.3} ms", lossy * 1e3, clean * 1e3);
+    eprintln!(
+        "rr p90: lossy edge {:.1} ms, a→b {:.3} ms",
+        lossy * 1e3,
+        clean * 1e3
+    );
     assert!(lossy >= 0.05, "{p90:?}");
     assert!(lossy >= 10.0 * clean, "{p90:?}");
 
     // a's SLO on c (rr p90 > 50 ms) breached and ran diagnose: a finding is exported and the
     // report logged.
-    let breached = query(&a.name, prom_port, "latscope_slo_breached{source=\"a\",target=\"c\"}");
-    assert_eq!(breached.first().map(|r| r.1), Some(1.0), "{breached:?}\n{}", logs());
+    let breached = query(
+        &a.name,
+        prom_port,
+        "latscope_slo_breached{source=\"a\",target=\"c\"}",
+    );
+    assert_eq!(
+        breached.first().map(|r| r.1),
+        Some(1.0),
+        "{breached:?}\n{}",
+        logs()
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     let findings = loop {
-        let f = query(&a.name, prom_port, "latscope_finding{source=\"a\",target=\"c\"}");
+        let f = query(
+            &a.name,
+            prom_port,
+            "latscope_finding{source=\"a\",target=\"c\"}",
+        );
         if !f.is_empty() || Instant::now() > deadline {
             break f;
         }
@@ -306,7 +341,10 @@ fn mesh_with_a_lossy_edge_and_a_killed_agent() {
     eprintln!("findings: {findings:?}");
     let line: serde_json::Value = serde_json::from_str(log.lines().next().unwrap_or("{}")).unwrap();
     assert_eq!(line["target"], "c", "{log}\n{}", logs());
-    assert!(line["observed_ns"].as_u64().unwrap_or(0) > 50_000_000, "{line}");
+    assert!(
+        line["observed_ns"].as_u64().unwrap_or(0) > 50_000_000,
+        "{line}"
+    );
     let rules: Vec<&str> = findings
         .iter()
         .filter_map(|(m, _)| m["rule"].as_str())
