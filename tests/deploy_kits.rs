@@ -2,6 +2,8 @@
 //! Kubernetes ConfigMap's agent.toml pass the agent's own validation, and the Prometheus scrape
 //! config and rules pass `promtool check` (Debian package prometheus, from scripts/setup.sh).
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::process::Command;
 
