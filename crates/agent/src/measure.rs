@@ -230,7 +230,7 @@ fn rr(address: &str, m: &Measure, stop: &AtomicBool) -> Outcome {
         auth: None,
     };
     let meta = Meta::new("agent", env!("CARGO_PKG_VERSION"), 0);
-    match latscope_net::rr::run(&cfg, meta, stop, &mut |_| {}, false) {
+    match latscope_net::rr::run(&cfg, meta, stop, &mut |_, _| {}, false) {
         Err(e) => {
             let f = match &e {
                 NetError::Refused { .. } => Failure::Refused,
