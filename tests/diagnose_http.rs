@@ -9,7 +9,7 @@ mod lab;
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lab::http::{TestServer, read_request};
 use lab::*;
@@ -117,6 +117,50 @@ fn nagle_on_an_http_server_is_fixed_on_the_server() {
             .unwrap()
             .iter()
             .all(|f| f["rule"] != "delayed_ack" || !f["caused_by"].is_null()),
+        "{doc}"
+    );
+}
+
+/// A server that accepts and reads but never answers: the run ends within its --max-time
+/// (issue 15 item 9), the request steps say they ran out of time, the steps it had no time for
+/// are listed as cut short, and the target is "not measured" (exit 3), not "no problem".
+#[test]
+fn a_hanging_server_is_bounded_in_time() {
+    let _serial = lab::timing_lock();
+    let srv = TestServer::start(|mut s: TcpStream| {
+        let _ = read_request(&mut s);
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let t = Instant::now();
+    let (code, out, err) = run(&[
+        "diagnose",
+        &srv.url(),
+        "-d",
+        "1s",
+        "--max-time",
+        "3s",
+        "--json",
+    ]);
+    let took = t.elapsed();
+    assert_eq!(code, 3, "{err}\n{out}");
+    // The request-phases step alone waits 2.5 s for an answer: by then the 3 s are spent and
+    // the later steps are not started.
+    assert!(took < Duration::from_secs(9), "took {took:?}");
+    let doc = json_checked(&out, "diagnose");
+    assert_eq!(doc["max_time_ms"], 3000);
+    assert_eq!(step(&doc, "one request")["status"], "failed", "{doc}");
+    // Steps the budget stopped say so (failed with "cut short at its … budget", or cut short).
+    assert!(
+        doc["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["status"] == "cut_short"
+                || s["detail"].as_str().unwrap().contains("cut short at its")),
+        "{doc}"
+    );
+    assert!(
+        doc["verdict"].as_str().unwrap().starts_with("not measured"),
         "{doc}"
     );
 }

@@ -139,6 +139,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
             no_load: true,
             url: None,
             auth: None,
+            max_time: collect::DEFAULT_MAX_TIME,
         };
         let diagnosis = collect::run(&plan, &stop, &|s| {
             progress.set(format!("{name} server: {s}"))

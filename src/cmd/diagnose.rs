@@ -27,8 +27,10 @@ Examples:
 
 Findings are named rules (nagle_delayed_ack, delayed_ack, think_time, socket_queueing,
 socket_read_wait, pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, path_dominates,
-cpu_throttling, run_queue_delay), ranked by the latency per request they explain, each with its
-evidence, a confidence, the side to fix and the fix. When nothing is wrong it says so and shows
+cpu_throttling, run_queue_delay, slow_dns, slow_tls), the root cause first (a finding another explains is marked as its
+consequence), then by the latency per request they explain, each with its evidence, a
+confidence, the side to fix and the fix. A run takes at most --max-time; steps it stops are
+listed as cut short. When nothing is wrong it says so and shows
 the budget: network path against time in the hosts.
 
 Exit codes: 0 measured, no finding; 1 findings; 2 bad input; 3 the target could not be measured
@@ -52,6 +54,11 @@ pub struct DiagnoseArgs {
     /// Skip the latency-under-load step (a few seconds of bulk transfer).
     #[arg(long)]
     pub no_load: bool,
+    /// Time budget of the whole run: each step also has its own (its measurement time plus
+    /// set-up); a step still running when its budget or the run's is spent is stopped with
+    /// what it measured, later steps are not started, and the report lists them as cut short.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub max_time: Duration,
     #[command(flatten)]
     pub family: super::FamilyArgs,
     #[command(flatten)]
@@ -117,6 +124,9 @@ pub(crate) fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
             "--request-size and --response-size must be between 1 B and 1 MiB",
         ));
     }
+    if a.max_time < Duration::from_secs(1) {
+        return Err(exit::coded(exit::USAGE, "--max-time must be at least 1s"));
+    }
     if a.duration < Duration::from_millis(200) {
         return Err(exit::coded(
             exit::USAGE,
@@ -133,5 +143,6 @@ pub(crate) fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
         no_load: a.no_load,
         url,
         auth: a.auth.key()?,
+        max_time: a.max_time,
     })
 }

@@ -3,12 +3,13 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use latscope_core::Summary;
 use latscope_core::model::diagnose::{
     DiagnoseReport, Responsiveness, Step, StepName, StepStatus, TargetKind,
 };
+use latscope_core::units::format_ns;
 use latscope_net::sock::Target;
 
 use super::evidence::Evidence;
@@ -32,9 +33,16 @@ pub struct Plan {
     pub url: Option<String>,
     /// The key for an authenticating latscope server (`--auth-file`).
     pub auth: Option<latscope_net::auth::AuthKey>,
+    /// The whole run's time budget: a step still running when it is spent is stopped, later
+    /// ones are not started (both reported as cut short).
+    pub max_time: Duration,
 }
 
-/// What every step may look at: the plan, the run's stop flag, and where the server runs.
+/// The default of `--max-time`: a run finishes within about this, whatever the target does.
+pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(30);
+
+/// What every step may look at: the plan and its stop flag — raised on Ctrl-C, and for a
+/// step when its time budget is spent; engines get it as their stop flag.
 pub struct Context<'a> {
     pub plan: &'a Plan,
     pub stop: &'a AtomicBool,
@@ -43,7 +51,7 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
-    /// Whether the run was interrupted.
+    /// Whether the step (or the run) was told to stop.
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
@@ -69,23 +77,66 @@ fn cut_short(name: StepName) -> Record {
     Record::plain(name, StepStatus::CutShort, "interrupted before it ran")
 }
 
-/// Run every step in order; observers start before their first step and finish after their
-/// last.
+fn out_of_time(name: StepName, max: Duration) -> Record {
+    Record::plain(
+        name,
+        StepStatus::CutShort,
+        format!(
+            "not run: the run's time budget (--max-time {}) was spent",
+            format_ns(max.as_nanos() as f64)
+        ),
+    )
+}
+
+/// Run `f` with a stop flag raised when the run is interrupted or when `deadline` passes
+/// (checked every 20 ms by a watchdog thread). Returns `f`'s value and whether the deadline
+/// cut it short.
+fn bounded<T>(
+    interrupt: &AtomicBool,
+    deadline: Instant,
+    f: impl FnOnce(&AtomicBool) -> T,
+) -> (T, bool) {
+    let flag = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let cut = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                if interrupt.load(Ordering::Relaxed) {
+                    flag.store(true, Ordering::Relaxed);
+                } else if Instant::now() >= deadline {
+                    cut.store(true, Ordering::Relaxed);
+                    flag.store(true, Ordering::Relaxed);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let v = f(&flag);
+        done.store(true, Ordering::Relaxed);
+        (v, cut.load(Ordering::Relaxed))
+    })
+}
+
+/// Run every step in order, each within its time budget and the run's; observers start before
+/// their first step and finish after their last.
 fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
     let mut c = Collected {
         steps: Vec::new(),
         distributions: Vec::new(),
         evidence: Evidence::default(),
     };
+    let run_deadline = Instant::now() + cx.plan.max_time;
     let observers: Vec<&Entry> = steps::PIPELINE
         .iter()
         .filter(|e| matches!(e, Entry::Observe { .. }))
         .collect();
     let mut running: Vec<(StepName, Running)> = Vec::new();
     for entry in steps::PIPELINE {
-        let Entry::Measure { name, run } = entry else {
+        let Entry::Measure { name, run, budget } = entry else {
             continue;
         };
+        let spent = Instant::now() >= run_deadline;
         for o in &observers {
             if let Entry::Observe {
                 name: on,
@@ -99,6 +150,10 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
                     c.push(cut_short(*on));
                     continue;
                 }
+                if spent {
+                    c.push(out_of_time(*on, cx.plan.max_time));
+                    continue;
+                }
                 match start(cx, &c.evidence) {
                     Started::Running(r) => running.push((*until, r)),
                     Started::NotRun(rec) => c.push(rec),
@@ -107,9 +162,32 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
         }
         if cx.stopped() {
             c.push(cut_short(*name));
+        } else if spent {
+            c.push(out_of_time(*name, cx.plan.max_time));
         } else {
             progress(name.label());
-            let rec = run(cx, &mut c.evidence);
+            let started = Instant::now();
+            let deadline = (started + budget(cx.plan)).min(run_deadline);
+            let (mut rec, cut) = bounded(cx.stop, deadline, |flag| {
+                let step_cx = Context {
+                    plan: cx.plan,
+                    stop: flag,
+                    server: cx.server,
+                };
+                run(&step_cx, &mut c.evidence)
+            });
+            if cut {
+                // A step that measured keeps its partial figures as evidence and is listed as
+                // cut short; one that failed stays failed, saying why it ran out of time.
+                if rec.step.status == StepStatus::Ran {
+                    rec.step.status = StepStatus::CutShort;
+                }
+                rec.step.detail = format!(
+                    "cut short at its {} budget: {}",
+                    format_ns(deadline.duration_since(started).as_nanos() as f64),
+                    rec.step.detail
+                );
+            }
             c.push(rec);
         }
         let (done, rest): (Vec<_>, Vec<_>) = running.into_iter().partition(|(u, _)| u == name);
@@ -157,7 +235,7 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
             loaded_rpm: Responsiveness::rpm(u.loaded.p50_ns),
             load: u.load.describe(),
         }),
-        max_time_ms: 0,
+        max_time_ms: p.max_time.as_millis() as u64,
     };
     if let Some(why) = report.unmeasurable() {
         report.verdict = format!("not measured — {why}");

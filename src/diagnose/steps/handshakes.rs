@@ -13,7 +13,7 @@ use latscope_net::rr::StopAfter;
 
 use super::engines::{is_latscope, meta};
 use super::{Measure, NotRun};
-use crate::diagnose::collect::Context;
+use crate::diagnose::collect::{Context, Plan};
 use crate::diagnose::evidence::{ConnectFailures, Evidence};
 
 pub struct Handshakes;
@@ -84,6 +84,11 @@ impl Measure for Handshakes {
 
     fn distribution(o: &Connects) -> Option<Summary> {
         Some(o.connect.clone())
+    }
+
+    /// 100 connects; a dropped SYN costs a 1 s retransmission each, so a lossy listener is cut here rather than taking minutes.
+    fn budget(_plan: &Plan) -> Duration {
+        Duration::from_secs(4)
     }
 
     fn store(ev: &mut Evidence, o: Connects) {

@@ -24,7 +24,9 @@ pub use engines::meta;
 use latscope_core::Summary;
 use latscope_core::model::diagnose::{Step, StepName, StepStatus, TargetKind};
 
-use super::collect::Context;
+use std::time::Duration;
+
+use super::collect::{Context, Plan};
 use super::evidence::Evidence;
 
 /// Why a step did not produce an outcome.
@@ -66,6 +68,12 @@ pub trait Measure {
     }
     /// Put the outcome in its field of the evidence.
     fn store(ev: &mut Evidence, out: Self::Output);
+    /// The longest the step may take: past it, its stop flag is raised and it keeps what it
+    /// measured so far (every engine checks the flag). By default the plan's measurement time
+    /// and two seconds to set up and wind down.
+    fn budget(plan: &Plan) -> Duration {
+        plan.duration + Duration::from_secs(2)
+    }
 }
 
 /// A step that watches other steps run: started just before `FROM` runs, finished right after
@@ -116,6 +124,7 @@ pub enum Entry {
     Measure {
         name: StepName,
         run: fn(&Context, &mut Evidence) -> Record,
+        budget: fn(&Plan) -> Duration,
     },
     Observe {
         name: StepName,
@@ -130,6 +139,7 @@ impl Entry {
         Entry::Measure {
             name: S::NAME,
             run: run_measure::<S>,
+            budget: S::budget,
         }
     }
 
@@ -207,5 +217,47 @@ pub fn requests_target(ev: &Evidence) -> Result<TargetKind, NotRun> {
         Some(_) => Err(NotRun::Skipped(
             "the port does not speak the latscope protocol: request steps need `latscope serve` there (or an http:// URL)".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::collect::DEFAULT_MAX_TIME;
+
+    /// Every measuring step's budget, for the default plan, fits in the default run budget
+    /// with room for the observers' start-up and wind-down (issue 15 item 9).
+    #[test]
+    fn default_budgets_fit_the_default_run() {
+        let plan = Plan {
+            target: latscope_net::sock::Target::Inet {
+                host: "127.0.0.1".into(),
+                port: 7373,
+            },
+            addr: "127.0.0.1:7373".parse().unwrap(),
+            duration: Duration::from_secs(2),
+            concurrency: 8,
+            request_bytes: 64,
+            response_bytes: 1024,
+            no_load: false,
+            url: None,
+            auth: None,
+            max_time: DEFAULT_MAX_TIME,
+        };
+        let total: Duration = PIPELINE
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Measure { budget, .. } => Some(budget(&plan)),
+                Entry::Observe { .. } => None,
+            })
+            .sum();
+        assert!(
+            total <= DEFAULT_MAX_TIME - Duration::from_secs(3),
+            "{total:?}"
+        );
+        assert!(
+            total >= Duration::from_secs(15),
+            "budgets that tight would cut healthy runs: {total:?}"
+        );
     }
 }

@@ -8,7 +8,7 @@ use latscope_core::model::diagnose::StepName;
 use latscope_core::units::format_ns;
 
 use super::{Measure, NotRun, engines::meta};
-use crate::diagnose::collect::Context;
+use crate::diagnose::collect::{Context, Plan};
 use crate::diagnose::evidence::Evidence;
 
 pub struct Path;
@@ -81,6 +81,11 @@ impl Measure for Path {
 
     fn distribution(o: &PathRtt) -> Option<Summary> {
         Some(o.rtt.clone())
+    }
+
+    /// 50 probes 5 ms apart and the last one's 1 s timeout.
+    fn budget(_plan: &Plan) -> Duration {
+        Duration::from_millis(2500)
     }
 
     fn store(ev: &mut Evidence, o: PathRtt) {

@@ -9,7 +9,7 @@ use latscope_core::units::format_ns;
 
 use super::engines::http_options;
 use super::{Measure, NotRun, requests_target};
-use crate::diagnose::collect::Context;
+use crate::diagnose::collect::{Context, Plan};
 use crate::diagnose::evidence::Evidence;
 
 pub struct Phases;
@@ -17,7 +17,7 @@ pub struct Phases;
 /// Requests measured (each a new connection), at most.
 const REQUESTS: usize = 5;
 /// Time allowed for all of them.
-const TIME: Duration = Duration::from_secs(4);
+const TIME: Duration = Duration::from_millis(2500);
 
 impl Measure for Phases {
     const NAME: StepName = StepName::RequestPhases;
@@ -64,6 +64,11 @@ impl Measure for Phases {
             f(p.ttfb_ns),
             f(p.transfer_ns)
         )
+    }
+
+    /// Its requests share TIME.
+    fn budget(_plan: &Plan) -> Duration {
+        TIME + Duration::from_millis(500)
     }
 
     fn store(ev: &mut Evidence, p: RequestPhases) {

@@ -11,7 +11,7 @@ use latscope_core::units::format_ns;
 
 use super::engines::app_latency;
 use super::{Measure, NotRun, requests_target};
-use crate::diagnose::collect::Context;
+use crate::diagnose::collect::{Context, Plan};
 use crate::diagnose::evidence::Evidence;
 
 pub struct QuickAck;
@@ -25,17 +25,20 @@ impl Measure for QuickAck {
 
     fn run(cx: &Context, ev: &Evidence) -> Result<Summary, NotRun> {
         requests_target(ev)?;
-        let host_ns = match (&ev.single, &ev.path) {
-            (Some(s), Some(p)) => s.p50_ns.saturating_sub(p.p50_ns),
-            _ => 0,
+        let Some(single) = &ev.single else {
+            return Err(NotRun::Skipped(
+                "the one-request step measured nothing to compare with".into(),
+            ));
         };
+        let host_ns = single
+            .p50_ns
+            .saturating_sub(ev.path.as_ref().map_or(0, |p| p.p50_ns));
         if host_ns < MIN_HOST_NS {
             return Err(NotRun::Skipped(
                 "the hosts add under 1 ms: no stall to explain".into(),
             ));
         }
-        let d = cx.plan.duration.min(Duration::from_secs(2));
-        app_latency(cx.plan, 1, true, d, cx.stop).map_err(NotRun::Failed)
+        app_latency(cx.plan, 1, true, measured(cx.plan), cx.stop).map_err(NotRun::Failed)
     }
 
     fn detail(_cx: &Context, s: &Summary) -> String {
@@ -49,7 +52,17 @@ impl Measure for QuickAck {
         Some(s.clone())
     }
 
+    /// Its ≤ 2 s measurement, the engine's 0.3 s warm-up and the connection.
+    fn budget(plan: &Plan) -> Duration {
+        measured(plan) + Duration::from_millis(1500)
+    }
+
     fn store(ev: &mut Evidence, s: Summary) {
         ev.quickack = Some(s);
     }
+}
+
+/// The experiment's measurement time: the plan's, at most 2 s.
+fn measured(plan: &Plan) -> Duration {
+    plan.duration.min(Duration::from_secs(2))
 }

@@ -15,7 +15,7 @@ use latscope_net::stream::StreamConfig;
 
 use super::engines::{http_latency, http_options, meta};
 use super::{Measure, NotRun, requests_target};
-use crate::diagnose::collect::Context;
+use crate::diagnose::collect::{Context, Plan};
 use crate::diagnose::evidence::{Bottleneck, Evidence, Load, UnderLoad as Loaded};
 
 pub struct UnderLoad;
@@ -102,6 +102,11 @@ impl Measure for UnderLoad {
         )
     }
 
+    /// 3 s of bulk transfer (or the HTTP ramp) and set-up.
+    fn budget(_plan: &Plan) -> Duration {
+        Duration::from_secs(6)
+    }
+
     fn store(ev: &mut Evidence, o: Outcome) {
         // A bulk transfer's throughput is the path's bottleneck rate.
         if let (
@@ -122,7 +127,7 @@ impl Measure for UnderLoad {
 }
 
 /// Each level of the ramp runs this long; the probe measures after the load has settled.
-const RAMP_STEP: Duration = Duration::from_millis(900);
+const RAMP_STEP: Duration = Duration::from_millis(700);
 const RAMP_SETTLE: Duration = Duration::from_millis(200);
 /// Concurrency levels of the ramp, until the load's request rate stops growing.
 const RAMP: [u32; 3] = [4, 16, 64];

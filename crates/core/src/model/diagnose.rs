@@ -349,7 +349,8 @@ pub struct DiagnoseReport {
 
 impl DiagnoseReport {
     /// Why the target could not be measured, if it could not: the handshake step did not run
-    /// (refused, unreachable, unresolvable), or no step ran at all. Such a run is never "no
+    /// (refused, unreachable, unresolvable), no request to a target that speaks requests
+    /// completed (a server that accepts and never answers), or no step ran at all. Such a run is never "no
     /// problem found".
     pub fn unmeasurable(&self) -> Option<String> {
         if let Some(h) = self
@@ -357,6 +358,16 @@ impl DiagnoseReport {
             .filter(|s| s.status != StepStatus::Ran)
         {
             return Some(format!("cannot connect to {}: {}", self.target, h.detail));
+        }
+        if self.target_kind.speaks_requests()
+            && let Some(one) = self
+                .step(StepName::OneRequest)
+                .filter(|s| s.status == StepStatus::Failed)
+        {
+            return Some(format!(
+                "no request to {} completed: {}",
+                self.target, one.detail
+            ));
         }
         if self.steps.iter().all(|s| s.status != StepStatus::Ran) {
             return Some(format!(
