@@ -62,7 +62,7 @@ class Stack:
     def attach(self):
         err = open(os.path.join(self.tmp, "stack.err"), "w+")
         self.proc = subprocess.Popen(
-            [self.binary, "stack", "-r", "1h", "--json"] + self.extra,
+            [self.binary, "stack", "-i", "1h", "--json"] + self.extra,
             stdout=open(os.path.join(self.tmp, "stack.json"), "w"),
             stderr=err,
         )
@@ -227,7 +227,7 @@ def main():
     ap.add_argument("--workloads", default="udp,tcp,stream",
                     help="comma-separated subset of udp, tcp, stream")
     ap.add_argument("--stack-args", default="",
-                    help="extra arguments for latscope stack, e.g. '-p udp-start'")
+                    help="extra arguments for latscope stack, e.g. '--probes udp-start'")
     ap.add_argument("--floor", action="store_true",
                     help="also measure each ping-pong with the same programs attached but timing "
                          "no packet (--sample 1000000000): the cost of the hooks themselves")

@@ -14,13 +14,13 @@ Examples:
   latscope rr 127.0.0.1                      request/response RTT (TCP ping-pong)
   latscope rr 10.0.0.2 --sizes 1:65536:x2    latency against message size; flags stalls
   latscope connect 10.0.0.2:443 -n 1000      TCP connection set-up latency
-  latscope stream 10.0.0.2 -P 4 --bidir      throughput both ways, 4 streams each
+  latscope stream 10.0.0.2 -c 4 --bidir      throughput both ways, 4 streams each
   latscope ping --syn -p 443 10.0.0.2        TCP SYN ping: RTT and open/closed/filtered
-  latscope trace --report -c 50 10.0.0.2     per-hop loss and RTT percentiles (mtr report)
+  latscope trace --stats -n 50 10.0.0.2      per-hop loss and RTT percentiles (mtr report)
   latscope http http://10.0.0.2/ -c 100      HTTP load: req/s and latency percentiles (like wrk)
   latscope schema rr                         JSON schema of `rr --json`
   latscope sockets --pid 1234                TCP_NODELAY, buffers, RTT, ato... of a running process's sockets
-  latscope stack -i eth0                     where received packets wait in the kernel (eBPF)";
+  latscope stack -I eth0                     where received packets wait in the kernel (eBPF)";
 
 /// The examples, then the exit-code table (from [`crate::exit::Exit`]).
 fn after_help() -> String {
@@ -77,6 +77,9 @@ pub enum Command {
     /// Print the man page (roff) for `latscope` and every subcommand.
     Man(cmd::completions::ManArgs),
 }
+
+#[cfg(test)]
+mod grammar_tests;
 
 #[cfg(test)]
 mod tests {

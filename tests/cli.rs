@@ -61,7 +61,19 @@ fn bad_input_gets_one_line_and_a_documented_code() {
         (vec!["rr", &addr, "-n", "0"], 2, "at least 1"),
         (vec!["rr", "127.0.0.1:0"], 2, "invalid port"),
         (vec!["rr"], 2, "no target"),
-        (vec!["connect", &addr, "-P", "0"], 2, "--parallel"),
+        (vec!["connect", &addr, "-P", "0"], 2, "--connections"),
+        (
+            vec!["rr", "127.0.0.1:7373", "-p", "9"],
+            2,
+            "names port 7373 but --port says 9",
+        ),
+        (vec!["stack", "-i", "lo"], 2, "give -I lo"),
+        (vec!["stack", "-i", "3"], 2, "give -I 3"),
+        (
+            vec!["analyze", "a.pcap", "b.pcap", "--json"],
+            2,
+            "one capture file",
+        ),
         (vec!["serve", "--port", "notaport"], 2, "invalid value"),
         (vec!["rr", &addr, "--bogus-flag"], 2, "unexpected argument"),
     ];

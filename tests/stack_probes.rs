@@ -450,7 +450,7 @@ fn without_bpf_capabilities_exit_4_and_say_which() {
 #[test]
 fn bad_filters_are_usage_errors() {
     let out = Command::new(BIN)
-        .args(["stack", "-i", "nosuchif0"])
+        .args(["stack", "-I", "nosuchif0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -517,7 +517,7 @@ fn filters_apply_in_the_kernel() {
         "--json",
         "--netns",
         &netns,
-        "-i",
+        "-I",
         &ifindex,
         "--lport",
         &p,
@@ -527,7 +527,7 @@ fn filters_apply_in_the_kernel() {
     lab.tcp_transactions(&listener, 20, 100, Duration::ZERO);
     let r = report(&stack.interrupt().1);
     assert!(hist(&r, Probe::TcpStart).count() >= 20);
-    let stack = Stack::start(&["--json", "--netns", &netns, "-i", "999", "-p", "tcp-start"]);
+    let stack = Stack::start(&["--json", "--netns", &netns, "-I", "999", "-p", "tcp-start"]);
     lab.tcp_transactions(&listener, 20, 100, Duration::ZERO);
     let r = report(&stack.interrupt().1);
     assert_eq!(hist(&r, Probe::TcpStart).count(), 0);

@@ -28,7 +28,7 @@ use crate::output::{OutputArgs, stop_flag, unix_ms};
   latscope analyze nginx.pcap                   ranked stalls, worst connections
   latscope analyze nginx.pcap --conn 3          connection 3 as a ladder, stalls marked
   latscope analyze big.pcapng --json            the report as JSON (schema: latscope schema analyze)
-  latscope analyze --live -i eth0 -d 10s -f 'tcp port 8080'
+  latscope analyze --live -I eth0 -d 10s tcp port 8080
 
 Exit code 1 when a stall detector fired, 2 when frames were read but none could be decoded
 (unknown link type, not IP): nothing was analysed.")]
@@ -36,39 +36,73 @@ pub struct AnalyzeArgs {
     /// Capture file (pcap or pcapng, optionally gzip-compressed; Ethernet, Linux cooked v1/v2,
     /// raw IP, loopback, PPP, Cisco HDLC; VLAN, PPPoE, MPLS, GRE, IP-in-IP, VXLAN and Geneve
     /// decoded down to the inner TCP); "-" = stdin.
-    #[arg(required_unless_present = "live")]
-    pub file: Option<PathBuf>,
+    /// With --live: the capture filter's words instead, as tcpdump takes them.
+    #[arg(required_unless_present = "live", value_name = "FILE | FILTER")]
+    pub file: Vec<String>,
     /// Show connection N (numbered from 0 in order of appearance, like tcp.stream) as a ladder.
     #[arg(long, value_name = "N")]
     pub conn: Option<u64>,
     /// How many of the worst connections to list.
     #[arg(long, default_value_t = 20)]
     pub top: usize,
-    /// Capture live instead of reading a file (needs -i and CAP_NET_RAW).
-    #[arg(long, requires = "interface", conflicts_with = "file")]
+    /// Capture live instead of reading a file (needs -I and CAP_NET_RAW).
+    #[arg(long, requires = "interface")]
     pub live: bool,
     /// Interface for --live.
-    #[arg(short = 'i', long)]
+    #[arg(short = 'I', long, short_alias = 'i', value_name = "IFACE")]
     pub interface: Option<String>,
     /// How long to capture with --live.
-    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(short = 'd', long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Duration,
-    /// Filter for --live (tcpdump syntax).
-    #[arg(short = 'f', long, default_value = "")]
-    pub filter: String,
+    /// Filter for --live in tcpdump syntax, as one argument (or as the trailing words).
+    #[arg(short = 'f', long, value_name = "EXPR", requires = "live")]
+    pub filter: Option<String>,
     /// With --live, also save the packets to this pcap file.
-    #[arg(short = 'w', long)]
+    #[arg(short = 'w', long, value_name = "FILE")]
     pub write: Option<PathBuf>,
     /// With --live, bytes kept per packet.
-    #[arg(short = 's', long, default_value_t = 262_144)]
+    #[arg(
+        long,
+        short_alias = 's',
+        default_value_t = 262_144,
+        value_name = "BYTES"
+    )]
     pub snaplen: u32,
     /// With --live, the kernel ring size.
-    #[arg(long, default_value = "32MiB", value_parser = parse_size)]
+    #[arg(long, default_value = "32MiB", value_parser = parse_size, value_name = "SIZE")]
     pub buffer: u64,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
     pub report: crate::cmd::report::ReportFile,
+}
+
+impl AnalyzeArgs {
+    /// `--live`'s filter: `-f EXPR` or the trailing words (tcpdump's two ways), not both.
+    fn live_filter(&self) -> anyhow::Result<String> {
+        match (&self.filter, self.file.is_empty()) {
+            (Some(_), false) => Err(exit::coded(
+                exit::USAGE,
+                "give the filter once: -f EXPR or as the trailing words, not both",
+            )),
+            (Some(f), true) => Ok(f.clone()),
+            (None, _) => Ok(self.file.join(" ")),
+        }
+    }
+
+    /// The one capture file to read (without `--live`).
+    fn file_path(&self) -> anyhow::Result<PathBuf> {
+        match self.file.as_slice() {
+            [one] => Ok(PathBuf::from(one)),
+            _ => Err(exit::coded(
+                exit::USAGE,
+                format!(
+                    "one capture file, not {} words: a filter applies to --live only",
+                    self.file.len()
+                ),
+            )),
+        }
+    }
 }
 
 /// A capture file that cannot be read: an I/O error is the system's, a malformed file is bad
@@ -94,7 +128,7 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
         let iface = a.interface.clone().unwrap_or_default();
         let cfg = CaptureConfig {
             iface: iface.clone(),
-            filter: a.filter.clone(),
+            filter: a.live_filter()?,
             snaplen: a.snaplen,
             buffer_bytes: a.buffer as usize,
         };
@@ -136,7 +170,7 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
         interrupted = stats.interrupted;
         (format!("live:{iface}"), "live".to_string())
     } else {
-        let path = a.file.clone().unwrap_or_default();
+        let path = a.file_path()?;
         let name = path.display().to_string();
         // "-" reads the capture from stdin: `latscope capture -w - ... | latscope analyze -`.
         let (input, total): (Box<dyn std::io::Read>, u64) = if name == "-" {

@@ -20,39 +20,56 @@ use crate::output::{OutputArgs, stop_flag_finishing, unix_ms};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
-  latscope capture -i eth0 -w web.pcap tcp port 8080      until Ctrl-C
-  latscope capture -i lo -w - -c 1000 host 127.0.0.1 | tshark -r -
-  latscope capture -i any -w all.pcap -d 30s 'tcp and not port 22'
+  latscope capture -I eth0 -w web.pcap tcp port 8080      until Ctrl-C
+  latscope capture -I lo -w - -n 1000 host 127.0.0.1 | tshark -r -
+  latscope capture -I any -w all.pcap -d 30s -f 'tcp and not port 22'
 
-The filter is tcpdump's (pcap-filter(7)), compiled by libpcap as tcpdump does, e.g.
+The filter is tcpdump's (pcap-filter(7)), as trailing words or -f EXPR; compiled by libpcap as tcpdump does, e.g.
 'tcp[tcpflags] & (tcp-syn|tcp-fin) != 0', 'greater 200', 'ip[8] < 65'; it runs in the kernel as
 classic BPF. Needs CAP_NET_RAW.
 Ctrl-C stops, flushes the file and prints the counts (kernel drops included).")]
 pub struct CaptureArgs {
     /// Interface to capture on ("any" for all interfaces, written as raw IP).
-    #[arg(short = 'i', long)]
+    #[arg(short = 'I', long, short_alias = 'i', value_name = "IFACE")]
     pub interface: String,
     /// Write the packets to this pcap file ("-" for stdout).
-    #[arg(short = 'w', long)]
+    #[arg(short = 'w', long, value_name = "FILE")]
     pub write: String,
     /// File format (default: pcapng for a .pcapng name, else pcap with ns timestamps).
     #[arg(long, value_enum)]
     pub format: Option<FileFormat>,
     /// Stop after this many packets.
-    #[arg(short = 'c', long, value_parser = parse_count)]
+    #[arg(short = 'n', long, short_alias = 'c', value_parser = parse_count, value_name = "COUNT")]
     pub count: Option<u64>,
     /// Stop after this long (e.g. 10s, 2m).
-    #[arg(short = 'd', long, value_parser = parse_duration)]
+    #[arg(short = 'd', long, value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
     /// Bytes kept of each packet.
-    #[arg(short = 's', long, default_value_t = 262_144)]
+    #[arg(
+        long,
+        short_alias = 's',
+        default_value_t = 262_144,
+        value_name = "BYTES"
+    )]
     pub snaplen: u32,
     /// Size of the kernel ring buffer.
-    #[arg(long, default_value = "32MiB", value_parser = parse_size)]
+    #[arg(long, default_value = "32MiB", value_parser = parse_size, value_name = "SIZE")]
     pub buffer: u64,
-    /// Filter expression in tcpdump syntax (the remaining arguments).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = false)]
-    pub filter: Vec<String>,
+    /// Filter expression in tcpdump syntax, as one argument (or as the trailing words).
+    #[arg(
+        short = 'f',
+        long,
+        value_name = "EXPR",
+        conflicts_with = "filter_words"
+    )]
+    pub filter: Option<String>,
+    /// Filter expression in tcpdump syntax: the remaining words, as tcpdump takes them.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = false,
+        value_name = "FILTER"
+    )]
+    pub filter_words: Vec<String>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -61,7 +78,7 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
     let started = unix_ms();
     let cfg = CaptureConfig {
         iface: a.interface.clone(),
-        filter: a.filter.join(" "),
+        filter: a.filter.clone().unwrap_or_else(|| a.filter_words.join(" ")),
         snaplen: a.snaplen,
         buffer_bytes: a.buffer as usize,
     };

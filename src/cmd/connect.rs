@@ -22,7 +22,7 @@ use crate::progress::Progress;
 #[command(after_help = "\
 Examples:
   latscope connect 10.0.0.2:443                 200 handshakes against any TCP server
-  latscope connect 10.0.0.2:80 -d 10s -P 4      as many as possible for 10 s, 4 in parallel
+  latscope connect 10.0.0.2:80 -d 10s -c 4      as many as possible for 10 s, 4 in parallel
   latscope connect 127.0.0.1 --crr -n 10k       connect + 64 B request + response + close
                                                 against latscope serve (netperf TCP_CRR)
 
@@ -31,6 +31,9 @@ connection established, as the client sees it. Refused and timed-out attempts ar
 pub struct ConnectArgs {
     /// HOST:PORT of any TCP server (port 7373, latscope serve's, when omitted).
     pub target: String,
+    /// Port of TARGET (as HOST:PORT does) [default: 7373].
+    #[arg(short, long, value_name = "PORT")]
+    pub port: Option<u16>,
     /// Connect, send a request, read the response, close: against latscope serve.
     #[arg(long)]
     pub crr: bool,
@@ -40,11 +43,18 @@ pub struct ConnectArgs {
     /// Keep connecting for this long.
     #[arg(short, long, value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
-    /// Attempts in parallel.
-    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
-    pub parallel: u32,
+    /// Connection attempts in parallel.
+    #[arg(
+        short = 'c',
+        long,
+        short_alias = 'P',
+        alias = "parallel",
+        default_value_t = 1,
+        value_name = "N"
+    )]
+    pub connections: u32,
     /// Per-attempt timeout.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(short = 'W', long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: Duration,
     /// Pause between one worker's attempts.
     #[arg(short, long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
@@ -61,7 +71,7 @@ pub struct ConnectArgs {
 }
 
 pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
-    let target = Target::parse(&a.target, DEFAULT_PORT)?;
+    let target = super::parse_target(&a.target, a.port, DEFAULT_PORT)?;
     if matches!(target, Target::Unix(_)) {
         return Err(exit::coded(
             exit::USAGE,
@@ -70,10 +80,10 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
     }
     let family = a.family.family();
     let addr = target.resolve(family)?;
-    if a.parallel == 0 || a.parallel > 10_000 {
+    if a.connections == 0 || a.connections > 10_000 {
         return Err(exit::coded(
             exit::USAGE,
-            "--parallel must be between 1 and 10000",
+            "--connections must be between 1 and 10000",
         ));
     }
     if a.size == 0 || a.size > 1 << 30 {
@@ -103,7 +113,7 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
             ConnectMode::Connect
         },
         stop_after,
-        parallel: a.parallel,
+        parallel: a.connections,
         timeout: a.timeout,
         interval: a.interval,
         request_bytes: a.size as u32,

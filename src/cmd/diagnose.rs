@@ -43,8 +43,14 @@ pub struct DiagnoseArgs {
     #[arg(short, long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Duration,
     /// Connections for the concurrency step.
-    #[arg(short, long, default_value_t = 8, value_name = "N")]
-    pub concurrency: u32,
+    #[arg(
+        short = 'c',
+        long,
+        alias = "concurrency",
+        default_value_t = 8,
+        value_name = "N"
+    )]
+    pub connections: u32,
     /// Request size for latscope targets.
     #[arg(long, default_value = "64", value_parser = parse_size, value_name = "SIZE")]
     pub request_size: u64,
@@ -108,10 +114,10 @@ pub(crate) fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
     }
     let family = a.family.family();
     let addr = target.resolve(family)?;
-    if a.concurrency == 0 || a.concurrency > 1000 {
+    if a.connections == 0 || a.connections > 1000 {
         return Err(exit::coded(
             exit::USAGE,
-            "--concurrency must be between 1 and 1000",
+            "--connections must be between 1 and 1000",
         ));
     }
     if a.request_size == 0
@@ -137,7 +143,7 @@ pub(crate) fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
         target,
         addr,
         duration: a.duration,
-        concurrency: a.concurrency,
+        concurrency: a.connections,
         request_bytes: a.request_size as u32,
         response_bytes: a.response_size as u32,
         no_load: a.no_load,

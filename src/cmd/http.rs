@@ -25,8 +25,8 @@ const AFTER_HELP: &str = "\
 Examples:
   latscope http http://127.0.0.1:8080/                 closed loop, 50 connections, 10 s
   latscope http http://10.0.0.2/ -c 100 -t 2 -d 30s    like wrk -c 100 -t 2 -d 30s
-  latscope http http://10.0.0.2/ -q 15k -d 2m -w 10s   open loop at 15k req/s, 10 s warm-up
-  latscope http https://host/api -m POST --body '{}' -H 'Content-Type: application/json'
+  latscope http http://10.0.0.2/ -q 15k -d 2m --warmup 10s   open loop at 15k req/s
+  latscope http https://host/api -X POST --body '{}' -H 'Content-Type: application/json'
   latscope http https://localhost:8443/ -k -n 10000    exactly 10000 requests, no cert check
   latscope http http://svc/ --connect-to 127.0.0.1:8080 --hgrm out.hgrm
   latscope http https://host/ --http2 --streams 10 -c 10   HTTP/2, 100 streams in flight
@@ -51,28 +51,28 @@ pub struct HttpArgs {
     /// Target URL: http://HOST[:PORT]/PATH or https://...
     pub url: String,
     /// Concurrent connections (HTTP/1.1 keep-alive).
-    #[arg(short = 'c', long, default_value_t = 50)]
+    #[arg(short = 'c', long, default_value_t = 50, value_name = "N")]
     pub connections: u32,
     /// Worker threads [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<u32>,
     /// Measured duration, e.g. 10s, 2m [default: 10s unless -n is given].
-    #[arg(short = 'd', long, value_parser = units::parse_duration)]
+    #[arg(short = 'd', long, value_parser = units::parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
     /// Send exactly this many measured requests (e.g. 10000, 1m), then stop.
-    #[arg(short = 'n', long, value_parser = units::parse_count)]
-    pub requests: Option<u64>,
+    #[arg(short = 'n', long, alias = "requests", value_parser = units::parse_count, value_name = "COUNT")]
+    pub count: Option<u64>,
     /// Open loop at this total rate, requests per second (e.g. 500, 15k).
-    #[arg(short = 'q', long, value_parser = units::parse_rate)]
+    #[arg(short = 'q', long, value_parser = units::parse_rate, value_name = "RATE")]
     pub rate: Option<f64>,
     /// Run this long before measuring; the warm-up is excluded from every figure.
-    #[arg(short = 'w', long, value_parser = units::parse_duration, default_value = "0s")]
+    #[arg(long, short_alias = 'w', value_parser = units::parse_duration, default_value = "0s", value_name = "DURATION")]
     pub warmup: Duration,
     /// Give up on a request (or a connection attempt) after this long.
-    #[arg(long, value_parser = units::parse_duration, default_value = "2s")]
+    #[arg(short = 'W', long, value_parser = units::parse_duration, default_value = "2s", value_name = "DURATION")]
     pub timeout: Duration,
     /// HTTP method.
-    #[arg(short = 'm', long, default_value = "GET")]
+    #[arg(short = 'X', long, short_alias = 'm', default_value = "GET")]
     pub method: String,
     /// Extra request header 'Name: value' (repeatable).
     #[arg(short = 'H', long = "header")]
@@ -138,7 +138,7 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
         connections: args.connections,
         threads: args.threads.unwrap_or_else(latscope_http::default_threads),
         duration: args.duration,
-        requests: args.requests,
+        requests: args.count,
         rate_per_sec: args.rate,
         warmup: args.warmup,
         timeout: args.timeout,

@@ -46,10 +46,31 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// The measured target of `rr` and `stream`: TARGET (`HOST[:PORT]` or `unix:PATH`) or
-/// `--unix PATH`, and the transport `--udp` picks.
+/// TARGET (`HOST[:PORT]` or `unix:PATH`) with `-p/--port`: the port comes from TARGET, else
+/// from `--port`, else `default`; TARGET and `--port` naming two different ports is refused.
+pub fn parse_target(
+    target: &str,
+    port: Option<u16>,
+    default: u16,
+) -> anyhow::Result<latscope_net::sock::Target> {
+    use latscope_net::sock::Target;
+    let parsed = Target::parse(target, port.unwrap_or(default))?;
+    if let (Some(want), Target::Inet { port: got, .. }) = (port, &parsed)
+        && *got != want
+    {
+        return Err(crate::exit::coded(
+            crate::exit::USAGE,
+            format!("'{target}' names port {got} but --port says {want}: give the port once"),
+        ));
+    }
+    Ok(parsed)
+}
+
+/// The measured target of `rr` and `stream`: TARGET (`HOST[:PORT]` or `unix:PATH`, the port
+/// also from `-p/--port`) or `--unix PATH`, and the transport `--udp` picks.
 pub fn target_and_transport(
     target: &Option<String>,
+    port: Option<u16>,
     unix: &Option<std::path::PathBuf>,
     udp: bool,
 ) -> anyhow::Result<(
@@ -61,7 +82,7 @@ pub fn target_and_transport(
     match (unix, target) {
         (Some(p), _) => Ok((Target::Unix(p.clone()), Transport::Unix)),
         (None, Some(t)) => {
-            let t = Target::parse(t, latscope_net::proto::DEFAULT_PORT)?;
+            let t = parse_target(t, port, latscope_net::proto::DEFAULT_PORT)?;
             let tr = match (&t, udp) {
                 (Target::Unix(_), true) => {
                     return Err(crate::exit::coded(

@@ -53,10 +53,10 @@ impl ModeArgs {
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   latscope ping example.com                 TCP SYN to port 80 if privileged, else TCP connect
-  latscope ping --syn -p 443 -c 20 10.0.0.2 SYN ping: open (SA) / closed (RA) / filtered (lost)
+  latscope ping --syn -p 443 -n 20 10.0.0.2 SYN ping: open (SA) / closed (RA) / filtered (lost)
   latscope ping --udp 10.0.0.2              UDP to `latscope serve` (port 7373)
-  latscope ping --icmp -i 10ms -c 1000 ::1  ICMP echo, 100 per second, IPv6
-  latscope ping --flood -c 100000 127.0.0.1 next probe as soon as the previous is answered
+  latscope ping --icmp -i 10ms -n 1000 ::1  ICMP echo, 100 per second, IPv6
+  latscope ping --flood -n 100000 127.0.0.1 next probe as soon as the previous is answered
 
 Exit codes: 0 answers received; 1 no answer at all; 2 bad input; 3 unresolvable or no route;
 4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (statistics printed).")]
@@ -69,17 +69,17 @@ pub struct PingArgs {
     #[arg(short = 'p', long)]
     pub port: Option<u16>,
     /// Number of probes (default: until Ctrl-C).
-    #[arg(short = 'c', long, value_parser = parse_count)]
+    #[arg(short = 'n', long, short_alias = 'c', value_parser = parse_count, value_name = "COUNT")]
     pub count: Option<u64>,
     /// Time between probes, down to microseconds (e.g. 1s, 10ms, 200us).
-    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub interval: std::time::Duration,
     /// Send the next probe as soon as the previous one is answered (at least every 10 ms);
     /// per-reply lines are not printed.
     #[arg(long)]
     pub flood: bool,
     /// How long to wait for each answer.
-    #[arg(short = 'W', long = "timeout", default_value = "1s", value_parser = parse_duration)]
+    #[arg(short = 'W', long = "timeout", default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: std::time::Duration,
     /// Payload bytes (UDP and ICMP; default 56 ICMP, 16 UDP).
     #[arg(short = 's', long)]

@@ -33,7 +33,7 @@ Examples:
   latscope rr 127.0.0.1                         TCP ping-pong, 64 B each way, 5 s
   latscope rr 10.0.0.2 --udp -n 100k            UDP: losses counted, never hangs on a lost datagram
   latscope rr unix:/tmp/latscope.sock           unix stream socket
-  latscope rr 10.0.0.2 -c 8 --rate 20k          open loop, 20k requests/s over 8 connections
+  latscope rr 10.0.0.2 -c 8 -q 20k              open loop, 20k requests/s over 8 connections
   latscope rr 10.0.0.2 --sizes 1:65536:x2       latency per message size; flags sizes that stall
   latscope rr 10.0.0.2:11111 --peer sockperf    against a `sockperf server`, like sockperf ping-pong
   latscope rr 10.0.0.2 -s 1024 --server-split 128 --server-nagle
@@ -44,8 +44,11 @@ estimate that assumes a symmetric path. Warm-up transactions are not counted.")]
 pub struct RrArgs {
     /// HOST[:PORT] of a latscope server (port 7373 by default), or unix:PATH.
     pub target: Option<String>,
+    /// Port of TARGET (as HOST:PORT does) [default: 7373].
+    #[arg(short, long, value_name = "PORT")]
+    pub port: Option<u16>,
     /// Use a unix stream socket at PATH instead of TARGET.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["target", "udp"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["target", "udp", "port"])]
     pub unix: Option<PathBuf>,
     /// UDP datagrams instead of TCP (each carries a 20-byte latscope header).
     #[arg(long)]
@@ -73,7 +76,7 @@ pub struct RrArgs {
     #[arg(short, long, value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
     /// Warm-up before measuring (per size), excluded from the statistics.
-    #[arg(short, long, default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, short_alias = 'w', default_value = "200ms", value_parser = parse_duration, value_name = "DURATION")]
     pub warmup: Duration,
     /// Connections in parallel, one thread each.
     #[arg(short, long, default_value_t = 1, value_name = "N")]
@@ -82,7 +85,7 @@ pub struct RrArgs {
     #[arg(short = 'q', long, value_parser = parse_rate, value_name = "RATE")]
     pub rate: Option<f64>,
     /// Per-request timeout [default: 1s for UDP, 10s otherwise].
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(short = 'W', long, value_parser = parse_duration, value_name = "DURATION")]
     pub timeout: Option<Duration>,
     /// Connection set-up timeout.
     #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
@@ -249,7 +252,7 @@ fn check_sockperf(a: &RrArgs, sizes: &[(u32, u32)], transport: Transport) -> any
 
 /// Turn the flags into the engine's configuration.
 pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
-    let (target, transport) = super::target_and_transport(&a.target, &a.unix, a.udp)?;
+    let (target, transport) = super::target_and_transport(&a.target, a.port, &a.unix, a.udp)?;
     let family = a.family.family();
     let addr = match &target {
         Target::Unix(_) => None,

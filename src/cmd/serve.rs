@@ -104,7 +104,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
     /// Log only start-up and errors, not every test.
-    #[arg(short, long)]
+    #[arg(long, short_alias = 'q')]
     pub quiet: bool,
 }
 

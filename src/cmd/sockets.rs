@@ -37,7 +37,7 @@ pub struct SocketsArgs {
     #[arg(long, conflicts_with_all = ["port", "all"])]
     pub pid: Option<u32>,
     /// Sockets with this local or remote port.
-    #[arg(long, conflicts_with = "all")]
+    #[arg(short, long, conflicts_with = "all")]
     pub port: Option<u16>,
     /// Every TCP/UDP socket of every readable process, in every network namespace they live in.
     #[arg(long)]
@@ -46,7 +46,7 @@ pub struct SocketsArgs {
     #[arg(long, conflicts_with_all = ["port", "all"])]
     pub watch: bool,
     /// With --watch: stop after this long (e.g. 30s) instead of at Ctrl-C.
-    #[arg(long, requires = "watch")]
+    #[arg(short, long, requires = "watch", value_name = "DURATION")]
     pub duration: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,

@@ -41,9 +41,9 @@ pub enum HooksArg {
 const AFTER_HELP: &str = "\
 Examples:
   latscope stack --list-probes               which probes this kernel supports, and how
-  latscope stack -i eth0                     all probes for packets received on eth0, every 5 s
-  latscope stack -p tcp-socket-enqueued,tcp-socket-read --pid $(pidof nginx)
-  latscope stack --group-by interface -r 10s -d 1m --json
+  latscope stack -I eth0                     all probes for packets received on eth0, every 5 s
+  latscope stack --probes tcp-socket-enqueued,tcp-socket-read --pid $(pidof nginx)
+  latscope stack --group-by interface -i 10s -d 1m --json
   latscope stack --prometheus                serve /metrics on 127.0.0.1:9573 until Ctrl-C
 
 Latency = now − the packet's software receive timestamp, which latscope turns on while it runs.
@@ -56,10 +56,15 @@ pub struct StackArgs {
     #[arg(long)]
     pub list_probes: bool,
     /// Probes to attach, comma-separated (default: all seven).
-    #[arg(short = 'p', long, value_delimiter = ',', value_name = "PROBE,...")]
+    #[arg(
+        long,
+        short_alias = 'p',
+        value_delimiter = ',',
+        value_name = "PROBE,..."
+    )]
     pub probes: Vec<Probe>,
     /// Only packets received on this interface (name in this namespace, or ifindex).
-    #[arg(short = 'i', long, value_name = "IFACE")]
+    #[arg(short = 'I', long, value_name = "IFACE")]
     pub interface: Option<String>,
     /// Only packets in this network namespace (/proc/PID/ns/net, a name in /run/netns, or inode).
     #[arg(long, value_name = "NETNS")]
@@ -80,7 +85,13 @@ pub struct StackArgs {
     #[arg(long, value_enum, default_value = "none")]
     pub group_by: GroupByArg,
     /// Print the histograms every INTERVAL.
-    #[arg(short = 'r', long, default_value = "5s", value_name = "INTERVAL")]
+    #[arg(
+        short = 'i',
+        long,
+        short_alias = 'r',
+        default_value = "5s",
+        value_name = "DURATION"
+    )]
     pub interval: String,
     /// Stop after DURATION (default: run until Ctrl-C).
     #[arg(short = 'd', long, value_name = "DURATION")]
@@ -402,15 +413,38 @@ fn note_detach_on_panic() {
     }));
 }
 
-pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
-    let cfg = config(a)?;
-    let interval = parse_duration(&a.interval).context("-r/--interval")?;
+/// `-i/--interval`, at least 100 ms. `-i` was the interface before the one flag grammar (now
+/// `-I`, as in ping): an interface name given to `-i` gets that hint rather than a bare parse error.
+fn parse_interval(v: &str) -> anyhow::Result<Duration> {
+    // A bare number was an ifindex for the old `-i`: refuse it rather than read seconds.
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(exit::coded(
+            exit::USAGE,
+            format!("-i {v}: give the interval with a unit ({v}s); for ifindex {v} give -I {v}"),
+        ));
+    }
+    let interval = match parse_duration(v) {
+        Ok(d) => d,
+        Err(e) if std::path::Path::new("/sys/class/net").join(v).exists() => {
+            return Err(exit::coded(
+                exit::USAGE,
+                format!("-i {v}: {e}; for the interface {v} give -I {v} (-i is the interval)"),
+            ));
+        }
+        Err(e) => return Err(exit::coded(exit::USAGE, format!("-i/--interval: {e}"))),
+    };
     if interval < Duration::from_millis(100) {
         return Err(exit::coded(
             exit::USAGE,
-            "-r/--interval must be at least 100ms",
+            "-i/--interval must be at least 100ms",
         ));
     }
+    Ok(interval)
+}
+
+pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
+    let interval = parse_interval(&a.interval)?;
+    let cfg = config(a)?;
     let duration = a
         .duration
         .as_deref()

@@ -25,8 +25,8 @@ use crate::progress::Progress;
 #[command(after_help = "\
 Examples:
   latscope stream 10.0.0.2                       TCP, client → server, 10 s, per-second lines
-  latscope stream 10.0.0.2 -R -P 4               server → client, 4 parallel streams
-  latscope stream 10.0.0.2 --bidir -t 30s        both directions at once, reported separately
+  latscope stream 10.0.0.2 -R -c 4               server → client, 4 parallel streams
+  latscope stream 10.0.0.2 --bidir -d 30s        both directions at once, reported separately
   latscope stream 10.0.0.2 --udp -b 50M -l 1400  UDP at 50 Mbit/s: loss, order, jitter (RFC 3550)
   latscope stream 10.0.0.2 --latency-probe       latency of a small request, idle vs. under load
   latscope stream --unix /tmp/latscope.sock      unix stream socket
@@ -37,21 +37,31 @@ lines. TCP senders add retransmits, cwnd and RTT from TCP_INFO each interval.")]
 pub struct StreamArgs {
     /// HOST[:PORT] of a latscope server (port 7373 by default), or unix:PATH.
     pub target: Option<String>,
+    /// Port of TARGET (as HOST:PORT does) [default: 7373].
+    #[arg(short, long, value_name = "PORT")]
+    pub port: Option<u16>,
     /// Use a unix stream socket at PATH instead of TARGET.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["target", "udp"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["target", "udp", "port"])]
     pub unix: Option<PathBuf>,
     /// UDP datagrams instead of TCP.
     #[arg(short = 'u', long)]
     pub udp: bool,
-    /// How long to send.
-    #[arg(short = 't', long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "bytes")]
-    pub time: Option<Duration>,
+    /// How long to send [default: 10s].
+    #[arg(short = 'd', long, short_alias = 't', alias = "time", value_parser = parse_duration, value_name = "DURATION", conflicts_with = "bytes")]
+    pub duration: Option<Duration>,
     /// Bytes to send per direction (shared by the streams) instead of a duration.
-    #[arg(short = 'n', long, value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, short_alias = 'n', value_parser = parse_size, value_name = "SIZE")]
     pub bytes: Option<u64>,
-    /// Parallel streams per direction.
-    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
-    pub parallel: u32,
+    /// Parallel streams (connections) per direction.
+    #[arg(
+        short = 'c',
+        long,
+        short_alias = 'P',
+        alias = "parallel",
+        default_value_t = 1,
+        value_name = "N"
+    )]
+    pub connections: u32,
     /// The server sends, the client receives.
     #[arg(short = 'R', long, conflicts_with = "bidir")]
     pub reverse: bool,
@@ -117,14 +127,14 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
-    let (target, transport) = super::target_and_transport(&a.target, &a.unix, a.udp)?;
+    let (target, transport) = super::target_and_transport(&a.target, a.port, &a.unix, a.udp)?;
     let family = a.family.family();
     let addr = match &target {
         Target::Unix(_) => None,
         t => Some(t.resolve(family)?),
     };
-    if a.parallel == 0 || a.parallel > 128 {
-        return Err(usage("--parallel must be between 1 and 128"));
+    if a.connections == 0 || a.connections > 128 {
+        return Err(usage("--connections must be between 1 and 128"));
     }
     let length = a.length.unwrap_or(if transport == Transport::Udp {
         1400
@@ -139,8 +149,8 @@ pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
     if length == 0 || length > 64 << 20 {
         return Err(usage("--length must be between 1 B and 64 MiB"));
     }
-    let duration = match (a.time, a.bytes) {
-        (Some(t), _) if t.is_zero() => return Err(usage("--time must be above zero")),
+    let duration = match (a.duration, a.bytes) {
+        (Some(t), _) if t.is_zero() => return Err(usage("--duration must be above zero")),
         (Some(t), _) => t,
         (None, Some(_)) => Duration::ZERO,
         (None, None) => Duration::from_secs(10),
@@ -178,7 +188,7 @@ pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
             "--affinity: CPU {c} does not exist (this machine has {ncpu})"
         )));
     }
-    let streams = a.parallel;
+    let streams = a.connections;
     let spec = StreamSpec {
         transport,
         direction: if a.bidir {

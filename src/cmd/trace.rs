@@ -1,4 +1,4 @@
-//! `latscope trace HOST`: the hops to a host (Paris traceroute), or `--report` per-hop loss and
+//! `latscope trace HOST`: the hops to a host (Paris traceroute), or `--stats` per-hop loss and
 //! RTT percentiles over rounds (mtr's report).
 
 use std::io::Write;
@@ -35,9 +35,9 @@ pub struct TraceModeArgs {
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   latscope trace example.com                TCP SYN to port 80, 3 probes per hop
-  latscope trace --udp -q 1 10.0.0.2        UDP probes, one per hop
+  latscope trace --udp --queries 1 10.0.0.2  UDP probes, one per hop
   latscope trace --icmp -m 15 ::1           ICMP echo, at most 15 hops
-  latscope trace --report -c 100 10.0.0.2   per-hop loss and RTT percentiles over 100 rounds
+  latscope trace --stats -n 100 10.0.0.2    per-hop loss and RTT percentiles over 100 rounds
 
 Exit codes: 0 destination reached; 1 not reached; 2 bad input; 3 unresolvable or no route;
 4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (hops so far printed).")]
@@ -50,25 +50,36 @@ pub struct TraceArgs {
     #[arg(short = 'p', long)]
     pub port: Option<u16>,
     /// Probes per hop.
-    #[arg(short = 'q', long, default_value_t = 3)]
+    #[arg(long, short_alias = 'q', default_value_t = 3, value_name = "N")]
     pub queries: u32,
     /// Largest TTL (hop count) to try.
-    #[arg(short = 'm', long = "max-ttl", default_value_t = 30)]
+    #[arg(
+        short = 'm',
+        long = "max-ttl",
+        default_value_t = 30,
+        value_name = "TTL"
+    )]
     pub max_ttl: u8,
     /// TTL to start with.
-    #[arg(short = 'f', long = "first-ttl", default_value_t = 1)]
+    #[arg(
+        long = "first-ttl",
+        short_alias = 'f',
+        default_value_t = 1,
+        value_name = "TTL"
+    )]
     pub first_ttl: u8,
     /// How long to wait for a hop's answers after its last probe.
-    #[arg(short = 'w', long, default_value = "1s", value_parser = parse_duration)]
-    pub wait: std::time::Duration,
-    /// mtr-style report: probe every hop for several rounds, then print per-hop statistics.
-    #[arg(long)]
-    pub report: bool,
-    /// Rounds of `--report`.
-    #[arg(short = 'c', long, default_value = "10", value_parser = parse_count)]
+    #[arg(short = 'W', long, short_alias = 'w', alias = "wait", default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: std::time::Duration,
+    /// Statistics over rounds, like `mtr --report`: probe every hop for several rounds, then
+    /// print per-hop loss and RTT percentiles.
+    #[arg(long, alias = "report")]
+    pub stats: bool,
+    /// Rounds of `--stats`.
+    #[arg(short = 'n', long, short_alias = 'c', default_value = "10", value_parser = parse_count, value_name = "COUNT")]
     pub count: u64,
-    /// Time between `--report` rounds.
-    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration)]
+    /// Time between `--stats` rounds.
+    #[arg(short = 'i', long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub interval: std::time::Duration,
     /// UDP / ICMP payload bytes.
     #[arg(short = 's', long)]
@@ -92,22 +103,22 @@ fn validate(args: &TraceArgs) -> anyhow::Result<()> {
     if args.queries == 0 || args.queries > 10 {
         return Err(exit::coded(
             exit::USAGE,
-            format!("-q {}: probes per hop must be 1..10", args.queries),
+            format!("--queries {}: probes per hop must be 1..10", args.queries),
         ));
     }
     if args.first_ttl == 0 || args.first_ttl > args.max_ttl {
         return Err(exit::coded(
             exit::USAGE,
             format!(
-                "-f {} -m {}: need 1 <= first TTL <= max TTL",
+                "--first-ttl {} --max-ttl {}: need 1 <= first TTL <= max TTL",
                 args.first_ttl, args.max_ttl
             ),
         ));
     }
-    if args.report && args.count == 0 {
+    if args.stats && args.count == 0 {
         return Err(exit::coded(
             exit::USAGE,
-            "--report -c 0 runs no round; give at least 1",
+            "--stats -n 0 runs no round; give at least 1",
         ));
     }
     Ok(())
@@ -167,7 +178,7 @@ fn open_prober(
     Ok((prober, reason, port))
 }
 
-/// Progress for `--report` rounds.
+/// Progress for `--stats` rounds.
 fn round_bar(rounds: u64) -> indicatif::ProgressBar {
     let b = indicatif::ProgressBar::new(rounds);
     b.set_style(
@@ -197,9 +208,9 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         first_ttl: args.first_ttl,
         max_ttl: args.max_ttl,
         queries: args.queries,
-        wait: args.wait,
-        spacing: args.wait.min(std::time::Duration::from_millis(50)),
-        rounds: args.report.then_some(args.count),
+        wait: args.timeout,
+        spacing: args.timeout.min(std::time::Duration::from_millis(50)),
+        rounds: args.stats.then_some(args.count),
         round_interval: args.interval,
     };
     let mut report = TraceReport {
@@ -212,8 +223,8 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         flow: latscope_probe::flow_text(mode).to_string(),
         first_ttl: args.first_ttl,
         max_ttl: args.max_ttl,
-        queries: if args.report { 1 } else { args.queries },
-        wait_ns: args.wait.as_nanos() as u64,
+        queries: if args.stats { 1 } else { args.queries },
+        wait_ns: args.timeout.as_nanos() as u64,
         reached: false,
         destination_reply: None,
         timestamps: String::new(),
@@ -223,7 +234,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         interrupted: false,
     };
     let mut stdout = std::io::stdout();
-    if format == OutputFormat::Human && !args.report {
+    if format == OutputFormat::Human && !args.stats {
         let _ = writeln!(stdout, "{}", render::ping::trace_header(&report));
     }
     let mut on_hop = |h: &TraceHop| {
@@ -249,7 +260,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
             OutputFormat::Json => {}
         }
     };
-    let bar = (args.report && args.output.progress()).then(|| round_bar(args.count));
+    let bar = (args.stats && args.output.progress()).then(|| round_bar(args.count));
     let mut on_round = |done: u64, _total: u64| {
         if let Some(b) = &bar {
             b.set_position(done);
@@ -270,7 +281,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     report.reached = outcome.reached;
     report.destination_reply = outcome.destination_reply;
     report.hops = outcome.hops;
-    report.rounds = args.report.then_some(outcome.rounds_done);
+    report.rounds = args.stats.then_some(outcome.rounds_done);
     report.report = outcome.report;
     report.interrupted = outcome.interrupted;
     report.timestamps = if outcome.rtts == outcome.kernel_rtts {

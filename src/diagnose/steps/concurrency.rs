@@ -19,7 +19,7 @@ impl Measure for Concurrency {
         requests_target(ev)?;
         let n = cx.plan.concurrency;
         if n < 2 {
-            return Err(NotRun::Skipped("--concurrency 1".into()));
+            return Err(NotRun::Skipped("--connections 1".into()));
         }
         let latency =
             app_latency(cx.plan, n, false, cx.plan.duration, cx.stop).map_err(NotRun::Failed)?;
