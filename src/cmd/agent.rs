@@ -37,7 +37,7 @@ SIGTERM or SIGINT stop it cleanly.
 Exit codes: 0 stopped by a signal (or --check passed); 2 bad configuration; 5 cannot listen.")]
 pub struct AgentArgs {
     /// The configuration file (TOML).
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
     /// Serve metrics here instead of the file's `listen` (PORT or HOST:PORT).
     #[arg(long, value_name = "ADDR")]

@@ -98,6 +98,14 @@ pub const CHAINS: &[Link] = &[
         effect: RuleId::SocketQueueing,
         holds: |_, _, _| true,
     },
+    Link {
+        // A server that serves one request at a time makes a probe wait behind the requests of a
+        // load sent to that same server (an HTTP ramp: the finding blames both sides). A bulk
+        // transfer that fills the path (blamed on the network) is a cause of its own.
+        cause: RuleId::SocketQueueing,
+        effect: RuleId::Bufferbloat,
+        holds: |_, _, b| b.side == Side::Both,
+    },
 ];
 
 /// Order findings so that the root cause comes first: findings another finding explains are
@@ -1345,6 +1353,39 @@ mod tests {
         e.stack.as_mut().unwrap().tcp_start_ns = Some(27_000.0);
         let all = apply(&e);
         assert_eq!(all[0].rule, RuleId::SocketQueueing);
+        assert!(all.iter().all(|f| f.caused_by.is_none()));
+    }
+
+    /// A one-at-a-time server under an HTTP ramp: the probe's wait behind the load is the
+    /// queueing's consequence, however much larger it is; a bulk transfer filling the path
+    /// (blamed on the network) stays a root cause.
+    #[test]
+    fn queueing_explains_inflation_under_a_request_load() {
+        let d = |rule, explains_ns, side| Diagnosis {
+            rule,
+            title: rule.name().into(),
+            explains_ns,
+            confidence: 0.8,
+            side,
+            evidence: vec![],
+            fix: String::new(),
+            caused_by: None,
+            causes: vec![],
+        };
+        let e = base(10, 3_000);
+        let found = vec![
+            d(RuleId::Bufferbloat, 96_000_000, Side::Both),
+            d(RuleId::SocketQueueing, 18_000_000, Side::Server),
+        ];
+        let all = rank(&e, found);
+        assert_eq!(all[0].rule, RuleId::SocketQueueing);
+        assert_eq!(all[1].caused_by, Some(RuleId::SocketQueueing));
+        let found = vec![
+            d(RuleId::Bufferbloat, 96_000_000, Side::Network),
+            d(RuleId::SocketQueueing, 18_000_000, Side::Server),
+        ];
+        let all = rank(&e, found);
+        assert_eq!(all[0].rule, RuleId::Bufferbloat);
         assert!(all.iter().all(|f| f.caused_by.is_none()));
     }
 

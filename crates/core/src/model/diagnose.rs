@@ -353,10 +353,15 @@ impl DiagnoseReport {
     /// completed (a server that accepts and never answers), or no step ran at all. Such a run is never "no
     /// problem found".
     pub fn unmeasurable(&self) -> Option<String> {
-        if let Some(h) = self
-            .step(StepName::Handshakes)
-            .filter(|s| s.status != StepStatus::Ran)
-        {
+        // A handshake step stopped by its time budget after connections did complete (a lossy
+        // path retrying SYNs) measured the target; one that completed none did not.
+        let connected = self
+            .distributions
+            .iter()
+            .any(|(n, d)| *n == StepName::Handshakes && d.count > 0);
+        if let Some(h) = self.step(StepName::Handshakes).filter(|s| {
+            s.status != StepStatus::Ran && !(s.status == StepStatus::CutShort && connected)
+        }) {
             return Some(format!("cannot connect to {}: {}", self.target, h.detail));
         }
         if self.target_kind.speaks_requests()
