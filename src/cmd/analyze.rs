@@ -114,6 +114,134 @@ fn read_error(path: &str, e: ReadError) -> anyhow::Error {
     }
 }
 
+/// Where the analysed packets came from, and whether reading them was cut short.
+struct Source {
+    /// The file name, or `live:IFACE`.
+    name: String,
+    /// `pcap`, `pcapng` or `live`.
+    format: String,
+    interrupted: bool,
+}
+
+/// `analyze --live`: capture on an interface for the run's duration (optionally writing the
+/// packets to a file too) and feed every frame to the analyzer.
+fn analyze_live(
+    a: &AnalyzeArgs,
+    analyzer: &mut Analyzer,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<Source> {
+    let iface = a.interface.clone().unwrap_or_default();
+    let cfg = CaptureConfig {
+        iface: iface.clone(),
+        filter: a.live_filter()?,
+        snaplen: a.snaplen,
+        buffer_bytes: a.buffer as usize,
+    };
+    let mut cap = LiveCapture::open(&cfg)?;
+    let link = cap.link_type();
+    let mut writer = match &a.write {
+        Some(p) => Some(open_writer(
+            &p.display().to_string(),
+            None,
+            link,
+            a.snaplen.clamp(64, 262_144),
+            &iface,
+        )?),
+        None => None,
+    };
+    // Always said (on stderr), like tcpdump's "listening on": scripts wait for it.
+    eprintln!(
+        "latscope: capturing on {iface} for {}, Ctrl-C to stop early",
+        latscope_core::units::format_duration(a.duration)
+    );
+    let mut frame = 0u64;
+    let stats = cap.run(stop, None, Some(a.duration), |ts, orig, data| {
+        frame += 1;
+        analyzer.push(frame, ts, decode_with_orig_len(link, data, orig));
+        match &mut writer {
+            Some(w) => w.write_frame(ts, orig, data),
+            None => Ok(()),
+        }
+    })?;
+    if let Some(w) = &mut writer {
+        w.flush()?;
+    }
+    if stats.kernel.drops > 0 {
+        warnings.push(format!(
+            "the kernel dropped {} packets (ring full): the analysis misses them",
+            stats.kernel.drops
+        ));
+    }
+    Ok(Source {
+        name: format!("live:{iface}"),
+        format: "live".to_string(),
+        interrupted: stats.interrupted,
+    })
+}
+
+/// `analyze FILE` (or `-` for stdin): read a pcap/pcapng file, with a progress bar on a TTY.
+fn analyze_file(
+    a: &AnalyzeArgs,
+    analyzer: &mut Analyzer,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<Source> {
+    let path = a.file_path()?;
+    let name = path.display().to_string();
+    // "-" reads the capture from stdin: `latscope capture -w - ... | latscope analyze -`.
+    let (input, total): (Box<dyn std::io::Read>, u64) = if name == "-" {
+        (Box::new(io::stdin().lock()), 0)
+    } else {
+        let f = File::open(&path)
+            .map_err(|e| exit::because(exit::USAGE, format!("cannot open '{name}'"), e))?;
+        let total = f.metadata().map(|m| m.len()).unwrap_or(0);
+        (Box::new(f), total)
+    };
+    let reader = CaptureReader::new(input).map_err(|e| read_error(&name, e))?;
+    // The reader counts decompressed bytes: a compressed file's size is no total for them.
+    let total = if reader.compressed() { 0 } else { total };
+    let bar = if a.output.progress() {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        Some(b)
+    } else {
+        None
+    };
+    let summary = analyze_capture(reader, analyzer, stop, |bytes| {
+        if let Some(b) = &bar {
+            b.set_position(bytes);
+        }
+    })
+    .map_err(|e| read_error(&name, e))?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if summary.stats.truncated_tail {
+        warnings.push("the file ends in the middle of a packet (cut short); everything before it was analysed".into());
+    }
+    if summary.stats.skipped_blocks > 0 {
+        warnings.push(format!(
+            "{} pcapng blocks of other types were skipped",
+            summary.stats.skipped_blocks
+        ));
+    }
+    let fmt = match summary.kind {
+        FileKind::Pcap => "pcap",
+        FileKind::PcapNg => "pcapng",
+    };
+    Ok(Source {
+        name,
+        format: fmt.to_string(),
+        interrupted: summary.interrupted,
+    })
+}
+
 pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
     let started = unix_ms();
     let opts = AnalyzeOptions {
@@ -123,103 +251,14 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
     let mut analyzer = Analyzer::new(opts);
     let stop = stop_flag();
     let mut warnings = Vec::new();
-    let mut interrupted = false;
-    let (source, format) = if a.live {
-        let iface = a.interface.clone().unwrap_or_default();
-        let cfg = CaptureConfig {
-            iface: iface.clone(),
-            filter: a.live_filter()?,
-            snaplen: a.snaplen,
-            buffer_bytes: a.buffer as usize,
-        };
-        let mut cap = LiveCapture::open(&cfg)?;
-        let link = cap.link_type();
-        let mut writer = match &a.write {
-            Some(p) => Some(open_writer(
-                &p.display().to_string(),
-                None,
-                link,
-                a.snaplen.clamp(64, 262_144),
-                &iface,
-            )?),
-            None => None,
-        };
-        // Always said (on stderr), like tcpdump's "listening on": scripts wait for it.
-        eprintln!(
-            "latscope: capturing on {iface} for {}, Ctrl-C to stop early",
-            latscope_core::units::format_duration(a.duration)
-        );
-        let mut frame = 0u64;
-        let stats = cap.run(&stop, None, Some(a.duration), |ts, orig, data| {
-            frame += 1;
-            analyzer.push(frame, ts, decode_with_orig_len(link, data, orig));
-            match &mut writer {
-                Some(w) => w.write_frame(ts, orig, data),
-                None => Ok(()),
-            }
-        })?;
-        if let Some(w) = &mut writer {
-            w.flush()?;
-        }
-        if stats.kernel.drops > 0 {
-            warnings.push(format!(
-                "the kernel dropped {} packets (ring full): the analysis misses them",
-                stats.kernel.drops
-            ));
-        }
-        interrupted = stats.interrupted;
-        (format!("live:{iface}"), "live".to_string())
+    let Source {
+        name: source,
+        format,
+        interrupted,
+    } = if a.live {
+        analyze_live(a, &mut analyzer, &stop, &mut warnings)?
     } else {
-        let path = a.file_path()?;
-        let name = path.display().to_string();
-        // "-" reads the capture from stdin: `latscope capture -w - ... | latscope analyze -`.
-        let (input, total): (Box<dyn std::io::Read>, u64) = if name == "-" {
-            (Box::new(io::stdin().lock()), 0)
-        } else {
-            let f = File::open(&path)
-                .map_err(|e| exit::because(exit::USAGE, format!("cannot open '{name}'"), e))?;
-            let total = f.metadata().map(|m| m.len()).unwrap_or(0);
-            (Box::new(f), total)
-        };
-        let reader = CaptureReader::new(input).map_err(|e| read_error(&name, e))?;
-        // The reader counts decompressed bytes: a compressed file's size is no total for them.
-        let total = if reader.compressed() { 0 } else { total };
-        let bar = if a.output.progress() {
-            let b = indicatif::ProgressBar::new(total);
-            b.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            Some(b)
-        } else {
-            None
-        };
-        let summary = analyze_capture(reader, &mut analyzer, &stop, |bytes| {
-            if let Some(b) = &bar {
-                b.set_position(bytes);
-            }
-        })
-        .map_err(|e| read_error(&name, e))?;
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        if summary.stats.truncated_tail {
-            warnings.push("the file ends in the middle of a packet (cut short); everything before it was analysed".into());
-        }
-        if summary.stats.skipped_blocks > 0 {
-            warnings.push(format!(
-                "{} pcapng blocks of other types were skipped",
-                summary.stats.skipped_blocks
-            ));
-        }
-        interrupted = interrupted || summary.interrupted;
-        let fmt = match summary.kind {
-            FileKind::Pcap => "pcap",
-            FileKind::PcapNg => "pcapng",
-        };
-        (name, fmt.to_string())
+        analyze_file(a, &mut analyzer, &stop, &mut warnings)?
     };
     if interrupted {
         warnings.push("interrupted: partial results".into());

@@ -118,7 +118,8 @@ pub struct HttpArgs {
     pub report: crate::cmd::report::ReportFile,
 }
 
-pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
+/// The engine's options from the command line (reads --body-file).
+fn options(args: &HttpArgs) -> anyhow::Result<Options> {
     let body = match (&args.body, &args.body_file) {
         (Some(b), _) => b.clone().into_bytes(),
         (None, Some(p)) => std::fs::read(p).map_err(|e| {
@@ -130,7 +131,7 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
         })?,
         (None, None) => Vec::new(),
     };
-    let opts = Options {
+    Ok(Options {
         url: args.url.clone(),
         method: args.method.clone(),
         headers: args.headers.clone(),
@@ -149,27 +150,18 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
         http2: args.http2,
         streams: args.streams,
         quickack: args.quickack,
-    };
+    })
+}
+
+pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
+    let opts = options(args)?;
     let cfg = Config::new(&opts)?;
     let format = args.output.format();
     let started = output::unix_ms();
     let stop = output::stop_flag();
 
     let live = args.live.start(&args.output, live_state(args, &cfg), &stop);
-    let bar = (args.output.progress() && live.is_none()).then(|| {
-        let b = ProgressBar::new_spinner();
-        b.set_style(
-            ProgressStyle::with_template("{spinner} {elapsed} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        b.enable_steady_tick(Duration::from_millis(200));
-        b.set_message(if cfg.warmup_ns > 0 {
-            "warming up…".to_string()
-        } else {
-            "connecting…".to_string()
-        });
-        b
-    });
+    let bar = (args.output.progress() && live.is_none()).then(|| spinner(&cfg));
     let mut total = 0u64;
     let mut on_interval = |iv: &Interval, hist: &LatencyHistogram| {
         total += iv.requests;
@@ -186,24 +178,7 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
             });
         }
         if let Some(b) = &bar {
-            let secs = (iv.end_ns - iv.start_ns) as f64 / 1e9;
-            let mut m = format!(
-                "{} requests  {} req/s",
-                total,
-                format_si(iv.requests as f64 / secs.max(1e-9))
-            );
-            if iv.latency.count > 0 {
-                let _ = write!(
-                    m,
-                    "  p50 {}  p99 {}",
-                    format_ns(iv.latency.p50_ns as f64),
-                    format_ns(iv.latency.p99_ns as f64)
-                );
-            }
-            if iv.errors > 0 {
-                let _ = write!(m, "  {} errors", iv.errors);
-            }
-            b.set_message(m);
+            b.set_message(progress_message(total, iv));
         }
         if format == OutputFormat::JsonLines {
             output::live(
@@ -237,7 +212,12 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
     emit(&report, format, &mut std::io::stdout().lock()).context("cannot write the report")?;
     let _ = std::io::stdout().flush();
     args.report.write(&report)?;
-    Ok(if report.interrupted {
+    Ok(exit_code(&report))
+}
+
+/// Interrupted, nothing answered (the target's fault), some errors (findings), or clean.
+fn exit_code(report: &HttpReport) -> u8 {
+    if report.interrupted {
         exit::INTERRUPTED
     } else if report.requests == 0 && report.errors.total > 0 {
         exit::TARGET
@@ -245,7 +225,45 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
         exit::FINDINGS
     } else {
         exit::OK
-    })
+    }
+}
+
+/// The progress spinner shown on a TTY when the live view is off.
+fn spinner(cfg: &Config) -> ProgressBar {
+    let b = ProgressBar::new_spinner();
+    b.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    b.enable_steady_tick(Duration::from_millis(200));
+    b.set_message(if cfg.warmup_ns > 0 {
+        "warming up…".to_string()
+    } else {
+        "connecting…".to_string()
+    });
+    b
+}
+
+/// The spinner's line after an interval: requests so far, the interval's rate and percentiles.
+fn progress_message(total: u64, iv: &Interval) -> String {
+    let secs = (iv.end_ns - iv.start_ns) as f64 / 1e9;
+    let mut m = format!(
+        "{} requests  {} req/s",
+        total,
+        format_si(iv.requests as f64 / secs.max(1e-9))
+    );
+    if iv.latency.count > 0 {
+        let _ = write!(
+            m,
+            "  p50 {}  p99 {}",
+            format_ns(iv.latency.p50_ns as f64),
+            format_ns(iv.latency.p99_ns as f64)
+        );
+    }
+    if iv.errors > 0 {
+        let _ = write!(m, "  {} errors", iv.errors);
+    }
+    m
 }
 
 /// The live view's empty state: the run's end is its -n count, or warm-up + duration.

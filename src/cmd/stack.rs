@@ -442,6 +442,42 @@ fn parse_interval(v: &str) -> anyhow::Result<Duration> {
     Ok(interval)
 }
 
+/// `stack --list-probes`: which probes attached, as a table or JSON.
+fn print_probe_list(
+    session: &Session,
+    format: OutputFormat,
+    stdout: &mut impl Write,
+) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Human => {
+            let mut s = String::new();
+            report::render_probe_list(session.status(), session.stamp_hook(), &mut s);
+            stdout.write_all(s.as_bytes())?;
+        }
+        _ => {
+            serde_json::to_writer_pretty(&mut *stdout, session.status())?;
+            writeln!(stdout)?;
+        }
+    }
+    Ok(())
+}
+
+/// `--prometheus ADDR`: serve the collector's snapshots on /metrics.
+fn start_exporter(
+    addr: std::net::SocketAddr,
+    collector: &std::sync::Arc<StackCollector>,
+) -> anyhow::Result<Server> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(collector.clone()));
+    Server::start(addr, std::sync::Arc::new(registry), Limits::default()).map_err(|e| {
+        exit::because(
+            exit::SYSTEM,
+            format!("--prometheus: cannot listen on {addr}"),
+            e,
+        )
+    })
+}
+
 pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let interval = parse_interval(&a.interval)?;
     let cfg = config(a)?;
@@ -464,32 +500,14 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     note_detach_on_panic();
     let session = start(&cfg)?;
     if a.list_probes {
-        let mut s = String::new();
-        report::render_probe_list(session.status(), session.stamp_hook(), &mut s);
-        match format {
-            OutputFormat::Human => stdout.write_all(s.as_bytes())?,
-            _ => {
-                serde_json::to_writer_pretty(&mut stdout, session.status())?;
-                writeln!(stdout)?;
-            }
-        }
+        print_probe_list(&session, format, &mut stdout)?;
         return Ok(exit::OK);
     }
     // Started after attaching: a bind failure is an error after attach, and the session's Drop
     // detaches everything on the way out.
     let collector = std::sync::Arc::new(StackCollector::default());
     let server = prom_addr
-        .map(|addr| {
-            let mut registry = prometheus_client::registry::Registry::default();
-            registry.register_collector(Box::new(collector.clone()));
-            Server::start(addr, std::sync::Arc::new(registry), Limits::default()).map_err(|e| {
-                exit::because(
-                    exit::SYSTEM,
-                    format!("--prometheus: cannot listen on {addr}"),
-                    e,
-                )
-            })
-        })
+        .map(|addr| start_exporter(addr, &collector))
         .transpose()?;
 
     let view = View {

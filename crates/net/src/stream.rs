@@ -535,6 +535,76 @@ fn spawn_probe(
     Some(thread::spawn(move || run_probe(&c, d, &ps)))
 }
 
+/// One read of the control connection: relays a server interval; `true` when the test is over
+/// (the server's final figures, its error or a lost connection are then in `out`).
+fn poll_control(
+    reader: &mut FrameReader,
+    control: &mut Conn,
+    out: &mut ControlOutcome,
+    on_interval: &mut dyn FnMut(&StreamInterval),
+) -> bool {
+    match reader.poll::<Control>(control) {
+        Ok(Some(Control::Interval(ev))) => {
+            on_interval(&ev);
+            out.intervals.push(ev);
+            false
+        }
+        Ok(Some(Control::Final {
+            flows,
+            cost_as_sender,
+            cost_as_receiver,
+        })) => {
+            out.final_msg = Some((flows, cost_as_sender, cost_as_receiver));
+            true
+        }
+        Ok(Some(Control::Error { message })) => {
+            out.error = Some(format!("the server ended the test: {message}"));
+            true
+        }
+        Ok(_) => false,
+        Err(e) => {
+            out.error = Some(match e {
+                FrameError::Io(_) => "the server closed the connection mid-test".to_string(),
+                e => format!("control connection: {e}"),
+            });
+            true
+        }
+    }
+}
+
+/// When the client may send Stop: our senders are done (plus a grace period for datagrams in
+/// flight), our UDP receivers have had the sender's whole run, and the TCP (and unix) flows the
+/// server sends have ended with its EOF — a Stop before that would cut a server→client test short.
+fn ready_to_stop(
+    spec: &StreamSpec,
+    counters: &[FlowCounters],
+    handles: &[FlowThread],
+    (start, until): (Instant, Until),
+    senders_done_at: Option<Instant>,
+    now: Instant,
+) -> bool {
+    let udp = spec.transport == Transport::Udp;
+    let has_client_senders = (0..spec.flows()).any(|i| spec.client_sends(i));
+    let udp_recv_done = !udp
+        || spec.client_sends(spec.flows() - 1)
+        || until.deadline.is_some_and(|d| now >= d + UDP_GRACE)
+        || (until.bytes.is_some()
+            && counters.iter().all(|c| {
+                now.duration_since(start).as_nanos() as u64
+                    > c.last_ns.load(Ordering::Relaxed) + 1_000_000_000
+            }));
+    let stream_recv_done = udp
+        || handles
+            .iter()
+            .filter(|(_, s, _)| !*s)
+            .all(|(i, _, _)| counters[*i as usize].done.load(Ordering::Relaxed))
+        || until.deadline.is_some_and(|d| now >= d + UDP_GRACE);
+    let grace = if udp { UDP_GRACE } else { Duration::ZERO };
+    (!has_client_senders || senders_done_at.is_some_and(|t| now >= t + grace))
+        && udp_recv_done
+        && stream_recv_done
+}
+
 /// Drive the test from the control connection: relay both sides' intervals, send Stop when
 /// our senders are done (or on Ctrl-C) and wait for the server's final figures, each wait
 /// bounded by [`CONTROL_TIMEOUT`].
@@ -564,38 +634,14 @@ fn coordinate(
     let mut stop_sent_at: Option<Instant> = None;
     let mut senders_done_at: Option<Instant> = None;
     let udp = spec.transport == Transport::Udp;
-    let has_client_senders = (0..spec.flows()).any(|i| spec.client_sends(i));
     loop {
         let now = Instant::now();
         let interrupted = stop.load(Ordering::Relaxed);
         if interrupted {
             shared.send_stop.store(true, Ordering::Relaxed);
         }
-        match reader.poll::<Control>(control) {
-            Ok(Some(Control::Interval(ev))) => {
-                on_interval(&ev);
-                out.intervals.push(ev);
-            }
-            Ok(Some(Control::Final {
-                flows,
-                cost_as_sender,
-                cost_as_receiver,
-            })) => {
-                out.final_msg = Some((flows, cost_as_sender, cost_as_receiver));
-                return out;
-            }
-            Ok(Some(Control::Error { message })) => {
-                out.error = Some(format!("the server ended the test: {message}"));
-                return out;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                out.error = Some(match e {
-                    FrameError::Io(_) => "the server closed the connection mid-test".to_string(),
-                    e => format!("control connection: {e}"),
-                });
-                return out;
-            }
+        if poll_control(reader, control, &mut out, on_interval) {
+            return out;
         }
         if now >= next {
             for ev in flow::intervals(
@@ -615,8 +661,6 @@ fn coordinate(
             last_tick = now;
             next += interval;
         }
-        // When to send Stop: our senders are done (plus a grace period for datagrams in
-        // flight) and our UDP receivers have had the sender's whole run; or Ctrl-C.
         let senders_done = handles
             .iter()
             .filter(|(_, s, _)| *s)
@@ -624,26 +668,14 @@ fn coordinate(
         if senders_done && senders_done_at.is_none() {
             senders_done_at = Some(now);
         }
-        let udp_recv_done = !udp
-            || spec.client_sends(spec.flows() - 1)
-            || until.deadline.is_some_and(|d| now >= d + UDP_GRACE)
-            || (until.bytes.is_some()
-                && counters.iter().all(|c| {
-                    now.duration_since(start).as_nanos() as u64
-                        > c.last_ns.load(Ordering::Relaxed) + 1_000_000_000
-                }));
-        // TCP (and unix) flows the server sends end with its EOF, after its last byte; a Stop
-        // before that would cut a server→client test short.
-        let stream_recv_done = udp
-            || handles
-                .iter()
-                .filter(|(_, s, _)| !*s)
-                .all(|(i, _, _)| counters[*i as usize].done.load(Ordering::Relaxed))
-            || until.deadline.is_some_and(|d| now >= d + UDP_GRACE);
-        let grace = if udp { UDP_GRACE } else { Duration::ZERO };
-        let ready = (!has_client_senders || senders_done_at.is_some_and(|t| now >= t + grace))
-            && udp_recv_done
-            && stream_recv_done;
+        let ready = ready_to_stop(
+            spec,
+            counters,
+            handles,
+            (start, until),
+            senders_done_at,
+            now,
+        );
         if stop_sent_at.is_none() && (ready || interrupted) {
             if udp {
                 shared.recv_stop.store(true, Ordering::Relaxed);
