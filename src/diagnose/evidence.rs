@@ -95,6 +95,22 @@ pub enum Load {
 }
 
 impl Load {
+    /// A closed-loop load's own wait per request by Little's law (connections ÷ throughput),
+    /// ns: what a probe request served in turn among the load's requests waits. None for a bulk
+    /// transfer (its queue is the path's, not a turn among requests).
+    pub fn fair_share_ns(&self) -> Option<u64> {
+        match *self {
+            Load::Http {
+                connections,
+                requests_per_sec,
+                ..
+            } if requests_per_sec > 0.0 && connections > 0 => {
+                Some((f64::from(connections) / requests_per_sec * 1e9) as u64)
+            }
+            _ => None,
+        }
+    }
+
     /// e.g. "a bulk transfer at 9.4 Gbit/s", "32 concurrent GET (41k/s)".
     pub fn describe(&self) -> String {
         use latscope_core::units::format_bitrate;
