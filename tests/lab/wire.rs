@@ -16,6 +16,10 @@ pub use super::{BIN, TempDir, unique};
 /// A background capture process; SIGINT on stop (and on drop, as a safety net).
 pub struct Bg {
     child: Option<Child>,
+    /// The file the process writes packet by packet (tcpdump -U): stop waits until it stops
+    /// growing, because tcpdump's SIGINT handler breaks its loop without draining the ring, and
+    /// on a loaded machine it may not yet have read the last packets.
+    written: Option<std::path::PathBuf>,
 }
 
 fn wait_ready(child: &mut Child, marker: &'static str) {
@@ -68,7 +72,10 @@ impl Bg {
             .spawn()
             .unwrap();
         wait_ready(&mut child, "capturing on");
-        Bg { child: Some(child) }
+        Bg {
+            child: Some(child),
+            written: None,
+        }
     }
 
     /// tcpdump writing `file` with `filter` on `iface`.
@@ -85,7 +92,10 @@ impl Bg {
             .spawn()
             .expect("tcpdump is installed (scripts/packages.d/wire.txt)");
         wait_ready(&mut child, "listening on");
-        Bg { child: Some(child) }
+        Bg {
+            child: Some(child),
+            written: Some(file.to_path_buf()),
+        }
     }
 
     /// Ctrl-C, then wait for the process to flush and exit.
@@ -93,9 +103,30 @@ impl Bg {
         let child = self.child.take().unwrap();
         // Let the last packets reach the ring before stopping.
         std::thread::sleep(Duration::from_millis(300));
+        if let Some(file) = &self.written {
+            wait_until_stable(file);
+        }
         // SAFETY: signalling our own child process.
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         child.wait_with_output().unwrap()
+    }
+}
+
+/// Wait (at most 10 s) until `file`'s size has not changed for 500 ms.
+fn wait_until_stable(file: &Path) {
+    let size = || std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let mut last = size();
+    let mut stable_since = std::time::Instant::now();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline
+        && stable_since.elapsed() < Duration::from_millis(500)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = size();
+        if now != last {
+            last = now;
+            stable_since = std::time::Instant::now();
+        }
     }
 }
 
