@@ -138,6 +138,15 @@ impl<R: Read> Read for Source<R> {
 /// The first two bytes of a gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
+/// Where a frame found in the buffer lies, before it is numbered and lent out.
+struct FrameAt {
+    at: usize,
+    len: usize,
+    ts_ns: u64,
+    orig_len: u32,
+    link: LinkType,
+}
+
 /// A streaming capture-file reader.
 pub struct CaptureReader<R> {
     src: Source<R>,
@@ -371,169 +380,197 @@ impl<R: Read> CaptureReader<R> {
         }))
     }
 
+    /// pcapng block types (pcapng spec §4).
+    const SHB: u32 = 0x0a0d_0d0a;
+    const IDB: u32 = 1;
+    const OBSOLETE_PB: u32 = 2;
+    const SPB: u32 = 3;
+    const EPB: u32 = 6;
+
     fn next_pcapng(&mut self) -> Result<Option<Frame<'_>>, ReadError> {
-        loop {
-            if !self.fill(12)? {
+        let at = loop {
+            let Some((btype, swapped, blen)) = self.pcapng_block_header()? else {
                 return self.tail();
-            }
-            let Format::PcapNg { swapped, .. } = self.format else {
-                return Ok(None);
             };
-            let raw_type = self.u32_at(0, false);
-            let (btype, swapped) = if raw_type == 0x0a0d_0d0a {
-                // Section header: the byte-order magic decides the order for this section.
-                let bom = self.u32_at(8, false);
-                let sw = match bom {
-                    0x1a2b_3c4d => false,
-                    0x4d3c_2b1a => true,
-                    other => {
-                        return Err(
-                            self.corrupt(format!("bad pcapng byte-order magic {other:#010x}"))
-                        );
-                    }
-                };
-                (raw_type, sw)
-            } else {
-                (self.u32_at(0, swapped), swapped)
-            };
-            let blen = self.u32_at(4, swapped) as usize;
-            if blen < 12 || blen % 4 != 0 || blen > MAX_RECORD {
-                return Err(self.corrupt(format!("pcapng block length {blen} is invalid")));
-            }
-            if !self.fill(blen)? {
-                return self.tail();
-            }
             match btype {
-                0x0a0d_0d0a => {
+                Self::SHB => {
                     self.format = Format::PcapNg {
                         swapped,
                         ifaces: Vec::new(),
                     };
                     self.consume(blen);
                 }
-                1 => {
-                    if blen < 20 {
-                        return Err(self.corrupt("pcapng interface block too short"));
-                    }
-                    let link = LinkType::from_u32(u32::from(self.u16_at(8, swapped)));
-                    let snaplen = self.u32_at(12, swapped);
-                    let mut iface = Iface {
-                        link,
-                        snaplen,
-                        exp: 6,
-                        pow2: false,
-                        offset_s: 0,
-                    };
-                    // Options: code u16, len u16, value padded to 4.
-                    let mut o = 16;
-                    while o + 4 <= blen - 4 {
-                        let code = self.u16_at(o, swapped);
-                        let len = usize::from(self.u16_at(o + 2, swapped));
-                        if code == 0 || o + 4 + len > blen - 4 {
-                            break;
-                        }
-                        let v = self.start + o + 4;
-                        if code == 9 && len >= 1 {
-                            let r = self.buf[v];
-                            iface.pow2 = r & 0x80 != 0;
-                            iface.exp = r & 0x7f;
-                        } else if code == 14 && len >= 8 {
-                            let mut b = [0u8; 8];
-                            b.copy_from_slice(&self.buf[v..v + 8]);
-                            iface.offset_s = if swapped {
-                                i64::from_be_bytes(b)
-                            } else {
-                                i64::from_le_bytes(b)
-                            };
-                        }
-                        o += 4 + len.div_ceil(4) * 4;
-                    }
-                    if let Format::PcapNg { ifaces, .. } = &mut self.format {
-                        if ifaces.len() < 4096 {
-                            ifaces.push(iface);
-                        }
-                    }
-                    self.consume(blen);
+                Self::IDB => self.pcapng_interface(swapped, blen)?,
+                Self::EPB | Self::OBSOLETE_PB => {
+                    break self.pcapng_packet(btype == Self::EPB, swapped, blen)?;
                 }
-                6 | 2 => {
-                    if blen < 32 {
-                        return Err(self.corrupt("pcapng packet block too short"));
-                    }
-                    let (ifid, hi, lo, cap, orig) = if btype == 6 {
-                        (
-                            self.u32_at(8, swapped) as usize,
-                            self.u32_at(12, swapped),
-                            self.u32_at(16, swapped),
-                            self.u32_at(20, swapped) as usize,
-                            self.u32_at(24, swapped),
-                        )
-                    } else {
-                        (
-                            usize::from(self.u16_at(8, swapped)),
-                            self.u32_at(12, swapped),
-                            self.u32_at(16, swapped),
-                            self.u32_at(20, swapped) as usize,
-                            self.u32_at(24, swapped),
-                        )
-                    };
-                    if cap > blen - 32 {
-                        return Err(self.corrupt(format!(
-                            "packet block claims {cap} bytes in a {blen}-byte block"
-                        )));
-                    }
-                    let iface = match &self.format {
-                        Format::PcapNg { ifaces, .. } => ifaces.get(ifid).copied(),
-                        Format::Pcap { .. } => None,
-                    };
-                    let Some(iface) = iface else {
-                        return Err(self.corrupt(format!(
-                            "packet block for interface {ifid}, which was never described"
-                        )));
-                    };
-                    let ts = (u64::from(hi) << 32) | u64::from(lo);
-                    let at = self.start + 28;
-                    self.consume(blen);
-                    let number = self.next_number;
-                    self.next_number += 1;
-                    return Ok(Some(Frame {
-                        number,
-                        ts_ns: iface.ts_to_ns(ts),
-                        orig_len: orig,
-                        link: iface.link,
-                        data: &self.buf[at..at + cap],
-                    }));
-                }
-                3 => {
-                    let iface = match &self.format {
-                        Format::PcapNg { ifaces, .. } => ifaces.first().copied(),
-                        Format::Pcap { .. } => None,
-                    };
-                    let Some(iface) = iface else {
-                        return Err(self.corrupt("simple packet block before any interface block"));
-                    };
-                    let orig = self.u32_at(8, swapped);
-                    let mut cap = (orig as usize).min(blen - 16);
-                    if iface.snaplen > 0 {
-                        cap = cap.min(iface.snaplen as usize);
-                    }
-                    let at = self.start + 12;
-                    self.consume(blen);
-                    let number = self.next_number;
-                    self.next_number += 1;
-                    // Simple packet blocks carry no timestamp.
-                    return Ok(Some(Frame {
-                        number,
-                        ts_ns: 0,
-                        orig_len: orig,
-                        link: iface.link,
-                        data: &self.buf[at..at + cap],
-                    }));
-                }
+                Self::SPB => break self.pcapng_simple_packet(swapped, blen)?,
                 _ => {
                     self.stats.skipped_blocks += 1;
                     self.consume(blen);
                 }
             }
+        };
+        Ok(Some(self.lend(at)))
+    }
+
+    /// The next block's type, byte order and length, with the whole block buffered; `None` at
+    /// the end of the file (or of what was written of it).
+    fn pcapng_block_header(&mut self) -> Result<Option<(u32, bool, usize)>, ReadError> {
+        if !self.fill(12)? {
+            return Ok(None);
+        }
+        let Format::PcapNg { swapped, .. } = self.format else {
+            return Ok(None);
+        };
+        let raw_type = self.u32_at(0, false);
+        let (btype, swapped) = if raw_type == Self::SHB {
+            // Section header: the byte-order magic decides the order for this section.
+            let sw = match self.u32_at(8, false) {
+                0x1a2b_3c4d => false,
+                0x4d3c_2b1a => true,
+                other => {
+                    return Err(self.corrupt(format!("bad pcapng byte-order magic {other:#010x}")));
+                }
+            };
+            (raw_type, sw)
+        } else {
+            (self.u32_at(0, swapped), swapped)
+        };
+        let blen = self.u32_at(4, swapped) as usize;
+        if blen < 12 || blen % 4 != 0 || blen > MAX_RECORD {
+            return Err(self.corrupt(format!("pcapng block length {blen} is invalid")));
+        }
+        if !self.fill(blen)? {
+            return Ok(None);
+        }
+        Ok(Some((btype, swapped, blen)))
+    }
+
+    /// An interface description block: link type, snap length, `if_tsresol`, `if_tsoffset`.
+    fn pcapng_interface(&mut self, swapped: bool, blen: usize) -> Result<(), ReadError> {
+        if blen < 20 {
+            return Err(self.corrupt("pcapng interface block too short"));
+        }
+        let mut iface = Iface {
+            link: LinkType::from_u32(u32::from(self.u16_at(8, swapped))),
+            snaplen: self.u32_at(12, swapped),
+            exp: 6,
+            pow2: false,
+            offset_s: 0,
+        };
+        // Options: code u16, len u16, value padded to 4.
+        let mut o = 16;
+        while o + 4 <= blen - 4 {
+            let code = self.u16_at(o, swapped);
+            let len = usize::from(self.u16_at(o + 2, swapped));
+            if code == 0 || o + 4 + len > blen - 4 {
+                break;
+            }
+            let v = self.start + o + 4;
+            if code == 9 && len >= 1 {
+                let r = self.buf[v];
+                iface.pow2 = r & 0x80 != 0;
+                iface.exp = r & 0x7f;
+            } else if code == 14 && len >= 8 {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&self.buf[v..v + 8]);
+                iface.offset_s = if swapped {
+                    i64::from_be_bytes(b)
+                } else {
+                    i64::from_le_bytes(b)
+                };
+            }
+            o += 4 + len.div_ceil(4) * 4;
+        }
+        if let Format::PcapNg { ifaces, .. } = &mut self.format {
+            if ifaces.len() < 4096 {
+                ifaces.push(iface);
+            }
+        }
+        self.consume(blen);
+        Ok(())
+    }
+
+    /// The pcapng interface `ifid` describes, if it was described.
+    fn pcapng_iface(&self, ifid: usize) -> Option<Iface> {
+        match &self.format {
+            Format::PcapNg { ifaces, .. } => ifaces.get(ifid).copied(),
+            Format::Pcap { .. } => None,
+        }
+    }
+
+    /// An enhanced packet block, or the obsolete packet block (16-bit interface id).
+    fn pcapng_packet(
+        &mut self,
+        enhanced: bool,
+        swapped: bool,
+        blen: usize,
+    ) -> Result<FrameAt, ReadError> {
+        if blen < 32 {
+            return Err(self.corrupt("pcapng packet block too short"));
+        }
+        let ifid = if enhanced {
+            self.u32_at(8, swapped) as usize
+        } else {
+            usize::from(self.u16_at(8, swapped))
+        };
+        let (hi, lo) = (self.u32_at(12, swapped), self.u32_at(16, swapped));
+        let cap = self.u32_at(20, swapped) as usize;
+        let orig_len = self.u32_at(24, swapped);
+        if cap > blen - 32 {
+            return Err(self.corrupt(format!(
+                "packet block claims {cap} bytes in a {blen}-byte block"
+            )));
+        }
+        let Some(iface) = self.pcapng_iface(ifid) else {
+            return Err(self.corrupt(format!(
+                "packet block for interface {ifid}, which was never described"
+            )));
+        };
+        let at = FrameAt {
+            at: self.start + 28,
+            len: cap,
+            ts_ns: iface.ts_to_ns((u64::from(hi) << 32) | u64::from(lo)),
+            orig_len,
+            link: iface.link,
+        };
+        self.consume(blen);
+        Ok(at)
+    }
+
+    /// A simple packet block: interface 0, no timestamp, captured length from the snap length.
+    fn pcapng_simple_packet(&mut self, swapped: bool, blen: usize) -> Result<FrameAt, ReadError> {
+        let Some(iface) = self.pcapng_iface(0) else {
+            return Err(self.corrupt("simple packet block before any interface block"));
+        };
+        let orig_len = self.u32_at(8, swapped);
+        let mut cap = (orig_len as usize).min(blen - 16);
+        if iface.snaplen > 0 {
+            cap = cap.min(iface.snaplen as usize);
+        }
+        let at = FrameAt {
+            at: self.start + 12,
+            len: cap,
+            ts_ns: 0,
+            orig_len,
+            link: iface.link,
+        };
+        self.consume(blen);
+        Ok(at)
+    }
+
+    /// Number the frame found at `f` and lend its bytes out (consumed, but still in the buffer
+    /// until the next refill).
+    fn lend(&mut self, f: FrameAt) -> Frame<'_> {
+        let number = self.next_number;
+        self.next_number += 1;
+        Frame {
+            number,
+            ts_ns: f.ts_ns,
+            orig_len: f.orig_len,
+            link: f.link,
+            data: &self.buf[f.at..f.at + f.len],
         }
     }
 }
