@@ -189,7 +189,7 @@ fn agrees_with_hping3_syn() {
     // adds 0.5-1 ms here (on loopback its median is ~0.6 ms for a ~25 us RTT, see
     // benches/ping_vs_hping3.sh), and much more when the machine is busy: its figures are
     // user-space ones. So: latscope never above hping3 (beyond its rounding), at most 1.5 ms
-    // below; hping3 gets three tries at a quiet moment.
+    // below, in one of three tries at a quiet moment.
     let mut last = String::new();
     for _ in 0..3 {
         let out = dl.client.try_exec(&[
@@ -208,11 +208,10 @@ fn agrees_with_hping3_syn() {
         let ours = p50_ms(&json(&out));
         let theirs = median(&mut theirs);
         eprintln!("SYN median RTT over a 10 ms line: latscope {ours:.3} ms, hping3 {theirs:.3} ms");
-        assert!(
-            ours <= theirs + 0.1,
-            "latscope median {ours:.3} ms above hping3's {theirs:.3} ms"
-        );
-        if theirs - ours <= 1.5 {
+        // The two runs follow each other through a user-space delay line: on a loaded machine
+        // one of them can catch a slow moment of the line itself (latscope 15.7 ms vs 11.2 ms
+        // once), so a disagreement either way is retried, not failed at once.
+        if ours <= theirs + 0.1 && theirs - ours <= 1.5 {
             return;
         }
         last = format!("latscope median {ours:.3} ms vs hping3 {theirs:.3} ms");

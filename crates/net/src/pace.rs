@@ -186,15 +186,19 @@ mod tests {
     #[test]
     fn sleep_until_is_precise() {
         precise_timers();
-        let mut worst = Duration::ZERO;
-        for _ in 0..20 {
-            let due = Instant::now() + Duration::from_micros(300);
-            sleep_until(due);
-            worst = worst.max(Instant::now() - due);
-        }
-        // Spinning the last 80 µs keeps the overshoot tiny even on a busy machine; 2 ms is a
-        // bound a preempted test thread still meets.
-        assert!(worst < Duration::from_millis(2), "overshoot {worst:?}");
+        let mut over: Vec<Duration> = (0..21)
+            .map(|_| {
+                let due = Instant::now() + Duration::from_micros(300);
+                sleep_until(due);
+                Instant::now() - due
+            })
+            .collect();
+        over.sort();
+        // Spinning the last 80 µs keeps the typical overshoot tiny; the median ignores the few
+        // sleeps a loaded machine preempts (one took 3.8 ms while CI ran beside a build), and
+        // 1 ms still fails a sleep that rounds up to the next millisecond or tick.
+        let median = over[over.len() / 2];
+        assert!(median < Duration::from_millis(1), "overshoots {over:?}");
     }
 
     #[test]
