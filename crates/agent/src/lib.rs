@@ -183,184 +183,251 @@ impl Fleet {
     }
 }
 
+/// The metrics server running on its own runtime.
+struct Server {
+    rt: tokio::runtime::Runtime,
+    bound: SocketAddr,
+    stop_tx: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Bind `listen` and serve `/metrics`, `/healthz` and (if enabled) `/probe`.
+    fn start(
+        listen: SocketAddr,
+        registry: Registry,
+        probe_endpoint: bool,
+        shared: &Arc<Shared>,
+    ) -> Result<Server, AgentError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(16)
+            .thread_name("latscope-agent-rt")
+            .enable_all()
+            .build()
+            .map_err(|source| AgentError::System {
+                what: "starting the runtime",
+                source,
+            })?;
+        let listen_err = |source| AgentError::Listen {
+            addr: listen,
+            source,
+        };
+        let std_listener = std::net::TcpListener::bind(listen).map_err(listen_err)?;
+        let bound = std_listener.local_addr().unwrap_or(listen);
+        let routes = Arc::new(probe_route::AgentRoutes::new(
+            registry,
+            probe_endpoint,
+            shared.clone(),
+        ));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let listener = {
+            let _g = rt.enter();
+            std_listener
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpListener::from_std(std_listener))
+                .map_err(listen_err)?
+        };
+        let task = rt.spawn(latscope_exporter::serve(
+            listener,
+            routes,
+            latscope_exporter::Limits::default(),
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        Ok(Server {
+            rt,
+            bound,
+            stop_tx,
+            task,
+        })
+    }
+
+    /// Close the listener, finish the answers in flight, stop the runtime.
+    fn shutdown(self) {
+        let _ = self.stop_tx.send(());
+        let _ = self.rt.block_on(self.task);
+        self.rt.shutdown_timeout(Duration::from_secs(2));
+    }
+}
+
+/// What wakes the supervisor.
+enum Event {
+    Hup,
+    Stop(&'static str),
+    Tick,
+}
+
+/// The signals the agent handles.
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install(rt: &tokio::runtime::Runtime) -> Result<Signals, AgentError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let _g = rt.enter();
+        let install = || {
+            Ok::<_, std::io::Error>(Signals {
+                hup: signal(SignalKind::hangup())?,
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
+        };
+        install().map_err(|source| AgentError::System {
+            what: "installing signal handlers",
+            source,
+        })
+    }
+
+    /// The next signal, or a tick after `tick` (the peer list's change check).
+    fn next(&mut self, rt: &tokio::runtime::Runtime, tick: Duration) -> Event {
+        rt.block_on(async {
+            tokio::select! {
+                _ = self.hup.recv() => Event::Hup,
+                _ = self.term.recv() => Event::Stop("SIGTERM"),
+                _ = self.int.recv() => Event::Stop("SIGINT"),
+                () = tokio::time::sleep(tick) => Event::Tick,
+            }
+        })
+    }
+}
+
+/// The configuration in force and the running fleet: reacts to SIGHUP and peer list changes.
+struct Supervisor<'a> {
+    opts: &'a Options,
+    cfg: Config,
+    peers_mtime: Option<SystemTime>,
+    fleet: Fleet,
+    shared: Arc<Shared>,
+}
+
+impl Supervisor<'_> {
+    fn count_reload(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.shared
+            .metrics
+            .reloads
+            .get_or_create(&vec![("result".into(), result.into())])
+            .inc();
+    }
+
+    /// SIGHUP: re-read the configuration and the peer list; a broken one keeps the current.
+    fn reload(&mut self) {
+        let loaded =
+            config::load(&self.opts.config).and_then(|c| read_peers(&c).map(|p| (c, p)));
+        let (new_cfg, peers) = match loaded {
+            Ok(v) => v,
+            Err(e) => {
+                self.count_reload(false);
+                log(&format!("SIGHUP: {e}; keeping the previous configuration"));
+                return;
+            }
+        };
+        if new_cfg.listen != self.cfg.listen && self.opts.listen.is_none() {
+            log("SIGHUP: a new listen address takes a restart; keeping the current one");
+        }
+        if let Ok(mut l) = self.shared.findings_log.lock() {
+            l.clone_from(&new_cfg.findings_log);
+        }
+        self.cfg = new_cfg;
+        self.peers_mtime = self.cfg.peers.as_ref().and_then(|p| mtime(&p.file));
+        // Settings that apply to every worker (jitter) restart them all.
+        self.fleet.stop_all();
+        self.fleet.targets.clear();
+        self.fleet
+            .reconcile(&self.cfg, self.cfg.all_targets(&peers), &self.shared);
+        self.count_reload(true);
+        log(&format!(
+            "SIGHUP: reloaded, {} target(s)",
+            self.fleet.targets.len()
+        ));
+    }
+
+    /// Tick: re-read the peer list if its file changed.
+    fn check_peers(&mut self) {
+        let Some(p) = &self.cfg.peers else { return };
+        let now = mtime(&p.file);
+        if now == self.peers_mtime {
+            return;
+        }
+        self.peers_mtime = now;
+        match read_peers(&self.cfg) {
+            Ok(peers) => {
+                self.fleet
+                    .reconcile(&self.cfg, self.cfg.all_targets(&peers), &self.shared);
+                self.count_reload(true);
+                log(&format!(
+                    "peer list changed: {} target(s)",
+                    self.fleet.targets.len()
+                ));
+            }
+            Err(e) => {
+                self.count_reload(false);
+                log(&format!("{e}; keeping the previous peer list"));
+            }
+        }
+    }
+}
+
 /// Run until SIGTERM or SIGINT. Returns once every measurement thread has stopped and the
 /// server is closed.
 pub fn run(opts: &Options, diagnoser: Arc<dyn Diagnoser>) -> Result<(), AgentError> {
-    let mut cfg = config::load(&opts.config)?;
+    let cfg = config::load(&opts.config)?;
     let listen = opts.listen.unwrap_or(cfg.listen);
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let shared = Arc::new(Shared {
-        metrics: metrics.clone(),
+        metrics,
         diagnoser,
         findings_log: Mutex::new(cfg.findings_log.clone()),
         log_lock: Mutex::new(()),
     });
-    let peers = match read_peers(&cfg) {
-        Ok(p) => p,
-        Err(e) => {
-            log(&format!("{e}; starting without peers until it is fixed"));
-            metrics
-                .reloads
-                .get_or_create(&vec![("result".into(), "error".into())])
-                .inc();
-            vec![]
-        }
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .max_blocking_threads(16)
-        .thread_name("latscope-agent-rt")
-        .enable_all()
-        .build()
-        .map_err(|source| AgentError::System {
-            what: "starting the runtime",
-            source,
-        })?;
-    let std_listener =
-        std::net::TcpListener::bind(listen).map_err(|source| AgentError::Listen {
-            addr: listen,
-            source,
-        })?;
-    let bound = std_listener.local_addr().unwrap_or(listen);
-    let routes = Arc::new(probe_route::AgentRoutes::new(
-        registry,
-        cfg.probe_endpoint,
-        shared.clone(),
-    ));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = {
-        let _g = rt.enter();
-        std_listener
-            .set_nonblocking(true)
-            .and_then(|()| tokio::net::TcpListener::from_std(std_listener))
-            .map_err(|source| AgentError::Listen {
-                addr: listen,
-                source,
-            })?
-    };
-    let server_task = rt.spawn(latscope_exporter::serve(
-        server,
-        routes,
-        latscope_exporter::Limits::default(),
-        async {
-            let _ = stop_rx.await;
+    let server = Server::start(listen, registry, cfg.probe_endpoint, &shared)?;
+    let mut signals = Signals::install(&server.rt)?;
+    let mut sup = Supervisor {
+        opts,
+        peers_mtime: cfg.peers.as_ref().and_then(|p| mtime(&p.file)),
+        fleet: Fleet {
+            workers: BTreeMap::new(),
+            targets: vec![],
         },
-    ));
-
-    let mut fleet = Fleet {
-        workers: BTreeMap::new(),
-        targets: vec![],
+        shared,
+        cfg,
     };
-    fleet.reconcile(&cfg, cfg.all_targets(&peers), &shared);
-    log(&format!(
-        "{} target(s), {} measurement(s); metrics at http://{bound}/metrics{}",
-        fleet.targets.len(),
-        fleet.workers.len(),
-        if latscope_exporter::is_exposed(&bound) {
-            " (reachable from other hosts)"
-        } else {
-            " (loopback only)"
-        }
-    ));
-
-    let mut peers_mtime = cfg.peers.as_ref().and_then(|p| mtime(&p.file));
-    let signals = rt.block_on(async {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok::<_, std::io::Error>((
-            signal(SignalKind::hangup())?,
-            signal(SignalKind::terminate())?,
-            signal(SignalKind::interrupt())?,
-        ))
+    let peers = read_peers(&sup.cfg).unwrap_or_else(|e| {
+        log(&format!("{e}; starting without peers until it is fixed"));
+        sup.count_reload(false);
+        vec![]
     });
-    let (mut hup, mut term, mut int) = signals.map_err(|source| AgentError::System {
-        what: "installing signal handlers",
-        source,
-    })?;
+    sup.fleet
+        .reconcile(&sup.cfg, sup.cfg.all_targets(&peers), &sup.shared);
+    let reach = if latscope_exporter::is_exposed(&server.bound) {
+        " (reachable from other hosts)"
+    } else {
+        " (loopback only)"
+    };
+    log(&format!(
+        "{} target(s), {} measurement(s); metrics at http://{}/metrics{reach}",
+        sup.fleet.targets.len(),
+        sup.fleet.workers.len(),
+        server.bound,
+    ));
     loop {
-        enum Ev {
-            Hup,
-            Stop(&'static str),
-            Tick,
-        }
-        let ev = rt.block_on(async {
-            tokio::select! {
-                _ = hup.recv() => Ev::Hup,
-                _ = term.recv() => Ev::Stop("SIGTERM"),
-                _ = int.recv() => Ev::Stop("SIGINT"),
-                () = tokio::time::sleep(Duration::from_secs(2)) => Ev::Tick,
-            }
-        });
-        let reload_ok = |m: &Metrics, ok: bool| {
-            m.reloads
-                .get_or_create(&vec![(
-                    "result".into(),
-                    if ok { "ok" } else { "error" }.into(),
-                )])
-                .inc();
-        };
-        match ev {
-            Ev::Stop(sig) => {
+        match signals.next(&server.rt, Duration::from_secs(2)) {
+            Event::Stop(sig) => {
                 log(&format!("{sig}: stopping"));
                 break;
             }
-            Ev::Hup => {
-                match config::load(&opts.config).and_then(|c| read_peers(&c).map(|p| (c, p))) {
-                    Ok((new_cfg, peers)) => {
-                        if new_cfg.listen != cfg.listen && opts.listen.is_none() {
-                            log(
-                                "SIGHUP: a new listen address takes a restart; keeping the current one",
-                            );
-                        }
-                        if let Ok(mut l) = shared.findings_log.lock() {
-                            l.clone_from(&new_cfg.findings_log);
-                        }
-                        cfg = new_cfg;
-                        peers_mtime = cfg.peers.as_ref().and_then(|p| mtime(&p.file));
-                        // Settings that apply to every worker (jitter) restart them all.
-                        fleet.stop_all();
-                        fleet.targets.clear();
-                        fleet.reconcile(&cfg, cfg.all_targets(&peers), &shared);
-                        reload_ok(&metrics, true);
-                        log(&format!(
-                            "SIGHUP: reloaded, {} target(s)",
-                            fleet.targets.len()
-                        ));
-                    }
-                    Err(e) => {
-                        reload_ok(&metrics, false);
-                        log(&format!("SIGHUP: {e}; keeping the previous configuration"));
-                    }
-                }
-            }
-            Ev::Tick => {
-                let Some(p) = &cfg.peers else { continue };
-                let now = mtime(&p.file);
-                if now == peers_mtime {
-                    continue;
-                }
-                peers_mtime = now;
-                match read_peers(&cfg) {
-                    Ok(peers) => {
-                        fleet.reconcile(&cfg, cfg.all_targets(&peers), &shared);
-                        reload_ok(&metrics, true);
-                        log(&format!(
-                            "peer list changed: {} target(s)",
-                            fleet.targets.len()
-                        ));
-                    }
-                    Err(e) => {
-                        reload_ok(&metrics, false);
-                        log(&format!("{e}; keeping the previous peer list"));
-                    }
-                }
-            }
+            Event::Hup => sup.reload(),
+            Event::Tick => sup.check_peers(),
         }
     }
-    fleet.stop_all();
-    let _ = stop_tx.send(());
-    let _ = rt.block_on(server_task);
-    rt.shutdown_timeout(Duration::from_secs(2));
+    sup.fleet.stop_all();
+    server.shutdown();
     Ok(())
 }
 
