@@ -1,5 +1,7 @@
-//! The agent's configuration file (TOML) and the peer list file, parsed and validated into
-//! [`Config`]. Every error names the file, line and column and says what to write instead.
+//! The agent's configuration file (TOML, or YAML when it ends in `.yaml`/`.yml`) and the peer
+//! list file, parsed and validated into [`Config`]. Both syntaxes fill the same raw structures
+//! (YAML through [`crate::yaml`], which carries the same spans), so validation is shared and
+//! every error names the file, line and column and says what to write instead.
 //!
 //! ```toml
 //! listen = "127.0.0.1:9573"          # /metrics, /healthz, /probe (loopback unless told)
@@ -494,13 +496,48 @@ impl Ctx<'_> {
     }
 }
 
-/// Parse and validate a configuration file's text.
+/// The syntax of a configuration file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// TOML (`.toml`, and any other extension).
+    Toml,
+    /// YAML (`.yaml` or `.yml`).
+    Yaml,
+}
+
+impl Format {
+    /// The format a file's extension selects: `.yaml`/`.yml` are YAML, anything else TOML.
+    pub fn of(file: &Path) -> Format {
+        match file.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml") => {
+                Format::Yaml
+            }
+            _ => Format::Toml,
+        }
+    }
+}
+
+fn parse_raw(file: &Path, text: &str, format: Format) -> Result<RawConfig, ConfigError> {
+    match format {
+        Format::Toml => toml::from_str(text).map_err(|e| {
+            // toml's message repeats the line with a caret; keep its first line, and say where.
+            let msg = e.message().to_string();
+            at(file, text, e.span(), msg)
+        }),
+        Format::Yaml => crate::yaml::from_str(text)
+            .map_err(|e| at(file, text, e.offset.map(|o| o..o), e.message)),
+    }
+}
+
+/// Parse and validate a configuration file's text, in the format its extension selects
+/// ([`Format::of`]).
 pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
-    let raw: RawConfig = toml::from_str(text).map_err(|e| {
-        // toml's message repeats the line with a caret; keep its first line, and say where.
-        let msg = e.message().to_string();
-        at(file, text, e.span(), msg)
-    })?;
+    parse_as(file, text, Format::of(file))
+}
+
+/// Parse and validate a configuration's text in `format`; errors name `file`, line and column.
+pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, ConfigError> {
+    let raw = parse_raw(file, text, format)?;
     let c = Ctx { file, text };
     let listen = match &raw.listen {
         Some(l) => {
@@ -804,6 +841,96 @@ measure = [{ kind = "rr", port = 7000 }]
 
         let e = err("jitter = 0.5\n");
         assert_eq!(e.line, 0, "{e}");
+        assert!(e.message.contains("nothing to measure"), "{e}");
+    }
+
+    const TOML_FULL: &str = r#"
+listen = "0.0.0.0:9573"
+jitter = 0.1
+[[target]]
+address = "10.0.0.2"
+labels = { zone = "a" }
+measure = [
+  { kind = "connect", port = 22, interval = "2s", timeout = "500ms" },
+  { kind = "rr" },
+  { kind = "trace" },
+]
+slo = { threshold = "5ms" }
+[peers]
+file = "peers.txt"
+measure = [{ kind = "rr", port = 7000 }]
+"#;
+
+    const YAML_FULL: &str = "
+listen: 0.0.0.0:9573
+jitter: 0.1
+target:
+  - address: 10.0.0.2
+    labels: { zone: a }
+    measure:
+      - { kind: connect, port: 22, interval: 2s, timeout: 500ms }
+      - kind: rr
+      - kind: trace
+    slo: { threshold: 5ms }
+peers:
+  file: peers.txt
+  measure: [{ kind: rr, port: 7000 }]
+";
+
+    #[test]
+    fn yaml_is_the_same_configuration() {
+        let dir = Path::new("/etc/latscope");
+        let t = parse(&dir.join("agent.toml"), TOML_FULL).unwrap();
+        let y = parse(&dir.join("agent.yaml"), YAML_FULL).unwrap();
+        assert_eq!(t, y);
+        assert_eq!(Format::of(Path::new("a.YML")), Format::Yaml);
+        assert_eq!(Format::of(Path::new("a.conf")), Format::Toml);
+        // The same YAML read as TOML fails: the extension decides.
+        assert!(parse(&dir.join("agent.toml"), YAML_FULL).is_err());
+    }
+
+    fn yaml_err(text: &str) -> ConfigError {
+        parse(Path::new("agent.yaml"), text).unwrap_err()
+    }
+
+    #[test]
+    fn yaml_errors_name_the_line_and_column() {
+        let e = yaml_err("target:\n  - address: a\n    measure: [{ kind: ping }]\n");
+        assert_eq!((e.line, e.column), (3, 23), "{e}");
+        assert!(e.message.contains("unknown variant `ping`"), "{e}");
+        assert!(e.to_string().starts_with("agent.yaml:3:23: "), "{e}");
+
+        let e = yaml_err("target:\n  - address: a\n\n    measure:\n      - kind: connect\n");
+        assert_eq!((e.line, e.column), (5, 9), "{e}");
+        assert!(e.message.contains("needs a port"), "{e}");
+
+        let e = yaml_err("target:\n  - address: a\n    measure: [{ kind: rr }]\n    colour: 1\n");
+        assert_eq!((e.line, e.column), (4, 5), "{e}");
+        assert!(e.message.contains("unknown field `colour`"), "{e}");
+
+        let e = yaml_err(
+            "target:\n  - address: a\n    measure:\n      - kind: rr\n        interval: fast\n",
+        );
+        assert_eq!((e.line, e.column), (5, 19), "{e}");
+
+        let e = yaml_err(
+            "target:\n  - address: a\n    labels: { kind: x }\n    measure: [{ kind: rr }]\n",
+        );
+        assert_eq!((e.line, e.column), (3, 15), "{e}");
+        assert!(e.message.contains("set by the agent"), "{e}");
+
+        let e = yaml_err("target:\n  - address: a\n    measure: [{ kind: rr }\n");
+        assert!(e.line >= 3, "{e}");
+        assert!(e.message.contains("YAML syntax"), "{e}");
+
+        let e = yaml_err("target:\n  - address: a\n    measure: [{ kind: rr, size: -1 }]\n");
+        assert_eq!(e.line, 3, "{e}");
+
+        let e = yaml_err("jitter: 0.5\n");
+        assert_eq!(e.line, 0, "{e}");
+        assert!(e.message.contains("nothing to measure"), "{e}");
+
+        let e = yaml_err("");
         assert!(e.message.contains("nothing to measure"), "{e}");
     }
 

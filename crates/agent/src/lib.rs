@@ -1,6 +1,6 @@
 //! `latscope agent`: continuous mesh measurements exported to Prometheus.
 //!
-//! A TOML configuration ([`config`]) lists targets (and optionally a peer list file re-read on
+//! A TOML or YAML configuration ([`config`]) lists targets (and optionally a peer list file re-read on
 //! change or SIGHUP), each with measurements ([`measure`]: SYN/connect ping, `rr` against
 //! `latscope serve`, HTTP GET, trace) at a jittered interval. Each measurement runs on its own
 //! thread, calling latscope's engines for one probe at a time, and records every probe in
@@ -17,6 +17,7 @@ pub mod measure;
 pub mod metrics;
 mod probe_route;
 mod worker;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -317,8 +318,7 @@ impl Supervisor<'_> {
 
     /// SIGHUP: re-read the configuration and the peer list; a broken one keeps the current.
     fn reload(&mut self) {
-        let loaded =
-            config::load(&self.opts.config).and_then(|c| read_peers(&c).map(|p| (c, p)));
+        let loaded = config::load(&self.opts.config).and_then(|c| read_peers(&c).map(|p| (c, p)));
         let (new_cfg, peers) = match loaded {
             Ok(v) => v,
             Err(e) => {
