@@ -19,7 +19,7 @@ Examples:
   latscope agent --config agent.toml --listen 0.0.0.0:9573   expose /metrics to other hosts
   latscope agent --config agent.toml --check                 validate the file and exit
 
-Config (TOML; every key is in docs/agent.md):
+Config (TOML, or YAML when the file ends in .yaml/.yml; every key is in docs/agent.md):
   listen = \"127.0.0.1:9573\"
   findings_log = \"/var/log/latscope/findings.jsonl\"
   [[target]]
@@ -36,7 +36,7 @@ SIGTERM or SIGINT stop it cleanly.
 
 Exit codes: 0 stopped by a signal (or --check passed); 2 bad configuration; 5 cannot listen.")]
 pub struct AgentArgs {
-    /// The configuration file (TOML).
+    /// The configuration file: TOML, or YAML when it ends in .yaml or .yml.
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
     /// Serve metrics here instead of the file's `listen` (PORT or HOST:PORT).
