@@ -686,12 +686,22 @@ fn per_source_bandwidth_quota_holds_across_tests_and_kinds() {
     .collect();
     let rates: Vec<f64> = runs.into_iter().map(|h| h.join().unwrap()).collect();
     let total: f64 = rates.iter().sum();
+    let shown = rates.iter().map(|r| (r / 1e6).round()).collect::<Vec<_>>();
     assert!(
         total <= 1.3 * quota,
-        "four tests together: {:.1} Mbit/s ({:?}) against a quota of 80",
+        "four tests together: {:.1} Mbit/s ({shown:?}) against a quota of 80",
         total / 1e6,
-        rates.iter().map(|r| (r / 1e6).round()).collect::<Vec<_>>()
     );
+    // The quota is shared: no test is starved (a UDP test once got nothing while a TCP test
+    // wrote 128 KiB per turn of the shared bucket) and none reports more than the quota (the
+    // starved UDP test's first burst was reported as 290 Mbit/s: bytes over its last arrival
+    // instead of over the test). Fair is 20 Mbit/s each; 2 is a bound a loaded machine meets.
+    for r in &rates {
+        assert!(
+            *r >= quota / 40.0 && *r <= 1.3 * quota,
+            "four tests sharing a quota of 80 Mbit/s: {shown:?} Mbit/s"
+        );
+    }
 }
 
 /// p99 RTT (ns) of an honest `latscope rr` against `target` for 2 s.

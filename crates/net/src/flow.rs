@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use latscope_core::model::rr::Transport;
 use latscope_core::model::stream::{Cost, StreamInterval, StreamOptions, TcpFigures, UdpFigures};
 
-use crate::pace::{RateLimit, sleep_until_or_stop};
+use crate::fair::Share;
+use crate::pace::sleep_until_or_stop;
 use crate::proto::{StreamDatagram, StreamSpec, UDP_STREAM_HEADER_LEN};
 use latscope_sys::error::is_transient as is_timeout;
 use latscope_sys::sockopt::{get_raw, set_bytes, set_int};
@@ -260,7 +261,7 @@ pub fn stream_send(
     len: usize,
     zerocopy: bool,
     until: Until,
-    limit: Option<&RateLimit>,
+    limit: Option<&Share>,
     start: Instant,
     c: &FlowCounters,
     stop: &AtomicBool,
@@ -327,7 +328,7 @@ pub fn stream_send(
 pub fn stream_recv(
     sock: &DataSock,
     len: usize,
-    limit: Option<&RateLimit>,
+    limit: Option<&Share>,
     start: Instant,
     c: &FlowCounters,
     stop: &AtomicBool,
@@ -382,7 +383,7 @@ pub fn udp_send(
     len: usize,
     rate_bps: Option<f64>,
     until: Until,
-    limit: Option<&RateLimit>,
+    limit: Option<&Share>,
     start: Instant,
     c: &FlowCounters,
     stop: &AtomicBool,

@@ -14,6 +14,7 @@ pub mod sock;
 
 pub use error::NetError;
 pub mod connect;
+pub mod fair;
 pub mod flow;
 pub mod pace;
 pub mod rr;

@@ -83,87 +83,6 @@ impl Schedule {
     }
 }
 
-/// A byte-rate limit shared by several threads (all the flows of one source address): the
-/// generic cell rate algorithm (ITU-T I.371's GCRA, the "virtual scheduling" form), i.e. a token
-/// bucket kept as one time — the theoretical arrival time `tat` of the next byte. Bytes go out
-/// at `rate` on average with bursts of at most `burst` worth of them.
-#[derive(Debug)]
-pub struct RateLimit {
-    ns_per_byte: f64,
-    burst: Duration,
-    tat: std::sync::Mutex<Option<Instant>>,
-}
-
-impl RateLimit {
-    /// `bytes_per_s` on average (> 0), bursts of `burst` (e.g. 50 ms) at most.
-    pub fn new(bytes_per_s: f64, burst: Duration) -> RateLimit {
-        RateLimit {
-            ns_per_byte: 1e9 / bytes_per_s.max(1.0),
-            burst,
-            tat: std::sync::Mutex::new(None),
-        }
-    }
-
-    /// The average rate, bytes per second.
-    pub fn bytes_per_s(&self) -> f64 {
-        1e9 / self.ns_per_byte
-    }
-
-    /// Account `bytes`; when they may go (now, or later if the rate is used up).
-    fn debit(&self, bytes: u64, now: Instant) -> Instant {
-        let Ok(mut tat) = self.tat.lock() else {
-            return now;
-        };
-        let base = tat.map_or(now, |t| t.max(now));
-        // Saturate at a day: a tiny rate cannot overflow Instant (every wait is bounded by the
-        // caller's deadline anyway).
-        let cost = (bytes as f64 * self.ns_per_byte).min(86_400e9);
-        let next = base + Duration::from_nanos(cost as u64);
-        *tat = Some(next);
-        next.checked_sub(self.burst).unwrap_or(now).max(now)
-    }
-
-    /// Shaping: account `bytes` and wait until they may go. False, without waiting it out,
-    /// when `stop` is set or `deadline` comes first.
-    pub fn wait(
-        &self,
-        bytes: u64,
-        deadline: Option<Instant>,
-        stop: &std::sync::atomic::AtomicBool,
-    ) -> bool {
-        let now = Instant::now();
-        let at = self.debit(bytes, now);
-        if at <= now {
-            return true;
-        }
-        if deadline.is_some_and(|d| at >= d) {
-            // Sleep up to the deadline, so a caller that loops is not a busy loop.
-            if let Some(d) = deadline {
-                sleep_until_or_stop(d, stop);
-            }
-            return false;
-        }
-        sleep_until_or_stop(at, stop)
-    }
-
-    /// Policing (what cannot be slowed down, e.g. datagrams already received): whether `bytes`
-    /// fit in the rate now; they are accounted only if they do.
-    pub fn admit(&self, bytes: u64) -> bool {
-        let now = Instant::now();
-        let Ok(mut tat) = self.tat.lock() else {
-            return true;
-        };
-        let base = tat.map_or(now, |t| t.max(now));
-        let next =
-            base + Duration::from_nanos((bytes as f64 * self.ns_per_byte).min(86_400e9) as u64);
-        if next.checked_sub(self.burst).is_some_and(|t| t > now) {
-            return false;
-        }
-        *tat = Some(next);
-        true
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,37 +118,5 @@ mod tests {
         // 1 ms still fails a sleep that rounds up to the next millisecond or tick.
         let median = over[over.len() / 2];
         assert!(median < Duration::from_millis(1), "overshoots {over:?}");
-    }
-
-    #[test]
-    fn rate_limit_shapes_to_its_rate() {
-        use std::sync::atomic::AtomicBool;
-        // 1 MB/s, 10 ms bursts: 300 KB take ~0.29 s (the first 10 KB go at once).
-        let r = RateLimit::new(1e6, Duration::from_millis(10));
-        let stop = AtomicBool::new(false);
-        let t0 = Instant::now();
-        for _ in 0..30 {
-            assert!(r.wait(10_000, None, &stop));
-        }
-        let took = t0.elapsed();
-        assert!(
-            took >= Duration::from_millis(270) && took < Duration::from_secs(2),
-            "{took:?}"
-        );
-        // A deadline before the bytes may go: false, at the deadline.
-        let d = Instant::now() + Duration::from_millis(30);
-        assert!(!r.wait(1_000_000, Some(d), &stop));
-        assert!(Instant::now() >= d);
-    }
-
-    #[test]
-    fn rate_limit_polices() {
-        let r = RateLimit::new(1e6, Duration::from_millis(10));
-        // The burst (10 ms of 1 MB/s = 10 KB) fits, the next datagram does not.
-        assert!(r.admit(5_000));
-        assert!(r.admit(5_000));
-        assert!(!r.admit(5_000));
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(r.admit(5_000));
     }
 }

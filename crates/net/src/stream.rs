@@ -725,6 +725,8 @@ struct DirectionSums {
     delivered: u64,
     recv_ns: u64,
     sent: u64,
+    /// The latest receive or send time: what delivered rates are over.
+    span_ns: u64,
 }
 
 impl DirectionSums {
@@ -771,14 +773,20 @@ fn add_flow(
         .find(|f| f.index == i)
         .cloned()
         .unwrap_or_default();
-    let (sent, received, rns) = if client_sends {
-        (cb, sf.bytes_received, sf.receive_ns)
+    let (sent, received, rns, sns) = if client_sends {
+        let own = c.last_ns.load(Ordering::Relaxed);
+        (cb, sf.bytes_received, sf.receive_ns, own)
     } else {
-        (sf.bytes_sent, cb, c.last_ns.load(Ordering::Relaxed))
+        let own = c.last_ns.load(Ordering::Relaxed);
+        (sf.bytes_sent, cb, own, sf.send_ns)
     };
     d.delivered += received;
     d.sent += sent;
     d.recv_ns = d.recv_ns.max(rns);
+    // A rate is over the time the flow ran, not up to its last arrival: a UDP flow whose
+    // datagrams stopped arriving early (dropped) must not claim the rate of its first burst.
+    let span = rns.max(sns);
+    d.span_ns = d.span_ns.max(span);
     let tcp = if client_sends {
         e.end_tcp.get(i as usize).cloned().flatten()
     } else {
@@ -804,10 +812,10 @@ fn add_flow(
         index: i,
         bytes_sent: sent,
         bytes_received: received,
-        rate_bps: if rns == 0 {
+        rate_bps: if span == 0 {
             0.0
         } else {
-            received as f64 * 8e9 / rns as f64
+            received as f64 * 8e9 / span as f64
         },
         tcp,
         udp,
@@ -883,7 +891,7 @@ fn direction_result(
     Some(DirectionResult {
         direction: dir.into(),
         bytes_delivered: d.delivered,
-        rate_bps: d.delivered as f64 * 8e9 / d.recv_ns.max(1) as f64,
+        rate_bps: d.delivered as f64 * 8e9 / d.span_ns.max(1) as f64,
         sender,
         receiver,
         streams: d.streams,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use latscope_core::model::rr::Transport;
 
 use super::{ServeConfig, Shared};
-use crate::pace::RateLimit;
+use crate::fair::RateLimit;
 use crate::proto::{self, Limits, RefusalCode, Start, StreamSpec, TestKind, UDP_HEADER_LEN};
 
 /// First come, first served admission to the `--workers` slots (a plain semaphore would let

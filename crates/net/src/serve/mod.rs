@@ -219,7 +219,7 @@ struct Shared {
     /// Connections and tests held per source address.
     sources: Mutex<HashMap<IpAddr, admission::SourceUse>>,
     /// Each source address's byte rate, while one of its tests holds it.
-    rates: Mutex<HashMap<IpAddr, std::sync::Weak<crate::pace::RateLimit>>>,
+    rates: Mutex<HashMap<IpAddr, std::sync::Weak<crate::fair::RateLimit>>>,
     /// Bytes of buffers reserved by running tests.
     memory: AtomicU64,
     /// A clone of the UDP socket for stream tests in which the server sends datagrams.

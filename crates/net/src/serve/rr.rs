@@ -37,7 +37,7 @@ pub(super) fn run(t: &mut Test) -> Ended {
     let cork = tcp && b.sockopts.cork;
     // The source's byte rate (`--per-source-rate`), shared with its other tests: each
     // transaction waits for its bytes (bounded by the test's deadline).
-    let limit = admission::source_rate(sh, t.peer_ip);
+    let limit = admission::source_rate(sh, t.peer_ip).map(|l| l.share());
     let per_transaction = (req.len() + resp.len()) as u64;
     let mut n = 0u64;
     loop {

@@ -15,8 +15,8 @@ use super::admission::{self, Held, Refusal, Resource};
 use super::control::{self, Ended, Test};
 use super::udp::{UdpUsage, udp_thread_usage, usage_now};
 use super::{POLL, Shared, canonical};
+use crate::fair::{RateLimit, Share};
 use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
-use crate::pace::RateLimit;
 use crate::proto::{self, Control, FlowFinal, FrameReader, StreamSpec};
 use crate::sock::Conn;
 
@@ -37,6 +37,8 @@ pub(super) struct StreamTest {
     pub(super) held: Mutex<Vec<Held>>,
     /// The source address's byte rate, shared with its other tests (`--per-source-rate`).
     pub(super) limit: Option<Arc<RateLimit>>,
+    /// Each UDP flow the server receives: its share of `limit` (policed by the UDP thread).
+    pub(super) udp_rx_shares: Vec<Option<Share>>,
 }
 
 impl StreamTest {
@@ -71,6 +73,7 @@ impl<'a> StreamGuard<'a> {
         peer_ip: Option<IpAddr>,
     ) -> StreamGuard<'a> {
         let flows = spec.flows() as usize;
+        let limit = admission::source_rate(sh, peer_ip);
         let test = Arc::new(StreamTest {
             spec: spec.clone(),
             token,
@@ -83,7 +86,13 @@ impl<'a> StreamGuard<'a> {
             counters: (0..flows).map(|_| FlowCounters::default()).collect(),
             stop: AtomicBool::new(false),
             held: Mutex::new(Vec::new()),
-            limit: admission::source_rate(sh, peer_ip),
+            udp_rx_shares: (0..flows)
+                .map(|i| {
+                    let received = spec.transport == Transport::Udp && spec.client_sends(i as u32);
+                    limit.as_ref().filter(|_| received).map(RateLimit::share)
+                })
+                .collect(),
+            limit,
         });
         if let Ok(mut m) = sh.streams.write() {
             m.insert(token, test.clone());
@@ -234,6 +243,7 @@ fn spawn_flows(
             .stack_size(admission::THREAD_STACK)
             .spawn(move || {
                 let u0 = ThreadUsage::now();
+                let share = t.limit.as_ref().map(RateLimit::share);
                 let c = &t.counters[i as usize];
                 let spec = &t.spec;
                 let len = spec.buffer_bytes as usize;
@@ -243,13 +253,13 @@ fn spawn_flows(
                         len,
                         spec.options.zerocopy,
                         until,
-                        t.limit.as_deref(),
+                        share.as_ref(),
                         start,
                         c,
                         &t.stop,
                     ),
                     (Some(sock), _, _) => {
-                        flow::stream_recv(&sock, len, t.limit.as_deref(), start, c, &t.stop)
+                        flow::stream_recv(&sock, len, share.as_ref(), start, c, &t.stop)
                     }
                     (None, Some(udp), Some(peer)) => flow::udp_send(
                         &udp,
@@ -259,7 +269,7 @@ fn spawn_flows(
                         len,
                         spec.udp_rate_bps,
                         until,
-                        t.limit.as_deref(),
+                        share.as_ref(),
                         start,
                         c,
                         &t.stop,

@@ -123,7 +123,10 @@ pub(super) fn on_datagram(
         return;
     }
     // Beyond the source's rate the datagram is dropped (policed): it counts as lost.
-    if t.limit.as_ref().is_some_and(|l| !l.admit(len as u64)) {
+    if t.udp_rx_shares[i]
+        .as_ref()
+        .is_some_and(|s| !s.admit(len as u64))
+    {
         return;
     }
     let arrival = start.elapsed().as_nanos() as u64;

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::control::{Ended, Test};
 use super::{POLL, Shared, admission, canonical, rr::read_full};
-use crate::pace::RateLimit;
+use crate::fair::Share;
 use crate::proto::UdpHeader;
 
 /// A running UDP request/response test, as the UDP thread sees it.
@@ -20,7 +20,7 @@ pub(super) struct UdpTest {
     requests: AtomicU64,
     deadline: Instant,
     /// The source's byte rate (`--per-source-rate`): transactions beyond it go unanswered.
-    limit: Option<Arc<RateLimit>>,
+    limit: Option<Share>,
     request_bytes: u32,
 }
 
@@ -36,7 +36,7 @@ pub(super) fn run(t: &mut Test) -> Ended {
         drop_every: t.behaviour.drop_every,
         requests: AtomicU64::new(0),
         deadline: t.deadline,
-        limit: admission::source_rate(t.sh, Some(peer_ip)),
+        limit: admission::source_rate(t.sh, Some(peer_ip)).map(|l| l.share()),
         request_bytes: t.start.request_bytes,
     });
     let token = t.token;
