@@ -68,13 +68,20 @@ impl Measure for Handshakes {
     }
 
     fn detail(_cx: &Context, o: &Connects) -> String {
+        let f = &o.failures;
+        // Percentiles of connects that completed; with none there is no time to give.
+        let times = if o.connect.count > 0 {
+            format!(
+                ": p50 {}, p99 {}",
+                format_ns(o.connect.p50_ns as f64),
+                format_ns(o.connect.p99_ns as f64)
+            )
+        } else {
+            ", none completed".to_string()
+        };
         format!(
-            "{} connects: p50 {}, p99 {}, {} refused, {} timed out",
-            o.failures.attempts,
-            format_ns(o.connect.p50_ns as f64),
-            format_ns(o.connect.p99_ns as f64),
-            o.failures.refused,
-            o.failures.timed_out
+            "{} connects{times}, {} refused, {} timed out",
+            f.attempts, f.refused, f.timed_out
         )
     }
 
