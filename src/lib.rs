@@ -64,6 +64,7 @@ where
             return ExitCode::from(exit::USAGE);
         }
     };
+    latscope_core::render::page::set_width(output::terminal_width());
     match cmd::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) if broken_pipe(&err) => {

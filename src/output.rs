@@ -37,6 +37,35 @@ impl OutputArgs {
     }
 }
 
+/// The width human output fits to: `COLUMNS` when it holds a number (as `ls` and Python's
+/// `shutil.get_terminal_size` do), else the terminal's width when stdout is a terminal, else
+/// [`DEFAULT_WIDTH`](latscope_core::render::page::DEFAULT_WIDTH) (a file or a pipe).
+pub fn terminal_width() -> usize {
+    let columns = std::env::var("COLUMNS").ok();
+    width_from(columns.as_deref(), stdout_columns())
+}
+
+/// [`terminal_width`]'s rule, given `COLUMNS` and the terminal's width.
+fn width_from(columns: Option<&str>, tty: Option<usize>) -> usize {
+    columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0)
+        .or(tty)
+        .unwrap_or(latscope_core::render::page::DEFAULT_WIDTH)
+}
+
+/// The width of the terminal on stdout, if stdout is one that knows its size.
+fn stdout_columns() -> Option<usize> {
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    // SAFETY: an all-zero winsize is a valid value for the kernel to fill in.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes one winsize through the valid pointer and nothing else.
+    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
+    (rc == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+}
+
 /// Whether a second Ctrl-C exits at once (see [`stop_flag_finishing`]).
 static EXIT_ON_SECOND: AtomicBool = AtomicBool::new(true);
 
@@ -83,5 +112,19 @@ pub fn live<T>(r: std::io::Result<T>, stop: &std::sync::atomic::AtomicBool) {
         && e.kind() == std::io::ErrorKind::BrokenPipe
     {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::width_from;
+
+    #[test]
+    fn width_follows_columns_then_the_terminal_then_100() {
+        assert_eq!(width_from(Some("72"), Some(200)), 72);
+        assert_eq!(width_from(Some("wide"), Some(132)), 132);
+        assert_eq!(width_from(Some("0"), None), 100);
+        assert_eq!(width_from(None, Some(90)), 90);
+        assert_eq!(width_from(None, None), 100);
     }
 }

@@ -168,9 +168,7 @@ fn watch(args: &SocketsArgs) -> anyhow::Result<u8> {
     let _ = if json {
         render::emit(&summary, OutputFormat::JsonLines, &mut stdout).and_then(|_| stdout.flush())
     } else {
-        let mut s = String::new();
-        render::Human::render_human(&summary, &mut s);
-        eprint!("{s}");
+        eprint!("{}", render::human_text(&summary, render::page::width()));
         Ok(())
     };
     Ok(if interrupted {

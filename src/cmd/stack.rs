@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use latscope_core::model::Meta;
-use latscope_core::render::{OutputFormat, emit, emit_event};
+use latscope_core::render::{OutputFormat, Page, emit, emit_event};
 use latscope_core::units::{format_ns, parse_duration};
 use latscope_ebpf::prometheus::{Snapshot, StackCollector};
 use latscope_ebpf::report::{self, ProbeHistogram, ProbeStamps, StackInterval, StackReport};
@@ -313,10 +313,10 @@ fn print_interval(
 ) -> anyhow::Result<()> {
     match format {
         OutputFormat::Human => {
-            let mut s = String::new();
-            report::render_snapshot(unix_ms(), &view.histograms(raw), &mut s);
-            s.push('\n');
-            stdout.write_all(s.as_bytes())?;
+            let mut page = Page::at_terminal_width();
+            report::render_snapshot(unix_ms(), &view.histograms(raw), &mut page);
+            page.push('\n');
+            stdout.write_all(page.finish().as_bytes())?;
             stdout.flush()?;
         }
         OutputFormat::JsonLines => {
@@ -450,9 +450,9 @@ fn print_probe_list(
 ) -> anyhow::Result<()> {
     match format {
         OutputFormat::Human => {
-            let mut s = String::new();
-            report::render_probe_list(session.status(), session.stamp_hook(), &mut s);
-            stdout.write_all(s.as_bytes())?;
+            let mut page = Page::at_terminal_width();
+            report::render_probe_list(session.status(), session.stamp_hook(), &mut page);
+            stdout.write_all(page.finish().as_bytes())?;
         }
         _ => {
             serde_json::to_writer_pretty(&mut *stdout, session.status())?;

@@ -4,7 +4,7 @@
 use latscope_core::Log2Histogram;
 use latscope_core::log2::bucket_label;
 use latscope_core::model::Meta;
-use latscope_core::render::Human;
+use latscope_core::render::{Human, Page};
 use latscope_core::units::format_ns;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -100,11 +100,15 @@ pub struct StackInterval {
     pub histograms: Vec<ProbeHistogram>,
 }
 
+/// The longest bar; narrower pages get shorter bars.
 const BAR_WIDTH: usize = 48;
+
+/// Columns of a histogram row besides its bar: `{label:<20} {count:>10} |` and the closing `|`.
+const ROW_FRAME: usize = 34;
 
 /// netstacklat's layout for one histogram: `(lo, hi]  count |@@@@   |` rows from the first to the
 /// last non-empty bucket, then count, average and the p50/p99 estimates.
-pub fn render_histogram(h: &ProbeHistogram, out: &mut String) {
+pub fn render_histogram(h: &ProbeHistogram, out: &mut Page) {
     use std::fmt::Write;
     let group = if h.group == "all" {
         String::new()
@@ -122,9 +126,10 @@ pub fn render_histogram(h: &ProbeHistogram, out: &mut String) {
         .max()
         .unwrap_or(1)
         .max(1);
+    let bar_w = out.width().saturating_sub(ROW_FRAME).clamp(8, BAR_WIDTH);
     for k in first..=last {
         let c = h.hist.buckets[k];
-        let n = ((c as u128 * BAR_WIDTH as u128).div_ceil(max as u128)) as usize;
+        let n = ((c as u128 * bar_w as u128).div_ceil(max as u128)) as usize;
         let label = if k + 1 >= latscope_core::log2::BUCKETS {
             format!(
                 "({}, inf]",
@@ -136,8 +141,8 @@ pub fn render_histogram(h: &ProbeHistogram, out: &mut String) {
         let _ = writeln!(
             out,
             "{label:<20} {c:>10} |{:<w$}|",
-            "@".repeat(n.min(BAR_WIDTH)),
-            w = BAR_WIDTH
+            "@".repeat(n.min(bar_w)),
+            w = bar_w
         );
     }
     let _ = writeln!(
@@ -151,7 +156,7 @@ pub fn render_histogram(h: &ProbeHistogram, out: &mut String) {
 }
 
 /// A block of histograms under a UTC time heading, as printed every `-r` seconds.
-pub fn render_snapshot(unix_ms: u64, hists: &[ProbeHistogram], out: &mut String) {
+pub fn render_snapshot(unix_ms: u64, hists: &[ProbeHistogram], out: &mut Page) {
     out.push_str(&utc_time(unix_ms));
     out.push('\n');
     if hists.is_empty() {
@@ -163,7 +168,7 @@ pub fn render_snapshot(unix_ms: u64, hists: &[ProbeHistogram], out: &mut String)
 }
 
 /// The `--list-probes` table.
-pub fn render_probe_list(status: &[ProbeStatus], stamp_hook: Option<&str>, out: &mut String) {
+pub fn render_probe_list(status: &[ProbeStatus], stamp_hook: Option<&str>, out: &mut Page) {
     use std::fmt::Write;
     for st in status {
         match &st.hook {
@@ -200,7 +205,7 @@ pub fn render_probe_list(status: &[ProbeStatus], stamp_hook: Option<&str>, out: 
 }
 
 impl Human for StackReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         use std::fmt::Write;
         let end_ms = self.meta.started_unix_ms + self.duration_ns / 1_000_000;
         let _ = writeln!(
@@ -294,8 +299,9 @@ mod tests {
             hist.record(100_000); // (65.5us, 131us]
         }
         let h = ProbeHistogram::new(Probe::TcpStart, "cgroup_skb/ingress", "all".into(), hist);
-        let mut s = String::new();
-        render_histogram(&h, &mut s);
+        let mut page = Page::new(100);
+        render_histogram(&h, &mut page);
+        let s = page.finish();
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines[0], "tcp-start [cgroup_skb/ingress]:");
         assert!(lines[1].starts_with("(32.8us, 65.5us]"), "{}", lines[1]);

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use latscope_core::render::{Human, Table};
+use latscope_core::render::{Human, Page, Table};
 use latscope_core::summary::Summary;
 use latscope_core::units::format_ns;
 
@@ -21,7 +21,7 @@ fn frames_list(ex: &[crate::report::StallExample]) -> String {
         .join(", ")
 }
 
-fn summary_table(out: &mut String, rows: &[(&str, &Option<Summary>)]) {
+fn summary_table(out: &mut Page, rows: &[(&str, &Option<Summary>)]) {
     let mut headers = vec!["", "count"];
     headers.extend(Summary::HEADERS);
     let mut t = Table::new(&headers);
@@ -40,7 +40,7 @@ fn summary_table(out: &mut String, rows: &[(&str, &Option<Summary>)]) {
 }
 
 impl Human for AnalyzeReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         let a = &self.analysis;
         let _ = writeln!(
             out,
@@ -152,7 +152,7 @@ impl Human for AnalyzeReport {
 }
 
 /// Draw one connection as a ladder: client on the left, server on the right.
-pub fn render_ladder(l: &Ladder, out: &mut String) {
+pub fn render_ladder(l: &Ladder, out: &mut Page) {
     let Some(c) = &l.conn else {
         out.push_str("That connection does not exist in this capture (connections are numbered from 0 in order of appearance).\n");
         return;
@@ -168,21 +168,24 @@ pub fn render_ladder(l: &Ladder, out: &mut String) {
             .unwrap_or_else(|| "unknown".into()),
         c.capture_point
     );
+    // The arrows take what the page leaves after the frame, time and both sides' columns.
+    let arrow_w = out.width().saturating_sub(38).clamp(30, 44);
     let _ = writeln!(
         out,
-        "{:>7} {:>10}  {:<9}{:^44}{:>9}",
+        "{:>7} {:>10}  {:<9}{:^arrow_w$}{:>9}",
         "frame", "time", "client", "", "server"
     );
     for r in &l.rows {
         let label = format!("{} seq={} ack={} len={}", r.flags, r.seq, r.ack, r.len);
+        let shaft = arrow_w - 2;
         let arrow = if r.from_client {
-            format!("{label:-<42}>")
+            format!("{label:-<shaft$}>")
         } else {
-            format!("<{label:->42}")
+            format!("<{label:->shaft$}")
         };
         let _ = write!(
             out,
-            "{:>7} {:>10}  {:<9}{:^44}{:>9}",
+            "{:>7} {:>10}  {:<9}{:^arrow_w$}{:>9}",
             r.frame,
             format!("{:.3}ms", r.t_ns as f64 / 1e6),
             "|",

@@ -354,7 +354,7 @@ pub struct CaptureReport {
 }
 
 impl latscope_core::render::Human for CaptureReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut latscope_core::render::Page) {
         use std::fmt::Write;
         let _ = writeln!(
             out,

@@ -1,12 +1,12 @@
 use std::fmt::Write;
 
-use super::{Human, Table};
+use super::{Human, Page, Table};
 use crate::model::connect::{ConnectMode, ConnectReport};
 use crate::summary::Summary;
 use crate::units::format_si;
 
 impl Human for ConnectReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         let what = match self.mode {
             ConnectMode::Connect => "TCP connect (SYN → established)",
             ConnectMode::Crr => "connect + request + response + close (TCP_CRR)",

@@ -1,7 +1,7 @@
 use std::fmt::Write;
 
 use super::rr::server_text;
-use super::{Human, Table};
+use super::{Human, Page, Table};
 use crate::model::demo::DemoReport;
 use crate::model::diagnose::{DiagnoseReport, StepName};
 use crate::model::rr::Transport;
@@ -14,7 +14,7 @@ fn dist_p(d: &DiagnoseReport, name: StepName, p99: bool) -> String {
 }
 
 impl Human for DemoReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         let _ = writeln!(
             out,
             "latscope demo — two servers on this machine's loopback: same path, different server behaviour\n"
@@ -27,6 +27,8 @@ impl Human for DemoReport {
             "request p99",
             "8 at once p50",
         ]);
+        // The address is in the diagnose lines below; the figures matter more.
+        t.drop_first(&["address"]);
         for s in &self.servers {
             let d = &s.diagnosis;
             t.row(vec![

@@ -1,11 +1,11 @@
 use std::fmt::Write;
 
-use super::{Human, Table};
+use super::{Human, Page, Table};
 use crate::model::diagnose::{DiagnoseReport, Diagnosis, StepStatus};
 use crate::units::format_ns;
 
 /// The numbered findings with their evidence and fix, each line prefixed by `indent`.
-pub(crate) fn render_findings(findings: &[Diagnosis], indent: &str, out: &mut String) {
+pub(crate) fn render_findings(findings: &[Diagnosis], indent: &str, out: &mut Page) {
     for (i, x) in findings.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -36,7 +36,7 @@ pub(crate) fn render_findings(findings: &[Diagnosis], indent: &str, out: &mut St
 }
 
 impl Human for DiagnoseReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         let _ = writeln!(
             out,
             "latscope diagnose {} ({})\n",

@@ -1,6 +1,6 @@
 use std::fmt::Write;
 
-use super::{Human, Table};
+use super::{Human, Page, Table};
 use crate::model::http::HttpReport;
 use crate::model::rr::LoadMode;
 use crate::summary::Summary;
@@ -10,7 +10,7 @@ use crate::units::{format_bytes, format_ns, format_si};
 const MAX_TIMELINE_ROWS: usize = 30;
 
 impl Human for HttpReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         let load = match &self.load {
             LoadMode::Closed => "closed loop".to_string(),
             LoadMode::Open { rate_per_sec } => {

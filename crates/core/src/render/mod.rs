@@ -4,6 +4,7 @@ mod connect;
 mod demo;
 mod diagnose;
 mod http;
+pub mod page;
 /// Human rendering of ping and trace reports (shared with the report crate).
 pub mod ping;
 mod rr;
@@ -16,6 +17,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
+pub use page::Page;
 pub use table::Table;
 
 /// How a command prints its result.
@@ -32,8 +34,16 @@ pub enum OutputFormat {
 
 /// A report that can be shown to a person.
 pub trait Human {
-    /// Write the human-readable rendering.
-    fn render_human(&self, out: &mut String);
+    /// Write the human-readable rendering onto `out`, which fits it to the terminal: prose is
+    /// wrapped when the page is finished, tables fit themselves ([`Table::render`]).
+    fn render_human(&self, out: &mut Page);
+}
+
+/// The human rendering of `report` fitted to `width` columns.
+pub fn human_text<R: Human + ?Sized>(report: &R, width: usize) -> String {
+    let mut page = Page::new(width);
+    report.render_human(&mut page);
+    page.finish()
 }
 
 /// Print `report` in `format` to `w`.
@@ -43,11 +53,7 @@ pub fn emit<R: Human + Serialize>(
     w: &mut dyn Write,
 ) -> io::Result<()> {
     match format {
-        OutputFormat::Human => {
-            let mut s = String::new();
-            report.render_human(&mut s);
-            w.write_all(s.as_bytes())
-        }
+        OutputFormat::Human => w.write_all(human_text(report, page::width()).as_bytes()),
         OutputFormat::Json => {
             serde_json::to_writer_pretty(&mut *w, report)?;
             writeln!(w)

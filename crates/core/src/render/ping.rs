@@ -1,6 +1,6 @@
 use std::fmt::Write;
 
-use super::{Human, Table};
+use super::{Human, Page, Table};
 use crate::model::ping::{HopStats, PingReply, PingReport, TraceHop, TraceReport};
 use crate::summary::Summary;
 use crate::units::{format_ns, format_si};
@@ -32,11 +32,11 @@ pub fn ping_header(
     why: &str,
 ) -> String {
     let port = port.map(|p| format!(" port {p}")).unwrap_or_default();
-    format!("PING {target} ({address}){port}: {mode} ({why})")
+    super::page::fit(&format!("PING {target} ({address}){port}: {mode} ({why})"))
 }
 
 impl Human for PingReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         let _ = writeln!(
             out,
             "\n--- {} ({}) {} ping statistics ---",
@@ -122,13 +122,13 @@ pub fn hop_line(h: &TraceHop) -> String {
     }) {
         let _ = write!(s, "  !{}", k.label());
     }
-    s
+    super::page::fit(&s)
 }
 
 /// The header line of a trace.
 pub fn trace_header(r: &TraceReport) -> String {
     let port = r.port.map(|p| format!(" port {p}")).unwrap_or_default();
-    format!(
+    super::page::fit(&format!(
         "trace to {} ({}){}, {} probes, ttl {}..{}, {} per hop; {} ({})",
         r.target,
         r.address,
@@ -139,7 +139,7 @@ pub fn trace_header(r: &TraceReport) -> String {
         r.queries,
         r.flow,
         r.mode_reason
-    )
+    ))
 }
 
 fn stats_row(h: &HopStats) -> Vec<String> {
@@ -181,7 +181,7 @@ fn stats_row(h: &HopStats) -> Vec<String> {
 }
 
 impl Human for TraceReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         if let Some(rep) = &self.report {
             let _ = writeln!(out, "{}", trace_header(self));
             let _ = writeln!(out, "report over {} rounds:", self.rounds.unwrap_or(0));

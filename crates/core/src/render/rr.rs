@@ -1,6 +1,6 @@
 use std::fmt::Write;
 
-use super::{Human, Table};
+use super::{Human, Page, Table};
 use crate::model::rr::{LoadMode, RrReport, ServerBehaviour, SockOpts, Transport, WriteMode};
 use crate::summary::Summary;
 use crate::units::{format_ns, format_si};
@@ -57,7 +57,7 @@ pub(crate) fn server_text(b: &ServerBehaviour, transport: Transport) -> String {
 }
 
 impl Human for RrReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         self.header(out);
         out.push('\n');
         self.results_table(out);
@@ -68,7 +68,7 @@ impl Human for RrReport {
 
 impl RrReport {
     /// Target, transport, load and both sides' socket options.
-    fn header(&self, out: &mut String) {
+    fn header(&self, out: &mut Page) {
         let load = match &self.load {
             LoadMode::Closed => "closed loop".to_string(),
             LoadMode::Open { rate_per_sec } => {
@@ -104,7 +104,7 @@ impl RrReport {
     }
 
     /// One row per size (and its from-intended-send row in open loop).
-    fn results_table(&self, out: &mut String) {
+    fn results_table(&self, out: &mut Page) {
         let open = matches!(self.load, LoadMode::Open { .. });
         let mut headers: Vec<&str> = vec!["request/response", "trans/s"];
         headers.extend(Summary::HEADERS);
@@ -154,7 +154,7 @@ impl RrReport {
     }
 
     /// What the figures mean, per-size problems and the size-jump verdict.
-    fn footnotes(&self, out: &mut String) {
+    fn footnotes(&self, out: &mut Page) {
         let open = matches!(self.load, LoadMode::Open { .. });
         let _ = writeln!(
             out,

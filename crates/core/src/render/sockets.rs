@@ -1,6 +1,6 @@
 use std::fmt::Write;
 
-use super::{Human, Table};
+use super::{Human, Page, Table};
 use crate::model::sockets::{SetsockoptEvent, Severity, SocketRow, SocketsReport, WatchSummary};
 use crate::units::{format_bitrate, format_bytes};
 
@@ -55,7 +55,7 @@ pub(crate) fn owner_text(r: &SocketRow) -> (String, String) {
 }
 
 impl Human for SocketsReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         let n = self.sockets.len();
         let _ = writeln!(
             out,
@@ -77,7 +77,7 @@ impl Human for SocketsReport {
 
 impl SocketsReport {
     /// Who owns each socket, its state and addresses.
-    fn sockets_table(&self, out: &mut String) {
+    fn sockets_table(&self, out: &mut Page) {
         let mut t = Table::new(&[
             "#", "process", "fd", "proto", "state", "local", "remote", "netns",
         ]);
@@ -103,7 +103,7 @@ impl SocketsReport {
     }
 
     /// The options read with getsockopt, for the sockets whose fd could be duplicated.
-    fn options_table(&self, out: &mut String) {
+    fn options_table(&self, out: &mut Page) {
         let mut t = Table::new(&[
             "#",
             "nodelay",
@@ -163,7 +163,7 @@ impl SocketsReport {
     }
 
     /// TCP_INFO from sock_diag for every connected TCP socket.
-    fn tcp_info_table(&self, out: &mut String) {
+    fn tcp_info_table(&self, out: &mut Page) {
         let mut t = Table::new(&[
             "#",
             "rtt",
@@ -214,7 +214,7 @@ impl SocketsReport {
     }
 
     /// Findings per socket.
-    fn findings_section(&self, out: &mut String) {
+    fn findings_section(&self, out: &mut Page) {
         let with_findings: Vec<_> = self
             .sockets
             .iter()
@@ -246,7 +246,7 @@ impl SocketsReport {
     }
 
     /// Options that could not be read, what this run could not see, and notes.
-    fn notes_section(&self, out: &mut String) {
+    fn notes_section(&self, out: &mut Page) {
         let errs: Vec<_> = self
             .sockets
             .iter()
@@ -303,7 +303,7 @@ impl SetsockoptEvent {
 }
 
 impl Human for WatchSummary {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         let _ = writeln!(out, "{} setsockopt call(s) reported", self.events);
         if self.lost > 0 {
             let _ = writeln!(
@@ -364,8 +364,7 @@ mod tests {
             sockets: vec![row],
             notes: vec!["pid 1 exited".into()],
         };
-        let mut s = String::new();
-        r.render_human(&mut s);
+        let s = crate::render::human_text(&r, 200);
         assert!(s.contains("nginx[42]"), "{s}");
         assert!(
             s.contains("4.5 KiB") || s.contains("4.6 KB") || s.contains("4608"),

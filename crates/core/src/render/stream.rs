@@ -1,6 +1,6 @@
 use std::fmt::Write;
 
-use super::{Human, Table};
+use super::{Human, Page, Table};
 use crate::model::stream::{
     Cost, Direction, DirectionResult, LatencyProbe, StreamInterval, StreamReport,
 };
@@ -46,7 +46,7 @@ pub fn interval_line(ev: &StreamInterval) -> String {
     if let Some(l) = ev.udp_lost {
         let _ = write!(s, "  lost so far {l}");
     }
-    s
+    super::page::fit(&s)
 }
 
 fn cost_cells(c: &Cost) -> Vec<String> {
@@ -77,7 +77,7 @@ fn cost_cells(c: &Cost) -> Vec<String> {
 }
 
 impl Human for StreamReport {
-    fn render_human(&self, out: &mut String) {
+    fn render_human(&self, out: &mut Page) {
         self.header(out);
         for r in &self.results {
             direction_result(r, out);
@@ -102,7 +102,7 @@ impl Human for StreamReport {
 
 impl StreamReport {
     /// Target, transport, streams, direction and amount.
-    fn header(&self, out: &mut String) {
+    fn header(&self, out: &mut Page) {
         let dir = match self.direction {
             Direction::Send => "client → server",
             Direction::Receive => "server → client",
@@ -131,7 +131,7 @@ impl StreamReport {
 }
 
 /// One direction's figures: both sides' view, intervals, TCP/UDP detail and per-stream rows.
-fn direction_result(r: &DirectionResult, out: &mut String) {
+fn direction_result(r: &DirectionResult, out: &mut Page) {
     let _ = writeln!(
         out,
         "\n  {}: {} delivered at {} (the receiver's count)",
@@ -211,7 +211,7 @@ fn direction_result(r: &DirectionResult, out: &mut String) {
 }
 
 /// The small request's latency idle and under the transfer.
-fn probe_section(p: &LatencyProbe, out: &mut String) {
+fn probe_section(p: &LatencyProbe, out: &mut Page) {
     let _ = writeln!(
         out,
         "\n  latency probe (64 B request/response on its own connection):"

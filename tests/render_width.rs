@@ -1,0 +1,123 @@
+//! Every command's human view fits the terminal: the committed example results of every command
+//! (`tests/data/report/*.json`, `tests/data/render/*.json`, real `--json` outputs) are rendered
+//! at 80 and 100 columns, and no line may be wider; latency tables keep p50, p99 and max.
+
+use std::path::{Path, PathBuf};
+
+use latscope_core::render::{Human, human_text};
+use serde::de::DeserializeOwned;
+
+fn examples() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let mut files = Vec::new();
+    for dir in ["report", "render"] {
+        for e in std::fs::read_dir(root.join(dir)).expect("tests/data directory") {
+            let p = e.expect("directory entry").path();
+            if p.extension().is_some_and(|x| x == "json") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn parse<T: DeserializeOwned + Human + 'static>(text: &str, path: &Path) -> Box<dyn Human> {
+    let report: T = serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("{} does not match its model: {e}", path.display()));
+    Box::new(report)
+}
+
+/// The example's report, by the command its `meta` names.
+fn load(path: &Path) -> (String, Box<dyn Human>) {
+    use latscope_core::model;
+    let text = std::fs::read_to_string(path).expect("readable example");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON example");
+    let command = v["meta"]["command"]
+        .as_str()
+        .expect("meta.command")
+        .to_string();
+    let report = match command.as_str() {
+        "rr" => parse::<model::rr::RrReport>(&text, path),
+        "http" => parse::<model::http::HttpReport>(&text, path),
+        "connect" => parse::<model::connect::ConnectReport>(&text, path),
+        "ping" => parse::<model::ping::PingReport>(&text, path),
+        "trace" => parse::<model::ping::TraceReport>(&text, path),
+        "stream" => parse::<model::stream::StreamReport>(&text, path),
+        "diagnose" => parse::<model::diagnose::DiagnoseReport>(&text, path),
+        "demo" => parse::<model::demo::DemoReport>(&text, path),
+        "sockets" => parse::<model::sockets::SocketsReport>(&text, path),
+        "stack" => parse::<latscope_ebpf::report::StackReport>(&text, path),
+        "analyze" => parse::<latscope_wire::report::AnalyzeReport>(&text, path),
+        "capture" => parse::<latscope_wire::report::CaptureReport>(&text, path),
+        other => panic!("{}: no renderer known for '{other}'", path.display()),
+    };
+    (command, report)
+}
+
+/// Lines that head a latency table: they name p50, p99 and max.
+fn latency_headers(text: &str) -> usize {
+    text.lines()
+        .filter(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            ["p50", "p99", "max"].iter().all(|c| cols.contains(c))
+        })
+        .count()
+}
+
+#[test]
+fn every_command_fits_80_and_100_columns() {
+    let files = examples();
+    let mut commands: Vec<String> = Vec::new();
+    let mut failures = Vec::new();
+    for path in &files {
+        let (command, report) = load(path);
+        commands.push(command);
+        let wide = human_text(report.as_ref(), 1000);
+        for width in [80, 100] {
+            let text = human_text(report.as_ref(), width);
+            for line in text.lines() {
+                let w = line.chars().count();
+                if w > width {
+                    failures.push(format!(
+                        "{} at {width}: {w} columns: {line}",
+                        path.display()
+                    ));
+                }
+            }
+            if latency_headers(&text) != latency_headers(&wide) {
+                failures.push(format!(
+                    "{} at {width}: a latency table lost p50, p99 or max:\n{text}",
+                    path.display()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    commands.sort();
+    commands.dedup();
+    for c in [
+        "analyze", "capture", "connect", "demo", "diagnose", "http", "ping", "rr", "sockets",
+        "stack", "stream", "trace",
+    ] {
+        assert!(
+            commands.iter().any(|x| x == c),
+            "no example result for '{c}' in tests/data"
+        );
+    }
+}
+
+#[test]
+fn narrow_terminals_drop_columns_and_say_so() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report/rr.json");
+    let (_, report) = load(&path);
+    let wide = human_text(report.as_ref(), 200);
+    assert!(
+        wide.contains("p99.99") && !wide.contains("left out"),
+        "{wide}"
+    );
+    let narrow = human_text(report.as_ref(), 80);
+    let header = narrow.lines().find(|l| l.contains("p50")).expect("a table");
+    assert!(!header.contains("p99.99"), "{narrow}");
+    assert!(narrow.contains("left out to fit 80 columns"), "{narrow}");
+}
