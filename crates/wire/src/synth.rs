@@ -48,6 +48,7 @@ struct Conn {
     server: [u8; 4],
     cseq: u32,
     sseq: u32,
+    rtt: u64,
     script: Vec<Pkt>,
     pos: usize,
 }
@@ -57,8 +58,8 @@ const ACK: u8 = 0x10;
 const PSH: u8 = 0x08;
 const FIN: u8 = 0x01;
 
-fn script(rng: &mut Rng) -> Vec<Pkt> {
-    let p = |from_client, flags, len, gap_ns| Pkt {
+fn pkt(from_client: bool, flags: u8, len: u32, gap_ns: u64) -> Pkt {
+    Pkt {
         from_client,
         flags,
         len,
@@ -66,22 +67,36 @@ fn script(rng: &mut Rng) -> Vec<Pkt> {
         gap_ns,
         http: 0,
         tag: 0,
-    };
-    let rtt = 200_000 + rng.below(800_000);
+    }
+}
+
+/// A connection's whole life: handshake, 1–8 requests, FIN close.
+fn script(rng: &mut Rng, rtt: u64) -> Vec<Pkt> {
     let mut s = vec![
-        p(true, SYN, 0, 0),
-        p(false, SYN | ACK, 0, rtt / 2),
-        p(true, ACK, 0, rtt / 2),
+        pkt(true, SYN, 0, 0),
+        pkt(false, SYN | ACK, 0, rtt / 2),
+        pkt(true, ACK, 0, rtt / 2),
     ];
     let reqs = 1 + rng.below(8);
+    requests(rng, rtt, reqs, true, &mut s);
+    s.push(pkt(true, FIN | ACK, 0, 5_000_000));
+    s.push(pkt(false, FIN | ACK, 0, rtt / 2));
+    s.push(pkt(true, ACK, 0, rtt / 2));
+    s
+}
+
+/// `reqs` keep-alive request/response exchanges (`first`: the first follows the handshake).
+fn requests(rng: &mut Rng, rtt: u64, reqs: u64, first: bool, s: &mut Vec<Pkt>) {
+    let p = pkt;
     for r in 0..reqs {
+        let first = first && r == 0;
         let mut q = p(
             true,
             ACK | PSH,
             200 + rng.below(300) as u32,
             // Keep-alive clients pause between requests (the first follows the handshake):
             // ~100 k packets/s for 2000 connections, a realistic rate for the linger window.
-            if r == 0 {
+            if first {
                 1_000_000 + rng.below(20_000_000)
             } else {
                 50_000_000 + rng.below(450_000_000)
@@ -94,7 +109,7 @@ fn script(rng: &mut Rng) -> Vec<Pkt> {
         } else {
             50_000 + rng.below(2_000_000)
         };
-        let nagle = r > 0 && rng.below(40) == 0;
+        let nagle = !first && rng.below(40) == 0;
         if nagle {
             // Header, delayed ACK 40 ms later, then the held body.
             let mut h = p(false, ACK | PSH, 180, think);
@@ -112,44 +127,46 @@ fn script(rng: &mut Rng) -> Vec<Pkt> {
             s.push(p(true, ACK, 0, rtt));
             continue;
         }
-        let segs = 1 + rng.below(24) as u32;
-        for i in 0..segs {
-            let len = if i + 1 == segs {
-                1 + rng.below(u64::from(MSS)) as u32
-            } else {
-                MSS
-            };
-            let mut d = p(
-                false,
-                ACK | if i + 1 == segs { PSH } else { 0 },
-                len,
-                if i == 0 { think } else { 12_000 },
-            );
-            if i == 0 {
-                d.http = 2;
-                if think >= 30_000_000 {
-                    d.tag = 3;
-                }
-            }
-            s.push(d);
-            if rng.below(300) == 0 {
-                // Timer retransmission of the segment just sent.
-                let mut rt = d;
-                rt.rewind = len;
-                rt.gap_ns = 200_000_000 + rng.below(100_000_000);
-                rt.http = 0;
-                rt.tag = 2;
-                s.push(rt);
-            }
-            if i % 2 == 1 || i + 1 == segs {
-                s.push(p(true, ACK, 0, rtt / 2));
+        response(rng, rtt, think, s);
+    }
+}
+
+/// A response of 1–24 segments after `think`, ACKed every second segment, with the odd timer
+/// retransmission.
+fn response(rng: &mut Rng, rtt: u64, think: u64, s: &mut Vec<Pkt>) {
+    let segs = 1 + rng.below(24) as u32;
+    for i in 0..segs {
+        let len = if i + 1 == segs {
+            1 + rng.below(u64::from(MSS)) as u32
+        } else {
+            MSS
+        };
+        let mut d = pkt(
+            false,
+            ACK | if i + 1 == segs { PSH } else { 0 },
+            len,
+            if i == 0 { think } else { 12_000 },
+        );
+        if i == 0 {
+            d.http = 2;
+            if think >= 30_000_000 {
+                d.tag = 3;
             }
         }
+        s.push(d);
+        if rng.below(300) == 0 {
+            // Timer retransmission of the segment just sent.
+            let mut rt = d;
+            rt.rewind = len;
+            rt.gap_ns = 200_000_000 + rng.below(100_000_000);
+            rt.http = 0;
+            rt.tag = 2;
+            s.push(rt);
+        }
+        if i % 2 == 1 || i + 1 == segs {
+            s.push(pkt(true, ACK, 0, rtt / 2));
+        }
     }
-    s.push(p(true, FIN | ACK, 0, 5_000_000));
-    s.push(p(false, FIN | ACK, 0, rtt / 2));
-    s.push(p(true, ACK, 0, rtt / 2));
-    s
 }
 
 fn frame(c: &Conn, k: &Pkt, buf: &mut Vec<u8>) -> u32 {
@@ -212,12 +229,36 @@ pub struct Planted {
     pub think_time: u64,
 }
 
+/// The shape of the traffic [`generate_shape`] writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// Connections never close: after the handshake they make requests for as long as the
+    /// capture lasts (a connection pool), so every connection is open over the whole span.
+    pub persistent: bool,
+    /// Only the server → client direction is captured (asymmetric routing): no ACK of the
+    /// server's data is ever seen, so nothing it sends leaves the unacknowledged lists.
+    pub one_way: bool,
+}
+
 /// Write `packets` packets of `concurrent` simultaneous connections as pcap into `out`.
 pub fn generate<W: Write>(
     out: W,
     packets: u64,
     concurrent: usize,
     seed: u64,
+) -> io::Result<Planted> {
+    generate_shape(out, packets, concurrent, seed, Shape::default())
+}
+
+/// [`generate`], for traffic of the given [`Shape`]. With [`Shape::one_way`] only the
+/// server's packets are written (and counted in [`Planted::packets`]); the planted stalls
+/// are counted as sent.
+pub fn generate_shape<W: Write>(
+    out: W,
+    packets: u64,
+    concurrent: usize,
+    seed: u64,
+    shape: Shape,
 ) -> io::Result<Planted> {
     let target = packets;
     let concurrent = concurrent.max(1);
@@ -227,14 +268,24 @@ pub fn generate<W: Write>(
     let mut conns: Vec<Conn> = Vec::with_capacity(concurrent);
     let mut n_conns: u64 = 0;
     let t0: u64 = 1_700_000_000_000_000_000;
-    let new_conn = |rng: &mut Rng, n: u64| Conn {
-        client: [10, (n >> 16) as u8, (n >> 8) as u8, n as u8],
-        cport: 1024 + (n % 60000) as u16,
-        server: [192, 168, 0, 1 + (n % 8) as u8],
-        cseq: rng.next() as u32,
-        sseq: rng.next() as u32,
-        script: script(rng),
-        pos: 0,
+    let new_conn = |rng: &mut Rng, n: u64| {
+        let (cseq, sseq) = (rng.next() as u32, rng.next() as u32);
+        let rtt = 200_000 + rng.below(800_000);
+        let mut script = script(rng, rtt);
+        if shape.persistent {
+            // Up to the close, which never comes: more requests are appended as it runs.
+            script.truncate(script.len() - 3);
+        }
+        Conn {
+            client: [10, (n >> 16) as u8, (n >> 8) as u8, n as u8],
+            cport: 1024 + (n % 60000) as u16,
+            server: [192, 168, 0, 1 + (n % 8) as u8],
+            cseq,
+            sseq,
+            rtt,
+            script,
+            pos: 0,
+        }
     };
     for i in 0..concurrent {
         conns.push(new_conn(&mut rng, n_conns));
@@ -252,10 +303,12 @@ pub fn generate<W: Write>(
         let c = &mut conns[i];
         let k = c.script[c.pos];
         let orig = frame(c, &k, &mut buf);
-        w.write_frame(ts, orig, &buf)?;
-        written += 1;
+        if !(shape.one_way && k.from_client) {
+            w.write_frame(ts, orig, &buf)?;
+            written += 1;
+        }
         planted[usize::from(k.tag)] += 1;
-        if c.pos == 0 {
+        if k.flags == SYN {
             started += 1;
         }
         let adv = k.len + u32::from(k.flags & (SYN | FIN) != 0);
@@ -267,6 +320,11 @@ pub fn generate<W: Write>(
             }
         }
         c.pos += 1;
+        if c.pos == c.script.len() && shape.persistent {
+            c.script.clear();
+            c.pos = 0;
+            requests(&mut rng, c.rtt, 8, false, &mut c.script);
+        }
         if c.pos == c.script.len() {
             *c = new_conn(&mut rng, n_conns);
             n_conns += 1;

@@ -229,7 +229,11 @@ pub(super) struct Conn {
     pub counts: TcpCounts,
     pub tx_state: TxState,
     pub tx: Option<TxCur>,
+    /// Transactions kept: the first `tx_keep` of the traced connection, else the
+    /// [`super::MAX_TX_WORST`] that lost the most time, in order.
     pub txs: Vec<Transaction>,
+    /// How many transactions `txs` keeps.
+    pub tx_keep: usize,
     pub tx_count: u64,
     pub stall_lost: u64,
     pub client_isn: Option<u32>,
@@ -283,6 +287,7 @@ impl Conn {
             tx_state: TxState::Idle,
             tx: None,
             txs: Vec::new(),
+            tx_keep: super::MAX_TX_WORST,
             tx_count: 0,
             stall_lost: 0,
             client_isn: None,

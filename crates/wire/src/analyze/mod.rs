@@ -1,9 +1,11 @@
 //! TCP flow tracking, Wireshark-compatible segment analysis and the stall detectors.
 //!
 //! Memory is proportional to the connections open at once: each connection keeps a bounded
-//! amount of state (at most [`MAX_UNACKED`] unacknowledged segments, [`MAX_TX_KEPT`]
-//! transactions); when it closes it is summarised into a few counters (and, if it is among
-//! the `top` worst, a [`ConnSummary`]) and its state is dropped.
+//! amount of state however long it lives (at most [`MAX_UNACKED`] entries of unacknowledged
+//! data per direction, [`MAX_TX_WORST`] transactions — [`MAX_TX_KEPT`] for the connection
+//! drawn with `--conn` — with exact counters for the rest); when it closes it is summarised
+//! into a few counters (and, if it is among the `top` worst, a [`ConnSummary`]) and its state
+//! is dropped. `crates/wire/tests/memory.rs` measures the bytes per open connection.
 //!
 //! ## Segment analysis
 //! The classification follows Wireshark's `tcp_analyze_sequence_number()` (epan/dissectors/
@@ -62,13 +64,23 @@ use crate::report::{ConnSummary, Ladder, Skipped, TcpCounts};
 pub use explain::explain;
 pub use flow::FxHasher;
 pub use ladder::MAX_LADDER_ROWS;
-pub use transaction::MAX_TX_KEPT;
+pub use transaction::{MAX_TX_KEPT, MAX_TX_WORST};
 
 use flow::{Conn, FlowKey, FlowTable};
 use pipeline::{Acc, RawSegment};
 
-/// Unacknowledged segments kept per direction (Wireshark keeps 10 000; the oldest are dropped).
-pub const MAX_UNACKED: usize = 4096;
+/// Entries of a direction's unacknowledged list (each 24 bytes). The first
+/// [`EXACT_UNACKED`] are single segments; beyond, a segment that continues the newest entry
+/// within [`COALESCE_NS`] of its first transmission is merged into it, and past this many
+/// entries the oldest is dropped (its retransmission is then timed from the newest data).
+pub const MAX_UNACKED: usize = 256;
+/// Unacknowledged segments listed one by one before contiguous ones are merged: every
+/// retransmission of a connection with up to this many segments in flight is timed from its
+/// own original.
+pub const EXACT_UNACKED: usize = 64;
+/// How close in time merged segments were sent: the most a retransmission's time lost can be
+/// overstated by when its original was merged into an earlier one (RTOs are ≥ 200 ms).
+pub const COALESCE_NS: u64 = 1_000_000;
 
 /// Options of one analysis run.
 #[derive(Debug, Clone)]
@@ -191,8 +203,11 @@ impl Analyzer {
         if self.opts.trace_conn == Some(id) {
             self.acc.trace.base_ts = ts;
         }
-        self.flows
-            .insert(key, Conn::new(id, frame, ts, src, dst, fl))
+        let mut c = Conn::new(id, frame, ts, src, dst, fl);
+        if self.opts.trace_conn == Some(id) {
+            c.tx_keep = MAX_TX_KEPT;
+        }
+        self.flows.insert(key, c)
     }
 
     fn on_tcp(&mut self, frame: u64, ts: u64, d: &Decoded<'_>, tcp: &TcpView<'_>, seglen: u32) {

@@ -6,10 +6,10 @@
 use crate::packet::flags;
 use crate::report::TcpCounts;
 
-use super::MAX_UNACKED;
 use super::detect::Segment;
-use super::flow::{Conn, Unacked};
+use super::flow::{Conn, Dir, Unacked};
 use super::ladder::Notes;
+use super::{COALESCE_NS, EXACT_UNACKED, MAX_UNACKED};
 
 // Wireshark's per-segment analysis flags.
 pub(super) const A_RETRANS: u32 = 1 << 0;
@@ -197,9 +197,35 @@ fn classify_resend(c: &Conn, s: &Segment<'_>) -> (u32, Option<(u64, u64)>) {
     let since = f
         .unacked
         .iter()
-        .find(|u| !lt(u.seq, seq))
+        // The original: the oldest entry from this sequence number on, or holding it (a
+        // merged run of segments, or a resent range cut differently).
+        .find(|u| !lt(u.seq, seq) || gt(u.nextseq, seq))
         .map_or((f.nextseq_ts, f.nextseq_frame), |u| (u.ts, u.frame));
     (A_RETRANS, Some(since))
+}
+
+/// List segment `s` (ending at `nextseq`) as unacknowledged. Kept sorted by arrival;
+/// Wireshark pushes at the head and scans all, we push at the back and scan from the oldest.
+/// Bounded (see [`MAX_UNACKED`]): a long list merges contiguous segments sent close together
+/// and drops its oldest entry when full.
+fn record_unacked(f: &mut Dir, s: &Segment<'_>, nextseq: u32) {
+    if f.unacked.len() >= EXACT_UNACKED {
+        if let Some(b) = f.unacked.back_mut() {
+            if b.nextseq == s.seq && s.ts.saturating_sub(b.ts) <= COALESCE_NS {
+                b.nextseq = nextseq;
+                return;
+            }
+        }
+    }
+    if f.unacked.len() >= MAX_UNACKED {
+        f.unacked.pop_front();
+    }
+    f.unacked.push_back(Unacked {
+        frame: s.frame,
+        seq: s.seq,
+        nextseq,
+        ts: s.ts,
+    });
 }
 
 /// Update the forward state after classification (as Wireshark does), and drop what this ACK
@@ -212,17 +238,7 @@ fn update_state(c: &mut Conn, s: &Segment<'_>, a: u32) {
         if synfin {
             nextseq = nextseq.wrapping_add(1);
         }
-        if f.unacked.len() >= MAX_UNACKED {
-            f.unacked.pop_front();
-        }
-        // Kept sorted by arrival; Wireshark pushes at the head and scans all, we push at the
-        // back and scan from the oldest.
-        f.unacked.push_back(Unacked {
-            frame: s.frame,
-            seq: s.seq,
-            nextseq,
-            ts: s.ts,
-        });
+        record_unacked(f, s, nextseq);
     }
     if f.nextseq == 0 || gt(nextseq, f.nextseq.wrapping_add(u32::from(synfin))) {
         f.lastacklen = s.len;

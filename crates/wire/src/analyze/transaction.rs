@@ -9,8 +9,11 @@ use crate::report::{StallKind, Transaction};
 
 use super::flow::Conn;
 
-/// Transactions kept in full per connection.
+/// Transactions kept in full for the connection drawn with `--conn` (its first ones).
 pub const MAX_TX_KEPT: usize = 256;
+/// Transactions kept for every other connection: the ones that lost the most time (a
+/// connection that never closes keeps no more however many it makes; `tx_count` counts all).
+pub const MAX_TX_WORST: usize = 16;
 
 /// Where a connection is in its request/response cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,8 +177,9 @@ impl TxStats {
                     .record(dur.max(1));
                 self.total += 1;
                 c.tx_count += 1;
-                if c.txs.len() < MAX_TX_KEPT {
-                    c.txs.push(Transaction {
+                keep(
+                    c,
+                    Transaction {
                         request_frame: t.req_frame,
                         last_response_frame: t.resp_last_frame,
                         duration_ns: dur,
@@ -184,10 +188,31 @@ impl TxStats {
                         http_status: t.http_status,
                         stall: t.stall,
                         stall_lost_ns: t.stall_lost,
-                    });
-                }
+                    },
+                );
             }
         }
         c.tx_state = TxState::Idle;
+    }
+}
+
+/// Keep transaction `t` of `c`: while there is room; for a connection that keeps its worst,
+/// in place of the kept one that lost least time (then was shortest) if `t` is worse. The
+/// list stays in order of requests (`t` is the latest).
+fn keep(c: &mut Conn, t: Transaction) {
+    if c.txs.len() < c.tx_keep {
+        c.txs.push(t);
+        return;
+    }
+    if c.tx_keep >= MAX_TX_KEPT {
+        return;
+    }
+    let badness = |x: &Transaction| (x.stall_lost_ns, x.duration_ns);
+    let Some((i, least)) = c.txs.iter().enumerate().min_by_key(|(_, x)| badness(x)) else {
+        return;
+    };
+    if badness(least) < badness(&t) {
+        c.txs.remove(i);
+        c.txs.push(t);
     }
 }
