@@ -11,6 +11,7 @@ import gzip
 import os
 import struct
 import sys
+import zlib
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(__file__), "..", "tests", "data", "corpus")
@@ -182,6 +183,48 @@ def pppoe(ip, v6=False):
 
 
 OUTER_A, OUTER_B = [192, 0, 2, 1], [192, 0, 2, 2]
+BSSID, STA, GW = b"\x02\xbb\x00\x00\x00\x01", b"\x02\x5a\x00\x00\x00\x02", b"\x02\x6e\x00\x00\x00\x03"
+LLC_SNAP_IP = b"\xaa\xaa\x03\x00\x00\x00\x08\x00"
+
+
+def wlan(i, ip):
+    """An 802.11 data frame carrying `ip`, the `i`-th: to the AP (client's packets) or from
+    it, plain or QoS data, every fifth with four addresses (WDS), every seventh QoS one with
+    an HT control field (+HTC)."""
+    from_server = ip[12:16] == bytes([10, 0, 2, 1])
+    qos = i % 2 == 1
+    fc1 = 0x02 if from_server else 0x01
+    if i % 5 == 0:
+        fc1 = 0x03
+    htc = qos and i % 7 == 0
+    if htc:
+        fc1 |= 0x80
+    fc0 = 0x88 if qos else 0x08
+    a1, a2, a3 = (STA, BSSID, GW) if from_server else (BSSID, STA, GW)
+    h = struct.pack("<BBH", fc0, fc1, 44) + a1 + a2 + a3 + struct.pack("<H", (i & 0xFFF) << 4)
+    if fc1 & 3 == 3:
+        h += BSSID
+    if qos:
+        h += struct.pack("<H", i % 8)
+    if htc:
+        h += b"\0\0\0\0"
+    return h + LLC_SNAP_IP + ip
+
+
+def wlan_extras():
+    """Frames with no readable IP around the data: a beacon (management) and a protected
+    (WPA2-encrypted) data frame whose body is ciphertext."""
+    beacon = struct.pack("<BBH", 0x80, 0, 0) + b"\xff" * 6 + BSSID + BSSID + b"\0\0" + bytes(12)
+    protected = (struct.pack("<BBH", 0x88, 0x41, 44) + BSSID + STA + GW + b"\x10\0\0\0"
+                 + bytes(range(8)) + bytes(range(60)))
+    return beacon, protected
+
+
+def radiotap(frame, i):
+    """A radiotap header (flags and rate); every other frame carries its FCS, as flagged."""
+    fcs = i % 2 == 0
+    hdr = struct.pack("<BBHIBB", 0, 0, 10, 0x6, 0x10 if fcs else 0, 0x6c)
+    return hdr + frame + (struct.pack("<I", zlib.crc32(frame)) if fcs else b"")
 
 
 def main():
@@ -221,6 +264,21 @@ def main():
             + struct.pack("!HBBI", 0x0103, 0x80, 1, 0xdeadbeef) + eth(0x0800, p)))))
                             for i, (t, p) in enumerate(v4)]),
     }
+    beacon, protected = wlan_extras()
+    air = [(T0 - 1000, beacon)] + [(t, wlan(i, p)) for i, (t, p) in enumerate(v4)] + \
+        [(v4[-1][0] + 1000, protected)]
+    files["wlan-80211.pcap"] = (105, air)
+    files["wlan-radiotap.pcap"] = (127, [(t, radiotap(f, i)) for i, (t, f) in enumerate(air)])
+    files["wlan-ppi.pcap"] = (192, [(t, struct.pack("<BBHI", 0, 0, 8, 105) + f) for t, f in air])
+    # IP over InfiniBand: the 40-byte address pseudo-header (unicast: no GRH, the destination
+    # QPN and GID), then RFC 4391's type and reserved bytes.
+    files["ipoib.pcap"] = (242, [(t, b"\0" * 20 + struct.pack("!I", 0x48) + bytes(15) + b"\1"
+                                  + struct.pack("!HH", 0x0800, 0) + p) for t, p in v4])
+    # WCCP redirection in GRE: version 2 puts a 4-byte redirect header (service 0) before
+    # the IPv4 packet; version 1 does not (every third frame).
+    files["wccp.pcap"] = (1, [(t, eth(0x0800, ip4(OUTER_A, OUTER_B, 47, struct.pack(
+        "!HH", 0, 0x883E) + (b"" if i % 3 == 0 else b"\0\0\0\x2a") + p)))
+                              for i, (t, p) in enumerate(v4)])
     for name, (link, frames) in files.items():
         write_pcap(os.path.join(OUT, name), link, frames)
     # The same capture gzip-compressed (tshark opens it too); mtime 0 keeps the bytes stable.

@@ -31,11 +31,12 @@ use crate::output::{OutputArgs, stop_flag, unix_ms};
   latscope analyze --live -I eth0 -d 10s tcp port 8080
 
 Exit code 1 when a stall detector fired, 2 when frames were read but none could be decoded
-(unknown link type, not IP): nothing was analysed.")]
+(unknown link type, not IP, encrypted 802.11): nothing was analysed.")]
 pub struct AnalyzeArgs {
     /// Capture file (pcap or pcapng, optionally gzip-compressed; Ethernet, Linux cooked v1/v2,
-    /// raw IP, loopback, PPP, Cisco HDLC; VLAN, PPPoE, MPLS, GRE, IP-in-IP, VXLAN and Geneve
-    /// decoded down to the inner TCP); "-" = stdin.
+    /// raw IP, loopback, PPP, Cisco HDLC, 802.11 (plain, radiotap, PPI; encrypted frames are
+    /// counted, not read), IP over InfiniBand; VLAN, PPPoE, MPLS, GRE, WCCP, IP-in-IP, VXLAN
+    /// and Geneve decoded down to the inner TCP); "-" = stdin.
     /// With --live: the capture filter's words instead, as tcpdump takes them.
     #[arg(required_unless_present = "live", value_name = "FILE | FILTER")]
     pub file: Vec<String>,

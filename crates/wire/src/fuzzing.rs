@@ -24,7 +24,7 @@ pub fn packet(data: &[u8]) {
     let Some((&sel, frame)) = data.split_first() else {
         return;
     };
-    let link = match sel % 12 {
+    let link = match sel % 16 {
         0 => LinkType::Ethernet,
         1 => LinkType::Raw,
         2 => LinkType::LinuxSll,
@@ -36,6 +36,10 @@ pub fn packet(data: &[u8]) {
         8 => LinkType::Ppp,
         9 => LinkType::PppEther,
         10 => LinkType::CiscoHdlc,
+        11 => LinkType::Ieee80211,
+        12 => LinkType::Radiotap,
+        13 => LinkType::Ppi,
+        14 => LinkType::IpoIb,
         _ => LinkType::Other(u32::from(sel)),
     };
     if let Ok(d) = decode(link, frame) {

@@ -95,6 +95,12 @@ pub fn build_report(
             skipped.unknown_link_type
         ));
     }
+    if skipped.encrypted > 0 {
+        warnings.push(format!(
+            "{} 802.11 frames are encrypted (WEP/WPA) and were skipped: capture on the wired side, or decrypt first (e.g. `airdecap-ng`)",
+            skipped.encrypted
+        ));
+    }
     AnalyzeReport {
         meta,
         source,

@@ -27,6 +27,9 @@ pub enum SkipReason {
     Malformed,
     /// An IPv4 fragment other than the first: no transport header.
     Fragment,
+    /// An 802.11 frame with the Protected bit (WEP/WPA/WPA2): its payload is encrypted and
+    /// cannot be read without the keys.
+    Encrypted,
 }
 
 /// Link-layer header types (the pcap `LINKTYPE_*` registry) we decode.
@@ -54,6 +57,15 @@ pub enum LinkType {
     PppEther,
     /// LINKTYPE_C_HDLC (104): Cisco HDLC.
     CiscoHdlc,
+    /// LINKTYPE_IEEE802_11 (105): 802.11 frames without a radio header.
+    Ieee80211,
+    /// LINKTYPE_IEEE802_11_RADIOTAP (127): a radiotap header, then 802.11.
+    Radiotap,
+    /// LINKTYPE_PPI (192): a Per-Packet Information header naming the link type that follows.
+    Ppi,
+    /// LINKTYPE_IPOIB (242): IP over InfiniBand, a 40-byte address header then RFC 4391's
+    /// 4-byte encapsulation header.
+    IpoIb,
     /// Anything else: frames are counted and skipped.
     Other(u32),
 }
@@ -73,6 +85,10 @@ impl LinkType {
             9 | 50 => LinkType::Ppp,
             51 => LinkType::PppEther,
             104 => LinkType::CiscoHdlc,
+            105 => LinkType::Ieee80211,
+            127 => LinkType::Radiotap,
+            192 => LinkType::Ppi,
+            242 => LinkType::IpoIb,
             o => LinkType::Other(o),
         }
     }
@@ -91,6 +107,10 @@ impl LinkType {
             LinkType::Ppp => 9,
             LinkType::PppEther => 51,
             LinkType::CiscoHdlc => 104,
+            LinkType::Ieee80211 => 105,
+            LinkType::Radiotap => 127,
+            LinkType::Ppi => 192,
+            LinkType::IpoIb => 242,
             LinkType::Other(o) => o,
         }
     }
@@ -103,6 +123,10 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
 }
 
 #[inline]
+fn le16(b: &[u8], at: usize) -> Option<u16> {
+    b.get(at..at + 2).map(|s| u16::from_le_bytes([s[0], s[1]]))
+}
+
 fn be32(b: &[u8], at: usize) -> Option<u32> {
     let s = b.get(at..at + 4)?;
     Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
@@ -440,6 +464,9 @@ const ETH_P_MPLS_MC: u16 = 0x8848;
 /// Transparent Ethernet bridging: an Ethernet frame inside GRE or Geneve.
 const ETH_P_TEB: u16 = 0x6558;
 
+/// GRE protocol type of WCCP-redirected packets.
+const GRE_WCCP: u16 = 0x883e;
+
 /// UDP ports of the tunnels tshark decodes by default (IANA): VXLAN (RFC 7348), Geneve
 /// (RFC 8926).
 const UDP_VXLAN: u16 = 4789;
@@ -512,8 +539,73 @@ fn link_payload(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), SkipReason
             let et = be16(frame, 2).ok_or(SkipReason::Truncated)?;
             Ok((et, frame.get(4..).ok_or(SkipReason::Truncated)?))
         }
+        LinkType::Ieee80211 => wlan_payload(frame),
+        LinkType::Radiotap => {
+            // Version 0, pad, then the header's whole length (little-endian, RFC-less de facto
+            // standard: radiotap.org).
+            let len = le16(frame, 2).ok_or(SkipReason::Truncated)?;
+            wlan_payload(frame.get(usize::from(len)..).ok_or(SkipReason::Truncated)?)
+        }
+        LinkType::Ppi => {
+            // Version, flags, header length and the DLT of what follows (all little-endian).
+            let len = usize::from(le16(frame, 2).ok_or(SkipReason::Truncated)?);
+            let dlt = frame
+                .get(4..8)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .ok_or(SkipReason::Truncated)?;
+            let inner = frame.get(len..).ok_or(SkipReason::Truncated)?;
+            match LinkType::from_u32(dlt) {
+                LinkType::Ppi => Err(SkipReason::Malformed),
+                l => link_payload(l, inner),
+            }
+        }
+        LinkType::IpoIb => {
+            // Wireshark's packet-ipoib.c: a 40-byte pseudo-header (the GRH, or the
+            // destination address), then the type and two reserved bytes.
+            let et = be16(frame, 40).ok_or(SkipReason::Truncated)?;
+            Ok((et, frame.get(44..).ok_or(SkipReason::Truncated)?))
+        }
         LinkType::Other(_) => Err(SkipReason::UnknownLinkType),
     }
+}
+
+/// An 802.11 frame (IEEE 802.11-2020 §9.2): data frames (plain or QoS, with 3 or 4
+/// addresses and an HT control field) carrying LLC/SNAP give their ethertype and payload;
+/// management, control and null-data frames carry no IP; protected frames are encrypted.
+/// A-MSDU aggregates are not unpacked.
+fn wlan_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+    let (fc0, fc1) = match b {
+        [a, f, ..] => (*a, *f),
+        _ => return Err(SkipReason::Truncated),
+    };
+    let (kind, subtype) = ((fc0 >> 2) & 3, fc0 >> 4);
+    // Version 0, data type, a subtype that carries data (bit 2 set: null function).
+    if fc0 & 3 != 0 || kind != 2 || subtype & 0x4 != 0 {
+        return Err(SkipReason::NotIp);
+    }
+    if fc1 & 0x40 != 0 {
+        return Err(SkipReason::Encrypted);
+    }
+    let qos = subtype & 0x8 != 0;
+    let mut off = 24 + if fc1 & 3 == 3 { 6 } else { 0 };
+    if qos {
+        // QoS control; bit 7 of its first byte: the body is an A-MSDU.
+        let qc = *b.get(off).ok_or(SkipReason::Truncated)?;
+        if qc & 0x80 != 0 {
+            return Err(SkipReason::NotIp);
+        }
+        off += 2;
+        // +HTC: the Order bit in a QoS data frame adds a 4-byte HT control field.
+        if fc1 & 0x80 != 0 {
+            off += 4;
+        }
+    }
+    let llc = b.get(off..off + 8).ok_or(SkipReason::Truncated)?;
+    // LLC SNAP (AA AA 03) with an RFC 1042 or 802.1H (bridge tunnel) OUI.
+    if llc[..3] != [0xaa, 0xaa, 0x03] || !matches!(llc[3..6], [0, 0, 0] | [0, 0, 0xf8]) {
+        return Err(SkipReason::NotIp);
+    }
+    Ok((u16::from_be_bytes([llc[6], llc[7]]), &b[off + 8..]))
 }
 
 /// A bare IP packet: the version nibble says which.
@@ -593,6 +685,20 @@ fn gre_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
     }
     let mut off = 4 + 4 * usize::from(key) + 4 * usize::from(seq);
     match fl & 7 {
+        0 if proto == GRE_WCCP => {
+            // WCCP redirection (draft-wilson-wrec-wccp-v2 §4.12): IPv4, after a 4-byte
+            // redirect header in version 2. Like Wireshark, the header is taken to be there
+            // when the byte after GRE does not start an IPv4 header.
+            off += 4 * usize::from(csum);
+            let rest = b.get(off..).ok_or(SkipReason::Truncated)?;
+            let first = *rest.first().ok_or(SkipReason::Truncated)?;
+            let ip = if first >> 4 == 4 {
+                rest
+            } else {
+                rest.get(4..).ok_or(SkipReason::Truncated)?
+            };
+            Ok((ETH_P_IP, ip))
+        }
         0 => {
             off += 4 * usize::from(csum);
             Ok((proto, b.get(off..).ok_or(SkipReason::Truncated)?))
@@ -856,6 +962,108 @@ pub(crate) mod tests {
         f.extend_from_slice(opts);
         f.extend_from_slice(payload);
         f
+    }
+
+    /// The IPv4/TCP packet of an Ethernet test frame.
+    fn ipv4_tcp() -> Vec<u8> {
+        eth_ipv4_tcp(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            1234,
+            80,
+            7,
+            0,
+            0x02,
+            100,
+            &[],
+            &[],
+        )[14..]
+            .to_vec()
+    }
+
+    /// An 802.11 data frame: `fc0` (type/subtype), `fc1` (flags), then what the flags ask for.
+    fn wlan_frame(fc0: u8, fc1: u8, qos: &[u8], body: &[u8]) -> Vec<u8> {
+        let mut f = vec![fc0, fc1, 0, 0];
+        f.extend_from_slice(&[0u8; 20]);
+        if fc1 & 3 == 3 {
+            f.extend_from_slice(&[0u8; 6]);
+        }
+        f.extend_from_slice(qos);
+        f.extend_from_slice(body);
+        f
+    }
+
+    fn snap_ip() -> Vec<u8> {
+        let mut b = vec![0xaa, 0xaa, 0x03, 0, 0, 0, 0x08, 0x00];
+        b.extend_from_slice(&ipv4_tcp());
+        b
+    }
+
+    fn port(d: Result<Decoded<'_>, SkipReason>) -> Result<u16, SkipReason> {
+        match d?.transport {
+            Transport::Tcp { tcp, .. } => Ok(tcp.dst_port()),
+            Transport::Udp(_) => Err(SkipReason::NotTcpUdp),
+        }
+    }
+
+    #[test]
+    fn wlan_data_frames_decode_and_protected_ones_are_encrypted() {
+        let body = snap_ip();
+        // Plain data to the AP; QoS data with four addresses and +HTC.
+        let plain = wlan_frame(0x08, 0x01, &[], &body);
+        assert_eq!(port(decode(LinkType::Ieee80211, &plain)), Ok(80));
+        // QoS control (TID 3), then the HT control field.
+        let f = wlan_frame(0x88, 0x83, &[0x03, 0x00, 0, 0, 0, 0], &body);
+        assert_eq!(port(decode(LinkType::Ieee80211, &f)), Ok(80));
+        // Protected: the body is ciphertext.
+        let f = wlan_frame(0x88, 0x41, &[0, 0], &body);
+        assert_eq!(
+            decode(LinkType::Ieee80211, &f).err(),
+            Some(SkipReason::Encrypted)
+        );
+        // A-MSDU, null data, a beacon: no IP read.
+        for f in [
+            wlan_frame(0x88, 0x01, &[0x80, 0], &body),
+            wlan_frame(0x48, 0x01, &[], &[]),
+            wlan_frame(0x80, 0x00, &[], &body),
+        ] {
+            assert_eq!(
+                decode(LinkType::Ieee80211, &f).err(),
+                Some(SkipReason::NotIp)
+            );
+        }
+        // Radiotap (12-byte header) and PPI (naming 802.11) in front of the plain frame.
+        let mut rt = vec![0, 0, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        rt.extend_from_slice(&plain);
+        assert_eq!(port(decode(LinkType::Radiotap, &rt)), Ok(80));
+        let mut ppi = vec![0, 0, 8, 0, 105, 0, 0, 0];
+        ppi.extend_from_slice(&plain);
+        assert_eq!(port(decode(LinkType::Ppi, &ppi)), Ok(80));
+        // Cut inside the LLC header.
+        assert_eq!(
+            decode(LinkType::Ieee80211, &plain[..28]).err(),
+            Some(SkipReason::Truncated)
+        );
+    }
+
+    #[test]
+    fn ipoib_and_wccp_decode() {
+        let mut ib = vec![0u8; 40];
+        ib.extend_from_slice(&[0x08, 0x00, 0, 0]);
+        ib.extend_from_slice(&ipv4_tcp());
+        assert_eq!(port(decode(LinkType::IpoIb, &ib)), Ok(80));
+        // GRE 0x883e, with (WCCPv2) and without (v1) the redirect header.
+        for redirect in [&[0u8, 0, 0, 0x2a][..], &[][..]] {
+            let mut gre = vec![0, 0, 0x88, 0x3e];
+            gre.extend_from_slice(redirect);
+            gre.extend_from_slice(&ipv4_tcp());
+            let total = 20 + gre.len();
+            let mut f = vec![0u8; 12];
+            f.extend_from_slice(&[0x08, 0x00, 0x45, 0, (total >> 8) as u8, total as u8]);
+            f.extend_from_slice(&[0, 0, 0x40, 0, 64, 47, 0, 0, 192, 0, 2, 1, 192, 0, 2, 2]);
+            f.extend_from_slice(&gre);
+            assert_eq!(port(decode(LinkType::Ethernet, &f)), Ok(80));
+        }
     }
 
     #[test]

@@ -127,6 +127,7 @@ impl Skipped {
             SkipReason::Truncated => self.truncated += 1,
             SkipReason::Malformed => self.malformed += 1,
             SkipReason::Fragment => self.fragment += 1,
+            SkipReason::Encrypted => self.encrypted += 1,
         }
     }
 }
@@ -199,7 +200,8 @@ pub struct ConnSummary {
     pub capture_point: String,
     /// Analysis counts.
     pub counts: TcpCounts,
-    /// Transactions (up to 256 kept per connection).
+    /// Transactions kept, in order: the 16 that lost the most time (the first 256 for the
+    /// connection drawn with `--conn`).
     pub transactions: Vec<Transaction>,
     /// Number of transactions (including any not kept in the list).
     pub transaction_count: u64,
@@ -256,6 +258,9 @@ pub struct Skipped {
     pub malformed: u64,
     /// Non-first IP fragments.
     pub fragment: u64,
+    /// Encrypted 802.11 frames (the Protected bit: WEP/WPA/WPA2), unreadable without keys.
+    #[serde(default)]
+    pub encrypted: u64,
 }
 
 /// What the analyzer found in the frames: the body of the `latscope analyze` result.
