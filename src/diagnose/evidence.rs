@@ -36,13 +36,87 @@ pub struct Evidence {
     pub cpu: Option<CpuEvidence>,
     /// The path's bottleneck rate and what one request puts through it.
     pub bottleneck: Option<Bottleneck>,
+    /// The kernel's TCP counters of both namespaces across the handshakes and single requests.
+    pub counters: Option<TcpCounters>,
 }
 
-/// The path's bottleneck: its rate (a bulk transfer's throughput) and the bytes one
-/// request/response exchange puts on the wire.
+/// Differences of a network namespace's TCP counters (`nstat` names) over the measured span.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NsCounters {
+    /// Tcp OutSegs / InSegs.
+    pub out_segs: u64,
+    pub in_segs: u64,
+    /// Tcp RetransSegs: every retransmission, SYNs included.
+    pub retrans_segs: u64,
+    /// TcpExt TCPSynRetrans: SYN and SYN-ACK retransmissions.
+    pub syn_retrans: u64,
+    /// TcpExt TCPOFOQueue: segments that arrived out of order (after a gap).
+    pub ofo_queued: u64,
+    /// TcpExt ListenOverflows / ListenDrops: SYNs or handshakes a full listen queue dropped.
+    pub listen_overflows: u64,
+    pub listen_drops: u64,
+    /// Ip OutRequests: packets the stack handed to IP for sending.
+    pub ip_out_requests: u64,
+    /// Ip OutTransmits (kernel 6.3+): packets that left IP for a device. `OutRequests −
+    /// OutTransmits` is what the host's own output path dropped (netfilter, routing); `None`
+    /// on kernels without the counter.
+    pub ip_out_transmits: Option<u64>,
+}
+
+impl NsCounters {
+    /// The difference from an earlier reading.
+    pub fn since(&self, b: &NsCounters) -> NsCounters {
+        NsCounters {
+            out_segs: self.out_segs.saturating_sub(b.out_segs),
+            in_segs: self.in_segs.saturating_sub(b.in_segs),
+            retrans_segs: self.retrans_segs.saturating_sub(b.retrans_segs),
+            syn_retrans: self.syn_retrans.saturating_sub(b.syn_retrans),
+            ofo_queued: self.ofo_queued.saturating_sub(b.ofo_queued),
+            listen_overflows: self.listen_overflows.saturating_sub(b.listen_overflows),
+            listen_drops: self.listen_drops.saturating_sub(b.listen_drops),
+            ip_out_requests: self.ip_out_requests.saturating_sub(b.ip_out_requests),
+            ip_out_transmits: self
+                .ip_out_transmits
+                .zip(b.ip_out_transmits)
+                .map(|(a, b)| a.saturating_sub(b)),
+        }
+    }
+
+    /// Packets the host's own output path dropped before they left (netfilter output rules,
+    /// no route): TCP sends them again after a timer, as if the network had lost them.
+    pub fn local_out_drops(&self) -> u64 {
+        self.ip_out_transmits
+            .map_or(0, |t| self.ip_out_requests.saturating_sub(t))
+    }
+
+    /// Retransmitted segments other than SYNs and SYN-ACKs: data (or FIN) lost and sent again.
+    pub fn data_retrans(&self) -> u64 {
+        self.retrans_segs.saturating_sub(self.syn_retrans)
+    }
+
+    /// Whether the listen queue dropped anything.
+    pub fn listen_overflowed(&self) -> bool {
+        self.listen_overflows + self.listen_drops > 0
+    }
+}
+
+/// The TCP counters of the client's namespace and of the server's (when it is on this host).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpCounters {
+    pub client: NsCounters,
+    /// `None`: the server is not on this host (or its namespace could not be read).
+    pub server: Option<NsCounters>,
+    /// Client and server share one namespace: both fields hold the same counters.
+    pub shared: bool,
+}
+
+/// The path's bottleneck: its rate (a bulk transfer's throughput, or the dispersion of a
+/// response's packet trains) and the bytes one request/response exchange puts on the wire.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Bottleneck {
     pub rate_bps: f64,
+    /// How the rate was measured.
+    pub source: RateSource,
     /// Request + response bytes per exchange, with TCP/IP/Ethernet headers.
     pub wire_bytes: u64,
 }
@@ -55,6 +129,16 @@ impl Bottleneck {
         }
         (self.wire_bytes as f64 * 8.0 / self.rate_bps * 1e9) as u64
     }
+}
+
+/// How a bottleneck rate was measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateSource {
+    /// A bulk transfer to `latscope serve`: its throughput.
+    BulkTransfer,
+    /// The spacing of back-to-back segments of the target's responses in the capture (packet
+    /// trains): `pairs` consecutive full segments measured.
+    PacketTrains { pairs: u64 },
 }
 
 /// Connect attempts of the handshakes step.
@@ -167,7 +251,7 @@ pub struct NagleStalls {
 }
 
 /// Stalls and retransmissions seen on the wire (latscope analyze's detectors).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CaptureEvidence {
     pub frames: u64,
     pub transactions: u64,
@@ -177,6 +261,11 @@ pub struct CaptureEvidence {
     pub rto_stalls: Option<StallTotal>,
     /// Delayed ACKs that held data back without Nagle.
     pub delayed_ack: Option<StallTotal>,
+    /// The bottleneck rate from the dispersion of the responses' packet trains, when the
+    /// responses were long enough to measure it (bit/s), and the pairs it came from.
+    pub train_rate_bps: Option<(f64, u64)>,
+    /// Bytes on the wire (TCP/IP/Ethernet headers included) per transaction.
+    pub wire_bytes_per_transaction: Option<u64>,
 }
 
 /// Options of the server's sockets, read from the sockets themselves.
@@ -201,6 +290,9 @@ pub struct CpuEvidence {
     pub throttling: Option<Throttling>,
     /// Run-queue waits of its threads (eBPF), when the probes could be attached.
     pub run_queue: Option<RunQueueWaits>,
+    /// The same for latscope's own threads (the client) meanwhile: waits that both show are
+    /// the whole host's contention, not the server's.
+    pub client_run_queue: Option<RunQueueWaits>,
 }
 
 /// `cpu.stat` differences over the measured span (cgroup v1 or v2).
@@ -224,4 +316,16 @@ pub struct RunQueueWaits {
     pub total_ns: u64,
     pub p50_ns: f64,
     pub p99_ns: f64,
+}
+
+impl RunQueueWaits {
+    /// From a run-queue histogram (`None` when nothing waited).
+    pub fn of(h: &latscope_core::Log2Histogram) -> Option<RunQueueWaits> {
+        (h.count() > 0).then(|| RunQueueWaits {
+            waits: h.count(),
+            total_ns: (h.mean_ns() * h.count() as f64) as u64,
+            p50_ns: h.quantile_ns(0.5),
+            p99_ns: h.quantile_ns(0.99),
+        })
+    }
 }

@@ -8,6 +8,7 @@ pub mod evidence;
 pub mod locate;
 pub mod rules;
 pub mod steps;
+pub mod tail;
 
 use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis};
 use std::fmt::Write;
@@ -57,11 +58,19 @@ fn server_app_ns(ev: &Evidence) -> Option<u64> {
 /// with no finding where the time goes.
 pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
     if let Some(top) = findings.first() {
-        let mut v = format!(
-            "{} — {} of each request",
-            top.title,
-            format_ns(top.explains_ns as f64)
-        );
+        let mut v = if tail::is_tail(top, budget.single_request_ns) {
+            format!(
+                "{} — {} beyond the median in the slowest requests (the tail)",
+                top.title,
+                format_ns(top.explains_ns as f64)
+            )
+        } else {
+            format!(
+                "{} — {} of each request",
+                top.title,
+                format_ns(top.explains_ns as f64)
+            )
+        };
         if let Some(s) = budget
             .single_request_ns
             .filter(|&s| s >= top.explains_ns && s > 0)

@@ -27,6 +27,7 @@ pub const RULES: &[Rule] = &[
     cpu_throttling,
     run_queue_delay,
     bottleneck_bandwidth,
+    super::tail::server_tail_latency,
 ];
 
 /// Apply every rule, then rank: root causes first (most latency explained first), each
@@ -45,8 +46,10 @@ pub struct Link {
 
 /// The causal links between findings. A kernel that makes every packet wait makes requests
 /// queue behind each other and shows up as host time; Nagle's held segments are what the
-/// delayed ACKs release; loss on the path drops SYNs too, while SYN drops alone are the
-/// retransmissions a capture sees.
+/// delayed ACKs release; loss on the path drops SYNs and SYN-ACKs too (a SYN retransmitted
+/// because of loss is loss, not a backlog: only the listen queue's overflow counters blame the
+/// backlog), while SYN drops alone are the retransmissions a capture sees; a load whose bytes
+/// fill the bottleneck makes the probe wait behind them.
 pub const CHAINS: &[Link] = &[
     Link {
         cause: RuleId::PreTcpKernel,
@@ -86,12 +89,17 @@ pub const CHAINS: &[Link] = &[
     Link {
         cause: RuleId::Retransmissions,
         effect: RuleId::SlowHandshake,
-        holds: |e, _, _| e.capture.as_ref().is_some_and(loss_rate_material),
+        holds: |e, _, _| data_loss_material(e) && !listen_overflowed(e),
     },
     Link {
         cause: RuleId::SlowHandshake,
         effect: RuleId::Retransmissions,
-        holds: |e, _, _| !e.capture.as_ref().is_some_and(loss_rate_material),
+        holds: |e, _, _| listen_overflowed(e) || !data_loss_material(e),
+    },
+    Link {
+        cause: RuleId::BottleneckBandwidth,
+        effect: RuleId::Bufferbloat,
+        holds: |e, _, _| load_fills_bottleneck(e),
     },
     Link {
         cause: RuleId::SocketReadWait,
@@ -157,6 +165,78 @@ fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
 /// A loss rate that matters: at least one retransmission per 1000 frames.
 fn loss_rate_material(c: &CaptureEvidence) -> bool {
     c.retransmissions > 0 && c.retransmissions * 1000 >= c.frames.max(1)
+}
+
+/// At least 5 segments and 0.5% of `of`: a kernel counter's share that is loss, not noise.
+fn counter_material(n: u64, of: u64) -> bool {
+    n >= 5 && n * 200 >= of.max(1)
+}
+
+/// Loss the kernel's TCP counters show across the handshakes and single requests, as evidence
+/// lines (empty: none material): data segments retransmitted by either side, or segments that
+/// arrived out of order (the one before the gap was lost on the way to that side). SYN
+/// retransmissions are left out — they are the handshakes' own finding.
+pub(crate) fn counter_loss(e: &Evidence) -> Vec<String> {
+    let Some(c) = &e.counters else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut side = |who: &str, n: &NsCounters| {
+        if counter_material(n.data_retrans(), n.out_segs) {
+            out.push(format!(
+                "kernel counters: {who} retransmitted {} data segments of {} sent ({:.1}%; RetransSegs − TCPSynRetrans)",
+                n.data_retrans(),
+                n.out_segs,
+                100.0 * n.data_retrans() as f64 / n.out_segs.max(1) as f64
+            ));
+        }
+        if counter_material(n.local_out_drops(), n.ip_out_requests) {
+            out.push(format!(
+                "kernel counters: {who} dropped {} of its {} outgoing IP packets before they left (IpOutRequests − IpOutTransmits: netfilter output rules or routing); TCP sends them again after a timer, as after a loss",
+                n.local_out_drops(),
+                n.ip_out_requests
+            ));
+        }
+        if counter_material(n.ofo_queued, n.in_segs) {
+            out.push(format!(
+                "kernel counters: {} of the {} segments {who} received arrived out of order (TCPOFOQueue): the one before each gap was lost on its way there",
+                n.ofo_queued, n.in_segs
+            ));
+        }
+    };
+    match (&c.server, c.shared) {
+        (Some(s), true) => side("client and server (one namespace)", s),
+        (server, _) => {
+            side("the client", &c.client);
+            if let Some(s) = server {
+                side("the server", s);
+            }
+        }
+    }
+    out
+}
+
+/// Loss on data segments at a material rate, seen by the capture or the kernel's counters.
+pub(crate) fn data_loss_material(e: &Evidence) -> bool {
+    e.capture.as_ref().is_some_and(loss_rate_material) || !counter_loss(e).is_empty()
+}
+
+/// The server's listen queue dropped SYNs or handshakes (its namespace's counters).
+fn listen_overflowed(e: &Evidence) -> bool {
+    e.counters
+        .and_then(|c| c.server)
+        .is_some_and(|s| s.listen_overflowed())
+}
+
+/// The HTTP load of the latency-under-load step moved at least half the bottleneck's rate: the
+/// probe queued behind its bytes on the link.
+fn load_fills_bottleneck(e: &Evidence) -> bool {
+    match (e.bottleneck, e.under_load.as_ref().map(|u| u.load)) {
+        (Some(b), Some(Load::Http { bytes_per_sec, .. })) => {
+            bytes_per_sec * 8.0 * 2.0 >= b.rate_bps
+        }
+        _ => false,
+    }
 }
 
 /// The capture shows Nagle-held segments released by delayed ACKs in most transactions.
@@ -430,8 +510,10 @@ pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
     })
 }
 
-/// Slow handshakes: connects take a second or more, or time out — SYNs dropped (listen backlog
-/// full, SYN flood protection) and retransmitted after TCP_TIMEOUT_INIT (1 s).
+/// Slow handshakes: connects take a second or more, or time out — SYNs (or SYN-ACKs) dropped
+/// and retransmitted after TCP_TIMEOUT_INIT (1 s). Who dropped them is told by the server's
+/// listen-queue counters where they can be read: overflows blame its backlog; none, with the
+/// SYNs retransmitted all the same, means they were lost on the way.
 pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
     let p = e.handshake.as_ref()?;
     let (attempts, timed_out) = (e.connect_failures.attempts, e.connect_failures.timed_out);
@@ -439,51 +521,119 @@ pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
     if !slow && timed_out == 0 {
         return None;
     }
+    let mut evidence = vec![
+        format!(
+            "connect p50 {}, p99 {}",
+            format_ns(p.p50_ns as f64),
+            format_ns(p.p99_ns as f64)
+        ),
+        format!("{timed_out} of {attempts} attempts timed out"),
+        "a ~1 s step is the initial retransmission timeout of a dropped SYN".into(),
+    ];
+    let server = e.counters.and_then(|c| c.server);
+    let (title, side, confidence, fix) = match server {
+        Some(s) if s.listen_overflowed() => {
+            evidence.push(format!(
+                "the server's listen queue overflowed: ListenOverflows +{}, ListenDrops +{}",
+                s.listen_overflows, s.listen_drops
+            ));
+            (
+                "slow or failing handshakes: the server's listen queue overflows and drops SYNs",
+                Side::Server,
+                0.85,
+                "raise the listen backlog (the listen() backlog, net.core.somaxconn, net.ipv4.tcp_max_syn_backlog) and accept connections faster (more acceptor threads)",
+            )
+        }
+        Some(s) => {
+            evidence.push(format!(
+                "the server's listen queue did not overflow (ListenOverflows and ListenDrops unchanged) while {} SYN/SYN-ACKs were retransmitted: they were lost on the way, not refused by a full backlog",
+                s.syn_retrans + e.counters.map_or(0, |c| if c.shared { 0 } else { c.client.syn_retrans })
+            ));
+            (
+                "slow or failing handshakes: SYNs or SYN-ACKs are lost and retransmitted",
+                Side::Network,
+                0.75,
+                "find where handshake packets are dropped: firewall rules and SYN rate limits on the path and hosts (`nft list ruleset`, `iptables -L -v`), interface and queue drops (`ip -s link`, `tc -s qdisc`)",
+            )
+        }
+        None => (
+            "slow or failing handshakes: SYNs are dropped and retransmitted",
+            Side::Server,
+            0.7,
+            "check the listen backlog (`ss -ltn` Recv-Q vs Send-Q, net.core.somaxconn, the listen() backlog) and `nstat` ListenOverflows/ListenDrops; if they do not grow, look for SYN drops on the path (firewall rules, rate limits)",
+        ),
+    };
     Some(Diagnosis {
         rule: RuleId::SlowHandshake,
-        title: "slow or failing handshakes: SYNs are dropped and retransmitted".into(),
-        explains_ns: if slow { p.p99_ns.saturating_sub(p.p50_ns) } else { 1_000_000_000 },
-        confidence: 0.7,
-        side: Side::Server,
-        evidence: vec![
-            format!("connect p50 {}, p99 {}", format_ns(p.p50_ns as f64), format_ns(p.p99_ns as f64)),
-            format!("{timed_out} of {attempts} attempts timed out"),
-            "a ~1 s step is the initial retransmission timeout of a dropped SYN".into(),
-        ],
-        fix: "check the listen backlog (`ss -ltn` Recv-Q vs Send-Q, net.core.somaxconn, the listen() backlog) and `nstat` ListenOverflows/ListenDrops; accept connections faster".into(),
+        title: title.into(),
+        explains_ns: if slow {
+            p.p99_ns.saturating_sub(p.p50_ns)
+        } else {
+            1_000_000_000
+        },
+        confidence,
+        side,
+        evidence,
+        fix: fix.into(),
         caused_by: None,
         causes: Vec::new(),
     })
 }
 
-/// Retransmissions: segments were lost (or their ACKs were) and sent again; a timer-driven
-/// retransmission costs at least TCP_RTO_MIN (200 ms).
-pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
+/// Whether the capture shows material loss: a loss rate of at least 1 in 1000 frames, or
+/// retransmission timeouts that cost at least a tenth of a request's median (and 100 µs) per
+/// request. A handful of retransmissions among a hundred thousand frames explains nothing.
+/// Returns the time the timeouts cost per request and the evidence line.
+fn capture_loss(e: &Evidence) -> Option<(u64, String)> {
     let c = e.capture.as_ref()?;
     let rto = c.rto_stalls.unwrap_or_default();
     let (rto_n, rto_lost) = (rto.count, rto.lost_ns);
-    // Material only: a loss rate of at least 1 in 1000 frames, or retransmission timeouts that
-    // cost at least a tenth of a request's median (and 100 µs) per request. A handful of
-    // retransmissions among a hundred thousand frames explains nothing.
     let per_request = rto_lost.checked_div(c.transactions).unwrap_or(rto_lost);
     let median = e.single.as_ref().map(|s| s.p50_ns).unwrap_or(0);
-    let rate_material = loss_rate_material(c);
     let time_material = per_request >= 100_000 && per_request * 10 >= median;
-    if c.retransmissions == 0 || !(rate_material || time_material) {
+    if c.retransmissions == 0 || !(loss_rate_material(c) || time_material) {
         return None;
     }
-    Some(Diagnosis {
-        rule: RuleId::Retransmissions,
-        title: "packet loss: segments retransmitted".into(),
-        explains_ns: per_request,
-        confidence: 0.9,
-        side: Side::Network,
-        evidence: vec![format!(
+    Some((
+        per_request,
+        format!(
             "on the wire: {} retransmissions in {} frames; {rto_n} waited for the retransmission timer ({} lost)",
             c.retransmissions,
             c.frames,
             format_ns(rto_lost as f64)
-        )],
+        ),
+    ))
+}
+
+/// Retransmissions: segments were lost (or their ACKs were) and sent again; a timer-driven
+/// retransmission costs at least TCP_RTO_MIN (200 ms). The capture at the client sees the
+/// client's retransmissions and those of the server that reach it; the kernel's counters see
+/// both sides' (the server's when it runs on this host) and the gaps loss leaves at the
+/// receiver — loss on the server's way out shows there even when the capture misses it.
+pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
+    let wire = capture_loss(e);
+    let counters = counter_loss(e);
+    if wire.is_none() && counters.is_empty() {
+        return None;
+    }
+    // What a request loses to it on average: the timeouts seen on the wire, or else the mean's
+    // excess over the median (the slow requests are the ones that waited for a retransmission).
+    let explains_ns = match &wire {
+        Some((per_request, _)) if *per_request > 0 => *per_request,
+        _ => e
+            .single
+            .as_ref()
+            .map_or(0, |s| (s.mean_ns - s.p50_ns as f64).max(0.0) as u64),
+    };
+    let mut evidence: Vec<String> = wire.map(|(_, l)| l).into_iter().collect();
+    evidence.extend(counters);
+    Some(Diagnosis {
+        rule: RuleId::Retransmissions,
+        title: "packet loss: segments retransmitted".into(),
+        explains_ns,
+        confidence: if evidence.len() > 1 { 0.9 } else { 0.8 },
+        side: Side::Network,
+        evidence,
         fix: "find where packets are dropped: `nstat`/`ip -s link` on both hosts, interface errors, queue drops (`tc -s qdisc`), firewall rules; losses on a path you don't own need its operator".into(),
         caused_by: None,
         causes: Vec::new(),
@@ -827,6 +977,11 @@ pub fn cpu_throttling(e: &Evidence) -> Option<Diagnosis> {
 /// (other busy threads or processes on the same CPUs). Measured as bcc's runqlat does, from the
 /// scheduler's wakeup and switch tracepoints, for the server's threads only.
 pub fn run_queue_delay(e: &Evidence) -> Option<Diagnosis> {
+    run_queue_median(e).or_else(|| super::tail::run_queue_tail(e))
+}
+
+/// Run-queue delay in the typical request: the median wake-up waits.
+fn run_queue_median(e: &Evidence) -> Option<Diagnosis> {
     let c = e.cpu.as_ref()?;
     let rq = c.run_queue.as_ref()?;
     let single = e.single.as_ref()?;
@@ -894,11 +1049,16 @@ pub fn bottleneck_bandwidth(e: &Evidence) -> Option<Diagnosis> {
     if ser < 100_000 || (ser as f64) < 0.3 * single as f64 {
         return None;
     }
+    let rate = latscope_core::units::format_bitrate(b.rate_bps);
     let mut evidence = vec![
-        format!(
-            "a bulk transfer on the path reaches {}: the bottleneck rate",
-            latscope_core::units::format_bitrate(b.rate_bps)
-        ),
+        match b.source {
+            RateSource::BulkTransfer => {
+                format!("a bulk transfer on the path reaches {rate}: the bottleneck rate")
+            }
+            RateSource::PacketTrains { pairs } => format!(
+                "packet trains of the responses: back-to-back segments arrive spaced as at {rate} (median of {pairs} segment pairs): the bottleneck rate"
+            ),
+        },
         format!(
             "one request and its response ({} B on the wire) take {} to serialise at that rate, of a {} request",
             b.wire_bytes,
@@ -1143,6 +1303,7 @@ mod tests {
                 throttled_ns: 960_000_000,
             }),
             run_queue: None,
+            client_run_queue: None,
         });
         let f = cpu_throttling(&e).expect("fires");
         assert_eq!(f.rule, RuleId::CpuThrottling);
@@ -1163,6 +1324,7 @@ mod tests {
                 p50_ns: 1_000_000.0,
                 p99_ns: 4_000_000.0,
             }),
+            client_run_queue: None,
         });
         e.single = Some(Summary {
             count: 100,
@@ -1197,6 +1359,7 @@ mod tests {
         });
         e.bottleneck = Some(Bottleneck {
             rate_bps: 4e6,
+            source: RateSource::BulkTransfer,
             wire_bytes: 1_220,
         });
         let f = bottleneck_bandwidth(&e).expect("fires");
@@ -1211,6 +1374,7 @@ mod tests {
         // A fast path: serialisation is nothing, and a one-at-a-time server is still named.
         e.bottleneck = Some(Bottleneck {
             rate_bps: 10e9,
+            source: RateSource::BulkTransfer,
             wire_bytes: 1_220,
         });
         assert_eq!(bottleneck_bandwidth(&e), None);
@@ -1246,6 +1410,120 @@ mod tests {
             RuleId::Bufferbloat,
             "ranked by latency explained"
         );
+    }
+
+    fn slow_connects() -> Evidence {
+        let mut e = base(30, 400);
+        e.handshake = Some(Summary {
+            p50_ns: 40_000,
+            p99_ns: 1_010_000_000,
+            count: 100,
+            ..Summary::default()
+        });
+        e.connect_failures = ConnectFailures {
+            attempts: 100,
+            ..ConnectFailures::default()
+        };
+        e
+    }
+
+    fn counters(server: NsCounters) -> Option<TcpCounters> {
+        Some(TcpCounters {
+            client: NsCounters {
+                out_segs: 4_000,
+                in_segs: 6_000,
+                ..NsCounters::default()
+            },
+            server: Some(server),
+            shared: false,
+        })
+    }
+
+    /// Loss on the server's way out drops SYN-ACKs and data alike: the kernel's counters show
+    /// the server retransmitting data and no listen-queue overflow, so loss is the cause and the
+    /// slow handshakes its effect — even when the capture at the client saw little of it.
+    #[test]
+    fn loss_on_the_way_back_outranks_the_handshakes_it_slows() {
+        let mut e = slow_connects();
+        e.capture = Some(CaptureEvidence {
+            frames: 20_000,
+            transactions: 3_000,
+            ..CaptureEvidence::default()
+        });
+        e.counters = counters(NsCounters {
+            out_segs: 9_000,
+            in_segs: 5_000,
+            retrans_segs: 290,
+            syn_retrans: 6,
+            ..NsCounters::default()
+        });
+        let ranked = apply(&e);
+        assert_eq!(ranked[0].rule, RuleId::Retransmissions, "{ranked:#?}");
+        assert_eq!(ranked[1].rule, RuleId::SlowHandshake);
+        assert_eq!(ranked[1].caused_by, Some(RuleId::Retransmissions));
+        assert_eq!(ranked[1].side, Side::Network, "lost, not refused");
+        // The same loss made by the server's own output path (a netfilter output rule): TCP
+        // does not count a retransmission, IP counts packets that never left.
+        e.counters = counters(NsCounters {
+            out_segs: 2_900,
+            in_segs: 1_500,
+            syn_retrans: 7,
+            retrans_segs: 7,
+            ip_out_requests: 1_333,
+            ip_out_transmits: Some(1_302),
+            ..NsCounters::default()
+        });
+        let ranked = apply(&e);
+        assert_eq!(ranked[0].rule, RuleId::Retransmissions, "{ranked:#?}");
+        assert!(
+            ranked[0]
+                .evidence
+                .iter()
+                .any(|l| l.contains("before they left"))
+        );
+        // The same SYN retransmissions with the listen queue overflowing: the backlog.
+        e.counters = counters(NsCounters {
+            out_segs: 9_000,
+            in_segs: 5_000,
+            syn_retrans: 6,
+            listen_overflows: 40,
+            listen_drops: 40,
+            ..NsCounters::default()
+        });
+        let ranked = apply(&e);
+        assert_eq!(ranked[0].rule, RuleId::SlowHandshake);
+        assert_eq!(ranked[0].side, Side::Server);
+        assert!(ranked[0].title.contains("listen queue"));
+        // SYNs dropped on the way and no data loss: the handshakes alone.
+        e.counters = counters(NsCounters {
+            out_segs: 9_000,
+            in_segs: 5_000,
+            syn_retrans: 0,
+            ..NsCounters::default()
+        });
+        let ranked = apply(&e);
+        assert_eq!(ranked.len(), 1);
+        assert_eq!(ranked[0].rule, RuleId::SlowHandshake);
+    }
+
+    #[test]
+    fn out_of_order_arrivals_at_the_client_are_loss() {
+        let mut e = base(30, 400);
+        e.counters = Some(TcpCounters {
+            client: NsCounters {
+                out_segs: 4_000,
+                in_segs: 6_000,
+                ofo_queued: 120,
+                ..NsCounters::default()
+            },
+            server: None,
+            shared: false,
+        });
+        let f = retransmissions(&e).expect("fires");
+        assert!(f.evidence[0].contains("out of order"), "{:?}", f.evidence);
+        // A handful in a busy namespace is noise.
+        e.counters.as_mut().unwrap().client.ofo_queued = 4;
+        assert_eq!(retransmissions(&e), None);
     }
 
     /// Issue 15 item 3: 15 ms before the first byte on a 12 µs path is the server's time, even

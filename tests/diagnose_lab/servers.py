@@ -2,10 +2,13 @@
 """Small servers for the diagnose lab, each written the way an application would be, not the way
 latscope expects: the lab starts them inside the namespaces it builds.
 
-  servers.py http ADDR PORT [--split] [--think-ms MS] [--single]
+  servers.py http ADDR PORT [--split] [--think-ms MS] [--single] [--pause-ms MS --pause-every N]
       HTTP/1.1 keep-alive server answering every request with a 1 KiB body.
       --split     header and body in two send() calls, TCP_NODELAY left off (Nagle on)
       --think-ms  sleep before answering (application time)
+      --pause-ms, --pause-every
+                  every Nth request (counted over the whole server) waits MS first, as a
+                  stop-the-world pause (garbage collection, a lock held by a periodic job) would
       --single    one thread serving every connection from one event loop (a single worker,
                   like a Node.js or asyncio server doing its work synchronously)
   servers.py dns ADDR PORT NAME IPV4 DELAY_MS
@@ -20,6 +23,20 @@ import threading
 import time
 
 BODY = b"x" * 1024
+
+
+PAUSE = {"every": 0, "s": 0.0, "n": 0}
+PAUSE_LOCK = threading.Lock()
+
+
+def maybe_pause():
+    if not PAUSE["every"]:
+        return
+    with PAUSE_LOCK:
+        PAUSE["n"] += 1
+        hit = PAUSE["n"] % PAUSE["every"] == 0
+    if hit:
+        time.sleep(PAUSE["s"])
 
 
 def http_conn(conn, split, think_s):
@@ -37,6 +54,7 @@ def http_conn(conn, split, think_s):
             _, buf = buf.split(b"\r\n\r\n", 1)
             if think_s:
                 time.sleep(think_s)
+            maybe_pause()
             try:
                 respond(conn, split)
             except OSError:
@@ -99,6 +117,9 @@ def http(args):
     think_s = 0.0
     if "--think-ms" in args:
         think_s = float(args[args.index("--think-ms") + 1]) / 1000.0
+    if "--pause-every" in args:
+        PAUSE["every"] = int(args[args.index("--pause-every") + 1])
+        PAUSE["s"] = float(args[args.index("--pause-ms") + 1]) / 1000.0
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     ls = socket.socket(fam, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -10,9 +10,12 @@ use latscope_core::model::diagnose::StepName;
 use latscope_wire::analyze::Analysis;
 use latscope_wire::report::StallKind;
 
+use super::trains::{self, Trains};
 use super::{NotRun, Observe, requests_target};
 use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{CaptureEvidence, Evidence, NagleStalls, StallExample, StallTotal};
+use crate::diagnose::evidence::{
+    Bottleneck, CaptureEvidence, Evidence, NagleStalls, RateSource, StallExample, StallTotal,
+};
 
 pub struct Capture;
 
@@ -35,7 +38,8 @@ impl Observe for Capture {
         let filter = format!("tcp port {}", cx.plan.addr.port());
         let limit = cx.plan.duration + Duration::from_secs(5);
         let flag = stop.clone();
-        let thread = std::thread::spawn(move || capture_and_analyze(&filter, &flag, limit));
+        let port = cx.plan.addr.port();
+        let thread = std::thread::spawn(move || capture_and_analyze(&filter, port, &flag, limit));
         Ok(Capturing { stop, thread })
     }
 
@@ -51,15 +55,38 @@ impl Observe for Capture {
 
     fn detail(_cx: &Context, c: &CaptureEvidence) -> String {
         format!(
-            "{} frames, {} transactions, {} Nagle × delayed-ACK stalls, {} retransmissions",
+            "{} frames, {} transactions, {} Nagle × delayed-ACK stalls, {} retransmissions; {}",
             c.frames,
             c.transactions,
             c.nagle.map(|n| n.total.count).unwrap_or(0),
-            c.retransmissions
+            c.retransmissions,
+            match c.train_rate_bps {
+                Some((r, pairs)) => format!(
+                    "packet trains of the responses: bottleneck ≈ {} ({pairs} segment pairs)",
+                    latscope_core::units::format_bitrate(r)
+                ),
+                None => format!(
+                    "bottleneck rate unavailable: the responses ({} B on the wire each) are too short for a packet-train estimate (needs {} pairs of back-to-back full segments)",
+                    c.wire_bytes_per_transaction.unwrap_or(0),
+                    trains::MIN_PAIRS
+                ),
+            }
         )
     }
 
     fn store(ev: &mut Evidence, c: CaptureEvidence) {
+        // Where no bulk transfer measures the path (URL targets, --no-load), the responses'
+        // packet trains do; a later bulk transfer replaces it.
+        if ev.bottleneck.is_none()
+            && let (Some((rate_bps, pairs)), Some(wire_bytes)) =
+                (c.train_rate_bps, c.wire_bytes_per_transaction)
+        {
+            ev.bottleneck = Some(Bottleneck {
+                rate_bps,
+                source: RateSource::PacketTrains { pairs },
+                wire_bytes,
+            });
+        }
         ev.capture = Some(c);
     }
 }
@@ -68,6 +95,7 @@ impl Observe for Capture {
 /// analyze's detectors over it.
 fn capture_and_analyze(
     filter: &str,
+    port: u16,
     stop: &AtomicBool,
     limit: Duration,
 ) -> Result<CaptureEvidence, String> {
@@ -83,14 +111,23 @@ fn capture_and_analyze(
         trace_conn: None,
         top: 1,
     });
+    let mut trains = Trains::new(port);
     let mut frame = 0u64;
     cap.run(stop, None, Some(limit), |ts, _orig, data| {
         frame += 1;
-        analyzer.push(frame, ts, latscope_wire::decode(link, data));
+        let d = latscope_wire::decode(link, data);
+        if let Ok(d) = &d {
+            trains.push(ts, d);
+        }
+        analyzer.push(frame, ts, d);
         Ok(())
     })
     .map_err(|e| format!("{e:#}"))?;
-    Ok(evidence_of(&analyzer.finish()))
+    let analysis = analyzer.finish();
+    let mut ev = evidence_of(&analysis);
+    ev.train_rate_bps = trains.rate();
+    ev.wire_bytes_per_transaction = trains.wire_bytes_per(analysis.transactions);
+    Ok(ev)
 }
 
 /// The figures diagnose's rules use from an analysis.
@@ -124,5 +161,7 @@ fn evidence_of(r: &Analysis) -> CaptureEvidence {
         retransmissions: r.counts.retransmission + r.counts.fast_retransmission,
         rto_stalls: total(StallKind::RtoRetransmission),
         delayed_ack: total(StallKind::DelayedAck),
+        train_rate_bps: None,
+        wire_bytes_per_transaction: None,
     }
 }

@@ -23,6 +23,7 @@ pub struct Watching {
     process: String,
     before: Vec<(Cgroup, CpuStat)>,
     runq: Result<RunQueue, String>,
+    client_runq: Option<RunQueue>,
 }
 
 /// A cgroup with a `cpu.stat` that counts throttling.
@@ -63,10 +64,19 @@ impl Observe for Cpu {
             .filter_map(|c| read_stat(&c.dir).map(|s| (c, s)))
             .collect();
         let runq = RunQueue::start(&pids).map_err(|e| e.to_string());
+        // latscope's own threads too, unless the server is this process (`latscope demo`):
+        // waits both show are the host's contention, not the server's.
+        let own = std::process::id();
+        let client_runq = if runq.is_ok() && !pids.contains(&own) {
+            RunQueue::start(&[own]).ok()
+        } else {
+            None
+        };
         Ok(Watching {
             process,
             before,
             runq,
+            client_runq,
         })
     }
 
@@ -91,15 +101,15 @@ impl Observe for Cpu {
         let run_queue = match &w.runq {
             Ok(rq) => {
                 let h = rq.histogram().map_err(|e| NotRun::Failed(e.to_string()))?;
-                (h.count() > 0).then(|| RunQueueWaits {
-                    waits: h.count(),
-                    total_ns: (h.mean_ns() * h.count() as f64) as u64,
-                    p50_ns: h.quantile_ns(0.5),
-                    p99_ns: h.quantile_ns(0.99),
-                })
+                RunQueueWaits::of(&h)
             }
             Err(_) => None,
         };
+        let client_run_queue = w
+            .client_runq
+            .as_ref()
+            .and_then(|rq| rq.histogram().ok())
+            .and_then(|h| RunQueueWaits::of(&h));
         if throttling.is_none()
             && let Err(why) = &w.runq
         {
@@ -112,6 +122,7 @@ impl Observe for Cpu {
             process: w.process,
             throttling,
             run_queue,
+            client_run_queue,
         })
     }
 
@@ -126,6 +137,17 @@ impl Observe for Cpu {
             ),
             None => "run-queue waits not measured".into(),
         };
+        let own = c
+            .client_run_queue
+            .as_ref()
+            .map(|r| {
+                format!(
+                    " (latscope's own threads meanwhile: {} waits, p99 {})",
+                    r.waits,
+                    format_ns(r.p99_ns)
+                )
+            })
+            .unwrap_or_default();
         let th = match &c.throttling {
             Some(t) => format!(
                 "cgroup {} ({}): throttled in {} of {} periods, {} held back",
@@ -137,7 +159,7 @@ impl Observe for Cpu {
             ),
             None => "no CPU limit on its cgroups".into(),
         };
-        format!("{}: {rq}; {th}", c.process)
+        format!("{}: {rq}{own}; {th}", c.process)
     }
 
     fn store(ev: &mut Evidence, c: CpuEvidence) {
@@ -146,7 +168,7 @@ impl Observe for Cpu {
 }
 
 /// The processes listening on `port` in namespace `netns` (0: any), and the first one's name.
-fn listeners(port: u16, netns: u64) -> Result<(String, Vec<u32>), NotRun> {
+pub(super) fn listeners(port: u16, netns: u64) -> Result<(String, Vec<u32>), NotRun> {
     let r =
         scan(Selection::Port(port), meta("sockets")).map_err(|e| NotRun::Failed(e.to_string()))?;
     let suffix = format!(":{port}");

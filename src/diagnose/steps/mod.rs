@@ -8,6 +8,7 @@
 
 mod capture;
 mod concurrency;
+mod counters;
 mod cpu;
 mod engines;
 mod handshakes;
@@ -17,6 +18,7 @@ mod phases;
 mod quickack;
 mod server_sockets;
 mod single;
+mod trains;
 mod under_load;
 
 pub use engines::meta;
@@ -156,6 +158,7 @@ impl Entry {
 /// The investigation, in order. Observers are listed before the step they start at.
 pub const PIPELINE: &[Entry] = &[
     Entry::measure::<path::Path>(),
+    Entry::observe::<counters::Counters>(),
     Entry::measure::<handshakes::Handshakes>(),
     Entry::observe::<kernel_stack::KernelStack>(),
     Entry::observe::<capture::Capture>(),

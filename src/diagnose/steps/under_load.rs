@@ -16,7 +16,7 @@ use latscope_net::stream::StreamConfig;
 use super::engines::{http_latency, http_options, meta};
 use super::{Measure, NotRun, requests_target};
 use crate::diagnose::collect::{Context, Plan};
-use crate::diagnose::evidence::{Bottleneck, Evidence, Load, UnderLoad as Loaded};
+use crate::diagnose::evidence::{Bottleneck, Evidence, Load, RateSource, UnderLoad as Loaded};
 
 pub struct UnderLoad;
 
@@ -119,6 +119,7 @@ impl Measure for UnderLoad {
         {
             ev.bottleneck = Some(Bottleneck {
                 rate_bps: *rate_bps,
+                source: RateSource::BulkTransfer,
                 wire_bytes,
             });
         }

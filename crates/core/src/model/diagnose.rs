@@ -45,6 +45,11 @@ pub enum StepName {
     /// throttling (local servers).
     #[serde(rename = "cpu scheduling")]
     CpuScheduling,
+    /// The TCP counters (`nstat`: retransmitted segments, out-of-order arrivals, listen-queue
+    /// overflows) of the client's and the server's network namespaces across the handshakes and
+    /// the single requests.
+    #[serde(rename = "tcp counters")]
+    TcpCounters,
 }
 
 impl StepName {
@@ -62,6 +67,7 @@ impl StepName {
             StepName::LatencyUnderLoad => "latency under load",
             StepName::RequestPhases => "request phases",
             StepName::CpuScheduling => "cpu scheduling",
+            StepName::TcpCounters => "tcp counters",
         }
     }
 }
@@ -194,6 +200,9 @@ pub enum RuleId {
     RunQueueDelay,
     /// Serialisation at the path's bottleneck rate is a material part of a request.
     BottleneckBandwidth,
+    /// Idle single requests have a heavy tail that neither the path, nor TCP's timers, nor a
+    /// measured CPU wait explains: the server's own (its scheduling, GC, locks).
+    ServerTailLatency,
 }
 
 impl RuleId {
@@ -215,6 +224,7 @@ impl RuleId {
             RuleId::CpuThrottling => "cpu_throttling",
             RuleId::RunQueueDelay => "run_queue_delay",
             RuleId::BottleneckBandwidth => "bottleneck_bandwidth",
+            RuleId::ServerTailLatency => "server_tail_latency",
         }
     }
 }

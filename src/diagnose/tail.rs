@@ -1,0 +1,346 @@
+//! The tail of idle single requests: when one request in a hundred takes many times the median
+//! and neither the path, nor TCP's timers (retransmissions, delayed ACKs), nor the client's own
+//! CPU explain it, the server does — its threads waiting for a CPU when the run-queue probes
+//! show it, or else something in the server (scheduling, garbage collection, locks) the
+//! finding names with what was ruled out.
+//!
+//! A shared, busy machine makes tails too: the thresholds ask for enough samples and a tail
+//! large both in absolute terms and against the median, and waits latscope's own threads show
+//! as well are the host's, not the server's.
+
+use latscope_core::model::diagnose::{Diagnosis, RuleId, Side};
+use latscope_core::units::format_ns;
+
+use super::evidence::{Evidence, RunQueueWaits};
+use super::rules;
+
+/// Fewest single requests for a p99 to stand on (it then rests on at least five samples)…
+pub const MIN_SAMPLES: u64 = 500;
+/// …and for a p99.9.
+pub const MIN_SAMPLES_P999: u64 = 5_000;
+/// The tail (p99 − p50) must add at least this…
+pub const TAIL_FLOOR_NS: u64 = 5_000_000;
+/// …and the p99 be at least this many medians.
+pub const TAIL_RATIO: u64 = 25;
+/// A server's threads waiting this long at the p99 can make a request tail.
+const RUNQ_TAIL_NS: f64 = 1_000_000.0;
+
+/// A heavy tail on idle single requests: the median and the tail quantile that is heavy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tail {
+    pub p50_ns: u64,
+    /// The tail quantile's value, and its name ("p99", "p99.9").
+    pub tail_ns: u64,
+    pub quantile: &'static str,
+    pub samples: u64,
+}
+
+impl Tail {
+    /// The tail quantile − p50.
+    pub fn extra_ns(&self) -> u64 {
+        self.tail_ns.saturating_sub(self.p50_ns)
+    }
+
+    /// Heavy: enough samples under the quantile, and large in absolute and relative terms.
+    fn heavy(&self) -> bool {
+        self.extra_ns() >= TAIL_FLOOR_NS && self.tail_ns >= TAIL_RATIO.saturating_mul(self.p50_ns)
+    }
+}
+
+/// The heaviest tail of a distribution: its p99 (with at least [`MIN_SAMPLES`] requests) or,
+/// with ten times as many, its p99.9 — a pause that hits one request in a few hundred is below
+/// the p99 of a fast server.
+pub fn heavy_tail(s: &latscope_core::Summary) -> Option<Tail> {
+    let at = |tail_ns, quantile| Tail {
+        p50_ns: s.p50_ns,
+        tail_ns,
+        quantile,
+        samples: s.count,
+    };
+    [
+        (MIN_SAMPLES, at(s.p99_ns, "p99")),
+        (MIN_SAMPLES_P999, at(s.p999_ns, "p99.9")),
+    ]
+    .into_iter()
+    .find(|(min, t)| s.count >= *min && t.heavy())
+    .map(|(_, t)| t)
+}
+
+/// The single requests' tail when it is heavy and the path and TCP's timers do not explain it;
+/// with the lines saying what was ruled out.
+pub fn unexplained_tail(e: &Evidence) -> Option<(Tail, Vec<String>)> {
+    let t = heavy_tail(e.single.as_ref()?)?;
+    let mut checked = vec![format!(
+        "one request at a time, idle: p50 {}, {} {} ({:.0}× the median) over {} requests",
+        format_ns(t.p50_ns as f64),
+        t.quantile,
+        format_ns(t.tail_ns as f64),
+        t.tail_ns as f64 / t.p50_ns.max(1) as f64,
+        t.samples
+    )];
+    // The path: its own tail (connect round trips) of the same order explains it.
+    if let Some(p) = &e.path {
+        if p.p99_ns.saturating_mul(2) >= t.tail_ns {
+            return None;
+        }
+        checked.push(format!(
+            "the path's round trip stays short: p99 {}",
+            format_ns(p.p99_ns as f64)
+        ));
+    }
+    // TCP's timers: lost segments wait for a retransmission; delayed ACKs hold data back.
+    if rules::data_loss_material(e) {
+        return None;
+    }
+    match &e.capture {
+        Some(c) => {
+            let timer_stalls = c.rto_stalls.map_or(0, |s| s.count)
+                + c.delayed_ack.map_or(0, |s| s.count)
+                + c.nagle.map_or(0, |n| n.total.count);
+            if timer_stalls * 100 >= c.transactions.max(1) {
+                return None;
+            }
+            checked.push(format!(
+                "no TCP timer on the wire: {} retransmissions and {timer_stalls} timer stalls in {} transactions",
+                c.retransmissions, c.transactions
+            ));
+        }
+        None => checked.push("no capture: TCP timers on the wire not checked".into()),
+    }
+    if let Some(c) = &e.counters {
+        checked.push(format!(
+            "kernel counters: {} data segments retransmitted by the client{}",
+            c.client.data_retrans(),
+            match (&c.server, c.shared) {
+                (Some(s), false) => format!(", {} by the server", s.data_retrans()),
+                _ => String::new(),
+            }
+        ));
+    }
+    // The client's own CPU: its threads waiting as long make the tail the host's.
+    if let Some(own) = e.cpu.as_ref().and_then(|c| c.client_run_queue.as_ref()) {
+        if own.p99_ns * 2.0 >= t.extra_ns() as f64 {
+            return None;
+        }
+        checked.push(format!(
+            "latscope's own threads waited little for a CPU meanwhile (p99 {})",
+            format_ns(own.p99_ns)
+        ));
+    }
+    Some((t, checked))
+}
+
+/// The server's threads waited milliseconds for a CPU: what makes a tail the client's own
+/// waits do not explain (checked by [`unexplained_tail`]).
+fn waits_make_tails(rq: &RunQueueWaits) -> bool {
+    rq.p99_ns >= RUNQ_TAIL_NS
+}
+
+/// Run-queue delay in the tail: a heavy tail the path, TCP's timers and the client's own CPU
+/// waits leave unexplained, while the server's threads waited milliseconds for a CPU. The median wake-up may not wait at all
+/// (a woken thread often preempts a CPU hog at once), so the median rule stays silent.
+pub fn run_queue_tail(e: &Evidence) -> Option<Diagnosis> {
+    let c = e.cpu.as_ref()?;
+    let rq = c.run_queue.as_ref()?;
+    if c.throttling.as_ref().is_some_and(|t| t.throttled > 0) {
+        return None;
+    }
+    if !waits_make_tails(rq) {
+        return None;
+    }
+    let (t, mut evidence) = unexplained_tail(e)?;
+    evidence.push(format!(
+        "scheduler tracepoints (eBPF), {}: {} waits for a CPU, p50 {}, p99 {}, {} in all{}",
+        c.process,
+        rq.waits,
+        format_ns(rq.p50_ns),
+        format_ns(rq.p99_ns),
+        format_ns(rq.total_ns as f64),
+        c.client_run_queue
+            .as_ref()
+            .map(|o| format!(" — latscope's own threads: p99 {}", format_ns(o.p99_ns)))
+            .unwrap_or_default()
+    ));
+    Some(Diagnosis {
+        rule: RuleId::RunQueueDelay,
+        title: "the slowest requests wait for the server's threads to get a CPU (run-queue delay in the tail)".into(),
+        explains_ns: t.extra_ns(),
+        confidence: 0.75,
+        side: Side::Server,
+        evidence,
+        fix: "find what else runs on the server's CPUs (`top`, `perf sched`, `runqlat`): give the server dedicated CPUs (cpusets, taskset) or more of them, lower the priority of batch work (`nice`, cgroup cpu.weight)".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// Server-side tail latency: a heavy tail on idle single requests that the path, TCP's timers
+/// and the client's CPU do not explain, and that no CPU evidence of the server names (it was not
+/// measured, or shows nothing): the server's own.
+pub fn server_tail_latency(e: &Evidence) -> Option<Diagnosis> {
+    if rules::cpu_throttling(e).is_some() || run_queue_tail(e).is_some() {
+        return None;
+    }
+    let (t, mut evidence) = unexplained_tail(e)?;
+    evidence.push(match e.cpu.as_ref() {
+        Some(c) => match &c.run_queue {
+            Some(rq) => format!(
+                "the server's threads ({}) did not wait long for a CPU: run-queue p99 {}",
+                c.process,
+                format_ns(rq.p99_ns)
+            ),
+            None => format!("{}: run-queue waits not measured", c.process),
+        },
+        None => {
+            "the server's CPU scheduling was not measured (not on this host, or no probes)".into()
+        }
+    });
+    Some(Diagnosis {
+        rule: RuleId::ServerTailLatency,
+        title: "server-side tail latency: one idle request in a hundred takes many times the median".into(),
+        explains_ns: t.extra_ns(),
+        confidence: if e.capture.is_some() { 0.7 } else { 0.55 },
+        side: Side::Server,
+        evidence,
+        fix: "look at what the server does now and then: garbage collection, lock contention, log flushes or fsync, CPU contention on its host (`runqlat`, `perf sched`), periodic jobs".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// Whether a finding is about the tail (its `explains_ns` is p99 − p50, not every request's).
+pub fn is_tail(d: &Diagnosis, single_p50_ns: Option<u64>) -> bool {
+    match d.rule {
+        RuleId::ServerTailLatency => true,
+        RuleId::RunQueueDelay => single_p50_ns.is_some_and(|p| d.explains_ns > p),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::evidence::{CaptureEvidence, CpuEvidence};
+    use latscope_core::Summary;
+
+    fn single(count: u64, p50: u64, p99: u64) -> Summary {
+        Summary {
+            count,
+            p50_ns: p50,
+            p99_ns: p99,
+            p999_ns: p99,
+            ..Summary::default()
+        }
+    }
+
+    fn rq(p99_ns: f64) -> RunQueueWaits {
+        RunQueueWaits {
+            waits: 40_000,
+            total_ns: 6_000_000_000,
+            p50_ns: 49_000.0,
+            p99_ns,
+        }
+    }
+
+    fn hogged() -> Evidence {
+        Evidence {
+            path: Some(single(100, 15_000, 40_000)),
+            single: Some(single(20_000, 20_000, 13_500_000)),
+            capture: Some(CaptureEvidence {
+                frames: 60_000,
+                transactions: 20_000,
+                ..CaptureEvidence::default()
+            }),
+            cpu: Some(CpuEvidence {
+                process: "latscope[1]".into(),
+                run_queue: Some(rq(2_300_000.0)),
+                client_run_queue: Some(rq(300_000.0)),
+                ..CpuEvidence::default()
+            }),
+            ..Evidence::default()
+        }
+    }
+
+    #[test]
+    fn a_cpu_hogged_server_is_named_by_its_run_queue() {
+        let e = hogged();
+        let f = run_queue_tail(&e).expect("fires");
+        assert_eq!(f.rule, RuleId::RunQueueDelay);
+        assert!(is_tail(&f, Some(20_000)));
+        assert_eq!(
+            server_tail_latency(&e),
+            None,
+            "one finding, the specific one"
+        );
+        let all = rules::apply(&e);
+        assert_eq!(all.first().map(|f| f.rule), Some(RuleId::RunQueueDelay));
+    }
+
+    #[test]
+    fn without_cpu_evidence_the_tail_is_the_servers() {
+        let mut e = hogged();
+        e.cpu = None;
+        let f = server_tail_latency(&e).expect("fires");
+        assert_eq!(f.rule, RuleId::ServerTailLatency);
+        assert!(f.evidence.iter().any(|l| l.contains("not measured")));
+    }
+
+    #[test]
+    fn a_busy_host_is_not_the_server() {
+        // The client's threads wait long enough to make the tail themselves.
+        let mut e = hogged();
+        e.cpu.as_mut().unwrap().client_run_queue = Some(rq(8_000_000.0));
+        assert_eq!(run_queue_tail(&e), None);
+        assert_eq!(server_tail_latency(&e), None);
+        // Short server waits: the tail is the server's, but not its run queue's.
+        let mut e = hogged();
+        e.cpu.as_mut().unwrap().run_queue = Some(rq(200_000.0));
+        assert_eq!(run_queue_tail(&e), None);
+        assert!(server_tail_latency(&e).is_some());
+    }
+
+    #[test]
+    fn a_rare_pause_shows_in_the_p999_of_many_requests() {
+        let mut e = hogged();
+        e.single = Some(Summary {
+            count: 8_000,
+            p50_ns: 21_800,
+            p99_ns: 2_800_000,
+            p999_ns: 18_700_000,
+            ..Summary::default()
+        });
+        let t = heavy_tail(e.single.as_ref().unwrap()).expect("heavy");
+        assert_eq!(t.quantile, "p99.9");
+        assert!(run_queue_delay_fires(&e));
+        // The same p99.9 over too few requests is one or two samples.
+        e.single.as_mut().unwrap().count = 2_000;
+        assert_eq!(heavy_tail(e.single.as_ref().unwrap()), None);
+    }
+
+    fn run_queue_delay_fires(e: &Evidence) -> bool {
+        rules::apply(e)
+            .first()
+            .is_some_and(|f| f.rule == RuleId::RunQueueDelay)
+    }
+
+    #[test]
+    fn small_or_short_tails_and_few_samples_are_noise() {
+        let mut e = hogged();
+        e.single = Some(single(20_000, 20_000, 3_000_000)); // +3 ms: below the floor
+        assert!(rules::apply(&e).is_empty());
+        e.single = Some(single(20_000, 1_000_000, 9_000_000)); // 9×: not heavy
+        assert!(rules::apply(&e).is_empty());
+        e.single = Some(single(200, 20_000, 13_500_000)); // too few samples
+        assert!(rules::apply(&e).is_empty());
+    }
+
+    #[test]
+    fn timers_and_the_path_explain_their_tails() {
+        let mut e = hogged();
+        e.capture.as_mut().unwrap().retransmissions = 300;
+        assert_eq!(unexplained_tail(&e), None, "loss: retransmission timers");
+        let mut e = hogged();
+        e.path = Some(single(100, 15_000, 10_000_000));
+        assert_eq!(unexplained_tail(&e), None, "the path's own tail");
+    }
+}
