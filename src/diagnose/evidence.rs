@@ -38,6 +38,9 @@ pub struct Evidence {
     pub bottleneck: Option<Bottleneck>,
     /// The kernel's TCP counters of both namespaces across the handshakes and single requests.
     pub counters: Option<TcpCounters>,
+    /// How late this host woke a sleeping thread while the single requests ran (its own
+    /// scheduling noise, as cyclictest measures it).
+    pub host_noise: Option<Summary>,
 }
 
 /// Differences of a network namespace's TCP counters (`nstat` names) over the measured span.
