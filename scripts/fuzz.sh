@@ -1,34 +1,82 @@
 #!/usr/bin/env bash
-# Run the cargo-fuzz targets (latscope-wire capture/packet decoding, latscope-http response
-# parsing) for a while each (default 60 s).
-#   scripts/fuzz.sh [SECONDS]
-# Needs a nightly toolchain and cargo-fuzz (`rustup toolchain install nightly --profile minimal`,
-# `cargo install cargo-fuzz`). Without them, the stable seed replay still runs:
-#   cargo test -p latscope-wire --test seed_replay
+# Run every cargo-fuzz target (fuzz/fuzz_targets/*.rs) for a bounded time each, from its
+# committed seeds (fuzz/seeds/<target>/) plus the corpus grown locally (fuzz/corpus/<target>/).
+#   scripts/fuzz.sh [SECONDS]        default 60 per target; scripts/test.sh (CI) runs 20
+# Targets are built like `cargo build --release` but with debug assertions and overflow checks
+# (cargo-fuzz's default, also pinned in fuzz/Cargo.toml), with AddressSanitizer: an arithmetic
+# overflow on hostile input is a crash (issue 17, item 7).
+#
+# Every target runs even when an earlier one crashed; at the end a table gives each target's
+# time, executions and result, and the script exits 1 if any crashed. A crash's input is kept:
+# under fuzz/artifacts/<target>/ and copied to target/fuzz-crashes/ (the CI log also shows it
+# in hex). Reproduce: cargo +nightly fuzz run <target> <file>; once fixed, add the file to
+# fuzz/seeds/<target>/ so every later run replays it.
+#
+# Needs nightly and cargo-fuzz (scripts/setup.sh installs both). Without them this fails when
+# LATSCOPE_FUZZ_REQUIRED=1 (CI); otherwise it says so and replays the seeds on stable instead.
 set -uo pipefail
-cd "$(dirname "$0")/../fuzz"
+cd "$(dirname "$0")/.."
 SECS=${1:-60}
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-    echo "cargo-fuzz on nightly is not available; running the stable seed replay instead" >&2
-    cd ..
+    if [ "${LATSCOPE_FUZZ_REQUIRED:-0}" = 1 ]; then
+        echo "fuzz: error: cargo-fuzz on a nightly toolchain is missing; run scripts/setup.sh" \
+             "(rustup toolchain install nightly --profile minimal; cargo install cargo-fuzz --locked)" >&2
+        exit 1
+    fi
+    echo "fuzz: cargo-fuzz on nightly is not available; replaying the seeds on stable instead" >&2
     rc=0
-    cargo test -p latscope-http --lib parse::tests::random || rc=1
-    cargo test -p latscope-wire --test seed_replay || rc=1
+    cargo test --release -p latscope-wire --test seed_replay || rc=1
+    cargo test --release -p latscope-http --lib fuzzing || rc=1
+    cargo test --release -p latscope-net --lib serve::fuzzing || rc=1
+    cargo test --release -p latscope-capture --lib fuzzing || rc=1
+    cargo test --release -p latscope-exporter --lib fuzzing || rc=1
     exit $rc
 fi
-# Every target runs even when an earlier one crashed; crashes are collected and reported at the
-# end (exit 1 if any).
-failed=()
-for t in capfile packet http_response; do
-    mkdir -p "corpus/$t"
-    echo "== fuzzing $t for ${SECS}s"
-    if ! cargo +nightly fuzz run "$t" "corpus/$t" "seeds/$t" -- -max_total_time="$SECS" -max_len=65536 -rss_limit_mb=2048; then
-        failed+=("$t")
-    fi
-done
-if [ ${#failed[@]} -gt 0 ]; then
-    echo "crashes in: ${failed[*]} (inputs under fuzz/artifacts/<target>/)" >&2
-    ls fuzz/artifacts/*/ artifacts/*/ 2>/dev/null >&2
+cd fuzz
+mapfile -t targets < <(cargo +nightly fuzz list)
+t0=$(date +%s)
+echo "== building ${#targets[@]} fuzz targets (nightly, ASan, debug assertions + overflow checks)"
+if ! cargo +nightly fuzz build --debug-assertions; then
+    echo "fuzz: error: the fuzz targets do not build" >&2
     exit 1
 fi
-echo "no crashes; corpus in fuzz/corpus/, replayed by: cargo test -p latscope-wire --test seed_replay"
+build_s=$(( $(date +%s) - t0 ))
+failed=()
+rows=()
+for t in "${targets[@]}"; do
+    mkdir -p "corpus/$t" "artifacts/$t"
+    [ -d "seeds/$t" ] || { echo "fuzz: error: no seeds for $t (fuzz/seeds/$t/)" >&2; failed+=("$t"); continue; }
+    echo "== fuzzing $t for ${SECS}s"
+    log=$(mktemp)
+    s0=$(date +%s)
+    # -timeout: one input taking > 10 s is a hang, reported as a crash.
+    cargo +nightly fuzz run --debug-assertions "$t" "corpus/$t" "seeds/$t" -- \
+        -max_total_time="$SECS" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+        -print_final_stats=1 >"$log" 2>&1
+    rc=$?
+    took=$(( $(date +%s) - s0 ))
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    if [ $rc -ne 0 ]; then
+        failed+=("$t")
+        tail -n 40 "$log" >&2
+        mkdir -p ../target/fuzz-crashes
+        for f in artifacts/"$t"/*; do
+            [ -f "$f" ] || continue
+            cp "$f" "../target/fuzz-crashes/$t-$(basename "$f")"
+            echo "fuzz: $t: input kept in fuzz/$f and target/fuzz-crashes/ ($(stat -c %s "$f") bytes):" >&2
+            od -A x -t x1z -v "$f" | head -n 32 >&2
+        done
+        rows+=("$(printf '%-18s %5ss %12s  CRASH' "$t" "$took" "${execs:-?}")")
+    else
+        rows+=("$(printf '%-18s %5ss %12s  ok (%s/s)' "$t" "$took" "${execs:-?}" \
+            "$(( ${execs:-0} / (took > 0 ? took : 1) ))")")
+    fi
+    rm -f "$log"
+done
+echo "== fuzz summary (build ${build_s}s, total $(( $(date +%s) - t0 ))s)"
+printf '%-18s %6s %12s  %s\n' target time execs result
+printf '%s\n' "${rows[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "fuzz: crashes in: ${failed[*]}" >&2
+    exit 1
+fi

@@ -45,6 +45,18 @@ fi
 if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
 fi
+# Fuzzing (scripts/fuzz.sh, run by scripts/test.sh): cargo-fuzz needs a nightly toolchain
+# (-Zsanitizer); cargo-fuzz itself is pinned and built from its lock file. A failure here is an
+# error: CI must not silently skip the fuzz targets.
+CARGO_FUZZ_VERSION=0.13.1
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  rustup toolchain install nightly --profile minimal ||
+    { echo "setup: could not install the nightly toolchain (needed by cargo-fuzz)" >&2; exit 1; }
+fi
+if ! cargo fuzz --version 2>/dev/null | grep -qF "$CARGO_FUZZ_VERSION"; then
+  cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION" ||
+    { echo "setup: could not install cargo-fuzz $CARGO_FUZZ_VERSION" >&2; exit 1; }
+fi
 # The stock kernel tests/stack_fentry_vm.rs boots (fentry/fexit need BPF trampolines).
 $SUDO bash scripts/vm-kernel.sh
 echo "setup: ready ($(rustc --version))"

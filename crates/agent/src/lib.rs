@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod fuzzing;
 pub mod measure;
 pub mod metrics;
 mod probe_route;

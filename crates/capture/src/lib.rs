@@ -10,6 +10,7 @@
 
 mod error;
 mod filter;
+pub mod fuzzing;
 mod ring;
 
 use std::io;

@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod fuzzing;
 mod server;
 
 pub use server::{Server, serve};

@@ -59,28 +59,43 @@ pub async fn serve(
         tasks.spawn(async move {
             let _permit = permit;
             let _ = stream.set_nodelay(true);
-            let svc = service_fn(move |req| {
-                let routes = routes.clone();
-                async move { Ok::<_, Infallible>(handle(routes.as_ref(), req).await) }
-            });
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.head_timeout)
-                .max_buf_size(limits.max_head_bytes.max(8192))
-                .max_headers(limits.max_headers);
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                () = tokio::time::sleep(limits.max_connection_lifetime) => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(limits.drain_timeout, conn).await;
-                }
-            }
+            serve_connection(TokioIo::new(stream), routes, limits, false).await;
         });
     }
     tasks.abort_all();
+}
+
+/// One connection: hyper's HTTP/1.1 parser with the head limits and timeouts of `limits`, for
+/// at most the connection's lifetime. With `half_close`, a client that shuts its sending side
+/// down after its requests still gets the answers (the fuzz target's in-memory client does).
+pub(crate) async fn serve_connection<I>(
+    io: I,
+    routes: Arc<dyn Routes>,
+    limits: Limits,
+    half_close: bool,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| {
+        let routes = routes.clone();
+        async move { Ok::<_, Infallible>(handle(routes.as_ref(), req).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.head_timeout)
+        .max_buf_size(limits.max_head_bytes.max(8192))
+        .max_headers(limits.max_headers)
+        .half_close(half_close);
+    let conn = builder.serve_connection(io, svc);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        () = tokio::time::sleep(limits.max_connection_lifetime) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(limits.drain_timeout, conn).await;
+        }
+    }
 }
 
 fn reply(r: Reply, head_only: bool) -> Response<Full<Bytes>> {

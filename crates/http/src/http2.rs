@@ -216,6 +216,102 @@ enum Failure {
     Error(ErrorKind, String),
 }
 
+/// What an h2 error means for the request. A stream ended by a graceful GOAWAY was above the
+/// server's last processed stream id, and REFUSED_STREAM means not processed either (RFC 9113
+/// §6.8, §8.7): both are safe to retry.
+fn failure(e: h2::Error) -> Failure {
+    let graceful = (e.is_go_away() && e.reason() == Some(h2::Reason::NO_ERROR))
+        || e.reason() == Some(h2::Reason::REFUSED_STREAM);
+    if graceful {
+        Failure::Retry
+    } else {
+        Failure::Error(classify(&e), e.to_string())
+    }
+}
+
+/// Wait for a response and read its body to the end (giving the flow-control window back as it
+/// comes): its status and body bytes.
+async fn read_response(resp: h2::client::ResponseFuture) -> Result<(u16, u64), Failure> {
+    let resp = resp.await.map_err(failure)?;
+    let status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut bytes = 0u64;
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(failure)?;
+        bytes += chunk.len() as u64;
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    Ok((status, bytes))
+}
+
+/// The client side of one request against a server whose bytes are `server` (for the
+/// `http2_response` fuzz target): h2's handshake and framing, then [`read_response`], on an
+/// in-memory connection. `Ok((status, body bytes))`, `Err(true)` when the request may be
+/// retried, `Err(false)` for an error.
+pub async fn respond_from(server: Vec<u8>) -> Result<(u16, u64), bool> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (client, peer) = tokio::io::duplex(64 * 1024);
+    let (mut peer_rd, mut peer_wr) = tokio::io::split(peer);
+    // The fake server answers once the request is on the wire (a response to a stream the
+    // client has not opened yet is a protocol error, whatever the bytes): it reads the client's
+    // preface and frames until a HEADERS frame, then writes its bytes and closes, and keeps
+    // reading (and dropping) whatever else the client sends.
+    let (asked, heard) = tokio::sync::oneshot::channel::<()>();
+    let writer = tokio::task::spawn_local(async move {
+        let _ = heard.await;
+        let _ = peer_wr.write_all(&server).await;
+        let _ = peer_wr.shutdown().await;
+    });
+    let reader = tokio::task::spawn_local(async move {
+        let mut seen = Vec::new();
+        let mut asked = Some(asked);
+        let mut sink = [0u8; 4096];
+        while let Ok(n) = peer_rd.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+            if asked.is_some() {
+                seen.extend_from_slice(&sink[..n]);
+                if has_headers_frame(&seen)
+                    && let Some(tx) = asked.take()
+                {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    });
+    let outcome = async {
+        let (send, conn) = h2::client::handshake(client).await.map_err(failure)?;
+        let driver = tokio::task::spawn_local(async move {
+            let _ = conn.await;
+        });
+        let mut ready = send.ready().await.map_err(failure)?;
+        let req = http::Request::get("http://fuzz/")
+            .body(())
+            .map_err(|e| Failure::Error(ErrorKind::Malformed, e.to_string()))?;
+        let (resp, _) = ready.send_request(req, true).map_err(failure)?;
+        let r = read_response(resp).await;
+        driver.abort();
+        r
+    }
+    .await;
+    writer.abort();
+    reader.abort();
+    outcome.map_err(|f| matches!(f, Failure::Retry))
+}
+
+/// Whether a client's bytes (the 24-byte connection preface, then frames) hold a HEADERS frame.
+fn has_headers_frame(client: &[u8]) -> bool {
+    let mut at = 24;
+    while let Some(h) = client.get(at..at + 9) {
+        if h[3] == 0x1 {
+            return true;
+        }
+        at += 9 + (usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]));
+    }
+    false
+}
+
 fn classify(e: &h2::Error) -> ErrorKind {
     if let Some(io) = e.get_io() {
         ErrorKind::of_io(io)
@@ -548,35 +644,16 @@ async fn one_request(
     measured: bool,
     intended: u64,
 ) -> Result<(), Failure> {
-    // A stream ended by a graceful GOAWAY was above the server's last processed stream id, and
-    // REFUSED_STREAM means not processed either (RFC 9113 §6.8, §8.7): both are safe to retry.
-    let err = |e: h2::Error| {
-        let graceful = (e.is_go_away() && e.reason() == Some(h2::Reason::NO_ERROR))
-            || e.reason() == Some(h2::Reason::REFUSED_STREAM);
-        if graceful {
-            Failure::Retry
-        } else {
-            Failure::Error(classify(&e), e.to_string())
-        }
-    };
-    let mut ready = send.clone().ready().await.map_err(err)?;
+    let mut ready = send.clone().ready().await.map_err(failure)?;
     let sent_ns = sys::monotonic_ns();
     let req = ctx.parts.request();
     let body = ctx.parts.body.clone();
     let end = body.is_empty();
-    let (resp, mut stream) = ready.send_request(req, end).map_err(err)?;
+    let (resp, mut stream) = ready.send_request(req, end).map_err(failure)?;
     if !end {
-        stream.send_data(body, true).map_err(err)?;
+        stream.send_data(body, true).map_err(failure)?;
     }
-    let resp = resp.await.map_err(err)?;
-    let status = resp.status().as_u16();
-    let mut body = resp.into_body();
-    let mut bytes = 0u64;
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.map_err(err)?;
-        bytes += chunk.len() as u64;
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
+    let (status, bytes) = read_response(resp).await?;
     let now = sys::monotonic_ns();
     let mut st = ctx.state.borrow_mut();
     st.stats.bytes_read += bytes;

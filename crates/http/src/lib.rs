@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod fuzzing;
 pub mod http2;
 pub mod parse;
 pub mod phases;

@@ -15,6 +15,7 @@
 
 mod admission;
 mod control;
+pub mod fuzzing;
 pub mod listener;
 mod rr;
 mod stream;
@@ -180,6 +181,8 @@ pub enum ServeEvent {
         request_bytes: u32,
         /// Response size asked for.
         response_bytes: u32,
+        /// A stream test's description (transport, direction, streams).
+        stream: Option<proto::StreamSpec>,
     },
     /// A test ended.
     TestEnded {
@@ -187,12 +190,20 @@ pub enum ServeEvent {
         id: u64,
         /// Who ran it.
         peer: String,
-        /// Transactions (rr), or bytes (stream).
+        /// What kind of test it was.
+        kind: TestKind,
+        /// Transactions (rr, crr, udp rr), or bytes moved (stream).
         transactions: u64,
         /// How long it ran.
         elapsed: Duration,
         /// Why it ended.
         reason: String,
+    },
+    /// A connection closed (or was reset) before sending a byte: a bare TCP connect, as
+    /// `latscope connect` or a port scanner makes. Not a refusal; logs summarise these.
+    BareConnect {
+        /// Who connected.
+        peer: String,
     },
     /// A connection or test was turned away.
     Refused {

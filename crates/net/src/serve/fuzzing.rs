@@ -1,0 +1,98 @@
+//! Entry points of the cargo-fuzz targets for the server's input (`fuzz/fuzz_targets/serve_*`),
+//! also replayed on the stable toolchain by this module's tests. Neither may panic on any input.
+
+use super::ServeConfig;
+use super::admission::{memory_needed, validate};
+use crate::flow::UdpRx;
+use crate::proto::{self, ClientHello, Control, FrameReader, Start, StreamDatagram, UdpHeader};
+
+/// The control connection's input, in the order the server reads it. The first byte picks the
+/// form of the rest: even, the bytes as they come off the socket (greeting, then a frame);
+/// odd, the JSON body of a test request (framed here, so the fuzzer explores the values a
+/// client may send rather than the length prefix). A request that decodes goes through the
+/// server's checks exactly as in `control`: `validate`, then `memory_needed` only if valid.
+pub fn control(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let cfg = ServeConfig::default();
+    let start = if sel & 1 == 1 {
+        let mut framed = Vec::with_capacity(rest.len() + 4);
+        framed.extend_from_slice(&(rest.len() as u32).to_be_bytes());
+        framed.extend_from_slice(rest);
+        proto::read_frame::<Start>(&mut &framed[..]).ok()
+    } else {
+        let mut r = rest;
+        let _ = proto::read_greeting::<ClientHello>(&mut r);
+        let mut fr = FrameReader::default();
+        let _ = fr.poll::<Control>(&mut &rest[..]);
+        proto::read_frame::<Start>(&mut r).ok()
+    };
+    if let Some(s) = start {
+        for unix in [false, true] {
+            if validate(&s, &cfg, unix).is_ok() {
+                let m = memory_needed(&s);
+                assert!(m > 0, "a valid test reserves memory: {s:?}");
+            }
+        }
+    }
+}
+
+/// Datagrams on the server's UDP socket, as the UDP thread parses and accounts them: `data`
+/// is a sequence of records `u8 length` + that many bytes. Each is parsed as a stream datagram
+/// (whose sequence numbers go through one flow's receive accounting, as `stream_join` does) and
+/// as a UDP rr header; a header must write back to what was parsed.
+pub fn datagrams(data: &[u8]) {
+    let mut rx = UdpRx::default();
+    let mut rest = data;
+    let mut fed = 0u64;
+    let mut arrival = 0u64;
+    while let Some((&len, tail)) = rest.split_first() {
+        let (d, tail) = tail.split_at((len as usize).min(tail.len()));
+        rest = tail;
+        if let Some(h) = StreamDatagram::parse(d) {
+            let mut buf = [0u8; proto::UDP_STREAM_HEADER_LEN];
+            h.write(&mut buf);
+            assert_eq!(StreamDatagram::parse(&buf), Some(h));
+            if h.seq != proto::UDP_JOIN_SEQ {
+                arrival = arrival.saturating_add(u64::from(len) * 1_000);
+                rx.on_datagram(h.seq, d.len(), h.send_ns, arrival);
+                fed += 1;
+            }
+        }
+        if let Some(h) = UdpHeader::parse(d) {
+            let mut buf = [0u8; proto::UDP_HEADER_LEN];
+            h.write(&mut buf);
+            assert_eq!(UdpHeader::parse(&buf), Some(h));
+        }
+    }
+    assert!(rx.received() <= fed, "more datagrams counted than fed");
+    let f = rx.figures(fed);
+    assert!(f.jitter_ns.is_finite() && f.jitter_ns >= 0.0);
+    assert!(f.lost <= f.sent && f.loss_pct <= 100.0);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    /// The committed seeds of both targets, every truncation of each, replayed on stable.
+    #[test]
+    fn seeds_replay() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
+        for (target, f) in [
+            ("serve_control", super::control as fn(&[u8])),
+            ("serve_datagram", super::datagrams),
+        ] {
+            let dir = std::fs::read_dir(root.join(target)).unwrap();
+            let mut n = 0;
+            for e in dir {
+                let seed = std::fs::read(e.unwrap().path()).unwrap();
+                for cut in 0..=seed.len() {
+                    f(&seed[..cut]);
+                }
+                n += 1;
+            }
+            assert!(n > 0, "no seeds for {target}");
+        }
+    }
+}
