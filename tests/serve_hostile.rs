@@ -886,3 +886,77 @@ fn honest_rr_keeps_its_p99_under_mixed_attacks_and_every_slot_comes_back() {
     }
     srv.serves_honest_rr();
 }
+
+/// issue 19: the log is for people. 300 bare connects make one summary line, not 300; tests are
+/// named as the CLI names them; Ctrl-C stops at once and says what it cut short.
+#[test]
+fn the_log_summarises_bare_connects_names_tests_and_reports_the_stop() {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--bind", "127.0.0.1", "--port", "0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let addr = first
+        .split("tcp ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap()
+        .to_string();
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["connect", &addr, "-n", "300"]);
+    run(&["rr", &addr, "-n", "50"]);
+    run(&["stream", &addr, "-d", "1s", "--udp", "-b", "10M", "-R"]);
+    // A test still running when Ctrl-C comes.
+    let mut running = Command::new(BIN)
+        .args(["rr", &addr, "-d", "10s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let t0 = Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let took = t0.elapsed();
+    let _ = running.kill();
+    let _ = running.wait();
+    let mut log = String::new();
+    stderr.read_to_string(&mut log).unwrap();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        took < Duration::from_secs(1),
+        "stopping took {took:?}\n{log}"
+    );
+    assert!(log.lines().count() < 15, "{log}");
+    assert!(!log.contains("refused"), "{log}");
+    assert!(log.contains("300 bare TCP connects"), "{log}");
+    assert!(
+        log.contains(": rr, 64 B requests / 64 B responses"),
+        "{log}"
+    );
+    assert!(log.contains(": stream --udp -R"), "{log}");
+    assert!(
+        log.contains(" moved in ") && log.contains(" transactions in "),
+        "{log}"
+    );
+    for internal in ["Rr", "UdpRr", "Stream "] {
+        assert!(!log.contains(internal), "{internal} in\n{log}");
+    }
+    assert!(
+        log.trim_end()
+            .ends_with("stopped (Ctrl-C); 1 running test was cut short"),
+        "{log}"
+    );
+}

@@ -13,6 +13,7 @@ pub mod report;
 pub mod rr;
 pub mod schema;
 pub mod serve;
+mod serve_log;
 pub mod sockets;
 pub mod stack;
 pub mod stream;

@@ -2,14 +2,18 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
 use latscope_core::model::rr::{ServerBehaviour, SockOpts, WriteMode};
-use latscope_core::units::{format_duration, parse_bitrate, parse_duration, parse_size};
+use latscope_core::units::{parse_bitrate, parse_duration, parse_size};
 use latscope_net::proto::{DEFAULT_PORT, Limits};
 use latscope_net::serve::{Budget, ServeConfig, ServeEvent, Server};
 
+use super::serve_log::{BARE_SUMMARY_EVERY, ServeLog};
 use crate::output::stop_flag;
 
 #[derive(Args, Debug)]
@@ -187,56 +191,67 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
             .map(latscope_net::auth::AuthKey::from_file)
             .transpose()?,
     };
-    let quiet = a.quiet;
     let auth = cfg.auth.is_some();
-    let server = Server::bind(cfg, stop_flag(), move |ev| log(&ev, quiet, auth))
-        .context("cannot start the server")?;
+    let log = Arc::new(ServeLog::new(a.quiet));
+    let events = log.clone();
+    let stop = stop_flag();
+    let server = Server::bind(cfg, stop.clone(), move |ev| {
+        print_listening(&ev, auth);
+        for line in events.event(&ev) {
+            eprintln!("{line}");
+        }
+    })
+    .context("cannot start the server")?;
+    summarise_bare_connects(log.clone(), stop.clone());
+    let began = Instant::now();
     server.run()?;
+    if let Some(s) = log.summary(began.elapsed().min(BARE_SUMMARY_EVERY)) {
+        eprintln!("{s}");
+    }
+    if stop.load(Ordering::Relaxed) {
+        eprintln!("{}", log.stopped());
+    }
     Ok(crate::exit::OK)
 }
 
-fn log(ev: &ServeEvent, quiet: bool, auth: bool) {
-    match ev {
-        ServeEvent::Listening {
-            tcp,
-            udp,
-            unix,
-            exposed,
-        } => {
-            let unix = unix
-                .as_ref()
-                .map(|p| format!(", unix {}", p.display()))
-                .unwrap_or_default();
-            eprintln!("latscope serve: listening on tcp {tcp}, udp {udp}{unix} (Ctrl-C stops)");
-            eprintln!("latscope serve: {}", exposure(exposed));
-            if auth {
-                eprintln!("latscope serve: clients must prove they hold the --auth-file key");
-            }
+/// The start-up lines (always printed, `-q` included): where the server listens and who can
+/// reach it.
+fn print_listening(ev: &ServeEvent, auth: bool) {
+    if let ServeEvent::Listening {
+        tcp,
+        udp,
+        unix,
+        exposed,
+    } = ev
+    {
+        let unix = unix
+            .as_ref()
+            .map(|p| format!(", unix {}", p.display()))
+            .unwrap_or_default();
+        eprintln!("latscope serve: listening on tcp {tcp}, udp {udp}{unix} (Ctrl-C stops)");
+        eprintln!("latscope serve: {}", exposure(exposed));
+        if auth {
+            eprintln!("latscope serve: clients must prove they hold the --auth-file key");
         }
-        _ if quiet => {}
-        ServeEvent::TestStarted {
-            id,
-            peer,
-            kind,
-            request_bytes,
-            response_bytes,
-        } => {
-            eprintln!("test {id} from {peer}: {kind:?} {request_bytes} B / {response_bytes} B");
-        }
-        ServeEvent::TestEnded {
-            id,
-            transactions,
-            elapsed,
-            reason,
-            ..
-        } => {
-            eprintln!(
-                "test {id} ended: {transactions} transactions in {} ({reason})",
-                format_duration(*elapsed)
-            );
-        }
-        ServeEvent::Refused { peer, reason } => eprintln!("refused {peer}: {reason}"),
     }
+}
+
+/// Print bare-connect summaries every [`BARE_SUMMARY_EVERY`] until `stop`.
+fn summarise_bare_connects(log: Arc<ServeLog>, stop: Arc<AtomicBool>) {
+    let _ = std::thread::Builder::new()
+        .name("serve-log".into())
+        .spawn(move || {
+            let mut last = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                if last.elapsed() >= BARE_SUMMARY_EVERY {
+                    if let Some(s) = log.summary(last.elapsed()) {
+                        eprintln!("{s}");
+                    }
+                    last = Instant::now();
+                }
+            }
+        });
 }
 
 /// Which interfaces clients can reach the server through, e.g. "exposed on lo 127.0.0.1 only

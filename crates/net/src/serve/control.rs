@@ -70,6 +70,7 @@ impl Test<'_> {
             kind: self.start.kind,
             request_bytes: self.start.request_bytes,
             response_bytes: self.start.response_bytes,
+            stream: self.start.stream.clone(),
         });
         true
     }
@@ -208,7 +209,8 @@ pub(super) fn handle_conn(
     };
     let start = match read_request(&mut hs, sh.cfg.auth.as_ref(), challenge.as_ref()) {
         Ok(s) => s,
-        Err(msg) => return log_refused(msg),
+        Err(Some(msg)) => return log_refused(msg),
+        Err(None) => return (sh.log)(ServeEvent::BareConnect { peer }),
     };
     if let Err((code, msg)) = admission::validate(&start, cfg, !conn.is_tcp()) {
         let _ = refuse(&mut conn, code, &msg);
@@ -247,6 +249,7 @@ pub(super) fn handle_conn(
     (sh.log)(ServeEvent::TestEnded {
         id,
         peer,
+        kind: start.kind,
         transactions: ended.transactions,
         elapsed: began.elapsed(),
         reason: ended.reason,
@@ -254,12 +257,13 @@ pub(super) fn handle_conn(
 }
 
 /// Read the client's greeting and test request; refuse a wrong version, a client that does not
-/// prove it has the server's key, or a malformed request. Err: what to log.
+/// prove it has the server's key, or a malformed request. Err: what to log, or None for a
+/// connection that closed before sending anything (a bare connect).
 fn read_request(
     conn: &mut Handshake,
     key: Option<&AuthKey>,
     challenge: Option<&[u8; auth::NONCE_BYTES]>,
-) -> Result<Start, String> {
+) -> Result<Start, Option<String>> {
     let client: ClientHello = match proto::read_greeting(conn) {
         Ok(h) => h,
         Err(FrameError::Version(v)) => {
@@ -271,9 +275,18 @@ fn read_request(
                     proto::VERSION
                 ),
             );
-            return Err(format!("protocol version {v}"));
+            return Err(Some(format!("protocol version {v}")));
         }
-        Err(e) => return Err(format!("bad greeting: {e}")),
+        // Closed or reset before the first byte: a bare connect (no message to log).
+        Err(FrameError::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            return Err(None);
+        }
+        Err(e) => return Err(Some(format!("bad greeting: {e}"))),
     };
     if let (Some(key), Some(challenge)) = (key, challenge) {
         // Checked before the request is even read: an unauthenticated client gets no further.
@@ -294,7 +307,7 @@ fn read_request(
         };
         if let Some((message, logged)) = refused {
             let _ = refuse(conn.conn, RefusalCode::Auth, &message);
-            return Err(format!("authentication: {logged}"));
+            return Err(Some(format!("authentication: {logged}")));
         }
     }
     proto::read_frame(conn).map_err(|e| {
@@ -303,7 +316,7 @@ fn read_request(
             RefusalCode::Invalid,
             &format!("bad test request: {e}"),
         );
-        format!("bad test request: {e}")
+        Some(format!("bad test request: {e}"))
     })
 }
 
