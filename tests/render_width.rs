@@ -121,3 +121,52 @@ fn narrow_terminals_drop_columns_and_say_so() {
     assert!(!header.contains("p99.99"), "{narrow}");
     assert!(narrow.contains("left out to fit 80 columns"), "{narrow}");
 }
+
+/// Counts are written with `latscope_core::units::count` (one pluralising rule): no message
+/// in the sources says "connection(s)" or picks an "s" by hand.
+#[test]
+fn no_hand_made_plurals() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut dirs = vec![root.join("src")];
+    for e in std::fs::read_dir(root.join("crates")).expect("crates/") {
+        dirs.push(e.expect("entry").path().join("src"));
+    }
+    let mut found = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).expect("source");
+            for (i, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                let hand_plural = ["(s)", "(es)"].iter().any(|m| {
+                    line.match_indices(m).any(|(at, _)| {
+                        // Inside a string literal: an odd number of quotes before it.
+                        line[..at].ends_with(|c: char| c.is_ascii_lowercase())
+                            && line[..at].matches('"').count() % 2 == 1
+                    })
+                });
+                if hand_plural || line.contains(r#"else { "s" }"#) {
+                    found.push(format!("{}:{}: {}", p.display(), i + 1, code));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "write counts with latscope_core::units::count:\n{}",
+        found.join("\n")
+    );
+}

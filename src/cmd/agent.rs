@@ -110,9 +110,11 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {
         }
         let measures: usize = cfg.targets.iter().map(|t| t.measures.len()).sum();
         println!(
-            "{}: ok ({} target(s) with {measures} measurement(s), {peers} peer(s))",
+            "{}: ok ({} with {}, {})",
             a.config.display(),
-            cfg.targets.len()
+            latscope_core::units::count(cfg.targets.len() as u64, "target"),
+            latscope_core::units::count(measures as u64, "measurement"),
+            latscope_core::units::count(peers as u64, "peer")
         );
         return Ok(exit::OK);
     }

@@ -410,11 +410,10 @@ fn live_state(cfg: &RrConfig) -> LiveState {
         StopAfter::Count(n) => Goal::Count(n * u64::from(sizes)),
     };
     let title = format!(
-        "latscope rr {} {}  {} connection{}",
+        "latscope rr {} {}  {}",
         cfg.target,
         cfg.transport.name(),
-        cfg.connections,
-        if cfg.connections == 1 { "" } else { "s" }
+        latscope_core::units::count(u64::from(cfg.connections), "connection")
     );
     let mut st = LiveState::new(title, goal, RateUnit::PerSec("trans/s"));
     st.status = "connecting…".into();

@@ -263,7 +263,10 @@ fn attach_note(session: &Session, cfg: &StackConfig, server: Option<&Server>) ->
         .map(|s| s.probe.to_string())
         .collect();
     let attached = session.status().iter().filter(|s| s.available()).count();
-    let mut note = format!("latscope stack: {attached} probe(s) attached");
+    let mut note = format!(
+        "latscope stack: {} attached",
+        latscope_core::units::count(attached as u64, "probe")
+    );
     // Probes on a fallback because their fentry/fexit hook was refused or is missing here.
     let fell_back: Vec<String> = session
         .status()

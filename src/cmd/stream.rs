@@ -300,11 +300,10 @@ fn live_state(cfg: &StreamConfig) -> LiveState {
         Goal::Duration(Duration::from_millis(spec.duration_ms))
     };
     let title = format!(
-        "latscope stream {} {}  {} stream{} {}",
+        "latscope stream {} {}  {} {}",
         cfg.target,
         spec.transport.name(),
-        spec.streams,
-        if spec.streams == 1 { "" } else { "s" },
+        latscope_core::units::count(u64::from(spec.streams), "stream"),
         match spec.direction {
             Direction::Send => "client→server",
             Direction::Receive => "server→client",

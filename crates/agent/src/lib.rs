@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use latscope_core::units::count;
 use prometheus_client::registry::Registry;
 
 use crate::config::{Config, ConfigError, Peer, Target};
@@ -343,8 +344,8 @@ impl Supervisor<'_> {
             .reconcile(&self.cfg, self.cfg.all_targets(&peers), &self.shared);
         self.count_reload(true);
         log(&format!(
-            "SIGHUP: reloaded, {} target(s)",
-            self.fleet.targets.len()
+            "SIGHUP: reloaded, {}",
+            count(self.fleet.targets.len() as u64, "target")
         ));
     }
 
@@ -362,8 +363,8 @@ impl Supervisor<'_> {
                     .reconcile(&self.cfg, self.cfg.all_targets(&peers), &self.shared);
                 self.count_reload(true);
                 log(&format!(
-                    "peer list changed: {} target(s)",
-                    self.fleet.targets.len()
+                    "peer list changed: {}",
+                    count(self.fleet.targets.len() as u64, "target")
                 ));
             }
             Err(e) => {
@@ -412,9 +413,9 @@ pub fn run(opts: &Options, diagnoser: Arc<dyn Diagnoser>) -> Result<(), AgentErr
         " (loopback only)"
     };
     log(&format!(
-        "{} target(s), {} measurement(s); metrics at http://{}/metrics{reach}",
-        sup.fleet.targets.len(),
-        sup.fleet.workers.len(),
+        "{}, {}; metrics at http://{}/metrics{reach}",
+        count(sup.fleet.targets.len() as u64, "target"),
+        count(sup.fleet.workers.len() as u64, "measurement"),
         server.bound,
     ));
     loop {

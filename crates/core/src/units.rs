@@ -243,6 +243,40 @@ pub fn format_bitrate(bps: f64) -> String {
     )
 }
 
+/// The plural of an English noun by the regular rules (`connection` → `connections`, `process`
+/// → `processes`, `entry` → `entries`); a multi-word noun pluralises its last word.
+pub fn plural_of(noun: &str) -> String {
+    let last = noun.rsplit(' ').next().unwrap_or(noun);
+    let consonant_y = last.len() > 1
+        && last.ends_with('y')
+        && !last[..last.len() - 1].ends_with(['a', 'e', 'i', 'o', 'u']);
+    if consonant_y {
+        format!("{}ies", &noun[..noun.len() - 1])
+    } else if ["s", "x", "z", "ch", "sh"]
+        .iter()
+        .any(|e| last.ends_with(e))
+    {
+        format!("{noun}es")
+    } else {
+        format!("{noun}s")
+    }
+}
+
+/// `noun` for a count of `n`: singular for one, [`plural_of`] otherwise.
+pub fn noun(n: u64, noun: &str) -> String {
+    if n == 1 {
+        noun.to_string()
+    } else {
+        plural_of(noun)
+    }
+}
+
+/// A count with its noun, singular or plural as English wants: `1 connection`, `0 connections`,
+/// `3 processes`. The one way latscope writes a count of things (never "connection(s)").
+pub fn count(n: u64, what: &str) -> String {
+    format!("{n} {}", noun(n, what))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +329,21 @@ mod tests {
         assert_eq!(parse_bitrate("100Mbit"), Ok(100e6));
         assert_eq!(parse_bitrate("1Gbit/s"), Ok(1e9));
         assert!(parse_bitrate("fast").is_err());
+    }
+
+    #[test]
+    fn plurals() {
+        assert_eq!(count(1, "connection"), "1 connection");
+        assert_eq!(count(0, "connection"), "0 connections");
+        assert_eq!(count(2, "TCP connection"), "2 TCP connections");
+        assert_eq!(count(1, "TCP connection"), "1 TCP connection");
+        assert_eq!(count(3, "process"), "3 processes");
+        assert_eq!(count(2, "entry"), "2 entries");
+        assert_eq!(count(2, "delay"), "2 delays");
+        assert_eq!(count(5, "setsockopt call"), "5 setsockopt calls");
+        assert_eq!(count(4, "network namespace"), "4 network namespaces");
+        assert_eq!(noun(1, "thread"), "thread");
+        assert_eq!(noun(8, "thread"), "threads");
     }
 
     #[test]

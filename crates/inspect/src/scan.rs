@@ -381,7 +381,10 @@ fn read_options(rows: &mut [SocketRow], notes: &mut Vec<String>) -> u32 {
         .filter(|r| r.options_error.as_deref() == Some(&OptError::SocketGone.to_string()))
         .count();
     if closed > 0 {
-        notes.push(format!("{closed} socket(s) closed during the scan; shown as the kernel last listed them, without options"));
+        notes.push(format!(
+            "{} closed during the scan; shown as the kernel last listed them, without options",
+            latscope_core::units::count(closed as u64, "socket")
+        ));
     }
 
     denied
@@ -430,8 +433,9 @@ fn say_missing(rows: &[SocketRow], access: &mut Access, denied: u32, listing: &L
     if without_options > 0 && (denied > 0 || !access.cap_sys_ptrace) {
         access.missing.push(format!(
             "options (TCP_NODELAY, TCP_CORK, TCP_QUICKACK, SO_SNDBUF/SO_RCVBUF, TCP_NOTSENT_LOWAT, congestion control, keep-alive, busy-poll) \
-             of {without_options} socket(s): they are read from a duplicate of the owner's fd (pidfd_getfd), which needs CAP_SYS_PTRACE \
-             for processes with other credentials or more capabilities than latscope"
+             of {}: they are read from a duplicate of the owner's fd (pidfd_getfd), which needs CAP_SYS_PTRACE \
+             for processes with other credentials or more capabilities than latscope",
+            latscope_core::units::count(without_options as u64, "socket")
         ));
     }
     if access.processes_unreadable > 0 {
@@ -441,9 +445,9 @@ fn say_missing(rows: &[SocketRow], access: &mut Access, denied: u32, listing: &L
             "/proc/PID/fd and /proc/PID/ns need ptrace read access (CAP_SYS_PTRACE)"
         };
         access.missing.push(format!(
-            "owning process and fd for sockets of {} process(es) whose /proc entries could not be read: {why}; \
+            "owning process and fd for sockets of {} whose /proc entries could not be read: {why}; \
              sock_diag still lists their sockets (state, addresses, uid, tcp_info) in namespaces latscope can see",
-            access.processes_unreadable
+            latscope_core::units::count(access.processes_unreadable as u64, "process")
         ));
     }
     let from_procnet = if listing.from_procnet > 0 {
@@ -455,14 +459,16 @@ fn say_missing(rows: &[SocketRow], access: &mut Access, denied: u32, listing: &L
     };
     if from_procnet > 0 {
         access.missing.push(format!(
-            "tcp_info, memory and namespace of {from_procnet} socket(s) in network namespaces latscope may not enter: \
-             they are listed from /proc/PID/net (state, addresses, uid); entering needs CAP_SYS_ADMIN, identifying the namespace CAP_SYS_PTRACE"
+            "tcp_info, memory and namespace of {} in network namespaces latscope may not enter: \
+             they are listed from /proc/PID/net (state, addresses, uid); entering needs CAP_SYS_ADMIN, identifying the namespace CAP_SYS_PTRACE",
+            latscope_core::units::count(from_procnet as u64, "socket")
         ));
     }
     let ns_denied = listing.ns_denied;
     if ns_denied > 0 {
         access.missing.push(format!(
-            "sockets of {ns_denied} other network namespace(s): entering a namespace needs CAP_SYS_ADMIN"
+            "sockets of {}: entering a namespace needs CAP_SYS_ADMIN",
+            latscope_core::units::count(ns_denied as u64, "other network namespace")
         ));
     }
     let tcp_with_options = rows

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use latscope_core::render::{Human, Page, Table};
 use latscope_core::summary::Summary;
-use latscope_core::units::format_ns;
+use latscope_core::units::{count, format_ns};
 
 use crate::report::{AnalyzeReport, Ladder};
 
@@ -44,13 +44,13 @@ impl Human for AnalyzeReport {
         let a = &self.analysis;
         let _ = writeln!(
             out,
-            "{} ({}): {} frames over {}, {} TCP connections, {} transactions",
+            "{} ({}): {} over {}, {}, {}",
             self.source,
             self.format,
-            a.frames,
+            count(a.frames, "frame"),
             ns(a.capture_span_ns),
-            a.connections,
-            a.transactions
+            count(a.connections, "TCP connection"),
+            count(a.transactions, "transaction")
         );
         for w in &self.warnings {
             let _ = writeln!(out, "  warning: {w}");

@@ -360,20 +360,23 @@ pub struct CaptureReport {
 
 impl latscope_core::render::Human for CaptureReport {
     fn render_human(&self, out: &mut latscope_core::render::Page) {
+        use latscope_core::units::count;
         use std::fmt::Write;
         let _ = writeln!(
             out,
-            "{} packets captured on {} in {:.1}s ({} bytes) -> {}",
-            self.packets,
+            "{} captured on {} in {:.1}s ({}) -> {}",
+            count(self.packets, "packet"),
             self.interface,
             self.duration_ns as f64 / 1e9,
-            self.bytes,
+            latscope_core::units::format_bytes(self.bytes as f64),
             self.file
         );
         let _ = writeln!(
             out,
-            "{} packets received by filter ({}), {} dropped by kernel",
-            self.kernel_received, self.filter_mode, self.kernel_drops
+            "{} received by filter ({}), {} dropped by kernel",
+            count(self.kernel_received, "packet"),
+            self.filter_mode,
+            self.kernel_drops
         );
         if self.kernel_drops > 0 {
             let _ = writeln!(

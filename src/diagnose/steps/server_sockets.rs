@@ -94,9 +94,9 @@ impl Observe for ServerSockets {
 
     fn detail(_cx: &Context, ss: &evidence::ServerSockets) -> String {
         format!(
-            "{}: {} connection(s), TCP_NODELAY off on {}, TCP_CORK on {}{}",
+            "{}: {}, TCP_NODELAY off on {}, TCP_CORK on {}{}",
             ss.process,
-            ss.connections,
+            latscope_core::units::count(ss.connections as u64, "connection"),
             ss.nagle_on,
             ss.corked,
             ss.snd_mss

@@ -4,13 +4,27 @@ use super::{Human, Page, Table};
 use crate::model::http::HttpReport;
 use crate::model::rr::LoadMode;
 use crate::summary::Summary;
-use crate::units::{format_bytes, format_ns, format_si};
+use crate::units::{count, format_bytes, format_ns, format_si};
 
 /// Most timeline rows shown; longer runs show every n-th second (`--json` has them all).
 const MAX_TIMELINE_ROWS: usize = 30;
 
 impl Human for HttpReport {
     fn render_human(&self, out: &mut Page) {
+        self.header(out);
+        out.push('\n');
+        self.latency_table(out);
+        out.push('\n');
+        self.outcomes(out);
+        self.timeline(out);
+        out.push('\n');
+        self.footnotes(out);
+    }
+}
+
+impl HttpReport {
+    /// What was asked of whom, and the totals.
+    fn header(&self, out: &mut Page) {
         let load = match &self.load {
             LoadMode::Closed => "closed loop".to_string(),
             LoadMode::Open { rate_per_sec } => {
@@ -19,25 +33,23 @@ impl Human for HttpReport {
         };
         let _ = writeln!(
             out,
-            "latscope http {} — {} {} to {}{}, {} connection{}{}, {} thread{}, {}",
+            "latscope http {} — {} {} to {}{}, {}{}, {}, {}",
             self.url,
             self.protocol,
             self.method,
             self.address,
             if self.tls { " (TLS)" } else { "" },
-            self.connections,
-            if self.connections == 1 { "" } else { "s" },
+            count(u64::from(self.connections), "connection"),
             self.streams_per_connection
-                .map(|s| format!(" × {s} streams"))
+                .map(|s| format!(" × {}", count(u64::from(s), "stream")))
                 .unwrap_or_default(),
-            self.threads,
-            if self.threads == 1 { "" } else { "s" },
+            count(u64::from(self.threads), "thread"),
             load
         );
         let _ = writeln!(
             out,
-            "  {} requests in {}: {} req/s; read {} ({}/s)",
-            self.requests,
+            "  {} in {}: {} req/s; read {} ({}/s)",
+            count(self.requests, "request"),
             format_ns(self.elapsed_ns as f64),
             format_si(self.requests_per_sec),
             format_bytes(self.bytes_read as f64),
@@ -46,13 +58,15 @@ impl Human for HttpReport {
         if self.warmup_ns > 0 {
             let _ = writeln!(
                 out,
-                "  warm-up {} ({} responses) not counted",
+                "  warm-up {} ({}) not counted",
                 format_ns(self.warmup_ns as f64),
-                self.warmup_requests
+                count(self.warmup_requests, "response")
             );
         }
-        out.push('\n');
+    }
 
+    /// Request (and, open loop, from-intended-send), connect and TLS latency.
+    fn latency_table(&self, out: &mut Page) {
         let mut headers: Vec<&str> = vec!["latency"];
         headers.extend(Summary::HEADERS);
         let mut t = Table::new(&headers);
@@ -72,8 +86,10 @@ impl Human for HttpReport {
             row("TLS handshake", h);
         }
         t.render("  ", out);
-        out.push('\n');
+    }
 
+    /// Status codes, errors by kind, connections opened, late sends.
+    fn outcomes(&self, out: &mut Page) {
         let status: Vec<String> = self
             .status
             .iter()
@@ -123,30 +139,37 @@ impl Human for HttpReport {
                 self.late_sends
             );
         }
+    }
 
-        if !self.timeline.is_empty() {
-            out.push('\n');
-            let mut t = Table::new(&["second", "req/s", "p50", "p99", "max", "errors"]);
-            let step = self.timeline.len().div_ceil(MAX_TIMELINE_ROWS);
-            for iv in self.timeline.iter().step_by(step.max(1)) {
-                let has = iv.requests > 0;
-                let lat = |v: u64| if has { format_ns(v as f64) } else { "-".into() };
-                t.row(vec![
-                    format!(
-                        "{:.0}–{:.1}s",
-                        iv.start_ns as f64 / 1e9,
-                        iv.end_ns as f64 / 1e9
-                    ),
-                    format_si(iv.requests_per_sec),
-                    lat(iv.p50_ns),
-                    lat(iv.p99_ns),
-                    lat(iv.max_ns),
-                    iv.errors.to_string(),
-                ]);
-            }
-            t.render("  ", out);
+    /// One row per second (every n-th second of a long run).
+    fn timeline(&self, out: &mut Page) {
+        if self.timeline.is_empty() {
+            return;
         }
         out.push('\n');
+        let mut t = Table::new(&["second", "req/s", "p50", "p99", "max", "errors"]);
+        let step = self.timeline.len().div_ceil(MAX_TIMELINE_ROWS);
+        for iv in self.timeline.iter().step_by(step.max(1)) {
+            let has = iv.requests > 0;
+            let lat = |v: u64| if has { format_ns(v as f64) } else { "-".into() };
+            t.row(vec![
+                format!(
+                    "{:.0}–{:.1}s",
+                    iv.start_ns as f64 / 1e9,
+                    iv.end_ns as f64 / 1e9
+                ),
+                format_si(iv.requests_per_sec),
+                lat(iv.p50_ns),
+                lat(iv.p99_ns),
+                lat(iv.max_ns),
+                iv.errors.to_string(),
+            ]);
+        }
+        t.render("  ", out);
+    }
+
+    /// What the clock covers, the Little's-law check, open loop and Ctrl-C notes.
+    fn footnotes(&self, out: &mut Page) {
         let _ = writeln!(
             out,
             "  Latency: request write started → last response byte read."
@@ -167,9 +190,6 @@ impl Human for HttpReport {
             );
         }
     }
-}
-
-impl HttpReport {
     /// Closed loop keeps every connection (every stream with HTTP/2) busy with one request, so
     /// by Little's law the mean latency is requests in flight ÷ throughput: the check that the
     /// figure covers each request's whole time in the system (a load generator whose clock

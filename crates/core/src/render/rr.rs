@@ -3,7 +3,7 @@ use std::fmt::Write;
 use super::{Human, Page, Table};
 use crate::model::rr::{LoadMode, RrReport, ServerBehaviour, SockOpts, Transport, WriteMode};
 use crate::summary::Summary;
-use crate::units::{format_ns, format_si};
+use crate::units::{count, format_ns, format_si};
 
 fn onoff(b: bool) -> &'static str {
     if b { "on" } else { "off" }
@@ -77,11 +77,10 @@ impl RrReport {
         };
         let _ = writeln!(
             out,
-            "latscope rr {} — {}, {} connection{}, {}",
+            "latscope rr {} — {}, {}, {}",
             self.target,
             self.transport.name(),
-            self.connections,
-            if self.connections == 1 { "" } else { "s" },
+            count(u64::from(self.connections), "connection"),
             load
         );
         let client = sockopts_text(&self.client, self.transport);
@@ -170,15 +169,17 @@ impl RrReport {
             if r.timeouts > 0 {
                 let _ = writeln!(
                     out,
-                    "  {} B: {} request(s) timed out",
-                    r.request_bytes, r.timeouts
+                    "  {} B: {} timed out",
+                    r.request_bytes,
+                    count(r.timeouts, "request")
                 );
             }
             if r.late_responses > 0 {
                 let _ = writeln!(
                     out,
-                    "  {} B: {} late response(s) ignored",
-                    r.request_bytes, r.late_responses
+                    "  {} B: {} ignored",
+                    r.request_bytes,
+                    count(r.late_responses, "late response")
                 );
             }
             for e in &r.errors {
@@ -188,8 +189,8 @@ impl RrReport {
         if let Some(j) = &self.size_jump {
             let _ = writeln!(
                 out,
-                "\n  ! latency jumps at {} size(s) ({}): p50 {} against {} elsewhere (+{}).\n    Likely cause: {}",
-                j.sizes.len(),
+                "\n  ! latency jumps at {} ({}): p50 {} against {} elsewhere (+{}).\n    Likely cause: {}",
+                count(j.sizes.len() as u64, "size"),
                 size_ranges(&j.sizes),
                 format_ns(j.jumped_p50_ns as f64),
                 format_ns(j.baseline_p50_ns as f64),

@@ -59,10 +59,9 @@ impl Human for SocketsReport {
         let n = self.sockets.len();
         let _ = writeln!(
             out,
-            "latscope sockets — {}: {} socket{}",
+            "latscope sockets — {}: {}",
             self.selection,
-            n,
-            if n == 1 { "" } else { "s" }
+            crate::units::count(n as u64, "socket")
         );
         if n > 0 {
             out.push('\n');
@@ -304,12 +303,16 @@ impl SetsockoptEvent {
 
 impl Human for WatchSummary {
     fn render_human(&self, out: &mut Page) {
-        let _ = writeln!(out, "{} setsockopt call(s) reported", self.events);
+        let _ = writeln!(
+            out,
+            "{} reported",
+            crate::units::count(self.events, "setsockopt call")
+        );
         if self.lost > 0 {
             let _ = writeln!(
                 out,
-                "{} call(s) lost: the kernel's ring buffer was full",
-                self.lost
+                "{} lost: the kernel's ring buffer was full",
+                crate::units::count(self.lost, "call")
             );
         }
     }

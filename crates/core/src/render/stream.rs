@@ -4,7 +4,7 @@ use super::{Human, Page, Table};
 use crate::model::stream::{
     Cost, Direction, DirectionResult, LatencyProbe, StreamInterval, StreamReport,
 };
-use crate::units::{format_bitrate, format_bytes, format_ns};
+use crate::units::{count, format_bitrate, format_bytes, format_ns};
 
 /// One live line per interval event (the human view prints these as they come).
 pub fn interval_line(ev: &StreamInterval) -> String {
@@ -37,14 +37,14 @@ pub fn interval_line(ev: &StreamInterval) -> String {
     if let Some(t) = &ev.tcp {
         let _ = write!(
             s,
-            "  retr {} cwnd {} rtt {}",
+            "  retr {} cwnd {} seg rtt {}",
             t.retransmits,
             t.cwnd,
             format_ns(f64::from(t.rtt_us) * 1e3)
         );
     }
     if let Some(l) = ev.udp_lost {
-        let _ = write!(s, "  lost so far {l}");
+        let _ = write!(s, "  lost so far {}", count(l, "datagram"));
     }
     super::page::fit(&s)
 }
@@ -66,7 +66,7 @@ fn cost_cells(c: &Cost) -> Vec<String> {
         if c.us_per_call == 0.0 && c.io_calls > 0 {
             "n/a".into()
         } else {
-            format!("{:.2}", c.us_per_call)
+            format_ns(c.us_per_call * 1e3)
         },
         if c.cpu_measured {
             c.context_switches.to_string()
@@ -115,11 +115,10 @@ impl StreamReport {
         };
         let _ = writeln!(
             out,
-            "\nlatscope stream {} — {}, {} stream{}, {}, {}, {} writes{}",
+            "\nlatscope stream {} — {}, {}, {}, {}, {} writes{}",
             self.target,
             self.transport.name(),
-            self.streams,
-            if self.streams == 1 { "" } else { "s" },
+            count(u64::from(self.streams), "stream"),
             dir,
             amount,
             format_bytes(f64::from(self.buffer_bytes)),
@@ -149,14 +148,14 @@ fn direction_result(r: &DirectionResult, out: &mut Page) {
         "CPU sys",
         "I/O calls",
         "B/call",
-        "us/call",
+        "time/call",
         "ctx sw",
     ]);
     for v in [&r.sender, &r.receiver] {
         let mut row = vec![
             v.side.clone(),
             v.role.clone(),
-            v.bytes.to_string(),
+            format_bytes(v.bytes as f64),
             format_ns(v.elapsed_ns as f64),
             format_bitrate(v.rate_bps),
         ];
@@ -176,9 +175,9 @@ fn direction_result(r: &DirectionResult, out: &mut Page) {
     if let Some(tcp) = &r.tcp {
         let _ = writeln!(
             out,
-            "    TCP (sender): {} retransmits, cwnd {} segments, RTT {} ± {}",
-            tcp.retransmits,
-            tcp.cwnd,
+            "    TCP (sender): {}, cwnd {}, RTT {} ± {}",
+            count(tcp.retransmits, "retransmit"),
+            count(u64::from(tcp.cwnd), "segment"),
             format_ns(f64::from(tcp.rtt_us) * 1e3),
             format_ns(f64::from(tcp.rtt_var_us) * 1e3)
         );
@@ -186,7 +185,7 @@ fn direction_result(r: &DirectionResult, out: &mut Page) {
     if let Some(u) = &r.udp {
         let _ = writeln!(
             out,
-            "    UDP: {} sent, {} received, {} lost ({:.3}%), {} out of order, {} duplicates, jitter {}",
+            "    UDP datagrams: {} sent, {} received, {} lost ({:.3}%), {} out of order, {} duplicated, jitter {}",
             u.sent,
             u.received,
             u.lost,
@@ -201,8 +200,8 @@ fn direction_result(r: &DirectionResult, out: &mut Page) {
         for s in &r.streams {
             t.row(vec![
                 s.index.to_string(),
-                s.bytes_sent.to_string(),
-                s.bytes_received.to_string(),
+                format_bytes(s.bytes_sent as f64),
+                format_bytes(s.bytes_received as f64),
                 format_bitrate(s.rate_bps),
             ]);
         }
