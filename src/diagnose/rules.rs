@@ -304,6 +304,17 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
     if quick.is_none() && wire_nagle(e).is_none() && delack_nagle.is_none() {
         return None;
     }
+    // The server's own sockets settle whose held data it is: with TCP_NODELAY on and no cork on
+    // every connection Nagle holds nothing, and what an immediate ACK removed is another wait for
+    // the client's ACK (a congestion window after loss, a policer): `delayed_ack` and the loss
+    // rules name that, not Nagle.
+    let server_never_holds = e
+        .server_sockets
+        .as_ref()
+        .is_some_and(|s| s.connections > 0 && s.nagle_on == 0 && s.corked == 0);
+    if server_never_holds && wire_nagle(e).is_none() {
+        return None;
+    }
     let mut evidence = vec![
         format!(
             "one request: p50 {} against a path RTT of {}",

@@ -374,7 +374,16 @@ impl DiagnoseReport {
         }) {
             return Some(format!("cannot connect to {}: {}", self.target, h.detail));
         }
+        // The single-request step can fail on its own (its one connection's SYN and the retry
+        // both lost on a lossy path) while other steps completed requests and rules found the
+        // cause: only a target where no request completed anywhere, and nothing was found, is
+        // not measured.
+        let completed = self.distributions.iter().any(|(n, d)| {
+            matches!(n, StepName::OneRequest | StepName::ConcurrentRequests) && d.count > 0
+        }) || self.phases.as_ref().is_some_and(|p| p.requests > 0);
         if self.target_kind.speaks_requests()
+            && !completed
+            && self.findings.is_empty()
             && let Some(one) = self
                 .step(StepName::OneRequest)
                 .filter(|s| s.status == StepStatus::Failed)
@@ -405,5 +414,44 @@ impl DiagnoseReport {
             .iter()
             .find(|(n, _)| *n == name)
             .map(|(_, s)| s)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn example() -> DiagnoseReport {
+        serde_json::from_str(include_str!("../../../../tests/data/report/diagnose.json")).unwrap()
+    }
+
+    fn fail_one_request(r: &mut DiagnoseReport) {
+        for s in &mut r.steps {
+            if s.name == StepName::OneRequest {
+                s.status = StepStatus::Failed;
+            }
+        }
+    }
+
+    /// The single-request step failing alone (its connection lost on a lossy path) does not
+    /// undo what the other steps measured; a target where no request completed anywhere and
+    /// nothing was found is not measured.
+    #[test]
+    fn a_failed_single_request_step_alone_is_not_unmeasurable() {
+        let mut r = example();
+        assert_eq!(r.unmeasurable(), None);
+        fail_one_request(&mut r);
+        assert_eq!(r.unmeasurable(), None, "concurrent requests completed");
+        r.distributions
+            .retain(|(n, _)| !matches!(n, StepName::OneRequest | StepName::ConcurrentRequests));
+        assert_eq!(r.unmeasurable(), None, "a finding was made");
+        r.findings.clear();
+        assert!(
+            r.unmeasurable()
+                .is_some_and(|why| why.starts_with("no request to")),
+            "{:?}",
+            r.unmeasurable()
+        );
     }
 }
