@@ -221,3 +221,53 @@ fn unmeasurable_targets_exit_3_and_bad_input_2() {
     let (code, _, err) = run(&["diagnose", "http://[::1"]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// The step named `name` of a diagnose document.
+fn step<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no step {name}: {doc}"))
+}
+
+#[test]
+fn the_same_server_in_two_namespaces_is_read_where_our_connection_went() {
+    require_root!();
+    // Client a (10.63.0.1) — server b (10.63.0.2); a twin namespace has the same address and
+    // a server on the same port, busy with a client of its own, unreachable from a.
+    let mut lab = lab::netns::NetnsPair::new("dt", 63, 1500);
+    let twin = lab::netns::Netns::new("dt");
+    twin.ip(&["addr", "add", "10.63.0.2/32", "dev", "lo"]);
+    let port = free_port().to_string();
+    let b = lab.b.clone();
+    let serve = ["serve", "--bind", "10.63.0.2", "--port", &port, "-q"];
+    let mut nagle = serve.to_vec();
+    nagle.extend(["--split-response", "128", "--nagle"]);
+    lab.spawn(&b, &nagle);
+    lab.spawn(&twin.name, &serve);
+    std::thread::sleep(Duration::from_millis(500));
+    let target = format!("10.63.0.2:{port}");
+    lab.spawn(&twin.name, &["rr", &target, "-d", "60s", "-c", "4"]);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let (code, out, err) = lab.run(
+        &lab.a.clone(),
+        &["diagnose", &target, "-d", "1s", "--no-load", "--json"],
+    );
+    assert_eq!(code, 1, "{err}");
+    let doc = json_checked(&out, "diagnose");
+    assert_eq!(doc["findings"][0]["rule"], "nagle_delayed_ack", "{doc}");
+    // b's server (Nagle on), not the twin's (Nagle off, four connections of its own client).
+    let sockets = step(&doc, "server sockets");
+    assert_eq!(sockets["status"], "ran", "{sockets}");
+    let detail = sockets["detail"].as_str().unwrap();
+    assert!(detail.contains("TCP_NODELAY off on 1,"), "{sockets}");
+    // The kernel stack watched b's namespace, where our packets went.
+    let stack = step(&doc, "kernel stack");
+    if stack["status"] == "ran" {
+        let d = stack["detail"].as_str().unwrap();
+        assert!(!d.starts_with("0 packets"), "{stack}");
+    }
+}

@@ -440,3 +440,114 @@ fn without_ptrace_or_admin_a_container_socket_is_still_listed_from_proc() {
         "{missing}"
     );
 }
+
+/// The findings of the LISTEN row of `report` on `port`.
+fn listener_findings(report: &serde_json::Value) -> Vec<(String, String)> {
+    let l = report["sockets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["state"] == "LISTEN")
+        .unwrap_or_else(|| panic!("no listener: {report}"));
+    l["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["rule"].as_str().unwrap().to_string(),
+                f["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn syn_ping_resets_and_time_wait_are_explained_not_blamed() {
+    require_root!();
+    let ns = Netns::new("sd");
+    let l = ns.run_in(|| TcpListener::bind("127.0.0.1:0").unwrap());
+    let port = l.local_addr().unwrap().port().to_string();
+    // A connection this side closes first: its client end stays in TIME-WAIT, no process.
+    let c = ns.run_in(|| TcpStream::connect(l.local_addr().unwrap()).unwrap());
+    let (s, _) = l.accept().unwrap();
+    drop(c);
+    std::thread::sleep(Duration::from_millis(50));
+    drop(s);
+    // Each SYN ping's half-open handshake ends with a reset the listener counts as a drop.
+    let ping = ns.latscope(&[
+        "ping",
+        "--syn",
+        "-p",
+        &port,
+        "-n",
+        "10",
+        "-i",
+        "10ms",
+        "127.0.0.1",
+    ]);
+    assert!(
+        ping.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ping.stderr)
+    );
+    let out = ns.latscope(&["sockets", "--port", &port, "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let f = listener_findings(&report);
+    let drops: Vec<_> = f.iter().filter(|(r, _)| r.starts_with("listen-")).collect();
+    assert_eq!(drops.len(), 1, "{f:?}");
+    assert_eq!(drops[0].0, "listen-resets", "{f:?}");
+    assert!(!drops[0].1.contains("receive buffer"), "{}", drops[0].1);
+    assert!(f.iter().all(|(r, _)| r != "rcvbuf-drops"), "{f:?}");
+    let tw = report["sockets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["state"] == "TIME-WAIT")
+        .unwrap_or_else(|| panic!("no TIME-WAIT socket: {report}"));
+    assert_eq!(tw["inode"], 0);
+    let text = report.to_string();
+    assert!(!text.contains("privileged user namespace"), "{text}");
+    assert!(text.contains("belong to no process"), "{text}");
+    // The table names them for what they are.
+    let human = ns.latscope(&["sockets", "--port", &port]);
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human
+            .lines()
+            .any(|l| l.contains("no process") && l.contains("TIME-WAIT")),
+        "{human}"
+    );
+}
+
+#[test]
+fn a_full_accept_queue_is_reported_as_listen_queue_overflow() {
+    require_root!();
+    let ns = Netns::new("so");
+    // Backlog 1, never accepted: the third SYN finds the accept queue full.
+    let l = ns.run_in(|| {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        s.listen(1).unwrap();
+        s
+    });
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    let _clients: Vec<_> = ns.run_in(|| {
+        (0..6)
+            .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok())
+            .collect()
+    });
+    let out = ns.latscope(&["sockets", "--port", &addr.port().to_string(), "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = listener_findings(&report);
+    let over: Vec<_> = f.iter().filter(|(r, _)| r == "listen-overflow").collect();
+    assert_eq!(over.len(), 1, "{f:?}");
+    assert!(over[0].1.contains("accept queue was full"), "{}", over[0].1);
+}

@@ -346,3 +346,25 @@ fn paris_flow_is_constant_on_the_wire() {
         );
     }
 }
+
+#[test]
+fn a_router_that_rate_limits_icmp_is_named_not_shown_as_loss() {
+    require_root!();
+    let lab = Chain::new();
+    // R2 forwards everything but sends at most a few time-exceeded per second.
+    lab.nodes[2].nft(
+        "table inet lsrl { chain out { type filter hook output priority 0 ; policy accept ; \
+         icmp type time-exceeded limit rate over 4/second burst 2 packets drop ; } }",
+    );
+    let out = lab.client().latscope(&[
+        "trace", "--icmp", "--stats", "-n", "30", "-i", "100ms", "-W", "300ms", "-m", "6",
+        "10.9.4.2",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("hop 2: ") && text.contains("rate-limiting the ICMP replies"),
+        "{text}"
+    );
+    // Hops that answer every probe are not named.
+    assert!(!text.contains("hop 1: "), "{text}");
+}

@@ -600,3 +600,45 @@ fn json_lines_gives_interval_deltas_then_the_summary() {
         "intervals {reads}, total {total}"
     );
 }
+
+#[test]
+fn under_ip_netns_exec_cgroup_probes_name_the_missing_mount_not_the_kernel() {
+    require_root!();
+    let _g = lab::timing_lock();
+    // `ip netns exec` mounts a fresh /sys: no cgroup v2 hierarchy below it.
+    let ns = lab::netns::Netns::new("cg");
+    let mounts = ns.exec(&["cat", "/proc/self/mounts"]);
+    if String::from_utf8_lossy(&mounts.stdout).contains(" cgroup2 ") {
+        eprintln!("skipped: this ip netns exec keeps a cgroup2 mount");
+        return;
+    }
+    let json = ns.latscope(&["stack", "--list-probes", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let missing: Vec<&serde_json::Value> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["hook"].is_null())
+        .filter(|p| {
+            p["refused"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["missing"] == "cgroup2_mount")
+        })
+        .collect();
+    // tcp-start and udp-start fall back to cgroup_skb when fentry is refused (as here); with
+    // fentry they attach and nothing is missing.
+    let out = ns.latscope(&["stack", "-d", "1s"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for p in &missing {
+        let name = p["probe"].as_str().unwrap();
+        assert!(
+            text.contains(&format!(
+                "note: {name} unavailable: no cgroup v2 hierarchy is mounted (ip netns exec remounts /sys)"
+            )),
+            "{name}: {text}"
+        );
+    }
+    eprintln!("{} probe(s) missing cgroup v2", missing.len());
+}

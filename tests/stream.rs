@@ -309,3 +309,40 @@ fn faults_end_with_partial_results_and_clear_errors() {
     let (code, _, err) = run(&["stream", &addr_arg(srv.tcp_addr), "-P", "0"]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// `Udp RcvbufErrors` of namespace `ns`.
+fn rcvbuf_errors(ns: &lab::netns::Netns) -> u64 {
+    let snmp = ns.exec(&["cat", "/proc/net/snmp"]);
+    let text = String::from_utf8_lossy(&snmp.stdout).to_string();
+    let udp: Vec<&str> = text.lines().filter(|l| l.starts_with("Udp:")).collect();
+    let i = udp[0]
+        .split_whitespace()
+        .position(|n| n == "RcvbufErrors")
+        .unwrap();
+    udp[1].split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+#[test]
+fn udp_loss_in_a_local_receivers_buffer_is_reported_as_such() {
+    require_root!();
+    let _g = timing_lock();
+    // Its own namespace: the counter moves only for this test.
+    let ns = lab::netns::Netns::new("ur");
+    let srv = ns.run_in(|| server(None, None, None));
+    let addr = addr_arg(srv.tcp_addr);
+    let before = rcvbuf_errors(&ns);
+    // Faster than one server thread reads on a loaded machine: the socket buffer overflows.
+    let out = ns.latscope(&["stream", &addr, "-u", "-b", "4G", "-d", "1s", "--json"]);
+    let after = rcvbuf_errors(&ns);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = json_checked(&String::from_utf8_lossy(&out.stdout), "stream");
+    let udp = &doc["results"][0]["udp"];
+    let lost = u(&udp["lost"]);
+    let in_rcvbuf = u(&udp["lost_in_rcvbuf"]);
+    assert_eq!(in_rcvbuf, (after - before).min(lost), "{udp}");
+    eprintln!("lost {lost}, in the receiver's buffer {in_rcvbuf}");
+}

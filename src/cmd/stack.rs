@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
+use latscope_core::log2::format_estimate_ns;
 use latscope_core::model::Meta;
 use latscope_core::render::{OutputFormat, Page, emit, emit_event};
-use latscope_core::units::{format_ns, parse_duration};
+use latscope_core::units::parse_duration;
 use latscope_ebpf::prometheus::{Snapshot, StackCollector};
 use latscope_ebpf::report::{self, ProbeHistogram, ProbeStamps, StackInterval, StackReport};
 use latscope_ebpf::session::RawHistogram;
@@ -383,11 +384,11 @@ fn live_tick(
                 h.probe.to_string(),
                 h.group.clone(),
                 h.count.to_string(),
-                format_ns(h.p50_ns),
-                format_ns(h.p99_ns),
+                format_estimate_ns(h.p50_ns),
+                format_estimate_ns(h.p99_ns),
                 now.map_or_else(|| "-".into(), |r| r.count.to_string()),
                 now.filter(|r| r.count > 0)
-                    .map_or_else(|| "-".into(), |r| format_ns(r.p99_ns)),
+                    .map_or_else(|| "-".into(), |r| format_estimate_ns(r.p99_ns)),
             ]
         })
         .collect();

@@ -15,6 +15,10 @@ pub mod sweep;
 pub mod timer;
 pub mod units;
 
+/// The first bytes of every latscope peer-protocol connection (`latscope_net::proto`'s
+/// greeting), which a capture analysis recognises as latscope's own set-up, not traffic.
+pub const PEER_MAGIC: &[u8; 8] = b"LATSCOPE";
+
 pub use hist::LatencyHistogram;
 pub use log2::Log2Histogram;
 pub use summary::Summary;

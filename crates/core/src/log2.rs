@@ -51,8 +51,12 @@ pub fn bucket_lower(k: usize) -> u64 {
     if k == 0 { 0 } else { bucket_upper(k - 1) }
 }
 
-/// A bucket's label in SI time units, e.g. `(32.8us, 65.5us]` for k = 16.
+/// A bucket's label in SI time units, e.g. `(32.8us, 65.5us]` for k = 16; bucket 0 also
+/// holds 0, so it is `[0, 1ns]`.
 pub fn bucket_label(k: usize) -> String {
+    if k == 0 {
+        return format!("[0, {}]", format_ns(bucket_upper(0) as f64));
+    }
     format!(
         "({}, {}]",
         format_ns(bucket_lower(k) as f64),
@@ -60,7 +64,24 @@ pub fn bucket_label(k: usize) -> String {
     )
 }
 
+/// A figure estimated from a log2 histogram (mean, quantile) in SI time units. Inside the
+/// first bucket (0 or 1 ns) linear interpolation would print "0.5ns", a precision the buckets do
+/// not have: such a figure is "≤ 1ns".
+pub fn format_estimate_ns(ns: f64) -> String {
+    if ns <= bucket_upper(0) as f64 {
+        format!("≤ {}", format_ns(bucket_upper(0) as f64))
+    } else {
+        format_ns(ns)
+    }
+}
+
 impl Log2Histogram {
+    /// Whether every sample is in the first bucket (0 or 1 ns): the value was taken where the
+    /// timestamp it is measured from was.
+    pub fn all_in_first_bucket(&self) -> bool {
+        self.occupied_range() == Some((0, 0))
+    }
+
     /// An empty histogram.
     pub fn new() -> Self {
         Self::default()
@@ -190,6 +211,21 @@ mod tests {
         assert_eq!(bucket_label(16), "(32.8us, 65.5us]");
         assert_eq!(bucket_label(25), "(16.8ms, 33.6ms]");
         assert_eq!(bucket_label(1), "(1ns, 2ns]");
+        assert_eq!(bucket_label(0), "[0, 1ns]");
+    }
+
+    #[test]
+    fn figures_inside_the_first_bucket_are_not_given_sub_ns_precision() {
+        let mut h = Log2Histogram::new();
+        for _ in 0..100 {
+            h.record(0);
+        }
+        assert!(h.all_in_first_bucket());
+        assert_eq!(format_estimate_ns(h.quantile_ns(0.5)), "≤ 1ns");
+        assert_eq!(format_estimate_ns(h.mean_ns()), "≤ 1ns");
+        h.record(3000);
+        assert!(!h.all_in_first_bucket());
+        assert_eq!(format_estimate_ns(h.quantile_ns(1.0)), format_ns(4096.0));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! rendering. No I/O here: the command reads the session, builds these, and prints them.
 
 use latscope_core::Log2Histogram;
-use latscope_core::log2::bucket_label;
+use latscope_core::log2::{bucket_label, format_estimate_ns};
 use latscope_core::model::Meta;
 use latscope_core::render::{Human, Page};
 use latscope_core::units::format_ns;
@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::probes::Probe;
-use crate::session::{Filters, GroupBy, ProbeStatus, StampStats};
+use crate::session::{Filters, GroupBy, Prerequisite, ProbeStatus, StampStats};
 
 /// One probe's histogram (for one group when grouping).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -149,10 +149,16 @@ pub fn render_histogram(h: &ProbeHistogram, out: &mut Page) {
         out,
         "count: {}, average: {}, p50: {}, p99: {}",
         h.count,
-        format_ns(h.mean_ns),
-        format_ns(h.p50_ns),
-        format_ns(h.p99_ns)
+        format_estimate_ns(h.mean_ns),
+        format_estimate_ns(h.p50_ns),
+        format_estimate_ns(h.p99_ns)
     );
+    if h.hist.all_in_first_bucket() {
+        let _ = writeln!(
+            out,
+            "every packet read ≤ 1ns here: this hook runs where the packets' receive timestamp is taken, so it adds no time of its own"
+        );
+    }
 }
 
 /// A block of histograms under a UTC time heading, as printed every `-r` seconds.
@@ -164,6 +170,21 @@ pub fn render_snapshot(unix_ms: u64, hists: &[ProbeHistogram], out: &mut Page) {
     }
     for h in hists {
         render_histogram(h, out);
+    }
+}
+
+/// Why an unattached probe is missing: the system's doing (with the fix) or the kernel's.
+pub fn unavailable_note(st: &ProbeStatus) -> String {
+    match st.missing() {
+        Some(Prerequisite::Cgroup2Mount) => format!(
+            "{} unavailable: no cgroup v2 hierarchy is mounted (ip netns exec remounts /sys) — mount it \
+             (`mount -t cgroup2 none /sys/fs/cgroup`) or run outside the netns",
+            st.probe
+        ),
+        None => format!(
+            "{} unavailable on this kernel (see --list-probes)",
+            st.probe
+        ),
     }
 }
 
@@ -182,6 +203,9 @@ pub fn render_probe_list(status: &[ProbeStatus], stamp_hook: Option<&str>, out: 
             None => {
                 let _ = writeln!(out, "{:<20} UNAVAILABLE", st.probe.name());
                 let _ = writeln!(out, "{:<20}   {}", "", st.probe.description());
+                if st.missing().is_some() {
+                    let _ = writeln!(out, "{:<20}   {}", "", unavailable_note(st));
+                }
             }
         }
         for h in &st.also_available {
@@ -229,11 +253,7 @@ impl Human for StackReport {
         }
         for st in &self.probes {
             if st.hook.is_none() {
-                let _ = writeln!(
-                    out,
-                    "note: {} unavailable on this kernel (see --list-probes)",
-                    st.probe
-                );
+                let _ = writeln!(out, "note: {}", unavailable_note(st));
             }
         }
         for s in &self.stamps {
@@ -321,5 +341,72 @@ mod tests {
             lines[3]
         );
         assert_eq!(lines.len(), 4);
+    }
+
+    #[test]
+    fn a_histogram_at_the_timestamp_reads_at_most_1ns_not_half_a_ns() {
+        let mut hist = Log2Histogram::new();
+        for _ in 0..50 {
+            hist.record(0);
+        }
+        let h = ProbeHistogram::new(
+            Probe::IpStart,
+            "tp_btf/netif_receive_skb",
+            "all".into(),
+            hist,
+        );
+        let mut s = String::new();
+        render_histogram(&h, &mut s);
+        assert!(!s.contains("0.5"), "{s}");
+        assert!(
+            s.contains("count: 50, average: ≤ 1ns, p50: ≤ 1ns, p99: ≤ 1ns"),
+            "{s}"
+        );
+        assert!(
+            s.contains("where the packets' receive timestamp is taken"),
+            "{s}"
+        );
+    }
+
+    fn status(refused: Vec<crate::session::HookAttempt>) -> ProbeStatus {
+        ProbeStatus {
+            probe: Probe::TcpStart,
+            hook: None,
+            hook_kind: None,
+            semantics: None,
+            refused,
+            also_available: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_probe_missing_cgroup2_says_so_and_how_to_fix_it() {
+        use crate::session::HookAttempt;
+        let st = status(vec![
+            HookAttempt {
+                hook: "fentry/tcp_v4_rcv".into(),
+                error: "fentry refused".into(),
+                missing: None,
+            },
+            HookAttempt {
+                hook: "cgroup_skb/ingress".into(),
+                error: "no cgroup v2 hierarchy is mounted".into(),
+                missing: Some(Prerequisite::Cgroup2Mount),
+            },
+        ]);
+        let note = unavailable_note(&st);
+        assert!(!note.contains("on this kernel"), "{note}");
+        assert!(
+            note.contains("no cgroup v2 hierarchy is mounted (ip netns exec remounts /sys)"),
+            "{note}"
+        );
+        assert!(note.contains("run outside the netns"), "{note}");
+        // Refused by the kernel only: the kernel's doing.
+        let st = status(vec![HookAttempt {
+            hook: "fentry/tcp_v4_rcv".into(),
+            error: "fentry refused".into(),
+            missing: None,
+        }]);
+        assert!(unavailable_note(&st).contains("unavailable on this kernel"));
     }
 }

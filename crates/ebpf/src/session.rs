@@ -100,6 +100,21 @@ pub struct HookAttempt {
     pub hook: String,
     /// Why it was refused (the loader or kernel error).
     pub error: String,
+    /// Set when the kernel could run the hook but the system lacks something it needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<Prerequisite>,
+}
+
+/// Something a hook needs besides the kernel's features; a probe refused for it could work
+/// on this kernel once it is there.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Prerequisite {
+    /// A mounted cgroup v2 hierarchy: cgroup_skb programs attach to its root. `ip netns exec`
+    /// mounts a fresh /sys without it.
+    Cgroup2Mount,
 }
 
 /// The outcome of start-up for one probe.
@@ -125,6 +140,15 @@ impl ProbeStatus {
     /// Whether an implementation of the probe is attached.
     pub fn available(&self) -> bool {
         self.hook.is_some()
+    }
+
+    /// What the system lacks for an implementation the kernel could run, when the probe is
+    /// unavailable for that reason rather than for the kernel's.
+    pub fn missing(&self) -> Option<Prerequisite> {
+        if self.available() {
+            return None;
+        }
+        self.refused.iter().find_map(|r| r.missing)
     }
 }
 
@@ -532,6 +556,14 @@ impl Session {
                     site_mask: masks_for(Some(probe), hook),
                     ..rodata
                 };
+                if hook.kind == HookKind::CgroupSkb && cgroup.is_none() {
+                    st.refused.push(HookAttempt {
+                        hook: hook.label.to_string(),
+                        error: "no cgroup v2 hierarchy is mounted".into(),
+                        missing: Some(Prerequisite::Cgroup2Mount),
+                    });
+                    continue;
+                }
                 match load_and_attach(&owner, &ro, &hook_progs(hook), cgroup.as_ref()) {
                     Ok(a) if st.hook.is_some() => {
                         // Only probing: detach at once.
@@ -551,6 +583,7 @@ impl Session {
                     Err(e) => st.refused.push(HookAttempt {
                         hook: hook.label.to_string(),
                         error: e,
+                        missing: None,
                     }),
                 }
             }

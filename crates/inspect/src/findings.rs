@@ -9,6 +9,7 @@
 use latscope_core::model::sockets::{Severity, SocketFinding, SocketRow, TcpStats};
 use latscope_core::timer::TcpTimer;
 use latscope_core::units::format_bytes;
+use latscope_sys::snmp::Counters;
 
 fn f(severity: Severity, rule: &str, text: String) -> SocketFinding {
     SocketFinding {
@@ -34,15 +35,98 @@ fn share(part: Option<u64>, whole: Option<u64>) -> Option<(f64, u64, u64)> {
 }
 
 /// Findings for `row`. `peer` is the other end of the connection when it is a socket this scan
-/// also saw (loopback, or another namespace on this host).
-pub fn for_socket(row: &SocketRow, peer: Option<&SocketRow>) -> Vec<SocketFinding> {
+/// also saw (loopback, or another namespace on this host); `ns` the protocol counters of the
+/// socket's network namespace, when they could be read.
+pub fn for_socket(
+    row: &SocketRow,
+    peer: Option<&SocketRow>,
+    ns: Option<&Counters>,
+) -> Vec<SocketFinding> {
     let mut out = Vec::new();
     nagle_and_cork(row, peer, &mut out);
     if let Some(t) = row.tcp.as_ref().filter(|_| row.state == "ESTAB") {
         connection(row, t, peer, &mut out);
     }
     tuned_limits(row, &mut out);
+    drops(row, ns, &mut out);
     out
+}
+
+/// The socket's drop counter (sk_drops), read for what it counts on that kind of socket.
+///
+/// On a listener it is not a receive buffer: the kernel adds to it when it refuses a
+/// connection (`tcp_listendrop()`: accept queue full — TcpExt ListenOverflows — or a SYN it
+/// could not take — ListenDrops) and also for every segment that ends a half-open handshake
+/// (`tcp_v4_rcv()` → `discard_and_relse` after a reset answers a SYN-ACK — TcpExt
+/// EmbryonicRsts). SYN pings and port scans (`latscope ping --syn`, diagnose's path step,
+/// hping3, nmap -sS) add one per probe, so a listener that never refused anyone can show
+/// hundreds of "drops". Connections refused are only what the namespace's ListenDrops shows.
+fn drops(row: &SocketRow, ns: Option<&Counters>, out: &mut Vec<SocketFinding>) {
+    let Some(m) = row.mem.as_ref().filter(|m| m.drops > 0) else {
+        return;
+    };
+    if row.proto == "tcp" && row.state == "LISTEN" {
+        out.push(listen_drops(m.drops, ns));
+        return;
+    }
+    let what = if row.proto == "udp" {
+        "datagrams"
+    } else {
+        "segments"
+    };
+    out.push(f(
+        Severity::Warn,
+        "rcvbuf-drops",
+        format!(
+            "{} {what} dropped on arrival, most often because the receive buffer ({}) was full: the application reads too slowly or SO_RCVBUF is small",
+            m.drops,
+            format_bytes(f64::from(m.rcvbuf))
+        ),
+    ));
+}
+
+/// A listener's drops: refused connections (listen-queue overflow, SYNs dropped) or the
+/// resets that end half-open handshakes.
+fn listen_drops(drops: u32, ns: Option<&Counters>) -> SocketFinding {
+    let get = |name| ns.and_then(|c| c.get("TcpExt", name));
+    let (refused, overflows, resets) = (
+        get("ListenDrops"),
+        get("ListenOverflows"),
+        get("EmbryonicRsts"),
+    );
+    let half_open = "resets that ended half-open handshakes, which SYN pings and port scans \
+                     (`latscope ping --syn`, diagnose's path step, nmap -sS) leave, one per probe";
+    match refused {
+        Some(0) => f(
+            Severity::Info,
+            "listen-resets",
+            format!(
+                "{drops} segments discarded by the listener, none a refused connection (its namespace counted no listen-queue drops, TcpExt ListenDrops 0): \
+                 they are {half_open}{}",
+                resets
+                    .map(|r| format!(" (TcpExt EmbryonicRsts {r} in the namespace)"))
+                    .unwrap_or_default()
+            ),
+        ),
+        Some(n) => f(
+            Severity::Warn,
+            "listen-overflow",
+            format!(
+                "{drops} segments discarded by the listener; its namespace refused {n} connection attempts (TcpExt ListenDrops), {} of them because an accept queue was full (ListenOverflows): \
+                 connections arrive faster than the server accepts them — raise the listen() backlog and net.core.somaxconn, or accept faster. \
+                 Any rest of the count are {half_open}",
+                overflows.unwrap_or(0)
+            ),
+        ),
+        None => f(
+            Severity::Info,
+            "listen-drops",
+            format!(
+                "{drops} segments discarded by the listener: connections refused when the accept queue overflowed, or {half_open}; \
+                 `nstat -az TcpExtListenDrops TcpExtListenOverflows TcpExtEmbryonicRsts` in its namespace tells which"
+            ),
+        ),
+    }
 }
 
 /// Nagle on a listener or a request/response connection, and TCP_CORK.
@@ -168,8 +252,7 @@ fn connection(
     }
 }
 
-/// Timers and queues someone tuned away from the defaults (socket options, route metrics) and
-/// receive-buffer drops.
+/// Timers and queues someone tuned away from the defaults (socket options, route metrics).
 fn tuned_limits(row: &SocketRow, out: &mut Vec<SocketFinding>) {
     let opts = row.options.as_ref();
     // Per-socket limits that differ from the kernel defaults (TCP_RTO_MIN = 200 ms,
@@ -198,17 +281,6 @@ fn tuned_limits(row: &SocketRow, out: &mut Vec<SocketFinding>) {
             format!(
                 "minimum retransmission timeout is {} on this socket (TCP_RTO_MIN_US)",
                 ms(us)
-            ),
-        ));
-    }
-    if let Some(m) = row.mem.as_ref().filter(|m| m.drops > 0) {
-        out.push(f(
-            Severity::Warn,
-            "rcvbuf-drops",
-            format!(
-                "{} packets dropped because the receive buffer ({}) was full",
-                m.drops,
-                format_bytes(f64::from(m.rcvbuf))
             ),
         ));
     }
@@ -282,7 +354,7 @@ mod tests {
     fn nagle_rr_and_sndbuf_and_ato() {
         let r = row("ESTAB");
         let peer = row("ESTAB");
-        let v = for_socket(&r, Some(&peer));
+        let v = for_socket(&r, Some(&peer), None);
         assert_eq!(rules(&v), ["nagle-on-rr", "delayed-ack", "sndbuf-limited"]);
         assert!(v[0].text.contains("40 ms"), "{}", v[0].text);
         assert!(
@@ -304,7 +376,7 @@ mod tests {
             ato_us: 4_000,
             ..Default::default()
         });
-        assert!(for_socket(&r, None).is_empty());
+        assert!(for_socket(&r, None, None).is_empty());
     }
 
     #[test]
@@ -316,7 +388,7 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(
-            rules(&for_socket(&r, None)),
+            rules(&for_socket(&r, None, None)),
             ["nagle-on-listener", "cork-on"]
         );
     }
@@ -330,6 +402,68 @@ mod tests {
             sndbuf_limited_us: Some(5_000),
             ..Default::default()
         });
-        assert!(for_socket(&r, None).is_empty());
+        assert!(for_socket(&r, None, None).is_empty());
+    }
+
+    fn listener_with_drops(drops: u32) -> SocketRow {
+        let mut r = row("LISTEN");
+        r.options = None;
+        r.tcp = None;
+        r.mem = Some(latscope_core::model::sockets::SocketMemory {
+            rcvbuf: 131072,
+            drops,
+            ..Default::default()
+        });
+        r
+    }
+
+    #[test]
+    fn listener_drops_without_refusals_are_half_open_resets_not_a_full_buffer() {
+        let ns =
+            Counters::parse("TcpExt: EmbryonicRsts ListenOverflows ListenDrops\nTcpExt: 100 0 0\n");
+        let v = for_socket(&listener_with_drops(100), None, Some(&ns));
+        assert_eq!(rules(&v), ["listen-resets"]);
+        assert_eq!(v[0].severity, Severity::Info);
+        assert!(!v[0].text.contains("receive buffer"), "{}", v[0].text);
+        assert!(v[0].text.contains("half-open"), "{}", v[0].text);
+        assert!(v[0].text.contains("EmbryonicRsts 100"), "{}", v[0].text);
+    }
+
+    #[test]
+    fn listener_drops_with_overflows_warn_about_the_accept_queue() {
+        let ns =
+            Counters::parse("TcpExt: EmbryonicRsts ListenOverflows ListenDrops\nTcpExt: 0 12 12\n");
+        let v = for_socket(&listener_with_drops(12), None, Some(&ns));
+        assert_eq!(rules(&v), ["listen-overflow"]);
+        assert_eq!(v[0].severity, Severity::Warn);
+        assert!(
+            v[0].text.contains("refused 12 connection attempts"),
+            "{}",
+            v[0].text
+        );
+        assert!(
+            v[0].text
+                .contains("12 of them because an accept queue was full"),
+            "{}",
+            v[0].text
+        );
+        // Unknown counters: no verdict, and how to find out.
+        let v = for_socket(&listener_with_drops(5), None, None);
+        assert_eq!(rules(&v), ["listen-drops"]);
+        assert!(v[0].text.contains("nstat"), "{}", v[0].text);
+    }
+
+    #[test]
+    fn udp_drops_are_the_receive_buffer() {
+        let mut r = listener_with_drops(7);
+        r.proto = "udp".into();
+        r.state = "UNCONN".into();
+        let v = for_socket(&r, None, None);
+        assert_eq!(rules(&v), ["rcvbuf-drops"]);
+        assert!(
+            v[0].text.starts_with("7 datagrams dropped"),
+            "{}",
+            v[0].text
+        );
     }
 }

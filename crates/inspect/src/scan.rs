@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 
 use latscope_core::model::Meta;
 use latscope_core::model::sockets::{Access, Owner, RouteLimits, SocketRow, SocketsReport};
+use latscope_sys::snmp::Counters;
 
 use crate::diag::{self, DiagSocket};
 use crate::error::{InspectError, Result};
@@ -114,8 +115,10 @@ pub fn scan(selection: Selection, meta: Meta) -> Result<SocketsReport> {
     let mut rows = build_rows(selection, &listing, wanted_inodes.as_ref(), &owners, own_ns);
     let denied = read_options(&mut rows, &mut notes);
     add_route_limits(&mut rows, &listing.listed, &listing.handles);
-    add_findings(&mut rows);
+    let counters = read_counters(&rows, &listing.handles);
+    add_findings(&mut rows, &counters);
     say_missing(&rows, &mut access, denied, &listing);
+    say_closed(&rows, &mut notes);
 
     Ok(SocketsReport {
         meta,
@@ -164,9 +167,11 @@ fn read_processes(selection: Selection, access: &mut Access) -> Result<(Vec<Proc
                 if let Selection::Pid(p) = selection {
                     let what = format!("reading the fds of pid {p} (/proc/{p}/fd)");
                     return Err(if access.cap_sys_ptrace {
-                        // Even CAP_SYS_PTRACE does not reach into a more privileged user namespace.
+                        // CAP_SYS_PTRACE counts in latscope's own user namespace only.
                         InspectError::io(
-                            format!("{what}: the process is in a more privileged user namespace"),
+                            format!(
+                                "{what}: refused even with CAP_SYS_PTRACE (the process is not dumpable, or its user namespace is more privileged than latscope's)"
+                            ),
                             std::io::Error::from(std::io::ErrorKind::PermissionDenied),
                         )
                     } else {
@@ -390,9 +395,33 @@ fn read_options(rows: &mut [SocketRow], notes: &mut Vec<String>) -> u32 {
     denied
 }
 
+/// Step 6b: the protocol counters (TcpExt ListenDrops, …) of the namespaces whose listeners
+/// dropped something: what a listener's drop count means depends on them.
+fn read_counters(rows: &[SocketRow], handles: &HashMap<u64, NsHandle>) -> HashMap<u64, Counters> {
+    let namespaces: BTreeSet<u64> = rows
+        .iter()
+        .filter(|r| r.state == "LISTEN" && r.mem.as_ref().is_some_and(|m| m.drops > 0))
+        .map(|r| r.netns)
+        .collect();
+    let mut out = HashMap::new();
+    for ns in namespaces {
+        let Some(handle) = handles.get(&ns) else {
+            continue;
+        };
+        let read = in_ns(handle, || {
+            Counters::read_own().map_err(|e| InspectError::io("reading /proc/net/netstat", e))
+        });
+        // Counters refine a finding; without them it says how to find out.
+        if let Ok(c) = read {
+            out.insert(ns, c);
+        }
+    }
+    out
+}
+
 /// Step 7: findings, with the other end of loopback / same-host connections when we saw it;
 /// rows sorted by owner.
-fn add_findings(rows: &mut [SocketRow]) {
+fn add_findings(rows: &mut [SocketRow], counters: &HashMap<u64, Counters>) {
     let index: HashMap<(u64, &str, &str), usize> = rows
         .iter()
         .enumerate()
@@ -404,7 +433,7 @@ fn add_findings(rows: &mut [SocketRow]) {
             let peer = index
                 .get(&(r.netns, r.remote.as_str(), r.local.as_str()))
                 .map(|&i| &rows[i]);
-            findings::for_socket(r, peer)
+            findings::for_socket(r, peer, counters.get(&r.netns))
         })
         .collect();
     for (r, f) in rows.iter_mut().zip(found) {
@@ -438,14 +467,21 @@ fn say_missing(rows: &[SocketRow], access: &mut Access, denied: u32, listing: &L
             latscope_core::units::count(without_options as u64, "socket")
         ));
     }
-    if access.processes_unreadable > 0 {
+    // Only open sockets (inode ≠ 0) without an owner can belong to a process we could not
+    // read; TIME-WAIT and orphaned sockets belong to no process at all (see `say_closed`).
+    let unowned_open = rows
+        .iter()
+        .filter(|r| r.inode != 0 && r.owners.is_empty())
+        .count();
+    if access.processes_unreadable > 0 && unowned_open > 0 {
         let why = if access.cap_sys_ptrace {
-            "they live in a more privileged user namespace"
+            "the kernel refused ptrace read access even with CAP_SYS_PTRACE (a process that is not dumpable, \
+             or one whose user namespace is more privileged than latscope's, such as a container's host)"
         } else {
             "/proc/PID/fd and /proc/PID/ns need ptrace read access (CAP_SYS_PTRACE)"
         };
         access.missing.push(format!(
-            "owning process and fd for sockets of {} whose /proc entries could not be read: {why}; \
+            "the owning process and fd of {unowned_open} open socket(s): {} could not be read ({why}); \
              sock_diag still lists their sockets (state, addresses, uid, tcp_info) in namespaces latscope can see",
             latscope_core::units::count(access.processes_unreadable as u64, "process")
         ));
@@ -487,7 +523,28 @@ fn say_missing(rows: &[SocketRow], access: &mut Access, denied: u32, listing: &L
     }
 }
 
-/// Run `f` in the namespace `handle` stands for.
+/// Step 9: sockets that no process holds (inode 0) are not missing owners: the application
+/// closed them and the kernel finishes the connection on its own (TIME-WAIT, an orphaned
+/// FIN-WAIT / LAST-ACK), or the handshake has not been accepted yet (SYN-RECV).
+fn say_closed(rows: &[SocketRow], notes: &mut Vec<String>) {
+    let mut states: BTreeSet<&str> = BTreeSet::new();
+    let mut n = 0;
+    for r in rows.iter().filter(|r| r.inode == 0 && r.owners.is_empty()) {
+        states.insert(r.state.as_str());
+        n += 1;
+    }
+    if n == 0 {
+        return;
+    }
+    let states: Vec<&str> = states.into_iter().collect();
+    notes.push(format!(
+        "{n} socket(s) ({}) belong to no process: TIME-WAIT and orphaned sockets (FIN-WAIT, LAST-ACK, CLOSING) \
+         were closed by the application and the kernel finishes the connection alone (TIME-WAIT lasts 60 s); \
+         SYN-RECV entries are handshakes not yet accepted",
+        states.join(", ")
+    ));
+}
+
 /// Add `new` notes not already in `notes` (the same kernel limit shows in every namespace).
 fn note_once(notes: &mut Vec<String>, new: Vec<String>) {
     for n in new {
@@ -497,6 +554,7 @@ fn note_once(notes: &mut Vec<String>, new: Vec<String>) {
     }
 }
 
+/// Run `f` in the namespace `handle` stands for.
 fn in_ns<T, F>(handle: &NsHandle, f: F) -> Result<T>
 where
     T: Send + 'static,
@@ -591,5 +649,89 @@ fn add_route_limits(
         if let Some(remote) = remotes.get(&r.inode) {
             r.route = limits.get(&(r.netns, remote.ip())).cloned();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(state: &str, inode: u64, owned: bool) -> SocketRow {
+        SocketRow {
+            proto: "tcp".into(),
+            family: "ipv4".into(),
+            state: state.into(),
+            local: "127.0.0.1:80".into(),
+            remote: "127.0.0.1:40000".into(),
+            inode,
+            uid: 0,
+            netns: 1,
+            netns_is_own: true,
+            owners: if owned {
+                vec![Owner {
+                    pid: 7,
+                    comm: "srv".into(),
+                    fd: 3,
+                }]
+            } else {
+                Vec::new()
+            },
+            options: None,
+            options_error: None,
+            tcp: None,
+            mem: None,
+            route: None,
+            findings: Vec::new(),
+        }
+    }
+
+    fn access(unreadable: u32) -> Access {
+        Access {
+            cap_sys_ptrace: true,
+            processes_unreadable: unreadable,
+            ..Access::default()
+        }
+    }
+
+    #[test]
+    fn time_wait_and_orphans_are_not_blamed_on_unreadable_processes() {
+        let rows = [
+            row("LISTEN", 11, true),
+            row("TIME-WAIT", 0, false),
+            row("FIN-WAIT-2", 0, false),
+        ];
+        let mut a = access(1);
+        say_missing(&rows, &mut a, 0, &Listing::default());
+        assert!(a.missing.is_empty(), "{:?}", a.missing);
+        let mut notes = Vec::new();
+        say_closed(&rows, &mut notes);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("2 socket(s) (FIN-WAIT-2, TIME-WAIT) belong to no process"),
+            "{}",
+            notes[0]
+        );
+    }
+
+    #[test]
+    fn an_open_socket_without_owner_names_the_unreadable_processes() {
+        let rows = [row("ESTAB", 12, false), row("TIME-WAIT", 0, false)];
+        let mut a = access(2);
+        say_missing(&rows, &mut a, 0, &Listing::default());
+        assert_eq!(a.missing.len(), 1, "{:?}", a.missing);
+        assert!(
+            a.missing[0].starts_with(
+                "the owning process and fd of 1 open socket(s): 2 processes could not be read"
+            ),
+            "{}",
+            a.missing[0]
+        );
+        // Nothing to explain when every socket has its process.
+        let mut a = access(2);
+        say_missing(&[row("ESTAB", 12, true)], &mut a, 0, &Listing::default());
+        assert!(a.missing.is_empty());
+        let mut notes = Vec::new();
+        say_closed(&[row("ESTAB", 12, true)], &mut notes);
+        assert!(notes.is_empty());
     }
 }

@@ -563,6 +563,7 @@ impl UdpRx {
             out_of_order: self.out_of_order,
             duplicates: self.duplicates,
             jitter_ns: self.jitter_ns,
+            lost_in_rcvbuf: None,
         }
     }
 }

@@ -35,7 +35,7 @@ use crate::auth::AuthProof;
 /// The protocol version this build speaks.
 pub const VERSION: u16 = 1;
 /// The greeting's magic bytes.
-pub const MAGIC: &[u8; 8] = b"LATSCOPE";
+pub const MAGIC: &[u8; 8] = latscope_core::PEER_MAGIC;
 /// Default TCP and UDP port of `latscope serve`.
 pub const DEFAULT_PORT: u16 = 7373;
 /// Largest control frame.

@@ -19,6 +19,7 @@ use latscope_core::model::stream::{
     Cost, DirectionResult, IntervalStats, LatencyProbe, SideView, StreamFigures, StreamInterval,
     StreamReport, TcpFigures, UdpFigures,
 };
+use latscope_sys::snmp::Counters;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::NetError;
@@ -285,6 +286,7 @@ pub fn run(
     } else {
         None
     };
+    let rcvbuf = RcvbufWatch::start(cfg);
     let (mut control, mut reader, flows, token) = start_test(cfg)?;
     let start = Instant::now();
     let until = Until {
@@ -357,10 +359,11 @@ pub fn run(
         interval: Duration::from_millis(spec.interval_ms.max(10)),
         wall,
     };
-    let results = [true, false]
+    let mut results: Vec<DirectionResult> = [true, false]
         .into_iter()
         .filter_map(|client_sends| direction_result(spec, client_sends, &ends))
         .collect();
+    rcvbuf.finish(&mut results);
     Ok(StreamReport {
         meta,
         target: cfg.target.to_string(),
@@ -381,6 +384,43 @@ pub fn run(
         error: outcome.error,
         interrupted: stop.load(Ordering::Relaxed),
     })
+}
+
+/// The UDP receive-buffer drops of a test whose receivers are on this host: the namespace's
+/// `Udp RcvbufErrors` (and `Udp6RcvbufErrors`) before the test, compared after it. A receiver at
+/// a loopback or local address lives in latscope's own namespace, whose counters these are.
+struct RcvbufWatch(Option<Counters>);
+
+impl RcvbufWatch {
+    fn start(cfg: &StreamConfig) -> RcvbufWatch {
+        let local =
+            cfg.spec.transport == Transport::Udp && cfg.addr.is_some_and(|a| is_local(a.ip()));
+        RcvbufWatch(local.then(|| Counters::read_own().ok()).flatten())
+    }
+
+    /// Say how many of the lost datagrams the receiving socket had no room for — when only one
+    /// direction carried UDP, so that the growth is that direction's.
+    fn finish(self, results: &mut [DirectionResult]) {
+        let Some(before) = self.0 else { return };
+        let Ok(after) = Counters::read_own() else {
+            return;
+        };
+        let grew = after.delta(&before, "Udp", "RcvbufErrors")
+            + after.delta(&before, "Snmp6", "Udp6RcvbufErrors");
+        let mut udp: Vec<&mut UdpFigures> =
+            results.iter_mut().filter_map(|r| r.udp.as_mut()).collect();
+        if let [u] = udp.as_mut_slice() {
+            u.lost_in_rcvbuf = Some(grew.min(u.lost));
+        }
+    }
+}
+
+/// A loopback address or one of this host's (this namespace's) interface addresses.
+fn is_local(ip: std::net::IpAddr) -> bool {
+    ip.is_loopback()
+        || latscope_sys::net::interface_addrs()
+            .map(|v| v.iter().any(|(_, a)| *a == ip))
+            .unwrap_or(false)
 }
 
 /// Ask for the test, open every flow and wait for the server's Go.

@@ -79,6 +79,35 @@ pub fn http_latency(
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
+    http_run(url, connections, quickack, duration, stop).map(|(s, _)| s)
+}
+
+/// What one exchange weighs, bytes: the latscope sizes asked for, or an HTTP request and its
+/// response as the sockets carried them (headers and TLS records included), averaged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    pub request: u64,
+    pub response: u64,
+}
+
+impl Sizes {
+    /// The average exchange of a run that moved `written` and `read` bytes in `exchanges`.
+    pub fn average(written: u64, read: u64, exchanges: u64) -> Option<Sizes> {
+        (exchanges > 0).then(|| Sizes {
+            request: written.div_ceil(exchanges),
+            response: read.div_ceil(exchanges),
+        })
+    }
+}
+
+/// [`http_latency`], with the average sizes of the requests and responses it carried.
+fn http_run(
+    url: &str,
+    connections: u32,
+    quickack: bool,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<(Summary, Option<Sizes>), String> {
     let o = http_options(url, connections, quickack, duration);
     let cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
     let r = latscope_http::run(&cfg, stop, &mut |_, _| {}).map_err(|e| e.to_string())?;
@@ -90,7 +119,13 @@ pub fn http_latency(
             .cloned()
             .unwrap_or_else(|| "no request succeeded".into()));
     }
-    Ok(r.stats.latency.summary())
+    // The byte counts include the warm-up's requests.
+    let sizes = Sizes::average(
+        r.stats.bytes_written,
+        r.stats.bytes_read,
+        r.stats.requests + r.stats.warmup_requests,
+    );
+    Ok((r.stats.latency.summary(), sizes))
 }
 
 /// The HTTP engine's options for GET `url` with `connections` connections.
@@ -134,6 +169,25 @@ pub fn app_latency(
     match &p.url {
         Some(url) => http_latency(url, connections, quickack, duration, stop),
         None => rr_latency(p, connections, quickack, duration, stop),
+    }
+}
+
+/// [`app_latency`] for one connection, with what each exchange weighed: the plan's sizes for a
+/// latscope server, the measured average for a URL.
+pub fn app_latency_sized(
+    p: &Plan,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<(Summary, Option<Sizes>), String> {
+    match &p.url {
+        Some(url) => http_run(url, 1, false, duration, stop),
+        None => rr_latency(p, 1, false, duration, stop).map(|s| {
+            let sizes = Sizes {
+                request: u64::from(p.request_bytes),
+                response: u64::from(p.response_bytes),
+            };
+            (s, Some(sizes))
+        }),
     }
 }
 

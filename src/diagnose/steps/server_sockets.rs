@@ -1,6 +1,7 @@
 //! The server's end of our connections, read from its own sockets while the requests flow
 //! (local servers only): is Nagle on, is TCP_CORK set?
 
+use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -20,42 +21,104 @@ pub struct ServerSockets;
 pub struct Scanning {
     port: u16,
     netns: u64,
-    thread: JoinHandle<Result<SocketsReport, InspectError>>,
+    thread: JoinHandle<Result<Scan, InspectError>>,
 }
 
-/// The server's end has the service port as its local port (our client ends have it as the
-/// remote one), whichever process holds it — even this one, as in `latscope demo` — in the
-/// server's network namespace (`netns` 0 or a row of unknown namespace: any).
+/// One scan: the server's port (every namespace latscope can read) and latscope's own sockets,
+/// whose connections to the server name the 4-tuples to look for.
+pub struct Scan {
+    report: SocketsReport,
+    /// (client end, server end) of each of our connections to the server, as the scan writes
+    /// addresses.
+    tuples: Vec<(String, String)>,
+}
+
+/// Our own connections to `server`: their (local, remote) addresses.
+fn our_tuples(own: &SocketsReport, server: &str) -> Vec<(String, String)> {
+    own.sockets
+        .iter()
+        .filter(|r| r.proto == "tcp" && r.state == "ESTAB" && r.remote == server)
+        .map(|r| (r.local.clone(), r.remote.clone()))
+        .collect()
+}
+
+/// The server's end of one of our connections: its local address is the one we connected to
+/// and its remote address our connection's own. The 4-tuple finds it in whichever namespace
+/// took the connection, and leaves out other clients' connections and other namespaces'
+/// servers on the same port.
+fn is_our_server_end(row: &SocketRow, tuples: &[(String, String)]) -> bool {
+    row.state == "ESTAB"
+        && tuples
+            .iter()
+            .any(|(client, server)| row.local == *server && row.remote == *client)
+}
+
+/// Without our 4-tuples (an address translated on the way, a proxy in between): a socket with
+/// the service port as its local port, in the server's network namespace (`netns` 0 or a row
+/// of unknown namespace: any).
 fn is_server_end(row: &SocketRow, port: u16, netns: u64) -> bool {
     row.state == "ESTAB"
         && row.local.ends_with(&format!(":{port}"))
         && (netns == 0 || row.netns == 0 || row.netns == netns)
 }
 
+/// The server's ends of our connections in `s`: by 4-tuple, else by port and namespace.
+fn server_ends(s: &Scan, port: u16, netns: u64) -> Vec<&SocketRow> {
+    let by_tuple: Vec<&SocketRow> = s
+        .report
+        .sockets
+        .iter()
+        .filter(|r| is_our_server_end(r, &s.tuples))
+        .collect();
+    if !by_tuple.is_empty() {
+        return by_tuple;
+    }
+    s.report
+        .sockets
+        .iter()
+        .filter(|r| is_server_end(r, port, netns))
+        .collect()
+}
+
 /// Scan until a server end with readable options shows up, or until `deadline`.
 fn scan_for_server(
-    port: u16,
+    server: SocketAddr,
     netns: u64,
     deadline: Instant,
-) -> Result<SocketsReport, InspectError> {
-    let found = |r: &SocketsReport| {
-        r.sockets
-            .iter()
-            .any(|row| is_server_end(row, port, netns) && row.options.is_some())
-    };
+) -> Result<Scan, InspectError> {
+    let port = server.port();
+    let server = server.to_string();
     // Look once the requests are flowing; retry (bounded) if the connection is not up yet —
     // set-up steps before the requests take a variable time.
     loop {
         std::thread::sleep(Duration::from_millis(400));
-        let mut r = scan(Selection::Port(port), meta("sockets"))?;
-        // A port scan leaves out latscope's own process; a server running inside it (as in
-        // `latscope demo`) is found by scanning this process itself.
-        if !found(&r) {
-            let own = scan(Selection::Pid(std::process::id()), meta("sockets"))?;
-            r.sockets.extend(own.sockets);
+        let mut report = scan(Selection::Port(port), meta("sockets"))?;
+        // A port scan leaves out latscope's own process: our client ends, and a server
+        // running inside it (as in `latscope demo`), come from scanning this process itself.
+        let own = scan(Selection::Pid(std::process::id()), meta("sockets"))?;
+        let tuples = our_tuples(&own, &server);
+        merge(&mut report, own);
+        let s = Scan { report, tuples };
+        let found = server_ends(&s, port, netns)
+            .iter()
+            .any(|r| r.options.is_some());
+        if found || Instant::now() >= deadline {
+            return Ok(s);
         }
-        if found(&r) || Instant::now() >= deadline {
-            return Ok(r);
+    }
+}
+
+/// Add `own`'s rows to `into`, a socket listed by both once (the row with options kept).
+fn merge(into: &mut SocketsReport, own: SocketsReport) {
+    for row in own.sockets {
+        match into
+            .sockets
+            .iter_mut()
+            .find(|r| r.inode != 0 && r.inode == row.inode)
+        {
+            Some(r) if r.options.is_none() => *r = row,
+            Some(_) => {}
+            None => into.sockets.push(row),
         }
     }
 }
@@ -72,10 +135,10 @@ impl Observe for ServerSockets {
         let Some(server) = cx.server else {
             return Err(NotRun::Skipped("the server is not on this host".into()));
         };
-        let port = cx.plan.addr.port();
+        let (addr, port) = (cx.plan.addr, cx.plan.addr.port());
         let netns = server.netns_inode;
         let deadline = Instant::now() + cx.plan.duration + Duration::from_secs(3);
-        let thread = std::thread::spawn(move || scan_for_server(port, netns, deadline));
+        let thread = std::thread::spawn(move || scan_for_server(addr, netns, deadline));
         Ok(Scanning {
             port,
             netns,
@@ -110,26 +173,43 @@ impl Observe for ServerSockets {
     }
 }
 
+/// Why the server's sockets could not be read, when the scan says it lacked access.
+fn unreadable(r: &SocketsReport) -> Option<String> {
+    if !r.access.cap_sys_ptrace {
+        return Some(
+            "reading another process's sockets (/proc/PID/fd, its network namespace, its sockets' options) needs CAP_SYS_PTRACE, \
+             which latscope lacks: run it as root or grant it (`setcap cap_sys_ptrace,cap_sys_admin+ep`)"
+                .into(),
+        );
+    }
+    (r.access.processes_unreadable > 0).then(|| {
+        format!(
+            "{} process(es) could not be read even with CAP_SYS_PTRACE (not dumpable, or in a more privileged user namespace)",
+            r.access.processes_unreadable
+        )
+    })
+}
+
 /// Count the options of the server's connections in a scan.
-fn summarise(r: &SocketsReport, port: u16, netns: u64) -> Result<evidence::ServerSockets, NotRun> {
-    let server: Vec<&SocketRow> = r
-        .sockets
-        .iter()
-        .filter(|row| is_server_end(row, port, netns))
-        .collect();
+fn summarise(s: &Scan, port: u16, netns: u64) -> Result<evidence::ServerSockets, NotRun> {
+    let server = server_ends(s, port, netns);
     let with_opts: Vec<_> = server
         .iter()
         .filter_map(|row| row.options.as_ref().map(|o| (*row, o)))
         .collect();
     if server.is_empty() {
-        return Err(NotRun::Failed(
-            "no server-side connection found on this host".into(),
-        ));
+        return Err(match unreadable(&s.report) {
+            Some(why) => NotRun::Skipped(format!(
+                "the server's end of our connections is not visible: {why}"
+            )),
+            None => NotRun::Failed("no server-side connection found on this host".into()),
+        });
     }
     let Some((first, _)) = with_opts.first() else {
         let why = server
             .first()
             .and_then(|r| r.options_error.clone())
+            .or_else(|| unreadable(&s.report))
             .unwrap_or_else(|| "options unreadable".into());
         return Err(NotRun::Skipped(format!(
             "found the server's connections but not their options: {why}"
@@ -157,4 +237,103 @@ fn summarise(r: &SocketsReport, port: u16, netns: u64) -> Result<evidence::Serve
             .filter(|&m| m > 0)
             .max(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use latscope_core::model::sockets::{Access, Owner, SocketOptions};
+
+    fn row(local: &str, remote: &str, netns: u64, nodelay: Option<bool>) -> SocketRow {
+        SocketRow {
+            proto: "tcp".into(),
+            family: "ipv4".into(),
+            state: "ESTAB".into(),
+            local: local.into(),
+            remote: remote.into(),
+            inode: 1,
+            uid: 0,
+            netns,
+            netns_is_own: false,
+            owners: vec![Owner {
+                pid: netns as u32,
+                comm: format!("srv{netns}"),
+                fd: 3,
+            }],
+            options: nodelay.map(|n| SocketOptions {
+                nodelay: Some(n),
+                ..Default::default()
+            }),
+            options_error: None,
+            tcp: None,
+            mem: None,
+            route: None,
+            findings: Vec::new(),
+        }
+    }
+
+    fn scan_of(rows: Vec<SocketRow>, tuples: &[(&str, &str)], access: Access) -> Scan {
+        Scan {
+            report: SocketsReport {
+                meta: meta("sockets"),
+                selection: "port 80".into(),
+                access,
+                sockets: rows,
+                notes: Vec::new(),
+            },
+            tuples: tuples
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+        }
+    }
+
+    fn ptrace() -> Access {
+        Access {
+            cap_sys_ptrace: true,
+            ..Access::default()
+        }
+    }
+
+    #[test]
+    fn the_4_tuple_picks_our_servers_namespace_among_same_port_servers() {
+        // Two namespaces (7 and 9) each serve 127.0.0.1:80; our connection went to 9's. The
+        // namespace `locate` guessed (7) does not matter when the 4-tuple is known.
+        let s = scan_of(
+            vec![
+                row("127.0.0.1:80", "127.0.0.1:40001", 7, Some(true)),
+                row("127.0.0.1:80", "127.0.0.1:40000", 9, Some(false)),
+                row("127.0.0.1:80", "127.0.0.1:40002", 9, Some(true)),
+            ],
+            &[("127.0.0.1:40000", "127.0.0.1:80")],
+            ptrace(),
+        );
+        let ss = summarise(&s, 80, 7).unwrap();
+        assert_eq!(ss.process, "srv9[9]");
+        assert_eq!((ss.connections, ss.nagle_on), (1, 1));
+        // Without our 4-tuples: port and namespace.
+        let s = scan_of(s.report.sockets, &[], ptrace());
+        let ss = summarise(&s, 80, 7).unwrap();
+        assert_eq!((ss.process.as_str(), ss.nagle_on), ("srv7[7]", 0));
+    }
+
+    #[test]
+    fn without_cap_sys_ptrace_the_capability_is_named() {
+        let s = scan_of(Vec::new(), &[], Access::default());
+        match summarise(&s, 80, 7) {
+            Err(NotRun::Skipped(m)) => assert!(m.contains("needs CAP_SYS_PTRACE"), "{m}"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        // Connections seen (sock_diag) but no owner to read options through.
+        let mut r = row("127.0.0.1:80", "127.0.0.1:40000", 7, None);
+        r.owners.clear();
+        let s = scan_of(vec![r], &[], Access::default());
+        match summarise(&s, 80, 7) {
+            Err(NotRun::Skipped(m)) => assert!(m.contains("CAP_SYS_PTRACE"), "{m}"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        // With the capability and nothing there: nothing found.
+        let s = scan_of(Vec::new(), &[], ptrace());
+        assert!(matches!(summarise(&s, 80, 7), Err(NotRun::Failed(_))));
+    }
 }

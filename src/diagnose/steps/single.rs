@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use latscope_core::Summary;
 use latscope_core::hist::LatencyHistogram;
 use latscope_core::model::diagnose::StepName;
-use latscope_core::units::format_ns;
+use latscope_core::units::{format_bytes, format_ns};
 
-use super::engines::app_latency;
+use super::engines::{Sizes, app_latency_sized};
 use super::{Measure, NotRun, requests_target};
 use crate::diagnose::collect::Context;
 use crate::diagnose::evidence::Evidence;
@@ -21,6 +21,8 @@ pub struct Single;
 pub struct Outcome {
     latency: Summary,
     noise: Option<Summary>,
+    /// What each exchange weighed.
+    sizes: Option<Sizes>,
 }
 
 /// The noise thread's period.
@@ -48,20 +50,23 @@ impl Measure for Single {
         let done = AtomicBool::new(false);
         std::thread::scope(|s| {
             let noise = s.spawn(|| wakeup_lateness(&done));
-            let latency = app_latency(cx.plan, 1, false, cx.plan.duration, cx.stop);
+            let latency = app_latency_sized(cx.plan, cx.plan.duration, cx.stop);
             done.store(true, Ordering::Relaxed);
             let noise = noise.join().ok().flatten();
             latency
-                .map(|latency| Outcome { latency, noise })
+                .map(|(latency, sizes)| Outcome {
+                    latency,
+                    noise,
+                    sizes,
+                })
                 .map_err(NotRun::Failed)
         })
     }
 
     fn detail(cx: &Context, o: &Outcome) -> String {
         format!(
-            "{} B / {} B, p50 {}, p99 {}{}",
-            cx.plan.request_bytes,
-            cx.plan.response_bytes,
+            "{}p50 {}, p99 {}{}",
+            size_label(cx.plan.url.is_some(), o.sizes),
             format_ns(o.latency.p50_ns as f64),
             format_ns(o.latency.p99_ns as f64),
             o.noise
@@ -82,5 +87,48 @@ impl Measure for Single {
     fn store(ev: &mut Evidence, o: Outcome) {
         ev.single = Some(o.latency);
         ev.host_noise = o.noise;
+    }
+}
+
+/// "64 B / 1.0 KiB, " for latscope's sizes; "request ≈ 78 B, response ≈ 853 B (headers
+/// included), " for an HTTP exchange as measured.
+fn size_label(http: bool, sizes: Option<Sizes>) -> String {
+    let b = |n: u64| format_bytes(n as f64);
+    match (http, sizes) {
+        (_, None) => String::new(),
+        (false, Some(s)) => format!("{} / {}, ", b(s.request), b(s.response)),
+        (true, Some(s)) => format!(
+            "request ≈ {}, response ≈ {} (headers included), ",
+            b(s.request),
+            b(s.response)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http_exchange_is_labelled_with_its_measured_sizes() {
+        let s = Sizes::average(7_800, 85_300, 100);
+        assert_eq!(
+            size_label(true, s),
+            format!(
+                "request ≈ {}, response ≈ {} (headers included), ",
+                format_bytes(78.0),
+                format_bytes(853.0)
+            )
+        );
+        assert!(!size_label(true, s).contains("64 B"));
+        let rr = Some(Sizes {
+            request: 64,
+            response: 1024,
+        });
+        assert_eq!(
+            size_label(false, rr),
+            format!("{} / {}, ", format_bytes(64.0), format_bytes(1024.0))
+        );
+        assert_eq!(size_label(true, None), "");
     }
 }

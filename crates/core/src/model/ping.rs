@@ -232,6 +232,73 @@ pub struct HopStats {
     pub destination: bool,
 }
 
+/// A hop that leaves probes unanswered while probes sent further, through it, are answered:
+/// the router forwards fine and only limits the ICMP errors it sends itself (Linux
+/// `icmp_ratelimit`, router control-plane policing).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateLimitedHop {
+    /// The hop that answers only part of its probes.
+    pub ttl: u8,
+    /// Its unanswered share, %.
+    pub loss_percent: f64,
+    /// The later hop with the fewest unanswered probes.
+    pub later_ttl: u8,
+    /// That hop's unanswered share, %.
+    pub later_loss_percent: f64,
+}
+
+/// Hops whose loss later hops contradict, from (ttl, sent, answered) per hop in TTL order.
+pub fn rate_limited_hops(hops: &[(u8, u64, u64)]) -> Vec<RateLimitedHop> {
+    let loss = |sent: u64, got: u64| {
+        if sent == 0 {
+            0.0
+        } else {
+            100.0 * sent.saturating_sub(got) as f64 / sent as f64
+        }
+    };
+    let mut out = Vec::new();
+    for (i, &(ttl, sent, got)) in hops.iter().enumerate() {
+        let here = loss(sent, got);
+        // A hop that never answers is silent by policy, not rate-limited; it says nothing.
+        if got == 0 || here == 0.0 {
+            continue;
+        }
+        let best_later = hops[i + 1..]
+            .iter()
+            .filter(|(_, s, g)| *s > 0 && *g > 0)
+            .map(|&(t, s, g)| (t, loss(s, g)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((later_ttl, later)) = best_later.filter(|(_, l)| *l < here) {
+            out.push(RateLimitedHop {
+                ttl,
+                loss_percent: here,
+                later_ttl,
+                later_loss_percent: later,
+            });
+        }
+    }
+    out
+}
+
+impl TraceReport {
+    /// Hops whose unanswered probes are ICMP rate limiting rather than loss (see
+    /// [`rate_limited_hops`]), from `--report`'s statistics or the plain trace's probes.
+    pub fn rate_limited_hops(&self) -> Vec<RateLimitedHop> {
+        let counts: Vec<(u8, u64, u64)> = match &self.report {
+            Some(rep) => rep.iter().map(|h| (h.ttl, h.sent, h.received)).collect(),
+            None => self
+                .hops
+                .iter()
+                .map(|h| {
+                    let got = h.probes.iter().filter(|p| p.rtt_ns.is_some()).count();
+                    (h.ttl, h.probes.len() as u64, got as u64)
+                })
+                .collect(),
+        };
+        rate_limited_hops(&counts)
+    }
+}
+
 /// The report of `latscope trace`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TraceReport {
@@ -272,4 +339,38 @@ pub struct TraceReport {
     pub report: Option<Vec<HopStats>>,
     /// True when Ctrl-C ended the trace.
     pub interrupted: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_that_later_hops_contradict_is_rate_limiting() {
+        // Hop 2 answers 65 of 100, hops 3 and 4 (through it) all 100: hop 2 limits its ICMP.
+        let v = rate_limited_hops(&[(1, 100, 100), (2, 100, 65), (3, 100, 100), (4, 100, 100)]);
+        assert_eq!(
+            v,
+            [RateLimitedHop {
+                ttl: 2,
+                loss_percent: 35.0,
+                later_ttl: 3,
+                later_loss_percent: 0.0
+            }]
+        );
+    }
+
+    #[test]
+    fn loss_that_carries_on_to_the_end_is_not_rate_limiting() {
+        // Real loss at hop 2 shows at every later hop too.
+        assert!(rate_limited_hops(&[(1, 100, 100), (2, 100, 70), (3, 100, 70)]).is_empty());
+        // The last hop's loss has nothing beyond it to contradict it.
+        assert!(rate_limited_hops(&[(1, 100, 100), (2, 100, 60)]).is_empty());
+        // A silent hop (no answer at all) is not rate limiting.
+        assert!(rate_limited_hops(&[(1, 100, 0), (2, 100, 100)]).is_empty());
+        // Partly contradicted: 40% at hop 2, 10% beyond.
+        let v = rate_limited_hops(&[(2, 10, 6), (3, 10, 9)]);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].later_loss_percent, 10.0);
+    }
 }

@@ -100,6 +100,11 @@ pub struct UdpFigures {
     pub lost: u64,
     /// lost / sent, %.
     pub loss_pct: f64,
+    /// Of `lost`, datagrams the receiving socket had no buffer room for: how much the
+    /// receiver's namespace's UDP RcvbufErrors counter grew during the test (receivers on this
+    /// host only, one UDP direction at a time; capped at `lost`). `None`: not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_in_rcvbuf: Option<u64>,
     /// Datagrams received after a higher sequence number.
     pub out_of_order: u64,
     /// Datagrams received more than once.

@@ -1,7 +1,7 @@
 use std::fmt::Write;
 
 use super::{Human, Page, Table};
-use crate::model::ping::{HopStats, PingReply, PingReport, TraceHop, TraceReport};
+use crate::model::ping::{HopStats, PingReply, PingReport, RateLimitedHop, TraceHop, TraceReport};
 use crate::summary::Summary;
 use crate::units::{format_ns, format_si};
 
@@ -90,6 +90,22 @@ impl Human for PingReport {
             );
         }
     }
+}
+
+/// "hop 3: 35% unanswered, yet hop 5 beyond it answers all: …".
+fn rate_limit_line(h: &RateLimitedHop) -> String {
+    let later = if h.later_loss_percent == 0.0 {
+        format!("hop {} beyond it answers every probe", h.later_ttl)
+    } else {
+        format!(
+            "hop {} beyond it leaves only {:.0}% unanswered",
+            h.later_ttl, h.later_loss_percent
+        )
+    };
+    format!(
+        "hop {}: {:.0}% unanswered, yet {later}: the probes pass through it, so this is the router rate-limiting the ICMP replies it sends, not packet loss",
+        h.ttl, h.loss_percent
+    )
 }
 
 /// One traceroute-style line for a hop: ` 2  10.0.2.2  0.151ms  0.120ms  *`.
@@ -221,6 +237,9 @@ impl Human for TraceReport {
                     self.address, self.max_ttl
                 );
             }
+        }
+        for h in self.rate_limited_hops() {
+            let _ = writeln!(out, "{}", rate_limit_line(&h));
         }
         let _ = writeln!(out, "timestamps: {}", self.timestamps);
         if self.interrupted {

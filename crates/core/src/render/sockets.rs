@@ -41,6 +41,8 @@ fn pct(part: Option<u64>, whole: Option<u64>) -> String {
 /// "nginx[1234]" for the first owner, "+N" for more.
 pub(crate) fn owner_text(r: &SocketRow) -> (String, String) {
     match r.owners.first() {
+        // TIME-WAIT, orphaned and not-yet-accepted sockets: no process holds them (inode 0).
+        None if r.inode == 0 => ("no process".into(), "-".into()),
         // No readable owner: the uid is still known from sock_diag.
         None => (format!("uid {}", r.uid), "-".into()),
         Some(o) => {

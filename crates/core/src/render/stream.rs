@@ -2,7 +2,7 @@ use std::fmt::Write;
 
 use super::{Human, Page, Table};
 use crate::model::stream::{
-    Cost, Direction, DirectionResult, LatencyProbe, StreamInterval, StreamReport,
+    Cost, Direction, DirectionResult, LatencyProbe, StreamInterval, StreamReport, UdpFigures,
 };
 use crate::units::{count, format_bitrate, format_bytes, format_ns};
 
@@ -194,6 +194,9 @@ fn direction_result(r: &DirectionResult, out: &mut Page) {
             u.duplicates,
             format_ns(u.jitter_ns)
         );
+        if let Some(line) = where_lost(u) {
+            let _ = writeln!(out, "    {line}");
+        }
     }
     if r.streams.len() > 1 {
         let mut t = Table::new(&["stream", "sent", "received", "rate"]);
@@ -207,6 +210,27 @@ fn direction_result(r: &DirectionResult, out: &mut Page) {
         }
         t.render("    ", out);
     }
+}
+
+/// Where the lost datagrams went, when the receiver's counters say.
+fn where_lost(u: &UdpFigures) -> Option<String> {
+    let n = u.lost_in_rcvbuf.filter(|_| u.lost > 0)?;
+    if n == 0 {
+        return Some(format!(
+            "none of the {} lost in the receiver's socket buffer (Udp RcvbufErrors did not grow): lost before reaching it",
+            u.lost
+        ));
+    }
+    let rest = u.lost.saturating_sub(n);
+    Some(format!(
+        "{n} of the {} lost in the receiver's socket buffer (Udp RcvbufErrors +{n}): the receiver read too slowly for the rate — raise SO_RCVBUF (net.core.rmem_max) or send slower{}",
+        u.lost,
+        if rest > 0 {
+            format!("; {rest} lost elsewhere")
+        } else {
+            String::new()
+        }
+    ))
 }
 
 /// The small request's latency idle and under the transfer.
@@ -240,5 +264,70 @@ fn probe_section(p: &LatencyProbe, out: &mut Page) {
             "leaves a small request's median latency unchanged".to_string()
         };
         let _ = writeln!(out, "    the transfer {effect}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Summary;
+
+    fn probe(idle_ns: u64, loaded_ns: u64) -> String {
+        let s = |p50_ns| Summary {
+            count: 100,
+            p50_ns,
+            ..Summary::default()
+        };
+        let mut out = String::new();
+        probe_section(
+            &LatencyProbe {
+                idle: s(idle_ns),
+                loaded: s(loaded_ns),
+            },
+            &mut out,
+        );
+        out
+    }
+
+    #[test]
+    fn the_probe_says_lowers_when_load_made_latency_lower() {
+        let out = probe(50_000, 30_000);
+        assert!(
+            out.contains("the transfer lowers a small request's median latency to 60% of idle"),
+            "{out}"
+        );
+        assert!(!out.contains("0.6×") && !out.contains("multipl"), "{out}");
+        assert!(probe(50_000, 150_000).contains("raises a small request's median latency 3.0×"));
+        assert!(
+            probe(50_000, 51_000).contains("leaves a small request's median latency unchanged")
+        );
+    }
+
+    #[test]
+    fn udp_loss_says_where_it_was_lost_when_the_receiver_counted_it() {
+        let mut u = UdpFigures {
+            sent: 1000,
+            received: 700,
+            lost: 300,
+            ..UdpFigures::default()
+        };
+        assert_eq!(where_lost(&u), None);
+        u.lost_in_rcvbuf = Some(300);
+        let line = where_lost(&u).unwrap();
+        assert!(
+            line.starts_with(
+                "300 of the 300 lost in the receiver's socket buffer (Udp RcvbufErrors +300)"
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("elsewhere"), "{line}");
+        u.lost_in_rcvbuf = Some(100);
+        assert!(where_lost(&u).unwrap().ends_with("; 200 lost elsewhere"));
+        u.lost_in_rcvbuf = Some(0);
+        assert!(
+            where_lost(&u)
+                .unwrap()
+                .starts_with("none of the 300 lost in the receiver's socket buffer")
+        );
     }
 }

@@ -167,6 +167,41 @@ fn cork_timer_flush() {
 }
 
 #[test]
+fn latscopes_own_greeting_is_not_a_transaction() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK | flags::PSH;
+    // Greeting, test request and first message in one write; the server's set-up takes 30 ms.
+    s.pkt(
+        1.0,
+        true,
+        a,
+        b"LATSCOPE\x00\x01{\"hello\":1}{\"start\":1}ping",
+        &[],
+    );
+    s.pkt(
+        31.0,
+        false,
+        a,
+        b"LATSCOPE\x00\x01{\"hello\":1}{\"accepted\":1}pong",
+        &[],
+    );
+    // Two data exchanges of the test itself.
+    s.pkt(32.0, true, a, b"ping", &[]);
+    s.pkt(32.1, false, a, b"pong", &[]);
+    s.pkt(33.0, true, a, b"ping", &[]);
+    s.pkt(33.1, false, a, b"pong", &[]);
+    s.pkt(34.0, true, flags::ACK | flags::FIN, b"", &[]);
+    let r = s.a.finish();
+    assert_eq!(r.transactions, 2, "{:?}", r.top_connections);
+    assert!(
+        r.findings.iter().all(|f| f.kind != StallKind::ThinkTime),
+        "{:?}",
+        r.findings
+    );
+}
+
+#[test]
 fn think_time_is_not_nagle() {
     let mut s = Sim::new();
     s.handshake();

@@ -1,7 +1,7 @@
 //! Transaction sniffing: client data opens a request, the server's first data after it is the
 //! response (think time = last request byte → first response byte, minus the round trip to
 //! the server), the client's next data closes it. HTTP/1 request lines and status codes are
-//! recognised for the report.
+//! recognised for the report; latscope's own peer-protocol greeting is set-up, not counted.
 
 use latscope_core::LatencyHistogram;
 
@@ -38,6 +38,9 @@ pub(super) struct TxCur {
     pub stall: Option<StallKind>,
     pub stall_lost: u64,
     pub think: u64,
+    /// latscope's own peer-protocol set-up (greeting, test request): neither a transaction
+    /// nor think time of the application.
+    pub setup: bool,
 }
 
 /// The first response byte of a transaction arrived.
@@ -113,6 +116,10 @@ impl TxStats {
                 t.http_status = http_status(payload);
                 t.think = ts.saturating_sub(t.req_last).saturating_sub(rtt);
                 c.tx_state = TxState::Response;
+                if t.setup {
+                    t.think = 0;
+                    return None;
+                }
                 // A server pushing on its own clock did not answer the request: no think time.
                 if c.dirs[1].cadence.app_clock() {
                     t.think = 0;
@@ -154,6 +161,7 @@ impl TxStats {
                 stall: None,
                 stall_lost: 0,
                 think: 0,
+                setup: payload.starts_with(latscope_core::PEER_MAGIC),
             });
             c.tx_state = TxState::Request;
         } else if let Some(t) = &mut c.tx {
@@ -170,7 +178,7 @@ impl TxStats {
     /// End the connection's transaction (the next request began, or the connection ended).
     pub(super) fn close(&mut self, c: &mut Conn) {
         if let Some(t) = c.tx.take() {
-            if c.tx_state == TxState::Response {
+            if c.tx_state == TxState::Response && !t.setup {
                 let dur = t.resp_last.saturating_sub(t.req_start);
                 self.tx_hist
                     .get_or_insert_with(LatencyHistogram::new)
