@@ -178,7 +178,7 @@ pub fn unavailable_note(st: &ProbeStatus) -> String {
     match st.missing() {
         Some(Prerequisite::Cgroup2Mount) => format!(
             "{} unavailable: no cgroup v2 hierarchy is mounted (ip netns exec remounts /sys) — mount it \
-             (`mount -t cgroup2 none /sys/fs/cgroup`) or run outside the netns",
+             (`mount -t cgroup2 none /sys/fs/cgroup`) or run outside the netns (`--netns NAME` keeps to its packets)",
             st.probe
         ),
         None => format!(
