@@ -250,6 +250,8 @@ fn the_same_server_in_two_namespaces_is_read_where_our_connection_went() {
     std::thread::sleep(Duration::from_millis(500));
     let target = format!("10.63.0.2:{port}");
     lab.spawn(&twin.name, &["rr", &target, "-d", "60s", "-c", "4"]);
+    // b's server has clients of its own too: only our connection's server end counts.
+    lab.spawn(&b, &["rr", &target, "-d", "60s", "-c", "3"]);
     std::thread::sleep(Duration::from_millis(300));
 
     let (code, out, err) = lab.run(
@@ -259,7 +261,7 @@ fn the_same_server_in_two_namespaces_is_read_where_our_connection_went() {
     assert_eq!(code, 1, "{err}");
     let doc = json_checked(&out, "diagnose");
     assert_eq!(doc["findings"][0]["rule"], "nagle_delayed_ack", "{doc}");
-    // b's server (Nagle on), not the twin's (Nagle off, four connections of its own client).
+    // b's end of our one connection: not the twin's server (Nagle off), not b's other clients.
     let sockets = step(&doc, "server sockets");
     assert_eq!(sockets["status"], "ran", "{sockets}");
     let detail = sockets["detail"].as_str().unwrap();

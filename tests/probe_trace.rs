@@ -353,8 +353,12 @@ fn a_router_that_rate_limits_icmp_is_named_not_shown_as_loss() {
     let lab = Chain::new();
     // R2 forwards everything but sends at most a few time-exceeded per second.
     lab.nodes[2].nft(
-        "table inet lsrl { chain out { type filter hook output priority 0 ; policy accept ; \
-         icmp type time-exceeded limit rate over 4/second burst 2 packets drop ; } }",
+        "table inet lsrl {
+           chain out {
+             type filter hook output priority 0; policy accept;
+             icmp type time-exceeded limit rate over 4/second burst 2 packets drop
+           }
+         }\n",
     );
     let out = lab.client().latscope(&[
         "trace", "--icmp", "--stats", "-n", "30", "-i", "100ms", "-W", "300ms", "-m", "6",

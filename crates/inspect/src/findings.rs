@@ -86,7 +86,8 @@ fn drops(row: &SocketRow, ns: Option<&Counters>, out: &mut Vec<SocketFinding>) {
 }
 
 /// A listener's drops: refused connections (listen-queue overflow, SYNs dropped) or the
-/// resets that end half-open handshakes.
+/// resets that end half-open handshakes. The namespace's counters are since boot and cover all
+/// its listeners, so they decide only when one of them is zero.
 fn listen_drops(drops: u32, ns: Option<&Counters>) -> SocketFinding {
     let get = |name| ns.and_then(|c| c.get("TcpExt", name));
     let (refused, overflows, resets) = (
@@ -96,33 +97,43 @@ fn listen_drops(drops: u32, ns: Option<&Counters>) -> SocketFinding {
     );
     let half_open = "resets that ended half-open handshakes, which SYN pings and port scans \
                      (`latscope ping --syn`, diagnose's path step, nmap -sS) leave, one per probe";
-    match refused {
-        Some(0) => f(
+    match (refused, resets) {
+        (Some(0), _) => f(
             Severity::Info,
             "listen-resets",
             format!(
-                "{drops} segments discarded by the listener, none a refused connection (its namespace counted no listen-queue drops, TcpExt ListenDrops 0): \
+                "{drops} segments discarded by the listener, none a refused connection (its namespace has counted no listen-queue drops, TcpExt ListenDrops 0): \
                  they are {half_open}{}",
                 resets
                     .map(|r| format!(" (TcpExt EmbryonicRsts {r} in the namespace)"))
                     .unwrap_or_default()
             ),
         ),
-        Some(n) => f(
+        (Some(n), Some(0)) => f(
             Severity::Warn,
             "listen-overflow",
             format!(
-                "{drops} segments discarded by the listener; its namespace refused {n} connection attempts (TcpExt ListenDrops), {} of them because an accept queue was full (ListenOverflows): \
-                 connections arrive faster than the server accepts them — raise the listen() backlog and net.core.somaxconn, or accept faster. \
-                 Any rest of the count are {half_open}",
+                "{drops} connection attempts refused by the listener: its namespace dropped {n} (TcpExt ListenDrops), {} of them because an accept queue was full (ListenOverflows), \
+                 and saw no half-open handshake reset (EmbryonicRsts 0); connections arrive faster than the server accepts them: \
+                 raise the listen() backlog and net.core.somaxconn, or accept faster",
                 overflows.unwrap_or(0)
             ),
         ),
-        None => f(
+        (Some(n), Some(r)) => f(
             Severity::Info,
             "listen-drops",
             format!(
-                "{drops} segments discarded by the listener: connections refused when the accept queue overflowed, or {half_open}; \
+                "{drops} segments discarded by the listener: connections refused when its accept queue overflowed, or {half_open}. \
+                 Since boot its namespace refused {n} connection attempts on any listener (TcpExt ListenDrops, {} accept-queue overflows) and saw {r} such resets (EmbryonicRsts); \
+                 `ss -ltn` (Recv-Q against Send-Q) shows whether this accept queue fills",
+                overflows.unwrap_or(0)
+            ),
+        ),
+        _ => f(
+            Severity::Info,
+            "listen-drops",
+            format!(
+                "{drops} segments discarded by the listener: connections refused when its accept queue overflowed, or {half_open}; \
                  `nstat -az TcpExtListenDrops TcpExtListenOverflows TcpExtEmbryonicRsts` in its namespace tells which"
             ),
         ),
@@ -437,13 +448,26 @@ mod tests {
         assert_eq!(rules(&v), ["listen-overflow"]);
         assert_eq!(v[0].severity, Severity::Warn);
         assert!(
-            v[0].text.contains("refused 12 connection attempts"),
+            v[0].text.contains("12 connection attempts refused"),
             "{}",
             v[0].text
         );
         assert!(
             v[0].text
                 .contains("12 of them because an accept queue was full"),
+            "{}",
+            v[0].text
+        );
+        // Both kinds in the namespace's history: no verdict, both counts, how to look.
+        let ns = Counters::parse(
+            "TcpExt: EmbryonicRsts ListenOverflows ListenDrops\nTcpExt: 40 206 206\n",
+        );
+        let v = for_socket(&listener_with_drops(5), None, Some(&ns));
+        assert_eq!(rules(&v), ["listen-drops"]);
+        assert_eq!(v[0].severity, Severity::Info);
+        assert!(
+            v[0].text
+                .contains("refused 206 connection attempts on any listener"),
             "{}",
             v[0].text
         );

@@ -2,9 +2,8 @@
 //! request step to the concurrency step.
 
 use latscope_core::Log2Histogram;
-use latscope_core::log2::{bucket_label, bucket_of};
+use latscope_core::log2::{bucket_label, bucket_of, format_estimate_ns};
 use latscope_core::model::diagnose::StepName;
-use latscope_core::units::format_ns;
 use latscope_ebpf::Probe;
 
 use super::{NotRun, Observe, requests_target};
@@ -66,7 +65,7 @@ impl Observe for KernelStack {
     }
 
     fn detail(cx: &Context, s: &StackEvidence) -> String {
-        let f = |v: Option<f64>| v.map(format_ns).unwrap_or_else(|| "-".into());
+        let f = |v: Option<f64>| v.map(format_estimate_ns).unwrap_or_else(|| "-".into());
         format!(
             "{} packets to port {}; medians: ip-start {}, tcp-start {}, tcp-socket-enqueued {}, tcp-socket-read {}",
             s.packets,

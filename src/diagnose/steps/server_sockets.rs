@@ -81,15 +81,14 @@ fn server_ends(s: &Scan, port: u16, netns: u64) -> Vec<&SocketRow> {
 }
 
 /// Scan until a server end with readable options shows up, or until `deadline`.
-fn scan_for_server(
-    server: SocketAddr,
-    netns: u64,
-    deadline: Instant,
-) -> Result<Scan, InspectError> {
+fn scan_for_server(server: SocketAddr, deadline: Instant) -> Result<Scan, InspectError> {
     let port = server.port();
     let server = server.to_string();
-    // Look once the requests are flowing; retry (bounded) if the connection is not up yet —
-    // set-up steps before the requests take a variable time.
+    // Look once the requests are flowing; retry (bounded) until the server's end of one of our
+    // connections shows with its options — set-up steps before the requests take a variable
+    // time, and other clients' connections to the same port do not count. At the deadline the
+    // last scan that saw our connections' server ends wins, else the last scan (port alone).
+    let mut seen_ours: Option<Scan> = None;
     loop {
         std::thread::sleep(Duration::from_millis(400));
         let mut report = scan(Selection::Port(port), meta("sockets"))?;
@@ -99,11 +98,21 @@ fn scan_for_server(
         let tuples = our_tuples(&own, &server);
         merge(&mut report, own);
         let s = Scan { report, tuples };
-        let found = server_ends(&s, port, netns)
+        let ours: Vec<&SocketRow> = s
+            .report
+            .sockets
             .iter()
-            .any(|r| r.options.is_some());
-        if found || Instant::now() >= deadline {
+            .filter(|r| is_our_server_end(r, &s.tuples))
+            .collect();
+        if ours.iter().any(|r| r.options.is_some()) {
             return Ok(s);
+        }
+        let had_ours = !ours.is_empty();
+        if Instant::now() >= deadline {
+            return Ok(seen_ours.filter(|_| !had_ours).unwrap_or(s));
+        }
+        if had_ours {
+            seen_ours = Some(s);
         }
     }
 }
@@ -138,7 +147,7 @@ impl Observe for ServerSockets {
         let (addr, port) = (cx.plan.addr, cx.plan.addr.port());
         let netns = server.netns_inode;
         let deadline = Instant::now() + cx.plan.duration + Duration::from_secs(3);
-        let thread = std::thread::spawn(move || scan_for_server(addr, netns, deadline));
+        let thread = std::thread::spawn(move || scan_for_server(addr, deadline));
         Ok(Scanning {
             port,
             netns,
