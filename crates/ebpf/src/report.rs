@@ -355,8 +355,9 @@ mod tests {
             "all".into(),
             hist,
         );
-        let mut s = String::new();
-        render_histogram(&h, &mut s);
+        let mut page = Page::new(400);
+        render_histogram(&h, &mut page);
+        let s = page.finish();
         assert!(!s.contains("0.5"), "{s}");
         assert!(
             s.contains("count: 50, average: ≤ 1ns, p50: ≤ 1ns, p99: ≤ 1ns"),

@@ -278,7 +278,8 @@ mod tests {
             p50_ns,
             ..Summary::default()
         };
-        let mut out = String::new();
+        // Wide enough that no sentence is wrapped.
+        let mut out = Page::new(400);
         probe_section(
             &LatencyProbe {
                 idle: s(idle_ns),
@@ -286,7 +287,7 @@ mod tests {
             },
             &mut out,
         );
-        out
+        out.finish()
     }
 
     #[test]
