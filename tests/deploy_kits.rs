@@ -583,6 +583,13 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
     Some(out.split_once("\r\n\r\n")?.1.to_string())
 }
 
+/// Whether a socket scan reads socket options here (root: CAP_SYS_PTRACE), so that the test
+/// listener's Nagle finding shows.
+fn socket_options_readable() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Run the agent in-process (loopback targets: one accepting, one closed port, an SLO that
 /// every sample breaches) until its /metrics shows a finding, then stop it with SIGTERM.
 /// Returns the OpenMetrics text.
@@ -597,6 +604,23 @@ fn real_agent_exposition() -> String {
             drop(c);
         }
     });
+    // The [[service]]: a listener with Nagle on in another process (a scan leaves out its own).
+    let mut svc = Command::new("python3")
+        .args([
+            "-c",
+            "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint(s.getsockname()[1],flush=True)\ntime.sleep(120)",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (scripts/setup.sh installs it)");
+    let svc_port: u16 = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(svc.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.trim().parse().unwrap()
+    };
     let closed_port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -621,6 +645,10 @@ slo = {{ threshold = "1ns", min_samples = 2, window = "10s" }}
 name = "closed"
 address = "127.0.0.1"
 measure = [{{ kind = "connect", port = {closed_port}, interval = "100ms", timeout = "100ms" }}]
+[[service]]
+name = "svc"
+port = {svc_port}
+interval = "1s"
 "#,
             log = dir.join("findings.jsonl").display()
         ),
@@ -636,7 +664,11 @@ measure = [{{ kind = "connect", port = {closed_port}, interval = "100ms", timeou
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let t = http_get(metrics_addr, "/metrics").unwrap_or_default();
-        if t.contains("latscope_finding{") && t.contains("latscope_probe_failures_total{") {
+        if t.contains("latscope_finding{")
+            && t.contains("latscope_probe_failures_total{")
+            && t.contains("latscope_service_sockets{")
+            && (t.contains("latscope_socket_finding{") || !socket_options_readable())
+        {
             break;
         }
         assert!(
@@ -662,6 +694,8 @@ measure = [{{ kind = "connect", port = {closed_port}, interval = "100ms", timeou
     // SAFETY: as above; the agent stops cleanly on SIGTERM.
     unsafe { libc::raise(libc::SIGTERM) };
     agent.join().unwrap().unwrap();
+    let _ = svc.kill();
+    let _ = svc.wait();
     let _ = std::fs::remove_dir_all(&dir);
     text
 }
@@ -828,6 +862,10 @@ fn grafana_dashboard_queries_what_the_agent_exports() {
             scrape_labels.iter().map(|s| s.to_string()).collect();
         for m in &metrics {
             if m == "up" {
+                continue;
+            }
+            if m == "latscope_socket_finding" && !socket_options_readable() {
+                eprintln!("SKIP {title}: not root, the scan reads no socket options");
                 continue;
             }
             let l = exported

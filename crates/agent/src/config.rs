@@ -23,6 +23,11 @@
 //! [peers]                            # a mesh: same measurements for every peer of a file
 //! file = "/etc/latscope/peers"       # ADDRESS [NAME] per line; re-read on change and SIGHUP
 //! measure = [{ kind = "rr" }]
+//!
+//! [[service]]                        # the host's own view: socket findings of a local service
+//! name = "nginx"                     # the `service` label
+//! port = 80                          # its sockets: local or remote port 80
+//! interval = "30s"
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -197,6 +202,14 @@ struct RawPeers {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawService {
+    name: Spanned<String>,
+    port: Spanned<u16>,
+    interval: Option<Spanned<Dur>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<Spanned<String>>,
     findings_log: Option<PathBuf>,
@@ -205,6 +218,19 @@ struct RawConfig {
     #[serde(default)]
     target: Vec<Spanned<RawTarget>>,
     peers: Option<Spanned<RawPeers>>,
+    #[serde(default)]
+    service: Vec<Spanned<RawService>>,
+}
+
+/// A local service whose sockets the agent scans (the host's own view, [`crate::host`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    /// The `service` label.
+    pub name: String,
+    /// Sockets whose local or remote port is this one (`latscope sockets --port`).
+    pub port: u16,
+    /// Time between two scans (30 s by default, at least 1 s).
+    pub interval: Duration,
 }
 
 /// One measurement of a target, validated.
@@ -288,6 +314,8 @@ pub struct Config {
     pub targets: Vec<Target>,
     /// The peer list, if any.
     pub peers: Option<Peers>,
+    /// Local services whose sockets are scanned.
+    pub services: Vec<Service>,
 }
 
 /// Labels the agent sets itself; a target may not redefine them.
@@ -440,6 +468,37 @@ impl Ctx<'_> {
                 return Err(self.err(s, "the same measurement is listed twice"));
             }
             out.push(m);
+        }
+        Ok(out)
+    }
+
+    fn services(&self, raw: Vec<Spanned<RawService>>) -> Result<Vec<Service>, ConfigError> {
+        let mut out: Vec<Service> = Vec::new();
+        for r in raw {
+            let r = r.into_inner();
+            let name = r.name.get_ref().clone();
+            if name.is_empty() || out.iter().any(|s| s.name == name) {
+                return Err(self.err(
+                    r.name.span(),
+                    format!("service name '{name}' is empty or used twice; names label the series"),
+                ));
+            }
+            if *r.port.get_ref() == 0 {
+                return Err(self.err(r.port.span(), "port 0 is not a service's port"));
+            }
+            let interval = r
+                .interval
+                .as_ref()
+                .map_or(Duration::from_secs(30), |d| d.get_ref().0);
+            if interval < Duration::from_secs(1) {
+                let span = r.interval.as_ref().map_or(r.port.span(), |d| d.span());
+                return Err(self.err(span, "a service's interval must be at least 1s (a scan reads every socket of the port)"));
+            }
+            out.push(Service {
+                name,
+                port: *r.port.get_ref(),
+                interval,
+            });
         }
         Ok(out)
     }
@@ -609,12 +668,13 @@ pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, Confi
             })
         }
     };
-    if targets.is_empty() && peers.is_none() {
+    let services = c.services(raw.service)?;
+    if targets.is_empty() && peers.is_none() && services.is_empty() {
         return Err(at(
             file,
             text,
             None,
-            "nothing to measure: add a [[target]] or a [peers] section".into(),
+            "nothing to measure: add a [[target]], a [peers] or a [[service]] section".into(),
         ));
     }
     Ok(Config {
@@ -624,6 +684,7 @@ pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, Confi
         probe_endpoint: raw.probe_endpoint.unwrap_or(true),
         targets,
         peers,
+        services,
     })
 }
 
@@ -932,6 +993,29 @@ peers:
 
         let e = yaml_err("");
         assert!(e.message.contains("nothing to measure"), "{e}");
+    }
+
+    #[test]
+    fn services_are_validated() {
+        let c = parse(
+            Path::new("a.toml"),
+            "[[service]]\nname = \"nginx\"\nport = 80\n[[service]]\nname = \"db\"\nport = 5432\ninterval = \"5s\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.services.len(), 2);
+        assert_eq!(c.services[0].interval, Duration::from_secs(30));
+        assert_eq!(c.services[1].interval, Duration::from_secs(5));
+        let e = err("[[service]]\nname = \"a\"\nport = 80\n[[service]]\nname = \"a\"\nport = 81\n");
+        assert_eq!(e.line, 5, "{e}");
+        let e = err("[[service]]\nname = \"a\"\nport = 80\ninterval = \"100ms\"\n");
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("at least 1s"), "{e}");
+        let y = parse(
+            Path::new("a.yaml"),
+            "service:\n  - { name: nginx, port: 80 }\n",
+        )
+        .unwrap();
+        assert_eq!(y.services, c.services[..1]);
     }
 
     #[test]

@@ -8,12 +8,14 @@
 //! with `/healthz` and a blackbox-style `/probe?target=…&kind=…`. A per-target SLO on a
 //! windowed quantile triggers `diagnose` (through the [`Diagnoser`] the binary provides),
 //! rate-limited; its findings are exported as `latscope_finding{target,rule,side}` and its
-//! report appended to a JSON-lines log.
+//! report appended to a JSON-lines log. Optionally the host's own view: socket findings of
+//! chosen local services ([`host`]).
 
 #![warn(missing_docs)]
 
 pub mod config;
 pub mod fuzzing;
+pub mod host;
 pub mod measure;
 pub mod metrics;
 mod probe_route;
@@ -305,10 +307,28 @@ struct Supervisor<'a> {
     cfg: Config,
     peers_mtime: Option<SystemTime>,
     fleet: Fleet,
+    /// One socket-scanning thread per `[[service]]`.
+    host: Vec<host::HostWorker>,
     shared: Arc<Shared>,
 }
 
 impl Supervisor<'_> {
+    /// (Re)start the service scans of the configuration in force.
+    fn restart_host(&mut self) {
+        for w in self.host.drain(..) {
+            w.stop();
+        }
+        for s in &self.cfg.services {
+            match host::HostWorker::start(s.clone(), self.shared.clone()) {
+                Ok(w) => self.host.push(w),
+                Err(e) => log(&format!(
+                    "cannot start a thread for service {}: {e}",
+                    s.name
+                )),
+            }
+        }
+    }
+
     fn count_reload(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.shared
@@ -342,6 +362,7 @@ impl Supervisor<'_> {
         self.fleet.targets.clear();
         self.fleet
             .reconcile(&self.cfg, self.cfg.all_targets(&peers), &self.shared);
+        self.restart_host();
         self.count_reload(true);
         log(&format!(
             "SIGHUP: reloaded, {}",
@@ -397,6 +418,7 @@ pub fn run(opts: &Options, diagnoser: Arc<dyn Diagnoser>) -> Result<(), AgentErr
             workers: BTreeMap::new(),
             targets: vec![],
         },
+        host: vec![],
         shared,
         cfg,
     };
@@ -407,15 +429,17 @@ pub fn run(opts: &Options, diagnoser: Arc<dyn Diagnoser>) -> Result<(), AgentErr
     });
     sup.fleet
         .reconcile(&sup.cfg, sup.cfg.all_targets(&peers), &sup.shared);
+    sup.restart_host();
     let reach = if latscope_exporter::is_exposed(&server.bound) {
         " (reachable from other hosts)"
     } else {
         " (loopback only)"
     };
     log(&format!(
-        "{}, {}; metrics at http://{}/metrics{reach}",
+        "{}, {}, {}; metrics at http://{}/metrics{reach}",
         count(sup.fleet.targets.len() as u64, "target"),
         count(sup.fleet.workers.len() as u64, "measurement"),
+        count(sup.host.len() as u64, "service"),
         server.bound,
     ));
     loop {
@@ -429,6 +453,9 @@ pub fn run(opts: &Options, diagnoser: Arc<dyn Diagnoser>) -> Result<(), AgentErr
         }
     }
     sup.fleet.stop_all();
+    for w in sup.host.drain(..) {
+        w.stop();
+    }
     server.shutdown();
     Ok(())
 }

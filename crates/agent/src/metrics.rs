@@ -69,6 +69,12 @@ pub struct Metrics {
     pub reloads: Family<Labels, Counter>,
     /// `latscope_agent_targets`.
     pub targets: Gauge,
+    /// `latscope_socket_finding{service,rule,severity}`: sockets with the finding, last scan.
+    pub socket_finding: Family<Labels, Gauge>,
+    /// `latscope_service_sockets{service,state}`: the service's sockets, last scan.
+    pub service_sockets: Family<Labels, Gauge>,
+    /// `latscope_socket_scans_total{service,result}`.
+    pub socket_scans: Family<Labels, Counter>,
     /// Series created per target, for [`Metrics::forget`].
     seen: Arc<Mutex<SeriesByTarget>>,
 }
@@ -151,6 +157,9 @@ impl Metrics {
             diagnose_runs: Family::default(),
             reloads: Family::default(),
             targets: Gauge::default(),
+            socket_finding: Family::default(),
+            service_sockets: Family::default(),
+            socket_scans: Family::default(),
             seen: Arc::default(),
         };
         registry.register(
@@ -207,6 +216,21 @@ impl Metrics {
             "latscope_agent_targets",
             "Targets being measured",
             m.targets.clone(),
+        );
+        registry.register(
+            "latscope_socket_finding",
+            "Sockets of a local service with a finding in the last scan (latscope sockets' rules: nagle-on-rr, peer-delayed-ack, ...)",
+            m.socket_finding.clone(),
+        );
+        registry.register(
+            "latscope_service_sockets",
+            "Sockets of a local service in the last scan, by state",
+            m.service_sockets.clone(),
+        );
+        registry.register(
+            "latscope_socket_scans",
+            "Socket scans of a local service, by result (ok, error)",
+            m.socket_scans.clone(),
         );
         registry.register_collector(Box::new(SelfCost));
         m
