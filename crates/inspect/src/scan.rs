@@ -481,8 +481,9 @@ fn say_missing(rows: &[SocketRow], access: &mut Access, denied: u32, listing: &L
             "/proc/PID/fd and /proc/PID/ns need ptrace read access (CAP_SYS_PTRACE)"
         };
         access.missing.push(format!(
-            "the owning process and fd of {unowned_open} open socket(s): {} could not be read ({why}); \
+            "the owning process and fd of {}: {} could not be read ({why}); \
              sock_diag still lists their sockets (state, addresses, uid, tcp_info) in namespaces latscope can see",
+            latscope_core::units::count(unowned_open as u64, "open socket"),
             latscope_core::units::count(access.processes_unreadable as u64, "process")
         ));
     }
@@ -538,9 +539,10 @@ fn say_closed(rows: &[SocketRow], notes: &mut Vec<String>) {
     }
     let states: Vec<&str> = states.into_iter().collect();
     notes.push(format!(
-        "{n} socket(s) ({}) belong to no process: TIME-WAIT and orphaned sockets (FIN-WAIT, LAST-ACK, CLOSING) \
+        "{} ({}) belong to no process: TIME-WAIT and orphaned sockets (FIN-WAIT, LAST-ACK, CLOSING) \
          were closed by the application and the kernel finishes the connection alone (TIME-WAIT lasts 60 s); \
          SYN-RECV entries are handshakes not yet accepted",
+        latscope_core::units::count(n as u64, "socket"),
         states.join(", ")
     ));
 }
@@ -707,7 +709,7 @@ mod tests {
         say_closed(&rows, &mut notes);
         assert_eq!(notes.len(), 1);
         assert!(
-            notes[0].starts_with("2 socket(s) (FIN-WAIT-2, TIME-WAIT) belong to no process"),
+            notes[0].starts_with("2 sockets (FIN-WAIT-2, TIME-WAIT) belong to no process"),
             "{}",
             notes[0]
         );
@@ -721,7 +723,7 @@ mod tests {
         assert_eq!(a.missing.len(), 1, "{:?}", a.missing);
         assert!(
             a.missing[0].starts_with(
-                "the owning process and fd of 1 open socket(s): 2 processes could not be read"
+                "the owning process and fd of 1 open socket: 2 processes could not be read"
             ),
             "{}",
             a.missing[0]

@@ -193,8 +193,8 @@ fn unreadable(r: &SocketsReport) -> Option<String> {
     }
     (r.access.processes_unreadable > 0).then(|| {
         format!(
-            "{} process(es) could not be read even with CAP_SYS_PTRACE (not dumpable, or in a more privileged user namespace)",
-            r.access.processes_unreadable
+            "{} could not be read even with CAP_SYS_PTRACE (not dumpable, or in a more privileged user namespace)",
+            latscope_core::units::count(r.access.processes_unreadable as u64, "process")
         )
     })
 }
