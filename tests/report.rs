@@ -91,8 +91,12 @@ fn assert_page(html: &str, expected: &[&str]) -> Vec<(String, String)> {
 
 #[test]
 fn every_committed_example_renders_its_plots() {
-    let cases: [(&str, &[&str], &[&str]); 12] = [
-        ("rr.json", &["spectrum"], &["round trip", "one-way p50"]),
+    let cases: [(&str, &[&str], &[&str]); 15] = [
+        (
+            "rr.json",
+            &["spectrum", "histogram"],
+            &["round trip", "one-way p50"],
+        ),
         ("rr-nagle.json", &["spectrum"], &["Nagle on"]),
         ("rr-sizes.json", &["sweep"], &["No size jumped"]),
         (
@@ -100,7 +104,7 @@ fn every_committed_example_renders_its_plots() {
             &["sweep"],
             &["Stall at 8 of 9 sizes", "delayed ACK"],
         ),
-        ("connect.json", &["spectrum"], &["connect()"]),
+        ("connect.json", &["spectrum", "histogram"], &["connect()"]),
         (
             "ping.json",
             &["spectrum", "histogram"],
@@ -108,13 +112,27 @@ fn every_committed_example_renders_its_plots() {
         ),
         (
             "http.json",
-            &["spectrum", "rate-over-time", "latency-over-time"],
+            &[
+                "spectrum",
+                "histogram",
+                "rate-over-time",
+                "latency-over-time",
+            ],
             &["request → response"],
         ),
         (
             "http-open.json",
-            &["spectrum", "rate-over-time", "latency-over-time"],
-            &["from intended send time (corrected)"],
+            &[
+                "spectrum",
+                "histogram",
+                "rate-over-time",
+                "latency-over-time",
+            ],
+            &[
+                "from intended send time (corrected)",
+                "p99 from intended send (corrected)",
+                "p99 from actual send (raw)",
+            ],
         ),
         (
             "diagnose.json",
@@ -139,6 +157,21 @@ fn every_committed_example_renders_its_plots() {
             "stream.json",
             &["throughput", "spectrum"],
             &["during the transfer", "client→server"],
+        ),
+        (
+            "stream-udp.json",
+            &["throughput", "udp-loss", "udp-jitter"],
+            &["10.35%", "datagrams lost in the interval (%)"],
+        ),
+        (
+            "trace.json",
+            &["hop-rtt", "hop-loss"],
+            &["10.77.2.2", "4 of 5", "5 per hop"],
+        ),
+        (
+            "trace-stats.json",
+            &["hop-rtt", "hop-loss"],
+            &["38.0%", "200 rounds"],
         ),
     ];
     for (file, plots, texts) in cases {
@@ -211,6 +244,10 @@ fn mixed_kinds_render_without_a_comparison() {
     let html = render(&[&data("rr.json"), &data("connect.json")], "mixed.html");
     assert!(!html.contains("id=\"compare-"));
     assert!(html.contains("id=\"result-1\"") && html.contains("id=\"result-2\""));
+    // A result of an older version without histogram bins: its spectrum, no histogram.
+    let old = render(&[&data("rr-nagle.json")], "old.html");
+    let figs = assert_page(&old, &["spectrum"]);
+    assert!(!figs.iter().any(|f| f.0 == "histogram"));
 }
 
 fn write_tmp(name: &str, text: &str) -> PathBuf {
@@ -284,8 +321,8 @@ fn live_rr_connect_and_report_flag() {
     let rr_path = write_tmp("live-rr.json", &rr);
     let cn_path = write_tmp("live-connect.json", &cn);
     let html = render(&[&rr_path, &cn_path], "live.html");
-    let figs = assert_page(&html, &["spectrum"]);
-    assert_eq!(figs.len(), 2);
+    let figs = assert_page(&html, &["spectrum", "histogram"]);
+    assert_eq!(figs.len(), 4, "a spectrum and a histogram each");
     assert!(html.contains("3k"), "the transaction count is shown");
 
     // --report writes the same page straight from the run.
@@ -348,5 +385,169 @@ fn large_inputs_render_in_bounded_size_and_time() {
         assert!(html.len() < 400_000, "{name}: {} bytes", html.len());
         assert!(took < Duration::from_secs(10), "{name}: {took:?}");
         assert_page(&html, &["spectrum"]);
+    }
+}
+
+/// The contents of each `<text>` of an SVG.
+fn svg_texts(fig: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = fig;
+    while let Some(i) = rest.find("<text") {
+        rest = &rest[i..];
+        let open = rest.find('>').unwrap() + 1;
+        let close = rest.find("</text>").unwrap();
+        out.push(rest[open..close].trim().to_string());
+        rest = &rest[close..];
+    }
+    out
+}
+
+/// Okabe & Ito's colours (the page's palette), as plotters writes them.
+const PALETTE: [&str; 7] = [
+    "0072B2", "D55E00", "009E73", "E69F00", "CC79A7", "56B4E9", "000000",
+];
+
+/// Every plot of every committed example: a caption that says what to look at, an axis
+/// description with its unit in brackets for each axis ("latency (time, log scale)",
+/// "throughput (bit/s)"), and only colour-blind-safe colours (the palette, or greys).
+#[test]
+fn every_plot_has_a_caption_units_and_safe_colours() {
+    const UNITS: [&str; 8] = [
+        "(s)",
+        "(bit/s)",
+        "(%",
+        "(count)",
+        "(bytes",
+        "(time",
+        "(TTL)",
+        "(requests/s)",
+    ];
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut pages: Vec<(String, String)> = files
+        .iter()
+        .map(|f| {
+            let name = f.file_name().unwrap().to_string_lossy().to_string();
+            (name.clone(), render(&[f], &format!("units-{name}.html")))
+        })
+        .collect();
+    pages.push((
+        "comparison".into(),
+        render(
+            &[&data("rr.json"), &data("rr-nagle.json")],
+            "units-compare.html",
+        ),
+    ));
+    let mut plots = 0;
+    for (name, html) in &pages {
+        assert!(html.contains("@media print") && html.contains("@media (max-width"));
+        for (kind, fig) in figures(html) {
+            plots += 1;
+            let cap =
+                &fig[fig.find("<figcaption>").unwrap() + 12..fig.find("</figcaption>").unwrap()];
+            assert!(cap.len() > 40, "{name} {kind}: caption {cap:?}");
+            let descs: Vec<String> = svg_texts(&fig)
+                .into_iter()
+                .filter(|t| t.contains(" (") && t.ends_with(')'))
+                .collect();
+            // Bars have one value axis; histograms one pair per panel.
+            let axes = if matches!(kind.as_str(), "budget" | "connection-stalls") {
+                1
+            } else {
+                2
+            };
+            assert!(
+                descs.len() >= axes,
+                "{name} {kind}: axis descriptions {descs:?}"
+            );
+            for d in &descs {
+                assert!(
+                    UNITS
+                        .iter()
+                        .any(|u| d[d.rfind(" (").unwrap()..].contains(u)),
+                    "{name} {kind}: no unit in the axis description {d:?}"
+                );
+            }
+            let svg = &fig[..fig.find("</svg>").unwrap()];
+            for (i, _) in svg.match_indices('#') {
+                let hex = svg[i + 1..].get(..6).unwrap_or("").to_ascii_uppercase();
+                if hex.len() < 6 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                    continue;
+                }
+                let grey = hex[0..2] == hex[2..4] && hex[2..4] == hex[4..6];
+                assert!(
+                    grey || PALETTE.contains(&hex.as_str()),
+                    "{name} {kind}: colour #{hex} is not in the colour-blind-safe palette"
+                );
+            }
+        }
+    }
+    assert!(plots >= 30, "only {plots} plots checked");
+}
+
+/// Comparison for every kind that carries one distribution; `--compare` refuses a mix of kinds
+/// or a result without a distribution, naming it.
+#[test]
+fn every_kind_with_a_distribution_compares() {
+    for (a, b) in [
+        ("rr.json", "rr-nagle.json"),
+        ("http.json", "http-open.json"),
+        ("connect.json", "connect.json"),
+        ("ping.json", "ping.json"),
+        ("diagnose.json", "diagnose.json"),
+        ("stream.json", "stream.json"),
+        ("analyze.json", "analyze.json"),
+        ("trace.json", "trace-stats.json"),
+    ] {
+        let out = out_dir().join(format!("cmp-{a}.html"));
+        let (code, _, err) = run(&[
+            "report",
+            "--compare",
+            &data(a).display().to_string(),
+            &data(b).display().to_string(),
+            "-o",
+            &out.display().to_string(),
+        ]);
+        assert_eq!(code, 0, "{a} + {b}: {err}");
+        let html = std::fs::read_to_string(&out).unwrap();
+        assert_page(&html, &["compare-spectrum"]);
+        let table = &html[html.find("class=\"ratios\"").unwrap()..];
+        assert_eq!(
+            table[..table.find("</table>").unwrap()]
+                .matches("<tr>")
+                .count(),
+            3,
+            "{a}: a head row and one row per result"
+        );
+    }
+    for (inputs, needle) in [
+        (
+            &["rr.json", "connect.json"][..],
+            "'rr.json' is `rr`, 'connect.json' is `connect`",
+        ),
+        (&["rr.json"][..], "two or more"),
+        (
+            &["rr-sizes.json", "rr.json"][..],
+            "'rr-sizes.json' has no single",
+        ),
+        (&["stack.json", "stack.json"][..], "per-hook"),
+    ] {
+        let mut args = vec!["report".to_string(), "--compare".into()];
+        args.extend(inputs.iter().map(|i| data(i).display().to_string()));
+        args.extend([
+            "-o".into(),
+            out_dir().join("never.html").display().to_string(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{inputs:?}: {err}");
+        assert!(
+            err.contains(needle) && err.trim().lines().count() == 1,
+            "{inputs:?}: {err}"
+        );
     }
 }

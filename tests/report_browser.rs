@@ -81,13 +81,18 @@ fn each_report_kind_renders_in_chromium() {
     let data = root().join("tests/data/report");
     let pages = root().join("target/report-screenshots");
     std::fs::create_dir_all(&pages).unwrap();
-    let cases: [(&str, &[&str], &[&str]); 8] = [
+    let cases: [(&str, &[&str], &[&str]); 10] = [
         ("diagnose", &["diagnose.json"], &["budget", "spectrum"]),
         ("rr-sweep", &["rr-sizes-stall.json"], &["sweep"]),
         (
             "http",
             &["http-open.json"],
-            &["spectrum", "rate-over-time", "latency-over-time"],
+            &[
+                "spectrum",
+                "histogram",
+                "rate-over-time",
+                "latency-over-time",
+            ],
         ),
         ("stack", &["stack.json"], &["stack-histograms"]),
         (
@@ -97,6 +102,12 @@ fn each_report_kind_renders_in_chromium() {
         ),
         ("ping", &["ping.json"], &["spectrum", "histogram"]),
         ("stream", &["stream.json"], &["throughput", "spectrum"]),
+        ("trace", &["trace-stats.json"], &["hop-rtt", "hop-loss"]),
+        (
+            "stream-udp",
+            &["stream-udp.json"],
+            &["throughput", "udp-loss", "udp-jitter"],
+        ),
         (
             "compare",
             &["rr.json", "rr-nagle.json"],
@@ -145,6 +156,10 @@ fn each_report_kind_renders_in_chromium() {
                 "{name}{suffix}: screenshot looks empty ({} bytes)",
                 bytes.len()
             );
+            // LATSCOPE_UPDATE_SCREENSHOTS=1 refreshes the README's pictures from this run.
+            if suffix.is_empty() && std::env::var_os("LATSCOPE_UPDATE_SCREENSHOTS").is_some() {
+                std::fs::copy(&png, root().join(format!("docs/report-{name}.png"))).unwrap();
+            }
         }
     }
 }

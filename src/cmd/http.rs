@@ -340,6 +340,8 @@ pub fn build_report(cfg: &Config, r: &RunResult, meta: Meta) -> HttpReport {
         bytes_written: s.bytes_written,
         latency: s.latency.summary(),
         latency_from_intended: cfg.rate_per_sec.map(|_| s.latency_intended.summary()),
+        latency_bins: Some(s.latency.log_bins()),
+        latency_from_intended_bins: cfg.rate_per_sec.map(|_| s.latency_intended.log_bins()),
         late_sends: s.late_sends,
         status: s
             .status_counts()
@@ -380,6 +382,8 @@ pub fn build_report(cfg: &Config, r: &RunResult, meta: Meta) -> HttpReport {
                     p50_ns: iv.latency.p50_ns,
                     p99_ns: iv.latency.p99_ns,
                     max_ns: iv.latency.max_ns,
+                    raw_p50_ns: iv.raw_latency.as_ref().map(|s| s.p50_ns),
+                    raw_p99_ns: iv.raw_latency.as_ref().map(|s| s.p99_ns),
                 }
             })
             .collect(),

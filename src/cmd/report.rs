@@ -14,8 +14,9 @@ use crate::exit::{USAGE, coded};
 #[command(after_help = "Examples:\n  \
 latscope rr 10.0.0.2 --json > rr.json && latscope report rr.json -o rr.html\n  \
 latscope report before.json after.json -o compare.html   # overlaid spectra + ratio table\n  \
+latscope report --compare a.json b.json c.json -o cmp.html # refuse unless all three compare\n  \
 latscope http http://10.0.0.2/ -d 60s --report http.html # or straight from the run\n\n\
-Results of rr, http, connect, ping, diagnose, stream, stack and analyze are drawn (the --json document, or the \
+Results of rr, http, connect, ping, diagnose, stream, stack, analyze and trace are drawn (the --json document, or the \
 last line of --json-lines). The page needs no network to view: CSS and SVG plots are inline.")]
 pub struct ReportArgs {
     /// Result files written with `latscope COMMAND --json` (two or more of one kind are also
@@ -25,6 +26,10 @@ pub struct ReportArgs {
     /// Where to write the page (`-` for stdout).
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
+    /// Insist on a comparison: every input must be a result of the same command with a latency
+    /// distribution to overlay (otherwise exit 2 naming the odd one out).
+    #[arg(long)]
+    pub compare: bool,
 }
 
 pub fn run(a: &ReportArgs) -> anyhow::Result<u8> {
@@ -38,6 +43,9 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<u8> {
             name: display_name(path),
             doc,
         });
+    }
+    if a.compare {
+        latscope_report::check_comparable(&inputs).map_err(|e| coded(USAGE, e.to_string()))?;
     }
     write_page(&inputs, &a.output)?;
     Ok(crate::exit::OK)

@@ -173,6 +173,16 @@ impl LatencyHistogram {
         }
     }
 
+    /// Each non-empty HDR bucket as (its lowest value ns, samples), ascending.
+    pub fn recorded(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.hist.iter_recorded().map(|it| {
+            (
+                self.hist.lowest_equivalent(it.value_iterated_to()),
+                it.count_at_value(),
+            )
+        })
+    }
+
     /// The same samples in base-2 buckets (the kernel-side layout of [`crate::Log2Histogram`]),
     /// for views that draw a coarse histogram. Each HDR bucket's count goes to the log2 bucket of
     /// its highest equivalent value, so a sample never moves more than one HDR bucket (0.1%).

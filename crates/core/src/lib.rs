@@ -6,6 +6,7 @@
 //! [`render`].
 #![warn(missing_docs)]
 
+pub mod bins;
 pub mod hist;
 pub mod log2;
 pub mod model;
@@ -19,6 +20,7 @@ pub mod units;
 /// greeting), which a capture analysis recognises as latscope's own set-up, not traffic.
 pub const PEER_MAGIC: &[u8; 8] = b"LATSCOPE";
 
+pub use bins::LogBins;
 pub use hist::LatencyHistogram;
 pub use log2::Log2Histogram;
 pub use summary::Summary;

@@ -45,6 +45,8 @@ struct State {
     acc_errors: u64,
     acc_bytes: u64,
     acc_hist: LatencyHistogram,
+    /// Open loop: latency from the actual send time (`acc_hist` is from the intended one).
+    acc_raw_hist: Option<LatencyHistogram>,
 }
 
 /// What the HTTP/2 engine needs to build requests, prepared once by [`crate::Config::new`].
@@ -374,6 +376,7 @@ pub(crate) fn run_thread(
             acc_errors: 0,
             acc_bytes: 0,
             acc_hist: LatencyHistogram::new(),
+            acc_raw_hist: open.is_some().then(LatencyHistogram::new),
         }),
     });
     let local = tokio::task::LocalSet::new();
@@ -455,6 +458,7 @@ fn flush(
         errors: st.acc_errors,
         bytes: st.acc_bytes,
         hist: st.acc_hist.clone(),
+        raw_hist: st.acc_raw_hist.clone(),
         last,
     });
     st.acc_index += 1;
@@ -462,6 +466,9 @@ fn flush(
     st.acc_errors = 0;
     st.acc_bytes = 0;
     st.acc_hist.reset();
+    if let Some(h) = &mut st.acc_raw_hist {
+        h.reset();
+    }
 }
 
 async fn connection_loop(ctx: Rc<Ctx>) {
@@ -669,6 +676,9 @@ async fn one_request(
             let corrected = now.saturating_sub(intended);
             st.stats.latency_intended.record(corrected);
             st.acc_hist.record(corrected);
+            if let Some(h) = &mut st.acc_raw_hist {
+                h.record(lat);
+            }
             if sent_ns > intended + LATE_NS {
                 st.stats.late_sends += 1;
             }

@@ -325,6 +325,8 @@ pub struct Interval {
     /// Latency of the responses completed in the interval (from the intended send time in
     /// open loop).
     pub latency: Summary,
+    /// Open loop only: the same responses' latency from their actual send time.
+    pub raw_latency: Option<Summary>,
 }
 
 /// A worker's interval report.
@@ -337,6 +339,7 @@ pub(crate) struct IntervalMsg {
     pub errors: u64,
     pub bytes: u64,
     pub hist: LatencyHistogram,
+    pub raw_hist: Option<LatencyHistogram>,
     pub last: bool,
 }
 
@@ -387,6 +390,9 @@ impl IntervalMerger {
                 agg.errors += m.errors;
                 agg.bytes += m.bytes;
                 agg.hist.merge(&m.hist);
+                if let (Some(a), Some(b)) = (agg.raw_hist.as_mut(), m.raw_hist.as_ref()) {
+                    a.merge(b);
+                }
                 *n += 1;
             }
             None => {
@@ -421,6 +427,7 @@ impl IntervalMerger {
                 errors: m.errors,
                 bytes: m.bytes,
                 latency: m.hist.summary(),
+                raw_latency: m.raw_hist.as_ref().map(LatencyHistogram::summary),
             };
             on_interval(&iv, &m.hist);
             self.out.push(iv);
@@ -618,6 +625,11 @@ mod tests {
             errors: 0,
             bytes: 0,
             hist: LatencyHistogram::new(),
+            raw_hist: Some({
+                let mut h = LatencyHistogram::new();
+                h.record(1000 * (thread as u64 + 1));
+                h
+            }),
             last,
         };
         let mut m = IntervalMerger::new(2);
@@ -627,8 +639,15 @@ mod tests {
         assert!(seen.is_empty());
         m.add(msg(1, 0, 7, false));
         m.add(msg(1, 1, 1, true));
-        m.emit(false, &mut |i, _| seen.push((i.index, i.requests)));
+        let mut raw = None;
+        m.emit(false, &mut |i, _| {
+            seen.push((i.index, i.requests));
+            raw = i.raw_latency.clone();
+        });
         assert_eq!(seen, vec![(0, 12)]);
+        // Open loop's raw latency is merged across threads like the corrected one.
+        let raw = raw.unwrap();
+        assert_eq!((raw.count, raw.min_ns, raw.max_ns), (2, 1000, 2000));
         m.add(msg(0, 1, 2, false));
         m.add(msg(0, 2, 3, true));
         m.emit(false, &mut |i, _| seen.push((i.index, i.requests)));

@@ -114,6 +114,8 @@ struct IntervalAcc {
     errors: u64,
     bytes: u64,
     hist: LatencyHistogram,
+    /// Open loop: latency from the actual send time (`hist` is from the intended one).
+    raw_hist: Option<LatencyHistogram>,
 }
 
 pub(crate) struct Worker<'a> {
@@ -219,6 +221,7 @@ impl<'a> Worker<'a> {
                 errors: 0,
                 bytes: 0,
                 hist: LatencyHistogram::new(),
+                raw_hist: open_loop.then(LatencyHistogram::new),
             },
             quota,
             measure_start_ns,
@@ -819,6 +822,9 @@ impl<'a> Worker<'a> {
                 let corrected = now.saturating_sub(c.intended_ns);
                 self.stats.latency_intended.record(corrected);
                 self.acc.hist.record(corrected);
+                if let Some(h) = &mut self.acc.raw_hist {
+                    h.record(actual);
+                }
             } else {
                 self.acc.hist.record(actual);
             }
@@ -883,6 +889,7 @@ impl<'a> Worker<'a> {
             errors: self.acc.errors,
             bytes: self.acc.bytes,
             hist: self.acc.hist.clone(),
+            raw_hist: self.acc.raw_hist.clone(),
             last,
         };
         // The coordinator outlives the workers; a send can only fail if it is gone, and then
@@ -893,5 +900,8 @@ impl<'a> Worker<'a> {
         self.acc.errors = 0;
         self.acc.bytes = 0;
         self.acc.hist.reset();
+        if let Some(h) = &mut self.acc.raw_hist {
+            h.reset();
+        }
     }
 }

@@ -274,6 +274,8 @@ pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<Connect
         },
         connect: total.connect.summary(),
         transaction: (cfg.mode == ConnectMode::Crr).then(|| total.transaction.summary()),
+        connect_bins: Some(total.connect.log_bins()),
+        transaction_bins: (cfg.mode == ConnectMode::Crr).then(|| total.transaction.log_bins()),
         error_samples,
         interrupted: stop.load(Ordering::Relaxed),
     })

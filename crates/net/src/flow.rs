@@ -667,6 +667,8 @@ pub fn intervals(
         let mut stream_bytes = Vec::with_capacity(idx.len());
         let mut tcp: Option<TcpFigures> = None;
         let mut lost = None;
+        let mut received = None;
+        let mut jitter: Option<f64> = None;
         for &i in &idx {
             let k = i as usize;
             let now = counters[k].bytes.load(Ordering::Relaxed);
@@ -680,8 +682,14 @@ pub fn intervals(
                 t.rtt_us = t.rtt_us.max(ti.rtt_us);
                 t.rtt_var_us = t.rtt_var_us.max(ti.rtt_var_us);
             }
-            if !sends && spec.transport == Transport::Udp {
-                *lost.get_or_insert(0) += udp_rx[k].lock().map(|r| r.gaps()).unwrap_or(0);
+            if !sends
+                && spec.transport == Transport::Udp
+                && let Ok(r) = udp_rx[k].lock()
+            {
+                *lost.get_or_insert(0) += r.gaps();
+                *received.get_or_insert(0) += r.received();
+                let j = jitter.get_or_insert(0.0);
+                *j = j.max(r.jitter_ns);
             }
         }
         let bytes: u64 = stream_bytes.iter().sum();
@@ -702,6 +710,8 @@ pub fn intervals(
             rate_bps: bytes as f64 * 8.0 / secs,
             tcp,
             udp_lost: lost,
+            udp_received: received,
+            udp_jitter_ns: jitter,
         });
     }
     out

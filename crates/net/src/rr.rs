@@ -809,6 +809,8 @@ fn merge_outs(
         transactions_per_sec: 0.0,
         rtt: Default::default(),
         rtt_from_intended: None,
+        rtt_bins: None,
+        rtt_from_intended_bins: None,
         one_way_p50_ns: 0,
         lost: 0,
         late_responses: 0,
@@ -845,7 +847,9 @@ fn merge_outs(
         r.transactions as f64 / elapsed.as_secs_f64()
     };
     r.rtt = hist.summary();
-    r.rtt_from_intended = intended.map(|h| h.summary());
+    r.rtt_from_intended = intended.as_ref().map(LatencyHistogram::summary);
+    r.rtt_bins = Some(hist.log_bins());
+    r.rtt_from_intended_bins = intended.as_ref().map(LatencyHistogram::log_bins);
     r.one_way_p50_ns = r.rtt.p50_ns / 2;
     r
 }

@@ -22,35 +22,81 @@ pub(crate) fn groups(inputs: &[Input]) -> Vec<Vec<&Input>> {
     out.into_iter().map(|(_, g)| g).collect()
 }
 
+/// `--compare`: the inputs must be two or more results of one command, each with the
+/// distribution a comparison overlays.
+pub fn check(inputs: &[Input]) -> Result<(), ReportError> {
+    let Some(first) = inputs.first() else {
+        return Err(ReportError::NoInput);
+    };
+    if let Some(other) = inputs.iter().find(|i| i.doc.kind() != first.doc.kind()) {
+        return Err(ReportError::MixedKinds {
+            first: first.name.clone(),
+            first_kind: first.doc.kind().command(),
+            other: other.name.clone(),
+            other_kind: other.doc.kind().command(),
+        });
+    }
+    if inputs.len() < 2 {
+        return Err(ReportError::NotComparable(
+            "--compare needs two or more results".into(),
+        ));
+    }
+    for i in inputs {
+        if headline(&i.doc).is_none_or(|(_, s)| s.count == 0) {
+            return Err(ReportError::NotComparable(format!(
+                "'{}' has no single latency distribution to overlay ({})",
+                i.name,
+                why_not(&i.doc)
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn why_not(doc: &Document) -> &'static str {
+    match doc {
+        Document::Rr(_) => "a --sizes sweep has one per size: compare single-size runs",
+        Document::Stack(_) => "stack results are per-hook histograms",
+        Document::Stream(_) => "run stream with its latency probe",
+        Document::Diagnose(_) => "the diagnosis measured no single request",
+        Document::Analyze(_) => "the capture holds no complete transaction",
+        Document::Trace(_) => "the destination never answered",
+        _ => "no successful operation",
+    }
+}
+
 /// The distribution that stands for a whole result when comparing: what its command is about.
-fn headline(doc: &Document) -> Option<(&'static str, &Summary)> {
+fn headline(doc: &Document) -> Option<(&'static str, Summary)> {
     match doc {
         Document::Rr(r) => match r.results.as_slice() {
-            [one] => Some(("round trip", &one.rtt)),
+            [one] => Some(("round trip", one.rtt.clone())),
             _ => None,
         },
         Document::Http(r) => match &r.latency_from_intended {
-            Some(s) => Some(("latency from intended send time", s)),
-            None => Some(("request → response", &r.latency)),
+            Some(s) => Some(("latency from intended send time", s.clone())),
+            None => Some(("request → response", r.latency.clone())),
         },
         Document::Connect(r) => match &r.transaction {
-            Some(t) => Some(("transaction", t)),
-            None => Some(("connect()", &r.connect)),
+            Some(t) => Some(("transaction", t.clone())),
+            None => Some(("connect()", r.connect.clone())),
         },
-        Document::Ping(r) => Some(("RTT", &r.rtt)),
+        Document::Ping(r) => Some(("RTT", r.rtt.clone())),
         Document::Diagnose(r) => r
             .distribution(StepName::OneRequest)
-            .map(|s| (StepName::OneRequest.label(), s)),
+            .map(|s| (StepName::OneRequest.label(), s.clone())),
         Document::Analyze(r) => r
             .analysis
             .transaction_time
-            .as_ref()
+            .clone()
             .map(|s| ("transaction time", s)),
         Document::Stack(_) => None,
         Document::Stream(r) => r
             .latency_probe
             .as_ref()
-            .map(|p| ("latency probe under load", &p.loaded)),
+            .map(|p| ("latency probe under load", p.loaded.clone())),
+        Document::Trace(r) => {
+            crate::kind::trace_destination(r).map(|s| ("round trip to the destination", s))
+        }
     }
 }
 
@@ -69,7 +115,7 @@ const COLUMNS: [(&str, Figure); 5] = [
 /// The comparison section of one group (two or more inputs of one kind).
 pub(crate) fn section(group: &[&Input]) -> Result<Section, ReportError> {
     let kind = group.first().map_or("?", |i| i.doc.kind().command());
-    let found: Vec<(&Input, &'static str, &Summary)> = group
+    let found: Vec<(&Input, &'static str, Summary)> = group
         .iter()
         .filter_map(|i| headline(&i.doc).map(|(what, s)| (*i, what, s)))
         .filter(|(_, _, s)| s.count > 0)
@@ -106,12 +152,12 @@ pub(crate) fn section(group: &[&Input]) -> Result<Section, ReportError> {
 }
 
 /// hyperfine's "relative" view: each figure and its ratio to the input with the lowest p50.
-fn ratio_table(found: &[(&Input, &'static str, &Summary)]) -> String {
+fn ratio_table(found: &[(&Input, &'static str, Summary)]) -> String {
     let best = found
         .iter()
         .min_by(|a, b| a.2.p50_ns.cmp(&b.2.p50_ns))
-        .map(|f| f.2)
-        .unwrap_or(found[0].2);
+        .map(|f| &f.2)
+        .unwrap_or(&found[0].2);
     let mut head = vec!["result"];
     head.extend(COLUMNS.iter().map(|c| c.0));
     let rows: Vec<Vec<String>> = found

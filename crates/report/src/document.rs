@@ -5,7 +5,7 @@
 use latscope_core::model::connect::ConnectReport;
 use latscope_core::model::diagnose::DiagnoseReport;
 use latscope_core::model::http::HttpReport;
-use latscope_core::model::ping::PingReport;
+use latscope_core::model::ping::{PingReport, TraceReport};
 use latscope_core::model::rr::RrReport;
 use latscope_core::model::stream::StreamReport;
 use latscope_core::model::{Meta, SCHEMA_VERSION};
@@ -35,11 +35,13 @@ pub enum Kind {
     Stack,
     /// `latscope analyze`.
     Analyze,
+    /// `latscope trace`.
+    Trace,
 }
 
 impl Kind {
     /// Every kind, in the order the help lists them.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Rr,
         Kind::Http,
         Kind::Connect,
@@ -48,6 +50,7 @@ impl Kind {
         Kind::Stream,
         Kind::Stack,
         Kind::Analyze,
+        Kind::Trace,
     ];
 
     /// The subcommand name, as `meta.command` spells it.
@@ -61,6 +64,7 @@ impl Kind {
             Kind::Stream => "stream",
             Kind::Stack => "stack",
             Kind::Analyze => "analyze",
+            Kind::Trace => "trace",
         }
     }
 
@@ -89,6 +93,7 @@ pub enum Document {
     Stream(StreamReport),
     Stack(StackReport),
     Analyze(AnalyzeReport),
+    Trace(TraceReport),
 }
 
 /// A result and what to call it on the page (usually its file name).
@@ -136,6 +141,7 @@ impl Document {
             Kind::Stream => Document::Stream(typed(value, &command)?),
             Kind::Stack => Document::Stack(typed(value, &command)?),
             Kind::Analyze => Document::Analyze(typed(value, &command)?),
+            Kind::Trace => Document::Trace(typed(value, &command)?),
         })
     }
 
@@ -150,6 +156,7 @@ impl Document {
             Document::Stream(_) => Kind::Stream,
             Document::Stack(_) => Kind::Stack,
             Document::Analyze(_) => Kind::Analyze,
+            Document::Trace(_) => Kind::Trace,
         }
     }
 
@@ -164,6 +171,7 @@ impl Document {
             Document::Stream(r) => &r.meta,
             Document::Stack(r) => &r.meta,
             Document::Analyze(r) => &r.meta,
+            Document::Trace(r) => &r.meta,
         }
     }
 }

@@ -43,6 +43,23 @@ pub enum ReportError {
         #[source]
         source: serde_json::Error,
     },
+    /// `--compare` with results of different commands.
+    #[error(
+        "cannot compare results of different commands: '{first}' is `{first_kind}`, '{other}' is `{other_kind}` (compare results of one command, e.g. two `rr` runs)"
+    )]
+    MixedKinds {
+        /// The first input's name.
+        first: String,
+        /// Its command.
+        first_kind: &'static str,
+        /// The first input of another kind.
+        other: String,
+        /// Its command.
+        other_kind: &'static str,
+    },
+    /// `--compare` with fewer than two inputs, or an input without a distribution to compare.
+    #[error("nothing to compare: {0}")]
+    NotComparable(String),
     /// plotters failed to draw (writing to a string: only on a bug).
     #[error("drawing a plot failed: {0}")]
     Plot(String),

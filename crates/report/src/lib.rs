@@ -15,6 +15,7 @@ mod html;
 mod kind;
 mod plot;
 
+pub use compare::check as check_comparable;
 pub use document::{Document, Input, Kind};
 pub use error::ReportError;
 

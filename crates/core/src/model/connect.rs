@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Meta;
+use crate::bins::LogBins;
 use crate::summary::Summary;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -45,6 +46,13 @@ pub struct ConnectReport {
     pub connect: Summary,
     /// `--crr` only: connect → request → response → close, per transaction.
     pub transaction: Option<Summary>,
+    /// connect() latency as a histogram in log bins (what `latscope report` draws; absent in
+    /// results of older versions).
+    #[serde(default)]
+    pub connect_bins: Option<LogBins>,
+    /// `--crr` only: the transactions in log bins.
+    #[serde(default)]
+    pub transaction_bins: Option<LogBins>,
     /// A sample of distinct error messages.
     pub error_samples: Vec<String>,
     /// True when Ctrl-C ended the run.

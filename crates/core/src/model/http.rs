@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Meta;
 use super::rr::LoadMode;
+use crate::bins::LogBins;
 use crate::summary::Summary;
 
 /// Responses with one status code.
@@ -60,6 +61,13 @@ pub struct HttpInterval {
     pub p99_ns: u64,
     /// Longest latency in the interval, ns.
     pub max_ns: u64,
+    /// Open loop only: median latency of the same responses from their actual send time, ns
+    /// (without the wait for a late send; absent in closed loop and in older results).
+    #[serde(default)]
+    pub raw_p50_ns: Option<u64>,
+    /// Open loop only: 99th percentile from the actual send time, ns.
+    #[serde(default)]
+    pub raw_p99_ns: Option<u64>,
 }
 
 /// The report of `latscope http`.
@@ -104,6 +112,13 @@ pub struct HttpReport {
     /// Open loop only: intended send time → response complete (coordinated-omission corrected,
     /// as in wrk2).
     pub latency_from_intended: Option<Summary>,
+    /// `latency` as a histogram in log bins (what `latscope report` draws; absent in results
+    /// of older versions).
+    #[serde(default)]
+    pub latency_bins: Option<LogBins>,
+    /// Open loop only: `latency_from_intended` in log bins.
+    #[serde(default)]
+    pub latency_from_intended_bins: Option<LogBins>,
     /// Open loop only: requests sent more than 1 ms after their intended time.
     pub late_sends: u64,
     /// Responses by status code.

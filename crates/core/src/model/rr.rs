@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Meta;
+use crate::bins::LogBins;
 use crate::summary::Summary;
 use crate::sweep::SizeJump;
 
@@ -103,6 +104,13 @@ pub struct RrSizeResult {
     pub rtt: Summary,
     /// Open loop only: latency from the intended send time (includes waiting to send).
     pub rtt_from_intended: Option<Summary>,
+    /// The round trips as a histogram in log bins (what `latscope report` draws; absent in
+    /// results of older versions).
+    #[serde(default)]
+    pub rtt_bins: Option<LogBins>,
+    /// Open loop only: the latency from the intended send time in log bins.
+    #[serde(default)]
+    pub rtt_from_intended_bins: Option<LogBins>,
     /// Estimated one-way latency, RTT p50 / 2: assumes a symmetric path.
     pub one_way_p50_ns: u64,
     /// UDP: requests whose response never arrived before the per-request timeout.

@@ -189,6 +189,14 @@ pub struct StreamInterval {
     pub tcp: Option<TcpFigures>,
     /// UDP receivers: datagrams missing so far (sequence gaps below the highest received).
     pub udp_lost: Option<u64>,
+    /// UDP receivers: distinct datagrams received so far (with `udp_lost`, the loss of each
+    /// interval; absent in results of older versions).
+    #[serde(default)]
+    pub udp_received: Option<u64>,
+    /// UDP receivers: RFC 3550 interarrival jitter at the interval's end, ns (the largest over
+    /// the streams; absent in results of older versions).
+    #[serde(default)]
+    pub udp_jitter_ns: Option<f64>,
 }
 
 /// Latency of a request/response probe run on its own connection, idle and under load.

@@ -88,7 +88,7 @@ fn connections(r: &AnalyzeReport) -> Result<String, ReportError> {
         .take(TOP)
         .map(|c| Bar {
             label: format!(
-                "conn {}: {} → {} ({} transactions)",
+                "conn {}: {} → {}, {} transactions",
                 c.id, c.client, c.server, c.transaction_count
             ),
             parts: vec![("time lost to stalls".to_string(), c.stall_lost_ns as f64)],
@@ -99,7 +99,7 @@ fn connections(r: &AnalyzeReport) -> Result<String, ReportError> {
     }
     Ok(figure(
         "connection-stalls",
-        &stacked(&bars, "time lost to stalls, whole capture")?,
+        &stacked(&bars, "time lost to stalls, whole capture (time)")?,
         "Time each connection lost to the stalls above, worst first: one long bar is one bad \
          connection; many similar bars are a setting shared by all (e.g. Nagle on the server).",
     ))

@@ -3,7 +3,7 @@
 use latscope_core::model::connect::{ConnectMode, ConnectReport};
 use latscope_core::units::{format_ns, format_si};
 
-use super::{error_list, interrupted, latency_block};
+use super::{error_list, histogram_block, interrupted, latency_block};
 use crate::error::ReportError;
 use crate::html::facts;
 
@@ -31,6 +31,10 @@ pub(crate) fn body(r: &ConnectReport) -> Result<String, ReportError> {
         rows.push(("whole transaction".to_string(), t));
     }
     out += &latency_block(&rows)?;
+    out += &histogram_block(&[
+        ("connect()".to_string(), r.connect_bins.as_ref()),
+        ("whole transaction".to_string(), r.transaction_bins.as_ref()),
+    ])?;
     out += &error_list("Error samples", &r.error_samples);
     Ok(out)
 }

@@ -135,5 +135,5 @@ fn budget(b: &Budget, findings: &[Diagnosis]) -> Result<Option<String>, ReportEr
                 .collect(),
         });
     }
-    stacked(&bars, "time per request (median)").map(Some)
+    stacked(&bars, "median time per request (time)").map(Some)
 }

@@ -1,10 +1,10 @@
 //! `latscope http`: the latency spectrum, and over time the request rate and p50/p99.
 
-use latscope_core::model::http::HttpReport;
+use latscope_core::model::http::{HttpInterval, HttpReport};
 use latscope_core::model::rr::LoadMode;
 use latscope_core::units::{format_bytes, format_ns, format_si};
 
-use super::{error_list, interrupted, latency_block};
+use super::{error_list, histogram_block, interrupted, latency_block};
 use crate::error::ReportError;
 use crate::html::{facts, figure, table};
 use crate::plot::Pick;
@@ -50,6 +50,13 @@ pub(crate) fn body(r: &HttpReport) -> Result<String, ReportError> {
         rows.push(("TLS handshake".to_string(), t));
     }
     out += &latency_block(&rows)?;
+    out += &histogram_block(&[
+        (
+            "corrected: from intended send time".to_string(),
+            r.latency_from_intended_bins.as_ref(),
+        ),
+        ("request → response".to_string(), r.latency_bins.as_ref()),
+    ])?;
     if !r.timeline.is_empty() {
         out += &over_time(r)?;
     }
@@ -94,28 +101,55 @@ fn over_time(r: &HttpReport) -> Result<String, ReportError> {
         });
     }
     let rate_axes = Axes {
-        y_desc: "requests per second",
+        y_desc: "completed requests (requests/s)",
         y_fmt: |v| format_si(v),
         log_y: false,
     };
-    let lat = |label: &str, f: fn(&latscope_core::model::http::HttpInterval) -> u64| Line {
+    let lat = |label: &str, f: fn(&HttpInterval) -> Option<u64>| Line {
         label: label.into(),
         points: t
             .iter()
             .filter(|i| i.requests > 0)
-            .map(|i| (secs(i.end_ns), f(i) as f64))
+            .filter_map(|i| f(i).map(|v| (secs(i.end_ns), v as f64)))
             .collect(),
         pick: Pick::Max,
     };
     let lat_axes = Axes {
-        y_desc: "latency (log scale)",
+        y_desc: "latency (time, log scale)",
         y_fmt: |v| format_ns(v),
         log_y: true,
     };
-    let corrected = if r.latency_from_intended.is_some() {
-        " Open loop: counted from each request's intended send time (coordinated omission corrected)."
+    let open = r.latency_from_intended.is_some();
+    let raw = open && t.iter().any(|i| i.raw_p50_ns.is_some());
+    let mut lat_lines = if open {
+        vec![
+            lat("p50 from intended send (corrected)", |i| Some(i.p50_ns)),
+            lat("p99 from intended send (corrected)", |i| Some(i.p99_ns)),
+        ]
     } else {
-        ""
+        vec![
+            lat("p50", |i| Some(i.p50_ns)),
+            lat("p99", |i| Some(i.p99_ns)),
+        ]
+    };
+    if raw {
+        lat_lines.push(lat("p50 from actual send (raw)", |i| i.raw_p50_ns));
+        lat_lines.push(lat("p99 from actual send (raw)", |i| i.raw_p99_ns));
+    }
+    lat_lines.push(lat(if open { "max (corrected)" } else { "max" }, |i| {
+        Some(i.max_ns)
+    }));
+    let corrected = match (open, raw) {
+        (true, true) => {
+            " Open loop: corrected lines count from each request's intended send time (coordinated \
+             omission corrected, as wrk2), raw lines from when it was actually sent; a gap \
+             between them is requests waiting to be sent behind a slow server."
+        }
+        (true, false) => {
+            " Open loop: counted from each request's intended send time (coordinated omission \
+             corrected)."
+        }
+        _ => "",
     };
     Ok(format!(
         "{}{}",
@@ -127,14 +161,7 @@ fn over_time(r: &HttpReport) -> Result<String, ReportError> {
         ),
         figure(
             "latency-over-time",
-            &timeline(
-                &lat_axes,
-                &[
-                    lat("p50", |i| i.p50_ns),
-                    lat("p99", |i| i.p99_ns),
-                    lat("max", |i| i.max_ns)
-                ]
-            )?,
+            &timeline(&lat_axes, &lat_lines)?,
             &format!(
                 "Latency of the responses completed in each interval: p99 rising while p50 stays \
                  is a growing tail (queueing, GC, a timer); both rising is saturation.{corrected}"

@@ -9,15 +9,19 @@ mod ping;
 mod rr;
 mod stack;
 mod stream;
+mod trace;
 
-use latscope_core::Summary;
 use latscope_core::model::Meta;
 use latscope_core::units::format_si;
+use latscope_core::{LogBins, Summary};
 
 use crate::document::{Document, Input};
 use crate::error::ReportError;
 use crate::html::{Section, figure, para, table};
+use crate::plot::hist::{Bin, from_bins, histograms};
 use crate::plot::spectrum::{Curve, spectrum};
+
+pub(crate) use trace::destination as trace_destination;
 
 /// The section of input `i`.
 pub(crate) fn section(i: usize, input: &Input) -> Result<Section, ReportError> {
@@ -30,6 +34,7 @@ pub(crate) fn section(i: usize, input: &Input) -> Result<Section, ReportError> {
         Document::Stream(r) => stream::body(r)?,
         Document::Stack(r) => stack::body(r)?,
         Document::Analyze(r) => analyze::body(r)?,
+        Document::Trace(r) => trace::body(r)?,
     };
     Ok(Section {
         id: format!("result-{}", i + 1),
@@ -130,6 +135,32 @@ pub(crate) fn latency_block(rows: &[(String, &Summary)]) -> Result<String, Repor
         "{}{}",
         figure("spectrum", &spectrum(&curves)?, SPECTRUM_CAPTION),
         summary_table(&rows)
+    ))
+}
+
+/// What to look at in a latency histogram.
+pub(crate) const HISTOGRAM_CAPTION: &str = "How many operations took how long (10 log bins per \
+decade, one panel per distribution on a shared time axis): one narrow peak is a quiet path; a \
+second peak is a second population (a timer, a retransmission, a queue) and its distance from \
+the first is what it costs.";
+
+/// The histograms of one or more distributions side by side (empty ones left out; nothing when
+/// the result carries no bins, as results of older versions do not).
+pub(crate) fn histogram_block(rows: &[(String, Option<&LogBins>)]) -> Result<String, ReportError> {
+    let panels: Vec<(String, Vec<Bin>)> = rows
+        .iter()
+        .filter_map(|(l, b)| {
+            b.filter(|b| b.total() > 0)
+                .map(|b| (l.clone(), from_bins(b)))
+        })
+        .collect();
+    if panels.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(figure(
+        "histogram",
+        &histograms(&panels)?,
+        HISTOGRAM_CAPTION,
     ))
 }
 

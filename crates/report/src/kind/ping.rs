@@ -6,7 +6,8 @@ use latscope_core::units::format_ns;
 use super::{interrupted, latency_block};
 use crate::error::ReportError;
 use crate::html::{facts, figure};
-use crate::plot::hist::{from_samples, histograms};
+use crate::plot::hist::{from_bins, histograms};
+use latscope_core::LogBins;
 
 pub(crate) fn body(r: &PingReport) -> Result<String, ReportError> {
     let port = r.port.map(|p| format!(":{p}")).unwrap_or_default();
@@ -21,9 +22,9 @@ pub(crate) fn body(r: &PingReport) -> Result<String, ReportError> {
         ("port", r.port_state.map_or("-", |s| s.name()).to_string()),
     ]);
     out += &latency_block(&[("RTT".to_string(), &r.rtt)])?;
-    let rtts: Vec<u64> = r.replies.iter().map(|p| p.rtt_ns).collect();
-    if !rtts.is_empty() {
-        let svg = histograms(&[(format!("{} replies", rtts.len()), from_samples(&rtts))])?;
+    if !r.replies.is_empty() {
+        let bins = LogBins::from_samples(r.replies.iter().map(|p| p.rtt_ns));
+        let svg = histograms(&[(format!("{} replies", r.replies.len()), from_bins(&bins))])?;
         out += &figure(
             "histogram",
             &svg,

@@ -3,7 +3,7 @@
 use latscope_core::model::rr::{LoadMode, RrReport, RrSizeResult, SockOpts};
 use latscope_core::units::{format_bytes, format_ns, format_si};
 
-use super::{error_list, interrupted, latency_block, summary_table};
+use super::{error_list, histogram_block, interrupted, latency_block, summary_table};
 use crate::error::ReportError;
 use crate::html::{facts, figure, para};
 use crate::plot::sweep::sweep;
@@ -73,6 +73,13 @@ fn single(s: &RrSizeResult) -> Result<String, ReportError> {
         rows.push(("from intended send time".to_string(), i));
     }
     out += &latency_block(&rows)?;
+    out += &histogram_block(&[
+        ("round trip".to_string(), s.rtt_bins.as_ref()),
+        (
+            "from intended send time".to_string(),
+            s.rtt_from_intended_bins.as_ref(),
+        ),
+    ])?;
     Ok(out)
 }
 

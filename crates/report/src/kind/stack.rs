@@ -29,7 +29,7 @@ pub(crate) fn body(r: &StackReport) -> Result<String, ReportError> {
             let group = if h.group == "all" {
                 String::new()
             } else {
-                format!(" ({})", h.group)
+                format!(" · {}", h.group)
             };
             (format!("{}{group}", h.probe.name()), from_log2(&h.hist))
         })

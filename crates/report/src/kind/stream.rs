@@ -1,8 +1,8 @@
 //! `latscope stream`: throughput per interval, per direction and side; the latency probe idle
 //! against loaded; UDP loss over time.
 
-use latscope_core::model::stream::StreamReport;
-use latscope_core::units::{format_bitrate, format_bytes, format_si};
+use latscope_core::model::stream::{StreamInterval, StreamReport};
+use latscope_core::units::{format_bitrate, format_bytes, format_ns, format_si};
 
 use super::{interrupted, latency_block};
 use crate::error::ReportError;
@@ -108,29 +108,121 @@ fn throughput(r: &StreamReport) -> Result<String, ReportError> {
     ))
 }
 
-fn udp_loss(r: &StreamReport) -> Result<String, ReportError> {
-    let pts: Vec<(f64, f64)> = r
-        .intervals
+/// The UDP receivers' intervals of one (direction, side) view, in time order.
+fn udp_views(r: &StreamReport) -> Vec<(String, Vec<&StreamInterval>)> {
+    views(r)
+        .into_iter()
+        .map(|(dir, side)| {
+            let ivs: Vec<&StreamInterval> = r
+                .intervals
+                .iter()
+                .filter(|i| i.direction == dir && i.side == side && i.udp_lost.is_some())
+                .collect();
+            (dir, ivs)
+        })
+        .filter(|(_, ivs)| !ivs.is_empty())
+        .collect()
+}
+
+/// Loss per interval (%, from the cumulative gap and receive counts), or the cumulative count
+/// for results of older versions that carry no receive count.
+fn loss_points(ivs: &[&StreamInterval]) -> (Vec<(f64, f64)>, bool) {
+    let per_interval = ivs.iter().all(|i| i.udp_received.is_some());
+    let (mut lost0, mut recv0) = (0u64, 0u64);
+    let pts = ivs
         .iter()
-        .filter_map(|i| i.udp_lost.map(|l| (i.end_ns as f64 / 1e9, l as f64)))
+        .map(|i| {
+            let t = i.end_ns as f64 / 1e9;
+            let lost = i.udp_lost.unwrap_or(0);
+            if !per_interval {
+                return (t, lost as f64);
+            }
+            let recv = i.udp_received.unwrap_or(0);
+            // The gap count can shrink when a late datagram fills a gap.
+            let (dl, dr) = (lost.saturating_sub(lost0), recv.saturating_sub(recv0));
+            (lost0, recv0) = (lost, recv);
+            let pct = if dl + dr == 0 {
+                0.0
+            } else {
+                100.0 * dl as f64 / (dl + dr) as f64
+            };
+            (t, pct)
+        })
         .collect();
-    if pts.is_empty() {
+    (pts, per_interval)
+}
+
+fn udp_loss(r: &StreamReport) -> Result<String, ReportError> {
+    let views = udp_views(r);
+    if views.is_empty() {
+        return Ok(String::new());
+    }
+    let mut per_interval = true;
+    let lines: Vec<Line> = views
+        .iter()
+        .map(|(dir, ivs)| {
+            let (points, pct) = loss_points(ivs);
+            per_interval &= pct;
+            Line {
+                label: dir.clone(),
+                points,
+                pick: Pick::Max,
+            }
+        })
+        .collect();
+    let (axes, caption) = if per_interval {
+        (
+            Axes {
+                y_desc: "datagrams lost in the interval (%)",
+                y_fmt: |v| format!("{v:.1}%"),
+                log_y: false,
+            },
+            "UDP datagrams lost in each interval, per direction: a flat line at zero is no loss; \
+             loss that comes and goes with the rate is a queue overflowing; steady loss is a \
+             sending rate above what the path or the receiver can take.",
+        )
+    } else {
+        (
+            Axes {
+                y_desc: "datagrams missing so far (count)",
+                y_fmt: |v| format_si(v),
+                log_y: false,
+            },
+            "UDP datagrams missing so far: a flat line is no loss; a steady slope is a rate \
+             above what the path or receiver can take.",
+        )
+    };
+    let mut out = figure("udp-loss", &timeline(&axes, &lines)?, caption);
+    out += &udp_jitter(&views)?;
+    Ok(out)
+}
+
+fn udp_jitter(views: &[(String, Vec<&StreamInterval>)]) -> Result<String, ReportError> {
+    let lines: Vec<Line> = views
+        .iter()
+        .map(|(dir, ivs)| Line {
+            label: dir.clone(),
+            points: ivs
+                .iter()
+                .filter_map(|i| i.udp_jitter_ns.map(|j| (i.end_ns as f64 / 1e9, j)))
+                .collect(),
+            pick: Pick::Max,
+        })
+        .filter(|l| !l.points.is_empty())
+        .collect();
+    if lines.is_empty() {
         return Ok(String::new());
     }
     let axes = Axes {
-        y_desc: "datagrams missing so far",
-        y_fmt: |v| format_si(v),
+        y_desc: "interarrival jitter (time)",
+        y_fmt: |v| format_ns(v),
         log_y: false,
     };
-    let line = Line {
-        label: "lost (cumulative)".into(),
-        points: pts,
-        pick: Pick::Max,
-    };
     Ok(figure(
-        "udp-loss",
-        &timeline(&axes, &[line])?,
-        "UDP datagrams missing so far: a flat line is no loss; a steady slope is a rate above \
-         what the path or receiver can take.",
+        "udp-jitter",
+        &timeline(&axes, &lines)?,
+        "RFC 3550 interarrival jitter at the end of each interval (a running average of how much \
+         the spacing of datagrams changed on the way): a line that climbs with the load is a \
+         queue filling on the path; spikes are bursts of cross traffic or scheduling delays.",
     ))
 }

@@ -1,9 +1,9 @@
 //! Latency histograms on a log time axis (Gregg's latency histograms, netstacklat's log2 view):
 //! equal-width bars per factor of time, so a 40 ms mode shows next to a 40 µs one.
 
-use latscope_core::Log2Histogram;
 use latscope_core::log2::{bucket_lower, bucket_upper};
 use latscope_core::units::{format_ns, format_si};
+use latscope_core::{Log2Histogram, LogBins};
 use plotters::prelude::*;
 
 use super::{HEIGHT, WIDTH, colour, svg, text, zero_span};
@@ -17,34 +17,20 @@ pub(crate) struct Bin {
     pub count: u64,
 }
 
-/// Bins per factor of ten for samples.
-const BINS_PER_DECADE: f64 = 10.0;
-
-/// Log-spaced bins over raw samples (ns).
-pub(crate) fn from_samples(samples: &[u64]) -> Vec<Bin> {
-    let lo = samples
+/// The bins of a [`LogBins`] histogram (empty bins inside the span kept: they are gaps).
+pub(crate) fn from_bins(b: &LogBins) -> Vec<Bin> {
+    b.counts
         .iter()
-        .copied()
-        .filter(|&v| v > 0)
-        .min()
-        .unwrap_or(1) as f64;
-    let hi = samples.iter().copied().max().unwrap_or(1).max(1) as f64;
-    let start = (lo.log10() * BINS_PER_DECADE).floor();
-    let n = (((hi.log10() * BINS_PER_DECADE).floor() - start) as usize + 1).min(400);
-    let edge = |k: f64| 10f64.powf((start + k) / BINS_PER_DECADE);
-    let mut bins: Vec<Bin> = (0..n)
-        .map(|k| Bin {
-            lo_ns: edge(k as f64),
-            hi_ns: edge(k as f64 + 1.0),
-            count: 0,
+        .enumerate()
+        .map(|(k, &count)| {
+            let (lo_ns, hi_ns) = b.edges(k);
+            Bin {
+                lo_ns,
+                hi_ns,
+                count,
+            }
         })
-        .collect();
-    for &v in samples {
-        let k = ((v.max(1) as f64).log10() * BINS_PER_DECADE).floor() - start;
-        let k = (k.max(0.0) as usize).min(n - 1);
-        bins[k].count += 1;
-    }
-    bins
+        .collect()
 }
 
 /// The non-empty span of a log2 histogram, as bins (bucket 0, values 0 and 1 ns, drawn from
@@ -99,8 +85,8 @@ pub(crate) fn histograms(panels: &[(String, Vec<Bin>)]) -> Result<String, Report
                 .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)?;
             chart
                 .configure_mesh()
-                .x_desc("latency (log scale)")
-                .y_desc("count")
+                .x_desc("latency (time, log scale)")
+                .y_desc("samples (count)")
                 .x_label_formatter(&|v| format_ns(*v))
                 .y_label_formatter(&|v| format_si(*v))
                 .x_labels(if cols > 1 { 4 } else { 8 })
@@ -126,7 +112,7 @@ mod tests {
 
     #[test]
     fn samples_land_in_their_decade_bins() {
-        let bins = from_samples(&[1_000, 1_000, 10_000, 100_000]);
+        let bins = from_bins(&LogBins::from_samples([1_000, 1_000, 10_000, 100_000]));
         assert_eq!(bins.iter().map(|b| b.count).sum::<u64>(), 4);
         let b = bins
             .iter()

@@ -4,6 +4,7 @@
 
 pub(crate) mod bars;
 pub(crate) mod hist;
+pub(crate) mod hops;
 pub(crate) mod spectrum;
 pub(crate) mod sweep;
 pub(crate) mod timeline;

@@ -76,8 +76,8 @@ pub(crate) fn spectrum(curves: &[Curve<'_>]) -> Result<String, ReportError> {
             .build_cartesian_2d(0.0..MAX_NINES, (lo..hi).log_scale())?;
         chart
             .configure_mesh()
-            .x_desc("percentile (log \"nines\" scale)")
-            .y_desc("latency (log scale)")
+            .x_desc("percentile (%, log \"nines\" scale)")
+            .y_desc("latency (time, log scale)")
             .x_labels(6)
             .x_label_formatter(&axis_label)
             .y_label_formatter(&|v| format_ns(*v))

@@ -45,7 +45,7 @@ pub(crate) fn sweep(
         chart
             .configure_mesh()
             .x_desc("message size (bytes, log scale)")
-            .y_desc("round-trip latency (log scale)")
+            .y_desc("round-trip latency (time, log scale)")
             .x_label_formatter(&|v| format_bytes(*v))
             .y_label_formatter(&|v| format_ns(*v))
             .label_style(text(16))
@@ -88,7 +88,7 @@ fn shade(chart: &mut Chart<'_, '_>, j: &SizeJump, (lo, hi): (f64, f64)) -> super
     chart.draw_series([Text::new(
         label,
         (a * 1.05, lo * 1.5),
-        text(16).color(&RGBColor(0xA0, 0x40, 0x00)),
+        text(16).color(&super::PALETTE[1]),
     )])?;
     Ok(())
 }
