@@ -87,7 +87,7 @@ fn damaged_files_give_clear_errors_or_counted_skips() {
     let (code, out, _) = run(&dir, "cut.pcap", &b);
     assert_eq!(code, 0);
     assert!(
-        out.contains("1 frames") && out.contains("ends in the middle of a packet"),
+        out.contains("1 frame ") && out.contains("ends in the middle of a packet"),
         "{out}"
     );
 
