@@ -279,6 +279,16 @@ pub(crate) fn timer_explains(e: &Evidence) -> bool {
 /// the client ACKs at once (TCP_QUICKACK), or the wire shows it. The server's Nagle algorithm
 /// held the rest of a response until the client ACKed the first part; the client, with nothing
 /// to send, delayed that ACK (TCP_ATO_MIN = 40 ms on Linux). The server is the side to fix.
+/// The server's own sockets settle whose held data it is: with TCP_NODELAY on and no cork on
+/// every connection Nagle holds nothing, and what an immediate ACK removed is another wait for
+/// the client's ACK (a congestion window after loss, a policer): `delayed_ack` and the loss
+/// rules name that, not Nagle.
+fn server_never_holds(e: &Evidence) -> bool {
+    e.server_sockets
+        .as_ref()
+        .is_some_and(|s| s.connections > 0 && s.nagle_on == 0 && s.corked == 0)
+}
+
 pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
     let (single, path, excess) = host_excess(e)?;
     // The stall is the excess, or what TCP_QUICKACK removed from it (when the server also
@@ -304,15 +314,7 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
     if quick.is_none() && wire_nagle(e).is_none() && delack_nagle.is_none() {
         return None;
     }
-    // The server's own sockets settle whose held data it is: with TCP_NODELAY on and no cork on
-    // every connection Nagle holds nothing, and what an immediate ACK removed is another wait for
-    // the client's ACK (a congestion window after loss, a policer): `delayed_ack` and the loss
-    // rules name that, not Nagle.
-    let server_never_holds = e
-        .server_sockets
-        .as_ref()
-        .is_some_and(|s| s.connections > 0 && s.nagle_on == 0 && s.corked == 0);
-    if server_never_holds && wire_nagle(e).is_none() {
+    if server_never_holds(e) && wire_nagle(e).is_none() {
         return None;
     }
     let mut evidence = vec![
