@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use latscope_core::render::page::wrap_line;
 use latscope_core::render::{Human, Page, Table};
 use latscope_core::summary::Summary;
 use latscope_core::units::{count, format_ns};
@@ -151,7 +152,11 @@ impl Human for AnalyzeReport {
     }
 }
 
+/// The start of a ladder note's own line: blank frame and time columns, then the client's lane.
+const LANE: &str = "                    |  ";
+
 /// Draw one connection as a ladder: client on the left, server on the right.
+
 pub fn render_ladder(l: &Ladder, out: &mut Page) {
     let Some(c) = &l.conn else {
         out.push_str("That connection does not exist in this capture (connections are numbered from 0 in order of appearance).\n");
@@ -175,6 +180,9 @@ pub fn render_ladder(l: &Ladder, out: &mut Page) {
         "{:>7} {:>10}  {:<9}{:^arrow_w$}{:>9}",
         "frame", "time", "client", "", "server"
     );
+    // The diagram is preformatted: a row is never broken. A note that does not fit beside its
+    // row goes on lines of its own under it, in the client's lane, wrapped there.
+    let mut rows = String::new();
     for r in &l.rows {
         let label = format!("{} seq={} ack={} len={}", r.flags, r.seq, r.ack, r.len);
         let shaft = arrow_w - 2;
@@ -183,8 +191,7 @@ pub fn render_ladder(l: &Ladder, out: &mut Page) {
         } else {
             format!("<{label:->shaft$}")
         };
-        let _ = write!(
-            out,
+        let row = format!(
             "{:>7} {:>10}  {:<9}{:^arrow_w$}{:>9}",
             r.frame,
             format!("{:.3}ms", r.t_ns as f64 / 1e6),
@@ -192,11 +199,22 @@ pub fn render_ladder(l: &Ladder, out: &mut Page) {
             arrow,
             "|"
         );
-        if !r.notes.is_empty() {
-            let _ = write!(out, "  {}", r.notes.join("; "));
+        let notes = r.notes.join("; ");
+        rows.push_str(&row);
+        if notes.is_empty() {
+            // nothing to say about this frame
+        } else if row.len() + 2 + notes.len() <= out.width() {
+            let _ = write!(rows, "  {notes}");
+        } else {
+            for note in &r.notes {
+                for piece in wrap_line(note, out.width().saturating_sub(LANE.len()).max(20)) {
+                    let _ = write!(rows, "\n{LANE}{}", piece.trim_start());
+                }
+            }
         }
-        out.push('\n');
+        rows.push('\n');
     }
+    out.preformatted(&rows);
     if !c.transactions.is_empty() {
         out.push_str("\nTransactions:\n");
         let mut t = Table::new(&["request", "frames", "duration", "think", "stall", "lost"]);
