@@ -501,6 +501,81 @@ fn nothing_attached(status: &[ProbeStatus], mode: HookMode) -> StackError {
     StackError::NothingAttached(why)
 }
 
+/// Probes being attached one by one: what is attached so far and where.
+struct Attaching<'a> {
+    owner: &'a StackSkel<'static>,
+    rodata: Rodata,
+    cgroup: Option<&'a File>,
+    attached: Vec<Attached>,
+    chosen: Vec<(Option<Probe>, &'static Hook)>,
+    stamp_hook: Option<&'static Hook>,
+}
+
+impl Attaching<'_> {
+    /// Try `probe`'s hooks in order of preference (as `cfg.mode` allows) and keep the first
+    /// that attaches; with `cfg.try_all` the others are attached once, to report them, and
+    /// detached.
+    fn probe(&mut self, probe: Probe, cfg: &StackConfig) -> ProbeStatus {
+        let mut st = ProbeStatus {
+            probe,
+            hook: None,
+            hook_kind: None,
+            semantics: None,
+            refused: Vec::new(),
+            also_available: Vec::new(),
+        };
+        for hook in probe.hooks() {
+            let skip = match cfg.mode {
+                HookMode::Auto => false,
+                HookMode::Fentry => hook.kind != HookKind::Fentry,
+                HookMode::Fallback => hook.kind == HookKind::Fentry,
+            };
+            if skip || (st.hook.is_some() && !cfg.try_all) {
+                continue;
+            }
+            // ip-start on netif_receive_skb is where skbs without a realtime stamp get
+            // latscope's: it stamps first, then records (so those read ~0 there).
+            let stamps_here =
+                probe == Probe::IpStart && matches!(hook.kind, HookKind::TpBtf | HookKind::RawTp);
+            let ro = Rodata {
+                site_mask: masks_for(Some(probe), hook),
+                ..self.rodata
+            };
+            if hook.kind == HookKind::CgroupSkb && self.cgroup.is_none() {
+                st.refused.push(HookAttempt {
+                    hook: hook.label.to_string(),
+                    error: "no cgroup v2 hierarchy is mounted".into(),
+                    missing: Some(Prerequisite::Cgroup2Mount),
+                });
+                continue;
+            }
+            match load_and_attach(self.owner, &ro, &hook_progs(hook), self.cgroup) {
+                Ok(a) if st.hook.is_some() => {
+                    // Only probing: detach at once.
+                    drop(a);
+                    st.also_available.push(hook.label.to_string());
+                }
+                Ok(a) => {
+                    self.attached.push(a);
+                    self.chosen.push((Some(probe), hook));
+                    if stamps_here {
+                        self.stamp_hook = Some(hook);
+                    }
+                    st.hook = Some(hook.label.to_string());
+                    st.hook_kind = Some(hook.kind);
+                    st.semantics = Some(hook.semantics.to_string());
+                }
+                Err(e) => st.refused.push(HookAttempt {
+                    hook: hook.label.to_string(),
+                    error: e,
+                    missing: None,
+                }),
+            }
+        }
+        st
+    }
+}
+
 impl Session {
     /// Check the prerequisites, load and attach. Probes that cannot be attached are reported in
     /// [`Session::status`]; it is an error only when none can.
@@ -521,74 +596,26 @@ impl Session {
             .load()
             .map_err(|e| StackError::from_load(&e, &take_libbpf_log()))?;
 
-        let mut attached = Vec::new();
-        let mut chosen: Vec<(Option<Probe>, &'static Hook)> = Vec::new();
-        let mut stamp_hook = None;
         let wanted: Vec<Probe> = if cfg.probes.is_empty() {
             Probe::ALL.to_vec()
         } else {
             cfg.probes.clone()
         };
-        let mut status = Vec::new();
-        for probe in wanted {
-            let mut st = ProbeStatus {
-                probe,
-                hook: None,
-                hook_kind: None,
-                semantics: None,
-                refused: Vec::new(),
-                also_available: Vec::new(),
-            };
-            for hook in probe.hooks() {
-                let skip = match cfg.mode {
-                    HookMode::Auto => false,
-                    HookMode::Fentry => hook.kind != HookKind::Fentry,
-                    HookMode::Fallback => hook.kind == HookKind::Fentry,
-                };
-                if skip || (st.hook.is_some() && !cfg.try_all) {
-                    continue;
-                }
-                // ip-start on netif_receive_skb is where skbs without a realtime stamp get
-                // latscope's: it stamps first, then records (so those read ~0 there).
-                let stamps_here = probe == Probe::IpStart
-                    && matches!(hook.kind, HookKind::TpBtf | HookKind::RawTp);
-                let ro = Rodata {
-                    site_mask: masks_for(Some(probe), hook),
-                    ..rodata
-                };
-                if hook.kind == HookKind::CgroupSkb && cgroup.is_none() {
-                    st.refused.push(HookAttempt {
-                        hook: hook.label.to_string(),
-                        error: "no cgroup v2 hierarchy is mounted".into(),
-                        missing: Some(Prerequisite::Cgroup2Mount),
-                    });
-                    continue;
-                }
-                match load_and_attach(&owner, &ro, &hook_progs(hook), cgroup.as_ref()) {
-                    Ok(a) if st.hook.is_some() => {
-                        // Only probing: detach at once.
-                        drop(a);
-                        st.also_available.push(hook.label.to_string());
-                    }
-                    Ok(a) => {
-                        attached.push(a);
-                        chosen.push((Some(probe), hook));
-                        if stamps_here {
-                            stamp_hook = Some(hook);
-                        }
-                        st.hook = Some(hook.label.to_string());
-                        st.hook_kind = Some(hook.kind);
-                        st.semantics = Some(hook.semantics.to_string());
-                    }
-                    Err(e) => st.refused.push(HookAttempt {
-                        hook: hook.label.to_string(),
-                        error: e,
-                        missing: None,
-                    }),
-                }
-            }
-            status.push(st);
-        }
+        let mut att = Attaching {
+            owner: &owner,
+            rodata,
+            cgroup: cgroup.as_ref(),
+            attached: Vec::new(),
+            chosen: Vec::new(),
+            stamp_hook: None,
+        };
+        let status: Vec<ProbeStatus> = wanted.into_iter().map(|p| att.probe(p, cfg)).collect();
+        let Attaching {
+            mut attached,
+            mut chosen,
+            mut stamp_hook,
+            ..
+        } = att;
         // Without ip-start on netif_receive_skb, a separate stamper goes there (it runs before
         // every other hook; the fentry ip-start at ip_rcv_core comes later in the path). Best
         // effort: without it such packets are counted as `no_stamp` or timed from a later stamp.
