@@ -156,7 +156,6 @@ impl Human for AnalyzeReport {
 const LANE: &str = "                    |  ";
 
 /// Draw one connection as a ladder: client on the left, server on the right.
-
 pub fn render_ladder(l: &Ladder, out: &mut Page) {
     let Some(c) = &l.conn else {
         out.push_str("That connection does not exist in this capture (connections are numbered from 0 in order of appearance).\n");
