@@ -13,7 +13,8 @@
 # fuzz/seeds/<target>/ so every later run replays it.
 #
 # Needs nightly and cargo-fuzz (scripts/setup.sh installs both). Without them this fails when
-# LATSCOPE_FUZZ_REQUIRED=1 (CI); otherwise it says so and replays the seeds on stable instead.
+# LATSCOPE_FUZZ_REQUIRED=1 (CI); otherwise it says so and replays the seeds on stable instead, built with the same debug
+# assertions and overflow checks (the `release-checked` profile).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
@@ -23,13 +24,13 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
              "(rustup toolchain install nightly --profile minimal; cargo install cargo-fuzz --locked)" >&2
         exit 1
     fi
-    echo "fuzz: cargo-fuzz on nightly is not available; replaying the seeds on stable instead" >&2
+    echo "fuzz: cargo-fuzz on nightly is not available; replaying the seeds on stable (release-checked: overflow checks on) instead" >&2
     rc=0
-    cargo test --release -p latscope-wire --test seed_replay || rc=1
-    cargo test --release -p latscope-http --lib fuzzing || rc=1
-    cargo test --release -p latscope-net --lib serve::fuzzing || rc=1
-    cargo test --release -p latscope-capture --lib fuzzing || rc=1
-    cargo test --release -p latscope-exporter --lib fuzzing || rc=1
+    cargo test --profile release-checked -p latscope-wire --test seed_replay || rc=1
+    cargo test --profile release-checked -p latscope-http --lib fuzzing || rc=1
+    cargo test --profile release-checked -p latscope-net --lib serve::fuzzing || rc=1
+    cargo test --profile release-checked -p latscope-capture --lib fuzzing || rc=1
+    cargo test --profile release-checked -p latscope-exporter --lib fuzzing || rc=1
     exit $rc
 fi
 cd fuzz

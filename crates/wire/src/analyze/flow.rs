@@ -314,7 +314,7 @@ impl Conn {
     /// two round trips to the sender plus 1 ms (2 ms without a handshake).
     pub(super) fn release_window(&self, d: usize) -> u64 {
         self.rtt_to_sender(d)
-            .map_or(2_000_000, |v| 2 * v + 1_000_000)
+            .map_or(2_000_000, |v| v.saturating_mul(2).saturating_add(1_000_000))
     }
 
     /// Effective MSS of the sender of direction `d`: what the peer advertised, minus the
