@@ -338,8 +338,10 @@ fn kubernetes_manifest_matches_the_api_schema() {
     let cfg = latscope_agent::config::parse(Path::new(agent_file), &cm.data[agent_file])
         .unwrap_or_else(|e| panic!("ConfigMap {e}"));
     let peers = cfg.peers.as_ref().expect("a [peers] section");
-    let peers_key = peers.file.file_name().unwrap().to_str().unwrap();
-    latscope_agent::config::parse_peers(&peers.file, &cm.data[peers_key]).unwrap();
+    if let Some(file) = &peers.file {
+        let peers_key = file.file_name().unwrap().to_str().unwrap();
+        latscope_agent::config::parse_peers(file, &cm.data[peers_key]).unwrap();
+    }
 
     // Headless Service selecting the DaemonSet's pods.
     assert_eq!(svc.spec.cluster_ip.as_deref(), Some("None"), "headless");
@@ -485,9 +487,22 @@ fn kubernetes_manifest_matches_the_api_schema() {
         cm.data
             .contains_key(cfg_path.file_name().unwrap().to_str().unwrap())
     );
+    if let Some(file) = &peers.file {
+        assert!(
+            file.starts_with(&mount.mount_path),
+            "peer file under the ConfigMap mount"
+        );
+    }
+    // The mesh: the peers' DNS name is the headless Service's, in its namespace.
+    let svc_dns = format!(
+        "{}.{}.svc.cluster.local",
+        svc.metadata.name.as_deref().unwrap(),
+        svc.metadata.namespace.as_deref().unwrap()
+    );
     assert!(
-        peers.file.starts_with(&mount.mount_path),
-        "peer file under the ConfigMap mount"
+        peers.dns.contains(&svc_dns),
+        "[peers] dns should name the headless Service {svc_dns}: {:?}",
+        peers.dns
     );
 }
 
@@ -649,6 +664,8 @@ measure = [{{ kind = "connect", port = {closed_port}, interval = "100ms", timeou
 name = "svc"
 port = {svc_port}
 interval = "1s"
+[stack]
+probes = ["ip-start", "tcp-start", "tcp-socket-enqueued", "tcp-socket-read"]
 "#,
             log = dir.join("findings.jsonl").display()
         ),
@@ -667,6 +684,7 @@ interval = "1s"
         if t.contains("latscope_finding{")
             && t.contains("latscope_probe_failures_total{")
             && t.contains("latscope_service_sockets{")
+            && t.contains("latscope_stack_probes{")
             && (t.contains("latscope_socket_finding{") || !socket_options_readable())
         {
             break;
@@ -866,6 +884,13 @@ fn grafana_dashboard_queries_what_the_agent_exports() {
             }
             if m == "latscope_socket_finding" && !socket_options_readable() {
                 eprintln!("SKIP {title}: not root, the scan reads no socket options");
+                continue;
+            }
+            if m.starts_with("latscope_stack_")
+                && m.ends_with("_seconds_bucket")
+                && !socket_options_readable()
+            {
+                eprintln!("SKIP {title}: not root, no eBPF: no kernel stack histograms");
                 continue;
             }
             let l = exported

@@ -28,7 +28,10 @@ Config (TOML, or YAML when the file ends in .yaml/.yml; every key is in docs/age
   slo = { kind = \"rr\", quantile = 0.99, threshold = \"5ms\", window = \"5m\" }
   [peers]
   file = \"peers.txt\"       # ADDRESS [NAME] [label=value ...] per line; re-read on change and SIGHUP
+  dns = [\"latscope.mon.svc.cluster.local\"]  # and/or: all its A/AAAA records, every 30s
   measure = [{ kind = \"rr\" }]
+  [stack]                  # `latscope stack` histograms (CAP_BPF, CAP_PERFMON)
+  probes = [\"tcp-socket-read\"]
 
 Serves /metrics (OpenMetrics), /healthz and /probe?target=HOST[:PORT]&kind=KIND.
 SIGHUP reloads the configuration and the peer list (a broken file keeps the previous one);
@@ -97,20 +100,31 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {
         let cfg = latscope_agent::config::load(&a.config)
             .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
         let mut peers = 0;
-        if let Some(p) = &cfg.peers {
-            let text = std::fs::read_to_string(&p.file).map_err(|e| {
+        if let Some(file) = cfg.peers.as_ref().and_then(|p| p.file.as_ref()) {
+            let text = std::fs::read_to_string(file).map_err(|e| {
                 exit::coded(
                     exit::USAGE,
-                    format!("{}: cannot read the peer list: {e}", p.file.display()),
+                    format!("{}: cannot read the peer list: {e}", file.display()),
                 )
             })?;
-            peers = latscope_agent::config::parse_peers(&p.file, &text)
+            peers = latscope_agent::config::parse_peers(file, &text)
                 .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?
                 .len();
         }
+        let dns = cfg.peers.as_ref().map_or(0, |p| p.dns.len());
         let measures: usize = cfg.targets.iter().map(|t| t.measures.len()).sum();
+        let mut extra = String::new();
+        if dns > 0 {
+            extra.push_str(&format!(
+                ", {} resolved at run time",
+                latscope_core::units::count(dns as u64, "peer DNS name")
+            ));
+        }
+        if cfg.stack.is_some() {
+            extra.push_str(", kernel stack histograms");
+        }
         println!(
-            "{}: ok ({} with {}, {})",
+            "{}: ok ({} with {}, {}{extra})",
             a.config.display(),
             latscope_core::units::count(cfg.targets.len() as u64, "target"),
             latscope_core::units::count(measures as u64, "measurement"),

@@ -22,12 +22,20 @@
 //!
 //! [peers]                            # a mesh: same measurements for every peer of a file
 //! file = "/etc/latscope/peers"       # ADDRESS [NAME] per line; re-read on change and SIGHUP
+//! dns = ["latscope.mon.svc.cluster.local"]  # and/or: every A/AAAA record of these names
+//! dns_refresh = "30s"                # re-resolved this often (peers come and go)
 //! measure = [{ kind = "rr" }]
 //!
 //! [[service]]                        # the host's own view: socket findings of a local service
 //! name = "nginx"                     # the `service` label
 //! port = 80                          # its sockets: local or remote port 80
 //! interval = "30s"
+//!
+//! [stack]                            # the kernel's view: `latscope stack`'s eBPF histograms
+//! probes = ["tcp-socket-read"]       # netstacklat's hook points (default: all)
+//! hooks = "auto"                     # auto (fentry, else fallbacks), fentry, fallback
+//! group_by = "none"                  # or "interface"
+//! sample = 1                         # time one packet in N
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -193,7 +201,11 @@ struct RawTarget {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPeers {
-    file: Spanned<PathBuf>,
+    file: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    dns: Vec<Spanned<String>>,
+    dns_refresh: Option<Spanned<Dur>>,
+    include_self: Option<bool>,
     #[serde(default)]
     labels: BTreeMap<Spanned<String>, String>,
     measure: Spanned<Vec<Spanned<RawMeasure>>>,
@@ -210,6 +222,16 @@ struct RawService {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawStack {
+    #[serde(default)]
+    probes: Vec<Spanned<String>>,
+    hooks: Option<Spanned<String>>,
+    group_by: Option<Spanned<String>>,
+    sample: Option<Spanned<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<Spanned<String>>,
     findings_log: Option<PathBuf>,
@@ -220,6 +242,22 @@ struct RawConfig {
     peers: Option<Spanned<RawPeers>>,
     #[serde(default)]
     service: Vec<Spanned<RawService>>,
+    stack: Option<Spanned<RawStack>>,
+}
+
+/// The `[stack]` section: `latscope stack`'s kernel receive-path histograms in the agent
+/// ([`crate::stack`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    /// Probes to attach, by netstacklat name (`tcp-socket-read`, …); empty = all.
+    pub probes: Vec<latscope_ebpf::Probe>,
+    /// Which implementations may be used: `auto` (fentry where allowed, else tracepoint /
+    /// cgroup_skb fallbacks), `fentry`, `fallback`.
+    pub hooks: latscope_ebpf::HookMode,
+    /// `none` (one histogram per probe) or `interface` (per receiving interface too).
+    pub group_by: latscope_ebpf::GroupBy,
+    /// Time one packet in N at each probe (1: every packet).
+    pub sample: u32,
 }
 
 /// A local service whose sockets the agent scans (the host's own view, [`crate::host`]).
@@ -286,11 +324,19 @@ pub struct Target {
     pub slo: Option<Slo>,
 }
 
-/// The `[peers]` section: a template applied to every line of the peer file.
+/// The `[peers]` section: a template applied to every line of the peer file and to every
+/// address the `dns` names resolve to.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Peers {
-    /// The peer list (relative paths are relative to the config file).
-    pub file: PathBuf,
+    /// The peer list (relative paths are relative to the config file), if any.
+    pub file: Option<PathBuf>,
+    /// Names whose every A/AAAA record is a peer (a Kubernetes headless Service), re-resolved
+    /// every `dns_refresh`.
+    pub dns: Vec<String>,
+    /// Time between two resolutions of `dns` (30 s by default, at least 1 s).
+    pub dns_refresh: Duration,
+    /// Keep this host's own addresses among the `dns` peers (off by default).
+    pub include_self: bool,
     /// Labels of every peer.
     pub labels: BTreeMap<String, String>,
     /// Measurements of every peer.
@@ -316,6 +362,8 @@ pub struct Config {
     pub peers: Option<Peers>,
     /// Local services whose sockets are scanned.
     pub services: Vec<Service>,
+    /// The kernel stack histograms, if asked for.
+    pub stack: Option<Stack>,
 }
 
 /// Labels the agent sets itself; a target may not redefine them.
@@ -503,6 +551,112 @@ impl Ctx<'_> {
         Ok(out)
     }
 
+    fn peers(&self, raw: Spanned<RawPeers>) -> Result<Peers, ConfigError> {
+        let span = raw.span();
+        let p = raw.into_inner();
+        let measures = self.measures(p.measure)?;
+        let slo = self.slo(p.slo, &measures)?;
+        let file = p.file.map(|f| {
+            let f = f.into_inner();
+            if f.is_relative() {
+                self.file.parent().unwrap_or(Path::new(".")).join(f)
+            } else {
+                f
+            }
+        });
+        let mut dns: Vec<String> = Vec::new();
+        for d in &p.dns {
+            let name = d.get_ref().trim();
+            if name.is_empty() || name.contains(char::is_whitespace) || name.contains('/') {
+                return Err(self.err(
+                    d.span(),
+                    "a dns entry is a host name (e.g. a headless Service's name)",
+                ));
+            }
+            if !dns.iter().any(|n| n == name) {
+                dns.push(name.to_string());
+            }
+        }
+        if file.is_none() && dns.is_empty() {
+            return Err(self.err(span, "[peers] needs a file, a dns list, or both"));
+        }
+        let dns_refresh = p
+            .dns_refresh
+            .as_ref()
+            .map_or(Duration::from_secs(30), |d| d.get_ref().0);
+        if let Some(d) = &p.dns_refresh
+            && dns_refresh < Duration::from_secs(1)
+        {
+            return Err(self.err(d.span(), "dns_refresh must be at least 1s"));
+        }
+        Ok(Peers {
+            file,
+            dns,
+            dns_refresh,
+            include_self: p.include_self.unwrap_or(false),
+            labels: self.labels(p.labels)?,
+            measures,
+            slo,
+        })
+    }
+
+    fn stack(&self, raw: Option<Spanned<RawStack>>) -> Result<Option<Stack>, ConfigError> {
+        let Some(r) = raw else { return Ok(None) };
+        let r = r.into_inner();
+        let mut probes = Vec::new();
+        for p in &r.probes {
+            let probe = p.get_ref().parse::<latscope_ebpf::Probe>().map_err(|_| {
+                let all: Vec<&str> = latscope_ebpf::Probe::ALL.iter().map(|p| p.name()).collect();
+                self.err(
+                    p.span(),
+                    format!(
+                        "unknown probe '{}'; the probes are {}",
+                        p.get_ref(),
+                        all.join(", ")
+                    ),
+                )
+            })?;
+            if !probes.contains(&probe) {
+                probes.push(probe);
+            }
+        }
+        let hooks = match r.hooks.as_ref().map(|h| (h.get_ref().as_str(), h.span())) {
+            None | Some(("auto", _)) => latscope_ebpf::HookMode::Auto,
+            Some(("fentry", _)) => latscope_ebpf::HookMode::Fentry,
+            Some(("fallback", _)) => latscope_ebpf::HookMode::Fallback,
+            Some((h, span)) => {
+                return Err(self.err(span, format!("hooks = '{h}': use auto, fentry or fallback")));
+            }
+        };
+        let group_by = match r
+            .group_by
+            .as_ref()
+            .map(|g| (g.get_ref().as_str(), g.span()))
+        {
+            None | Some(("none", _)) => latscope_ebpf::GroupBy::None,
+            Some(("interface", _)) => latscope_ebpf::GroupBy::Interface,
+            Some((g, span)) => {
+                return Err(self.err(
+                    span,
+                    format!("group_by = '{g}': use none or interface (per-cgroup series would grow without bound)"),
+                ));
+            }
+        };
+        let sample = match &r.sample {
+            Some(s) if *s.get_ref() == 0 => {
+                return Err(self.err(s.span(), "sample must be at least 1 (one packet in N)"));
+            }
+            Some(s) => *s.get_ref(),
+            None => 1,
+        };
+        Ok(Some(Stack {
+            probes,
+            hooks,
+            group_by,
+            sample,
+        }))
+    }
+
     fn slo(
         &self,
         raw: Option<Spanned<RawSlo>>,
@@ -650,31 +804,17 @@ pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, Confi
     }
     let peers = match raw.peers {
         None => None,
-        Some(p) => {
-            let p = p.into_inner();
-            let measures = c.measures(p.measure)?;
-            let slo = c.slo(p.slo, &measures)?;
-            let f = p.file.into_inner();
-            let file = if f.is_relative() {
-                file.parent().unwrap_or(Path::new(".")).join(f)
-            } else {
-                f
-            };
-            Some(Peers {
-                file,
-                labels: c.labels(p.labels)?,
-                measures,
-                slo,
-            })
-        }
+        Some(p) => Some(c.peers(p)?),
     };
     let services = c.services(raw.service)?;
-    if targets.is_empty() && peers.is_none() && services.is_empty() {
+    let stack = c.stack(raw.stack)?;
+    if targets.is_empty() && peers.is_none() && services.is_empty() && stack.is_none() {
         return Err(at(
             file,
             text,
             None,
-            "nothing to measure: add a [[target]], a [peers] or a [[service]] section".into(),
+            "nothing to measure: add a [[target]], a [peers], a [[service]] or a [stack] section"
+                .into(),
         ));
     }
     Ok(Config {
@@ -685,6 +825,7 @@ pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, Confi
         targets,
         peers,
         services,
+        stack,
     })
 }
 
@@ -833,7 +974,8 @@ measure = [{ kind = "rr", port = 7000 }]
         assert_eq!((slo.kind, slo.quantile), (Kind::Connect, 0.99));
         assert_eq!(slo.window, Duration::from_secs(300));
         let p = c.peers.as_ref().unwrap();
-        assert_eq!(p.file, PathBuf::from("/etc/latscope/peers.txt"));
+        assert_eq!(p.file, Some(PathBuf::from("/etc/latscope/peers.txt")));
+        assert!(p.dns.is_empty());
         let peers = parse_peers(Path::new("p"), "10.0.0.3 b zone=x\n# c\n\n10.0.0.4\n").unwrap();
         let all = c.all_targets(&peers);
         assert_eq!(all.len(), 3);
@@ -1016,6 +1158,78 @@ peers:
         )
         .unwrap();
         assert_eq!(y.services, c.services[..1]);
+    }
+
+    #[test]
+    fn peers_from_dns_are_validated() {
+        let measure = "measure = [{ kind = \"connect\", port = 7373 }]\n";
+        let c = parse(
+            Path::new("a.toml"),
+            &format!("[peers]\ndns = [\"svc.ns.svc.cluster.local\", \"svc.ns.svc.cluster.local\"]\n{measure}"),
+        )
+        .unwrap();
+        let p = c.peers.unwrap();
+        assert_eq!((p.file, p.dns.len()), (None, 1));
+        assert_eq!(p.dns_refresh, Duration::from_secs(30));
+        assert!(!p.include_self);
+        let e = err(&format!("[peers]\n{measure}"));
+        assert!(
+            e.message.contains("needs a file, a dns list, or both"),
+            "{e}"
+        );
+        let e = err(&format!("[peers]\ndns = [\"a b\"]\n{measure}"));
+        assert_eq!(e.line, 2, "{e}");
+        let e = err(&format!(
+            "[peers]\ndns = [\"a\"]\ndns_refresh = \"10ms\"\n{measure}"
+        ));
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.contains("at least 1s"), "{e}");
+    }
+
+    #[test]
+    fn stack_section_is_validated() {
+        let c = parse(
+            Path::new("a.toml"),
+            "[stack]\nprobes = [\"tcp-socket-read\", \"ip-start\", \"tcp-socket-read\"]\nhooks = \"fallback\"\ngroup_by = \"interface\"\nsample = 4\n",
+        )
+        .unwrap();
+        let s = c.stack.unwrap();
+        assert_eq!(
+            s.probes,
+            [
+                latscope_ebpf::Probe::TcpSocketRead,
+                latscope_ebpf::Probe::IpStart
+            ]
+        );
+        assert_eq!(s.hooks, latscope_ebpf::HookMode::Fallback);
+        assert_eq!(s.group_by, latscope_ebpf::GroupBy::Interface);
+        assert_eq!(s.sample, 4);
+        // An empty section: every probe, auto hooks, one histogram per probe, every packet.
+        let d = parse(Path::new("a.toml"), "[stack]\n")
+            .unwrap()
+            .stack
+            .unwrap();
+        assert!(d.probes.is_empty());
+        assert_eq!(d.hooks, latscope_ebpf::HookMode::Auto);
+        assert_eq!((d.group_by, d.sample), (latscope_ebpf::GroupBy::None, 1));
+        let e = err("[stack]\nprobes = [\"tcp-read\"]\n");
+        assert_eq!((e.line, e.column), (2, 11), "{e}");
+        assert!(e.message.contains("tcp-socket-read"), "{e}");
+        let e = err("[stack]\nhooks = \"kprobe\"\n");
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("auto, fentry or fallback"), "{e}");
+        let e = err("[stack]\ngroup_by = \"cgroup\"\n");
+        assert!(e.message.contains("none or interface"), "{e}");
+        let e = err("[stack]\nsample = 0\n");
+        assert_eq!(e.line, 2, "{e}");
+        let e = err("[stack]\nprobe = [\"ip-start\"]\n");
+        assert!(e.message.contains("unknown field"), "{e}");
+        let y = parse(
+            Path::new("a.yaml"),
+            "stack:\n  probes: [ip-start]\n  hooks: auto\n",
+        )
+        .unwrap();
+        assert_eq!(y.stack.unwrap().probes, [latscope_ebpf::Probe::IpStart]);
     }
 
     #[test]

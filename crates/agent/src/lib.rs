@@ -14,11 +14,13 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod dns;
 pub mod fuzzing;
 pub mod host;
 pub mod measure;
 pub mod metrics;
 mod probe_route;
+pub mod stack;
 mod worker;
 pub mod yaml;
 
@@ -111,17 +113,22 @@ fn mtime(p: &Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
 
+/// The peer file's lines (none without a `[peers]` file).
 fn read_peers(cfg: &Config) -> Result<Vec<Peer>, ConfigError> {
-    let Some(p) = &cfg.peers else {
+    let Some(file) = peer_file(cfg) else {
         return Ok(vec![]);
     };
-    let text = std::fs::read_to_string(&p.file).map_err(|e| ConfigError {
-        file: p.file.clone(),
+    let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+        file: file.to_path_buf(),
         line: 0,
         column: 0,
         message: format!("cannot read the peer list: {e}"),
     })?;
-    config::parse_peers(&p.file, &text)
+    config::parse_peers(file, &text)
+}
+
+fn peer_file(cfg: &Config) -> Option<&Path> {
+    cfg.peers.as_ref().and_then(|p| p.file.as_deref())
 }
 
 /// The running measurements, by (target, measurement): replaced as the target list changes.
@@ -309,6 +316,17 @@ struct Supervisor<'a> {
     fleet: Fleet,
     /// One socket-scanning thread per `[[service]]`.
     host: Vec<host::HostWorker>,
+    /// The `[stack]` probes' thread.
+    stack: Option<stack::StackWorker>,
+    /// The peer file's peers.
+    file_peers: Vec<Peer>,
+    /// The peers the `[peers]` `dns` names resolved to, last round.
+    dns_peers: Vec<Peer>,
+    /// The thread re-resolving them.
+    dns: Option<dns::DnsWatcher>,
+    /// The failures of the last DNS round (logged when they change).
+    dns_errors: Vec<String>,
+    resolver: Arc<dns::Resolver>,
     shared: Arc<Shared>,
 }
 
@@ -327,6 +345,93 @@ impl Supervisor<'_> {
                 )),
             }
         }
+    }
+
+    /// (Re)start the `[stack]` probes if the section changed (or stop them if it went).
+    fn restart_stack(&mut self) {
+        if self.stack.as_ref().map(|w| &w.cfg) == self.cfg.stack.as_ref() {
+            return;
+        }
+        if let Some(w) = self.stack.take() {
+            w.stop();
+        }
+        self.shared.metrics.stack_unavailable.clear();
+        self.shared.metrics.stack_probes.clear();
+        if let Some(s) = &self.cfg.stack {
+            match stack::StackWorker::start(s.clone(), self.shared.clone()) {
+                Ok(w) => self.stack = Some(w),
+                Err(e) => log(&format!("cannot start the [stack] thread: {e}")),
+            }
+        }
+    }
+
+    /// The peer file's peers, then the DNS ones (a name the file already has is skipped).
+    fn peers(&self) -> Vec<Peer> {
+        let mut out = self.file_peers.clone();
+        for p in &self.dns_peers {
+            if !out.iter().any(|f| f.name == p.name) {
+                out.push(p.clone());
+            }
+        }
+        out
+    }
+
+    fn reconcile_peers(&mut self) {
+        let all = self.cfg.all_targets(&self.peers());
+        self.fleet.reconcile(&self.cfg, all, &self.shared);
+    }
+
+    /// (Re)start resolving the `dns` names if they (or the refresh) changed.
+    fn restart_dns(&mut self) {
+        let want = self
+            .cfg
+            .peers
+            .as_ref()
+            .filter(|p| !p.dns.is_empty())
+            .map(|p| (p.dns.clone(), p.dns_refresh));
+        if self.dns.as_ref().map(|w| &w.key) == want.as_ref() {
+            return;
+        }
+        self.dns = None;
+        if want.is_none() {
+            self.dns_peers.clear();
+        }
+        if let Some(p) = self.cfg.peers.as_ref().filter(|p| !p.dns.is_empty()) {
+            match dns::DnsWatcher::start(p, self.resolver.clone()) {
+                Ok(w) => self.dns = Some(w),
+                Err(e) => log(&format!("cannot start the DNS thread: {e}")),
+            }
+        }
+    }
+
+    /// Tick: take the newest DNS round; reconcile when the addresses changed.
+    fn check_dns(&mut self) {
+        let Some(round) = self.dns.as_ref().and_then(|w| w.latest()) else {
+            return;
+        };
+        let include_self = self.cfg.peers.as_ref().is_some_and(|p| p.include_self);
+        if !round.errors.is_empty() {
+            self.count_reload(false);
+            if round.errors != self.dns_errors {
+                log(&format!(
+                    "[peers] dns: {}; keeping those names' previous addresses",
+                    round.errors.join("; ")
+                ));
+            }
+        }
+        self.dns_errors = round.errors.clone();
+        let peers = dns::peers_of(&round, include_self, &dns::is_local);
+        if peers == self.dns_peers {
+            return;
+        }
+        self.dns_peers = peers;
+        self.reconcile_peers();
+        self.count_reload(true);
+        log(&format!(
+            "[peers] dns: {} resolved, {}",
+            count(self.dns_peers.len() as u64, "address"),
+            count(self.fleet.targets.len() as u64, "target")
+        ));
     }
 
     fn count_reload(&self, ok: bool) {
@@ -356,13 +461,15 @@ impl Supervisor<'_> {
             l.clone_from(&new_cfg.findings_log);
         }
         self.cfg = new_cfg;
-        self.peers_mtime = self.cfg.peers.as_ref().and_then(|p| mtime(&p.file));
+        self.peers_mtime = peer_file(&self.cfg).and_then(mtime);
+        self.file_peers = peers;
+        self.restart_dns();
         // Settings that apply to every worker (jitter) restart them all.
         self.fleet.stop_all();
         self.fleet.targets.clear();
-        self.fleet
-            .reconcile(&self.cfg, self.cfg.all_targets(&peers), &self.shared);
+        self.reconcile_peers();
         self.restart_host();
+        self.restart_stack();
         self.count_reload(true);
         log(&format!(
             "SIGHUP: reloaded, {}",
@@ -372,16 +479,18 @@ impl Supervisor<'_> {
 
     /// Tick: re-read the peer list if its file changed.
     fn check_peers(&mut self) {
-        let Some(p) = &self.cfg.peers else { return };
-        let now = mtime(&p.file);
+        let Some(file) = peer_file(&self.cfg) else {
+            return;
+        };
+        let now = mtime(file);
         if now == self.peers_mtime {
             return;
         }
         self.peers_mtime = now;
         match read_peers(&self.cfg) {
             Ok(peers) => {
-                self.fleet
-                    .reconcile(&self.cfg, self.cfg.all_targets(&peers), &self.shared);
+                self.file_peers = peers;
+                self.reconcile_peers();
                 self.count_reload(true);
                 log(&format!(
                     "peer list changed: {}",
@@ -399,6 +508,15 @@ impl Supervisor<'_> {
 /// Run until SIGTERM or SIGINT. Returns once every measurement thread has stopped and the
 /// server is closed.
 pub fn run(opts: &Options, diagnoser: Arc<dyn Diagnoser>) -> Result<(), AgentError> {
+    run_with(opts, diagnoser, Arc::new(dns::system_resolve))
+}
+
+/// [`run`] with another resolver for the `[peers]` `dns` names (tests).
+pub fn run_with(
+    opts: &Options,
+    diagnoser: Arc<dyn Diagnoser>,
+    resolver: Arc<dns::Resolver>,
+) -> Result<(), AgentError> {
     let cfg = config::load(&opts.config)?;
     let listen = opts.listen.unwrap_or(cfg.listen);
     let mut registry = Registry::default();
@@ -413,23 +531,30 @@ pub fn run(opts: &Options, diagnoser: Arc<dyn Diagnoser>) -> Result<(), AgentErr
     let mut signals = Signals::install(&server.rt)?;
     let mut sup = Supervisor {
         opts,
-        peers_mtime: cfg.peers.as_ref().and_then(|p| mtime(&p.file)),
+        peers_mtime: peer_file(&cfg).and_then(mtime),
         fleet: Fleet {
             workers: BTreeMap::new(),
             targets: vec![],
         },
         host: vec![],
+        stack: None,
+        file_peers: vec![],
+        dns_peers: vec![],
+        dns: None,
+        dns_errors: vec![],
+        resolver,
         shared,
         cfg,
     };
-    let peers = read_peers(&sup.cfg).unwrap_or_else(|e| {
+    sup.file_peers = read_peers(&sup.cfg).unwrap_or_else(|e| {
         log(&format!("{e}; starting without peers until it is fixed"));
         sup.count_reload(false);
         vec![]
     });
-    sup.fleet
-        .reconcile(&sup.cfg, sup.cfg.all_targets(&peers), &sup.shared);
+    sup.reconcile_peers();
+    sup.restart_dns();
     sup.restart_host();
+    sup.restart_stack();
     let reach = if latscope_exporter::is_exposed(&server.bound) {
         " (reachable from other hosts)"
     } else {
@@ -449,11 +574,17 @@ pub fn run(opts: &Options, diagnoser: Arc<dyn Diagnoser>) -> Result<(), AgentErr
                 break;
             }
             Event::Hup => sup.reload(),
-            Event::Tick => sup.check_peers(),
+            Event::Tick => {
+                sup.check_peers();
+                sup.check_dns();
+            }
         }
     }
     sup.fleet.stop_all();
     for w in sup.host.drain(..) {
+        w.stop();
+    }
+    if let Some(w) = sup.stack.take() {
         w.stop();
     }
     server.shutdown();

@@ -75,6 +75,13 @@ pub struct Metrics {
     pub service_sockets: Family<Labels, Gauge>,
     /// `latscope_socket_scans_total{service,result}`.
     pub socket_scans: Family<Labels, Counter>,
+    /// The kernel stack histograms (`latscope_stack_<probe>_seconds{hook,interface}`), fed by
+    /// [`crate::stack`]; empty without `[stack]`.
+    pub stack: Arc<latscope_ebpf::prometheus::StackCollector>,
+    /// `latscope_stack_probes{state}`: probes attached / unavailable.
+    pub stack_probes: Family<Labels, Gauge>,
+    /// `latscope_stack_unavailable{reason,missing}`: 1 when eBPF could not start at all.
+    pub stack_unavailable: Family<Labels, Gauge>,
     /// Series created per target, for [`Metrics::forget`].
     seen: Arc<Mutex<SeriesByTarget>>,
 }
@@ -160,6 +167,9 @@ impl Metrics {
             socket_finding: Family::default(),
             service_sockets: Family::default(),
             socket_scans: Family::default(),
+            stack: Arc::default(),
+            stack_probes: Family::default(),
+            stack_unavailable: Family::default(),
             seen: Arc::default(),
         };
         registry.register(
@@ -217,6 +227,14 @@ impl Metrics {
             "Targets being measured",
             m.targets.clone(),
         );
+        m.register_host(registry);
+        registry.register_collector(Box::new(SelfCost));
+        m
+    }
+
+    /// The host's own view: socket scans of local services and the kernel stack histograms.
+    fn register_host(&self, registry: &mut Registry) {
+        let m = self;
         registry.register(
             "latscope_socket_finding",
             "Sockets of a local service with a finding in the last scan (latscope sockets' rules: nagle-on-rr, peer-delayed-ack, ...)",
@@ -232,8 +250,17 @@ impl Metrics {
             "Socket scans of a local service, by result (ok, error)",
             m.socket_scans.clone(),
         );
-        registry.register_collector(Box::new(SelfCost));
-        m
+        registry.register(
+            "latscope_stack_probes",
+            "[stack]: kernel stack probes by state (attached, unavailable)",
+            m.stack_probes.clone(),
+        );
+        registry.register(
+            "latscope_stack_unavailable",
+            "[stack]: 1 when eBPF could not start, by reason (privilege, no_btf, ...) and the capabilities missing",
+            m.stack_unavailable.clone(),
+        );
+        registry.register_collector(Box::new(m.stack.clone()));
     }
 
     /// Record one probe's outcome.
