@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use lab::*;
 use latscope_core::model::Meta;
-use latscope_core::model::rr::{ServerBehaviour, SockOpts, Transport};
-use latscope_net::rr::{Peer, RrConfig, StopAfter};
+use latscope_core::model::rr::Transport;
+use latscope_net::rr::{RrConfig, StopAfter};
 use latscope_net::sock::Target;
 
 fn cfg(
@@ -20,30 +20,13 @@ fn cfg(
     count: u64,
 ) -> RrConfig {
     RrConfig {
-        target,
-        addr,
-        transport,
-        sizes: vec![(64, 64)],
         connections: 2,
         stop_after: StopAfter::Count(count),
         warmup: Duration::from_millis(50),
-        rate: None,
-        client: SockOpts {
-            nodelay: true,
-            ..SockOpts::default()
-        },
-        server: ServerBehaviour {
-            sockopts: SockOpts {
-                nodelay: true,
-                ..SockOpts::default()
-            },
-            ..ServerBehaviour::default()
-        },
         timeout: Duration::from_secs(2),
         connect_timeout: Duration::from_secs(2),
         interval: Duration::from_millis(200),
-        peer: Peer::Latscope,
-        auth: None,
+        ..RrConfig::probe(target, addr, transport)
     }
 }
 

@@ -81,6 +81,39 @@ pub struct RrConfig {
     pub auth: Option<AuthKey>,
 }
 
+impl RrConfig {
+    /// A latency probe of `target`: one connection exchanging 64 B each way with TCP_NODELAY on
+    /// both sides, closed loop for 10 s without warm-up, a 10 s request timeout, 3 s to connect,
+    /// 1 s intervals, against `latscope serve` without a key. Callers change what differs with
+    /// struct update syntax.
+    pub fn probe(target: Target, addr: Option<SocketAddr>, transport: Transport) -> RrConfig {
+        let nodelay = SockOpts {
+            nodelay: true,
+            ..SockOpts::default()
+        };
+        RrConfig {
+            target,
+            addr,
+            transport,
+            sizes: vec![(64, 64)],
+            connections: 1,
+            stop_after: StopAfter::Duration(Duration::from_secs(10)),
+            warmup: Duration::ZERO,
+            rate: None,
+            client: nodelay.clone(),
+            server: ServerBehaviour {
+                sockopts: nodelay,
+                ..ServerBehaviour::default()
+            },
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(3),
+            interval: Duration::from_secs(1),
+            peer: Peer::Latscope,
+            auth: None,
+        }
+    }
+}
+
 /// The server at the other end of an rr test.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Peer {

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use latscope_core::model::Meta;
-use latscope_core::model::rr::{ServerBehaviour, SockOpts, Transport};
+use latscope_core::model::rr::{ServerBehaviour, Transport};
 use latscope_core::model::stream::{
     Cost, DirectionResult, IntervalStats, LatencyProbe, SideView, StreamFigures, StreamInterval,
     StreamReport, TcpFigures, UdpFigures,
@@ -29,7 +29,7 @@ use crate::proto::{
     Control, FlowFinal, FrameError, FrameReader, Join, Start, StreamDatagram, StreamSpec, TestKind,
     UDP_JOIN_SEQ,
 };
-use crate::rr::{self, Peer, RrConfig, StopAfter, handshake, open_session};
+use crate::rr::{self, RrConfig, StopAfter, handshake, open_session};
 use crate::sock::{Conn, Target, connect, connect_error};
 
 /// Time after the last UDP datagram is sent before the receiver is asked for its count.
@@ -192,30 +192,11 @@ fn probe_config(cfg: &StreamConfig, duration: Duration) -> Option<RrConfig> {
         Transport::Tcp
     };
     Some(RrConfig {
-        target: cfg.target.clone(),
-        addr: cfg.addr,
-        transport,
-        sizes: vec![(64, 64)],
-        connections: 1,
         stop_after: StopAfter::Duration(duration),
         warmup: Duration::from_millis(100),
-        rate: None,
-        client: SockOpts {
-            nodelay: true,
-            ..SockOpts::default()
-        },
-        server: ServerBehaviour {
-            sockopts: SockOpts {
-                nodelay: true,
-                ..SockOpts::default()
-            },
-            ..ServerBehaviour::default()
-        },
-        timeout: Duration::from_secs(10),
         connect_timeout: cfg.connect_timeout,
-        interval: Duration::from_secs(1),
-        peer: Peer::Latscope,
         auth: cfg.auth.clone(),
+        ..RrConfig::probe(cfg.target.clone(), cfg.addr, transport)
     })
 }
 

@@ -1,5 +1,6 @@
 use std::fmt::Write;
 
+use super::rr::load_text;
 use super::{Human, Page, Table};
 use crate::model::http::HttpReport;
 use crate::model::rr::LoadMode;
@@ -25,12 +26,6 @@ impl Human for HttpReport {
 impl HttpReport {
     /// What was asked of whom, and the totals.
     fn header(&self, out: &mut Page) {
-        let load = match &self.load {
-            LoadMode::Closed => "closed loop".to_string(),
-            LoadMode::Open { rate_per_sec } => {
-                format!("open loop at {}/s", format_si(*rate_per_sec))
-            }
-        };
         let _ = writeln!(
             out,
             "latscope http {} — {} {} to {}{}, {}{}, {}, {}",
@@ -44,7 +39,7 @@ impl HttpReport {
                 .map(|s| format!(" × {}", count(u64::from(s), "stream")))
                 .unwrap_or_default(),
             count(u64::from(self.threads), "thread"),
-            load
+            load_text(&self.load)
         );
         let _ = writeln!(
             out,

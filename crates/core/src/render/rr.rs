@@ -66,22 +66,26 @@ impl Human for RrReport {
     }
 }
 
+/// The load of an `rr` or `http` run, as the headers name it.
+pub(super) fn load_text(load: &LoadMode) -> String {
+    match load {
+        LoadMode::Closed => "closed loop".to_string(),
+        LoadMode::Open { rate_per_sec } => {
+            format!("open loop at {}/s", format_si(*rate_per_sec))
+        }
+    }
+}
+
 impl RrReport {
     /// Target, transport, load and both sides' socket options.
     fn header(&self, out: &mut Page) {
-        let load = match &self.load {
-            LoadMode::Closed => "closed loop".to_string(),
-            LoadMode::Open { rate_per_sec } => {
-                format!("open loop at {}/s", format_si(*rate_per_sec))
-            }
-        };
         let _ = writeln!(
             out,
             "latscope rr {} — {}, {}, {}",
             self.target,
             self.transport.name(),
             count(u64::from(self.connections), "connection"),
-            load
+            load_text(&self.load)
         );
         let client = sockopts_text(&self.client, self.transport);
         if !client.is_empty() {
@@ -166,21 +170,12 @@ impl RrReport {
             );
         }
         for r in &self.results {
-            if r.timeouts > 0 {
-                let _ = writeln!(
-                    out,
-                    "  {} B: {} timed out",
-                    r.request_bytes,
-                    count(r.timeouts, "request")
-                );
-            }
-            if r.late_responses > 0 {
-                let _ = writeln!(
-                    out,
-                    "  {} B: {} ignored",
-                    r.request_bytes,
-                    count(r.late_responses, "late response")
-                );
+            let lost = [
+                (r.timeouts, "request", "timed out"),
+                (r.late_responses, "late response", "ignored"),
+            ];
+            for (n, what, fate) in lost.into_iter().filter(|l| l.0 > 0) {
+                let _ = writeln!(out, "  {} B: {} {fate}", r.request_bytes, count(n, what));
             }
             for e in &r.errors {
                 let _ = writeln!(out, "  error: {e}");

@@ -11,7 +11,6 @@ pub struct IcmpProber {
     ident: u16,
     size: usize,
     dst: IpAddr,
-    ts: TsMode,
     book: TxBook,
     ttl: Option<u8>,
     buf: Vec<u8>,
@@ -75,8 +74,7 @@ impl IcmpProber {
             ident,
             size,
             dst,
-            ts,
-            book: TxBook::default(),
+            book: TxBook::new(ts),
             ttl: None,
             buf: vec![0u8; 65536],
             held: Vec::new(),
@@ -147,7 +145,7 @@ impl Prober for IcmpProber {
             }
             Err(e) => return Err(send_error(self.dst, e)),
         }
-        self.book.sent(id, t, self.ts);
+        self.book.sent(id, t);
         Ok(())
     }
 
@@ -216,22 +214,19 @@ impl Prober for IcmpProber {
         r.map_err(|e| ProbeError::io("receiving", e))
     }
 
-    fn tx_time(&mut self, id: u16) -> Option<(u64, bool)> {
-        if self.book.tx.get(&id).is_some_and(|t| !t.1) && self.ts == TsMode::TxRx {
-            let _ = self.drain();
-        }
-        self.book.tx.get(&id).copied()
-    }
-
-    fn forget(&mut self, id: u16) {
-        self.book.forget(id);
-    }
-
-    fn ts_source(&self) -> TsSource {
-        ts_source(self.ts)
-    }
-
     fn mode(&self) -> ProbeMode {
         ProbeMode::Icmp
+    }
+
+    fn book(&self) -> Option<&TxBook> {
+        Some(&self.book)
+    }
+
+    fn book_mut(&mut self) -> Option<&mut TxBook> {
+        Some(&mut self.book)
+    }
+
+    fn read_tx_stamps(&mut self) {
+        let _ = self.drain();
     }
 }

@@ -55,28 +55,60 @@ pub trait Prober {
     fn send(&mut self, id: u16, ttl: Option<u8>) -> Result<(), ProbeError>;
     /// Wait at most `timeout` for answers and append every answer available to `out`.
     fn recv(&mut self, timeout: Duration, out: &mut Vec<Response>) -> Result<(), ProbeError>;
-    /// When probe `id` left: (CLOCK_REALTIME ns, whether a kernel TX timestamp).
-    fn tx_time(&mut self, id: u16) -> Option<(u64, bool)>;
-    /// Drop what is kept about probe `id`.
-    fn forget(&mut self, id: u16);
-    /// The best timestamp source this prober can give.
-    fn ts_source(&self) -> TsSource;
     /// The probe kind.
     fn mode(&self) -> ProbeMode;
+    /// The [`TxBook`] a kind that stamps its own sends keeps: `tx_time`, `forget` and
+    /// `ts_source` are then answered from it. A kind without one overrides those three.
+    fn book(&self) -> Option<&TxBook> {
+        None
+    }
+    /// The book, to change.
+    fn book_mut(&mut self) -> Option<&mut TxBook> {
+        None
+    }
+    /// Read the kernel TX timestamps still queued on the socket into the book.
+    fn read_tx_stamps(&mut self) {}
+    /// When probe `id` left: (CLOCK_REALTIME ns, whether a kernel TX timestamp).
+    fn tx_time(&mut self, id: u16) -> Option<(u64, bool)> {
+        if self.book().is_some_and(|b| b.awaits_kernel_tx(id)) {
+            self.read_tx_stamps();
+        }
+        self.book().and_then(|b| b.get(id))
+    }
+    /// Drop what is kept about probe `id`.
+    fn forget(&mut self, id: u16) {
+        if let Some(b) = self.book_mut() {
+            b.forget(id);
+        }
+    }
+    /// The best timestamp source this prober can give.
+    fn ts_source(&self) -> TsSource {
+        self.book().map_or(TsSource::User, TxBook::ts_source)
+    }
 }
 
-/// Send times per probe, with kernel TX timestamps matched by their OPT_ID key.
-#[derive(Default)]
-struct TxBook {
+/// Send times per probe, with kernel TX timestamps matched by their OPT_ID key, and the
+/// timestamping the socket was given.
+pub struct TxBook {
     tx: HashMap<u16, (u64, bool)>,
     key_to_id: HashMap<u32, u16>,
     next_key: u32,
+    ts: TsMode,
 }
 
 impl TxBook {
-    fn sent(&mut self, id: u16, user_ns: u64, ts: TsMode) {
+    fn new(ts: TsMode) -> TxBook {
+        TxBook {
+            tx: HashMap::new(),
+            key_to_id: HashMap::new(),
+            next_key: 0,
+            ts,
+        }
+    }
+
+    fn sent(&mut self, id: u16, user_ns: u64) {
         self.tx.insert(id, (user_ns, false));
-        if ts == TsMode::TxRx {
+        if self.ts == TsMode::TxRx {
             self.key_to_id.insert(self.next_key, id);
         }
         self.next_key = self.next_key.wrapping_add(1);
@@ -100,6 +132,25 @@ impl TxBook {
             // Keys whose timestamp never came (a driver without TX timestamps): drop the old.
             let live: std::collections::HashSet<u16> = self.tx.keys().copied().collect();
             self.key_to_id.retain(|_, id| live.contains(id));
+        }
+    }
+
+    /// When probe `id` left, as far as the book knows.
+    fn get(&self, id: u16) -> Option<(u64, bool)> {
+        self.tx.get(&id).copied()
+    }
+
+    /// Whether probe `id`'s kernel TX timestamp is due but not read yet.
+    fn awaits_kernel_tx(&self, id: u16) -> bool {
+        self.ts == TsMode::TxRx && self.tx.get(&id).is_some_and(|t| !t.1)
+    }
+
+    /// The best timestamps the socket gives.
+    fn ts_source(&self) -> TsSource {
+        match self.ts {
+            TsMode::TxRx => TsSource::Kernel,
+            TsMode::RxOnly => TsSource::KernelRx,
+            TsMode::None => TsSource::User,
         }
     }
 
@@ -219,14 +270,6 @@ fn read_raw_icmp(
         }
     }
     Ok(())
-}
-
-fn ts_source(ts: TsMode) -> TsSource {
-    match ts {
-        TsMode::TxRx => TsSource::Kernel,
-        TsMode::RxOnly => TsSource::KernelRx,
-        TsMode::None => TsSource::User,
-    }
 }
 
 fn unreachable(dst: IpAddr, e: io::Error) -> ProbeError {

@@ -15,7 +15,6 @@ pub struct SynProber {
     seq_base: u32,
     tcp: OwnedFd,
     icmp: OwnedFd,
-    ts: TsMode,
     book: TxBook,
     ttl: Option<u8>,
     buf: Vec<u8>,
@@ -80,8 +79,7 @@ impl SynProber {
             seq_base: random_u32(),
             tcp,
             icmp,
-            ts,
-            book: TxBook::default(),
+            book: TxBook::new(ts),
             ttl: None,
             buf: vec![0u8; 2048],
         })
@@ -115,7 +113,7 @@ impl Prober for SynProber {
         let t = sys::realtime_ns();
         sys::send_to(&self.tcp, &seg, Some(SocketAddr::new(self.dst, 0)))
             .map_err(|e| send_error(self.dst, e))?;
-        self.book.sent(id, t, self.ts);
+        self.book.sent(id, t);
         let book = &mut self.book;
         let _ = drain_errqueue(&self.tcp, book, &mut self.buf, |_, _| {});
         Ok(())
@@ -203,22 +201,19 @@ impl Prober for SynProber {
         r.map_err(|e| ProbeError::io("receiving", e))
     }
 
-    fn tx_time(&mut self, id: u16) -> Option<(u64, bool)> {
-        if self.book.tx.get(&id).is_some_and(|t| !t.1) {
-            let _ = drain_errqueue(&self.tcp, &mut self.book, &mut self.buf, |_, _| {});
-        }
-        self.book.tx.get(&id).copied()
-    }
-
-    fn forget(&mut self, id: u16) {
-        self.book.forget(id);
-    }
-
-    fn ts_source(&self) -> TsSource {
-        ts_source(self.ts)
-    }
-
     fn mode(&self) -> ProbeMode {
         ProbeMode::Syn
+    }
+
+    fn book(&self) -> Option<&TxBook> {
+        Some(&self.book)
+    }
+
+    fn book_mut(&mut self) -> Option<&mut TxBook> {
+        Some(&mut self.book)
+    }
+
+    fn read_tx_stamps(&mut self) {
+        let _ = drain_errqueue(&self.tcp, &mut self.book, &mut self.buf, |_, _| {});
     }
 }

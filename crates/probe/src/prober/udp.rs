@@ -9,7 +9,6 @@ pub struct UdpProber {
     v6: bool,
     fd: OwnedFd,
     size: usize,
-    ts: TsMode,
     book: TxBook,
     ttl: Option<u8>,
     buf: Vec<u8>,
@@ -36,8 +35,7 @@ impl UdpProber {
             v6,
             fd,
             size,
-            ts,
-            book: TxBook::default(),
+            book: TxBook::new(ts),
             ttl: None,
             buf: vec![0u8; 65536],
             dst,
@@ -110,7 +108,7 @@ impl Prober for UdpProber {
             }
             Err(e) => return Err(send_error(self.dst, e)),
         }
-        self.book.sent(id, t, self.ts);
+        self.book.sent(id, t);
         Ok(())
     }
 
@@ -157,22 +155,19 @@ impl Prober for UdpProber {
         r.and(r2).map_err(|e| ProbeError::io("receiving", e))
     }
 
-    fn tx_time(&mut self, id: u16) -> Option<(u64, bool)> {
-        if self.book.tx.get(&id).is_some_and(|t| !t.1) && self.ts == TsMode::TxRx {
-            let _ = self.drain();
-        }
-        self.book.tx.get(&id).copied()
-    }
-
-    fn forget(&mut self, id: u16) {
-        self.book.forget(id);
-    }
-
-    fn ts_source(&self) -> TsSource {
-        ts_source(self.ts)
-    }
-
     fn mode(&self) -> ProbeMode {
         ProbeMode::Udp
+    }
+
+    fn book(&self) -> Option<&TxBook> {
+        Some(&self.book)
+    }
+
+    fn book_mut(&mut self) -> Option<&mut TxBook> {
+        Some(&mut self.book)
+    }
+
+    fn read_tx_stamps(&mut self) {
+        let _ = self.drain();
     }
 }
