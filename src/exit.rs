@@ -198,8 +198,8 @@ fn net(e: &NetError) -> Exit {
         | N::ServerRefused { .. }
         | N::ServerFailed(_)
         | N::Protocol(_) => Exit::Target,
-        N::Privilege { .. } => Exit::Privilege,
-        N::Io { .. } => Exit::System,
+        N::Privilege(_) => Exit::Privilege,
+        N::Io(_) => Exit::System,
     }
 }
 
@@ -207,8 +207,8 @@ fn probe(e: &ProbeError) -> Exit {
     match e {
         ProbeError::Invalid(_) => Exit::Usage,
         ProbeError::Unreachable { .. } => Exit::Target,
-        ProbeError::Privilege { .. } => Exit::Privilege,
-        ProbeError::Io { .. } => Exit::System,
+        ProbeError::Privilege(_) => Exit::Privilege,
+        ProbeError::Io(_) => Exit::System,
     }
 }
 

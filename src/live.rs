@@ -5,10 +5,40 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use clap::Args;
-use latscope_core::render::OutputFormat;
+use std::io::Write;
+
+use anyhow::Context;
+use latscope_core::render::{Human, OutputFormat, emit};
 use latscope_tui::{Keys, LiveState, LiveView};
 
 use crate::output::OutputArgs;
+
+/// The output options of the long runs (http, rr, stream, stack): the format, the live view and
+/// `--report FILE`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct LongRunOutput {
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub live: LiveArgs,
+    #[command(flatten)]
+    pub report: crate::cmd::report::ReportFile,
+}
+
+impl LongRunOutput {
+    /// Start the live view when it is wanted (see [`LiveArgs::start`]).
+    pub fn start_live(&self, state: LiveState, stop: &Arc<AtomicBool>) -> Option<LiveView> {
+        self.live.start(&self.output, state, stop)
+    }
+
+    /// Print the finished result on stdout in the chosen format, then write `--report FILE`.
+    pub fn print<R: Human + serde::Serialize>(&self, result: &R) -> anyhow::Result<()> {
+        let mut out = std::io::stdout().lock();
+        emit(result, self.output.format(), &mut out).context("cannot write the report")?;
+        out.flush()?;
+        self.report.write(result)
+    }
+}
 
 /// `--no-tui`, flattened into the commands that have a live view.
 #[derive(Args, Debug, Clone, Default)]

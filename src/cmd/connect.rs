@@ -63,9 +63,7 @@ pub struct ConnectArgs {
     #[arg(short, long, default_value = "64", value_parser = parse_size, value_name = "SIZE")]
     pub size: u64,
     #[command(flatten)]
-    pub family: super::FamilyArgs,
-    #[command(flatten)]
-    pub auth: super::AuthArgs,
+    pub client: super::ClientArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -78,7 +76,7 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
             "connect measures TCP: give HOST:PORT, not a unix socket",
         ));
     }
-    let family = a.family.family();
+    let family = a.client.family.family();
     let addr = target.resolve(family)?;
     if a.connections == 0 || a.connections > 10_000 {
         return Err(exit::coded(
@@ -125,7 +123,7 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
             },
             ..ServerBehaviour::default()
         },
-        auth: a.auth.key()?,
+        auth: a.client.auth.key()?,
     })
 }
 

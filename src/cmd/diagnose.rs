@@ -66,9 +66,7 @@ pub struct DiagnoseArgs {
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub max_time: Duration,
     #[command(flatten)]
-    pub family: super::FamilyArgs,
-    #[command(flatten)]
-    pub auth: super::AuthArgs,
+    pub client: super::ClientArgs,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
@@ -112,7 +110,7 @@ pub(crate) fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
             "diagnose needs a network target (HOST[:PORT])",
         ));
     }
-    let family = a.family.family();
+    let family = a.client.family.family();
     let addr = target.resolve(family)?;
     if a.connections == 0 || a.connections > 1000 {
         return Err(exit::coded(
@@ -148,7 +146,7 @@ pub(crate) fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
         response_bytes: a.response_size as u32,
         no_load: a.no_load,
         url,
-        auth: a.auth.key()?,
+        auth: a.client.auth.key()?,
         max_time: a.max_time,
     })
 }

@@ -1,7 +1,6 @@
 //! `latscope http URL`: HTTP load with wrk's speed and wrk2's coordinated-omission correction.
 
 use std::fmt::Write as _;
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -12,14 +11,14 @@ use latscope_core::LatencyHistogram;
 use latscope_core::model::http::{HttpErrors, HttpInterval, HttpReport, StatusCount};
 use latscope_core::model::rr::LoadMode;
 use latscope_core::model::{IntervalEvent, Meta};
-use latscope_core::render::{OutputFormat, emit, emit_event};
+use latscope_core::render::{OutputFormat, emit_event};
 use latscope_core::units::{self, format_ns, format_si};
 use latscope_http::{Config, ErrorKind, Interval, Options, RunResult};
 use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
-use crate::live::LiveArgs;
-use crate::output::{self, OutputArgs};
+use crate::live::LongRunOutput;
+use crate::output;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -111,11 +110,7 @@ pub struct HttpArgs {
     #[arg(long, conflicts_with = "http2")]
     pub quickack: bool,
     #[command(flatten)]
-    pub output: OutputArgs,
-    #[command(flatten)]
-    pub live: LiveArgs,
-    #[command(flatten)]
-    pub report: crate::cmd::report::ReportFile,
+    pub view: LongRunOutput,
 }
 
 /// The engine's options from the command line (reads --body-file).
@@ -156,12 +151,12 @@ fn options(args: &HttpArgs) -> anyhow::Result<Options> {
 pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
     let opts = options(args)?;
     let cfg = Config::new(&opts)?;
-    let format = args.output.format();
+    let format = args.view.output.format();
     let started = output::unix_ms();
     let stop = output::stop_flag();
 
-    let live = args.live.start(&args.output, live_state(args, &cfg), &stop);
-    let bar = (args.output.progress() && live.is_none()).then(|| spinner(&cfg));
+    let live = args.view.start_live(live_state(args, &cfg), &stop);
+    let bar = (args.view.output.progress() && live.is_none()).then(|| spinner(&cfg));
     let mut total = 0u64;
     let mut on_interval = |iv: &Interval, hist: &LatencyHistogram| {
         total += iv.requests;
@@ -209,9 +204,7 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
         &result,
         Meta::new("http", env!("CARGO_PKG_VERSION"), started),
     );
-    emit(&report, format, &mut std::io::stdout().lock()).context("cannot write the report")?;
-    let _ = std::io::stdout().flush();
-    args.report.write(&report)?;
+    args.view.print(&report)?;
     Ok(exit_code(&report))
 }
 

@@ -104,6 +104,16 @@ pub fn target_and_transport(
     }
 }
 
+/// The options of the clients of a `latscope serve` (connect, diagnose, rr, stream): the address
+/// family and the key.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClientArgs {
+    #[command(flatten)]
+    pub family: FamilyArgs,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
 /// `-4` / `-6`: the address family flags every command that resolves a host name shares.
 #[derive(Args, Debug, Clone, Default)]
 #[group(multiple = false)]

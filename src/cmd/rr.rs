@@ -1,6 +1,5 @@
 //! `latscope rr`: request/response ping-pong against `latscope serve`.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -8,7 +7,7 @@ use clap::Args;
 use latscope_core::LatencyHistogram;
 use latscope_core::model::rr::{RrReport, ServerBehaviour, SockOpts, Transport, WriteMode};
 use latscope_core::model::{IntervalEvent, Meta};
-use latscope_core::render::{OutputFormat, emit, emit_event};
+use latscope_core::render::{OutputFormat, emit_event};
 use latscope_core::sweep::parse_size_list;
 use latscope_core::units::{parse_count, parse_duration, parse_rate, parse_size};
 use latscope_net::rr::{Peer, RrConfig, StopAfter};
@@ -16,8 +15,8 @@ use latscope_net::sock::Target;
 use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
-use crate::live::LiveArgs;
-use crate::output::{OutputArgs, stop_flag, unix_ms};
+use crate::live::LongRunOutput;
+use crate::output::{stop_flag, unix_ms};
 use crate::progress::Progress;
 
 /// `--peer` values.
@@ -94,9 +93,7 @@ pub struct RrArgs {
     #[arg(short, long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub interval: Duration,
     #[command(flatten)]
-    pub family: super::FamilyArgs,
-    #[command(flatten)]
-    pub auth: super::AuthArgs,
+    pub client: super::ClientArgs,
 
     /// Client: leave Nagle on (TCP_NODELAY off; it is on by default, as in most RPC clients).
     #[arg(long, help_heading = "Client socket options")]
@@ -144,11 +141,7 @@ pub struct RrArgs {
     pub server_drop_every: Option<u32>,
 
     #[command(flatten)]
-    pub output: OutputArgs,
-    #[command(flatten)]
-    pub live: LiveArgs,
-    #[command(flatten)]
-    pub report: crate::cmd::report::ReportFile,
+    pub view: LongRunOutput,
 }
 
 fn buf_size(what: &str, v: Option<u64>) -> anyhow::Result<Option<u32>> {
@@ -253,7 +246,7 @@ fn check_sockperf(a: &RrArgs, sizes: &[(u32, u32)], transport: Transport) -> any
 /// Turn the flags into the engine's configuration.
 pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
     let (target, transport) = super::target_and_transport(&a.target, a.port, &a.unix, a.udp)?;
-    let family = a.family.family();
+    let family = a.client.family.family();
     let addr = match &target {
         Target::Unix(_) => None,
         t => Some(t.resolve(family)?),
@@ -337,7 +330,7 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
             PeerKind::Latscope => Peer::Latscope,
             PeerKind::Sockperf => Peer::Sockperf,
         },
-        auth: a.auth.key()?,
+        auth: a.client.auth.key()?,
     })
 }
 
@@ -359,15 +352,15 @@ pub fn report_code(r: &RrReport) -> u8 {
 
 pub fn run(a: &RrArgs) -> anyhow::Result<u8> {
     let cfg = config(a)?;
-    let format = a.output.format();
+    let format = a.view.output.format();
     let stop = stop_flag();
-    let live = a.live.start(&a.output, live_state(&cfg), &stop);
+    let live = a.view.start_live(live_state(&cfg), &stop);
     let progress = Progress::new(
-        a.output.progress() && live.is_none(),
+        a.view.output.progress() && live.is_none(),
         &format!("rr {}", cfg.target),
     );
     let mut stdout = std::io::stdout();
-    let want = format == OutputFormat::JsonLines || a.output.progress() || live.is_some();
+    let want = format == OutputFormat::JsonLines || a.view.output.progress() || live.is_some();
     let mut on_interval = |ev: &IntervalEvent, hist: &LatencyHistogram| {
         progress.interval(ev);
         if let Some(v) = &live {
@@ -395,10 +388,7 @@ pub fn run(a: &RrArgs) -> anyhow::Result<u8> {
     // The screen is given back before anything is printed, also on error.
     drop(live);
     let report = report?;
-    let mut out = std::io::stdout().lock();
-    emit(&report, format, &mut out)?;
-    out.flush()?;
-    a.report.write(&report)?;
+    a.view.print(&report)?;
     Ok(report_code(&report))
 }
 

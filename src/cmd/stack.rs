@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use latscope_core::log2::format_estimate_ns;
 use latscope_core::model::Meta;
-use latscope_core::render::{OutputFormat, Page, emit, emit_event};
+use latscope_core::render::{OutputFormat, Page, emit_event};
 use latscope_core::units::parse_duration;
 use latscope_ebpf::prometheus::{Snapshot, StackCollector};
 use latscope_ebpf::report::{self, ProbeHistogram, ProbeStamps, StackInterval, StackReport};
@@ -19,8 +19,8 @@ use latscope_exporter::{Limits, Server};
 use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
-use crate::live::LiveArgs;
-use crate::output::{OutputArgs, stop_flag, unix_ms};
+use crate::live::LongRunOutput;
+use crate::output::{stop_flag, unix_ms};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum GroupByArg {
@@ -108,11 +108,7 @@ pub struct StackArgs {
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9573")]
     pub prometheus: Option<String>,
     #[command(flatten)]
-    pub output: OutputArgs,
-    #[command(flatten)]
-    pub live: LiveArgs,
-    #[command(flatten)]
-    pub report: crate::cmd::report::ReportFile,
+    pub view: LongRunOutput,
 }
 
 fn config(a: &StackArgs) -> anyhow::Result<StackConfig> {
@@ -497,7 +493,7 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
         .map(latscope_exporter::parse_listen_addr)
         .transpose()
         .map_err(|e| exit::coded(exit::USAGE, format!("--prometheus: {e}")))?;
-    let format = a.output.format();
+    let format = a.view.output.format();
     let stop = stop_flag();
     let mut stdout = std::io::stdout().lock();
 
@@ -522,7 +518,7 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let note = attach_note(&session, &cfg, server.as_ref());
     // Always on stderr (stdout stays pure JSON with --json): scripts wait for this line.
     eprintln!("{note}. Ctrl-C to stop.");
-    let live = a.live.start(&a.output, live_state(duration), &stop);
+    let live = a.view.start_live(live_state(duration), &stop);
     // The live view moves once a second; the printed snapshots keep -r.
     let interval = if live.is_some() {
         interval.min(Duration::from_secs(1))
@@ -585,8 +581,7 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     };
     drop(server);
     drop(session);
-    emit(&report, format, &mut stdout)?;
-    a.report.write(&report)?;
+    a.view.print(&report)?;
     Ok(if interrupted {
         exit::INTERRUPTED
     } else {

@@ -9,7 +9,7 @@ use latscope_core::model::Meta;
 use latscope_core::model::rr::Transport;
 use latscope_core::model::stream::{Direction, StreamInterval, StreamOptions, StreamReport};
 use latscope_core::render::stream::interval_line;
-use latscope_core::render::{OutputFormat, emit, emit_event};
+use latscope_core::render::{OutputFormat, emit_event};
 use latscope_core::units::{format_bitrate, format_ns, parse_bitrate, parse_duration, parse_size};
 use latscope_net::proto::StreamSpec;
 use latscope_net::sock::Target;
@@ -17,8 +17,8 @@ use latscope_net::stream::StreamConfig;
 use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
-use crate::live::LiveArgs;
-use crate::output::{OutputArgs, stop_flag, unix_ms};
+use crate::live::LongRunOutput;
+use crate::output::{stop_flag, unix_ms};
 use crate::progress::Progress;
 
 #[derive(Args, Debug)]
@@ -111,15 +111,9 @@ pub struct StreamArgs {
     #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
     pub connect_timeout: Duration,
     #[command(flatten)]
-    pub family: super::FamilyArgs,
+    pub client: super::ClientArgs,
     #[command(flatten)]
-    pub auth: super::AuthArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
-    #[command(flatten)]
-    pub live: LiveArgs,
-    #[command(flatten)]
-    pub report: crate::cmd::report::ReportFile,
+    pub view: LongRunOutput,
 }
 
 fn usage(msg: impl Into<String>) -> anyhow::Error {
@@ -128,7 +122,7 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 
 pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
     let (target, transport) = super::target_and_transport(&a.target, a.port, &a.unix, a.udp)?;
-    let family = a.family.family();
+    let family = a.client.family.family();
     let addr = match &target {
         Target::Unix(_) => None,
         t => Some(t.resolve(family)?),
@@ -221,7 +215,7 @@ pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
         connect_timeout: a.connect_timeout,
         affinity: a.affinity.clone(),
         latency_probe: a.latency_probe,
-        auth: a.auth.key()?,
+        auth: a.client.auth.key()?,
     })
 }
 
@@ -237,11 +231,11 @@ pub fn report_code(r: &StreamReport) -> u8 {
 
 pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
     let cfg = config(a)?;
-    let format = a.output.format();
+    let format = a.view.output.format();
     let stop = stop_flag();
-    let live = a.live.start(&a.output, live_state(&cfg), &stop);
+    let live = a.view.start_live(live_state(&cfg), &stop);
     let progress = Progress::new(
-        a.output.progress() && live.is_none(),
+        a.view.output.progress() && live.is_none(),
         &format!("stream {}", cfg.target),
     );
     let mut header_done = false;
@@ -283,10 +277,7 @@ pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
     // The screen is given back before anything is printed, also on error.
     drop(live);
     let report = report?;
-    let mut out = std::io::stdout().lock();
-    emit(&report, format, &mut out)?;
-    out.flush()?;
-    a.report.write(&report)?;
+    a.view.print(&report)?;
     Ok(report_code(&report))
 }
 

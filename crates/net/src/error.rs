@@ -1,5 +1,6 @@
 //! Errors of the socket engines, each mapped to a documented exit code by the binary (`src/exit.rs`).
 
+use latscope_sys::error::{MissingPrivilege, SysError};
 use thiserror::Error;
 
 use crate::proto::RefusalCode;
@@ -67,32 +68,19 @@ pub enum NetError {
     #[error("{0}")]
     Invalid(String),
     /// A capability is missing.
-    #[error("{what} needs {capability}: {remedy}")]
-    Privilege {
-        /// What needed it.
-        what: String,
-        /// The capability (or permission) missing.
-        capability: String,
-        /// What to do.
-        remedy: String,
-    },
-    #[error("{context}: {source}")]
+    #[error(transparent)]
+    Privilege(#[from] MissingPrivilege),
     /// A local system error.
-    Io {
-        /// What was being done.
-        context: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] SysError),
 }
 
 impl NetError {
     /// An I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        NetError::Io {
+        NetError::Io(SysError {
             context: context.into(),
             source,
-        }
+        })
     }
 }

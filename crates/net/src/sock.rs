@@ -11,6 +11,7 @@ use std::time::Duration;
 use latscope_core::model::rr::SockOpts;
 
 use crate::NetError;
+use latscope_sys::error::MissingPrivilege;
 
 /// A connected stream socket.
 #[derive(Debug)]
@@ -226,11 +227,11 @@ pub fn connect_error(target: &str, e: io::Error, timeout: Duration) -> NetError 
             target: target.into(),
             reason: "no such socket file".into(),
         },
-        io::ErrorKind::PermissionDenied => NetError::Privilege {
+        io::ErrorKind::PermissionDenied => NetError::Privilege(MissingPrivilege {
             what: format!("connecting to {target}"),
             capability: "permission on the socket".into(),
             remedy: "check the socket file's permissions or firewall rules".into(),
-        },
+        }),
         _ => match e.raw_os_error() {
             Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) | Some(libc::EADDRNOTAVAIL) => {
                 NetError::Unreachable {

@@ -1,5 +1,6 @@
 //! Errors of the probe engines, each mapped to a documented exit code by the binary (`src/exit.rs`).
 
+use latscope_sys::error::{MissingPrivilege, SysError};
 use thiserror::Error;
 
 /// Why a ping or a trace could not run.
@@ -17,32 +18,19 @@ pub enum ProbeError {
         reason: String,
     },
     /// A capability is missing for the requested mode (exit code 4).
-    #[error("{what} needs {capability}: {remedy}")]
-    Privilege {
-        /// What needs it.
-        what: String,
-        /// The capability missing.
-        capability: String,
-        /// What to do, and what works without it.
-        remedy: String,
-    },
+    #[error(transparent)]
+    Privilege(#[from] MissingPrivilege),
     /// A socket call failed (exit code 5).
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// The system error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] SysError),
 }
 
 impl ProbeError {
     /// Wrap an I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        ProbeError::Io {
+        ProbeError::Io(SysError {
             context: context.into(),
             source,
-        }
+        })
     }
 }

@@ -116,11 +116,11 @@ fn open_prober(dst: IpAddr, req: ProbeRequest) -> Result<(Box<dyn Prober>, Strin
         }
         None => match SynProber::new(dst, req.port, syn_ports, req.kernel_timestamps) {
             Ok(p) => Ok((Box::new(p), "default: CAP_NET_RAW is available, so TCP SYN from a raw socket".into())),
-            Err(ProbeError::Privilege { .. }) if req.trace => Ok((
+            Err(ProbeError::Privilege(_)) if req.trace => Ok((
                 Box::new(UdpProber::new(dst, req.port, req.payload, req.kernel_timestamps)?),
                 "default: no CAP_NET_RAW for TCP SYN probes, so UDP (the kernel reports ICMP errors to the socket)".into(),
             )),
-            Err(ProbeError::Privilege { .. }) => Ok((
+            Err(ProbeError::Privilege(_)) => Ok((
                 Box::new(ConnectProber::new(dst, req.port)),
                 "default: no CAP_NET_RAW for TCP SYN probes, so a full TCP connect".into(),
             )),

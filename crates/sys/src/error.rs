@@ -1,6 +1,31 @@
-//! Classification of I/O errors shared by the engines' loops.
+//! Classification of I/O errors shared by the engines' loops, and the error parts every
+//! engine's error enum has in common ([`MissingPrivilege`], [`SysError`]): one message and one
+//! exit class for each, whichever engine meets it.
 
 use std::io;
+
+/// A capability (or permission) the process lacks for what it was asked to do.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} needs {capability}: {remedy}")]
+pub struct MissingPrivilege {
+    /// What needs it.
+    pub what: String,
+    /// The capability (or permission) missing.
+    pub capability: String,
+    /// What to do, and what works without it.
+    pub remedy: String,
+}
+
+/// A system call that failed, with what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {source}")]
+pub struct SysError {
+    /// What was being done.
+    pub context: String,
+    /// The OS error.
+    #[source]
+    pub source: io::Error,
+}
 
 /// Whether an error only means "nothing yet, try again": a read or write timed out on a socket
 /// with a timeout (WouldBlock / TimedOut) or a signal interrupted the call. Loops that poll

@@ -17,6 +17,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use super::{POLL, ServeConfig, ServeEvent, Server, Shared, admission, control, udp};
 use crate::NetError;
 use crate::sock::Conn;
+use latscope_sys::error::MissingPrivilege;
 
 /// Bind TCP and UDP on the same port (with port 0, one the kernel picks free for both).
 fn bind_pair(bind: IpAddr, port: u16) -> io::Result<(TcpListener, UdpSocket)> {
@@ -55,11 +56,11 @@ fn bind_error(what: &str, e: io::Error) -> NetError {
         io::ErrorKind::AddrInUse => NetError::Invalid(format!(
             "{what}: address in use — another server runs there; pick another with --port"
         )),
-        io::ErrorKind::PermissionDenied => NetError::Privilege {
+        io::ErrorKind::PermissionDenied => NetError::Privilege(MissingPrivilege {
             what: what.into(),
             capability: "CAP_NET_BIND_SERVICE (ports below 1024)".into(),
             remedy: "use a port ≥ 1024".into(),
-        },
+        }),
         _ => NetError::io(what, e),
     }
 }

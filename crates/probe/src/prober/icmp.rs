@@ -31,13 +31,13 @@ impl IcmpProber {
             Err(_) => match sys::socket(domain(v6), libc::SOCK_RAW, proto) {
                 Ok(fd) => (fd, true),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
-                    return Err(ProbeError::Privilege {
+                    return Err(ProbeError::Privilege(MissingPrivilege {
                         what: "--icmp (ICMP echo)".into(),
                         capability: "CAP_NET_RAW, or a group in net.ipv4.ping_group_range".into(),
                         remedy: "run as root, or `sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"` \
                                  for unprivileged ping sockets; --connect and --udp work without either"
                             .into(),
-                    });
+                    }));
                 }
                 Err(e) => return Err(ProbeError::io("ICMP socket", e)),
             },

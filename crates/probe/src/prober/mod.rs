@@ -17,6 +17,7 @@ use latscope_core::model::ping::{ProbeMode, ReplyKind};
 use crate::error::ProbeError;
 use crate::packet::{self, IcmpKind};
 use crate::sys::{self, TsMode, TsSource};
+use latscope_sys::error::MissingPrivilege;
 
 mod connect;
 mod icmp;
@@ -198,13 +199,13 @@ fn raw_socket(v6: bool, proto: libc::c_int, what: &str) -> Result<OwnedFd, Probe
 
 /// The error for a mode that needs CAP_NET_RAW.
 pub fn privilege_error(what: &str) -> ProbeError {
-    ProbeError::Privilege {
+    ProbeError::Privilege(MissingPrivilege {
         what: what.to_string(),
         capability: "CAP_NET_RAW (a raw socket)".into(),
         remedy: "run as root or `sudo setcap cap_net_raw+ep $(command -v latscope)`; without it \
                  --connect and --udp work, and --icmp where net.ipv4.ping_group_range allows"
             .into(),
-    }
+    })
 }
 
 /// Whether this process may open raw sockets (CAP_NET_RAW in effect), tried for real.
