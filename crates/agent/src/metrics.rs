@@ -84,7 +84,16 @@ pub struct Metrics {
     pub stack_unavailable: Family<Labels, Gauge>,
     /// Series created per target, for [`Metrics::forget`].
     seen: Arc<Mutex<SeriesByTarget>>,
+    /// Per target, the trace rounds since each `latscope_hop_latency_seconds` series was last
+    /// fed (see [`HOP_EXPIRY_ROUNDS`]).
+    hop_age: Arc<Mutex<HashMap<String, HashMap<Labels, u32>>>>,
 }
+
+/// A `(hop, address)` series that no trace round of its target fed for this many rounds is
+/// removed: a path that changes (ECMP, a reroute, a renumbered router) would otherwise leave one
+/// histogram per address it ever used, growing for as long as the agent runs. At the default
+/// 1-minute trace cadence that is 30 minutes.
+pub const HOP_EXPIRY_ROUNDS: u32 = 30;
 
 /// The agent's own cost, read at each scrape: CPU time (user + system, getrusage) and RSS.
 #[derive(Debug)]
@@ -171,6 +180,7 @@ impl Metrics {
             stack_probes: Family::default(),
             stack_unavailable: Family::default(),
             seen: Arc::default(),
+            hop_age: Arc::default(),
         };
         registry.register(
             "latscope_latency_seconds",
@@ -279,6 +289,7 @@ impl Metrics {
             self.note(t, Fam::Latency, &l);
             self.latency.get_or_create(&l).observe(*ns as f64 / 1e9);
         }
+        let mut fed = Vec::new();
         for h in &o.hops {
             let hop = h.ttl.to_string();
             match (&h.from, h.rtt_ns) {
@@ -286,6 +297,7 @@ impl Metrics {
                     let l = labels(target, &[("hop", &hop), ("address", from)]);
                     self.note(t, Fam::HopLatency, &l);
                     self.hop_latency.get_or_create(&l).observe(ns as f64 / 1e9);
+                    fed.push(l);
                 }
                 _ => {
                     let l = labels(target, &[("hop", &hop)]);
@@ -294,10 +306,55 @@ impl Metrics {
                 }
             }
         }
+        if !o.hops.is_empty() {
+            self.age_hops(t, fed);
+        }
+    }
+
+    /// One trace round of `target` fed the `fed` hop series: age the others, remove those
+    /// unfed for more than [`HOP_EXPIRY_ROUNDS`].
+    fn age_hops(&self, target: &str, fed: Vec<Labels>) {
+        let expired: Vec<Labels> = {
+            let Ok(mut ages) = self.hop_age.lock() else {
+                return;
+            };
+            let mine = ages.entry(target.to_string()).or_default();
+            for a in mine.values_mut() {
+                *a += 1;
+            }
+            for l in fed {
+                mine.insert(l, 0);
+            }
+            let old: Vec<Labels> = mine
+                .iter()
+                .filter(|(_, a)| **a > HOP_EXPIRY_ROUNDS)
+                .map(|(l, _)| l.clone())
+                .collect();
+            for l in &old {
+                mine.remove(l);
+            }
+            old
+        };
+        if expired.is_empty() {
+            return;
+        }
+        for l in &expired {
+            self.hop_latency.remove(l);
+        }
+        if let Ok(mut s) = self.seen.lock()
+            && let Some(set) = s.get_mut(target)
+        {
+            for l in expired {
+                set.remove(&(Fam::HopLatency, l));
+            }
+        }
     }
 
     /// Forget every series of a target that is no longer measured (a peer left the list).
     pub fn forget(&self, target: &str) {
+        if let Ok(mut a) = self.hop_age.lock() {
+            a.remove(target);
+        }
         let Some(keys) = self.seen.lock().ok().and_then(|mut s| s.remove(target)) else {
             return;
         };
@@ -384,4 +441,84 @@ pub fn labels(target: &Target, extra: &[(&str, &str)]) -> Labels {
         l.push((k.clone(), v.clone()));
     }
     l
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::measure::Hop;
+
+    fn target() -> Target {
+        Target {
+            name: "t".into(),
+            address: "192.0.2.1".into(),
+            labels: Default::default(),
+            measures: vec![],
+            slo: None,
+        }
+    }
+
+    fn round(hop2: &str) -> Outcome {
+        let hop = |ttl: u8, from: &str| Hop {
+            ttl,
+            from: Some(from.into()),
+            rtt_ns: Some(1_000_000),
+        };
+        Outcome {
+            hops: vec![hop(1, "10.0.0.1"), hop(2, hop2)],
+            ..Outcome::default()
+        }
+    }
+
+    fn hop_series(r: &Registry) -> Vec<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, r).unwrap();
+        let mut v: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("latscope_hop_latency_seconds_count{"))
+            .map(|l| {
+                l.split("address=\"")
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn hop_series_of_an_address_no_longer_on_the_path_expire() {
+        let mut r = Registry::default();
+        let m = Metrics::register(&mut r);
+        let t = target();
+        m.record(&t, "trace", &round("10.0.1.1"));
+        // The path moves to another second hop for good: the old one stays for
+        // HOP_EXPIRY_ROUNDS rounds, then goes; the live ones never do.
+        for _ in 0..HOP_EXPIRY_ROUNDS {
+            m.record(&t, "trace", &round("10.0.2.2"));
+        }
+        assert_eq!(hop_series(&r), ["10.0.0.1", "10.0.1.1", "10.0.2.2"]);
+        m.record(&t, "trace", &round("10.0.2.2"));
+        assert_eq!(hop_series(&r), ["10.0.0.1", "10.0.2.2"]);
+        // A path flapping between many addresses stays bounded by the expiry window.
+        for i in 0..500 {
+            m.record(
+                &t,
+                "trace",
+                &round(&format!("10.9.{}.{}", i / 250, i % 250)),
+            );
+        }
+        assert_eq!(hop_series(&r).len(), 2 + HOP_EXPIRY_ROUNDS as usize);
+        // A round that failed outright (no hops) ages nothing.
+        m.record(&t, "trace", &Outcome::default());
+        assert_eq!(hop_series(&r).len(), 2 + HOP_EXPIRY_ROUNDS as usize);
+        m.forget("t");
+        assert!(hop_series(&r).is_empty());
+        assert!(m.hop_age.lock().unwrap().is_empty());
+    }
 }
