@@ -122,18 +122,20 @@ pub(crate) fn page(inputs: &[Input], sections: &[Section]) -> String {
     out
 }
 
-/// Responsive (figures shrink to the screen, tables scroll sideways on a phone) and printable
+/// Responsive (figures shrink to the screen, tables scroll sideways on a phone, long names
+/// wrap: tests/report_browser.rs checks nothing is wider than a 390 px phone) and printable
 /// (no backgrounds, figures kept whole on a page).
 const CSS: &str = r#"
 :root{--fg:#1a1a1a;--muted:#555;--line:#ccc;--bg:#fff;--accent:#0072B2;--warn:#D55E00}
 *{box-sizing:border-box}
-body{margin:0;font:16px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
+body{margin:0;font:16px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg);overflow-wrap:break-word}
 header,main,footer{max-width:1000px;margin:0 auto;padding:0 16px}
 h1{font-size:1.5em;margin:.8em 0 .3em}
 h2{font-size:1.25em;border-bottom:2px solid var(--accent);padding-bottom:.2em;margin-top:1.6em}
 h3{font-size:1.05em;margin:1.2em 0 .4em}
 nav ul{list-style:none;padding:0;margin:0;display:flex;flex-wrap:wrap;gap:.3em 1em}
 nav a{color:var(--accent)}
+nav li,.legend li{min-width:0;overflow-wrap:anywhere}
 .meta{color:var(--muted);font-size:.9em}
 .facts{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:8px;margin:1em 0}
 .facts div{border:1px solid var(--line);border-radius:6px;padding:6px 10px}
