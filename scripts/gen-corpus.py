@@ -100,8 +100,9 @@ class Conv:
         return t + 2 * h
 
 
-def conversation(out, n, t, v6=False):
-    """A request/response exchange with one of each event the counts cover."""
+def conversation(out, n, t, v6=False, mss=1448):
+    """A request/response exchange with one of each event the counts cover; data segments
+    carry `mss` bytes."""
     if v6:
         cli = bytes([0x20, 0x01, 0x0d, 0xb8] + [0] * 11 + [n + 1])
         srv = bytes([0x20, 0x01, 0x0d, 0xb8] + [0] * 11 + [0x80])
@@ -115,23 +116,23 @@ def conversation(out, n, t, v6=False):
     # Response: four full segments; the second is seen after the third (out-of-order).
     base = c.nxt[1]
     t += 12000
-    c.send(t, False, ACK, 1448)
-    c.send(t + 200, False, ACK, 1448, seq=base + 2896)
-    c.send(t + 400, False, ACK, 1448, seq=base + 1448)
-    c.nxt[1] = base + 4344
-    c.send(t + 600, False, PSH | ACK, 1448)
+    c.send(t, False, ACK, mss)
+    c.send(t + 200, False, ACK, mss, seq=base + 2 * mss)
+    c.send(t + 400, False, ACK, mss, seq=base + mss)
+    c.nxt[1] = base + 3 * mss
+    c.send(t + 600, False, PSH | ACK, mss)
     c.send(t + 20600, True, ACK)
     # Three duplicate ACKs for a lost segment, then its fast retransmission.
     t += 30000
     lost = c.nxt[1]
-    c.send(t, False, ACK, 1448)  # "lost" (captured before the loss point)
-    c.send(t + 100, False, ACK, 1448)
-    c.send(t + 200, False, ACK, 1448)
-    c.send(t + 300, False, PSH | ACK, 1448)
+    c.send(t, False, ACK, mss)  # "lost" (captured before the loss point)
+    c.send(t + 100, False, ACK, mss)
+    c.send(t + 200, False, ACK, mss)
+    c.send(t + 300, False, PSH | ACK, mss)
     c.send(t + 20100, True, ACK, ack=lost)
     c.send(t + 20200, True, ACK, ack=lost)
     c.send(t + 20300, True, ACK, ack=lost)
-    c.send(t + 21000, False, ACK, 1448, seq=lost)
+    c.send(t + 21000, False, ACK, mss, seq=lost)
     c.send(t + 41000, True, ACK)
     # A request answered late, its last segment resent by the timer (RTO) 300 ms later.
     t += 60000
@@ -158,11 +159,11 @@ def write_pcap(path, link, frames, snap=160, nanos=False):
             f.write(struct.pack("<IIII", t // 1_000_000, frac, len(cap), len(data)) + cap)
 
 
-def packets(v6=False, conns=3):
+def packets(v6=False, conns=3, mss=1448):
     out = []
     t = T0
     for n in range(conns):
-        conversation(out, n, t + n * 7000, v6)
+        conversation(out, n, t + n * 7000, v6, mss)
     out.sort(key=lambda p: p[0])
     return out
 
@@ -227,6 +228,95 @@ def radiotap(frame, i):
     return hdr + frame + (struct.pack("<I", zlib.crc32(frame)) if fcs else b"")
 
 
+def arcnet(i, ip):
+    """ARCnet as libpcap stores it, Linux header (LINKTYPE_ARCNET_LINUX): source and
+    destination station IDs, the 2-byte offset field, then the protocol ID: RFC 1201 IP (212,
+    with a split flag and sequence number) or, every third frame, RFC 1051 IP (240)."""
+    src, dst = (0x02, 0x01) if ip[12:16] == bytes([10, 0, 2, 1]) else (0x01, 0x02)
+    if i % 3 == 0:
+        return struct.pack("!BBHB", src, dst, 0, 240) + ip
+    return struct.pack("!BBHBBH", src, dst, 0, 212, 0, i & 0xFFFF) + ip
+
+
+def arcnet_bsd(i, ip):
+    """ARCnet with BSD's header (LINKTYPE_ARCNET_BSD): no offset field; IPv6 (ID 196, RFC 1201
+    framing), every fourth frame an exception frame (split flag 0xff, padding, the ID again)."""
+    src, dst = (0x02, 0x01) if ip[8:24] == ip6_server() else (0x01, 0x02)
+    if i % 4 == 0:
+        return struct.pack("!BBBBHBBH", src, dst, 196, 0xFF, 0xFFFF, 196, 0, i & 0xFFFF) + ip
+    return struct.pack("!BBBBH", src, dst, 196, 0, i & 0xFFFF) + ip
+
+
+def ip6_server():
+    return bytes([0x20, 0x01, 0x0d, 0xb8] + [0] * 11 + [0x80])
+
+
+def mgc(flags, ext=b""):
+    """Juniper's pseudo-header: "MGC", flags (0x80: extensions follow, 0x01: incoming), and
+    with 0x80 the extensions' length and TLVs."""
+    h = b"MGC" + bytes([flags])
+    if flags & 0x80:
+        h += struct.pack("!H", len(ext)) + ext
+    return h
+
+
+# Extension TLVs: device interface index 7 (4 bytes, little-endian as JUNOS writes types
+# < 128), logical unit 0 (1 byte).
+JNX_EXT = b"\x01\x04" + struct.pack("<I", 7) + b"\x05\x01\x00"
+
+
+def juniper_ether(i, ip):
+    """LINKTYPE_JUNIPER_ETHER: the pseudo-header (with extensions on even frames), then
+    Ethernet."""
+    inbound = ip[12:16] == bytes([10, 0, 2, 1])
+    flags = (0x01 if inbound else 0) | (0x80 if i % 2 == 0 else 0)
+    return mgc(flags, JNX_EXT) + eth(0x0800, ip)
+
+
+def juniper_ppp(i, ip):
+    """LINKTYPE_JUNIPER_PPP: the pseudo-header, then PPP in HDLC-like framing."""
+    return mgc(0x80 if i % 3 == 0 else 0, JNX_EXT) + b"\xff\x03\x00\x21" + ip
+
+
+def juniper_atm1(i, ip):
+    """LINKTYPE_JUNIPER_ATM1: the pseudo-header, a 4-byte ATM cookie (VPI/VCI), then
+    LLC/SNAP-encapsulated IPv4 (RFC 2684)."""
+    return mgc(0x01 if i % 2 else 0) + struct.pack("!I", 0x00200020) + LLC_SNAP_IP + ip
+
+
+def amsdu(group, i):
+    """An 802.11 QoS data frame whose body is an A-MSDU (QoS control bit 7) of the packets in
+    `group`: each subframe destination, source, length, LLC/SNAP and the packet, padded to 4
+    bytes except the last."""
+    from_server = group[0][12:16] == bytes([10, 0, 2, 1])
+    a1, a2, a3 = (STA, BSSID, GW) if from_server else (BSSID, STA, GW)
+    h = struct.pack("<BBH", 0x88, 0x02 if from_server else 0x01, 44) + a1 + a2 + a3
+    h += struct.pack("<HH", (i & 0xFFF) << 4, 0x80 | (i % 8))
+    body = b""
+    for k, ip in enumerate(group):
+        da, sa = (STA, GW) if from_server else (GW, STA)
+        sub = da + sa + struct.pack("!H", len(LLC_SNAP_IP) + len(ip)) + LLC_SNAP_IP + ip
+        if k + 1 < len(group):
+            sub += bytes(-len(sub) % 4)
+        body += sub
+    return h + body
+
+
+def amsdu_frames(pkts):
+    """Consecutive packets in the same direction less than 250 µs apart travel in one A-MSDU
+    (at most 3), timestamped with the last one; the rest alone in one-subframe A-MSDUs."""
+    frames, group, t_last = [], [], None
+    for t, ip in pkts:
+        same = group and ip[12:20] == group[0][12:20] and t - t_last < 250 and len(group) < 3
+        if group and not same:
+            frames.append((t_last, amsdu(group, len(frames))))
+            group = []
+        group.append(ip)
+        t_last = t
+    frames.append((t_last, amsdu(group, len(frames))))
+    return frames
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     v4 = packets()
@@ -279,14 +369,23 @@ def main():
     files["wccp.pcap"] = (1, [(t, eth(0x0800, ip4(OUTER_A, OUTER_B, 47, struct.pack(
         "!HH", 0, 0x883E) + (b"" if i % 3 == 0 else b"\0\0\0\x2a") + p)))
                               for i, (t, p) in enumerate(v4)])
+    files["arcnet-linux.pcap"] = (129, [(t, arcnet(i, p)) for i, (t, p) in enumerate(v4)])
+    files["arcnet-bsd.pcap"] = (7, [(t, arcnet_bsd(i, p)) for i, (t, p) in enumerate(v6)])
+    files["juniper-ether.pcap"] = (178, [(t, juniper_ether(i, p)) for i, (t, p) in enumerate(v4)])
+    files["juniper-ppp.pcap"] = (179, [(t, juniper_ppp(i, p)) for i, (t, p) in enumerate(v4)])
+    files["juniper-atm1.pcap"] = (137, [(t, juniper_atm1(i, p)) for i, (t, p) in enumerate(v4)])
     for name, (link, frames) in files.items():
         write_pcap(os.path.join(OUT, name), link, frames)
+    # A-MSDUs cannot be cut at 160 bytes without losing subframes: small segments (100 bytes)
+    # and the whole frame captured.
+    small = packets(mss=100)
+    write_pcap(os.path.join(OUT, "wlan-amsdu.pcap"), 105, amsdu_frames(small), snap=4096)
     # The same capture gzip-compressed (tshark opens it too); mtime 0 keeps the bytes stable.
     with open(os.path.join(OUT, "ethernet.pcap"), "rb") as f:
         raw = f.read()
     with open(os.path.join(OUT, "ethernet-gzip.pcap.gz"), "wb") as f:
         f.write(gzip.compress(raw, mtime=0))
-    print(f"{len(files) + 1} captures in {OUT}")
+    print(f"{len(files) + 2} captures in {OUT}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ use latscope_core::model::Meta;
 use latscope_core::render::emit;
 use latscope_core::units::{parse_duration, parse_size};
 use latscope_wire::capfile::FileKind;
-use latscope_wire::packet::decode_with_orig_len;
+use latscope_wire::packet::decode_packets;
 use latscope_wire::{
     AnalyzeOptions, Analyzer, CaptureReader, ReadError, analyze_capture, build_report,
 };
@@ -159,7 +159,7 @@ fn analyze_live(
     let mut frame = 0u64;
     let stats = cap.run(stop, None, Some(a.duration), |ts, orig, data| {
         frame += 1;
-        analyzer.push(frame, ts, decode_with_orig_len(link, data, orig));
+        analyzer.push_packets(frame, ts, decode_packets(link, data, Some(orig as usize)));
         match &mut writer {
             Some(w) => w.write_frame(ts, orig, data),
             None => Ok(()),

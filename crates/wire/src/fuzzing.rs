@@ -3,7 +3,7 @@
 
 use std::sync::atomic::AtomicBool;
 
-use crate::packet::{LinkType, Transport, decode};
+use crate::packet::{Decoded, LinkType, Transport, decode, decode_packets};
 use crate::{AnalyzeOptions, Analyzer, CaptureReader, analyze_capture};
 
 /// Read `data` as a capture file and analyse every frame (with a ladder, to cover that path).
@@ -24,7 +24,7 @@ pub fn packet(data: &[u8]) {
     let Some((&sel, frame)) = data.split_first() else {
         return;
     };
-    let link = match sel % 16 {
+    let link = match sel % 32 {
         0 => LinkType::Ethernet,
         1 => LinkType::Raw,
         2 => LinkType::LinuxSll,
@@ -40,10 +40,21 @@ pub fn packet(data: &[u8]) {
         12 => LinkType::Radiotap,
         13 => LinkType::Ppi,
         14 => LinkType::IpoIb,
+        16 => LinkType::ArcnetBsd,
+        17 => LinkType::ArcnetLinux,
+        // 18..=27: the Juniper link types, by their numbers.
+        n @ 18..=27 => {
+            const JUNIPER: [u32; 10] = [130, 133, 135, 136, 137, 167, 178, 179, 181, 183];
+            LinkType::from_u32(JUNIPER[usize::from(n - 18)])
+        }
         _ => LinkType::Other(u32::from(sel)),
     };
-    if let Ok(d) = decode(link, frame) {
-        if let Transport::Tcp { tcp, .. } = d.transport {
+    for d in decode_packets(link, frame, Some(frame.len())) {
+        if let Ok(Decoded {
+            transport: Transport::Tcp { tcp, .. },
+            ..
+        }) = d
+        {
             let _ = tcp.options();
         }
     }
@@ -52,6 +63,6 @@ pub fn packet(data: &[u8]) {
         top: 1,
     });
     a.push(1, 1, decode(link, frame));
-    a.push(2, 300_000_000, decode(link, frame));
+    a.push_packets(2, 300_000_000, decode_packets(link, frame, None));
     let _ = a.finish();
 }

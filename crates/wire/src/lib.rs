@@ -41,8 +41,8 @@ pub fn analyze_capture<R: Read>(
     let kind = reader.kind();
     let mut n: u64 = 0;
     while let Some(f) = reader.next_frame()? {
-        let d = packet::decode_with_orig_len(f.link, f.data, f.orig_len);
-        analyzer.push(f.number, f.ts_ns, d);
+        let packets = packet::decode_packets(f.link, f.data, Some(f.orig_len as usize));
+        analyzer.push_packets(f.number, f.ts_ns, packets);
         n += 1;
         if n & 0xf_ffff == 0 {
             progress(reader.stats().bytes);

@@ -12,6 +12,10 @@
 
 use std::net::IpAddr;
 
+mod link;
+pub use link::Juniper;
+use link::{Subframes, arcnet_payload, juniper_payload, llc_snap};
+
 /// Why a frame could not be decoded down to TCP/UDP. Counted as a skip, never fatal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
@@ -66,6 +70,12 @@ pub enum LinkType {
     /// LINKTYPE_IPOIB (242): IP over InfiniBand, a 40-byte address header then RFC 4391's
     /// 4-byte encapsulation header.
     IpoIb,
+    /// LINKTYPE_ARCNET_BSD (7): ARCnet with BSD's header (no offset field; exception frames).
+    ArcnetBsd,
+    /// LINKTYPE_ARCNET_LINUX (129): ARCnet with Linux's header (with the offset field).
+    ArcnetLinux,
+    /// LINKTYPE_JUNIPER_* : Juniper's "MGC" pseudo-header, then the type's own header.
+    Juniper(Juniper),
     /// Anything else: frames are counted and skipped.
     Other(u32),
 }
@@ -89,7 +99,9 @@ impl LinkType {
             127 => LinkType::Radiotap,
             192 => LinkType::Ppi,
             242 => LinkType::IpoIb,
-            o => LinkType::Other(o),
+            7 => LinkType::ArcnetBsd,
+            129 => LinkType::ArcnetLinux,
+            o => Juniper::from_u32(o).map_or(LinkType::Other(o), LinkType::Juniper),
         }
     }
 
@@ -111,6 +123,9 @@ impl LinkType {
             LinkType::Radiotap => 127,
             LinkType::Ppi => 192,
             LinkType::IpoIb => 242,
+            LinkType::ArcnetBsd => 7,
+            LinkType::ArcnetLinux => 129,
+            LinkType::Juniper(j) => j.to_u32(),
             LinkType::Other(o) => o,
         }
     }
@@ -504,9 +519,46 @@ fn ppp_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
     Ok((ppp_to_ethertype(proto), rest))
 }
 
-/// Find the network-layer packet inside a link-layer frame: (ethertype-ish, bytes).
+/// What a link-layer frame carries: one network-layer packet (its ethertype and bytes), or
+/// an 802.11 A-MSDU whose subframes each carry one.
+#[derive(Debug, Clone, Copy)]
+enum L2<'a> {
+    Packet(u16, &'a [u8]),
+    Amsdu(&'a [u8]),
+}
+
+/// Find what a link-layer frame carries: the 802.11 family (plain, radiotap, PPI) here, every
+/// other link type in [`link_packet`].
+fn link_payload(link: LinkType, frame: &[u8]) -> Result<L2<'_>, SkipReason> {
+    match link {
+        LinkType::Ieee80211 => wlan_payload(frame),
+        LinkType::Radiotap => {
+            // Version 0, pad, then the header's whole length (little-endian, RFC-less de facto
+            // standard: radiotap.org).
+            let len = le16(frame, 2).ok_or(SkipReason::Truncated)?;
+            wlan_payload(frame.get(usize::from(len)..).ok_or(SkipReason::Truncated)?)
+        }
+        LinkType::Ppi => {
+            // Version, flags, header length and the DLT of what follows (all little-endian).
+            let len = usize::from(le16(frame, 2).ok_or(SkipReason::Truncated)?);
+            let dlt = frame
+                .get(4..8)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .ok_or(SkipReason::Truncated)?;
+            let inner = frame.get(len..).ok_or(SkipReason::Truncated)?;
+            match LinkType::from_u32(dlt) {
+                LinkType::Ppi => Err(SkipReason::Malformed),
+                l => link_payload(l, inner),
+            }
+        }
+        _ => link_packet(link, frame).map(|(et, b)| L2::Packet(et, b)),
+    }
+}
+
+/// The network-layer packet inside a frame of a link type that carries exactly one:
+/// (ethertype-ish, bytes).
 #[inline]
-fn link_payload(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+fn link_packet(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
     match link {
         LinkType::Ethernet => ethernet_payload(frame),
         LinkType::LinuxSll => {
@@ -539,41 +591,27 @@ fn link_payload(link: LinkType, frame: &[u8]) -> Result<(u16, &[u8]), SkipReason
             let et = be16(frame, 2).ok_or(SkipReason::Truncated)?;
             Ok((et, frame.get(4..).ok_or(SkipReason::Truncated)?))
         }
-        LinkType::Ieee80211 => wlan_payload(frame),
-        LinkType::Radiotap => {
-            // Version 0, pad, then the header's whole length (little-endian, RFC-less de facto
-            // standard: radiotap.org).
-            let len = le16(frame, 2).ok_or(SkipReason::Truncated)?;
-            wlan_payload(frame.get(usize::from(len)..).ok_or(SkipReason::Truncated)?)
-        }
-        LinkType::Ppi => {
-            // Version, flags, header length and the DLT of what follows (all little-endian).
-            let len = usize::from(le16(frame, 2).ok_or(SkipReason::Truncated)?);
-            let dlt = frame
-                .get(4..8)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .ok_or(SkipReason::Truncated)?;
-            let inner = frame.get(len..).ok_or(SkipReason::Truncated)?;
-            match LinkType::from_u32(dlt) {
-                LinkType::Ppi => Err(SkipReason::Malformed),
-                l => link_payload(l, inner),
-            }
-        }
         LinkType::IpoIb => {
             // Wireshark's packet-ipoib.c: a 40-byte pseudo-header (the GRH, or the
             // destination address), then the type and two reserved bytes.
             let et = be16(frame, 40).ok_or(SkipReason::Truncated)?;
             Ok((et, frame.get(44..).ok_or(SkipReason::Truncated)?))
         }
-        LinkType::Other(_) => Err(SkipReason::UnknownLinkType),
+        LinkType::ArcnetBsd => arcnet_payload(frame, false),
+        LinkType::ArcnetLinux => arcnet_payload(frame, true),
+        LinkType::Juniper(kind) => juniper_payload(kind, frame),
+        // The 802.11 family is read by `link_payload`, never here.
+        LinkType::Ieee80211 | LinkType::Radiotap | LinkType::Ppi | LinkType::Other(_) => {
+            Err(SkipReason::UnknownLinkType)
+        }
     }
 }
 
 /// An 802.11 frame (IEEE 802.11-2020 §9.2): data frames (plain or QoS, with 3 or 4
-/// addresses and an HT control field) carrying LLC/SNAP give their ethertype and payload;
-/// management, control and null-data frames carry no IP; protected frames are encrypted.
-/// A-MSDU aggregates are not unpacked.
-fn wlan_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
+/// addresses and an HT control field) carrying LLC/SNAP give their ethertype and payload, or
+/// their A-MSDU; management, control and null-data frames carry no IP; protected frames are
+/// encrypted.
+fn wlan_payload(b: &[u8]) -> Result<L2<'_>, SkipReason> {
     let (fc0, fc1) = match b {
         [a, f, ..] => (*a, *f),
         _ => return Err(SkipReason::Truncated),
@@ -588,24 +626,22 @@ fn wlan_payload(b: &[u8]) -> Result<(u16, &[u8]), SkipReason> {
     }
     let qos = subtype & 0x8 != 0;
     let mut off = 24 + if fc1 & 3 == 3 { 6 } else { 0 };
+    let mut amsdu = false;
     if qos {
         // QoS control; bit 7 of its first byte: the body is an A-MSDU.
         let qc = *b.get(off).ok_or(SkipReason::Truncated)?;
-        if qc & 0x80 != 0 {
-            return Err(SkipReason::NotIp);
-        }
+        amsdu = qc & 0x80 != 0;
         off += 2;
         // +HTC: the Order bit in a QoS data frame adds a 4-byte HT control field.
         if fc1 & 0x80 != 0 {
             off += 4;
         }
     }
-    let llc = b.get(off..off + 8).ok_or(SkipReason::Truncated)?;
-    // LLC SNAP (AA AA 03) with an RFC 1042 or 802.1H (bridge tunnel) OUI.
-    if llc[..3] != [0xaa, 0xaa, 0x03] || !matches!(llc[3..6], [0, 0, 0] | [0, 0, 0xf8]) {
-        return Err(SkipReason::NotIp);
+    let body = b.get(off..).ok_or(SkipReason::Truncated)?;
+    if amsdu {
+        return Ok(L2::Amsdu(body));
     }
-    Ok((u16::from_be_bytes([llc[6], llc[7]]), &b[off + 8..]))
+    llc_snap(body).map(|(et, p)| L2::Packet(et, p))
 }
 
 /// A bare IP packet: the version nibble says which.
@@ -756,12 +792,79 @@ fn decode_frame(
     frame: &[u8],
     orig_len: Option<usize>,
 ) -> Result<Decoded<'_>, SkipReason> {
-    let (et, b) = link_payload(link, frame)?;
+    decode_packets(link, frame, orig_len)
+        .next()
+        .unwrap_or(Err(SkipReason::NotIp))
+}
+
+/// Decode every packet a captured frame carries: one for most frames, one per subframe of an
+/// 802.11 A-MSDU (an empty A-MSDU gives none). `orig_len`: the frame's length on the wire
+/// (pcap's original length), when known — IP lengths beyond it are not trusted.
+#[inline]
+pub fn decode_packets(link: LinkType, frame: &[u8], orig_len: Option<usize>) -> Packets<'_> {
+    let (one, amsdu) = match link_payload(link, frame) {
+        Ok(L2::Packet(et, b)) => (Some(network_packet(frame, et, b, orig_len)), None),
+        Ok(L2::Amsdu(body)) => (
+            None,
+            Some(AmsduPackets {
+                subframes: Subframes::new(body),
+                // Wire bytes from the start of the A-MSDU body on, when known.
+                wire: orig_len.map(|o| o.saturating_sub(frame.len() - body.len())),
+            }),
+        ),
+        Err(e) => (Some(Err(e)), None),
+    };
+    Packets { one, amsdu }
+}
+
+/// The packet `b` (of ethertype `et`, a suffix of `frame`) decoded down to TCP/UDP.
+#[inline]
+fn network_packet<'a>(
+    frame: &'a [u8],
+    et: u16,
+    b: &'a [u8],
+    orig_len: Option<usize>,
+) -> Result<Decoded<'a>, SkipReason> {
     let (et, ip) = network_layer(et, b)?;
     // IP bytes that were on the wire, when the original frame length is known (every slice
     // here is a suffix of the frame, so its offset is the length difference).
     let ip_wire = orig_len.map(|o| o.saturating_sub(frame.len() - ip.len()));
     decode_ip(et, ip, ip_wire, 0)
+}
+
+/// The packets of one frame, decoded (see [`decode_packets`]).
+#[derive(Debug, Clone)]
+pub struct Packets<'a> {
+    one: Option<Result<Decoded<'a>, SkipReason>>,
+    amsdu: Option<AmsduPackets<'a>>,
+}
+
+/// The subframes of an A-MSDU still to decode.
+#[derive(Debug, Clone)]
+struct AmsduPackets<'a> {
+    subframes: Subframes<'a>,
+    wire: Option<usize>,
+}
+
+impl<'a> Iterator for Packets<'a> {
+    type Item = Result<Decoded<'a>, SkipReason>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(one) = self.one.take() {
+            return Some(one);
+        }
+        let a = self.amsdu.as_mut()?;
+        let (at, len, msdu) = a.subframes.next()?;
+        // The MSDU's bytes as sent: its length field, bounded by the frame's original length.
+        let msdu_wire = a.wire.map_or(len, |w| len.min(w.saturating_sub(at)));
+        let d = llc_snap(msdu).and_then(|(et, b)| {
+            let (et, ip) = network_layer(et, b)?;
+            let ip_wire = msdu_wire.saturating_sub(msdu.len() - ip.len());
+            decode_ip(et, ip, Some(ip_wire), 0)
+        });
+        Some(d)
+    }
 }
 
 /// The addresses, protocol, transport bytes and transport length on the wire of one IP packet.
@@ -1021,9 +1124,8 @@ pub(crate) mod tests {
             decode(LinkType::Ieee80211, &f).err(),
             Some(SkipReason::Encrypted)
         );
-        // A-MSDU, null data, a beacon: no IP read.
+        // Null data, a beacon: no IP read.
         for f in [
-            wlan_frame(0x88, 0x01, &[0x80, 0], &body),
             wlan_frame(0x48, 0x01, &[], &[]),
             wlan_frame(0x80, 0x00, &[], &body),
         ] {
@@ -1230,7 +1332,7 @@ pub(crate) mod tests {
     }
 
     /// The inner TCP segment every encapsulation test wraps: 10.0.0.1:1234 → 10.0.0.2:80, 5 bytes.
-    fn inner_ip() -> Vec<u8> {
+    pub(super) fn inner_ip() -> Vec<u8> {
         let f = eth_ipv4_tcp(
             [10, 0, 0, 1],
             [10, 0, 0, 2],
@@ -1246,7 +1348,8 @@ pub(crate) mod tests {
         f[14..].to_vec()
     }
 
-    fn assert_inner(frame: &[u8], link: LinkType) {
+    /// `frame` (of link type `link`) decodes to [`inner_ip`]'s segment.
+    pub(super) fn assert_inner(frame: &[u8], link: LinkType) {
         let d = decode_with_orig_len(link, frame, frame.len() as u32)
             .unwrap_or_else(|e| panic!("{e:?}"));
         let Transport::Tcp { tcp, payload_len } = d.transport else {

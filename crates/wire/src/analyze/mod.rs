@@ -149,6 +149,20 @@ impl Analyzer {
     /// Feed one decoded (or undecodable) frame.
     #[inline]
     pub fn push(&mut self, frame: u64, ts_ns: u64, decoded: Result<Decoded<'_>, SkipReason>) {
+        self.push_packets(frame, ts_ns, std::iter::once(decoded));
+    }
+
+    /// Feed one frame given as the packets it carries (one, or one per subframe of an 802.11
+    /// A-MSDU: [`crate::packet::decode_packets`]). The frame counts once, as a TCP frame when
+    /// any of its packets is TCP (as tshark counts it), else as UDP, else as skipped for the
+    /// first packet's reason; every TCP segment is analysed.
+    #[inline]
+    pub fn push_packets<'a>(
+        &mut self,
+        frame: u64,
+        ts_ns: u64,
+        packets: impl IntoIterator<Item = Result<Decoded<'a>, SkipReason>>,
+    ) {
         self.frames += 1;
         if self.first_ts.is_none() {
             self.first_ts = Some(ts_ns);
@@ -156,15 +170,31 @@ impl Analyzer {
         if ts_ns > self.last_ts {
             self.last_ts = ts_ns;
         }
-        match decoded {
-            Ok(d) => match d.transport {
-                Transport::Tcp { tcp, payload_len } => {
-                    self.tcp_frames += 1;
-                    self.on_tcp(frame, ts_ns, &d, &tcp, payload_len);
+        let (mut tcp_seen, mut udp_seen, mut skip) = (false, false, None);
+        for decoded in packets {
+            match decoded {
+                Ok(d) => match d.transport {
+                    Transport::Tcp { tcp, payload_len } => {
+                        if !tcp_seen {
+                            self.tcp_frames += 1;
+                            tcp_seen = true;
+                        }
+                        self.on_tcp(frame, ts_ns, &d, &tcp, payload_len);
+                    }
+                    Transport::Udp(_) => udp_seen = true,
+                },
+                Err(r) => {
+                    skip.get_or_insert(r);
                 }
-                Transport::Udp(_) => self.udp_frames += 1,
-            },
-            Err(r) => self.skipped.add(r),
+            }
+        }
+        if !tcp_seen {
+            if udp_seen {
+                self.udp_frames += 1;
+            } else {
+                // A frame with no packet at all (an empty A-MSDU) carries no IP.
+                self.skipped.add(skip.unwrap_or(SkipReason::NotIp));
+            }
         }
         while let Some(c) = self.flows.expire_one(ts_ns) {
             self.finalize(c);
