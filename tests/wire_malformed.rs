@@ -97,7 +97,7 @@ fn damaged_files_give_clear_errors_or_counted_skips() {
     record(&mut b, &tcp_frame(), 58);
     let (code, out, _) = run(&dir, "snap.pcap", &b);
     assert_eq!(code, 0);
-    assert!(out.contains("1 frames were cut short"), "{out}");
+    assert!(out.contains("1 frame was cut short"), "{out}");
 
     // Unknown link type: counted skip, and the verdict says nothing could be read (exit 2),
     // not "no stalls".
@@ -105,7 +105,11 @@ fn damaged_files_give_clear_errors_or_counted_skips() {
     record(&mut b, &tcp_frame(), 58);
     let (code, out, _) = run(&dir, "dlt147.pcap", &b);
     assert_eq!(code, 2, "{out}");
-    assert!(out.contains("link type latscope does not decode"), "{out}");
+    assert!(
+        out.contains("1 frame has a link type latscope does not decode and was skipped"),
+        "{out}"
+    );
+    assert!(out.contains("the one frame was skipped"), "{out}");
     assert!(
         out.contains("No frames could be read") && !out.contains("No stalls found"),
         "{out}"

@@ -3,7 +3,7 @@
 
 use latscope_core::model::diagnose::{Diagnosis, RuleId, Side};
 use latscope_core::timer::{TcpTimer, describe_stall};
-use latscope_core::units::format_ns;
+use latscope_core::units::{format_ns, of};
 
 pub use super::evidence::*;
 
@@ -340,9 +340,8 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
         && let Some(n) = c.nagle
     {
         evidence.push(format!(
-            "on the wire: {} of {} transactions stalled by Nagle × delayed ACK, {} lost in all (e.g. connection {}, frames {} → {})",
-            n.total.count,
-            c.transactions,
+            "on the wire: {} stalled by Nagle × delayed ACK, {} lost in all (e.g. connection {}, frames {} → {})",
+            of(n.total.count, c.transactions, "transaction"),
             format_ns(n.total.lost_ns as f64),
             n.example.conn,
             n.example.since_frame,
@@ -352,9 +351,8 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
     }
     if let Some((c, d)) = delack_nagle {
         evidence.push(format!(
-            "on the wire: {} of {} transactions waited for a delayed ACK ({} in all); with Nagle on at the server, those held segments are Nagle's{}",
-            d.count,
-            c.transactions,
+            "on the wire: {} waited for a delayed ACK ({} in all); with Nagle on at the server, those held segments are Nagle's{}",
+            of(d.count, c.transactions, "transaction"),
             format_ns(d.lost_ns as f64),
             e.server_sockets
                 .as_ref()
@@ -367,10 +365,9 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
         && ss.connections > 0
     {
         evidence.push(format!(
-            "the server's sockets ({}): TCP_NODELAY off on {} of {} connections{}",
+            "the server's sockets ({}): TCP_NODELAY off on {}{}",
             ss.process,
-            ss.nagle_on,
-            ss.connections,
+            of(ss.nagle_on as u64, ss.connections as u64, "connection"),
             if ss.corked > 0 {
                 format!(", TCP_CORK on {}", ss.corked)
             } else {
@@ -540,7 +537,7 @@ pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
             format_ns(p.p50_ns as f64),
             format_ns(p.p99_ns as f64)
         ),
-        format!("{timed_out} of {attempts} attempts timed out"),
+        format!("{} timed out", of(timed_out, attempts, "attempt")),
         "a ~1 s step is the initial retransmission timeout of a dropped SYN".into(),
     ];
     let server = e.counters.and_then(|c| c.server);
@@ -678,8 +675,8 @@ pub fn delayed_ack(e: &Evidence) -> Option<Diagnosis> {
         confidence: 0.8,
         side: Side::Client,
         evidence: vec![format!(
-            "on the wire: {n} of {} transactions waited for a delayed ACK, {} in all",
-            c.transactions,
+            "on the wire: {} waited for a delayed ACK, {} in all",
+            of(n, c.transactions, "transaction"),
             format_ns(lost as f64)
         )],
         fix: "the receiver (client) should ACK at once: re-arm TCP_QUICKACK after reads, or per route `ip route change … quickack 1`; the sender can avoid waiting on ACKs by writing each message in one call".into(),
@@ -965,12 +962,11 @@ pub fn cpu_throttling(e: &Evidence) -> Option<Diagnosis> {
         side: Side::Server,
         evidence: vec![
             format!(
-                "cgroup {} of {} ({}): throttled in {} of {} periods while the requests ran, {} held back ({} per throttled period)",
+                "cgroup {} of {} ({}): throttled in {} while the requests ran, {} held back ({} per throttled period)",
                 t.cgroup,
                 c.process,
                 t.limit.as_deref().unwrap_or("limit set"),
-                t.throttled,
-                t.periods,
+                of(t.throttled, t.periods, "period"),
                 format_ns(t.throttled_ns as f64),
                 format_ns(held_per_period as f64)
             ),

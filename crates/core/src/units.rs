@@ -277,6 +277,18 @@ pub fn count(n: u64, what: &str) -> String {
     format!("{n} {}", noun(n, what))
 }
 
+/// A part of a counted whole: `1 of 1 connection`, `3 of 52 transactions` (the noun agrees
+/// with the whole, as in "3 of 52 transactions stalled").
+pub fn of(part: u64, total: u64, what: &str) -> String {
+    format!("{part} of {}", count(total, what))
+}
+
+/// The verb form that agrees with a count of `n`: `verb(1, "belongs", "belong")` is
+/// `belongs`, `verb(2, …)` `belong` ("1 socket belongs", "2 sockets belong").
+pub fn verb<'a>(n: u64, singular: &'a str, plural: &'a str) -> &'a str {
+    if n == 1 { singular } else { plural }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,6 +308,21 @@ mod tests {
         assert!(parse_duration("-1s").is_err());
         let e = parse_duration("abc").unwrap_err().to_string();
         assert!(e.contains("invalid duration 'abc'"), "{e}");
+    }
+
+    #[test]
+    fn parts_and_verbs_agree_with_their_count() {
+        assert_eq!(of(1, 1, "connection"), "1 of 1 connection");
+        assert_eq!(of(0, 1, "connection"), "0 of 1 connection");
+        assert_eq!(of(3, 52, "transaction"), "3 of 52 transactions");
+        assert_eq!(of(2, 0, "period"), "2 of 0 periods");
+        assert_eq!(verb(1, "belongs", "belong"), "belongs");
+        assert_eq!(verb(0, "belongs", "belong"), "belong");
+        assert_eq!(verb(2, "was", "were"), "were");
+        assert_eq!(
+            format!("{} {}", count(1, "socket"), verb(1, "belongs", "belong")),
+            "1 socket belongs"
+        );
     }
 
     #[test]

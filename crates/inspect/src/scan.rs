@@ -539,11 +539,12 @@ fn say_closed(rows: &[SocketRow], notes: &mut Vec<String>) {
     }
     let states: Vec<&str> = states.into_iter().collect();
     notes.push(format!(
-        "{} ({}) belong to no process: TIME-WAIT and orphaned sockets (FIN-WAIT, LAST-ACK, CLOSING) \
+        "{} ({}) {} to no process: TIME-WAIT and orphaned sockets (FIN-WAIT, LAST-ACK, CLOSING) \
          were closed by the application and the kernel finishes the connection alone (TIME-WAIT lasts 60 s); \
          SYN-RECV entries are handshakes not yet accepted",
         latscope_core::units::count(n as u64, "socket"),
-        states.join(", ")
+        states.join(", "),
+        latscope_core::units::verb(n as u64, "belongs", "belong")
     ));
 }
 
@@ -710,6 +711,13 @@ mod tests {
         assert_eq!(notes.len(), 1);
         assert!(
             notes[0].starts_with("2 sockets (FIN-WAIT-2, TIME-WAIT) belong to no process"),
+            "{}",
+            notes[0]
+        );
+        let mut notes = Vec::new();
+        say_closed(&rows[..2], &mut notes);
+        assert!(
+            notes[0].starts_with("1 socket (TIME-WAIT) belongs to no process"),
             "{}",
             notes[0]
         );

@@ -85,14 +85,17 @@ pub fn build_report(
     let skipped = &analysis.skipped;
     if skipped.truncated > 0 {
         warnings.push(format!(
-            "{} frames were cut short before their TCP/UDP header (snap length too small?) and were skipped",
-            skipped.truncated
+            "{} {} cut short before the TCP/UDP header (snap length too small?) and skipped",
+            latscope_core::units::count(skipped.truncated, "frame"),
+            latscope_core::units::verb(skipped.truncated, "was", "were")
         ));
     }
     if skipped.unknown_link_type > 0 {
         warnings.push(format!(
-            "{} frames have a link type latscope does not decode and were skipped",
-            skipped.unknown_link_type
+            "{} {} a link type latscope does not decode and {} skipped",
+            latscope_core::units::count(skipped.unknown_link_type, "frame"),
+            latscope_core::units::verb(skipped.unknown_link_type, "has", "have"),
+            latscope_core::units::verb(skipped.unknown_link_type, "was", "were")
         ));
     }
     if skipped.encrypted > 0 {

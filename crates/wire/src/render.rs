@@ -61,8 +61,17 @@ impl Human for AnalyzeReport {
             let k = &a.skipped;
             let _ = writeln!(
                 out,
-                "No frames could be read: all {} frames were skipped ({} unknown link type, {} not IP, {} encrypted, {} truncated, {} malformed); nothing was analysed.",
-                a.frames, k.unknown_link_type, k.not_ip, k.encrypted, k.truncated, k.malformed
+                "No frames could be read: {} ({} unknown link type, {} not IP, {} encrypted, {} truncated, {} malformed); nothing was analysed.",
+                if a.frames == 1 {
+                    "the one frame was skipped".to_string()
+                } else {
+                    format!("all {} frames were skipped", a.frames)
+                },
+                k.unknown_link_type,
+                k.not_ip,
+                k.encrypted,
+                k.truncated,
+                k.malformed
             );
         } else if a.findings.is_empty() {
             out.push_str("No stalls found.\n");

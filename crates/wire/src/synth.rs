@@ -376,9 +376,8 @@ mod tests {
         // (2 s of capture time), not the file: here ~1000 tracked at most of ~8700.
         assert!(
             r.peak_open_connections * 6 < r.connections,
-            "peak {} of {} connections ({} s captured), 300 concurrent",
-            r.peak_open_connections,
-            r.connections,
+            "peak {} ({} s captured), 300 concurrent",
+            latscope_core::units::of(r.peak_open_connections, r.connections, "connection"),
             r.capture_span_ns / 1_000_000_000
         );
         let count = |k| {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use latscope_core::model::diagnose::StepName;
-use latscope_core::units::format_ns;
+use latscope_core::units::{format_ns, of};
 use latscope_ebpf::runq::RunQueue;
 use latscope_inspect::scan::{Selection, scan};
 
@@ -150,11 +150,10 @@ impl Observe for Cpu {
             .unwrap_or_default();
         let th = match &c.throttling {
             Some(t) => format!(
-                "cgroup {} ({}): throttled in {} of {} periods, {} held back",
+                "cgroup {} ({}): throttled in {}, {} held back",
                 t.cgroup,
                 t.limit.as_deref().unwrap_or("no limit"),
-                t.throttled,
-                t.periods,
+                of(t.throttled, t.periods, "period"),
                 format_ns(t.throttled_ns as f64)
             ),
             None => "no CPU limit on its cgroups".into(),

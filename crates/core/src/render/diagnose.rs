@@ -82,8 +82,8 @@ impl Human for DiagnoseReport {
         if let Some(ph) = &self.phases {
             let _ = writeln!(
                 out,
-                "\n  Request phases (medians of {} requests)",
-                ph.requests
+                "\n  Request phases (medians of {})",
+                crate::units::count(ph.requests as u64, "request")
             );
             let mut t = Table::new(&["DNS", "connect", "TLS", "first byte", "transfer", "total"]);
             t.row(vec![

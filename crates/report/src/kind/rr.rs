@@ -1,7 +1,7 @@
 //! `latscope rr`: one size → its spectrum; `--sizes` → latency against size with the stall.
 
 use latscope_core::model::rr::{LoadMode, RrReport, RrSizeResult, SockOpts};
-use latscope_core::units::{format_bytes, format_ns, format_si};
+use latscope_core::units::{format_bytes, format_ns, format_si, of};
 
 use super::{error_list, histogram_block, interrupted, latency_block, summary_table};
 use crate::error::ReportError;
@@ -96,9 +96,8 @@ fn sizes(r: &RrReport, many: &[RrSizeResult]) -> Result<String, ReportError> {
         out += &para(
             "warn",
             &format!(
-                "Stall at {} of {} sizes (p50 {} against {} elsewhere): {}",
-                j.sizes.len(),
-                many.len(),
+                "Stall at {} (p50 {} against {} elsewhere): {}",
+                of(j.sizes.len() as u64, many.len() as u64, "size"),
                 format_ns(j.jumped_p50_ns as f64),
                 format_ns(j.baseline_p50_ns as f64),
                 j.likely_cause
