@@ -49,10 +49,10 @@ refused, or no request succeeded; 5 local system error; 130 interrupted (partial
 pub struct HttpArgs {
     /// Target URL: http://HOST[:PORT]/PATH or https://...
     pub url: String,
-    /// Concurrent connections (HTTP/1.1 keep-alive).
+    /// Concurrent keep-alive connections (with --http2, each carries --streams streams).
     #[arg(short = 'c', long, default_value_t = 50, value_name = "N")]
     pub connections: u32,
-    /// Worker threads [default: one per core].
+    /// Worker threads, never more than connections [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<u32>,
     /// Measured duration, e.g. 10s, 2m [default: 10s unless -n is given].
@@ -70,13 +70,13 @@ pub struct HttpArgs {
     /// Give up on a request (or a connection attempt) after this long.
     #[arg(short = 'W', long, value_parser = units::parse_duration, default_value = "2s", value_name = "DURATION")]
     pub timeout: Duration,
-    /// HTTP method.
+    /// HTTP method (HEAD responses are read without a body).
     #[arg(short = 'X', long, short_alias = 'm', default_value = "GET")]
     pub method: String,
     /// Extra request header 'Name: value' (repeatable).
     #[arg(short = 'H', long = "header")]
     pub headers: Vec<String>,
-    /// Request body.
+    /// Request body (sets Content-Length).
     #[arg(long, conflicts_with = "body_file")]
     pub body: Option<String>,
     /// Request body from a file.
@@ -98,14 +98,14 @@ pub struct HttpArgs {
     /// (milliseconds; from the intended send time in open loop).
     #[arg(long, value_name = "FILE")]
     pub hgrm: Option<PathBuf>,
-    /// HTTP/2: h2 over TLS (ALPN) for https://, h2c with prior knowledge for http://.
-    /// Closed loop only.
+    /// HTTP/2: h2 over TLS (ALPN) for https://, h2c with prior knowledge for http://; closed or
+    /// open loop (-q).
     #[arg(long)]
     pub http2: bool,
     /// HTTP/2: concurrent streams per connection.
     #[arg(long, default_value_t = 1, requires = "http2")]
     pub streams: u32,
-    /// Re-arm TCP_QUICKACK after every read: never delay an ACK (HTTP/1.1). A server whose
+    /// Re-arm TCP_QUICKACK after every read: never delay an ACK (HTTP/1.1 only). A server whose
     /// Nagle algorithm waits for the client's delayed ACK then answers without the ~40 ms stall.
     #[arg(long, conflicts_with = "http2")]
     pub quickack: bool,
@@ -414,6 +414,82 @@ pub fn hgrm_text(h: &LatencyHistogram) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/http.md's flag table and `latscope http --help` describe the same flags, with the
+    /// same defaults and the same restrictions (the doc said `--http2` runs closed or open loop
+    /// while the help said "closed loop only"; the engine does both).
+    #[test]
+    fn help_agrees_with_the_docs() {
+        use clap::CommandFactory;
+        let doc = include_str!("../../docs/http.md");
+        let table = doc
+            .split("\n## Flags\n")
+            .nth(1)
+            .and_then(|t| t.split("\n## ").next())
+            .expect("docs/http.md has a '## Flags' section");
+        // Long flag → its row, lower-cased.
+        let mut rows: std::collections::BTreeMap<String, String> = Default::default();
+        for row in table.lines().filter(|l| l.starts_with("| `")) {
+            let first = row.split(" | ").next().unwrap_or(row);
+            for flag in first.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+                if let Some(long) = flag.strip_prefix("--") {
+                    rows.insert(long.to_string(), row.to_lowercase());
+                }
+            }
+        }
+        let cli = crate::cli::Cli::command();
+        let http = cli.find_subcommand("http").expect("an http subcommand");
+        let mut problems = Vec::new();
+        for arg in http.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if arg.is_hide_set() || ["help", "version"].contains(&long) {
+                continue;
+            }
+            let Some(row) = rows.remove(long) else {
+                problems.push(format!("--{long} is not in docs/http.md's flag table"));
+                continue;
+            };
+            let help = arg
+                .get_long_help()
+                .or(arg.get_help())
+                .map(|h| h.to_string().to_lowercase())
+                .unwrap_or_default();
+            for d in arg.get_default_values() {
+                let d = d.to_string_lossy().to_lowercase();
+                let squashed: String = row.split_whitespace().collect();
+                if !["0s", "false"].contains(&d.as_str())
+                    && !squashed.contains(&format!("default{d}"))
+                {
+                    problems.push(format!(
+                        "--{long}: --help's default is {d}, the doc's row: {row}"
+                    ));
+                }
+            }
+            for claim in [
+                "closed loop only",
+                "open loop",
+                "http/1.1 only",
+                "repeatable",
+            ] {
+                if help.contains(claim) != row.contains(claim) {
+                    problems.push(format!(
+                        "--{long}: '{claim}' in {} only (help: {help}; doc: {row})",
+                        if help.contains(claim) {
+                            "--help"
+                        } else {
+                            "the doc"
+                        }
+                    ));
+                }
+            }
+        }
+        for long in rows.keys() {
+            problems.push(format!(
+                "docs/http.md lists --{long}, which latscope http does not have"
+            ));
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
 
     #[test]
     fn hgrm_layout() {
