@@ -266,10 +266,15 @@ fn the_same_server_in_two_namespaces_is_read_where_our_connection_went() {
     assert_eq!(sockets["status"], "ran", "{sockets}");
     let detail = sockets["detail"].as_str().unwrap();
     assert!(detail.contains("TCP_NODELAY off on 1,"), "{sockets}");
-    // The kernel stack watched b's namespace, where our packets went.
+    // The kernel stack watched b's namespace, where our packets went, and only our
+    // connections' addresses there: b's own clients (from 10.63.0.2) are left out.
     let stack = step(&doc, "kernel stack");
     if stack["status"] == "ran" {
         let d = stack["detail"].as_str().unwrap();
         assert!(!d.starts_with("0 packets"), "{stack}");
+        assert!(
+            d.contains(&format!("packets from 10.63.0.1 to {target} ")),
+            "{stack}"
+        );
     }
 }

@@ -531,6 +531,36 @@ fn filters_apply_in_the_kernel() {
     lab.tcp_transactions(&listener, 20, 100, Duration::ZERO);
     let r = report(&stack.interrupt().1);
     assert_eq!(hist(&r, Probe::TcpStart).count(), 0);
+    // The connection's addresses (A → B): every probe sees its packets, whether it reads
+    // them from the socket or from the packet; the same port with another address: none.
+    let (a, b) = (lab.ip_a.to_string(), lab.ip_b.to_string());
+    let probes = "ip-start,tcp-start,tcp-socket-enqueued,tcp-socket-read";
+    let by_addr = |laddr: &str, raddr: &str| {
+        let stack = Stack::start(&[
+            "--json", "--netns", &netns, "--lport", &p, "--laddr", laddr, "--raddr", raddr, "-p",
+            probes,
+        ]);
+        lab.tcp_transactions(&listener, 20, 100, Duration::ZERO);
+        report(&stack.interrupt().1)
+    };
+    let r = by_addr(&b, &a);
+    for probe in [
+        Probe::IpStart,
+        Probe::TcpStart,
+        Probe::TcpSocketEnqueued,
+        Probe::TcpSocketRead,
+    ] {
+        let n = hist(&r, probe).count();
+        assert!(n >= 20, "{probe}: {n} packets");
+    }
+    for (laddr, raddr) in [(b.as_str(), "10.77.9.9"), ("10.77.9.9", a.as_str())] {
+        let r = by_addr(laddr, raddr);
+        assert!(
+            r.histograms.iter().all(|h| h.count == 0),
+            "--laddr {laddr} --raddr {raddr}: {:?}",
+            r.histograms
+        );
+    }
     let stack = Stack::start(&[
         "--json",
         "--netns",

@@ -82,6 +82,12 @@ pub struct StackArgs {
     /// Only packets from this remote port.
     #[arg(long, value_name = "PORT")]
     pub rport: Option<u16>,
+    /// Only packets to this local address (IPv4 also matches dual-stack sockets).
+    #[arg(long, value_name = "ADDR")]
+    pub laddr: Option<std::net::IpAddr>,
+    /// Only packets from this remote address.
+    #[arg(long, value_name = "ADDR")]
+    pub raddr: Option<std::net::IpAddr>,
     /// One histogram per interface or per cgroup.
     #[arg(long, value_enum, default_value = "none")]
     pub group_by: GroupByArg,
@@ -123,6 +129,8 @@ fn config(a: &StackArgs) -> anyhow::Result<StackConfig> {
         cgroup_id: a.cgroup.as_deref().map(sys::resolve_cgroup).transpose()?,
         local_port: a.lport,
         remote_port: a.rport,
+        local_addr: a.laddr,
+        remote_addr: a.raddr,
     };
     if filters.tgid.is_some()
         && !a.probes.is_empty()

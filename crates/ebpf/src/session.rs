@@ -71,6 +71,30 @@ pub struct Filters {
     pub local_port: Option<u16>,
     /// Remote (source) port.
     pub remote_port: Option<u16>,
+    /// Local (destination) address; an IPv4 address also matches its v4-mapped IPv6 form on
+    /// dual-stack sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_addr: Option<std::net::IpAddr>,
+    /// Remote (source) address, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_addr: Option<std::net::IpAddr>,
+}
+
+/// `addr` as the BPF filter compares it: 16 bytes in network order, IPv4 v4-mapped, as four
+/// words read from memory (native byte order). `None` → filter off.
+fn addr_words(addr: Option<std::net::IpAddr>) -> (u32, [u32; 4]) {
+    let Some(a) = addr else {
+        return (0, [0; 4]);
+    };
+    let octets = match a {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(v6) => v6.octets(),
+    };
+    let mut words = [0u32; 4];
+    for (w, chunk) in words.iter_mut().zip(octets.chunks_exact(4)) {
+        *w = u32::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+    }
+    (1, words)
 }
 
 /// What to load.
@@ -270,6 +294,8 @@ struct Rodata {
     filter_cgroup: u64,
     filter_lport: u16,
     filter_rport: u16,
+    filter_laddr: (u32, [u32; 4]),
+    filter_raddr: (u32, [u32; 4]),
     group_by: u32,
     sample_every: u32,
     /// Probes each shared site serves (bit = probe id); see [`crate::probes::program_site`].
@@ -289,6 +315,8 @@ impl Rodata {
             filter_cgroup: f.cgroup_id.unwrap_or(0),
             filter_lport: f.local_port.unwrap_or(0),
             filter_rport: f.remote_port.unwrap_or(0),
+            filter_laddr: addr_words(f.local_addr),
+            filter_raddr: addr_words(f.remote_addr),
             group_by: match cfg.group_by {
                 GroupBy::None => 0,
                 GroupBy::Interface => 1,
@@ -313,6 +341,8 @@ impl Rodata {
         ro.filter_cgroup = self.filter_cgroup;
         ro.filter_lport = self.filter_lport;
         ro.filter_rport = self.filter_rport;
+        (ro.filter_laddr_on, ro.filter_laddr) = self.filter_laddr;
+        (ro.filter_raddr_on, ro.filter_raddr) = self.filter_raddr;
         ro.group_by = self.group_by;
         ro.site_mask = self.site_mask;
         ro.sample_every = self.sample_every;
@@ -773,4 +803,32 @@ fn le8(b: &[u8]) -> [u8; 8] {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[..8]);
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::addr_words;
+
+    /// The words lie in memory exactly as the kernel's address bytes do (network order), with
+    /// IPv4 in its v4-mapped form, which is what the BPF side compares them with.
+    #[test]
+    fn address_filters_are_v4_mapped_bytes_in_network_order() {
+        assert_eq!(addr_words(None), (0, [0; 4]));
+        let (on, w) = addr_words(Some("10.1.2.3".parse().unwrap()));
+        assert_eq!(on, 1);
+        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        assert_eq!(
+            bytes,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3]
+        );
+        let (_, w6) = addr_words(Some("::ffff:10.1.2.3".parse().unwrap()));
+        assert_eq!(
+            w6, w,
+            "a dual-stack socket's v4-mapped address is the same filter"
+        );
+        let (_, w6) = addr_words(Some("fd00::1".parse().unwrap()));
+        let bytes: Vec<u8> = w6.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        assert_eq!(bytes[..2], [0xfd, 0]);
+        assert_eq!(bytes[15], 1);
+    }
 }

@@ -1,6 +1,8 @@
 //! Kernel receive-path latency of the server's packets (eBPF, local servers), from the first
 //! request step to the concurrency step.
 
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+
 use latscope_core::Log2Histogram;
 use latscope_core::log2::{bucket_label, bucket_of, format_estimate_ns};
 use latscope_core::model::diagnose::StepName;
@@ -26,7 +28,13 @@ impl Observe for KernelStack {
         };
         let cfg = latscope_ebpf::StackConfig {
             filters: latscope_ebpf::Filters {
+                // The connections' 4-tuple as far as it is fixed: both addresses and the
+                // server's port. The client's port changes with every connection the steps
+                // open, so it stays open; another client of the same server from the same
+                // address is counted too (the detail says so).
                 local_port: Some(cx.plan.addr.port()),
+                local_addr: Some(cx.plan.addr.ip()),
+                remote_addr: client_addr(cx.plan.addr),
                 // Its own namespace: a server in a container or another `ip netns` is watched
                 // there, and same-port traffic of other namespaces stays out.
                 netns_inode: (server.netns_inode != 0).then_some(server.netns_inode),
@@ -67,9 +75,9 @@ impl Observe for KernelStack {
     fn detail(cx: &Context, s: &StackEvidence) -> String {
         let f = |v: Option<f64>| v.map(format_estimate_ns).unwrap_or_else(|| "-".into());
         format!(
-            "{} packets to port {}; medians: ip-start {}, tcp-start {}, tcp-socket-enqueued {}, tcp-socket-read {}",
-            s.packets,
-            cx.plan.addr.port(),
+            "{} {}; medians: ip-start {}, tcp-start {}, tcp-socket-enqueued {}, tcp-socket-read {}",
+            latscope_core::units::count(s.packets, "packet"),
+            selection(cx.plan.addr, client_addr(cx.plan.addr)),
             f(s.ip_start_ns),
             f(s.tcp_start_ns),
             f(s.enqueued_ns),
@@ -79,5 +87,49 @@ impl Observe for KernelStack {
 
     fn store(ev: &mut Evidence, s: StackEvidence) {
         ev.stack = Some(s);
+    }
+}
+
+/// The address this host's connections to `server` come from (the kernel's route choice, as a
+/// connected UDP socket sees it; nothing is sent). `None` when there is no route.
+fn client_addr(server: SocketAddr) -> Option<IpAddr> {
+    let any: IpAddr = match server {
+        SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let probe = UdpSocket::bind((any, 0)).ok()?;
+    probe.connect(server).ok()?;
+    Some(probe.local_addr().ok()?.ip())
+}
+
+/// Which packets the kernel-stack figures are of, for the step's detail line.
+fn selection(server: SocketAddr, client: Option<IpAddr>) -> String {
+    match client {
+        Some(c) => format!(
+            "from {c} to {server} (the connections' addresses and server port, any client port)"
+        ),
+        None => format!("to {server} (from any address: no route to tell the client's)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selection_names_both_addresses_and_the_server_port() {
+        let server: SocketAddr = "127.0.0.1:7373".parse().unwrap();
+        let client = client_addr(server);
+        assert_eq!(client, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(
+            selection(server, client),
+            "from 127.0.0.1 to 127.0.0.1:7373 (the connections' addresses and server port, any client port)"
+        );
+        assert!(selection(server, None).contains("from any address"));
+        let v6: SocketAddr = "[::1]:80".parse().unwrap();
+        // (Where IPv6 is on at all.)
+        if let Some(c) = client_addr(v6) {
+            assert_eq!(c, "::1".parse::<IpAddr>().unwrap());
+        }
     }
 }

@@ -45,6 +45,17 @@ static __always_inline int SFX(parse_pkt)(struct sk_buff *skb, int nh_mode, stru
 	} else {
 		return -1;
 	}
+	if (filter_laddr_on || filter_raddr_on) {
+		if (eth == ETH_P_IP) {
+			u32 sd[2] = {};
+			bpf_probe_read_kernel(sd, sizeof(sd), nh + 12);
+			v4_mapped(p->raddr, sd[0]);
+			v4_mapped(p->laddr, sd[1]);
+		} else {
+			bpf_probe_read_kernel(p->raddr, 16, nh + 8);
+			bpf_probe_read_kernel(p->laddr, 16, nh + 24);
+		}
+	}
 	p->sport = 0;
 	p->dport = 0;
 	if ((filter_lport || filter_rport) && (p->proto == IPPROTO_TCP_ || p->proto == IPPROTO_UDP_)) {
@@ -54,6 +65,24 @@ static __always_inline int SFX(parse_pkt)(struct sk_buff *skb, int nh_mode, stru
 		p->dport = bpf_ntohs(ports[1]);
 	}
 	return 0;
+}
+
+/* The socket's local and remote addresses (v4-mapped for IPv4 sockets). */
+static __always_inline void SFX(sk_addrs)(struct sock *sk, u32 *la, u32 *ra)
+{
+	if (RD(sk, __sk_common.skc_family) == AF_INET6_) {
+		la[0] = RD(sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[0]);
+		la[1] = RD(sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[1]);
+		la[2] = RD(sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[2]);
+		la[3] = RD(sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[3]);
+		ra[0] = RD(sk, __sk_common.skc_v6_daddr.in6_u.u6_addr32[0]);
+		ra[1] = RD(sk, __sk_common.skc_v6_daddr.in6_u.u6_addr32[1]);
+		ra[2] = RD(sk, __sk_common.skc_v6_daddr.in6_u.u6_addr32[2]);
+		ra[3] = RD(sk, __sk_common.skc_v6_daddr.in6_u.u6_addr32[3]);
+	} else {
+		v4_mapped(la, RD(sk, __sk_common.skc_rcv_saddr));
+		v4_mapped(ra, RD(sk, __sk_common.skc_daddr));
+	}
 }
 
 /*
@@ -70,6 +99,9 @@ static __always_inline int SFX(record_at)(u32 probe, struct sk_buff *skb, struct
 		sk = RD(skb, sk);
 
 	u16 lport = 0, rport = 0;
+	bool by_addr = filter_laddr_on || filter_raddr_on;
+	if (by_addr && !sk && !skb)
+		return 0;
 	if (sk) {
 		if (want != PROTO_ANY && RD(sk, sk_protocol) != want)
 			return 0;
@@ -77,12 +109,22 @@ static __always_inline int SFX(record_at)(u32 probe, struct sk_buff *skb, struct
 			lport = RD(sk, __sk_common.skc_num);
 			rport = bpf_ntohs(RD(sk, __sk_common.skc_dport));
 		}
+		if (by_addr) {
+			u32 la[4] = {}, ra[4] = {};
+			SFX(sk_addrs)(sk, la, ra);
+			if (!addr_ok(filter_laddr_on, la, filter_laddr) ||
+			    !addr_ok(filter_raddr_on, ra, filter_raddr))
+				return 0;
+		}
 	} else if (skb) {
-		if (want != PROTO_ANY || filter_lport || filter_rport) {
+		if (want != PROTO_ANY || filter_lport || filter_rport || by_addr) {
 			struct pkt p = {};
 			if (SFX(parse_pkt)(skb, nh_mode, &p) < 0)
 				return 0;
 			if (want != PROTO_ANY && p.proto != want)
+				return 0;
+			if (!addr_ok(filter_laddr_on, p.laddr, filter_laddr) ||
+			    !addr_ok(filter_raddr_on, p.raddr, filter_raddr))
 				return 0;
 			lport = p.dport;
 			rport = p.sport;

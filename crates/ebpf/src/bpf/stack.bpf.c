@@ -60,6 +60,12 @@ const volatile u32 filter_tgid = 0;
 const volatile u64 filter_cgroup = 0;
 const volatile u16 filter_lport = 0;
 const volatile u16 filter_rport = 0;
+/* Local / remote address filters: 16 bytes in network order as they lie in memory, an IPv4
+ * address in its v4-mapped IPv6 form (::ffff:a.b.c.d), so dual-stack sockets match too. */
+const volatile u32 filter_laddr_on = 0;
+const volatile u32 filter_laddr[4] = {};
+const volatile u32 filter_raddr_on = 0;
+const volatile u32 filter_raddr[4] = {};
 const volatile u32 group_by = GROUP_NONE;
 /* Time one packet in `sample_every` at each probe (0 or 1: every packet). */
 const volatile u32 sample_every = 0;
@@ -300,7 +306,29 @@ struct pkt {
 	u8 proto;  /* IPPROTO_TCP / IPPROTO_UDP / other */
 	u16 sport; /* remote port (host order) */
 	u16 dport; /* local port (host order) */
+	u32 laddr[4]; /* destination address (v4-mapped for IPv4), when an address filter is on */
+	u32 raddr[4]; /* source address */
 };
+
+#define AF_INET_ 2
+#define AF_INET6_ 10
+
+/* An IPv4 address (network order) as its v4-mapped IPv6 words. */
+static __always_inline void v4_mapped(u32 *a, u32 v4)
+{
+	a[0] = 0;
+	a[1] = 0;
+	a[2] = bpf_htonl(0xffff);
+	a[3] = v4;
+}
+
+/* Whether address `a` passes the filter `want` (off: everything passes). */
+static __always_inline bool addr_ok(u32 on, const u32 *a, const volatile u32 *want)
+{
+	if (!on)
+		return true;
+	return a[0] == want[0] && a[1] == want[1] && a[2] == want[2] && a[3] == want[3];
+}
 
 static __always_inline void hist_add(u32 probe, u64 group, u64 lat)
 {
