@@ -2,8 +2,13 @@
 # Install everything latscope needs on a fresh Debian 12 machine: system packages (listed one per
 # line in scripts/packages.d/*.txt, comments with #) and a Rust toolchain new enough for
 # edition 2024. Safe to rerun: it installs only what is missing.
+#   scripts/setup.sh           everything the tests need (scripts/test.sh)
+#   scripts/setup.sh --demo    without what only the tests use: the nightly toolchain and
+#                              cargo-fuzz (built from source: minutes), and the QEMU test kernel
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for_tests=1
+if [ "${1:-}" = "--demo" ]; then for_tests=0; fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -17,7 +22,7 @@ for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
-  echo "setup: installing:$missing"
+  echo "setup: installing $(echo "$missing" | wc -w) Debian packages (apt-get, quiet; a few minutes on a fresh machine):$missing"
   export DEBIAN_FRONTEND=noninteractive
   # tshark asks whether non-root users may capture; answer no without a prompt.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections || true
@@ -49,6 +54,10 @@ fi
 # (-Zsanitizer); cargo-fuzz itself is pinned and built from its lock file. A failure here is an
 # error: CI must not silently skip the fuzz targets.
 CARGO_FUZZ_VERSION=0.13.1
+if [ "$for_tests" -eq 0 ]; then
+  echo "setup: ready for the demo ($(rustc --version))"
+  exit 0
+fi
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   rustup toolchain install nightly --profile minimal ||
     { echo "setup: could not install the nightly toolchain (needed by cargo-fuzz)" >&2; exit 1; }

@@ -81,3 +81,75 @@ fn install_script_puts_binary_man_pages_and_completions_under_the_prefix() {
     );
     let _ = std::fs::remove_dir_all(&prefix);
 }
+
+/// The demo command's build step says what it builds and roughly how long before cargo's own
+/// progress, asks setup for the demo's needs only, and says when it is done. Run in a copy of
+/// the script with stand-ins for setup, cargo and install (the real ones take minutes).
+#[test]
+fn demo_script_announces_the_build_and_times_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fake = std::env::temp_dir().join(format!("latscope-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&fake);
+    std::fs::create_dir_all(fake.join("scripts")).unwrap();
+    std::fs::create_dir_all(fake.join("bin")).unwrap();
+    std::fs::copy(root.join("scripts/demo.sh"), fake.join("scripts/demo.sh")).unwrap();
+    std::fs::write(
+        fake.join("Cargo.lock"),
+        "[[package]]\nname = \"a\"\n[[package]]\nname = \"b\"\n[[package]]\nname = \"c\"\n",
+    )
+    .unwrap();
+    let log = fake.join("calls.log");
+    let w = |p: &str, text: String| std::fs::write(fake.join(p), text).unwrap();
+    w(
+        "scripts/setup.sh",
+        format!("echo \"setup $*\" >> {}\n", log.display()),
+    );
+    w(
+        "scripts/install.sh",
+        format!("echo install >> {}\n", log.display()),
+    );
+    // cargo: records its arguments, "compiles", and leaves a binary that says it ran.
+    w(
+        "bin/cargo",
+        format!(
+            "#!/bin/sh\necho \"cargo $*\" >> {log}\necho '   Compiling a v1' >&2\n\
+             mkdir -p target/release\nprintf '#!/bin/sh\\necho \"latscope $*\"\\n' > target/release/latscope\n\
+             chmod +x target/release/latscope\n",
+            log = log.display()
+        ),
+    );
+    sh(&format!("chmod +x {}/bin/cargo", fake.display()));
+    let run = || {
+        sh(&format!(
+            "HOME={f} PATH={f}/bin:$PATH bash {f}/scripts/demo.sh 2>&1",
+            f = fake.display()
+        ))
+    };
+    let (ok, out) = run();
+    assert!(ok, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    let announce = lines
+        .iter()
+        .position(|l| l.starts_with("demo: building latscope (release): 3 crates from scratch"))
+        .unwrap_or_else(|| panic!("no build announcement naming the crates: {out}"));
+    assert!(lines[announce].contains("minutes"), "{out}");
+    let compiling = lines.iter().position(|l| l.contains("Compiling")).unwrap();
+    assert!(announce < compiling, "announced before cargo starts: {out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("demo: built target/release/latscope in ")),
+        "{out}"
+    );
+    assert_eq!(lines.last(), Some(&"latscope demo"), "{out}");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        ["setup --demo", "cargo build --release --locked", "install"],
+        "{calls}"
+    );
+    // A second run finds the earlier build and says it only recompiles what changed.
+    let (ok, out) = run();
+    assert!(ok && out.contains("an earlier build is there"), "{out}");
+    let _ = std::fs::remove_dir_all(&fake);
+}
