@@ -12,6 +12,7 @@ use latscope_core::render::{Human, OutputFormat, emit};
 use latscope_tui::{Keys, LiveState, LiveView};
 
 use crate::output::OutputArgs;
+use crate::progress::Progress;
 
 /// The output options of the long runs (http, rr, stream, stack): the format, the live view and
 /// `--report FILE`.
@@ -29,6 +30,30 @@ impl LongRunOutput {
     /// Start the live view when it is wanted (see [`LiveArgs::start`]).
     pub fn start_live(&self, state: LiveState, stop: &Arc<AtomicBool>) -> Option<LiveView> {
         self.live.start(&self.output, state, stop)
+    }
+
+    /// The one-line progress, drawn when the live view is not up and stderr is a terminal.
+    pub fn progress(&self, live: &Option<LiveView>, prefix: &str) -> Progress {
+        Progress::new(self.output.progress() && live.is_none(), prefix)
+    }
+
+    /// After the engine: the progress line and the live view give the screen back (also on an
+    /// error), then the result is printed ([`Self::print`]).
+    pub fn finish<R, E>(
+        &self,
+        progress: Progress,
+        live: Option<LiveView>,
+        result: Result<R, E>,
+    ) -> anyhow::Result<R>
+    where
+        R: Human + serde::Serialize,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        drop(progress);
+        drop(live);
+        let result = result?;
+        self.print(&result)?;
+        Ok(result)
     }
 
     /// Print the finished result on stdout in the chosen format, then write `--report FILE`.

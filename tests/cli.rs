@@ -209,20 +209,7 @@ fn sigint_after(child: &mut std::process::Child, after: Duration) {
 #[test]
 fn ctrl_c_prints_partial_results_and_cleans_up() {
     let path = sock_path("sigint");
-    let mut serve = std::process::Command::new(BIN)
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--unix",
-            path.to_str().unwrap(),
-            "-q",
-        ])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut serve = ServeProcess::start(&["--unix", path.to_str().unwrap()]);
     let t0 = Instant::now();
     while !path.exists() && t0.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(20));
@@ -245,8 +232,8 @@ fn ctrl_c_prints_partial_results_and_cleans_up() {
     assert_eq!(doc["interrupted"], true);
     assert!(doc["results"][0]["transactions"].as_u64().unwrap() > 100);
 
-    sigint_after(&mut serve, Duration::from_millis(100));
-    let status = serve.wait().unwrap();
+    sigint_after(&mut serve.child, Duration::from_millis(100));
+    let status = serve.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
     assert!(!path.exists(), "serve removed its unix socket on Ctrl-C");
 }

@@ -4,57 +4,10 @@
 #[macro_use]
 mod lab;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use lab::diagnose::{json as diagnose, step};
 use lab::*;
-
-/// `latscope serve ARGS` on a free loopback port; killed on drop.
-struct Serve(Child, u16);
-
-impl Serve {
-    fn start(args: &[&str]) -> Serve {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(BIN)
-            .args([
-                "serve",
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "-q",
-            ])
-            .args(args)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        Serve(child, port)
-    }
-
-    fn target(&self) -> String {
-        format!("127.0.0.1:{}", self.1)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn diagnose(target: &str, extra: &[&str]) -> (i32, serde_json::Value) {
-    let mut args = vec!["diagnose", target, "-d", "1s", "--json"];
-    args.extend(extra);
-    let (code, out, err) = run(&args);
-    assert!(code == 0 || code == 1, "diagnose failed ({code}): {err}");
-    (code, json_checked(&out, "diagnose"))
-}
 
 fn rules(doc: &serde_json::Value) -> Vec<String> {
     doc["findings"]
@@ -67,7 +20,7 @@ fn rules(doc: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn nagle_server_is_named_and_nodelay_is_clean() {
-    let slow = Serve::start(&["--split-response", "128", "--nagle"]);
+    let slow = ServeProcess::start(&["--split-response", "128", "--nagle"]);
     let (code, doc) = diagnose(&slow.target(), &["--no-load"]);
     assert_eq!(code, 1, "findings exit 1");
     let top = &doc["findings"][0];
@@ -91,7 +44,7 @@ fn nagle_server_is_named_and_nodelay_is_clean() {
         "{sockets}"
     );
 
-    let fast = Serve::start(&["--split-response", "128"]);
+    let fast = ServeProcess::start(&["--split-response", "128"]);
     let (code, doc) = diagnose(&fast.target(), &["--no-load"]);
     assert_eq!(code, 0, "{doc}");
     assert!(rules(&doc).is_empty(), "{doc}");
@@ -110,7 +63,7 @@ fn u64_of(v: &serde_json::Value) -> u64 {
 
 #[test]
 fn think_time_is_not_nagle() {
-    let srv = Serve::start(&["--think", "20ms"]);
+    let srv = ServeProcess::start(&["--think", "20ms"]);
     let (code, doc) = diagnose(&srv.target(), &["--no-load", "-c", "1"]);
     assert_eq!(code, 1);
     let r = rules(&doc);
@@ -120,7 +73,7 @@ fn think_time_is_not_nagle() {
 
 #[test]
 fn one_worker_under_concurrency_is_socket_queueing() {
-    let srv = Serve::start(&["--think", "5ms", "--workers", "1"]);
+    let srv = ServeProcess::start(&["--think", "5ms", "--workers", "1"]);
     let (code, doc) = diagnose(&srv.target(), &["--no-load", "-c", "8"]);
     assert_eq!(code, 1);
     let r = rules(&doc);
@@ -156,7 +109,7 @@ fn any_tcp_service_gets_the_path_and_the_skipped_steps() {
 #[test]
 fn without_privileges_the_verdict_is_reduced_but_correct() {
     require_root!();
-    let slow = Serve::start(&["--split-response", "128", "--nagle"]);
+    let slow = ServeProcess::start(&["--split-response", "128", "--nagle"]);
     let out = Command::new("capsh")
         .args([
             "--drop=cap_net_raw,cap_net_admin,cap_bpf,cap_perfmon,cap_sys_admin",
@@ -220,16 +173,6 @@ fn unmeasurable_targets_exit_3_and_bad_input_2() {
     assert_eq!(code, 2, "{err}");
     let (code, _, err) = run(&["diagnose", "http://[::1"]);
     assert_eq!(code, 2, "{err}");
-}
-
-/// The step named `name` of a diagnose document.
-fn step<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    doc["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no step {name}: {doc}"))
 }
 
 #[test]

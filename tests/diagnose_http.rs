@@ -11,23 +11,9 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use lab::diagnose::{json as diagnose, step};
 use lab::http::{TestServer, read_request};
 use lab::*;
-
-fn diagnose_url(url: &str) -> (i32, serde_json::Value) {
-    let (code, out, err) = run(&["diagnose", url, "-d", "1s", "-c", "4", "--json"]);
-    assert!(code == 0 || code == 1, "diagnose failed ({code}): {err}");
-    (code, json_checked(&out, "diagnose"))
-}
-
-fn step<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    doc["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no step {name}: {doc}"))
-}
 
 fn distribution_p50(doc: &serde_json::Value, name: &str) -> u64 {
     doc["distributions"]
@@ -57,7 +43,7 @@ fn server_time_before_the_first_byte_is_named() {
             }
         }
     });
-    let (code, doc) = diagnose_url(&srv.url());
+    let (code, doc) = diagnose(&srv.url(), &["-c", "4"]);
     assert_eq!(code, 1, "{doc}");
     assert_eq!(doc["findings"][0]["rule"], "think_time", "{doc}");
     assert_eq!(doc["findings"][0]["side"], "server");
@@ -101,7 +87,7 @@ fn nagle_on_an_http_server_is_fixed_on_the_server() {
             }
         }
     });
-    let (code, doc) = diagnose_url(&srv.url());
+    let (code, doc) = diagnose(&srv.url(), &["-c", "4"]);
     assert_eq!(code, 1, "{doc}");
     let top = &doc["findings"][0];
     assert_eq!(top["rule"], "nagle_delayed_ack", "{doc}");

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lab::http::{TestServer, free_port, latscope, ms, read_request, respond_always};
+use lab::http::{Run, TestServer, free_port, latscope, ms, read_request, respond_always};
 
 /// A server that freezes every connection for 1 s, 1.5 s after its first request: the open
 /// loop's corrected latency must show the stall at p99, the uncorrected one must not.
@@ -77,11 +77,9 @@ fn coordinated_omission_is_corrected() {
     assert!(j["requests"].as_u64().unwrap() >= 750);
 }
 
-#[test]
-fn garbage_responses_are_malformed_errors() {
-    let _serial = lab::timing_lock();
-    let srv = TestServer::start(respond_always(b"SPAM 200 hello\r\n\r\n"));
-    let r = latscope(&[
+/// `latscope http` against `srv` for half a second, 2 connections on 1 thread, `--json`.
+fn brief_json_run(srv: &TestServer) -> Run {
+    latscope(&[
         "http",
         &srv.url(),
         "-d",
@@ -91,7 +89,14 @@ fn garbage_responses_are_malformed_errors() {
         "-t",
         "1",
         "--json",
-    ]);
+    ])
+}
+
+#[test]
+fn garbage_responses_are_malformed_errors() {
+    let _serial = lab::timing_lock();
+    let srv = TestServer::start(respond_always(b"SPAM 200 hello\r\n\r\n"));
+    let r = brief_json_run(&srv);
     assert_eq!(r.code, 3, "nothing succeeded: {}", r.stderr);
     assert_eq!(r.json["requests"], 0);
     assert!(r.json["errors"]["malformed"].as_u64().unwrap() > 10);
@@ -111,17 +116,7 @@ fn server_closing_mid_body_is_closed_early() {
             let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part");
         }
     });
-    let r = latscope(&[
-        "http",
-        &srv.url(),
-        "-d",
-        "500ms",
-        "-c",
-        "2",
-        "-t",
-        "1",
-        "--json",
-    ]);
+    let r = brief_json_run(&srv);
     assert_eq!(r.code, 3);
     assert!(
         r.json["errors"]["closed"].as_u64().unwrap() > 5,

@@ -154,12 +154,7 @@ fn silent_router_shows_as_star_and_the_trace_continues() {
         "trace", "--report", "--json", "--icmp", "-c", "4", "-i", "50ms", "-w", "300ms", "-m", "8",
         "10.9.4.2",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lab::assert_success(&out);
     let v = lab::probe::json(&out);
     let rep = v["report"].as_array().expect("report");
     assert_eq!(rep.len(), 4, "{rep:?}");
@@ -220,12 +215,7 @@ fn unprivileged_icmp_trace_with_ping_sockets() {
         lab::probe::BIN
     );
     let out = c.try_exec(&["capsh", "--drop=cap_net_raw", "--", "-c", &cmd]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lab::assert_success(&out);
     let v = lab::probe::json(&out);
     assert!(
         v["mode_reason"]

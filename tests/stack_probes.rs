@@ -397,15 +397,8 @@ fn prometheus_metrics_parse_and_buckets_are_cumulative() {
 fn list_probes_names_every_probe_and_its_hook() {
     require_root!();
     let _g = lab::timing_lock();
-    let out = Command::new(BIN)
-        .args(["stack", "--list-probes"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = lab::output(&["stack", "--list-probes"]);
+    lab::assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     for p in Probe::ALL {
         let line = text

@@ -240,23 +240,8 @@ fn shaped_link_rate_matches_the_limit_and_iperf3() {
 #[test]
 fn faults_end_with_partial_results_and_clear_errors() {
     // A server that is killed mid-test.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut serve = std::process::Command::new(BIN)
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "-q",
-        ])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let serve = ServeProcess::start(&[]);
+    let port = serve.port;
     let client = std::process::Command::new(BIN)
         .args([
             "stream",
@@ -270,8 +255,7 @@ fn faults_end_with_partial_results_and_clear_errors() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1200));
-    serve.kill().unwrap();
-    let _ = serve.wait();
+    drop(serve);
     let t0 = Instant::now();
     let out = client.wait_with_output().unwrap();
     assert!(

@@ -191,18 +191,7 @@ fn retransmissions_match_tshark_under_nft_loss() {
         .spawn(move || TcpListener::bind(("127.0.0.1", port)).unwrap())
         .join()
         .unwrap();
-    let cap = Bg::latscope_capture(
-        Some(&ns.name),
-        &[
-            "-i",
-            "lo",
-            "-w",
-            file.to_str().unwrap(),
-            "tcp",
-            "port",
-            "5000",
-        ],
-    );
+    let cap = Bg::latscope_capture_lo(Some(&ns.name), &file, "tcp port 5000");
     let srv = std::thread::spawn(move || {
         for _ in 0..conns {
             let (mut s, _) = server.accept().unwrap();
@@ -474,17 +463,18 @@ fn capture_write_does_not_follow_planted_links() {
     // A fresh name is created; an existing file of ours is replaced.
     let fresh = dir.path("fresh.pcap");
     for _ in 0..2 {
-        let out = Command::new(BIN)
-            .args(["capture", "-i", "lo", "-d", "300ms", "-w"])
-            .arg(&fresh)
-            .arg("udp port 9")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let fresh = fresh.to_str().unwrap();
+        let out = lab::output(&[
+            "capture",
+            "-i",
+            "lo",
+            "-d",
+            "300ms",
+            "-w",
+            fresh,
+            "udp port 9",
+        ]);
+        lab::assert_success(&out);
         assert_eq!(std::fs::metadata(&fresh).unwrap().len(), 24);
     }
 }

@@ -19,19 +19,8 @@ fn capture_scenario(pattern: Pattern) -> (TempDir, std::path::PathBuf, Vec<Durat
     let dir = TempDir::new();
     let file = dir.path("lab.pcap");
     let (addr, server) = http_server(pattern, CONNS);
-    let port = addr.port().to_string();
-    let cap = Bg::latscope_capture(
-        None,
-        &[
-            "-i",
-            "lo",
-            "-w",
-            file.to_str().unwrap(),
-            "tcp",
-            "port",
-            &port,
-        ],
-    );
+    let filter = format!("tcp port {}", addr.port());
+    let cap = Bg::latscope_capture_lo(None, &file, &filter);
     let lat = http_client(addr, CONNS, REQS);
     server.join().unwrap();
     let out = cap.stop();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use latscope_core::LatencyHistogram;
-use latscope_core::model::rr::{RrReport, ServerBehaviour, SockOpts, Transport, WriteMode};
+use latscope_core::model::rr::{RrReport, SockOpts, Transport};
 use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::render::{OutputFormat, emit_event};
 use latscope_core::sweep::parse_size_list;
@@ -17,7 +17,6 @@ use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 use crate::exit;
 use crate::live::LongRunOutput;
 use crate::output::{stop_flag, unix_ms};
-use crate::progress::Progress;
 
 /// `--peer` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -306,23 +305,18 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
             sndbuf: buf_size("--sndbuf", a.sndbuf)?,
             rcvbuf: buf_size("--rcvbuf", a.rcvbuf)?,
         },
-        server: ServerBehaviour {
-            write_mode: if a.server_split.is_some() {
-                WriteMode::Split
-            } else {
-                WriteMode::Single
-            },
-            split_at: a.server_split.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
-            think_ns: a.server_think.map(|d| d.as_nanos() as u64).unwrap_or(0),
-            sockopts: SockOpts {
+        server: super::serve::behaviour(
+            a.server_split,
+            a.server_think,
+            SockOpts {
                 nodelay: !a.server_nagle,
                 quickack: a.server_quickack,
                 cork: a.server_cork,
                 sndbuf: buf_size("--server-sndbuf", a.server_sndbuf)?,
                 rcvbuf: buf_size("--server-rcvbuf", a.server_rcvbuf)?,
             },
-            drop_every: a.server_drop_every.unwrap_or(0),
-        },
+            a.server_drop_every,
+        ),
         timeout,
         connect_timeout: a.connect_timeout,
         interval: a.interval,
@@ -355,10 +349,7 @@ pub fn run(a: &RrArgs) -> anyhow::Result<u8> {
     let format = a.view.output.format();
     let stop = stop_flag();
     let live = a.view.start_live(live_state(&cfg), &stop);
-    let progress = Progress::new(
-        a.view.output.progress() && live.is_none(),
-        &format!("rr {}", cfg.target),
-    );
+    let progress = a.view.progress(&live, &format!("rr {}", cfg.target));
     let mut stdout = std::io::stdout();
     let want = format == OutputFormat::JsonLines || a.view.output.progress() || live.is_some();
     let mut on_interval = |ev: &IntervalEvent, hist: &LatencyHistogram| {
@@ -384,11 +375,7 @@ pub fn run(a: &RrArgs) -> anyhow::Result<u8> {
     };
     let meta = Meta::new("rr", env!("CARGO_PKG_VERSION"), unix_ms());
     let report = latscope_net::rr::run(&cfg, meta, &stop, &mut on_interval, want);
-    drop(progress);
-    // The screen is given back before anything is printed, also on error.
-    drop(live);
-    let report = report?;
-    a.view.print(&report)?;
+    let report = a.view.finish(progress, live, report)?;
     Ok(report_code(&report))
 }
 

@@ -121,20 +121,38 @@ impl ServeArgs {
         {
             return None;
         }
-        Some(ServerBehaviour {
-            write_mode: if self.split_response.is_some() {
-                WriteMode::Split
-            } else {
-                WriteMode::Single
-            },
-            split_at: self.split_response.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
-            think_ns: self.think.map(|d| d.as_nanos() as u64).unwrap_or(0),
-            sockopts: SockOpts {
-                nodelay: !self.nagle,
-                ..SockOpts::default()
-            },
-            drop_every: self.drop_every.unwrap_or(0),
-        })
+        let sockopts = SockOpts {
+            nodelay: !self.nagle,
+            ..SockOpts::default()
+        };
+        Some(behaviour(
+            self.split_response,
+            self.think,
+            sockopts,
+            self.drop_every,
+        ))
+    }
+}
+
+/// The server behaviour the options name, whether `latscope serve` forces it or `rr` asks for
+/// it with `--server-*`: responses split after `split` bytes, `think` before each response,
+/// every `drop_every`-th UDP request dropped.
+pub(crate) fn behaviour(
+    split: Option<u64>,
+    think: Option<Duration>,
+    sockopts: SockOpts,
+    drop_every: Option<u32>,
+) -> ServerBehaviour {
+    ServerBehaviour {
+        write_mode: if split.is_some() {
+            WriteMode::Split
+        } else {
+            WriteMode::Single
+        },
+        split_at: split.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
+        think_ns: think.map(|d| d.as_nanos() as u64).unwrap_or(0),
+        sockopts,
+        drop_every: drop_every.unwrap_or(0),
     }
 }
 

@@ -19,7 +19,6 @@ use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 use crate::exit;
 use crate::live::LongRunOutput;
 use crate::output::{stop_flag, unix_ms};
-use crate::progress::Progress;
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
@@ -234,10 +233,7 @@ pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
     let format = a.view.output.format();
     let stop = stop_flag();
     let live = a.view.start_live(live_state(&cfg), &stop);
-    let progress = Progress::new(
-        a.view.output.progress() && live.is_none(),
-        &format!("stream {}", cfg.target),
-    );
+    let progress = a.view.progress(&live, &format!("stream {}", cfg.target));
     let mut header_done = false;
     let mut feed = LiveFeed::new(&cfg);
     let mut on_interval = |ev: &StreamInterval| match format {
@@ -273,11 +269,7 @@ pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
     };
     let meta = Meta::new("stream", env!("CARGO_PKG_VERSION"), unix_ms());
     let report = latscope_net::stream::run(&cfg, meta, &stop, &mut on_interval);
-    drop(progress);
-    // The screen is given back before anything is printed, also on error.
-    drop(live);
-    let report = report?;
-    a.view.print(&report)?;
+    let report = a.view.finish(progress, live, report)?;
     Ok(report_code(&report))
 }
 

@@ -6,8 +6,8 @@
 //!   [`netns::NetnsPair`]);
 //! - [`nginx`]: private nginx instances ([`nginx::Nginx`]);
 //! - [`schema`]: validating JSON against the committed `schema/*.schema.json`;
-//! - [`server`]: an in-process latscope server;
-//! - per family: [`http`] (misbehaving HTTP servers, wrk, certificates), [`probe`] (router chain,
+//! - [`server`]: a latscope server, in process or as a child process;
+//! - per family: [`diagnose`] (running it, reading its steps), [`http`] (misbehaving HTTP servers, wrk, certificates), [`probe`] (router chain,
 //!   delay line), [`sockets`] (socket options, `sockets --watch`), [`stack`] (`latscope stack`
 //!   runner), [`wire`] (captures, tcpdump, tshark); `vm/` holds the fentry VM's guest files.
 //!
@@ -45,6 +45,7 @@ macro_rules! require_root {
     };
 }
 
+pub mod diagnose;
 pub mod http;
 pub mod netns;
 pub mod nginx;
@@ -56,7 +57,7 @@ pub mod stack;
 pub mod wire;
 
 pub use schema::{json_checked, validate};
-pub use server::{addr_arg, nagle_split, server};
+pub use server::{ServeProcess, addr_arg, nagle_split, server};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_latscope");
@@ -75,6 +76,16 @@ pub fn output(args: &[&str]) -> Output {
 /// Run the binary; (exit code, stdout, stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
     split(&output(args))
+}
+
+/// Panic with the process's stderr unless it exited with 0.
+pub fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// (exit code, stdout, stderr) of a finished process; -1 when a signal ended it.

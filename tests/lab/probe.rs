@@ -131,25 +131,16 @@ impl Drop for Server {
     }
 }
 
-/// A TCP listener on `addr` (port 0: any) in `ns` (None: this namespace) that accepts and
-/// closes connections.
-pub fn tcp_server(ns: Option<&Netns>, addr: &str) -> Server {
-    let addr: SocketAddr = addr.parse().expect("addr");
+/// Run `serve` on a thread in `ns` (None: this namespace) until the [`Server`] is dropped:
+/// `serve` sends its port once it is bound, then serves until the flag is set.
+fn spawn_server<F>(ns: Option<&Netns>, serve: F) -> Server
+where
+    F: FnOnce(mpsc::Sender<u16>, Arc<AtomicBool>) + Send + 'static,
+{
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let st = stop.clone();
-    let body = move || {
-        let l = TcpListener::bind(addr).expect("bind tcp");
-        l.set_nonblocking(true).expect("nonblocking");
-        tx.send(l.local_addr().expect("addr").port())
-            .expect("send port");
-        while !st.load(Ordering::SeqCst) {
-            match l.accept() {
-                Ok((s, _)) => drop(s),
-                Err(_) => std::thread::sleep(Duration::from_millis(2)),
-            }
-        }
-    };
+    let body = move || serve(tx, st);
     let handle = match ns {
         Some(ns) => ns.spawn(body),
         None => std::thread::spawn(body),
@@ -164,20 +155,35 @@ pub fn tcp_server(ns: Option<&Netns>, addr: &str) -> Server {
     }
 }
 
+/// A TCP listener on `addr` (port 0: any) in `ns` (None: this namespace) that accepts and
+/// closes connections.
+pub fn tcp_server(ns: Option<&Netns>, addr: &str) -> Server {
+    let addr: SocketAddr = addr.parse().expect("addr");
+    spawn_server(ns, move |tx, stop| {
+        let l = TcpListener::bind(addr).expect("bind tcp");
+        l.set_nonblocking(true).expect("nonblocking");
+        tx.send(l.local_addr().expect("addr").port())
+            .expect("send port");
+        while !stop.load(Ordering::SeqCst) {
+            match l.accept() {
+                Ok((s, _)) => drop(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    })
+}
+
 /// A UDP echo implementing latscope serve's spec: `LSP1` 0x01 → same bytes with byte 4 = 0x02.
 pub fn udp_echo(ns: Option<&Netns>, addr: &str) -> Server {
     let addr: SocketAddr = addr.parse().expect("addr");
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let st = stop.clone();
-    let body = move || {
+    spawn_server(ns, move |tx, stop| {
         let s = UdpSocket::bind(addr).expect("bind udp");
         s.set_read_timeout(Some(Duration::from_millis(20)))
             .expect("timeout");
         tx.send(s.local_addr().expect("addr").port())
             .expect("send port");
         let mut buf = vec![0u8; 65536];
-        while !st.load(Ordering::SeqCst) {
+        while !stop.load(Ordering::SeqCst) {
             if let Ok((n, from)) = s.recv_from(&mut buf)
                 && n >= 5
                 && &buf[..4] == b"LSP1"
@@ -187,19 +193,7 @@ pub fn udp_echo(ns: Option<&Netns>, addr: &str) -> Server {
                 let _ = s.send_to(&buf[..n], from);
             }
         }
-    };
-    let handle = match ns {
-        Some(ns) => ns.spawn(body),
-        None => std::thread::spawn(body),
-    };
-    let port = rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("server started");
-    Server {
-        stop,
-        handle: Some(handle),
-        port,
-    }
+    })
 }
 
 #[repr(C)]

@@ -78,6 +78,11 @@ impl Bg {
         }
     }
 
+    /// `latscope capture -i lo -w FILE FILTER`, optionally inside a network namespace.
+    pub fn latscope_capture_lo(netns: Option<&str>, file: &Path, filter: &str) -> Bg {
+        Bg::latscope_capture(netns, &["-i", "lo", "-w", file.to_str().unwrap(), filter])
+    }
+
     /// tcpdump writing `file` with `filter` on `iface`.
     pub fn tcpdump(iface: &str, file: &Path, filter: &str) -> Bg {
         // --immediate-mode: without it tcpdump reads the kernel's ring a block at a time (a

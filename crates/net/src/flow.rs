@@ -20,7 +20,7 @@ use crate::fair::Share;
 use crate::pace::sleep_until_or_stop;
 use crate::proto::{StreamDatagram, StreamSpec, UDP_STREAM_HEADER_LEN};
 use latscope_sys::error::is_transient as is_timeout;
-use latscope_sys::sockopt::{get_raw, set_bytes, set_int};
+use latscope_sys::sockopt::{get_raw, set_bytes, set_int, set_nodelay};
 
 /// A connected stream socket shared between the thread moving data and the coordinator
 /// (which reads TCP_INFO from it).
@@ -102,12 +102,7 @@ pub fn apply_options(fd: RawFd, o: &StreamOptions, tcp: bool, v6: bool) -> io::R
         }
     }
     if tcp {
-        set_int(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            i32::from(o.nodelay),
-        )?;
+        set_nodelay(fd, o.nodelay)?;
         if let Some(m) = o.mss {
             set_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, m as i32)?;
         }

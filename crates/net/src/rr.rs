@@ -26,7 +26,7 @@ use crate::pace::{Schedule, precise_timers, sleep_until};
 use crate::proto::{
     self, ClientHello, FrameError, Reply, ServerHello, Start, TestKind, UDP_HEADER_LEN, UdpHeader,
 };
-use crate::sock::{Conn, Target, connect, set_int};
+use crate::sock::{Conn, Target, connect, set_int, set_nodelay};
 
 /// Blocked reads wake this often to look at the stop flag.
 const POLL: Duration = Duration::from_millis(100);
@@ -178,7 +178,7 @@ pub fn handshake(
     conn.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(io_err)?;
     if conn.is_tcp() {
-        set_int(conn.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).map_err(io_err)?;
+        set_nodelay(conn.as_raw_fd(), true).map_err(io_err)?;
     }
     let greet = |auth: Option<AuthProof>, out: &mut Vec<u8>| {
         let hello = ClientHello {

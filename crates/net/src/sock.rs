@@ -48,12 +48,7 @@ impl Conn {
     pub fn apply(&self, o: &SockOpts) -> io::Result<()> {
         let fd = self.as_raw_fd();
         if self.is_tcp() {
-            set_int(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_NODELAY,
-                i32::from(o.nodelay),
-            )?;
+            set_nodelay(fd, o.nodelay)?;
             if o.quickack {
                 set_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)?;
             }
@@ -109,7 +104,7 @@ impl Write for Conn {
     }
 }
 
-pub use latscope_sys::sockopt::{get_int, set_int};
+pub use latscope_sys::sockopt::{get_int, set_int, set_nodelay};
 
 /// Where to measure: a host and port, or a unix socket path.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -23,6 +23,11 @@ pub fn set_int(
     set_raw(fd, level, name, &value)
 }
 
+/// TCP_NODELAY on (`true`: Nagle's algorithm off) or off.
+pub fn set_nodelay(fd: RawFd, on: bool) -> io::Result<()> {
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, i32::from(on))
+}
+
 /// `getsockopt` for an `int` option.
 pub fn get_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
     let mut value: libc::c_int = 0;

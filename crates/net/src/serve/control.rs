@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use latscope_core::model::rr::ServerBehaviour;
 
-use latscope_sys::sockopt::set_int;
+use latscope_sys::sockopt::set_nodelay;
 
 use super::admission::{self, Held, Refusal, Resource};
 use super::{ServeEvent, Shared, rr, stream, stream_join, udp_rr};
@@ -171,7 +171,7 @@ pub(super) fn handle_conn(
     let handshake_deadline = Instant::now() + cfg.handshake_timeout;
     let _ = conn.set_write_timeout(Some(cfg.handshake_timeout));
     if conn.is_tcp() {
-        let _ = set_int(conn.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+        let _ = set_nodelay(conn.as_raw_fd(), true);
     }
     let challenge = match sh.cfg.auth {
         Some(_) => match auth::challenge() {
