@@ -4,6 +4,7 @@
 #[macro_use]
 mod lab;
 
+use std::process::Command;
 use std::time::Duration;
 
 use lab::diagnose::{json as diagnose, step};

@@ -463,7 +463,7 @@ fn capture_write_does_not_follow_planted_links() {
     // A fresh name is created; an existing file of ours is replaced.
     let fresh = dir.path("fresh.pcap");
     for _ in 0..2 {
-        let fresh = fresh.to_str().unwrap();
+        let path = fresh.to_str().unwrap();
         let out = lab::output(&[
             "capture",
             "-i",
@@ -471,7 +471,7 @@ fn capture_write_does_not_follow_planted_links() {
             "-d",
             "300ms",
             "-w",
-            fresh,
+            path,
             "udp port 9",
         ]);
         lab::assert_success(&out);
