@@ -46,7 +46,8 @@ pub struct Link {
 
 /// The causal links between findings. A kernel that makes every packet wait makes requests
 /// queue behind each other and shows up as host time; Nagle's held segments are what the
-/// delayed ACKs release; loss on the path drops SYNs and SYN-ACKs too (a SYN retransmitted
+/// delayed ACKs release, unless loss made the sender wait for the ACKs (see
+/// [`loss_explains_ack_stalls`]); loss on the path drops SYNs and SYN-ACKs too (a SYN retransmitted
 /// because of loss is loss, not a backlog: only the listen queue's overflow counters blame the
 /// backlog), while SYN drops alone are the retransmissions a capture sees; a load whose bytes
 /// fill the bottleneck makes the probe wait behind them.
@@ -80,6 +81,18 @@ pub const CHAINS: &[Link] = &[
                 .map_or(1, |c| u64::from(c.connections));
             c.explains_ns.saturating_mul(2 * n) * 2 >= w.explains_ns
         },
+    },
+    // Loss before Nagle: a delayed ACK that loss made necessary is the loss's, and listed
+    // first so that it is not read as Nagle's.
+    Link {
+        cause: RuleId::Retransmissions,
+        effect: RuleId::DelayedAck,
+        holds: |e, _, _| loss_explains_ack_stalls(e),
+    },
+    Link {
+        cause: RuleId::Retransmissions,
+        effect: RuleId::NagleDelayedAck,
+        holds: |e, _, _| loss_explains_ack_stalls(e),
     },
     Link {
         cause: RuleId::NagleDelayedAck,
@@ -219,6 +232,65 @@ pub(crate) fn counter_loss(e: &Evidence) -> Vec<String> {
 /// Loss on data segments at a material rate, seen by the capture or the kernel's counters.
 pub(crate) fn data_loss_material(e: &Evidence) -> bool {
     e.capture.as_ref().is_some_and(loss_rate_material) || !counter_loss(e).is_empty()
+}
+
+/// Segments lost over the measured span, by the best count there is: retransmissions on the
+/// wire, or the kernel's counters (data retransmitted, packets dropped on the way out, and
+/// segments that arrived after a gap) of both namespaces.
+fn lost_segments(e: &Evidence) -> u64 {
+    let wire = e.capture.as_ref().map_or(0, |c| c.retransmissions);
+    let side = |n: &NsCounters| (n.data_retrans() + n.local_out_drops()).max(n.ofo_queued);
+    let counted = e.counters.map_or(0, |c| match (c.server, c.shared) {
+        (Some(s), true) => side(&s),
+        (s, _) => side(&c.client) + s.map_or(0, |s| side(&s)),
+    });
+    wire.max(counted)
+}
+
+/// Transactions the wire shows waiting for the client's ACK (delayed-ACK releases, Nagle-shaped
+/// or not) and the time they lost.
+fn ack_stalls(c: &CaptureEvidence) -> Option<StallTotal> {
+    let parts = [c.delayed_ack, c.nagle.map(|n| n.total)];
+    parts.iter().flatten().copied().reduce(|a, b| StallTotal {
+        count: a.count + b.count,
+        lost_ns: a.lost_ns + b.lost_ns,
+    })
+}
+
+/// Loss explains the waits for the client's ACK: data was lost at a material rate in the same
+/// span, the lost segments are at least half as many as the waits (each loss shrinks the
+/// sender's window, and the rest of a response then waits for an ACK the client delays), and the
+/// server's sockets do not show Nagle on (Nagle's held segments wait for every delayed ACK,
+/// loss or not). The waits are counted on the wire, or, without a capture, every request the
+/// quick-ack experiment sped up (at least half of them: it moved the median).
+pub(crate) fn loss_explains_ack_stalls(e: &Evidence) -> bool {
+    if !data_loss_material(e) || e.server_sockets.as_ref().is_some_and(|s| s.nagle_on > 0) {
+        return false;
+    }
+    let waits = match e.capture.as_ref().and_then(ack_stalls) {
+        Some(s) => s.count,
+        None if quickack_helped(e) => e.single.as_ref().map_or(0, |s| s.count / 2),
+        None => return false,
+    };
+    waits > 0 && lost_segments(e).saturating_mul(2) >= waits
+}
+
+/// What the waits for the client's ACK that loss caused cost a request on average (0 when loss
+/// does not explain them): their time on the wire per transaction, or what TCP_QUICKACK removed
+/// from the median.
+fn loss_ack_stall_cost(e: &Evidence) -> u64 {
+    if !loss_explains_ack_stalls(e) {
+        return 0;
+    }
+    if let Some(c) = &e.capture
+        && let Some(s) = ack_stalls(c)
+    {
+        return s.lost_ns.checked_div(c.transactions).unwrap_or(s.lost_ns);
+    }
+    match (&e.single, &e.quickack) {
+        (Some(s), Some(q)) => s.p50_ns.saturating_sub(q.p50_ns),
+        _ => 0,
+    }
 }
 
 /// The server's listen queue dropped SYNs or handshakes (its namespace's counters).
@@ -626,17 +698,23 @@ pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
     if wire.is_none() && counters.is_empty() {
         return None;
     }
-    // What a request loses to it on average: the timeouts seen on the wire, or else the mean's
-    // excess over the median (the slow requests are the ones that waited for a retransmission).
-    let explains_ns = match &wire {
-        Some((per_request, _)) if *per_request > 0 => *per_request,
-        _ => e
+    // What a request loses to it on average: the timeouts seen on the wire and the waits for
+    // the client's ACK the loss caused, or else the mean's excess over the median (the slow
+    // requests are the ones that waited for a retransmission).
+    let rto_ns = wire.as_ref().map_or(0, |(per_request, _)| *per_request);
+    let ack_ns = loss_ack_stall_cost(e);
+    let explains_ns = match rto_ns + ack_ns {
+        0 => e
             .single
             .as_ref()
             .map_or(0, |s| (s.mean_ns - s.p50_ns as f64).max(0.0) as u64),
+        cost => cost,
     };
     let mut evidence: Vec<String> = wire.map(|(_, l)| l).into_iter().collect();
     evidence.extend(counters);
+    if ack_ns > 0 {
+        evidence.push(loss_ack_line(e, ack_ns));
+    }
     Some(Diagnosis {
         rule: RuleId::Retransmissions,
         title: "packet loss: segments retransmitted".into(),
@@ -648,6 +726,26 @@ pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
         caused_by: None,
         causes: Vec::new(),
     })
+}
+
+/// The evidence line for the waits for the client's ACK that loss caused.
+fn loss_ack_line(e: &Evidence, per_request: u64) -> String {
+    let waits = match e
+        .capture
+        .as_ref()
+        .and_then(|c| ack_stalls(c).map(|s| (c, s)))
+    {
+        Some((c, s)) => format!(
+            "{} of {} transactions waited for the client's delayed ACK on the wire",
+            s.count, c.transactions
+        ),
+        None => "TCP_QUICKACK on the client removed the wait from the median".into(),
+    };
+    format!(
+        "the loss explains the waits for the client's ACK: {waits}, with {} segments lost meanwhile — after each loss the sender's window shrinks and the rest of a response waits for an ACK the client delays ({} per request)",
+        lost_segments(e),
+        format_ns(per_request as f64)
+    )
 }
 
 /// Delayed ACK alone: the capture shows segments waiting for a delayed ACK without Nagle being
@@ -1611,6 +1709,124 @@ mod tests {
         // Nagle off at the server: back to the client's delayed ACK.
         e.server_sockets.as_mut().unwrap().nagle_on = 0;
         assert_eq!(apply(&e)[0].rule, RuleId::DelayedAck);
+    }
+
+    /// A policed server (drops above a rate on its way out, TCP_NODELAY on): each drop shrinks
+    /// its window and the rest of a response waits for the client's delayed ACK. The loss is the
+    /// cause and is credited with the waits' time; the delayed ACKs are its consequence, and
+    /// Nagle is not named when the server's sockets cannot hold data.
+    fn policed() -> Evidence {
+        let mut e = base(50, 43_800);
+        e.quickack = Some(s(103));
+        e.capture = Some(CaptureEvidence {
+            frames: 900,
+            transactions: 73,
+            delayed_ack: stalls(27, 27 * 40_000_000),
+            ..CaptureEvidence::default()
+        });
+        e.counters = counters(NsCounters {
+            out_segs: 3_000,
+            in_segs: 900,
+            ip_out_requests: 488,
+            ip_out_transmits: Some(428),
+            ..NsCounters::default()
+        });
+        e.server_sockets = Some(ServerSockets {
+            process: "nginx[42]".into(),
+            connections: 1,
+            nagle_on: 0,
+            corked: 0,
+            snd_mss: Some(1_448),
+        });
+        e
+    }
+
+    #[test]
+    fn loss_is_the_cause_of_the_delayed_acks_it_makes_necessary() {
+        let e = policed();
+        assert_eq!(
+            nagle_delayed_ack(&e),
+            None,
+            "every server socket has NODELAY"
+        );
+        let all = apply(&e);
+        let rules: Vec<RuleId> = all.iter().map(|f| f.rule).collect();
+        assert_eq!(
+            rules,
+            vec![RuleId::Retransmissions, RuleId::DelayedAck],
+            "{all:#?}"
+        );
+        assert_eq!(all[0].explains_ns, 27 * 40_000_000 / 73, "the waits' time");
+        assert!(
+            all[0]
+                .evidence
+                .iter()
+                .any(|l| l.contains("27 of 73 transactions")),
+            "{:?}",
+            all[0].evidence
+        );
+        assert_eq!(all[1].caused_by, Some(RuleId::Retransmissions));
+        let v = crate::diagnose::verdict(&all, &crate::diagnose::budget(&e));
+        assert!(v.starts_with("packet loss"), "{v}");
+        // Without a capture: the quick-ack experiment's gain is the loss's cost.
+        let mut e = policed();
+        e.capture = None;
+        let r = retransmissions(&e).expect("fires");
+        assert_eq!(r.explains_ns, 43_800_000 - 103_000);
+        // Held segments the wire calls Nagle's, sockets unread: still the loss's.
+        let mut e = policed();
+        e.server_sockets = None;
+        e.capture.as_mut().unwrap().delayed_ack = None;
+        e.capture.as_mut().unwrap().nagle = nagle(40, 40 * 40_000_000, (0, 9, 10));
+        let all = apply(&e);
+        assert_eq!(all[0].rule, RuleId::Retransmissions, "{all:#?}");
+        assert_eq!(all[1].rule, RuleId::NagleDelayedAck);
+        assert_eq!(all[1].caused_by, Some(RuleId::Retransmissions));
+        // Nagle on at the server: its held segments wait for every delayed ACK, loss or not.
+        e.server_sockets = Some(ServerSockets {
+            process: "python3[7]".into(),
+            connections: 1,
+            nagle_on: 1,
+            corked: 0,
+            snd_mss: None,
+        });
+        let all = apply(&e);
+        assert_eq!(all[0].rule, RuleId::NagleDelayedAck, "{all:#?}");
+        assert!(all.iter().all(|f| f.caused_by.is_none()));
+        // Six lost segments cannot account for 27 waits: the delayed ACKs are their own.
+        let mut e = policed();
+        e.counters
+            .as_mut()
+            .unwrap()
+            .server
+            .as_mut()
+            .unwrap()
+            .ip_out_transmits = Some(482);
+        let all = apply(&e);
+        assert_eq!(all[0].rule, RuleId::DelayedAck, "{all:#?}");
+        assert!(all.iter().all(|f| f.caused_by.is_none()));
+    }
+
+    /// The server's sockets settle whose held data it is: TCP_NODELAY on and no cork on every
+    /// connection, and no Nagle-shaped stall on the wire, is not Nagle whatever TCP_QUICKACK
+    /// removed.
+    #[test]
+    fn nagle_needs_a_server_that_can_hold_data() {
+        let mut e = base(40, 44_000);
+        e.quickack = Some(s(60));
+        e.server_sockets = Some(ServerSockets {
+            process: "nginx[42]".into(),
+            connections: 2,
+            nagle_on: 0,
+            corked: 0,
+            snd_mss: None,
+        });
+        assert_eq!(nagle_delayed_ack(&e), None);
+        e.server_sockets.as_mut().unwrap().corked = 1;
+        assert!(
+            nagle_delayed_ack(&e).is_some(),
+            "a corked socket holds data"
+        );
     }
 
     /// Issue 15 item 5: relative inflation counts, with a floor.
