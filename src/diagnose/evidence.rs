@@ -41,6 +41,37 @@ pub struct Evidence {
     /// How late this host woke a sleeping thread while the single requests ran (its own
     /// scheduling noise, as cyclictest measures it).
     pub host_noise: Option<Summary>,
+    /// The single requests cut into time slices, each with how late this host woke a sleeping
+    /// thread within it: a tail is compared with the host's noise of the same moments. Empty
+    /// when the engine gave no slices.
+    pub slices: Vec<TimeSlice>,
+}
+
+/// One time slice of the single-request step (about 100 ms).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimeSlice {
+    /// Requests completed in it.
+    pub requests: u64,
+    /// Its slow requests (at least [`SLOW_FLOOR_NS`]) by latency: (value ns, requests).
+    pub slow: Vec<(u64, u64)>,
+    /// The latest the sleeping thread woke among its wake-ups overlapping the slice; `None`
+    /// when it did not run then.
+    pub host_late_ns: Option<u64>,
+}
+
+/// Requests at least this slow are kept per slice: below the least a request of a heavy tail
+/// takes (the median plus half of [`super::tail::TAIL_FLOOR_NS`]).
+pub const SLOW_FLOOR_NS: u64 = 1_000_000;
+
+impl TimeSlice {
+    /// Requests of at least `ns`.
+    pub fn at_least(&self, ns: u64) -> u64 {
+        self.slow
+            .iter()
+            .filter(|&&(v, _)| v >= ns)
+            .map(|&(_, n)| n)
+            .sum()
+    }
 }
 
 /// Differences of a network namespace's TCP counters (`nstat` names) over the measured span.

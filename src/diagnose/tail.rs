@@ -120,13 +120,42 @@ pub fn unexplained_tail(e: &Evidence) -> Option<(Tail, Vec<String>)> {
     Some((t, checked))
 }
 
-/// Whether the client's host makes such a tail by itself: a sleeping thread woke as late (at the
-/// same quantile) while the requests ran, or latscope's own threads waited as long for a CPU.
-/// Returns the line saying it did not, or `None` when it did.
+/// The tail's requests (at least the median plus half the tail's extra) set against the host's
+/// noise of the same time slices: how many there were, and how many came in a slice where the
+/// sleeping thread woke at least that half late (the host alone could have made them). `None`
+/// when no slice holds a tail request (the engine gave no slices).
+fn tail_in_noisy_slices(e: &Evidence, t: &Tail) -> Option<(u64, u64)> {
+    let half = t.extra_ns() / 2;
+    let at_least = t.p50_ns + half;
+    let (mut all, mut noisy) = (0, 0);
+    for s in &e.slices {
+        let n = s.at_least(at_least);
+        all += n;
+        if s.host_late_ns.is_some_and(|l| l >= half) {
+            noisy += n;
+        }
+    }
+    (all > 0).then_some((all, noisy))
+}
+
+/// Whether the client's host makes such a tail by itself: most of the tail's requests came in
+/// time slices where a sleeping thread woke as late (or, without slices, it woke as late at the
+/// same quantile over the step), or latscope's own threads waited as long for a CPU. Returns the
+/// line saying it did not, or `None` when it did.
 fn host_quiet(e: &Evidence, t: &Tail) -> Option<String> {
     let half = t.extra_ns() / 2;
     let mut lines = Vec::new();
-    if let Some(n) = &e.host_noise {
+    if let Some((all, noisy)) = tail_in_noisy_slices(e, t) {
+        if noisy * 2 >= all {
+            return None;
+        }
+        lines.push(format!(
+            "of the {all} requests in the tail (≥ {}), {noisy} came while this host woke a sleeping thread {} late or more (the same {} slices)",
+            format_ns((t.p50_ns + half) as f64),
+            format_ns(half as f64),
+            format_ns(super::steps::SLICE.as_nanos() as f64)
+        ));
+    } else if let Some(n) = &e.host_noise {
         let late = if t.quantile == "p99" {
             n.p99_ns
         } else {
@@ -249,7 +278,7 @@ pub fn is_tail(d: &Diagnosis, single_p50_ns: Option<u64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::evidence::{CaptureEvidence, CpuEvidence};
+    use crate::diagnose::evidence::{CaptureEvidence, CpuEvidence, TimeSlice};
     use latscope_core::Summary;
 
     fn single(count: u64, p50: u64, p99: u64) -> Summary {
@@ -334,6 +363,55 @@ mod tests {
         e.host_noise = Some(single(2_000, 60_000, 200_000));
         assert_eq!(run_queue_tail(&e), None);
         assert!(server_tail_latency(&e).is_some());
+    }
+
+    /// `n` slices of 2,000 requests, each with `tail` requests of 13 ms and the host waking a
+    /// sleeper `late` ns late.
+    fn slices(n: usize, tail: u64, late: u64) -> Vec<TimeSlice> {
+        let slow = if tail > 0 {
+            vec![(13_000_000, tail)]
+        } else {
+            vec![]
+        };
+        vec![
+            TimeSlice {
+                requests: 2_000,
+                slow,
+                host_late_ns: Some(late),
+            };
+            n
+        ]
+    }
+
+    /// Item 4: the host-noise veto looks at the moments the tail's requests were slow, not at
+    /// the whole step. A burst of the host's load that both delays the requests and wakes a
+    /// sleeper late is the host's, even when over the whole step the sleeper was mostly on time.
+    #[test]
+    fn the_host_is_judged_on_the_same_time_slices_as_the_tail() {
+        let mut e = hogged();
+        e.cpu.as_mut().unwrap().run_queue = Some(rq(200_000.0));
+        e.host_noise = Some(single(2_000, 60_000, 300_000));
+        // The whole tail in one slice where the host woke a sleeper 9 ms late.
+        e.slices = slices(9, 0, 300_000);
+        e.slices.extend(slices(1, 250, 9_000_000));
+        assert_eq!(server_tail_latency(&e), None, "the host's burst");
+        // The tail spread over slices where the host was on time, while it was late at other
+        // moments (its p99 over the step is as long as the tail): the server's.
+        e.host_noise = Some(single(2_000, 60_000, 9_000_000));
+        e.slices = slices(10, 25, 300_000);
+        e.slices.extend(slices(10, 0, 12_000_000));
+        let f = server_tail_latency(&e).expect("fires");
+        assert!(
+            f.evidence
+                .iter()
+                .any(|l| l.contains("of the 250 requests in the tail") && l.contains(", 0 came")),
+            "{:?}",
+            f.evidence
+        );
+        // Half of the tail's requests in noisy slices is enough to doubt it.
+        e.slices = slices(5, 25, 300_000);
+        e.slices.extend(slices(5, 25, 8_000_000));
+        assert_eq!(server_tail_latency(&e), None);
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! (rr) or a URL (the HTTP load engine).
 
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use latscope_core::Summary;
+use latscope_core::hist::LatencyHistogram;
 use latscope_core::model::Meta;
 use latscope_core::model::rr::{ServerBehaviour, SockOpts, Transport};
 use latscope_net::NetError;
@@ -12,6 +13,7 @@ use latscope_net::proto::{RefusalCode, Start, TestKind};
 use latscope_net::rr::{Peer, RrConfig, StopAfter, open_session};
 
 use crate::diagnose::collect::Plan;
+use crate::diagnose::evidence::SLOW_FLOOR_NS;
 use crate::output::unix_ms;
 
 pub fn meta(cmd: &str) -> Meta {
@@ -56,14 +58,30 @@ pub fn rr_latency(
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
-    let r = latscope_net::rr::run(
-        &rr_cfg(p, connections, quickack, duration),
-        meta("rr"),
-        stop,
-        &mut |_, _| {},
-        false,
-    )
-    .map_err(|e| e.to_string())?;
+    rr_run(p, connections, quickack, duration, stop, None)
+}
+
+/// [`rr_latency`], cutting the requests into [`SLICE`]s when `slices` is given.
+fn rr_run(
+    p: &Plan,
+    connections: u32,
+    quickack: bool,
+    duration: Duration,
+    stop: &AtomicBool,
+    mut slices: Option<&mut Slices>,
+) -> Result<Summary, String> {
+    let mut cfg = rr_cfg(p, connections, quickack, duration);
+    let want = slices.is_some();
+    if want {
+        cfg.interval = SLICE;
+    }
+    let mut on_interval = |ev: &latscope_core::model::IntervalEvent, h: &LatencyHistogram| {
+        if let Some(s) = slices.as_deref_mut() {
+            s.push(ev.start_ns, ev.end_ns, h);
+        }
+    };
+    let r = latscope_net::rr::run(&cfg, meta("rr"), stop, &mut on_interval, want)
+        .map_err(|e| e.to_string())?;
     let s = r.results.into_iter().next().ok_or("no result")?;
     if let Some(e) = s.errors.first() {
         return Err(e.clone());
@@ -79,7 +97,7 @@ pub fn http_latency(
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
-    http_run(url, connections, quickack, duration, stop).map(|(s, _)| s)
+    http_run(url, connections, quickack, duration, stop, None).map(|(s, _)| s)
 }
 
 /// What one exchange weighs, bytes: the latscope sizes asked for, or an HTTP request and its
@@ -100,17 +118,27 @@ impl Sizes {
     }
 }
 
-/// [`http_latency`], with the average sizes of the requests and responses it carried.
+/// [`http_latency`], with the average sizes of the requests and responses it carried, cutting
+/// the requests into [`SLICE`]s when `slices` is given.
 fn http_run(
     url: &str,
     connections: u32,
     quickack: bool,
     duration: Duration,
     stop: &AtomicBool,
+    mut slices: Option<&mut Slices>,
 ) -> Result<(Summary, Option<Sizes>), String> {
     let o = http_options(url, connections, quickack, duration);
-    let cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
-    let r = latscope_http::run(&cfg, stop, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let mut cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
+    if slices.is_some() {
+        cfg.interval_ns = SLICE.as_nanos() as u64;
+    }
+    let mut on_interval = |iv: &latscope_http::Interval, h: &LatencyHistogram| {
+        if let Some(s) = slices.as_deref_mut() {
+            s.push(iv.start_ns, iv.end_ns, h);
+        }
+    };
+    let r = latscope_http::run(&cfg, stop, &mut on_interval).map_err(|e| e.to_string())?;
     if r.stats.requests == 0 {
         return Err(r
             .stats
@@ -172,22 +200,76 @@ pub fn app_latency(
     }
 }
 
-/// [`app_latency`] for one connection, with what each exchange weighed: the plan's sizes for a
-/// latscope server, the measured average for a URL.
+/// [`app_latency`] for one connection, with what each exchange weighed (the plan's sizes for a
+/// latscope server, the measured average for a URL), its requests cut into `slices`.
 pub fn app_latency_sized(
     p: &Plan,
     duration: Duration,
     stop: &AtomicBool,
+    slices: &mut Slices,
 ) -> Result<(Summary, Option<Sizes>), String> {
     match &p.url {
-        Some(url) => http_run(url, 1, false, duration, stop),
-        None => rr_latency(p, 1, false, duration, stop).map(|s| {
+        Some(url) => http_run(url, 1, false, duration, stop, Some(slices)),
+        None => rr_run(p, 1, false, duration, stop, Some(slices)).map(|s| {
             let sizes = Sizes {
                 request: u64::from(p.request_bytes),
                 response: u64::from(p.response_bytes),
             };
             (s, Some(sizes))
         }),
+    }
+}
+
+/// How long a time slice of a sliced request step lasts.
+pub const SLICE: Duration = Duration::from_millis(100);
+
+/// A request step cut into time slices as the engine reports them, placed on this process's
+/// clock: each slice's requests and their slow values.
+#[derive(Debug, Default)]
+pub struct Slices {
+    /// When the engine's timeline starts: the earliest estimate of (report time − slice end),
+    /// since an engine reports a slice at its end or a little after.
+    epoch: Option<Instant>,
+    slices: Vec<EngineSlice>,
+}
+
+/// One slice as the engine reports it.
+#[derive(Debug)]
+struct EngineSlice {
+    /// Start and end on the engine's timeline, ns.
+    start_ns: u64,
+    end_ns: u64,
+    requests: u64,
+    /// Its requests of at least [`SLOW_FLOOR_NS`]: (value ns, requests).
+    slow: Vec<(u64, u64)>,
+}
+
+impl Slices {
+    /// Record one slice the engine reports now.
+    fn push(&mut self, start_ns: u64, end_ns: u64, h: &LatencyHistogram) {
+        if let Some(at) = Instant::now().checked_sub(Duration::from_nanos(end_ns)) {
+            self.epoch = Some(self.epoch.map_or(at, |e| e.min(at)));
+        }
+        let slow = h.recorded().filter(|&(v, _)| v >= SLOW_FLOOR_NS).collect();
+        self.slices.push(EngineSlice {
+            start_ns,
+            end_ns,
+            requests: h.count(),
+            slow,
+        });
+    }
+
+    /// Each slice with where it lies on this process's clock.
+    pub fn placed(&self) -> impl Iterator<Item = (Instant, Instant, u64, &[(u64, u64)])> + '_ {
+        self.slices.iter().filter_map(|s| {
+            let e = self.epoch?;
+            Some((
+                e + Duration::from_nanos(s.start_ns),
+                e + Duration::from_nanos(s.end_ns),
+                s.requests,
+                s.slow.as_slice(),
+            ))
+        })
     }
 }
 

@@ -21,7 +21,7 @@ mod single;
 mod trains;
 mod under_load;
 
-pub use engines::meta;
+pub use engines::{SLICE, meta};
 
 use latscope_core::Summary;
 use latscope_core::model::diagnose::{Step, StepName, StepStatus, TargetKind};

@@ -10,10 +10,10 @@ use latscope_core::hist::LatencyHistogram;
 use latscope_core::model::diagnose::StepName;
 use latscope_core::units::{format_bytes, format_ns};
 
-use super::engines::{Sizes, app_latency_sized};
+use super::engines::{Sizes, Slices, app_latency_sized};
 use super::{Measure, NotRun, requests_target};
 use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::Evidence;
+use crate::diagnose::evidence::{Evidence, TimeSlice};
 
 pub struct Single;
 
@@ -21,6 +21,8 @@ pub struct Single;
 pub struct Outcome {
     latency: Summary,
     noise: Option<Summary>,
+    /// The requests by time slice, each with the host's lateness within it.
+    slices: Vec<TimeSlice>,
     /// What each exchange weighed.
     sizes: Option<Sizes>,
 }
@@ -28,17 +30,50 @@ pub struct Outcome {
 /// The noise thread's period.
 const TICK: Duration = Duration::from_millis(1);
 
+/// How late a sleeping thread woke: every wake-up (when, how late) and their distribution.
+struct Noise {
+    wakes: Vec<(Instant, u64)>,
+    summary: Summary,
+}
+
 /// Sleep [`TICK`] at a time until `done`, recording how late each wake-up is.
-fn wakeup_lateness(done: &AtomicBool) -> Option<Summary> {
+fn wakeup_lateness(done: &AtomicBool) -> Option<Noise> {
     let mut h = LatencyHistogram::new();
+    let mut wakes = Vec::new();
     while !done.load(Ordering::Relaxed) {
         let t0 = Instant::now();
         std::thread::sleep(TICK);
-        let late = t0.elapsed().saturating_sub(TICK);
-        h.record(late.as_nanos() as u64);
+        let now = Instant::now();
+        let late = (now - t0).saturating_sub(TICK).as_nanos() as u64;
+        h.record(late);
+        wakes.push((now, late));
     }
-    let s = h.summary();
-    (s.count > 0).then_some(s)
+    let summary = h.summary();
+    (summary.count > 0).then_some(Noise { wakes, summary })
+}
+
+/// The engine's slices with the latest wake-up of the sleeping thread that overlapped each: a
+/// wake-up `late` ns late at `at` means the thread waited from `at − late` to `at`.
+fn slices_with_noise(slices: &Slices, noise: Option<&Noise>) -> Vec<TimeSlice> {
+    slices
+        .placed()
+        .map(|(from, to, requests, slow)| TimeSlice {
+            requests,
+            slow: slow.to_vec(),
+            host_late_ns: noise.and_then(|n| {
+                n.wakes
+                    .iter()
+                    .filter(|&&(at, late)| {
+                        at >= from
+                            && at
+                                .checked_sub(Duration::from_nanos(late))
+                                .is_none_or(|s| s <= to)
+                    })
+                    .map(|&(_, late)| late)
+                    .max()
+            }),
+        })
+        .collect()
 }
 
 impl Measure for Single {
@@ -48,15 +83,18 @@ impl Measure for Single {
     fn run(cx: &Context, ev: &Evidence) -> Result<Outcome, NotRun> {
         requests_target(ev)?;
         let done = AtomicBool::new(false);
+        let mut slices = Slices::default();
         std::thread::scope(|s| {
             let noise = s.spawn(|| wakeup_lateness(&done));
-            let latency = app_latency_sized(cx.plan, cx.plan.duration, cx.stop);
+            let latency = app_latency_sized(cx.plan, cx.plan.duration, cx.stop, &mut slices);
             done.store(true, Ordering::Relaxed);
             let noise = noise.join().ok().flatten();
+            let sliced = slices_with_noise(&slices, noise.as_ref());
             latency
                 .map(|(latency, sizes)| Outcome {
                     latency,
-                    noise,
+                    noise: noise.map(|n| n.summary),
+                    slices: sliced,
                     sizes,
                 })
                 .map_err(NotRun::Failed)
@@ -87,6 +125,7 @@ impl Measure for Single {
     fn store(ev: &mut Evidence, o: Outcome) {
         ev.single = Some(o.latency);
         ev.host_noise = o.noise;
+        ev.slices = o.slices;
     }
 }
 
