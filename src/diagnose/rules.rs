@@ -129,11 +129,27 @@ pub const CHAINS: &[Link] = &[
     },
 ];
 
+/// What a finding costs the average request, to rank findings by: its `explains_ns`, except
+/// for a tail finding, whose `explains_ns` only the requests of the tail lose (one in a hundred
+/// at a p99, one in a thousand at a p99.9). A 6 ms tail at the p99 costs a request 64 µs on
+/// average: less than a 98 µs wait every request has.
+pub fn cost_per_request(e: &Evidence, f: &Diagnosis) -> u64 {
+    let single = e.single.as_ref();
+    if !super::tail::is_tail(f, single.map(|s| s.p50_ns)) {
+        return f.explains_ns;
+    }
+    let share = match single.and_then(super::tail::heavy_tail) {
+        Some(t) if t.quantile == "p99.9" => 1_000,
+        _ => 100,
+    };
+    f.explains_ns / share
+}
+
 /// Order findings so that the root cause comes first: findings another finding explains are
 /// marked `caused_by` it and ranked after every root cause; within each group, most latency
-/// explained first.
+/// per request first ([`cost_per_request`]).
 pub fn rank(e: &Evidence, mut found: Vec<Diagnosis>) -> Vec<Diagnosis> {
-    found.sort_by_key(|f| std::cmp::Reverse(f.explains_ns));
+    found.sort_by_key(|f| std::cmp::Reverse(cost_per_request(e, f)));
     for link in CHAINS {
         let (Some(ci), Some(ei)) = (
             found.iter().position(|f| f.rule == link.cause),

@@ -138,38 +138,46 @@ fn tail_in_noisy_slices(e: &Evidence, t: &Tail) -> Option<(u64, u64)> {
     (all > 0).then_some((all, noisy))
 }
 
-/// Whether the client's host makes such a tail by itself: most of the tail's requests came in
-/// time slices where a sleeping thread woke as late (or, without slices, it woke as late at the
-/// same quantile over the step), or latscope's own threads waited as long for a CPU. Returns the
-/// line saying it did not, or `None` when it did.
-fn host_quiet(e: &Evidence, t: &Tail) -> Option<String> {
+/// What the sleeping thread says of the tail: `Err` when the host made it (most of the tail's
+/// requests came in time slices where it woke as late or, without slices, it woke as late at the
+/// same quantile over the step); else the line saying it did not (`None`: not measured).
+fn sleeper(e: &Evidence, t: &Tail) -> Result<Option<String>, ()> {
     let half = t.extra_ns() / 2;
-    let mut lines = Vec::new();
     if let Some((all, noisy)) = tail_in_noisy_slices(e, t) {
         if noisy * 2 >= all {
-            return None;
+            return Err(());
         }
-        lines.push(format!(
+        return Ok(Some(format!(
             "of the {all} requests in the tail (≥ {}), {noisy} came while this host woke a sleeping thread {} late or more (the same {} slices)",
             format_ns((t.p50_ns + half) as f64),
             format_ns(half as f64),
             format_ns(super::steps::SLICE.as_nanos() as f64)
-        ));
-    } else if let Some(n) = &e.host_noise {
-        let late = if t.quantile == "p99" {
-            n.p99_ns
-        } else {
-            n.p999_ns
-        };
-        if late >= half {
-            return None;
-        }
-        lines.push(format!(
-            "this host woke a sleeping thread at most {} late at the {} meanwhile",
-            format_ns(late as f64),
-            t.quantile
-        ));
+        )));
     }
+    let Some(n) = &e.host_noise else {
+        return Ok(None);
+    };
+    let late = if t.quantile == "p99" {
+        n.p99_ns
+    } else {
+        n.p999_ns
+    };
+    if late >= half {
+        return Err(());
+    }
+    Ok(Some(format!(
+        "this host woke a sleeping thread at most {} late at the {} meanwhile",
+        format_ns(late as f64),
+        t.quantile
+    )))
+}
+
+/// Whether the client's host makes such a tail by itself: the sleeping thread says so
+/// ([`sleeper`]), or latscope's own threads waited as long for a CPU. Returns the line saying it
+/// did not, or `None` when it did.
+fn host_quiet(e: &Evidence, t: &Tail) -> Option<String> {
+    let half = t.extra_ns() / 2;
+    let mut lines: Vec<String> = sleeper(e, t).ok()?.into_iter().collect();
     if let Some(own) = e.cpu.as_ref().and_then(|c| c.client_run_queue.as_ref()) {
         if own.p99_ns >= half as f64 {
             return None;
@@ -193,8 +201,10 @@ fn waits_make_tails(rq: &RunQueueWaits) -> bool {
 
 /// Run-queue delay in the tail: a heavy tail the path and TCP's timers leave unexplained, while
 /// the server's threads waited milliseconds for a CPU at their p99 (a server on a merely busy
-/// host waits a few hundred µs there). The client's own waits do not veto it: on a small host
-/// the hog that delays the server delays the client too. The median wake-up may not wait at all
+/// host waits a few hundred µs there). The client's own waits alone do not veto it: on a small
+/// host the hog that delays the server delays the client too; only a host that delays latscope's
+/// threads at least as much as the server's, and wakes a sleeper late at the tail's moments, is
+/// busy everywhere. The median wake-up may not wait at all
 /// (a woken thread often preempts a CPU hog at once), so the median rule stays silent.
 pub fn run_queue_tail(e: &Evidence) -> Option<Diagnosis> {
     let c = e.cpu.as_ref()?;
@@ -206,6 +216,16 @@ pub fn run_queue_tail(e: &Evidence) -> Option<Diagnosis> {
         return None;
     }
     let (t, mut evidence) = unexplained_tail(e)?;
+    // A host busy everywhere: latscope's own threads waited at least as long as the server's,
+    // and the sleeping thread woke as late when the tail's requests were slow. The server's
+    // CPUs are not singled out; the tail is the host's.
+    let client_waits_as_long = c
+        .client_run_queue
+        .as_ref()
+        .is_some_and(|o| o.p99_ns >= rq.p99_ns);
+    if client_waits_as_long && sleeper(e, &t).is_err() {
+        return None;
+    }
     evidence.push(format!(
         "scheduler tracepoints (eBPF), {}: {} waits for a CPU, p50 {}, p99 {}, {} in all{}",
         c.process,
@@ -412,6 +432,40 @@ mod tests {
         e.slices = slices(5, 25, 300_000);
         e.slices.extend(slices(5, 25, 8_000_000));
         assert_eq!(server_tail_latency(&e), None);
+    }
+
+    /// A busy host with a kernel fault: packets wait ~98 µs before TCP on every request, and the
+    /// whole machine's load makes a 6.4 ms tail at the p99 (the server's threads wait 1.09 ms at
+    /// their p99, latscope's own 3.33 ms, a sleeper wakes 5.18 ms late). The tail costs the
+    /// average request 64 µs, the kernel 98 µs: the kernel ranks first; and the tail is not put
+    /// on the server's run queue when the host delays everyone as much.
+    #[test]
+    fn a_tail_ranks_by_what_it_costs_the_average_request() {
+        let mut e = hogged();
+        e.single = Some(single(1_748, 144_000, 6_560_000));
+        let c = e.cpu.as_mut().unwrap();
+        c.run_queue = Some(rq(1_090_000.0));
+        c.client_run_queue = Some(rq(100_000.0));
+        e.stack = Some(crate::diagnose::evidence::StackEvidence {
+            packets: 21_680,
+            ip_start_ns: Some(0.5),
+            enqueued_ns: Some(98_300.0),
+            ..Default::default()
+        });
+        let all = rules::apply(&e);
+        let order: Vec<RuleId> = all.iter().map(|f| f.rule).collect();
+        assert_eq!(order, vec![RuleId::PreTcpKernel, RuleId::RunQueueDelay]);
+        assert_eq!(rules::cost_per_request(&e, &all[1]), 6_416_000 / 100);
+        // Latscope's threads waiting longer than the server's while the sleeper woke late at
+        // the tail's moments: the host, not the server's CPUs.
+        e.cpu.as_mut().unwrap().client_run_queue = Some(rq(3_330_000.0));
+        e.slices = slices(10, 2, 5_180_000);
+        let all = rules::apply(&e);
+        let order: Vec<RuleId> = all.iter().map(|f| f.rule).collect();
+        assert_eq!(order, vec![RuleId::PreTcpKernel]);
+        // The same client waits with the sleeper on time: the server's run queue still counts.
+        e.slices = slices(10, 2, 300_000);
+        assert!(run_queue_tail(&e).is_some());
     }
 
     #[test]
