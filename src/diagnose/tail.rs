@@ -138,38 +138,43 @@ fn tail_in_noisy_slices(e: &Evidence, t: &Tail) -> Option<(u64, u64)> {
     (all > 0).then_some((all, noisy))
 }
 
-/// What the sleeping thread says of the tail: `Err` when the host made it (most of the tail's
-/// requests came in time slices where it woke as late or, without slices, it woke as late at the
-/// same quantile over the step); else the line saying it did not (`None`: not measured).
-fn sleeper(e: &Evidence, t: &Tail) -> Result<Option<String>, ()> {
+/// What the sleeping thread says of the tail: `Err` when the host made it, else the lines saying
+/// it did not (empty: not measured). Two checks, either of which blames the host: most of the
+/// tail's requests came in time slices where the sleeper woke as late (a burst of the host's
+/// load, which the whole step's quantile dilutes), or over the whole step it woke as late at the
+/// tail's quantile (the sleeper is one thread: the host's delays also hit the request threads at
+/// moments it slept through — a healthy `latscope serve` on the loaded lab host had 70 requests
+/// over 3.2 ms, 11 of them in late slices, while the sleeper's p99.9 was 3.9 ms).
+fn sleeper(e: &Evidence, t: &Tail) -> Result<Vec<String>, ()> {
     let half = t.extra_ns() / 2;
+    let mut lines = Vec::new();
     if let Some((all, noisy)) = tail_in_noisy_slices(e, t) {
         if noisy * 2 >= all {
             return Err(());
         }
-        return Ok(Some(format!(
+        lines.push(format!(
             "of the {all} requests in the tail (≥ {}), {noisy} came while this host woke a sleeping thread {} late or more (the same {} slices)",
             format_ns((t.p50_ns + half) as f64),
             format_ns(half as f64),
             format_ns(super::steps::SLICE.as_nanos() as f64)
-        )));
+        ));
     }
-    let Some(n) = &e.host_noise else {
-        return Ok(None);
-    };
-    let late = if t.quantile == "p99" {
-        n.p99_ns
-    } else {
-        n.p999_ns
-    };
-    if late >= half {
-        return Err(());
+    if let Some(n) = &e.host_noise {
+        let late = if t.quantile == "p99" {
+            n.p99_ns
+        } else {
+            n.p999_ns
+        };
+        if late >= half {
+            return Err(());
+        }
+        lines.push(format!(
+            "this host woke a sleeping thread at most {} late at the {} over the step",
+            format_ns(late as f64),
+            t.quantile
+        ));
     }
-    Ok(Some(format!(
-        "this host woke a sleeping thread at most {} late at the {} meanwhile",
-        format_ns(late as f64),
-        t.quantile
-    )))
+    Ok(lines)
 }
 
 /// Whether the client's host makes such a tail by itself: the sleeping thread says so
@@ -177,7 +182,7 @@ fn sleeper(e: &Evidence, t: &Tail) -> Result<Option<String>, ()> {
 /// did not, or `None` when it did.
 fn host_quiet(e: &Evidence, t: &Tail) -> Option<String> {
     let half = t.extra_ns() / 2;
-    let mut lines: Vec<String> = sleeper(e, t).ok()?.into_iter().collect();
+    let mut lines = sleeper(e, t).ok()?;
     if let Some(own) = e.cpu.as_ref().and_then(|c| c.client_run_queue.as_ref()) {
         if own.p99_ns >= half as f64 {
             return None;
@@ -415,9 +420,7 @@ mod tests {
         e.slices = slices(9, 0, 300_000);
         e.slices.extend(slices(1, 250, 9_000_000));
         assert_eq!(server_tail_latency(&e), None, "the host's burst");
-        // The tail spread over slices where the host was on time, while it was late at other
-        // moments (its p99 over the step is as long as the tail): the server's.
-        e.host_noise = Some(single(2_000, 60_000, 9_000_000));
+        // The tail spread over slices where the host was on time: the server's.
         e.slices = slices(10, 25, 300_000);
         e.slices.extend(slices(10, 0, 12_000_000));
         let f = server_tail_latency(&e).expect("fires");
@@ -428,6 +431,11 @@ mod tests {
             "{:?}",
             f.evidence
         );
+        // A sleeper late as long as the tail at its quantile over the step still blames the
+        // host: it is one thread, and the host's delays hit the others at other moments.
+        e.host_noise = Some(single(2_000, 60_000, 9_000_000));
+        assert_eq!(server_tail_latency(&e), None);
+        e.host_noise = Some(single(2_000, 60_000, 300_000));
         // Half of the tail's requests in noisy slices is enough to doubt it.
         e.slices = slices(5, 25, 300_000);
         e.slices.extend(slices(5, 25, 8_000_000));
