@@ -261,13 +261,8 @@ fn delta(now: &[RawHistogram], before: &[RawHistogram]) -> Vec<RawHistogram> {
 
 /// The start-up line: how many probes attached, on which hooks, what is unavailable.
 fn attach_note(session: &Session, cfg: &StackConfig, server: Option<&Server>) -> String {
-    let refused: Vec<String> = session
-        .status()
-        .iter()
-        .filter(|s| !s.available())
-        .map(|s| s.probe.to_string())
-        .collect();
-    let attached = session.status().iter().filter(|s| s.available()).count();
+    let refused = session.unavailable_probes();
+    let attached = session.attached_probes();
     let mut note = format!(
         "latscope stack: {} attached",
         latscope_core::units::count(attached as u64, "probe")

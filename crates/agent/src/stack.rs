@@ -81,13 +81,8 @@ fn run(cfg: &Stack, shared: &Shared, stop: &AtomicBool) {
             return;
         }
     };
-    let attached = session.status().iter().filter(|s| s.available()).count();
-    let refused: Vec<String> = session
-        .status()
-        .iter()
-        .filter(|s| !s.available())
-        .map(|s| s.probe.to_string())
-        .collect();
+    let attached = session.attached_probes();
+    let refused = session.unavailable_probes();
     set_probes(shared, attached, refused.len());
     let hooks: Vec<String> = attached_hooks(&session)
         .iter()

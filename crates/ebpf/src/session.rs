@@ -695,6 +695,20 @@ impl Session {
         &self.status
     }
 
+    /// How many of the requested probes are attached.
+    pub fn attached_probes(&self) -> usize {
+        self.status.iter().filter(|s| s.available()).count()
+    }
+
+    /// The names of the requested probes that could not be attached.
+    pub fn unavailable_probes(&self) -> Vec<String> {
+        self.status
+            .iter()
+            .filter(|s| !s.available())
+            .map(|s| s.probe.to_string())
+            .collect()
+    }
+
     /// The hook that stamps skbs arriving without `skb->tstamp`, if it could be attached.
     pub fn stamp_hook(&self) -> Option<&'static str> {
         self.stamp_hook.map(|h| h.label)

@@ -549,6 +549,41 @@ mod tests {
         None
     }
 
+    /// A seeded xorshift64 generator (Marsaglia 2003): the randomised tests below draw the
+    /// same inputs on every run.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        /// Up to `max_parts - 1` parts, each one of `pieces` or, one time in `noise_one_in`,
+        /// up to `max_noise - 1` random bytes.
+        fn input(
+            &mut self,
+            pieces: &[&[u8]],
+            max_parts: u64,
+            noise_one_in: u64,
+            max_noise: u64,
+        ) -> Vec<u8> {
+            let mut data = Vec::new();
+            for _ in 0..self.next() % max_parts {
+                if self.next() % noise_one_in == 0 {
+                    for _ in 0..self.next() % max_noise {
+                        data.push((self.next() & 0xff) as u8);
+                    }
+                } else {
+                    data.extend_from_slice(pieces[(self.next() % pieces.len() as u64) as usize]);
+                }
+            }
+            data
+        }
+    }
+
     /// Inputs built from pieces of real responses and random bytes, fed in random splits: the
     /// parser's contract holds (see [`drive`]), and the same input gives the same responses
     /// and error however it is split.
@@ -571,24 +606,13 @@ mod tests {
             b"hello",
             b": \t",
         ];
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..20_000 {
-            let mut data = Vec::new();
-            for _ in 0..rnd() % 12 {
-                if rnd() % 4 == 0 {
-                    data.extend((0..rnd() % 8).map(|_| (rnd() & 0xff) as u8));
-                } else {
-                    data.extend_from_slice(PIECES[(rnd() % PIECES.len() as u64) as usize]);
-                }
-            }
-            let splits: Vec<u8> = (0..1 + rnd() % 5).map(|_| (rnd() % 9) as u8).collect();
-            let head = rnd() % 5 == 0;
+            let data = rng.input(PIECES, 12, 4, 8);
+            let splits: Vec<u8> = (0..1 + rng.next() % 5)
+                .map(|_| (rng.next() % 9) as u8)
+                .collect();
+            let head = rng.next() % 5 == 0;
             let whole = drive(&data, &[], head);
             let split = drive(&data, &splits, head);
             assert_eq!(
@@ -651,22 +675,9 @@ mod tests {
             b"\r",
             b":",
         ];
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
         for _ in 0..20_000 {
-            let mut data = Vec::new();
-            for _ in 0..rnd() % 10 {
-                if rnd() % 5 == 0 {
-                    data.extend((0..rnd() % 6).map(|_| (rnd() & 0xff) as u8));
-                } else {
-                    data.extend_from_slice(PIECES[(rnd() % PIECES.len() as u64) as usize]);
-                }
-            }
+            let data = rng.input(PIECES, 10, 5, 6);
             for cut in 0..=data.len() {
                 let d = &data[..cut];
                 assert_eq!(

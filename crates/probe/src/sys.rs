@@ -433,15 +433,21 @@ pub fn poll_in(fds: &[RawFd], timeout: Duration) -> io::Result<()> {
     for (slot, &fd) in p.iter_mut().zip(fds) {
         slot.fd = fd;
     }
-    // ppoll: nanosecond timeouts, so microsecond intervals are kept.
+    ppoll(&mut p[..fds.len()], timeout)?;
+    Ok(())
+}
+
+/// `ppoll` over `fds` — nanosecond timeouts, so microsecond intervals are kept; `Ok(false)`
+/// when a signal interrupted the wait.
+fn ppoll(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<bool> {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as _,
     };
-    // SAFETY: p is a live array of at least fds.len() pollfd; ts is valid.
+    // SAFETY: fds is a live slice of pollfd of the given length; ts is valid.
     let r = unsafe {
         libc::ppoll(
-            p.as_mut_ptr(),
+            fds.as_mut_ptr(),
             fds.len() as libc::nfds_t,
             &ts,
             std::ptr::null(),
@@ -449,11 +455,12 @@ pub fn poll_in(fds: &[RawFd], timeout: Duration) -> io::Result<()> {
     };
     if r < 0 {
         let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
         }
+        return Err(e);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Wait for writability (non-blocking connect), returning revents per descriptor.
@@ -466,25 +473,8 @@ pub fn poll_out(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<i16>> {
             revents: 0,
         })
         .collect();
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as _,
-    };
-    // SAFETY: p is a live array of pollfd of the given length; ts is valid.
-    let r = unsafe {
-        libc::ppoll(
-            p.as_mut_ptr(),
-            p.len() as libc::nfds_t,
-            &ts,
-            std::ptr::null(),
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(vec![0; fds.len()]);
-        }
-        return Err(e);
+    if !ppoll(&mut p, timeout)? {
+        return Ok(vec![0; fds.len()]);
     }
     Ok(p.iter().map(|x| x.revents).collect())
 }
@@ -550,11 +540,7 @@ pub fn attach_tcp_filter(fd: &OwnedFd, peer: IpAddr, port: u16) -> io::Result<()
             bpf(RET_K, 0, 0, 0),
         ],
     };
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_ptr() as *mut libc::sock_filter,
-    };
-    set_raw(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+    attach_filter(fd, &prog)
 }
 
 /// Let a raw ICMP / ICMPv6 socket receive only the message types in `pass` (ICMP_FILTER,
@@ -612,6 +598,11 @@ pub fn attach_echo_filter(fd: &OwnedFd, v6: bool, ident: u16) -> io::Result<()> 
             bpf(RET_K, 0, 0, 0),
         ]
     };
+    attach_filter(fd, &prog)
+}
+
+/// Attach the classic BPF program `prog` to the socket (SO_ATTACH_FILTER).
+fn attach_filter(fd: &OwnedFd, prog: &[libc::sock_filter]) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
