@@ -119,11 +119,9 @@ fn binary_tcp_udp_unix_json() {
         vec![addr.as_str(), "--udp"],
         vec![unix.as_str()],
     ] {
-        let mut full = vec!["rr", "-n", "300", "-c", "3", "--json"];
+        let mut full = vec!["rr", "-n", "300", "-c", "3"];
         full.extend(&args);
-        let (code, out, err) = run(&full);
-        assert_eq!(code, 0, "{args:?}: {err}");
-        let doc = json_checked(&out, "rr");
+        let doc = json_run(&full, 0);
         assert_eq!(doc["results"][0]["transactions"], 300, "{args:?}");
         assert_eq!(doc["connections"], 3);
     }
@@ -143,31 +141,28 @@ fn udp_losses_are_counted_and_the_run_completes() {
     let addr = addr_arg(srv.tcp_addr);
     // Every 5th datagram the server receives is dropped: in any 100 consecutive requests,
     // exactly 20. Each loss costs one 50 ms timeout, so the run cannot hang.
-    let (code, out, err) = run(&[
-        "rr",
-        &addr,
-        "--udp",
-        "-n",
-        "100",
-        "--timeout",
-        "50ms",
-        "--server-drop-every",
-        "5",
-        "--json",
-    ]);
-    assert_eq!(code, 1, "losses are a finding (exit 1): {err}");
-    let doc = json_checked(&out, "rr");
-    assert_eq!(doc["results"][0]["lost"], 20, "{out}");
+    // Losses are a finding (exit 1).
+    let doc = json_run(
+        &[
+            "rr",
+            &addr,
+            "--udp",
+            "-n",
+            "100",
+            "--timeout",
+            "50ms",
+            "--server-drop-every",
+            "5",
+        ],
+        1,
+    );
+    assert_eq!(doc["results"][0]["lost"], 20, "{doc}");
     assert_eq!(doc["results"][0]["transactions"], 80);
 }
 
 /// Run `latscope ARGS --json` (an rr run that must succeed) and return its RTT median, ns.
 fn rr_p50_ns(args: &[&str]) -> u64 {
-    let mut full = args.to_vec();
-    full.push("--json");
-    let (code, out, err) = run(&full);
-    assert_eq!(code, 0, "{args:?}: {err}");
-    json_checked(&out, "rr")["results"][0]["rtt"]["p50_ns"]
+    json_run(args, 0)["results"][0]["rtt"]["p50_ns"]
         .as_u64()
         .unwrap()
 }
@@ -214,27 +209,28 @@ fn size_sweep_flags_the_stalling_sizes() {
     let _timing = timing_lock();
     let srv = server(None, None, None);
     // Responses up to 256 B go out in one write; larger ones as 256 B + rest with Nagle on.
-    let (code, out, err) = run(&[
-        "rr",
-        &addr_arg(srv.tcp_addr),
-        "--sizes",
-        "64:2048:x2",
-        "-d",
-        "600ms",
-        "--server-split",
-        "256",
-        "--server-nagle",
-        "--json",
-    ]);
-    assert_eq!(code, 1, "a flagged jump is a finding: {err}");
-    let doc = json_checked(&out, "rr");
+    // A flagged jump is a finding (exit 1).
+    let doc = json_run(
+        &[
+            "rr",
+            &addr_arg(srv.tcp_addr),
+            "--sizes",
+            "64:2048:x2",
+            "-d",
+            "600ms",
+            "--server-split",
+            "256",
+            "--server-nagle",
+        ],
+        1,
+    );
     let flagged: Vec<u64> = doc["size_jump"]["sizes"]
         .as_array()
         .unwrap()
         .iter()
         .map(|v| v.as_u64().unwrap())
         .collect();
-    assert_eq!(flagged, vec![512, 1024, 2048], "{out}");
+    assert_eq!(flagged, vec![512, 1024, 2048], "{doc}");
     assert!(
         doc["size_jump"]["likely_cause"]
             .as_str()
@@ -248,19 +244,19 @@ fn size_sweep_flags_the_stalling_sizes() {
 fn open_loop_rate_is_kept() {
     let _timing = timing_lock();
     let srv = server(None, None, None);
-    let (code, out, err) = run(&[
-        "rr",
-        &addr_arg(srv.tcp_addr),
-        "-q",
-        "2000",
-        "-c",
-        "2",
-        "-d",
-        "2s",
-        "--json",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let doc = json_checked(&out, "rr");
+    let doc = json_run(
+        &[
+            "rr",
+            &addr_arg(srv.tcp_addr),
+            "-q",
+            "2000",
+            "-c",
+            "2",
+            "-d",
+            "2s",
+        ],
+        0,
+    );
     let n = doc["results"][0]["transactions"].as_u64().unwrap();
     assert!((3800..=4200).contains(&n), "2000/s for 2 s gave {n}");
     assert!(
@@ -277,14 +273,10 @@ fn connect_and_crr() {
     let _timing = timing_lock();
     let srv = server(None, None, None);
     let addr = addr_arg(srv.tcp_addr);
-    let (code, out, err) = run(&["connect", &addr, "-n", "150", "-P", "3", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    let doc = json_checked(&out, "connect");
+    let doc = json_run(&["connect", &addr, "-n", "150", "-P", "3"], 0);
     assert_eq!(doc["succeeded"], 150);
     assert!(doc["connect"]["p50_ns"].as_u64().unwrap() > 0);
-    let (code, out, err) = run(&["connect", &addr, "--crr", "-n", "80", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    let doc = json_checked(&out, "connect");
+    let doc = json_run(&["connect", &addr, "--crr", "-n", "80"], 0);
     assert_eq!(doc["transaction"]["count"], 80);
     assert!(doc["transaction"]["p50_ns"].as_u64() >= doc["connect"]["p50_ns"].as_u64());
 }
@@ -292,15 +284,9 @@ fn connect_and_crr() {
 #[test]
 fn refused_connects_are_counted_not_fatal() {
     let _timing = timing_lock();
-    // A port nobody listens on: bind, read the port, close.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (code, out, _) = run(&["connect", &format!("127.0.0.1:{port}"), "-n", "7", "--json"]);
-    assert_eq!(code, 3, "nothing succeeded: target exit code");
-    let doc = json_checked(&out, "connect");
+    // A port nobody listens on; nothing succeeded: the target exit code.
+    let target = format!("127.0.0.1:{}", free_port());
+    let doc = json_run(&["connect", &target, "-n", "7"], 3);
     assert_eq!(doc["refused"], 7);
     assert_eq!(doc["attempts"], 7);
 }
@@ -335,11 +321,7 @@ fn sockperf_p50_us(port: u16, secs: u32) -> f64 {
 #[test]
 fn rr_agrees_with_sockperf_on_the_same_server() {
     let _timing = timing_lock();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut sp = std::process::Command::new("sockperf")
         .args([
             "server",

@@ -78,6 +78,16 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
     split(&output(args))
 }
 
+/// Run the binary with `args` (the command first) and `--json`, expect exit code `want`, and
+/// return its document, checked against the command's schema.
+pub fn json_run(args: &[&str], want: i32) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (code, out, err) = run(&all);
+    assert_eq!(code, want, "{args:?}: {err}");
+    json_checked(&out, args[0])
+}
+
 /// Panic with the process's stderr unless it exited with 0.
 pub fn assert_success(out: &Output) {
     assert!(
