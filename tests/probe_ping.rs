@@ -42,13 +42,7 @@ fn delay_line_check(target: &str, bind: &str) {
         let out = dl.client.latscope(&[
             "ping", mode, "-c", "15", "-i", "30ms", "-W", "2s", "-p", port, "--json", target,
         ]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{mode}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v = json(&out);
+        let v = lab::probe::ok_json(&out, mode);
         assert_eq!(v["received"], 15, "{mode}: {v}");
         let p50 = p50_ms(&v);
         // The delay the packets really got: the forwarder's hold times (its own lateness on
@@ -245,12 +239,7 @@ fn without_cap_net_raw_syn_fails_clearly_and_default_falls_back_to_connect() {
         "exec {BIN} ping -c 3 -i 20ms -p {} --json 127.0.0.1",
         srv.port
     ));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lab::assert_success(&out);
     let v = json(&out);
     assert_eq!(v["mode"], "connect");
     assert!(
@@ -267,12 +256,7 @@ fn without_cap_net_raw_syn_fails_clearly_and_default_falls_back_to_connect() {
     let out = capsh(&format!(
         "exec {BIN} trace -q 1 -w 300ms -m 3 --json 127.0.0.1"
     ));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lab::assert_success(&out);
     let v = json(&out);
     assert_eq!(v["mode"], "udp");
     assert_eq!(v["destination_reply"], "port_unreachable");
@@ -290,19 +274,10 @@ fn loopback_ipv6_every_mode() {
         ("--udp", up.as_str(), "udp_echo"),
         ("--icmp", "0", "echo_reply"),
     ] {
-        let out = Command::new(BIN)
-            .args([
-                "ping", mode, "-6", "-c", "3", "-i", "10ms", "-p", port, "--json", "::1",
-            ])
-            .output()
-            .expect("run");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{mode}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v = json(&out);
+        let out = lab::output(&[
+            "ping", mode, "-6", "-c", "3", "-i", "10ms", "-p", port, "--json", "::1",
+        ]);
+        let v = lab::probe::ok_json(&out, mode);
         assert_eq!(v["address"], "::1");
         assert_eq!(v["received"], 3, "{mode}");
         assert_eq!(v["replies"][0]["kind"], kind, "{mode}");
@@ -311,12 +286,9 @@ fn loopback_ipv6_every_mode() {
     let closed = std::net::UdpSocket::bind("[::1]:0").expect("bind");
     let port = closed.local_addr().expect("addr").port().to_string();
     drop(closed);
-    let out = Command::new(BIN)
-        .args([
-            "ping", "--udp", "-c", "2", "-i", "10ms", "-p", &port, "--json", "::1",
-        ])
-        .output()
-        .expect("run");
+    let out = lab::output(&[
+        "ping", "--udp", "-c", "2", "-i", "10ms", "-p", &port, "--json", "::1",
+    ]);
     let v = json(&out);
     assert_eq!(v["replies"][0]["kind"], "port_unreachable", "{v}");
     assert_eq!(v["port_state"], "closed");
@@ -325,15 +297,10 @@ fn loopback_ipv6_every_mode() {
 #[test]
 fn ctrl_c_prints_statistics_so_far() {
     require_root!();
-    let child = Command::new(BIN)
-        .args(["ping", "--icmp", "-c", "100000", "-i", "5ms", "127.0.0.1"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(600));
-    // SAFETY: sending SIGINT to our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().expect("wait");
+    let out = lab::interrupt_after(
+        &["ping", "--icmp", "-c", "100000", "-i", "5ms", "127.0.0.1"],
+        Duration::from_millis(600),
+    );
     assert_eq!(out.status.code(), Some(130));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -355,10 +322,7 @@ fn ctrl_c_prints_statistics_so_far() {
 #[test]
 fn flood_and_json_schema() {
     require_root!();
-    let out = Command::new(BIN)
-        .args(["ping", "--icmp", "--flood", "-c", "3000", "127.0.0.1"])
-        .output()
-        .expect("run");
+    let out = lab::output(&["ping", "--icmp", "--flood", "-c", "3000", "127.0.0.1"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("seq="), "no per-reply lines in flood mode");
@@ -405,8 +369,8 @@ fn flood_and_json_schema() {
 #[test]
 fn trace_report_ctrl_c_and_json_lines() {
     require_root!();
-    let child = Command::new(BIN)
-        .args([
+    let out = lab::interrupt_after(
+        &[
             "trace",
             "--report",
             "--icmp",
@@ -415,14 +379,9 @@ fn trace_report_ctrl_c_and_json_lines() {
             "-i",
             "5ms",
             "127.0.0.1",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(600));
-    // SAFETY: sending SIGINT to our own child process.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().expect("wait");
+        ],
+        Duration::from_millis(600),
+    );
     assert_eq!(out.status.code(), Some(130));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -430,19 +389,16 @@ fn trace_report_ctrl_c_and_json_lines() {
         "{text}"
     );
     // --json-lines: one event per answer, then the summary.
-    let out = Command::new(BIN)
-        .args([
-            "ping",
-            "--icmp",
-            "-c",
-            "3",
-            "-i",
-            "5ms",
-            "--json-lines",
-            "127.0.0.1",
-        ])
-        .output()
-        .expect("run");
+    let out = lab::output(&[
+        "ping",
+        "--icmp",
+        "-c",
+        "3",
+        "-i",
+        "5ms",
+        "--json-lines",
+        "127.0.0.1",
+    ]);
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))

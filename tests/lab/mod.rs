@@ -73,6 +73,20 @@ pub fn output(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run latscope")
 }
 
+/// Run the binary with its stdout piped, send it SIGINT (Ctrl-C) after `after`, and return its
+/// whole output.
+pub fn interrupt_after(args: &[&str], after: std::time::Duration) -> Output {
+    let child = Command::new(BIN)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run latscope");
+    std::thread::sleep(after);
+    // SAFETY: sending SIGINT to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    child.wait_with_output().expect("wait for latscope")
+}
+
 /// Run the binary; (exit code, stdout, stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
     split(&output(args))

@@ -387,6 +387,17 @@ pub fn json(out: &Output) -> serde_json::Value {
     })
 }
 
+/// The JSON document of a run that must have exited with 0; `case` names the run in a failure.
+pub fn ok_json(out: &Output, case: &str) -> serde_json::Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{case}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json(out)
+}
+
 /// The median of a list of values.
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
