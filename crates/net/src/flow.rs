@@ -137,6 +137,21 @@ pub struct FlowCounters {
     pub done: AtomicBool,
 }
 
+impl FlowCounters {
+    /// One send/recv call, made from `t0` to `t1`.
+    fn count_call(&self, t0: Instant, t1: Instant) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.call_ns
+            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// `n` bytes moved, the last of them `at_ns` after the flow's start.
+    fn count_bytes(&self, n: usize, at_ns: u64) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        self.last_ns.store(at_ns, Ordering::Relaxed);
+    }
+}
+
 /// When a sender stops.
 #[derive(Clone, Copy, Debug)]
 pub struct Until {
@@ -299,15 +314,11 @@ pub fn stream_send(
             None => sock.write(&buf[..want]),
         };
         let t1 = Instant::now();
-        c.calls.fetch_add(1, Ordering::Relaxed);
-        c.call_ns
-            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+        c.count_call(t0, t1);
         match r {
             Ok(n) => {
                 sent += n as u64;
-                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                c.last_ns
-                    .store((t1 - start).as_nanos() as u64, Ordering::Relaxed);
+                c.count_bytes(n, (t1 - start).as_nanos() as u64);
             }
             Err(e) if is_timeout(&e) => {}
             Err(e) => break Err(format!("sending: {e}")),
@@ -337,12 +348,8 @@ pub fn stream_recv(
         match r {
             Ok(0) => break Ok(()),
             Ok(n) => {
-                c.calls.fetch_add(1, Ordering::Relaxed);
-                c.call_ns
-                    .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
-                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                c.last_ns
-                    .store((t1 - start).as_nanos() as u64, Ordering::Relaxed);
+                c.count_call(t0, t1);
+                c.count_bytes(n, (t1 - start).as_nanos() as u64);
                 // Once stopped, a limited receiver reads no more: what the kernel still holds is
                 // beyond the rate.
                 if let Some(l) = limit
@@ -424,17 +431,13 @@ pub fn udp_send(
             None => sock.send(&buf),
         };
         let t1 = Instant::now();
-        c.calls.fetch_add(1, Ordering::Relaxed);
-        c.call_ns
-            .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+        c.count_call(t0, t1);
         match r {
             Ok(n) => {
                 seq += 1;
                 sent_bytes += n as u64;
-                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
                 c.datagrams.fetch_add(1, Ordering::Relaxed);
-                c.last_ns
-                    .store((t1 - start).as_nanos() as u64, Ordering::Relaxed);
+                c.count_bytes(n, (t1 - start).as_nanos() as u64);
             }
             // A full socket buffer (ENOBUFS) or an ICMP error from an earlier datagram: the
             // datagram is not sent; pacing goes on.
@@ -595,9 +598,7 @@ pub fn udp_recv(
         match sock.recv(&mut buf) {
             Ok(n) => {
                 let t1 = Instant::now();
-                c.calls.fetch_add(1, Ordering::Relaxed);
-                c.call_ns
-                    .fetch_add((t1 - t0).as_nanos() as u64, Ordering::Relaxed);
+                c.count_call(t0, t1);
                 let Some(d) = StreamDatagram::parse(&buf[..n]) else {
                     continue;
                 };
@@ -608,8 +609,7 @@ pub fn udp_recv(
                 if let Ok(mut r) = rx.lock() {
                     r.on_datagram(d.seq, n, d.send_ns, arrival);
                 }
-                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                c.last_ns.store(arrival, Ordering::Relaxed);
+                c.count_bytes(n, arrival);
             }
             Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::ConnectionRefused => {
                 if stop.load(Ordering::Relaxed) {
