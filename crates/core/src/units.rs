@@ -289,9 +289,39 @@ pub fn verb<'a>(n: u64, singular: &'a str, plural: &'a str) -> &'a str {
     if n == 1 { singular } else { plural }
 }
 
+/// `YYYY-MM-DD HH:MM:SS UTC` from Unix milliseconds, via Howard Hinnant's `civil_from_days`
+/// (http://howardhinnant.github.io/date_algorithms.html).
+pub fn utc_time(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let sod = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        sod / 3600,
+        (sod % 3600) / 60,
+        sod % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_time(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc_time(1_709_210_096_000), "2024-02-29 12:34:56 UTC");
+        assert_eq!(utc_time(1_758_304_308_000), "2025-09-19 17:51:48 UTC");
+    }
 
     #[test]
     fn durations() {

@@ -163,7 +163,7 @@ pub fn render_histogram(h: &ProbeHistogram, out: &mut Page) {
 
 /// A block of histograms under a UTC time heading, as printed every `-r` seconds.
 pub fn render_snapshot(unix_ms: u64, hists: &[ProbeHistogram], out: &mut Page) {
-    out.push_str(&utc_time(unix_ms));
+    out.push_str(&latscope_core::units::utc_time(unix_ms));
     out.push('\n');
     if hists.is_empty() {
         out.push_str("(no packets recorded yet)\n");
@@ -276,38 +276,10 @@ impl Human for StackReport {
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS UTC` (days-from-civil inverse, Howard Hinnant's algorithm).
-pub fn utc_time(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let sod = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        sod / 3600,
-        (sod % 3600) / 60,
-        sod % 60
-    )
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utc_formatting() {
-        assert_eq!(utc_time(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc_time(1_758_304_308_000), "2025-09-19 17:51:48 UTC");
-    }
 
     #[test]
     fn histogram_rows_span_occupied_buckets_with_bars() {

@@ -51,7 +51,7 @@ fn header(meta: &Meta) -> String {
             "latscope {} · {} · started {} · schema version {}",
             meta.version,
             meta.command,
-            utc(meta.started_unix_ms),
+            latscope_core::units::utc_time(meta.started_unix_ms),
             meta.schema_version
         ),
     )
@@ -67,28 +67,6 @@ fn interrupted(yes: bool) -> String {
     } else {
         String::new()
     }
-}
-
-/// `YYYY-MM-DD HH:MM:SS UTC` from Unix milliseconds, via Howard Hinnant's `civil_from_days`
-/// (http://howardhinnant.github.io/date_algorithms.html).
-pub(crate) fn utc(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
 }
 
 /// Rows of labelled summaries as a percentile table.
@@ -175,13 +153,4 @@ pub(crate) fn error_list(title: &str, errors: &[String]) -> String {
     }
     out.push_str("</ul>\n");
     out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_dates() {
-        assert_eq!(super::utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(super::utc(1_709_210_096_000), "2024-02-29 12:34:56 UTC");
-    }
 }
