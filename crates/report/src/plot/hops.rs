@@ -2,10 +2,9 @@
 //! trips — whisker from min to max, a box from p50 to p90, the probes themselves as dots — and,
 //! below, the share of its probes that got no answer.
 
-use latscope_core::units::format_ns;
 use plotters::prelude::*;
 
-use super::{HEIGHT, WIDTH, colour, log_span, svg, text};
+use super::{HEIGHT, WIDTH, colour, draw_latency_mesh, log_span, svg, text};
 use crate::error::ReportError;
 
 /// One hop's round trips, ns.
@@ -56,19 +55,15 @@ pub(crate) fn hop_rtts(hops: &[HopDist]) -> Result<String, ReportError> {
             .x_label_area_size(44)
             .y_label_area_size(78)
             .build_cartesian_2d(x_lo..x_hi, (lo..hi).log_scale())?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_desc("hop (TTL)")
-            .y_desc("round-trip time (time, log scale)")
-            .x_labels(n_ticks.min(32))
-            .x_label_formatter(&ttl_label)
-            .y_label_formatter(&|v| format_ns(*v))
-            .label_style(text(16))
-            .axis_desc_style(text(16))
-            .light_line_style(RGBColor(235, 235, 235))
-            .max_light_lines(3)
-            .draw()?;
+        draw_latency_mesh(
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_desc("hop (TTL)")
+                .y_desc("round-trip time (time, log scale)")
+                .x_labels(n_ticks.min(32))
+                .x_label_formatter(&ttl_label),
+        )?;
         let c = colour(0);
         for h in hops {
             let x = f64::from(h.ttl);

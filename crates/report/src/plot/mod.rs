@@ -9,7 +9,9 @@ pub(crate) mod spectrum;
 pub(crate) mod sweep;
 pub(crate) mod timeline;
 
+use plotters::chart::MeshStyle;
 use plotters::coord::Shift;
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 
 use crate::error::ReportError;
@@ -78,6 +80,43 @@ fn plot_err(e: impl std::fmt::Display) -> ReportError {
 /// A label style at `size` px.
 pub(crate) fn text(size: u32) -> TextStyle<'static> {
     (FONT, size).into_font().color(&BLACK)
+}
+
+/// A y label: the latency in its unit.
+fn latency_label(v: &f64) -> String {
+    latscope_core::units::format_ns(*v)
+}
+
+/// Finish and draw the mesh of a latency chart the way every chart here looks: latency labels
+/// on y, 16 px text, three faint lines between labels.
+pub(crate) fn draw_latency_mesh<X, Y>(mesh: &mut MeshStyle<'_, '_, X, Y, SVGBackend<'_>>) -> Drawn
+where
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    mesh.y_label_formatter(&latency_label)
+        .label_style(text(16))
+        .axis_desc_style(text(16))
+        .light_line_style(RGBColor(235, 235, 235))
+        .max_light_lines(3)
+        .draw()?;
+    Ok(())
+}
+
+/// A line through `pts` with a dot on each point, in colour `c`.
+pub(crate) fn line_with_dots<X, Y>(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<X, Y>>,
+    pts: &[(f64, f64)],
+    c: RGBColor,
+) -> Drawn
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    let style = ShapeStyle::from(&c).stroke_width(3);
+    chart.draw_series(LineSeries::new(pts.iter().copied(), style))?;
+    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
+    Ok(())
 }
 
 /// A log axis range that holds every value with some room, never starting at zero.

@@ -3,10 +3,9 @@
 //! and the tail gets as much room as the median.
 
 use latscope_core::Summary;
-use latscope_core::units::format_ns;
 use plotters::prelude::*;
 
-use super::{HEIGHT, WIDTH, colour, legend, log_span, svg, text};
+use super::{HEIGHT, WIDTH, colour, draw_latency_mesh, legend, line_with_dots, log_span, svg};
 use crate::error::ReportError;
 
 /// One distribution to draw.
@@ -74,23 +73,17 @@ pub(crate) fn spectrum(curves: &[Curve<'_>]) -> Result<String, ReportError> {
             .x_label_area_size(44)
             .y_label_area_size(78)
             .build_cartesian_2d(0.0..MAX_NINES, (lo..hi).log_scale())?;
-        chart
-            .configure_mesh()
-            .x_desc("percentile (%, log \"nines\" scale)")
-            .y_desc("latency (time, log scale)")
-            .x_labels(6)
-            .x_label_formatter(&axis_label)
-            .y_label_formatter(&|v| format_ns(*v))
-            .label_style(text(16))
-            .axis_desc_style(text(16))
-            .light_line_style(RGBColor(235, 235, 235))
-            .max_light_lines(3)
-            .draw()?;
+        draw_latency_mesh(
+            chart
+                .configure_mesh()
+                .x_desc("percentile (%, log \"nines\" scale)")
+                .y_desc("latency (time, log scale)")
+                .x_labels(6)
+                .x_label_formatter(&axis_label),
+        )?;
         for (i, pts) in all.iter().enumerate() {
             let c = colour(i);
-            let style = ShapeStyle::from(&c).stroke_width(3);
-            chart.draw_series(LineSeries::new(pts.iter().copied(), style))?;
-            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
+            line_with_dots(&mut chart, pts, c)?;
         }
         Ok(())
     })?;

@@ -6,7 +6,9 @@ use latscope_core::sweep::SizeJump;
 use latscope_core::units::{format_bytes, format_ns};
 use plotters::prelude::*;
 
-use super::{HEIGHT, WIDTH, colour, legend, log_span, svg, text};
+use super::{
+    HEIGHT, WIDTH, colour, draw_latency_mesh, legend, line_with_dots, log_span, svg, text,
+};
 use crate::error::ReportError;
 
 /// Draw p50 and p99 per size; shade the flagged sizes.
@@ -42,25 +44,19 @@ pub(crate) fn sweep(
             .x_label_area_size(44)
             .y_label_area_size(78)
             .build_cartesian_2d((x_lo..x_hi).log_scale().base(2.0), (lo..hi).log_scale())?;
-        chart
-            .configure_mesh()
-            .x_desc("message size (bytes, log scale)")
-            .y_desc("round-trip latency (time, log scale)")
-            .x_label_formatter(&|v| format_bytes(*v))
-            .y_label_formatter(&|v| format_ns(*v))
-            .label_style(text(16))
-            .axis_desc_style(text(16))
-            .light_line_style(RGBColor(235, 235, 235))
-            .max_light_lines(3)
-            .draw()?;
+        draw_latency_mesh(
+            chart
+                .configure_mesh()
+                .x_desc("message size (bytes, log scale)")
+                .y_desc("round-trip latency (time, log scale)")
+                .x_label_formatter(&|v| format_bytes(*v)),
+        )?;
         if let Some(j) = jump {
             shade(&mut chart, j, (lo, hi))?;
         }
         for (i, (_, pts)) in series.iter().enumerate() {
             let c = colour(i);
-            let style = ShapeStyle::from(&c).stroke_width(3);
-            chart.draw_series(LineSeries::new(pts.iter().copied(), style))?;
-            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))?;
+            line_with_dots(&mut chart, pts, c)?;
         }
         Ok(())
     })?;
