@@ -4,7 +4,7 @@
 
 use plotters::prelude::*;
 
-use super::{HEIGHT, WIDTH, colour, draw_latency_mesh, log_span, svg, text};
+use super::{HEIGHT, WIDTH, colour, draw_latency_mesh, log_span, svg, text, wide_chart};
 use crate::error::ReportError;
 
 /// One hop's round trips, ns.
@@ -49,12 +49,7 @@ pub(crate) fn hop_rtts(hops: &[HopDist]) -> Result<String, ReportError> {
     let (lo, hi) = log_span(values);
     let n_ticks = (x_hi - x_lo).round() as usize + 1;
     svg((WIDTH, HEIGHT), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(14)
-            .margin_right(36)
-            .x_label_area_size(44)
-            .y_label_area_size(78)
-            .build_cartesian_2d(x_lo..x_hi, (lo..hi).log_scale())?;
+        let mut chart = wide_chart(root).build_cartesian_2d(x_lo..x_hi, (lo..hi).log_scale())?;
         draw_latency_mesh(
             chart
                 .configure_mesh()
@@ -100,12 +95,7 @@ pub(crate) fn hop_loss(hops: &[HopDist]) -> Result<String, ReportError> {
     let (x_lo, x_hi) = ttl_span(hops);
     let n_ticks = (x_hi - x_lo).round() as usize + 1;
     svg((WIDTH, 260), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(14)
-            .margin_right(36)
-            .x_label_area_size(44)
-            .y_label_area_size(78)
-            .build_cartesian_2d(x_lo..x_hi, 0.0..105.0)?;
+        let mut chart = wide_chart(root).build_cartesian_2d(x_lo..x_hi, 0.0..105.0)?;
         chart
             .configure_mesh()
             .disable_x_mesh()

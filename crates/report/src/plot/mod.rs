@@ -87,6 +87,19 @@ fn latency_label(v: &f64) -> String {
     latscope_core::units::format_ns(*v)
 }
 
+/// The builder of a full-width chart: 14 px margins (36 on the right, for the last x label),
+/// room for the x labels below and for latency labels on the left.
+pub(crate) fn wide_chart<'a, 'b, 'c>(
+    root: &'a DrawingArea<SVGBackend<'c>, Shift>,
+) -> ChartBuilder<'a, 'b, SVGBackend<'c>> {
+    let mut b = ChartBuilder::on(root);
+    b.margin(14)
+        .margin_right(36)
+        .x_label_area_size(44)
+        .y_label_area_size(78);
+    b
+}
+
 /// Finish and draw the mesh of a latency chart the way every chart here looks: latency labels
 /// on y, 16 px text, three faint lines between labels.
 pub(crate) fn draw_latency_mesh<X, Y>(mesh: &mut MeshStyle<'_, '_, X, Y, SVGBackend<'_>>) -> Drawn

@@ -5,7 +5,9 @@
 use latscope_core::Summary;
 use plotters::prelude::*;
 
-use super::{HEIGHT, WIDTH, colour, draw_latency_mesh, legend, line_with_dots, log_span, svg};
+use super::{
+    HEIGHT, WIDTH, colour, draw_latency_mesh, legend, line_with_dots, log_span, svg, wide_chart,
+};
 use crate::error::ReportError;
 
 /// One distribution to draw.
@@ -67,12 +69,8 @@ pub(crate) fn spectrum(curves: &[Curve<'_>]) -> Result<String, ReportError> {
     let all: Vec<Vec<(f64, f64)>> = curves.iter().map(|c| points(c.summary)).collect();
     let (lo, hi) = log_span(all.iter().flatten().map(|p| p.1));
     let drawn = svg((WIDTH, HEIGHT), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(14)
-            .margin_right(36)
-            .x_label_area_size(44)
-            .y_label_area_size(78)
-            .build_cartesian_2d(0.0..MAX_NINES, (lo..hi).log_scale())?;
+        let mut chart =
+            wide_chart(root).build_cartesian_2d(0.0..MAX_NINES, (lo..hi).log_scale())?;
         draw_latency_mesh(
             chart
                 .configure_mesh()

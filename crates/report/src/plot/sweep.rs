@@ -8,6 +8,7 @@ use plotters::prelude::*;
 
 use super::{
     HEIGHT, WIDTH, colour, draw_latency_mesh, legend, line_with_dots, log_span, svg, text,
+    wide_chart,
 };
 use crate::error::ReportError;
 
@@ -38,11 +39,7 @@ pub(crate) fn sweep(
     ];
     let (lo, hi) = log_span(series.iter().flat_map(|s| s.1.iter().map(|p| p.1)));
     let drawn = svg((WIDTH, HEIGHT), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(14)
-            .margin_right(36)
-            .x_label_area_size(44)
-            .y_label_area_size(78)
+        let mut chart = wide_chart(root)
             .build_cartesian_2d((x_lo..x_hi).log_scale().base(2.0), (lo..hi).log_scale())?;
         draw_latency_mesh(
             chart
