@@ -8,7 +8,8 @@
 #   TARGETS=100 KIND=connect SAMPLE=60 LATSCOPE=/tmp/latscope scripts/soak-agent.sh 4h /tmp/soak.csv
 #   EXTRA=file.toml appends that TOML to the generated configuration (e.g. a [stack] section).
 # Targets: TARGETS loopback TCP ports (a python3 accept-and-close server), as bench-agent.sh.
-# Ctrl-C (or SIGTERM) stops early and still prints the summary of what was sampled. Not in CI.
+# Ctrl-C (or SIGTERM: a shell started in the background ignores SIGINT) stops early and still
+# prints the summary of what was sampled. Not in CI.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DUR_ARG=${1:-2h}
@@ -105,7 +106,8 @@ END {
     d = m * sxx - sx * sx
     slope = (m > 1 && d > 0) ? (m * sxy - sx * sy) / d : 0
     printf "duration %.2f h, %d samples, %d probes\n", t[n] / 3600, n, p[n]
-    printf "RSS start %.1f MiB, end %.1f MiB, max %.1f MiB (at %d s)\n", r[1] / 1024, r[n] / 1024, max / 1024, tmax
+    w = 1; while (w < n && t[w] < 60) w++
+    printf "RSS start %.1f MiB (%.1f MiB at %d s, warmed up), end %.1f MiB, max %.1f MiB (at %d s)\n", r[1] / 1024, r[w] / 1024, t[w], r[n] / 1024, max / 1024, tmax
     printf "RSS slope over the last half (%d s to %d s): %+.0f KiB/h\n", t[s], t[n], slope
     printf "fds %d..%d, threads %d..%d\n", fmin, fmax, hmin, hmax
 }' "$CSV"
