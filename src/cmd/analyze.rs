@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use latscope_core::model::Meta;
 use latscope_core::render::emit;
-use latscope_core::units::{parse_duration, parse_size};
+use latscope_core::units::parse_duration;
 use latscope_wire::capfile::FileKind;
 use latscope_wire::packet::decode_packets;
 use latscope_wire::{
@@ -61,17 +61,8 @@ pub struct AnalyzeArgs {
     /// With --live, also save the packets to this pcap file.
     #[arg(short = 'w', long, value_name = "FILE")]
     pub write: Option<PathBuf>,
-    /// With --live, bytes kept per packet.
-    #[arg(
-        long,
-        short_alias = 's',
-        default_value_t = 262_144,
-        value_name = "BYTES"
-    )]
-    pub snaplen: u32,
-    /// With --live, the kernel ring size.
-    #[arg(long, default_value = "32MiB", value_parser = parse_size, value_name = "SIZE")]
-    pub buffer: u64,
+    #[command(flatten)]
+    pub ring: crate::cmd::capture::RingArgs,
     #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
@@ -136,8 +127,8 @@ fn analyze_live(
     let cfg = CaptureConfig {
         iface: iface.clone(),
         filter: a.live_filter()?,
-        snaplen: a.snaplen,
-        buffer_bytes: a.buffer as usize,
+        snaplen: a.ring.snaplen,
+        buffer_bytes: a.ring.buffer as usize,
     };
     let mut cap = LiveCapture::open(&cfg)?;
     let link = cap.link_type();
@@ -146,7 +137,7 @@ fn analyze_live(
             &p.display().to_string(),
             None,
             link,
-            a.snaplen.clamp(64, 262_144),
+            a.ring.snaplen.clamp(64, 262_144),
             &iface,
         )?),
         None => None,

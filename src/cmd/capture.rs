@@ -44,17 +44,8 @@ pub struct CaptureArgs {
     /// Stop after this long (e.g. 10s, 2m).
     #[arg(short = 'd', long, value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
-    /// Bytes kept of each packet.
-    #[arg(
-        long,
-        short_alias = 's',
-        default_value_t = 262_144,
-        value_name = "BYTES"
-    )]
-    pub snaplen: u32,
-    /// Size of the kernel ring buffer.
-    #[arg(long, default_value = "32MiB", value_parser = parse_size, value_name = "SIZE")]
-    pub buffer: u64,
+    #[command(flatten)]
+    pub ring: RingArgs,
     /// Filter expression in tcpdump syntax, as one argument (or as the trailing words).
     #[arg(
         short = 'f',
@@ -79,8 +70,8 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
     let cfg = CaptureConfig {
         iface: a.interface.clone(),
         filter: a.filter.clone().unwrap_or_else(|| a.filter_words.join(" ")),
-        snaplen: a.snaplen,
-        buffer_bytes: a.buffer as usize,
+        snaplen: a.ring.snaplen,
+        buffer_bytes: a.ring.buffer as usize,
     };
     let mut cap = LiveCapture::open(&cfg)?;
     let mut w = open_writer(
@@ -231,4 +222,20 @@ fn create_output(path: &Path) -> anyhow::Result<File> {
         f.set_len(0).map_err(cannot)?;
     }
     Ok(f)
+}
+
+/// How a live capture's kernel ring is set up (`capture`, and `analyze --live`).
+#[derive(Args, Debug, Clone)]
+pub struct RingArgs {
+    /// Bytes kept of each packet (analyze: with --live).
+    #[arg(
+        long,
+        short_alias = 's',
+        default_value_t = 262_144,
+        value_name = "BYTES"
+    )]
+    pub snaplen: u32,
+    /// Size of the kernel ring buffer (analyze: with --live).
+    #[arg(long, default_value = "32MiB", value_parser = parse_size, value_name = "SIZE")]
+    pub buffer: u64,
 }

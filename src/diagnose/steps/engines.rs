@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use latscope_core::Summary;
 use latscope_core::hist::LatencyHistogram;
 use latscope_core::model::Meta;
-use latscope_core::model::rr::{ServerBehaviour, SockOpts, Transport};
+use latscope_core::model::rr::{ServerBehaviour, Transport};
 use latscope_net::NetError;
 use latscope_net::proto::{RefusalCode, Start, TestKind};
-use latscope_net::rr::{Peer, RrConfig, StopAfter, open_session};
+use latscope_net::rr::{RrConfig, StopAfter, open_session};
 
 use crate::diagnose::collect::Plan;
 use crate::diagnose::evidence::SLOW_FLOOR_NS;
@@ -21,33 +21,14 @@ pub fn meta(cmd: &str) -> Meta {
 }
 
 fn rr_cfg(p: &Plan, connections: u32, quickack: bool, duration: Duration) -> RrConfig {
-    RrConfig {
-        target: p.target.clone(),
-        addr: Some(p.addr),
-        transport: Transport::Tcp,
-        sizes: vec![(p.request_bytes, p.response_bytes)],
-        connections,
-        stop_after: StopAfter::Duration(duration),
-        warmup: Duration::from_millis(300),
-        rate: None,
-        client: SockOpts {
-            nodelay: true,
-            quickack,
-            ..SockOpts::default()
-        },
-        server: ServerBehaviour {
-            sockopts: SockOpts {
-                nodelay: true,
-                ..SockOpts::default()
-            },
-            ..ServerBehaviour::default()
-        },
-        timeout: Duration::from_secs(10),
-        connect_timeout: Duration::from_secs(3),
-        interval: Duration::from_secs(1),
-        peer: Peer::Latscope,
-        auth: p.auth.clone(),
-    }
+    let mut cfg = RrConfig::probe(p.target.clone(), Some(p.addr), Transport::Tcp);
+    cfg.sizes = vec![(p.request_bytes, p.response_bytes)];
+    cfg.connections = connections;
+    cfg.stop_after = StopAfter::Duration(duration);
+    cfg.warmup = Duration::from_millis(300);
+    cfg.client.quickack = quickack;
+    cfg.auth = p.auth.clone();
+    cfg
 }
 
 /// Latency of latscope request/responses with `connections` connections for `duration`.
