@@ -37,14 +37,8 @@ case $CAPTURE in
     tcpdump) command -v tcpdump >/dev/null || { echo "bench-report: tcpdump missing (scripts/setup.sh)" >&2; exit 2; } ;;
     *) echo "bench-report: CAPTURE must be synth or tcpdump, not '$CAPTURE'" >&2; exit 2 ;;
 esac
-TMP=$(mktemp -d /tmp/latscope-bench-report.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
+. scripts/lib/bench.sh
+bench_tmp bench-report
 trap 'exit 130' INT TERM
 
 # timed LABEL CMD...: run with stdout to $OUT (default /dev/null), print "LABEL: wall s, peak

@@ -26,46 +26,17 @@ SAMPLE=${SAMPLE:-60}
 L=${LATSCOPE:-./target/release/latscope}
 [ -x "$L" ] || { echo "soak-agent: build first: cargo build --release (or LATSCOPE=path)" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "soak-agent: python3 missing (scripts/setup.sh)" >&2; exit 2; }
-TMP=$(mktemp -d /tmp/latscope-soak-agent.XXXXXX)
+. scripts/lib/bench.sh
+bench_tmp soak-agent
 CSV=${2:-$TMP/soak.csv}
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
 STOP=0
 trap 'STOP=1' INT TERM
 BASE=${BASE_PORT:-48000}
 
-python3 - "$BASE" "$N" >/dev/null 2>&1 <<'EOF' &
-import selectors, socket, sys
-base, n = int(sys.argv[1]), int(sys.argv[2])
-sel = selectors.DefaultSelector()
-for p in range(base, base + n):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", p)); s.listen(1024); s.setblocking(False)
-    sel.register(s, selectors.EVENT_READ)
-while True:
-    for key, _ in sel.select():
-        try:
-            c, _ = key.fileobj.accept(); c.close()
-        except OSError:
-            pass
-EOF
-PIDS+=($!)
-sleep 1
+accept_targets "$BASE" "$N"
 
 CFG=$TMP/agent.toml
-{
-    echo 'listen = "127.0.0.1:0"'
-    [ -n "${EXTRA:-}" ] && cat "$EXTRA"
-    for i in $(seq 0 $((N - 1))); do
-        printf '[[target]]\nname = "t%d"\naddress = "127.0.0.1"\nmeasure = [{ kind = "%s", port = %d, interval = "1s", timeout = "1s" }]\n' \
-            "$i" "$KIND" $((BASE + i))
-    done
-} >"$CFG"
+agent_targets_config "$BASE" "$N" "$KIND" "${EXTRA:-}" >"$CFG"
 AGENT_PORT=$((BASE + N + 10))
 $L agent --config "$CFG" --listen "127.0.0.1:$AGENT_PORT" 2>"$TMP/agent.log" &
 AGENT=$!
