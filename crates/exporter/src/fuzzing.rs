@@ -78,18 +78,10 @@ mod tests {
 
     #[test]
     fn seeds_replay() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fuzz/seeds/exporter_request");
-        let mut n = 0;
-        for e in std::fs::read_dir(dir).unwrap() {
-            let seed = std::fs::read(e.unwrap().path()).unwrap();
-            let step = (seed.len() / 16).max(1);
-            for cut in (0..=seed.len()).step_by(step) {
-                request(&seed[..cut], Arc::new(Fixed));
-            }
-            n += 1;
-        }
-        assert!(n > 0);
+        let n = latscope_sys::fuzz_seeds::replay_prefixes("exporter_request", 16, |_, b| {
+            request(b, Arc::new(Fixed));
+        });
+        assert!(n.unwrap() > 0);
         let ok = request(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", Arc::new(Fixed));
         assert!(
             ok.starts_with(b"HTTP/1.1 200"),

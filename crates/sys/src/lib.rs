@@ -7,7 +7,8 @@
 //! - [`error`]: classification of `io::Error`s ([`error::is_transient`]);
 //! - [`Family`]: the address-family preference of `-4` / `-6`;
 //! - [`mem`]: giving freed memory back to the kernel; [`net`]: the host's interfaces and
-//!   allowed congestion controls; [`snmp`]: a namespace's protocol counters (what `nstat` reads).
+//!   allowed congestion controls; [`snmp`]: a namespace's protocol counters (what `nstat` reads);
+//! - [`fuzz_seeds`]: the committed fuzz seeds, for the parsing crates' seed-replay tests.
 //!
 //! `Family` lives here rather than in `latscope-core`: the result model never needs it (it
 //! records addresses, not preferences); only the engines that resolve names do, and they all
@@ -21,6 +22,7 @@
 pub mod clock;
 pub mod error;
 pub mod family;
+pub mod fuzz_seeds;
 pub mod mem;
 pub mod net;
 pub mod snmp;

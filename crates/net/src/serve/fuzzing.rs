@@ -78,21 +78,12 @@ mod tests {
     /// The committed seeds of both targets, every truncation of each, replayed on stable.
     #[test]
     fn seeds_replay() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
         for (target, f) in [
             ("serve_control", super::control as fn(&[u8])),
             ("serve_datagram", super::datagrams),
         ] {
-            let dir = std::fs::read_dir(root.join(target)).unwrap();
-            let mut n = 0;
-            for e in dir {
-                let seed = std::fs::read(e.unwrap().path()).unwrap();
-                for cut in 0..=seed.len() {
-                    f(&seed[..cut]);
-                }
-                n += 1;
-            }
-            assert!(n > 0, "no seeds for {target}");
+            let n = latscope_sys::fuzz_seeds::replay_prefixes(target, usize::MAX, |_, b| f(b));
+            assert!(n.unwrap() > 0, "no seeds for {target}");
         }
     }
 }
