@@ -30,6 +30,7 @@ if [ -z "${NO_BUILD:-}" ]; then (cd "$ROOT" && cargo build --release --quiet); f
 
 export CALLGRIND=${CALLGRIND:-} SECS=${SECS:-5} ROUNDS=${ROUNDS:-3} CONNS=${CONNS:-"50 500"} THREADS=${THREADS:-"1 $(nproc)"}
 export LATSCOPE=${LATSCOPE:-$ROOT/target/release/latscope} LATSCOPE_BEFORE=${LATSCOPE_BEFORE:-} NGINX_BIN
+export BENCH_DIR="$ROOT/benches"
 exec python3 - <<'PY'
 import json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -39,32 +40,11 @@ CONNS = [int(c) for c in os.environ["CONNS"].split()]
 LATSCOPE, BEFORE, NGINX = os.environ["LATSCOPE"], os.environ["LATSCOPE_BEFORE"], os.environ["NGINX_BIN"]
 HAVE_OHA = shutil.which("oha") is not None
 
-d = tempfile.mkdtemp(prefix=f"latscope-http-bench-{os.getpid()}-")
-for sub in ("html", "logs", "tmp"):
-    os.makedirs(f"{d}/{sub}")
-with open(f"{d}/html/index.html", "w") as f:
-    f.write("a" * 612)  # the size of nginx's default page
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-with open(f"{d}/nginx.conf", "w") as f:
-    f.write(f"""daemon off; user root; worker_processes auto; pid {d}/nginx.pid; error_log {d}/logs/error.log;
-events {{ worker_connections 8192; }}
-http {{ access_log off;
-  client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;
-  server {{ listen 127.0.0.1:{port} backlog=4096; root {d}/html; }} }}
-""")
-nginx = subprocess.Popen([NGINX, "-p", d, "-c", f"{d}/nginx.conf"])
-
-def cleanup(*_):
-    nginx.send_signal(signal.SIGTERM)
-    try: nginx.wait(5)
-    except subprocess.TimeoutExpired: nginx.kill()
-    shutil.rmtree(d, ignore_errors=True)
-signal.signal(signal.SIGTERM, lambda *a: (cleanup(), sys.exit(1)))
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from nginx_lab import Nginx
+lab = Nginx(NGINX, "latscope-http-bench")
+d, port, url, cleanup = lab.dir, lab.port, lab.url, lab.stop
 try:
-    for _ in range(100):
-        try: socket.create_connection(("127.0.0.1", port), 0.1).close(); break
-        except OSError: time.sleep(0.05)
-    url = f"http://127.0.0.1:{port}/"
 
     def timed(argv):
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

@@ -20,39 +20,18 @@ if [ -z "${NO_BUILD:-}" ]; then (cd "$ROOT" && cargo build --release --quiet); f
 
 export SECS=${SECS:-5} ROUNDS=${ROUNDS:-5} CONNS=${CONNS:-50} THREADS=${THREADS:-1}
 export LATSCOPE=${LATSCOPE:-$ROOT/target/release/latscope} NGINX_BIN
+export BENCH_DIR="$ROOT/benches"
 exec python3 - <<'PY'
-import os, re, resource, shutil, signal, socket, statistics, subprocess, tempfile, time
+import os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
 SECS, ROUNDS = int(os.environ["SECS"]), int(os.environ["ROUNDS"])
 CONNS, THREADS = int(os.environ["CONNS"]), int(os.environ["THREADS"])
 LATSCOPE, NGINX = os.environ["LATSCOPE"], os.environ["NGINX_BIN"]
 
-d = tempfile.mkdtemp(prefix=f"latscope-tui-bench-{os.getpid()}-")
-for sub in ("html", "logs", "tmp"):
-    os.makedirs(f"{d}/{sub}")
-with open(f"{d}/html/index.html", "w") as f:
-    f.write("a" * 612)
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-with open(f"{d}/nginx.conf", "w") as f:
-    f.write(f"""daemon off; user root; worker_processes auto; pid {d}/nginx.pid; error_log {d}/logs/error.log;
-events {{ worker_connections 8192; }}
-http {{ access_log off;
-  client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;
-  server {{ listen 127.0.0.1:{port} backlog=4096; root {d}/html; }} }}
-""")
-nginx = subprocess.Popen([NGINX, "-p", d, "-c", f"{d}/nginx.conf"])
-
-def cleanup(*_):
-    nginx.send_signal(signal.SIGTERM)
-    try: nginx.wait(5)
-    except subprocess.TimeoutExpired: nginx.kill()
-    shutil.rmtree(d, ignore_errors=True)
-signal.signal(signal.SIGTERM, lambda *a: (cleanup(), os._exit(1)))
-
-for _ in range(100):
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.1).close(); break
-    except OSError: time.sleep(0.05)
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from nginx_lab import Nginx
+lab = Nginx(NGINX, "latscope-tui-bench")
+d, port, cleanup = lab.dir, lab.port, lab.stop
 
 def one(view):
     hgrm = f"{d}/run.hgrm"
