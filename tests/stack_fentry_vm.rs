@@ -207,7 +207,12 @@ fn fentry_hooks_on_a_stock_kernel_count_every_packet_and_detach() {
         ("udp-socket-enqueued", "fexit/__udp_enqueue_schedule_skb"),
         ("udp-socket-read", "fentry/skb_consume_udp"),
     ] {
-        assert_eq!(hook(probe), (want.to_string(), "fentry".to_string()));
+        assert_eq!(
+            hook(probe),
+            (want.to_string(), "fentry".to_string()),
+            "{probe}: {:#}",
+            doc["probes"]
+        );
     }
     assert_eq!(hook("tcp-socket-read").0, "tp_btf/skb_copy_datagram_iovec");
     // The attach note must not claim a fallback for everything.
@@ -271,6 +276,33 @@ fn fentry_hooks_on_a_stock_kernel_count_every_packet_and_detach() {
         p50("tcp-start") <= p50("tcp-socket-read"),
         "{}",
         doc["histograms"]
+    );
+
+    // With address filters on (a code path of its own in every program) the same fentry hooks
+    // load, and the TCP probes count the loopback rr: its 127.0.0.1 <-> 127.0.0.1 packets.
+    assert_eq!(field(&lines, "LSVM-FSTACK-EXIT"), "130");
+    let filtered: serde_json::Value = serde_json::from_str(field(&lines, "LSVM-FJSON")).unwrap();
+    for probe in ["tcp-start", "tcp-socket-enqueued", "tcp-socket-read"] {
+        let p = filtered["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["probe"] == probe)
+            .unwrap();
+        assert!(p["hook"].is_string(), "{probe} refused with filters: {p:#}");
+        let n: u64 = of(filtered["histograms"].as_array().unwrap(), probe)
+            .map(|h| h["count"].as_u64().unwrap())
+            .sum();
+        assert!(n >= N, "{probe}: {n} samples with the address filters");
+    }
+    assert_eq!(
+        hook("tcp-socket-enqueued").1,
+        filtered["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["probe"] == "tcp-socket-enqueued")
+            .unwrap()["hook_kind"]
     );
 
     // Ctrl-C detached everything.

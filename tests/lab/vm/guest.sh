@@ -40,6 +40,20 @@ wait $K
 echo "LSVM-STACK-EXIT $?"
 echo "LSVM-STDERR $(tr '\n' ' ' </run/stack.err)"
 echo "LSVM-JSON $(tr -d '\n' </run/stack.json)"
+# The same hooks with both address filters on (another code path in every program): they must
+# load on fentry too, and count the loopback rr's packets.
+"$L" stack --laddr 127.0.0.1 --raddr 127.0.0.1 --json >/run/fstack.json 2>/run/fstack.err &
+F=$!
+i=0
+while ! grep -q attached /run/fstack.err && kill -0 $F 2>/dev/null && [ $i -lt 1200 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+"$L" rr 127.0.0.1 -n "$N" >/dev/null 2>&1
+kill -INT $F
+wait $F
+echo "LSVM-FSTACK-EXIT $?"
+echo "LSVM-FJSON $(tr -d '\n' </run/fstack.json)"
 kill $S
 wait $S 2>/dev/null
 echo "LSVM-LEFT $(bpftool prog list | grep -c lsstk_)"

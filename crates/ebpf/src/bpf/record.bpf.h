@@ -100,8 +100,9 @@ static __always_inline int SFX(record_at)(u32 probe, struct sk_buff *skb, struct
 
 	u16 lport = 0, rport = 0;
 	bool by_addr = filter_laddr_on || filter_raddr_on;
-	if (by_addr && !sk && !skb)
-		return 0;
+	/* Neither socket nor packet: no address to filter on (tested in the branch below, not as
+	 * `!sk && !skb` up here, which clang folds into `(sk | skb) == 0` — pointer arithmetic the
+	 * verifier refuses on fentry/tp_btf programs, where both are typed pointers). */
 	if (sk) {
 		if (want != PROTO_ANY && RD(sk, sk_protocol) != want)
 			return 0;
@@ -133,6 +134,8 @@ static __always_inline int SFX(record_at)(u32 probe, struct sk_buff *skb, struct
 			if (eth != ETH_P_IP && eth != ETH_P_IPV6)
 				return 0;
 		}
+	} else if (by_addr) {
+		return 0;
 	}
 	if (filter_lport && lport != filter_lport)
 		return 0;
