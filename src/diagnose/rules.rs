@@ -3,7 +3,7 @@
 
 use latscope_core::model::diagnose::{Diagnosis, RuleId, Side};
 use latscope_core::timer::{TcpTimer, describe_stall};
-use latscope_core::units::{format_ns, of};
+use latscope_core::units::{count, format_ns, of};
 
 pub use super::evidence::*;
 
@@ -752,14 +752,14 @@ fn loss_ack_line(e: &Evidence, per_request: u64) -> String {
         .and_then(|c| ack_stalls(c).map(|s| (c, s)))
     {
         Some((c, s)) => format!(
-            "{} of {} transactions waited for the client's delayed ACK on the wire",
-            s.count, c.transactions
+            "{} waited for the client's delayed ACK on the wire",
+            of(s.count, c.transactions, "transaction")
         ),
         None => "TCP_QUICKACK on the client removed the wait from the median".into(),
     };
     format!(
-        "the loss explains the waits for the client's ACK: {waits}, with {} segments lost meanwhile — after each loss the sender's window shrinks and the rest of a response waits for an ACK the client delays ({} per request)",
-        lost_segments(e),
+        "the loss explains the waits for the client's ACK: {waits}, with {} lost meanwhile — after each loss the sender's window shrinks and the rest of a response waits for an ACK the client delays ({} per request)",
+        count(lost_segments(e), "segment"),
         format_ns(per_request as f64)
     )
 }
