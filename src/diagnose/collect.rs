@@ -237,6 +237,14 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         }),
         max_time_ms: p.max_time.as_millis() as u64,
     };
+    // No request completed (a server that accepts and never answers): a rule that states a cost
+    // per completed request has nothing to stand on; only what explains the failure stays.
+    if report.target_kind.speaks_requests() && !report.requests_completed() {
+        report
+            .findings
+            .retain(|f| f.rule.explains_failed_requests());
+        report.verdict = super::verdict(&report.findings, &report.budget);
+    }
     if let Some(why) = report.unmeasurable() {
         report.verdict = format!("not measured — {why}");
     }

@@ -206,6 +206,21 @@ pub enum RuleId {
 }
 
 impl RuleId {
+    /// Whether the finding stands on evidence about connections, the path or the server's
+    /// limits, so it can explain requests that never completed (lost SYNs, retransmission
+    /// timeouts, a slow DNS or TLS set-up, CPU quota). The other rules state a cost per
+    /// completed request (a queue wait, think time, a timer): without one they have no basis.
+    pub const fn explains_failed_requests(self) -> bool {
+        matches!(
+            self,
+            RuleId::SlowHandshake
+                | RuleId::Retransmissions
+                | RuleId::SlowDns
+                | RuleId::SlowTls
+                | RuleId::CpuThrottling
+        )
+    }
+
     /// The stable identifier (the JSON word).
     pub const fn name(self) -> &'static str {
         match self {
@@ -378,12 +393,12 @@ impl DiagnoseReport {
         // both lost on a lossy path) while other steps completed requests and rules found the
         // cause: only a target where no request completed anywhere, and nothing was found, is
         // not measured.
-        let completed = self.distributions.iter().any(|(n, d)| {
-            matches!(n, StepName::OneRequest | StepName::ConcurrentRequests) && d.count > 0
-        }) || self.phases.as_ref().is_some_and(|p| p.requests > 0);
         if self.target_kind.speaks_requests()
-            && !completed
-            && self.findings.is_empty()
+            && !self.requests_completed()
+            && !self
+                .findings
+                .iter()
+                .any(|f| f.rule.explains_failed_requests())
             && let Some(one) = self
                 .step(StepName::OneRequest)
                 .filter(|s| s.status == StepStatus::Failed)
@@ -401,6 +416,13 @@ impl DiagnoseReport {
             ));
         }
         None
+    }
+
+    /// Whether any step completed a request (single, concurrent, or the request phases).
+    pub fn requests_completed(&self) -> bool {
+        self.distributions.iter().any(|(n, d)| {
+            matches!(n, StepName::OneRequest | StepName::ConcurrentRequests) && d.count > 0
+        }) || self.phases.as_ref().is_some_and(|p| p.requests > 0)
     }
 
     /// The record of step `name`, if the pipeline reached it.
@@ -445,7 +467,24 @@ mod tests {
         assert_eq!(r.unmeasurable(), None, "concurrent requests completed");
         r.distributions
             .retain(|(n, _)| !matches!(n, StepName::OneRequest | StepName::ConcurrentRequests));
-        assert_eq!(r.unmeasurable(), None, "a finding was made");
+        let rules: Vec<RuleId> = r.findings.iter().map(|f| f.rule).collect();
+        assert_eq!(
+            r.unmeasurable().is_none(),
+            rules.iter().any(|k| k.explains_failed_requests()),
+            "{rules:?}"
+        );
+        r.findings[0].rule = RuleId::Retransmissions;
+        assert_eq!(
+            r.unmeasurable(),
+            None,
+            "loss explains requests that never completed"
+        );
+        r.findings[0].rule = RuleId::SocketReadWait;
+        r.findings.truncate(1);
+        assert!(
+            r.unmeasurable().is_some(),
+            "a per-request cost with no completed request is no measurement"
+        );
         r.findings.clear();
         assert!(
             r.unmeasurable()
