@@ -22,11 +22,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-command -v wrk >/dev/null || { echo "wrk not found (apt install wrk)" >&2; exit 2; }
-command -v python3 >/dev/null || { echo "python3 not found (apt install python3)" >&2; exit 2; }
-NGINX_BIN=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$NGINX_BIN" ] || { echo "nginx not found (apt install nginx-light)" >&2; exit 2; }
-if [ -z "${NO_BUILD:-}" ]; then (cd "$ROOT" && cargo build --release --quiet); fi
+. "$ROOT/benches/nginx_lab.sh" wrk
 
 export CALLGRIND=${CALLGRIND:-} SECS=${SECS:-5} ROUNDS=${ROUNDS:-3} CONNS=${CONNS:-"50 500"} THREADS=${THREADS:-"1 $(nproc)"}
 export LATSCOPE=${LATSCOPE:-$ROOT/target/release/latscope} LATSCOPE_BEFORE=${LATSCOPE_BEFORE:-} NGINX_BIN

@@ -12,11 +12,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-command -v script >/dev/null || { echo "script not found (apt install util-linux)" >&2; exit 2; }
-command -v python3 >/dev/null || { echo "python3 not found (apt install python3)" >&2; exit 2; }
-NGINX_BIN=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$NGINX_BIN" ] || { echo "nginx not found (apt install nginx-light)" >&2; exit 2; }
-if [ -z "${NO_BUILD:-}" ]; then (cd "$ROOT" && cargo build --release --quiet); fi
+. "$ROOT/benches/nginx_lab.sh" script
 
 export SECS=${SECS:-5} ROUNDS=${ROUNDS:-5} CONNS=${CONNS:-50} THREADS=${THREADS:-1}
 export LATSCOPE=${LATSCOPE:-$ROOT/target/release/latscope} NGINX_BIN

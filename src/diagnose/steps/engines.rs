@@ -31,18 +31,8 @@ fn rr_cfg(p: &Plan, connections: u32, quickack: bool, duration: Duration) -> RrC
     cfg
 }
 
-/// Latency of latscope request/responses with `connections` connections for `duration`.
-pub fn rr_latency(
-    p: &Plan,
-    connections: u32,
-    quickack: bool,
-    duration: Duration,
-    stop: &AtomicBool,
-) -> Result<Summary, String> {
-    rr_run(p, connections, quickack, duration, stop, None)
-}
-
-/// [`rr_latency`], cutting the requests into [`SLICE`]s when `slices` is given.
+/// Latency of latscope request/responses with `connections` connections for `duration`,
+/// cutting the requests into [`SLICE`]s when `slices` is given.
 fn rr_run(
     p: &Plan,
     connections: u32,
@@ -177,7 +167,7 @@ pub fn app_latency(
 ) -> Result<Summary, String> {
     match &p.url {
         Some(url) => http_latency(url, connections, quickack, duration, stop),
-        None => rr_latency(p, connections, quickack, duration, stop),
+        None => rr_run(p, connections, quickack, duration, stop, None),
     }
 }
 
