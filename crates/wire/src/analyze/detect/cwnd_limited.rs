@@ -38,10 +38,10 @@ impl Detector for CwndLimited {
         let window_wait = s.first_response.is_none()
             && !c.dirs[s.d].cadence.app_clock()
             // About one round trip of silence (half a round trip either way).
-            && (rtt / 2..=rtt + rtt / 2).contains(&gap)
+            && (rtt / 2..=rtt.saturating_add(rtt / 2)).contains(&gap)
             // A full window: two segments or more in flight when the sender stopped, and the
             // receiver's window had room for more.
-            && d1.in_flight >= 2 * smss
+            && u64::from(d1.in_flight) >= 2 * u64::from(smss)
             && u64::from(d1.in_flight) + u64::from(smss) <= u64::from(p.window)
             // The ACKs for it came back (acknowledging new data), with no peer data between.
             && gt(p.lastack, d1.end.wrapping_sub(d1.in_flight))
