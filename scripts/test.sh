@@ -7,6 +7,15 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if [ -f "$HOME/.cargo/env" ]; then . "$HOME/.cargo/env"; fi
 export CARGO_TERM_COLOR=never
+# No incremental caches: CI builds once, and they would double target/'s size on disk.
+export CARGO_INCREMENTAL=0
+# A full run (clippy, release tests, fuzzing) needs about 12 GB under target/; say so up front
+# instead of failing later with "No space left on device" in the middle of a compile.
+mkdir -p target
+free_kb=$(df -Pk target | awk 'NR==2 { print $4 }')
+if [ "${free_kb:-0}" -lt $((12 * 1024 * 1024)) ]; then
+  echo "warning: only $((free_kb / 1024)) MB free under target/; a full test run needs about 12 GB (free some space, e.g. old target/ folders)" >&2
+fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
