@@ -26,9 +26,9 @@ Examples:
   latscope diagnose 10.0.0.2 --json
 
 Findings are named rules (nagle_delayed_ack, delayed_ack, think_time, socket_queueing,
-socket_read_wait, pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, path_dominates,
-cpu_throttling, run_queue_delay, slow_dns, slow_tls), the root cause first (a finding another explains is marked as its
-consequence), then by the latency per request they explain, each with its evidence, a
+pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, bottleneck_bandwidth,
+path_dominates, cpu_throttling, run_queue_delay, server_tail_latency, slow_dns, slow_tls), the
+root cause first (a finding another explains is marked as its consequence), then by the latency per request they explain, each with its evidence, a
 confidence, the side to fix and the fix. A run takes at most --max-time; steps it stops are
 listed as cut short. When nothing is wrong it says so and shows
 the budget: network path against time in the hosts.

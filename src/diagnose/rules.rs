@@ -19,7 +19,6 @@ pub const RULES: &[Rule] = &[
     retransmissions,
     delayed_ack,
     pre_tcp_kernel,
-    socket_read_wait,
     bufferbloat,
     path_dominates,
     slow_dns,
@@ -71,17 +70,6 @@ pub const CHAINS: &[Link] = &[
         effect: RuleId::ThinkTime,
         holds: |_, c, t| c.explains_ns.saturating_mul(2) * 2 >= t.explains_ns,
     },
-    Link {
-        cause: RuleId::PreTcpKernel,
-        effect: RuleId::SocketReadWait,
-        holds: |e, c, w| {
-            let n = e
-                .concurrent
-                .as_ref()
-                .map_or(1, |c| u64::from(c.connections));
-            c.explains_ns.saturating_mul(2 * n) * 2 >= w.explains_ns
-        },
-    },
     // Loss before Nagle: a delayed ACK that loss made necessary is the loss's, and listed
     // first so that it is not read as Nagle's.
     Link {
@@ -113,11 +101,6 @@ pub const CHAINS: &[Link] = &[
         cause: RuleId::BottleneckBandwidth,
         effect: RuleId::Bufferbloat,
         holds: |e, _, _| load_fills_bottleneck(e),
-    },
-    Link {
-        cause: RuleId::SocketReadWait,
-        effect: RuleId::SocketQueueing,
-        holds: |_, _, _| true,
     },
     Link {
         // A server that serves one request at a time makes a probe wait behind the requests of a
@@ -579,33 +562,100 @@ pub fn think_time(e: &Evidence) -> Option<Diagnosis> {
     })
 }
 
-/// Socket queueing: with N concurrent connections each request takes about N times as long as
-/// alone — the server handles one request at a time and the rest wait in its socket queues.
+/// Socket queueing: requests wait in the server's socket before it reads them. Two instruments
+/// see it, and either is enough (one cause, one fix — two findings would only split it):
+/// - from the client, with N concurrent connections each request takes about N times as long as
+///   alone: the server handles one request at a time and the rest wait ([`concurrency_scaling`]);
+/// - from the server's kernel, data queued on the socket long before the application reads it
+///   (netstacklat's tcp-socket-enqueued → tcp-socket-read, [`read_wait`]): too few workers, or
+///   busy ones.
 pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
+    let scaling = concurrency_scaling(e);
+    let read = read_wait(e);
+    if scaling.is_none() && read.is_none() {
+        return None;
+    }
+    let mut evidence = Vec::new();
+    let (title, explains_ns, mut confidence) = match scaling {
+        Some((n, single, conc, ratio)) => {
+            evidence.push(format!(
+                "one request at a time: p50 {}",
+                format_ns(single as f64)
+            ));
+            evidence.push(format!(
+                "{n} at once: p50 {} — {ratio:.1}× longer, close to {n}× (serialised)",
+                format_ns(conc as f64)
+            ));
+            (
+                "requests wait in the server's socket queue: it serves one at a time",
+                conc.saturating_sub(single),
+                if ratio >= 0.8 * f64::from(n) {
+                    0.85
+                } else {
+                    0.65
+                },
+            )
+        }
+        None => (
+            "requests wait in the socket before the server reads them",
+            read.as_ref().map_or(0, |r| r.0),
+            0.85,
+        ),
+    };
+    if let Some((_, line)) = read {
+        evidence.push(line);
+        if scaling.is_some() {
+            confidence = 0.9;
+        }
+    }
+    Some(Diagnosis {
+        rule: RuleId::SocketQueueing,
+        title: title.into(),
+        explains_ns,
+        confidence,
+        side: Side::Server,
+        evidence,
+        fix: "add workers (nginx `worker_processes`, more threads or processes) or make request handling concurrent; if the workers are idle, find what keeps them from reading (blocking calls, a global lock, CPU starvation)".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// N concurrent requests take about N times as long as one alone (at least 0.6 N): the
+/// connections, the single and the concurrent medians, and their ratio. Not when the single
+/// request is too fast for the ratio to mean anything, nor when serialisation at the bottleneck
+/// explains it (the requests queue on the link, not in the server).
+fn concurrency_scaling(e: &Evidence) -> Option<(u32, u64, u64, f64)> {
     let c = e.concurrent.as_ref()?;
-    let (n, conc) = (c.connections, &c.latency);
+    let (n, conc) = (c.connections, c.latency.p50_ns);
     let single = e.single.as_ref()?.p50_ns;
     if n < 2 || single < 200_000 || bandwidth_explains_concurrency(e) {
         return None;
     }
-    let ratio = conc.p50_ns as f64 / single as f64;
-    if ratio < 0.6 * f64::from(n) {
+    let ratio = conc as f64 / single as f64;
+    (ratio >= 0.6 * f64::from(n)).then_some((n, single, conc, ratio))
+}
+
+/// The server's kernel had requests queued on the socket for a millisecond or more (median) and
+/// ten times as long as they took to get there: the wait, and its evidence line.
+fn read_wait(e: &Evidence) -> Option<(u64, String)> {
+    let st = e.stack.as_ref()?;
+    let (enq, read) = (st.enqueued_ns?, st.read_ns?);
+    if read < 1_000_000.0 || read < 10.0 * enq.max(1.0) {
         return None;
     }
-    Some(Diagnosis {
-        rule: RuleId::SocketQueueing,
-        title: "requests wait in the server's socket queue: it serves one at a time".into(),
-        explains_ns: conc.p50_ns.saturating_sub(single),
-        confidence: if ratio >= 0.8 * f64::from(n) { 0.85 } else { 0.65 },
-        side: Side::Server,
-        evidence: vec![
-            format!("one request at a time: p50 {}", format_ns(single as f64)),
-            format!("{n} at once: p50 {} — {:.1}× longer, close to {n}× (serialised)", format_ns(conc.p50_ns as f64), ratio),
-        ],
-        fix: "add workers (nginx `worker_processes`, more threads or processes) or make request handling concurrent".into(),
-        caused_by: None,
-        causes: Vec::new(),
-    })
+    Some((
+        (read - enq) as u64,
+        format!(
+            "kernel stack (eBPF), server side: queued on the socket after {} but read by the application after {} (median{})",
+            format_ns(enq),
+            format_ns(read),
+            st.read_bucket
+                .as_ref()
+                .map(|b| format!(", bucket {b}"))
+                .unwrap_or_default()
+        ),
+    ))
 }
 
 /// Slow handshakes: connects take a second or more, or time out — SYNs (or SYN-ACKs) dropped
@@ -828,32 +878,6 @@ pub fn pre_tcp_kernel(e: &Evidence) -> Option<Diagnosis> {
             format_ns(gap)
         )],
         fix: "count and trim the netfilter rules on the input path (`nft list ruleset | wc -l`, `iptables-save | wc -l`); remove redundant ones, use sets instead of long rule chains".into(),
-        caused_by: None,
-        causes: Vec::new(),
-    })
-}
-
-/// Requests wait in the socket: the kernel had them queued long before the application read
-/// them (netstacklat's tcp-socket-enqueued vs tcp-socket-read) — too few workers, or a busy one.
-pub fn socket_read_wait(e: &Evidence) -> Option<Diagnosis> {
-    let st = e.stack.as_ref()?;
-    let (enq, read) = (st.enqueued_ns?, st.read_ns?);
-    if read < 1_000_000.0 || read < 10.0 * enq.max(1.0) {
-        return None;
-    }
-    Some(Diagnosis {
-        rule: RuleId::SocketReadWait,
-        title: "requests wait in the socket before the server reads them".into(),
-        explains_ns: (read - enq) as u64,
-        confidence: 0.85,
-        side: Side::Server,
-        evidence: vec![format!(
-            "kernel stack (eBPF), server side: queued on the socket after {} but read by the application after {} (median{})",
-            format_ns(enq),
-            format_ns(read),
-            st.read_bucket.as_ref().map(|b| format!(", bucket {b}")).unwrap_or_default()
-        )],
-        fix: "add workers (nginx `worker_processes`), or find what keeps the workers from reading (blocking calls, CPU starvation)".into(),
         caused_by: None,
         causes: Vec::new(),
     })
@@ -1356,8 +1380,12 @@ mod tests {
         let f = pre_tcp_kernel(&e).expect("fires");
         assert_eq!(f.side, Side::Kernel);
         assert_eq!(f.explains_ns, 88_000);
-        let f = socket_read_wait(&e).expect("fires");
+        let f = socket_queueing(&e).expect("fires");
         assert!(f.evidence[0].contains("(33.6ms, 67.1ms]"));
+        assert_eq!(
+            f.title,
+            "requests wait in the socket before the server reads them"
+        );
         // A healthy stack: neither fires.
         e.stack = Some(StackEvidence {
             packets: 400,
@@ -1368,7 +1396,7 @@ mod tests {
             read_bucket: None,
         });
         assert_eq!(pre_tcp_kernel(&e), None);
-        assert_eq!(socket_read_wait(&e), None);
+        assert_eq!(socket_queueing(&e), None);
         // No tcp-start probe: the socket enqueue bounds the pre-TCP time.
         e.stack = Some(StackEvidence {
             packets: 400,
@@ -1935,6 +1963,49 @@ mod tests {
         let all = apply(&e);
         assert_eq!(all[0].rule, RuleId::SocketQueueing);
         assert!(all.iter().all(|f| f.caused_by.is_none()));
+    }
+
+    /// One cause seen by two instruments is one finding: the client's view (latency scaling with
+    /// concurrency) and the kernel's (data waiting in the socket) make a single socket_queueing
+    /// with both lines; either alone still names it.
+    #[test]
+    fn queueing_seen_from_both_sides_is_one_finding() {
+        let mut e = base(20, 400);
+        e.concurrent = Some(Concurrent {
+            connections: 8,
+            latency: s(4_300),
+        });
+        e.stack = Some(StackEvidence {
+            packets: 18_000,
+            ip_start_ns: Some(1.0),
+            enqueued_ns: Some(2_000.0),
+            read_ns: Some(1_330_000.0),
+            ..StackEvidence::default()
+        });
+        let all = apply(&e);
+        assert_eq!(all.len(), 1, "{all:?}");
+        let f = &all[0];
+        assert_eq!(f.rule, RuleId::SocketQueueing);
+        assert_eq!(f.explains_ns, 3_900_000, "what a concurrent request loses");
+        assert_eq!(f.evidence.len(), 3, "{:?}", f.evidence);
+        assert!(
+            f.evidence[2].starts_with("kernel stack"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.confidence > 0.85);
+        // The kernel's view alone (the concurrency step scaled only 2×, under load).
+        e.concurrent.as_mut().unwrap().latency = s(800);
+        let f = socket_queueing(&e).expect("the kernel's view is enough");
+        assert_eq!(f.explains_ns, 1_328_000);
+        // The client's view alone.
+        e.concurrent.as_mut().unwrap().latency = s(4_300);
+        e.stack.as_mut().unwrap().read_ns = Some(9_000.0);
+        let f = socket_queueing(&e).expect("the client's view is enough");
+        assert_eq!(f.evidence.len(), 2);
+        // Neither.
+        e.concurrent.as_mut().unwrap().latency = s(800);
+        assert_eq!(socket_queueing(&e), None);
     }
 
     /// A one-at-a-time server under an HTTP ramp: the probe's wait behind the load is the

@@ -174,7 +174,11 @@ pub enum RuleId {
     NagleDelayedAck,
     /// The server's application takes the time before it answers.
     ThinkTime,
-    /// Requests wait in socket queues (accept or receive backlog) under concurrency.
+    /// Requests wait in the server's socket before it reads them: latency that grows with
+    /// concurrency, or the kernel's view of data queued long before the application's read.
+    /// The kernel's view was once a rule of its own, `socket_read_wait` (one cause, one fix,
+    /// two findings): reports that name it still read, as this rule.
+    #[serde(alias = "socket_read_wait")]
     SocketQueueing,
     /// The connection set-up (SYN → SYN-ACK) is slow or retried.
     SlowHandshake,
@@ -184,8 +188,6 @@ pub enum RuleId {
     DelayedAck,
     /// Packets wait in the kernel before TCP sees them (qdisc, netfilter, softirq).
     PreTcpKernel,
-    /// Data waits in the socket before the application reads it.
-    SocketReadWait,
     /// Queues on the path fill under load (latency grows with throughput).
     Bufferbloat,
     /// The network path itself is most of the time.
@@ -231,7 +233,6 @@ impl RuleId {
             RuleId::Retransmissions => "retransmissions",
             RuleId::DelayedAck => "delayed_ack",
             RuleId::PreTcpKernel => "pre_tcp_kernel",
-            RuleId::SocketReadWait => "socket_read_wait",
             RuleId::Bufferbloat => "bufferbloat",
             RuleId::PathDominates => "path_dominates",
             RuleId::SlowDns => "slow_dns",
@@ -444,6 +445,19 @@ impl DiagnoseReport {
 mod tests {
     use super::*;
 
+    /// The kernel's view of socket queueing was once a rule of its own: reports that name it
+    /// still read, as the one rule; new reports only write the one name.
+    #[test]
+    fn the_old_socket_read_wait_reads_as_socket_queueing() {
+        let r: RuleId = serde_json::from_str("\"socket_read_wait\"").unwrap();
+        assert_eq!(r, RuleId::SocketQueueing);
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            "\"socket_queueing\"",
+            "written under its one name"
+        );
+    }
+
     fn example() -> DiagnoseReport {
         serde_json::from_str(include_str!("../../../../tests/data/report/diagnose.json")).unwrap()
     }
@@ -479,7 +493,7 @@ mod tests {
             None,
             "loss explains requests that never completed"
         );
-        r.findings[0].rule = RuleId::SocketReadWait;
+        r.findings[0].rule = RuleId::SocketQueueing;
         r.findings.truncate(1);
         assert!(
             r.unmeasurable().is_some(),
