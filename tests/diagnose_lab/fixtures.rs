@@ -14,6 +14,32 @@ pub fn servers_py() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/diagnose_lab/servers.py").to_string()
 }
 
+/// The lab's Node.js servers (see the file's header).
+pub fn servers_js() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/diagnose_lab/servers.js").to_string()
+}
+
+/// Where program `name` is: /usr/bin or /usr/sbin first (Debian's, installed by setup.sh, not
+/// a version manager's shim), then `PATH`.
+pub fn program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    ["/usr/bin", "/usr/sbin"]
+        .iter()
+        .map(PathBuf::from)
+        .chain(std::env::split_paths(&path))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The first of `names` that is not installed, with the remedy, as a one-line message.
+pub fn missing(names: &[&str]) -> Option<String> {
+    names.iter().find(|n| program(n).is_none()).map(|n| {
+        format!(
+            "`{n}` is not installed (neither in /usr/bin, /usr/sbin nor PATH): run scripts/setup.sh"
+        )
+    })
+}
+
 /// Debian's python3 (installed by setup.sh), not whatever a pyenv shim points to.
 pub fn python() -> &'static str {
     if Path::new("/usr/bin/python3").exists() {
@@ -174,12 +200,28 @@ pub struct Outcome {
     pub stderr: String,
 }
 
+/// [`Outcome::code`] of a scenario that could not be built (a program it needs is missing).
+pub const NOT_RUN: i32 = -2;
+
 impl Outcome {
+    /// A scenario that was not run, and why (in `verdict`).
+    pub fn not_run(why: String) -> Outcome {
+        Outcome {
+            code: NOT_RUN,
+            rules: vec![],
+            verdict: why,
+            secs: 0.0,
+            doc: None,
+            stderr: String::new(),
+        }
+    }
+
     /// The top finding's rule, "clean" for exit 0, or what went wrong.
     pub fn top(&self) -> String {
         match (self.code, self.rules.first()) {
             (1, Some(r)) => r.clone(),
             (0, _) => "clean".into(),
+            (NOT_RUN, _) => "not run".into(),
             (c, _) => format!("exit {c}"),
         }
     }

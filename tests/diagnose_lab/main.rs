@@ -4,7 +4,9 @@
 //! - `cargo test --release --test diagnose_lab` runs the CI subset (a few fast scenarios);
 //! - `scripts/diagnose-lab.sh` runs every scenario (the ignored `lab` test) and prints top-1
 //!   accuracy and the false-positive rate on healthy servers; `LAB_SET=holdout` runs the
-//!   scenarios held back while the rules were tuned, `LAB_ONLY=a,b` picks scenarios by name.
+//!   scenarios held back while the rules were tuned, `LAB_ONLY=a,b` picks scenarios by name;
+//! - the ignored `hold` test builds one scenario (`LAB_HOLD=NAME`) and keeps it up, without
+//!   diagnose, to check its fault with other tools.
 //!
 //! All of it needs root (namespaces, nftables, tc, cgroups).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -26,6 +28,9 @@ use scenarios::{Expect, SCENARIOS, Scenario, Set};
 const DURATION: &str = "1s";
 
 fn run(s: &Scenario) -> Outcome {
+    if let Some(why) = fixtures::missing(s.needs) {
+        return Outcome::not_run(format!("{} not built: {why}", s.name));
+    }
     let setup = (s.build)();
     let mut args = vec!["-d".to_string(), DURATION.into()];
     args.extend(setup.args.iter().cloned());
@@ -149,6 +154,51 @@ fn lab() {
             100.0 * false_pos as f64 / healthy.len() as f64
         }
     );
+}
+
+/// Build one scenario (`LAB_HOLD=NAME`) and keep it up for `LAB_HOLD_SECS` (default 60) without
+/// running diagnose: to check a fault with other tools (curl, tcpdump, ss, cgroup statistics)
+/// from its client namespace, printed on stderr with the target.
+#[test]
+#[ignore = "manual: LAB_HOLD=NAME cargo test --release --test diagnose_lab -- --ignored hold"]
+fn hold() {
+    require_root!();
+    let name = std::env::var("LAB_HOLD").expect("LAB_HOLD=NAME: the scenario to build");
+    let s = scenarios::by_name(&name);
+    if let Some(why) = fixtures::missing(s.needs) {
+        panic!("{name} not built: {why}");
+    }
+    let secs: u64 = std::env::var("LAB_HOLD_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let setup = (s.build)();
+    eprintln!(
+        "hold: {name} up for {secs} s: client namespace {}, target {}",
+        setup.client_ns, setup.target
+    );
+    std::thread::sleep(Duration::from_secs(secs));
+}
+
+/// A scenario whose program is missing is reported as not run, naming the program and the
+/// remedy (no root needed: nothing is built).
+#[test]
+fn missing_program_is_not_run() {
+    let why = fixtures::missing(&["sh", "latscope-lab-no-such-program"]).expect("missing");
+    assert!(
+        why.contains("`latscope-lab-no-such-program` is not installed")
+            && why.contains("scripts/setup.sh"),
+        "{why}"
+    );
+    assert_eq!(fixtures::missing(&["sh"]), None);
+    assert_eq!(Outcome::not_run(why).top(), "not run");
+    for s in SCENARIOS {
+        assert!(
+            s.needs.iter().all(|n| !n.is_empty() && !n.contains('/')),
+            "{}: needs names programs",
+            s.name
+        );
+    }
 }
 
 // The CI subset: fast scenarios, one per family of cause (a few seconds each).

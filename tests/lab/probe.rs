@@ -2,7 +2,8 @@
 //! creates (names include the pid and a counter) and removes on Drop, even on failure:
 //! - [`Chain`]: client — R1 — R2 — R3 — destination, veth links, IPv4 and IPv6 forwarding;
 //! - [`DelayLine`]: two namespaces joined by two TUN devices and a forwarder that holds every
-//!   client→server packet for a fixed delay (this kernel has no netem);
+//!   client→server packet (or server→client, or both) for a fixed delay (this kernel has no
+//!   netem);
 //! - servers running inside a namespace on a thread that `setns`-ed into it.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -227,13 +228,17 @@ fn open_tun(name: &str) -> OwnedFd {
 }
 
 /// A point-to-point link between namespaces `client` (10.8.0.1, fd08::1) and `server` (10.8.0.2,
-/// fd08::2) made of
-/// two TUN devices; packets from client to server are held for `delay`, the way back is direct.
+/// fd08::2) made of two TUN devices and a forwarder in this process. [`DelayLine::new`] holds
+/// packets from client to server for `delay` and forwards the way back directly;
+/// [`DelayLine::asymmetric`] sets each direction's delay and the devices' MTU.
 pub struct DelayLine {
     pub client: Netns,
     pub server: Netns,
+    /// The client→server delay.
     pub delay: Duration,
-    /// How long each client→server packet was actually held (read → written).
+    /// The server→client delay.
+    pub delay_back: Duration,
+    /// How long each packet of a delayed direction was actually held (read → written).
     held: Arc<Mutex<Vec<Duration>>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -260,8 +265,79 @@ fn write_fd(fd: i32, buf: &[u8]) {
     unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
 }
 
+/// Forward packets read from `from` to `to`, each held `delay` after it was read (straight
+/// through when `delay` is zero), until `stop`; the hold times go to `held`.
+fn forward(
+    from: Arc<OwnedFd>,
+    to: Arc<OwnedFd>,
+    delay: Duration,
+    stop: &Arc<AtomicBool>,
+    held: &Arc<Mutex<Vec<Duration>>>,
+) -> Vec<JoinHandle<()>> {
+    if delay.is_zero() {
+        let st = stop.clone();
+        return vec![std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while !st.load(Ordering::SeqCst) {
+                if wait_readable(from.as_raw_fd(), 20) {
+                    while let Some(n) = read_fd(from.as_raw_fd(), &mut buf) {
+                        write_fd(to.as_raw_fd(), &buf[..n]);
+                    }
+                }
+            }
+        })];
+    }
+    // The reader stamps, the writer releases at stamp + delay.
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    let st = stop.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        while !st.load(Ordering::SeqCst) {
+            if wait_readable(from.as_raw_fd(), 20) {
+                while let Some(n) = read_fd(from.as_raw_fd(), &mut buf) {
+                    let _ = tx.send((Instant::now(), buf[..n].to_vec()));
+                }
+            }
+        }
+    });
+    let (st, h) = (stop.clone(), held.clone());
+    let writer = std::thread::spawn(move || {
+        while !st.load(Ordering::SeqCst) {
+            let Ok((read_at, pkt)) = rx.recv_timeout(Duration::from_millis(20)) else {
+                continue;
+            };
+            let due = read_at + delay;
+            // Sleep to just before the due time, then spin: thread wake-up latency on a
+            // busy machine would otherwise add itself to the injected delay.
+            loop {
+                let left = due.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                if left > Duration::from_micros(300) {
+                    std::thread::sleep(left - Duration::from_micros(300));
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            write_fd(to.as_raw_fd(), &pkt);
+            if let Ok(mut h) = h.lock() {
+                h.push(read_at.elapsed());
+            }
+        }
+    });
+    vec![reader, writer]
+}
+
 impl DelayLine {
+    /// Client→server packets held `delay`, the way back direct, MTU 1500.
     pub fn new(delay: Duration) -> DelayLine {
+        DelayLine::asymmetric(delay, Duration::ZERO, 1500)
+    }
+
+    /// Client→server packets held `delay`, server→client packets held `delay_back`, both TUN
+    /// devices at `mtu`.
+    pub fn asymmetric(delay: Duration, delay_back: Duration, mtu: u32) -> DelayLine {
         let client = Netns::new("a").no_icmp_limits();
         let server = Netns::new("b").no_icmp_limits();
         let tun_c = client
@@ -274,8 +350,9 @@ impl DelayLine {
             .expect("tun in server");
         client.ip(&["addr", "add", "10.8.0.1", "peer", "10.8.0.2", "dev", "dl0"]);
         server.ip(&["addr", "add", "10.8.0.2", "peer", "10.8.0.1", "dev", "dl0"]);
-        client.ip(&["link", "set", "dl0", "up"]);
-        server.ip(&["link", "set", "dl0", "up"]);
+        let mtu = mtu.to_string();
+        client.ip(&["link", "set", "dl0", "mtu", &mtu, "up"]);
+        server.ip(&["link", "set", "dl0", "mtu", &mtu, "up"]);
         client.ip(&[
             "-6", "addr", "add", "fd08::1", "peer", "fd08::2", "dev", "dl0", "nodad",
         ]);
@@ -285,71 +362,15 @@ impl DelayLine {
         client.wait_route("fd08::2");
         server.wait_route("fd08::1");
         let stop = Arc::new(AtomicBool::new(false));
-        let tun_c = Arc::new(tun_c);
-        let tun_s = Arc::new(tun_s);
-        let mut threads = Vec::new();
-        // client → server: reader stamps, writer releases at stamp + delay.
-        let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
         let held = Arc::new(Mutex::new(Vec::new()));
-        {
-            let (st, c) = (stop.clone(), tun_c.clone());
-            threads.push(std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while !st.load(Ordering::SeqCst) {
-                    if wait_readable(c.as_raw_fd(), 20) {
-                        while let Some(n) = read_fd(c.as_raw_fd(), &mut buf) {
-                            let _ = tx.send((Instant::now(), buf[..n].to_vec()));
-                        }
-                    }
-                }
-            }));
-        }
-        {
-            let (st, s, h) = (stop.clone(), tun_s.clone(), held.clone());
-            threads.push(std::thread::spawn(move || {
-                while !st.load(Ordering::SeqCst) {
-                    let Ok((read_at, pkt)) = rx.recv_timeout(Duration::from_millis(20)) else {
-                        continue;
-                    };
-                    let due = read_at + delay;
-                    // Sleep to just before the due time, then spin: thread wake-up latency on a
-                    // busy machine would otherwise add itself to the injected delay.
-                    loop {
-                        let left = due.saturating_duration_since(Instant::now());
-                        if left.is_zero() {
-                            break;
-                        }
-                        if left > Duration::from_micros(300) {
-                            std::thread::sleep(left - Duration::from_micros(300));
-                        } else {
-                            std::hint::spin_loop();
-                        }
-                    }
-                    write_fd(s.as_raw_fd(), &pkt);
-                    if let Ok(mut h) = h.lock() {
-                        h.push(read_at.elapsed());
-                    }
-                }
-            }));
-        }
-        // server → client: straight through.
-        {
-            let (st, s, c) = (stop.clone(), tun_s.clone(), tun_c.clone());
-            threads.push(std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                while !st.load(Ordering::SeqCst) {
-                    if wait_readable(s.as_raw_fd(), 20) {
-                        while let Some(n) = read_fd(s.as_raw_fd(), &mut buf) {
-                            write_fd(c.as_raw_fd(), &buf[..n]);
-                        }
-                    }
-                }
-            }));
-        }
+        let (tun_c, tun_s) = (Arc::new(tun_c), Arc::new(tun_s));
+        let mut threads = forward(tun_c.clone(), tun_s.clone(), delay, &stop, &held);
+        threads.extend(forward(tun_s, tun_c, delay_back, &stop, &held));
         DelayLine {
             client,
             server,
             delay,
+            delay_back,
             held,
             stop,
             threads,
