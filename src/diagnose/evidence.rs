@@ -291,8 +291,13 @@ pub struct CaptureEvidence {
     pub transactions: u64,
     pub nagle: Option<NagleStalls>,
     pub think: Option<StallTotal>,
+    /// Retransmitted data (and FIN) segments: resent SYNs and SYN-ACKs are left out, they are
+    /// in `syn_resends` (a lost SYN costs a connection set-up, not an open connection's requests).
     pub retransmissions: u64,
+    /// Timer retransmissions of data and the time they lost (resent SYNs left out too).
     pub rto_stalls: Option<StallTotal>,
+    /// SYNs and SYN-ACKs sent again, and the time the handshakes waited for them.
+    pub syn_resends: Option<StallTotal>,
     /// Delayed ACKs that held data back without Nagle.
     pub delayed_ack: Option<StallTotal>,
     /// The bottleneck rate from the dispersion of the responses' packet trains, when the

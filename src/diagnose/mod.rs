@@ -20,20 +20,21 @@ use evidence::Evidence;
 /// Where a request's time goes, from the evidence.
 pub fn budget(ev: &Evidence) -> Budget {
     let ser = ev.bottleneck.map(|b| b.serialisation_ns());
+    let host_ns = match (&ev.single, &ev.path) {
+        (Some(s), Some(pth)) => Some(
+            s.p50_ns
+                .saturating_sub(pth.p50_ns)
+                .saturating_sub(ser.unwrap_or(0)),
+        ),
+        _ => None,
+    };
     Budget {
         path_rtt_ns: ev.path.as_ref().map(|s| s.p50_ns),
         single_request_ns: ev.single.as_ref().map(|s| s.p50_ns),
         concurrent_request_ns: ev.concurrent.as_ref().map(|c| c.latency.p50_ns),
         concurrency: ev.concurrent.as_ref().map(|c| c.connections).unwrap_or(1),
-        host_ns: match (&ev.single, &ev.path) {
-            (Some(s), Some(pth)) => Some(
-                s.p50_ns
-                    .saturating_sub(pth.p50_ns)
-                    .saturating_sub(ser.unwrap_or(0)),
-            ),
-            _ => None,
-        },
-        server_app_ns: server_app_ns(ev),
+        host_ns,
+        server_app_ns: server_app_ns(ev, host_ns),
         bottleneck_bps: ev.bottleneck.map(|b| b.rate_bps),
         serialisation_ns: ser,
     }
@@ -41,16 +42,19 @@ pub fn budget(ev: &Evidence) -> Budget {
 
 /// The server's time before its first response byte that no TCP timer explains: the request
 /// phases' time to first byte beyond the path's round trip, or else the hosts' excess when the
-/// think-time rule attributes it to the application.
-fn server_app_ns(ev: &Evidence) -> Option<u64> {
+/// think-time rule attributes it to the application. Never more than the hosts' share of the
+/// same budget (`host_ns`): the phases are a few requests on new connections, the budget the
+/// median of many, and a part cannot exceed its whole.
+fn server_app_ns(ev: &Evidence, host_ns: Option<u64>) -> Option<u64> {
     if rules::timer_explains(ev) {
         return None;
     }
     let path = ev.path.as_ref().map_or(0, |p| p.p50_ns);
-    if let Some(ph) = &ev.phases {
-        return Some(ph.ttfb_ns.saturating_sub(path));
-    }
-    rules::think_time(ev).map(|d| d.explains_ns)
+    let app = match &ev.phases {
+        Some(ph) => Some(ph.ttfb_ns.saturating_sub(path)),
+        None => rules::think_time(ev).map(|d| d.explains_ns),
+    }?;
+    Some(host_ns.map_or(app, |h| app.min(h)))
 }
 
 /// One sentence: the answer to "where does the latency come from?", accounting for the

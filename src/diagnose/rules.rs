@@ -1590,6 +1590,34 @@ mod tests {
         })
     }
 
+    /// Half of the SYNs dropped, and the requests never get through: the capture holds little
+    /// but resent SYNs. Those are the handshakes' finding, not packet loss on open connections
+    /// (the lab's syn-drops once ranked "retransmissions: 2.04 s of each request" first from
+    /// 2 resent SYNs in 3 frames).
+    #[test]
+    fn resent_syns_in_the_capture_are_the_handshakes() {
+        let mut e = slow_connects();
+        e.connect_failures.timed_out = 1;
+        e.capture = Some(CaptureEvidence {
+            frames: 3,
+            syn_resends: Some(StallTotal {
+                count: 2,
+                lost_ns: 2_042_000_000,
+            }),
+            ..CaptureEvidence::default()
+        });
+        e.counters = counters(NsCounters {
+            out_segs: 9,
+            in_segs: 15,
+            ..NsCounters::default()
+        });
+        e.counters.as_mut().unwrap().client.syn_retrans = 5;
+        e.counters.as_mut().unwrap().client.retrans_segs = 5;
+        let ranked = apply(&e);
+        let rules: Vec<RuleId> = ranked.iter().map(|f| f.rule).collect();
+        assert_eq!(rules, vec![RuleId::SlowHandshake], "{ranked:#?}");
+    }
+
     /// Loss on the server's way out drops SYN-ACKs and data alike: the kernel's counters show
     /// the server retransmitting data and no listen-queue overflow, so loss is the cause and the
     /// slow handshakes its effect — even when the capture at the client saw little of it.
@@ -1722,6 +1750,24 @@ mod tests {
         let v = crate::diagnose::verdict(&apply(&e), &b);
         assert!(v.starts_with("server application time"), "{v}");
         assert!(v.contains("(100% of its 15ms)"), "{v}");
+        // A healthy server whose first byte on a new connection (the phases) takes longer than
+        // the median keep-alive request's whole host share: the part is capped at its whole.
+        let mut e = base(10, 44);
+        e.phases = Some(latscope_core::model::diagnose::RequestPhases {
+            requests: 5,
+            dns_ns: 1_000,
+            connect_ns: 60_000,
+            tls_ns: None,
+            ttfb_ns: 58_000,
+            transfer_ns: 1_000,
+        });
+        let b = crate::diagnose::budget(&e);
+        assert_eq!(b.host_ns, Some(34_000));
+        assert_eq!(
+            b.server_app_ns,
+            Some(34_000),
+            "never more than the hosts' share"
+        );
     }
 
     /// Issue 15 item 2: delayed-ACK releases on the wire while the server's sockets have

@@ -10,6 +10,7 @@ use latscope_core::model::diagnose::StepName;
 use latscope_wire::analyze::Analysis;
 use latscope_wire::report::StallKind;
 
+use super::syn_resends::SynResends;
 use super::trains::{self, Trains};
 use super::{NotRun, Observe, requests_target};
 use crate::diagnose::collect::Context;
@@ -55,11 +56,18 @@ impl Observe for Capture {
 
     fn detail(_cx: &Context, c: &CaptureEvidence) -> String {
         format!(
-            "{} frames, {} transactions, {} Nagle × delayed-ACK stalls, {} retransmissions; {}",
+            "{} frames, {} transactions, {} Nagle × delayed-ACK stalls, {} retransmissions{}; {}",
             c.frames,
             c.transactions,
             c.nagle.map(|n| n.total.count).unwrap_or(0),
             c.retransmissions,
+            c.syn_resends
+                .map(|s| format!(
+                    " (and {} resent, {} of handshakes waiting)",
+                    latscope_core::units::count(s.count, "SYN or SYN-ACK"),
+                    latscope_core::units::format_ns(s.lost_ns as f64)
+                ))
+                .unwrap_or_default(),
             match c.train_rate_bps {
                 Some((r, pairs)) => format!(
                     "packet trains of the responses: bottleneck ≈ {} ({pairs} segment pairs)",
@@ -112,22 +120,42 @@ fn capture_and_analyze(
         top: 1,
     });
     let mut trains = Trains::new(port);
+    let mut syns = SynResends::default();
     let mut frame = 0u64;
     cap.run(stop, None, Some(limit), |ts, _orig, data| {
         frame += 1;
         let d = latscope_wire::decode(link, data);
         if let Ok(d) = &d {
             trains.push(ts, d);
+            syns.push(ts, d);
         }
         analyzer.push(frame, ts, d);
         Ok(())
     })
     .map_err(|e| format!("{e:#}"))?;
     let analysis = analyzer.finish();
-    let mut ev = evidence_of(&analysis);
+    let mut ev = set_apart(evidence_of(&analysis), syns.total());
     ev.train_rate_bps = trains.rate();
     ev.wire_bytes_per_transaction = trains.wire_bytes_per(analysis.transactions);
     Ok(ev)
+}
+
+/// The analysis counts resent SYNs with the data's retransmissions (as tshark does), and their
+/// waits as timer stalls (every SYN resend is one): set them apart.
+fn set_apart(mut ev: CaptureEvidence, syn: Option<StallTotal>) -> CaptureEvidence {
+    let Some(syn) = syn else {
+        return ev;
+    };
+    ev.retransmissions = ev.retransmissions.saturating_sub(syn.count);
+    ev.rto_stalls = ev.rto_stalls.and_then(|r| {
+        let left = StallTotal {
+            count: r.count.saturating_sub(syn.count),
+            lost_ns: r.lost_ns.saturating_sub(syn.lost_ns),
+        };
+        (left.count > 0).then_some(left)
+    });
+    ev.syn_resends = Some(syn);
+    ev
 }
 
 /// The figures diagnose's rules use from an analysis.
@@ -160,8 +188,39 @@ fn evidence_of(r: &Analysis) -> CaptureEvidence {
         think: total(StallKind::ThinkTime),
         retransmissions: r.counts.retransmission + r.counts.fast_retransmission,
         rto_stalls: total(StallKind::RtoRetransmission),
+        syn_resends: None,
         delayed_ack: total(StallKind::DelayedAck),
         train_rate_bps: None,
         wire_bytes_per_transaction: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resent_syns_are_not_the_datas_retransmissions() {
+        let stall = |count, lost_ns| StallTotal { count, lost_ns };
+        let ev = CaptureEvidence {
+            frames: 3,
+            retransmissions: 2,
+            rto_stalls: Some(stall(2, 2_042_000_000)),
+            ..CaptureEvidence::default()
+        };
+        let ev = set_apart(ev, Some(stall(2, 2_042_000_000)));
+        assert_eq!(ev.retransmissions, 0);
+        assert_eq!(ev.rto_stalls, None);
+        assert_eq!(ev.syn_resends, Some(stall(2, 2_042_000_000)));
+        // Data lost too: what is left is the data's.
+        let ev = CaptureEvidence {
+            retransmissions: 9,
+            rto_stalls: Some(stall(5, 3_300_000_000)),
+            ..CaptureEvidence::default()
+        };
+        let ev = set_apart(ev, Some(stall(1, 1_000_000_000)));
+        assert_eq!(ev.retransmissions, 8);
+        assert_eq!(ev.rto_stalls, Some(stall(4, 2_300_000_000)));
+        assert_eq!(set_apart(ev.clone(), None), ev);
     }
 }

@@ -18,6 +18,7 @@ mod phases;
 mod quickack;
 mod server_sockets;
 mod single;
+mod syn_resends;
 mod trains;
 mod under_load;
 
