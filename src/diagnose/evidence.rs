@@ -86,6 +86,11 @@ pub struct NsCounters {
     pub syn_retrans: u64,
     /// TcpExt TCPOFOQueue: segments that arrived out of order (after a gap).
     pub ofo_queued: u64,
+    /// TcpExt TCPDSACKRecvSegs (or TCPDSACKRecv + TCPDSACKOfoRecv on kernels without it):
+    /// D-SACKs received, the peer saying a segment
+    /// this side sent again had arrived already — a spurious retransmission (a timer or a
+    /// tail-loss probe that fired because the ACK was late), not a loss.
+    pub dsack_recv: u64,
     /// TcpExt ListenOverflows / ListenDrops: SYNs or handshakes a full listen queue dropped.
     pub listen_overflows: u64,
     pub listen_drops: u64,
@@ -106,6 +111,7 @@ impl NsCounters {
             retrans_segs: self.retrans_segs.saturating_sub(b.retrans_segs),
             syn_retrans: self.syn_retrans.saturating_sub(b.syn_retrans),
             ofo_queued: self.ofo_queued.saturating_sub(b.ofo_queued),
+            dsack_recv: self.dsack_recv.saturating_sub(b.dsack_recv),
             listen_overflows: self.listen_overflows.saturating_sub(b.listen_overflows),
             listen_drops: self.listen_drops.saturating_sub(b.listen_drops),
             ip_out_requests: self.ip_out_requests.saturating_sub(b.ip_out_requests),
@@ -123,9 +129,15 @@ impl NsCounters {
             .map_or(0, |t| self.ip_out_requests.saturating_sub(t))
     }
 
-    /// Retransmitted segments other than SYNs and SYN-ACKs: data (or FIN) lost and sent again.
+    /// Retransmitted segments other than SYNs and SYN-ACKs: data (or FIN) sent again.
     pub fn data_retrans(&self) -> u64 {
         self.retrans_segs.saturating_sub(self.syn_retrans)
+    }
+
+    /// Data retransmissions the peer did not report as duplicates (D-SACK): segments that
+    /// were lost, as far as the counters can tell.
+    pub fn lost_retrans(&self) -> u64 {
+        self.data_retrans().saturating_sub(self.dsack_recv)
     }
 
     /// Whether the listen queue dropped anything.
@@ -142,6 +154,17 @@ pub struct TcpCounters {
     pub server: Option<NsCounters>,
     /// Client and server share one namespace: both fields hold the same counters.
     pub shared: bool,
+}
+
+impl TcpCounters {
+    /// Retransmissions that the receivers reported they already had (D-SACKs received on
+    /// either side): spurious, not lost.
+    pub fn spurious(&self) -> u64 {
+        match (self.server, self.shared) {
+            (Some(s), true) => s.dsack_recv,
+            (s, _) => self.client.dsack_recv + s.map_or(0, |s| s.dsack_recv),
+        }
+    }
 }
 
 /// The path's bottleneck: its rate (a bulk transfer's throughput, or the dispersion of a

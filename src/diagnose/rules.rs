@@ -174,9 +174,18 @@ fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
     ))
 }
 
-/// A loss rate that matters: at least one retransmission per 1000 frames.
-fn loss_rate_material(c: &CaptureEvidence) -> bool {
-    c.retransmissions > 0 && c.retransmissions * 1000 >= c.frames.max(1)
+/// The capture's retransmissions less those the receivers reported as duplicates (D-SACKs in
+/// the kernel's counters): a retransmission whose original had arrived (a timer or a tail-loss
+/// probe that fired because the ACK was late, on a busy server) lost nothing.
+fn lost_on_wire(e: &Evidence, c: &CaptureEvidence) -> u64 {
+    c.retransmissions
+        .saturating_sub(e.counters.map_or(0, |k| k.spurious()))
+}
+
+/// A loss rate that matters: at least one lost segment per 1000 frames.
+fn loss_rate_material(e: &Evidence, c: &CaptureEvidence) -> bool {
+    let lost = lost_on_wire(e, c);
+    lost > 0 && lost * 1000 >= c.frames.max(1)
 }
 
 /// At least 5 segments and 0.5% of `of`: a kernel counter's share that is loss, not noise.
@@ -194,12 +203,20 @@ pub(crate) fn counter_loss(e: &Evidence) -> Vec<String> {
     };
     let mut out = Vec::new();
     let mut side = |who: &str, n: &NsCounters| {
-        if counter_material(n.data_retrans(), n.out_segs) {
+        if counter_material(n.lost_retrans(), n.out_segs) {
             out.push(format!(
-                "kernel counters: {who} retransmitted {} data segments of {} sent ({:.1}%; RetransSegs − TCPSynRetrans)",
-                n.data_retrans(),
+                "kernel counters: {who} retransmitted {} data segments of {} sent ({:.1}%; RetransSegs − TCPSynRetrans{})",
+                n.lost_retrans(),
                 n.out_segs,
-                100.0 * n.data_retrans() as f64 / n.out_segs.max(1) as f64
+                100.0 * n.lost_retrans() as f64 / n.out_segs.max(1) as f64,
+                if n.dsack_recv > 0 {
+                    format!(
+                        ", less the {} the receiver reported it already had (D-SACK)",
+                        n.dsack_recv
+                    )
+                } else {
+                    String::new()
+                }
             ));
         }
         if counter_material(n.local_out_drops(), n.ip_out_requests) {
@@ -230,15 +247,15 @@ pub(crate) fn counter_loss(e: &Evidence) -> Vec<String> {
 
 /// Loss on data segments at a material rate, seen by the capture or the kernel's counters.
 pub(crate) fn data_loss_material(e: &Evidence) -> bool {
-    e.capture.as_ref().is_some_and(loss_rate_material) || !counter_loss(e).is_empty()
+    e.capture.as_ref().is_some_and(|c| loss_rate_material(e, c)) || !counter_loss(e).is_empty()
 }
 
 /// Segments lost over the measured span, by the best count there is: retransmissions on the
 /// wire, or the kernel's counters (data retransmitted, packets dropped on the way out, and
 /// segments that arrived after a gap) of both namespaces.
 fn lost_segments(e: &Evidence) -> u64 {
-    let wire = e.capture.as_ref().map_or(0, |c| c.retransmissions);
-    let side = |n: &NsCounters| (n.data_retrans() + n.local_out_drops()).max(n.ofo_queued);
+    let wire = e.capture.as_ref().map_or(0, |c| lost_on_wire(e, c));
+    let side = |n: &NsCounters| (n.lost_retrans() + n.local_out_drops()).max(n.ofo_queued);
     let counted = e.counters.map_or(0, |c| match (c.server, c.shared) {
         (Some(s), true) => side(&s),
         (s, _) => side(&c.client) + s.map_or(0, |s| side(&s)),
@@ -739,15 +756,22 @@ fn capture_loss(e: &Evidence) -> Option<(u64, String)> {
     let per_request = rto_lost.checked_div(c.transactions).unwrap_or(rto_lost);
     let median = e.single.as_ref().map(|s| s.p50_ns).unwrap_or(0);
     let time_material = per_request >= 100_000 && per_request * 10 >= median;
-    if c.retransmissions == 0 || !(loss_rate_material(c) || time_material) {
+    let lost = lost_on_wire(e, c);
+    if lost == 0 || !(loss_rate_material(e, c) || time_material) {
         return None;
     }
+    let spurious = c.retransmissions - lost;
     Some((
         per_request,
         format!(
-            "on the wire: {} retransmissions in {} frames; {rto_n} waited for the retransmission timer ({} lost)",
+            "on the wire: {} retransmissions in {} frames{}; {rto_n} waited for the retransmission timer ({} lost)",
             c.retransmissions,
             c.frames,
+            if spurious > 0 {
+                format!(", {spurious} of them reported duplicate by the receiver (D-SACK)")
+            } else {
+                String::new()
+            },
             format_ns(rto_lost as f64)
         ),
     ))
@@ -1588,6 +1612,58 @@ mod tests {
             server: Some(server),
             shared: false,
         })
+    }
+
+    /// A busy TLS server answers late, and the client's tail-loss probes resend 4 segments the
+    /// server already had: it says so with D-SACKs, and nothing was lost (the lab's slow-tls on
+    /// a loaded host once listed "retransmissions" from exactly this). Without the D-SACKs the
+    /// same capture is loss.
+    #[test]
+    fn retransmissions_the_receiver_already_had_are_not_loss() {
+        let mut e = base(25, 156);
+        e.capture = Some(CaptureEvidence {
+            frames: 2_306,
+            transactions: 395,
+            retransmissions: 4,
+            rto_stalls: Some(StallTotal {
+                count: 4,
+                lost_ns: 19_200_000,
+            }),
+            ..CaptureEvidence::default()
+        });
+        let client = NsCounters {
+            out_segs: 1_686,
+            in_segs: 1_221,
+            retrans_segs: 4,
+            dsack_recv: 4,
+            ..NsCounters::default()
+        };
+        e.counters = Some(TcpCounters {
+            client,
+            server: Some(NsCounters {
+                out_segs: 1_353,
+                in_segs: 1_690,
+                ..NsCounters::default()
+            }),
+            shared: false,
+        });
+        assert_eq!(retransmissions(&e), None);
+        assert!(!data_loss_material(&e));
+        e.counters.as_mut().unwrap().client.dsack_recv = 0;
+        let f = retransmissions(&e).expect("loss");
+        assert!(
+            f.evidence[0].starts_with("on the wire: 4 retransmissions"),
+            "{:?}",
+            f.evidence
+        );
+        // Some duplicates, some lost: the lost ones count, and the line says how many were not.
+        e.counters.as_mut().unwrap().client.dsack_recv = 1;
+        let f = retransmissions(&e).expect("3 lost");
+        assert!(
+            f.evidence[0].contains("1 of them reported duplicate by the receiver (D-SACK)"),
+            "{:?}",
+            f.evidence
+        );
     }
 
     /// Half of the SYNs dropped, and the requests never get through: the capture holds little

@@ -67,10 +67,11 @@ impl Observe for Counters {
     fn detail(_cx: &Context, c: &TcpCounters) -> String {
         let side = |n: &NsCounters| {
             format!(
-                "{} segments sent, {} retransmitted ({} SYN/SYN-ACK), {} received, {} out of order; listen overflows {}, drops {}; {}",
+                "{} segments sent, {} retransmitted ({} SYN/SYN-ACK, {} reported duplicate by the receiver), {} received, {} out of order; listen overflows {}, drops {}; {}",
                 n.out_segs,
                 n.retrans_segs,
                 n.syn_retrans,
+                n.dsack_recv,
                 n.in_segs,
                 n.ofo_queued,
                 n.listen_overflows,
@@ -145,6 +146,11 @@ fn counters_of(all: &HashMap<String, u64>) -> NsCounters {
         retrans_segs: get("Tcp:RetransSegs"),
         syn_retrans: get("TcpExt:TCPSynRetrans"),
         ofo_queued: get("TcpExt:TCPOFOQueue"),
+        // Segments covered by the D-SACKs where the kernel counts them, or else the D-SACK blocks.
+        dsack_recv: all
+            .get("TcpExt:TCPDSACKRecvSegs")
+            .copied()
+            .unwrap_or_else(|| get("TcpExt:TCPDSACKRecv") + get("TcpExt:TCPDSACKOfoRecv")),
         listen_overflows: get("TcpExt:ListenOverflows"),
         listen_drops: get("TcpExt:ListenDrops"),
         ip_out_requests: get("Ip:OutRequests"),
@@ -159,7 +165,7 @@ mod tests {
     #[test]
     fn parses_snmp_and_netstat_pairs() {
         let snmp = "Ip: Forwarding DefaultTTL OutRequests OutTransmits\nIp: 1 64 900 880\nTcp: RtoAlgorithm ActiveOpens InSegs OutSegs RetransSegs\nTcp: 1 7 1000 1200 30\n";
-        let netstat = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPOFOQueue TCPSynRetrans\nTcpExt: 0 2 3 40 5\nIpExt: InNoRoutes\nIpExt: 0\n";
+        let netstat = "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPOFOQueue TCPSynRetrans TCPDSACKRecv TCPDSACKOfoRecv\nTcpExt: 0 2 3 40 5 6 1\nIpExt: InNoRoutes\nIpExt: 0\n";
         let mut all = HashMap::new();
         parse_into(snmp, &mut all);
         parse_into(netstat, &mut all);
@@ -172,6 +178,7 @@ mod tests {
                 retrans_segs: 30,
                 syn_retrans: 5,
                 ofo_queued: 40,
+                dsack_recv: 7,
                 listen_overflows: 2,
                 listen_drops: 3,
                 ip_out_requests: 900,
@@ -179,6 +186,14 @@ mod tests {
             }
         );
         assert_eq!(c.local_out_drops(), 20);
+        assert_eq!(
+            c.lost_retrans(),
+            30 - 5 - 7,
+            "not the SYNs, nor what the peer already had"
+        );
+        // Newer kernels count the segments the D-SACKs cover.
+        parse_into("TcpExt: TCPDSACKRecvSegs\nTcpExt: 9\n", &mut all);
+        assert_eq!(counters_of(&all).dsack_recv, 9);
         let later = NsCounters {
             out_segs: 1300,
             retrans_segs: 31,
