@@ -66,6 +66,18 @@ pub const CHAINS: &[Link] = &[
         },
     },
     Link {
+        // A cgroup that runs out of CPU quota in most periods cannot serve faster than its
+        // quota: concurrent requests queue behind the throttled periods, whatever its workers.
+        cause: RuleId::CpuThrottling,
+        effect: RuleId::SocketQueueing,
+        holds: |e, _, _| {
+            e.cpu
+                .as_ref()
+                .and_then(|c| c.throttling.as_ref())
+                .is_some_and(|t| t.throttled.saturating_mul(2) >= t.periods.max(1))
+        },
+    },
+    Link {
         cause: RuleId::PreTcpKernel,
         effect: RuleId::ThinkTime,
         holds: |_, c, t| c.explains_ns.saturating_mul(2) * 2 >= t.explains_ns,
@@ -1096,7 +1108,9 @@ fn tail(e: &Evidence) -> Option<(u64, u64)> {
         .into_iter()
         .flatten()
         .map(|s| (s.p50_ns, s.p99_ns))
-        .max_by_key(|&(_, p99)| p99)
+        // The widest tail, not the highest p99: concurrent requests that all wait a throttled
+        // period have a p99 of 199 ms and no tail at all (their p50 is 199 ms too).
+        .max_by_key(|&(p50, p99)| p99.saturating_sub(p50))
 }
 
 /// CPU throttling: the server's cgroup ran out of its CPU quota (cgroup v1 `cpu.cfs_quota_us`,
@@ -1522,6 +1536,47 @@ mod tests {
             throttled_ns: 200_000_000,
         });
         assert_eq!(run_queue_delay(&e), None);
+    }
+
+    /// A web server in a cgroup with 5 ms of CPU per 100 ms: one request at a time is fast
+    /// with a throttled tail (p50 850 µs, p99 96.6 ms), eight at once all wait a period (p50 and
+    /// p99 199 ms). The throttling is the cause, the queueing its effect: the server cannot
+    /// serve faster than its quota, whatever its workers.
+    #[test]
+    fn a_throttled_server_is_why_requests_queue() {
+        let mut e = base(12, 850);
+        e.single.as_mut().unwrap().p99_ns = 96_600_000;
+        e.concurrent = Some(Concurrent {
+            connections: 8,
+            latency: Summary {
+                p50_ns: 199_000_000,
+                p99_ns: 199_000_000,
+                ..s(199_000)
+            },
+        });
+        let throttled = |throttled| Throttling {
+            cgroup: "/web".into(),
+            limit: Some("5ms of CPU per 100ms".into()),
+            periods: 28,
+            throttled,
+            throttled_ns: 2_480_000_000,
+        };
+        e.cpu = Some(CpuEvidence {
+            process: "nginx[2]".into(),
+            throttling: Some(throttled(28)),
+            ..CpuEvidence::default()
+        });
+        let f = cpu_throttling(&e).expect("the single requests' tail felt it");
+        assert_eq!(f.explains_ns, 2_480_000_000 / 28);
+        let all = apply(&e);
+        let rules: Vec<RuleId> = all.iter().map(|f| f.rule).collect();
+        assert_eq!(rules, vec![RuleId::CpuThrottling, RuleId::SocketQueueing]);
+        assert_eq!(all[1].caused_by, Some(RuleId::CpuThrottling));
+        // Throttled now and then (3 periods in 28): the queueing is the server's own.
+        e.cpu.as_mut().unwrap().throttling = Some(throttled(3));
+        let all = apply(&e);
+        assert_eq!(all[0].rule, RuleId::SocketQueueing);
+        assert!(all.iter().all(|f| f.caused_by.is_none()));
     }
 
     #[test]
