@@ -29,8 +29,8 @@ const RUNQ_TAIL_NS: f64 = 1_000_000.0;
 /// ruled out by the comparison, not by the size of the tail.
 const RUNQ_TAIL_FLOOR_NS: u64 = 1_000_000;
 /// The server's run-queue p99 against latscope's own: at least this many times as long.
-/// Healthy servers measured on the loaded lab host stayed within 1.4× (nginx, Python,
-/// latscope serve; 0.5–1.4× over ten runs at load averages 11–33).
+/// Healthy servers measured in the lab stayed within 1.4× (nginx, Python, latscope serve;
+/// 0.5–1.40× over 22 runs at load averages 1–33), hogged ones reached 3.8–188×.
 const RUNQ_STANDS_OUT: f64 = 2.0;
 /// Fewest waits, on each side, for a run-queue p99 to stand on (ten waits above it).
 const RUNQ_MIN_WAITS: u64 = 1_000;
