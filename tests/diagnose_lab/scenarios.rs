@@ -397,24 +397,17 @@ fn slow_dns() -> Setup {
         .keep(dns)
 }
 
-fn rsa4096(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
+/// A self-signed certificate and its key in `dir`, the key made by `openssl req -newkey`
+/// with `key_args` (e.g. `["rsa:4096"]`).
+fn self_signed(dir: &TempDir, key_args: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
     let (cert, key) = (dir.path("srv.pem"), dir.path("srv.key"));
-    sh(&[
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:4096",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=lab",
-        "-keyout",
-        &key.display().to_string(),
-        "-out",
-        &cert.display().to_string(),
+    let (key_s, cert_s) = (key.display().to_string(), cert.display().to_string());
+    let mut cmd = vec!["openssl", "req", "-x509", "-newkey"];
+    cmd.extend_from_slice(key_args);
+    cmd.extend_from_slice(&[
+        "-nodes", "-days", "2", "-subj", "/CN=lab", "-keyout", &key_s, "-out", &cert_s,
     ]);
+    sh(&cmd);
     (cert, key)
 }
 
@@ -422,7 +415,7 @@ fn slow_tls() -> Setup {
     // Every request is a new connection with a full TLS handshake signed by an RSA-4096 key.
     let p = pair(156);
     let dir = TempDir::new();
-    let tls = rsa4096(&dir);
+    let tls = self_signed(&dir, &["rsa:4096"]);
     let ng = nginx_in(
         &p.b,
         &p.addr_b,
@@ -662,35 +655,12 @@ fn holdout_nginx_hogged() -> Setup {
     Setup::new(&p.a.clone(), url).keep(p).keep(ng).keep(hogs)
 }
 
-fn ecdsa_p256(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (cert, key) = (dir.path("srv.pem"), dir.path("srv.key"));
-    sh(&[
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=lab",
-        "-keyout",
-        &key.display().to_string(),
-        "-out",
-        &cert.display().to_string(),
-    ]);
-    (cert, key)
-}
-
 fn holdout_nginx_tls_keepalive() -> Setup {
     // A healthy HTTPS server: ECDSA P-256 (a handshake signature costs tens of µs), keep-alive,
     // a shared session cache.
     let p = pair(170);
     let dir = TempDir::new();
-    let tls = ecdsa_p256(&dir);
+    let tls = self_signed(&dir, &["ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]);
     let ng = nginx_in(
         &p.b,
         &p.addr_b,
