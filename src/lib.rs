@@ -8,7 +8,6 @@
 
 mod cli;
 mod cmd;
-mod diagnose;
 mod exit;
 mod live;
 mod output;

@@ -96,12 +96,7 @@ pub fn stop_flag() -> Arc<AtomicBool> {
 }
 
 /// Milliseconds since the Unix epoch, for report metadata.
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub use latscope_core::units::unix_ms;
 
 /// The result of a write made while a run is going (a `--json-lines` event, a per-reply line):
 /// if stdout's reader has gone (`latscope … | head`), ask the run to stop as Ctrl-C would. Its

@@ -1,15 +1,13 @@
-//! `latscope agent --config FILE`: fleet mode (crates/agent); this file is the clap layer and
-//! the bridge from the agent's SLO breaches to the diagnose pipeline.
+//! `latscope agent --config FILE`: fleet mode (crates/agent); this file is the clap layer. The
+//! agent runs diagnose on SLO breaches itself (`latscope_agent::pipeline`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
-use clap::{Args, Parser};
-use latscope_agent::{Diagnoser, Diagnosis, Finding, Options};
+use clap::Args;
+use latscope_agent::Options;
+use latscope_agent::pipeline::InProcess;
 
-use crate::cmd::diagnose::{DiagnoseArgs, plan};
-use crate::diagnose::collect;
 use crate::exit;
 
 #[derive(Args, Debug)]
@@ -48,45 +46,6 @@ pub struct AgentArgs {
     /// Validate the configuration (and the peer list) and exit.
     #[arg(long)]
     pub check: bool,
-}
-
-/// diagnose's own argument parser, so the agent runs exactly what `latscope diagnose` would.
-#[derive(Parser)]
-struct DiagnoseCli {
-    #[command(flatten)]
-    args: DiagnoseArgs,
-}
-
-/// Runs the diagnose pipeline in-process: one second per application step and no
-/// latency-under-load step (an agent must not saturate the path it watches).
-struct InProcess;
-
-impl Diagnoser for InProcess {
-    fn diagnose(&self, target: &str, stop: &AtomicBool) -> Result<Diagnosis, String> {
-        let cli =
-            DiagnoseCli::try_parse_from(["diagnose", target, "--duration", "1s", "--no-load"])
-                .map_err(|e| e.to_string())?;
-        let p = plan(&cli.args).map_err(|e| format!("{e:#}"))?;
-        let report = collect::run(&p, stop, &|_| {});
-        if let Some(why) = report.unmeasurable() {
-            return Err(why);
-        }
-        let findings = report
-            .findings
-            .iter()
-            .map(|f| Finding {
-                rule: f.rule.name().to_string(),
-                side: serde_json::to_value(f.side)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_else(|| f.side.name().to_string()),
-            })
-            .collect();
-        Ok(Diagnosis {
-            findings,
-            report: serde_json::to_value(&report).map_err(|e| e.to_string())?,
-        })
-    }
 }
 
 pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {

@@ -18,10 +18,10 @@ use latscope_net::proto::Limits;
 use latscope_net::serve::{ServeConfig, Server, ServerHandle};
 use latscope_net::sock::Target;
 
-use crate::diagnose::collect::{self, Plan};
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag, unix_ms};
 use crate::progress::Progress;
+use latscope_diagnose::collect::{self, Plan};
 
 /// Response size and split point: a small "header" and a "body", like an HTTP response.
 const RESPONSE: u32 = 1024;

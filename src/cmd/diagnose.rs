@@ -3,17 +3,15 @@
 use std::io::Write;
 use std::time::Duration;
 
-use clap::Args;
-use latscope_core::render::emit;
-use latscope_core::units::{parse_duration, parse_size};
-use latscope_net::proto::DEFAULT_PORT;
-use latscope_net::sock::Target;
-
-use crate::diagnose::Outcome;
-use crate::diagnose::collect::{self, Plan};
 use crate::exit;
 use crate::output::{OutputArgs, stop_flag};
 use crate::progress::Progress;
+use clap::Args;
+use latscope_core::render::emit;
+use latscope_core::units::{parse_duration, parse_size};
+use latscope_diagnose::Outcome;
+use latscope_diagnose::collect;
+use latscope_diagnose::plan::{Plan, PlanError, Request};
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
@@ -90,63 +88,23 @@ pub fn run(a: &DiagnoseArgs) -> anyhow::Result<u8> {
     }
 }
 
-pub(crate) fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
-    let url = (a.target.starts_with("http://") || a.target.starts_with("https://"))
-        .then(|| a.target.clone());
-    let target = match &url {
-        Some(u) => {
-            let parsed = latscope_http::Url::parse(u)
-                .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
-            Target::Inet {
-                host: parsed.host,
-                port: parsed.port,
-            }
-        }
-        None => Target::parse(&a.target, DEFAULT_PORT)?,
-    };
-    if matches!(target, Target::Unix(_)) {
-        return Err(exit::coded(
-            exit::USAGE,
-            "diagnose needs a network target (HOST[:PORT])",
-        ));
-    }
-    let family = a.client.family.family();
-    let addr = target.resolve(family)?;
-    if a.connections == 0 || a.connections > 1000 {
-        return Err(exit::coded(
-            exit::USAGE,
-            "--connections must be between 1 and 1000",
-        ));
-    }
-    if a.request_size == 0
-        || a.response_size == 0
-        || a.request_size > 1 << 20
-        || a.response_size > 1 << 20
-    {
-        return Err(exit::coded(
-            exit::USAGE,
-            "--request-size and --response-size must be between 1 B and 1 MiB",
-        ));
-    }
-    if a.max_time < Duration::from_secs(1) {
-        return Err(exit::coded(exit::USAGE, "--max-time must be at least 1s"));
-    }
-    if a.duration < Duration::from_millis(200) {
-        return Err(exit::coded(
-            exit::USAGE,
-            "--duration must be at least 200ms",
-        ));
-    }
-    Ok(Plan {
-        target,
-        addr,
+/// The pipeline's plan from the command line: the flags as a [`Request`], checked and resolved
+/// by the diagnose crate (bad settings are usage errors; a name that does not resolve keeps the
+/// network layer's exit class).
+fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
+    let r = Request {
+        target: a.target.clone(),
         duration: a.duration,
         concurrency: a.connections,
-        request_bytes: a.request_size as u32,
-        response_bytes: a.response_size as u32,
+        request_bytes: a.request_size,
+        response_bytes: a.response_size,
         no_load: a.no_load,
-        url,
-        auth: a.client.auth.key()?,
         max_time: a.max_time,
+        family: a.client.family.family(),
+        auth: a.client.auth.key()?,
+    };
+    Plan::new(&r).map_err(|e| match e {
+        PlanError::Usage(why) => exit::coded(exit::USAGE, why),
+        PlanError::Net(e) => e.into(),
     })
 }

@@ -6,7 +6,8 @@
 //! thread, calling latscope's engines for one probe at a time, and records every probe in
 //! Prometheus histograms and counters ([`metrics`]) served by latscope-exporter at `/metrics`,
 //! with `/healthz` and a blackbox-style `/probe?target=…&kind=…`. A per-target SLO on a
-//! windowed quantile triggers `diagnose` (through the [`Diagnoser`] the binary provides),
+//! windowed quantile triggers `diagnose` (through a [`Diagnoser`]: [`pipeline::InProcess`] runs the
+//! diagnose crate's pipeline; tests pass a mock),
 //! rate-limited; its findings are exported as `latscope_finding{target,rule,side}` and its
 //! report appended to a JSON-lines log. Optionally the host's own view: socket findings of
 //! chosen local services ([`host`]).
@@ -19,6 +20,7 @@ pub mod fuzzing;
 pub mod host;
 pub mod measure;
 pub mod metrics;
+pub mod pipeline;
 mod probe_route;
 pub mod stack;
 mod worker;
@@ -56,7 +58,7 @@ pub struct Diagnosis {
     pub report: serde_json::Value,
 }
 
-/// Runs `latscope diagnose` against a target (the binary owns the diagnose pipeline).
+/// Runs `latscope diagnose` against a target ([`pipeline::InProcess`], or a test's mock).
 pub trait Diagnoser: Send + Sync + 'static {
     /// Diagnose `target` (`HOST:PORT` or a URL); `stop` is set when the agent stops.
     fn diagnose(&self, target: &str, stop: &AtomicBool) -> Result<Diagnosis, String>;

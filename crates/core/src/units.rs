@@ -289,6 +289,14 @@ pub fn verb<'a>(n: u64, singular: &'a str, plural: &'a str) -> &'a str {
     if n == 1 { singular } else { plural }
 }
 
+/// Milliseconds since the Unix epoch, for report metadata (0 if the clock is before 1970).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// `YYYY-MM-DD HH:MM:SS UTC` from Unix milliseconds, via Howard Hinnant's `civil_from_days`
 /// (http://howardhinnant.github.io/date_algorithms.html).
 pub fn utc_time(unix_ms: u64) -> String {

@@ -1614,7 +1614,7 @@ mod tests {
             "the link queues them, not the server"
         );
         assert_eq!(apply(&e)[0].rule, RuleId::BottleneckBandwidth);
-        assert!(crate::diagnose::budget(&e).serialisation_ns.unwrap() > 2_000_000);
+        assert!(crate::budget(&e).serialisation_ns.unwrap() > 2_000_000);
         // A fast path: serialisation is nothing, and a one-at-a-time server is still named.
         e.bottleneck = Some(Bottleneck {
             rate_bps: 10e9,
@@ -1931,9 +1931,9 @@ mod tests {
             ttfb_ns: 15_010_000,
             transfer_ns: 1_000,
         });
-        let b = crate::diagnose::budget(&e);
+        let b = crate::budget(&e);
         assert_eq!(b.server_app_ns, Some(14_998_000));
-        let v = crate::diagnose::verdict(&apply(&e), &b);
+        let v = crate::verdict(&apply(&e), &b);
         assert!(v.starts_with("server application time"), "{v}");
         assert!(v.contains("(100% of its 15ms)"), "{v}");
         // A healthy server whose first byte on a new connection (the phases) takes longer than
@@ -1947,7 +1947,7 @@ mod tests {
             ttfb_ns: 58_000,
             transfer_ns: 1_000,
         });
-        let b = crate::diagnose::budget(&e);
+        let b = crate::budget(&e);
         assert_eq!(b.host_ns, Some(34_000));
         assert_eq!(
             b.server_app_ns,
@@ -2042,7 +2042,7 @@ mod tests {
             all[0].evidence
         );
         assert_eq!(all[1].caused_by, Some(RuleId::Retransmissions));
-        let v = crate::diagnose::verdict(&all, &crate::diagnose::budget(&e));
+        let v = crate::verdict(&all, &crate::budget(&e));
         assert!(v.starts_with("packet loss"), "{v}");
         // Without a capture: the quick-ack experiment's gain is the loss's cost.
         let mut e = policed();
@@ -2188,7 +2188,7 @@ mod tests {
         assert_eq!(rules, vec![RuleId::PreTcpKernel, RuleId::SocketQueueing]);
         assert_eq!(all[1].caused_by, Some(RuleId::PreTcpKernel));
         assert_eq!(all[0].causes, vec![RuleId::SocketQueueing]);
-        let v = crate::diagnose::verdict(&all, &crate::diagnose::budget(&e));
+        let v = crate::verdict(&all, &crate::budget(&e));
         assert!(v.contains("this explains: requests wait"), "{v}");
         // A kernel delay far too small to account for the queueing explains nothing.
         e.stack.as_mut().unwrap().tcp_start_ns = Some(27_000.0);

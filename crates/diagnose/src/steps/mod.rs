@@ -227,7 +227,7 @@ pub fn requests_target(ev: &Evidence) -> Result<TargetKind, NotRun> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::collect::DEFAULT_MAX_TIME;
+    use crate::collect::DEFAULT_MAX_TIME;
 
     /// Every measuring step's budget, for the default plan, fits in the default run budget
     /// with room for the observers' start-up and wind-down (issue 15 item 9).

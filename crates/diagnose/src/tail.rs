@@ -342,7 +342,7 @@ pub fn is_tail(d: &Diagnosis, single_p50_ns: Option<u64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::evidence::{CaptureEvidence, TimeSlice};
+    use crate::evidence::{CaptureEvidence, TimeSlice};
     use latscope_core::Summary;
 
     fn single(count: u64, p50: u64, p99: u64) -> Summary {
@@ -542,7 +542,7 @@ mod tests {
         let c = e.cpu.as_mut().unwrap();
         c.run_queue = Some(rq(1_090_000.0));
         c.client_run_queue = Some(rq(100_000.0));
-        e.stack = Some(crate::diagnose::evidence::StackEvidence {
+        e.stack = Some(crate::evidence::StackEvidence {
             packets: 21_680,
             ip_start_ns: Some(0.5),
             enqueued_ns: Some(98_300.0),

@@ -12,8 +12,8 @@ use latscope_core::units::{format_bytes, format_ns};
 
 use super::engines::{Sizes, Slices, app_latency_sized};
 use super::{Measure, NotRun, requests_target};
-use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{Evidence, TimeSlice};
+use crate::collect::Context;
+use crate::evidence::{Evidence, TimeSlice};
 
 pub struct Single;
 

@@ -9,8 +9,8 @@ use latscope_core::model::diagnose::StepName;
 use latscope_ebpf::Probe;
 
 use super::{NotRun, Observe, requests_target};
-use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{Evidence, StackEvidence};
+use crate::collect::Context;
+use crate::evidence::{Evidence, StackEvidence};
 
 pub struct KernelStack;
 

@@ -12,8 +12,8 @@ use latscope_inspect::scan::{Selection, scan};
 
 use super::engines::meta;
 use super::{NotRun, Observe, requests_target};
-use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{self, Evidence};
+use crate::collect::Context;
+use crate::evidence::{self, Evidence};
 
 pub struct ServerSockets;
 

@@ -8,8 +8,8 @@ use latscope_core::model::diagnose::StepName;
 use latscope_core::units::format_ns;
 
 use super::{Measure, NotRun, engines::meta};
-use crate::diagnose::collect::{Context, Plan};
-use crate::diagnose::evidence::Evidence;
+use crate::collect::{Context, Plan};
+use crate::evidence::Evidence;
 
 pub struct Path;
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use latscope_wire::packet::{Addr, Decoded, Transport, flags};
 
-use crate::diagnose::evidence::StallTotal;
+use crate::evidence::StallTotal;
 
 /// Handshakes tracked at once; past it the table starts afresh (a capture of one diagnose step
 /// opens a few hundred connections: this only bounds a hostile or unexpected flood).

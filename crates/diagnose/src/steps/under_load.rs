@@ -15,8 +15,8 @@ use latscope_net::stream::StreamConfig;
 
 use super::engines::{http_latency, http_options, meta};
 use super::{Measure, NotRun, requests_target};
-use crate::diagnose::collect::{Context, Plan};
-use crate::diagnose::evidence::{Bottleneck, Evidence, Load, RateSource, UnderLoad as Loaded};
+use crate::collect::{Context, Plan};
+use crate::evidence::{Bottleneck, Evidence, Load, RateSource, UnderLoad as Loaded};
 
 pub struct UnderLoad;
 

@@ -13,8 +13,8 @@ use latscope_net::rr::StopAfter;
 
 use super::engines::{is_latscope, meta};
 use super::{Measure, NotRun};
-use crate::diagnose::collect::{Context, Plan};
-use crate::diagnose::evidence::{ConnectFailures, Evidence};
+use crate::collect::{Context, Plan};
+use crate::evidence::{ConnectFailures, Evidence};
 
 pub struct Handshakes;
 

@@ -12,9 +12,9 @@ use latscope_net::NetError;
 use latscope_net::proto::{RefusalCode, Start, TestKind};
 use latscope_net::rr::{RrConfig, StopAfter, open_session};
 
-use crate::diagnose::collect::Plan;
-use crate::diagnose::evidence::SLOW_FLOOR_NS;
-use crate::output::unix_ms;
+use crate::collect::Plan;
+use crate::evidence::SLOW_FLOOR_NS;
+use latscope_core::units::unix_ms;
 
 pub fn meta(cmd: &str) -> Meta {
     Meta::new(cmd, env!("CARGO_PKG_VERSION"), unix_ms())

@@ -1,11 +1,13 @@
-//! `latscope diagnose`: runs the measurements a latency hunt needs, in order, and applies the
-//! named rules of [`rules`] to what they found. Each measurement is a step of [`steps`], run by
-//! the pipeline in [`collect`] into the typed [`evidence`]; rules are pure and tested on their
-//! own.
+//! `latscope diagnose` as a library: runs the measurements a latency hunt needs, in order, and
+//! applies the named rules of [`rules`] to what they found. A caller states a [`plan::Request`],
+//! checked into a [`plan::Plan`]; each measurement is a step of [`steps`], run by the pipeline
+//! in [`collect`] into the typed [`evidence`]; rules are pure and tested on their own. The
+//! `latscope` binary (`diagnose`, `demo`) and the fleet agent (on an SLO breach) both run it.
 
 pub mod collect;
 pub mod evidence;
 pub mod locate;
+pub mod plan;
 pub mod rules;
 pub mod steps;
 pub mod tail;

@@ -11,8 +11,8 @@ use latscope_core::units::format_ns;
 
 use super::engines::app_latency;
 use super::{Measure, NotRun, requests_target};
-use crate::diagnose::collect::{Context, Plan};
-use crate::diagnose::evidence::Evidence;
+use crate::collect::{Context, Plan};
+use crate::evidence::Evidence;
 
 pub struct QuickAck;
 

@@ -6,8 +6,8 @@ use latscope_core::units::format_ns;
 
 use super::engines::app_latency;
 use super::{Measure, NotRun, requests_target};
-use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{Concurrent, Evidence};
+use crate::collect::Context;
+use crate::evidence::{Concurrent, Evidence};
 
 pub struct Concurrency;
 

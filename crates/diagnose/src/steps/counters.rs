@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use latscope_core::model::diagnose::StepName;
 
 use super::{NotRun, Observe};
-use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{Evidence, NsCounters, TcpCounters};
+use crate::collect::Context;
+use crate::evidence::{Evidence, NsCounters, TcpCounters};
 
 pub struct Counters;
 

@@ -1,7 +1,6 @@
 //! The pipeline: run each step of [`steps::PIPELINE`] in order, each filling its field of the
 //! evidence, then apply the rules.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -10,36 +9,12 @@ use latscope_core::model::diagnose::{
     DiagnoseReport, Responsiveness, Step, StepName, StepStatus, TargetKind,
 };
 use latscope_core::units::format_ns;
-use latscope_net::sock::Target;
 
 use super::evidence::Evidence;
 use super::locate::LocalServer;
 use super::steps::{self, Entry, Record, Running, Started};
 
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct Plan {
-    pub target: Target,
-    pub addr: SocketAddr,
-    /// Time per application measurement.
-    pub duration: Duration,
-    pub concurrency: u32,
-    /// Request and response size for latscope targets.
-    pub request_bytes: u32,
-    pub response_bytes: u32,
-    /// Skip the latency-under-load step (it saturates the path for a few seconds).
-    pub no_load: bool,
-    /// An http:// or https:// URL: the application steps use the HTTP load engine.
-    pub url: Option<String>,
-    /// The key for an authenticating latscope server (`--auth-file`).
-    pub auth: Option<latscope_net::auth::AuthKey>,
-    /// The whole run's time budget: a step still running when it is spent is stopped, later
-    /// ones are not started (both reported as cut short).
-    pub max_time: Duration,
-}
-
-/// The default of `--max-time`: a run finishes within about this, whatever the target does.
-pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(30);
+pub use crate::plan::{DEFAULT_MAX_TIME, Plan};
 
 /// What every step may look at: the plan and its stop flag — raised on Ctrl-C, and for a
 /// step when its time budget is spent; engines get it as their stop flag.

@@ -13,8 +13,8 @@ use latscope_inspect::scan::{Selection, scan};
 
 use super::engines::meta;
 use super::{NotRun, Observe, requests_target};
-use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{CpuEvidence, Evidence, RunQueueWaits, Throttling};
+use crate::collect::Context;
+use crate::evidence::{CpuEvidence, Evidence, RunQueueWaits, Throttling};
 
 pub struct Cpu;
 

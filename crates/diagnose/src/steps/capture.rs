@@ -13,8 +13,8 @@ use latscope_wire::report::StallKind;
 use super::syn_resends::SynResends;
 use super::trains::{self, Trains};
 use super::{NotRun, Observe, requests_target};
-use crate::diagnose::collect::Context;
-use crate::diagnose::evidence::{
+use crate::collect::Context;
+use crate::evidence::{
     Bottleneck, CaptureEvidence, Evidence, NagleStalls, RateSource, StallExample, StallTotal,
 };
 
