@@ -1,0 +1,96 @@
+//! `retransmissions`: segments were lost (or their ACKs were) and sent again.
+
+use super::*;
+
+/// Whether the capture shows material loss: a loss rate of at least 1 in 1000 frames, or
+/// retransmission timeouts that cost at least a tenth of a request's median (and 100 µs) per
+/// request. A handful of retransmissions among a hundred thousand frames explains nothing.
+/// Returns the time the timeouts cost per request and the evidence line.
+pub(crate) fn capture_loss(e: &Evidence) -> Option<(u64, String)> {
+    let c = e.capture.as_ref()?;
+    let rto = c.rto_stalls.unwrap_or_default();
+    let (rto_n, rto_lost) = (rto.count, rto.lost_ns);
+    let per_request = rto_lost.checked_div(c.transactions).unwrap_or(rto_lost);
+    let median = e.single.as_ref().map(|s| s.p50_ns).unwrap_or(0);
+    let time_material = per_request >= 100_000 && per_request * 10 >= median;
+    let lost = lost_on_wire(e, c);
+    if lost == 0 || !(loss_rate_material(e, c) || time_material) {
+        return None;
+    }
+    let spurious = c.retransmissions - lost;
+    Some((
+        per_request,
+        format!(
+            "on the wire: {} retransmissions in {} frames{}; {rto_n} waited for the retransmission timer ({} lost)",
+            c.retransmissions,
+            c.frames,
+            if spurious > 0 {
+                format!(", {spurious} of them reported duplicate by the receiver (D-SACK)")
+            } else {
+                String::new()
+            },
+            format_ns(rto_lost as f64)
+        ),
+    ))
+}
+
+/// Retransmissions: segments were lost (or their ACKs were) and sent again; a timer-driven
+/// retransmission costs at least TCP_RTO_MIN (200 ms). The capture at the client sees the
+/// client's retransmissions and those of the server that reach it; the kernel's counters see
+/// both sides' (the server's when it runs on this host) and the gaps loss leaves at the
+/// receiver — loss on the server's way out shows there even when the capture misses it.
+pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
+    let wire = capture_loss(e);
+    let counters = counter_loss(e);
+    if wire.is_none() && counters.is_empty() {
+        return None;
+    }
+    // What a request loses to it on average: the timeouts seen on the wire and the waits for
+    // the client's ACK the loss caused, or else the mean's excess over the median (the slow
+    // requests are the ones that waited for a retransmission).
+    let rto_ns = wire.as_ref().map_or(0, |(per_request, _)| *per_request);
+    let ack_ns = loss_ack_stall_cost(e);
+    let explains_ns = match rto_ns + ack_ns {
+        0 => e
+            .single
+            .as_ref()
+            .map_or(0, |s| (s.mean_ns - s.p50_ns as f64).max(0.0) as u64),
+        cost => cost,
+    };
+    let mut evidence: Vec<String> = wire.map(|(_, l)| l).into_iter().collect();
+    evidence.extend(counters);
+    if ack_ns > 0 {
+        evidence.push(loss_ack_line(e, ack_ns));
+    }
+    Some(Diagnosis {
+        rule: RuleId::Retransmissions,
+        title: "packet loss: segments retransmitted".into(),
+        explains_ns,
+        confidence: if evidence.len() > 1 { 0.9 } else { 0.8 },
+        side: Side::Network,
+        evidence,
+        fix: "find where packets are dropped: `nstat`/`ip -s link` on both hosts, interface errors, queue drops (`tc -s qdisc`), firewall rules; losses on a path you don't own need its operator".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// The evidence line for the waits for the client's ACK that loss caused.
+pub(crate) fn loss_ack_line(e: &Evidence, per_request: u64) -> String {
+    let waits = match e
+        .capture
+        .as_ref()
+        .and_then(|c| ack_stalls(c).map(|s| (c, s)))
+    {
+        Some((c, s)) => format!(
+            "{} waited for the client's delayed ACK on the wire",
+            of(s.count, c.transactions, "transaction")
+        ),
+        None => "TCP_QUICKACK on the client removed the wait from the median".into(),
+    };
+    format!(
+        "the loss explains the waits for the client's ACK: {waits}, with {} lost meanwhile — after each loss the sender's window shrinks and the rest of a response waits for an ACK the client delays ({} per request)",
+        count(lost_segments(e), "segment"),
+        format_ns(per_request as f64)
+    )
+}

@@ -1,0 +1,224 @@
+//! What several rules read: the hosts' excess over the path, loss counted on the wire and by the
+//! kernel's counters, the waits for the client's ACK, and whether a TCP timer explains the excess.
+
+use super::*;
+
+/// Excess of the single-request median over the path median and the exchange's serialisation
+/// at the bottleneck (time spent in the hosts).
+pub(crate) fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
+    let single = e.single.as_ref()?.p50_ns;
+    let path = e.path.as_ref().map(|p| p.p50_ns).unwrap_or(0);
+    let wire = e.bottleneck.map_or(0, |b| b.serialisation_ns());
+    Some((
+        single,
+        path,
+        single.saturating_sub(path).saturating_sub(wire),
+    ))
+}
+
+/// The capture's retransmissions less those the receivers reported as duplicates (D-SACKs in
+/// the kernel's counters): a retransmission whose original had arrived (a timer or a tail-loss
+/// probe that fired because the ACK was late, on a busy server) lost nothing.
+pub(crate) fn lost_on_wire(e: &Evidence, c: &CaptureEvidence) -> u64 {
+    c.retransmissions
+        .saturating_sub(e.counters.map_or(0, |k| k.spurious()))
+}
+
+/// A loss rate that matters: at least one lost segment per 1000 frames.
+pub(crate) fn loss_rate_material(e: &Evidence, c: &CaptureEvidence) -> bool {
+    let lost = lost_on_wire(e, c);
+    lost > 0 && lost * 1000 >= c.frames.max(1)
+}
+
+/// At least 5 segments and 0.5% of `of`: a kernel counter's share that is loss, not noise.
+pub(crate) fn counter_material(n: u64, of: u64) -> bool {
+    n >= 5 && n * 200 >= of.max(1)
+}
+
+/// Loss the kernel's TCP counters show across the handshakes and single requests, as evidence
+/// lines (empty: none material): data segments retransmitted by either side, or segments that
+/// arrived out of order (the one before the gap was lost on the way to that side). SYN
+/// retransmissions are left out — they are the handshakes' own finding.
+pub(crate) fn counter_loss(e: &Evidence) -> Vec<String> {
+    let Some(c) = &e.counters else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut side = |who: &str, n: &NsCounters| {
+        if counter_material(n.lost_retrans(), n.out_segs) {
+            out.push(format!(
+                "kernel counters: {who} retransmitted {} data segments of {} sent ({:.1}%; RetransSegs − TCPSynRetrans{})",
+                n.lost_retrans(),
+                n.out_segs,
+                100.0 * n.lost_retrans() as f64 / n.out_segs.max(1) as f64,
+                if n.dsack_recv > 0 {
+                    format!(
+                        ", less the {} the receiver reported it already had (D-SACK)",
+                        n.dsack_recv
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if counter_material(n.local_out_drops(), n.ip_out_requests) {
+            out.push(format!(
+                "kernel counters: {who} dropped {} of its {} outgoing IP packets before they left (IpOutRequests − IpOutTransmits: netfilter output rules or routing); TCP sends them again after a timer, as after a loss",
+                n.local_out_drops(),
+                n.ip_out_requests
+            ));
+        }
+        if counter_material(n.ofo_queued, n.in_segs) {
+            out.push(format!(
+                "kernel counters: {} of the {} segments {who} received arrived out of order (TCPOFOQueue): the one before each gap was lost on its way there",
+                n.ofo_queued, n.in_segs
+            ));
+        }
+    };
+    match (&c.server, c.shared) {
+        (Some(s), true) => side("client and server (one namespace)", s),
+        (server, _) => {
+            side("the client", &c.client);
+            if let Some(s) = server {
+                side("the server", s);
+            }
+        }
+    }
+    out
+}
+
+/// Loss on data segments at a material rate, seen by the capture or the kernel's counters.
+pub(crate) fn data_loss_material(e: &Evidence) -> bool {
+    e.capture.as_ref().is_some_and(|c| loss_rate_material(e, c)) || !counter_loss(e).is_empty()
+}
+
+/// Segments lost over the measured span, by the best count there is: retransmissions on the
+/// wire, or the kernel's counters (data retransmitted, packets dropped on the way out, and
+/// segments that arrived after a gap) of both namespaces.
+pub(crate) fn lost_segments(e: &Evidence) -> u64 {
+    let wire = e.capture.as_ref().map_or(0, |c| lost_on_wire(e, c));
+    let side = |n: &NsCounters| (n.lost_retrans() + n.local_out_drops()).max(n.ofo_queued);
+    let counted = e.counters.map_or(0, |c| match (c.server, c.shared) {
+        (Some(s), true) => side(&s),
+        (s, _) => side(&c.client) + s.map_or(0, |s| side(&s)),
+    });
+    wire.max(counted)
+}
+
+/// Transactions the wire shows waiting for the client's ACK (delayed-ACK releases, Nagle-shaped
+/// or not) and the time they lost.
+pub(crate) fn ack_stalls(c: &CaptureEvidence) -> Option<StallTotal> {
+    let parts = [c.delayed_ack, c.nagle.map(|n| n.total)];
+    parts.iter().flatten().copied().reduce(|a, b| StallTotal {
+        count: a.count + b.count,
+        lost_ns: a.lost_ns + b.lost_ns,
+    })
+}
+
+/// Loss explains the waits for the client's ACK: data was lost at a material rate in the same
+/// span, the lost segments are at least half as many as the waits (each loss shrinks the
+/// sender's window, and the rest of a response then waits for an ACK the client delays), and the
+/// server's sockets do not show Nagle on (Nagle's held segments wait for every delayed ACK,
+/// loss or not). The waits are counted on the wire, or, without a capture, every request the
+/// quick-ack experiment sped up (at least half of them: it moved the median).
+pub(crate) fn loss_explains_ack_stalls(e: &Evidence) -> bool {
+    if !data_loss_material(e) || e.server_sockets.as_ref().is_some_and(|s| s.nagle_on > 0) {
+        return false;
+    }
+    let waits = match e.capture.as_ref().and_then(ack_stalls) {
+        Some(s) => s.count,
+        None if quickack_helped(e) => e.single.as_ref().map_or(0, |s| s.count / 2),
+        None => return false,
+    };
+    waits > 0 && lost_segments(e).saturating_mul(2) >= waits
+}
+
+/// What the waits for the client's ACK that loss caused cost a request on average (0 when loss
+/// does not explain them): their time on the wire per transaction, or what TCP_QUICKACK removed
+/// from the median.
+pub(crate) fn loss_ack_stall_cost(e: &Evidence) -> u64 {
+    if !loss_explains_ack_stalls(e) {
+        return 0;
+    }
+    if let Some(c) = &e.capture
+        && let Some(s) = ack_stalls(c)
+    {
+        return s.lost_ns.checked_div(c.transactions).unwrap_or(s.lost_ns);
+    }
+    match (&e.single, &e.quickack) {
+        (Some(s), Some(q)) => s.p50_ns.saturating_sub(q.p50_ns),
+        _ => 0,
+    }
+}
+
+/// The server's listen queue dropped SYNs or handshakes (its namespace's counters).
+pub(crate) fn listen_overflowed(e: &Evidence) -> bool {
+    e.counters
+        .and_then(|c| c.server)
+        .is_some_and(|s| s.listen_overflowed())
+}
+
+/// The HTTP load of the latency-under-load step moved at least half the bottleneck's rate: the
+/// probe queued behind its bytes on the link.
+pub(crate) fn load_fills_bottleneck(e: &Evidence) -> bool {
+    match (e.bottleneck, e.under_load.as_ref().map(|u| u.load)) {
+        (Some(b), Some(Load::Http { bytes_per_sec, .. })) => {
+            bytes_per_sec * 8.0 * 2.0 >= b.rate_bps
+        }
+        _ => false,
+    }
+}
+
+/// The capture shows Nagle-held segments released by delayed ACKs in most transactions.
+pub(crate) fn wire_nagle(e: &Evidence) -> Option<(&CaptureEvidence, NagleStalls)> {
+    let c = e.capture.as_ref()?;
+    let n = c.nagle?;
+    (c.transactions > 0 && n.total.count * 2 >= c.transactions).then_some((c, n))
+}
+
+/// The capture shows segments released by delayed ACKs (classified "without Nagle") in most
+/// transactions, while the server's own sockets have TCP_NODELAY off: Nagle is on at the
+/// sender, so the held segments are Nagle's whatever their size looked like on the wire.
+pub(crate) fn wire_delayed_ack_with_server_nagle(
+    e: &Evidence,
+) -> Option<(&CaptureEvidence, StallTotal)> {
+    let c = e.capture.as_ref()?;
+    let d = c.delayed_ack?;
+    let nagle_on = e.server_sockets.as_ref().is_some_and(|s| s.nagle_on > 0);
+    (nagle_on && c.transactions > 0 && d.count * 2 >= c.transactions).then_some((c, d))
+}
+
+/// TCP_QUICKACK on the client made requests at least 20% faster: a delayed ACK was in the way.
+pub(crate) fn quickack_helped(e: &Evidence) -> bool {
+    match (&e.quickack, &e.single) {
+        (Some(q), Some(s)) => (q.p50_ns as f64) < 0.8 * s.p50_ns as f64,
+        _ => false,
+    }
+}
+
+/// A TCP timer, with evidence, explains the hosts' excess: the quick-ack experiment removed
+/// it, or the wire shows delayed-ACK releases in most transactions.
+pub(crate) fn timer_explains(e: &Evidence) -> bool {
+    quickack_helped(e)
+        || wire_nagle(e).is_some()
+        || e.capture.as_ref().is_some_and(|c| {
+            c.delayed_ack
+                .is_some_and(|d| c.transactions > 0 && d.count * 2 >= c.transactions)
+        })
+}
+
+/// A phase dominates when it is at least this share of the whole request…
+pub(crate) const PHASE_SHARE: f64 = 1.0 / 3.0;
+/// …and at least this long.
+pub(crate) const PHASE_FLOOR_NS: u64 = 1_000_000;
+
+/// The worst tail latency the request steps measured: (p50, p99) of the step with the larger p99.
+pub(crate) fn tail(e: &Evidence) -> Option<(u64, u64)> {
+    [e.single.as_ref(), e.concurrent.as_ref().map(|c| &c.latency)]
+        .into_iter()
+        .flatten()
+        .map(|s| (s.p50_ns, s.p99_ns))
+        // The widest tail, not the highest p99: concurrent requests that all wait a throttled
+        // period have a p99 of 199 ms and no tail at all (their p50 is 199 ms too).
+        .max_by_key(|&(p50, p99)| p99.saturating_sub(p50))
+}

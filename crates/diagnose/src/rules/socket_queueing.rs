@@ -1,0 +1,99 @@
+//! `socket_queueing`: requests wait in the server's socket before it reads them.
+
+use super::*;
+
+/// Socket queueing: requests wait in the server's socket before it reads them. Two instruments
+/// see it, and either is enough (one cause, one fix — two findings would only split it):
+/// - from the client, with N concurrent connections each request takes about N times as long as
+///   alone: the server handles one request at a time and the rest wait ([`concurrency_scaling`]);
+/// - from the server's kernel, data queued on the socket long before the application reads it
+///   (netstacklat's tcp-socket-enqueued → tcp-socket-read, [`read_wait`]): too few workers, or
+///   busy ones.
+pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
+    let scaling = concurrency_scaling(e);
+    let read = read_wait(e);
+    if scaling.is_none() && read.is_none() {
+        return None;
+    }
+    let mut evidence = Vec::new();
+    let (title, explains_ns, mut confidence) = match scaling {
+        Some((n, single, conc, ratio)) => {
+            evidence.push(format!(
+                "one request at a time: p50 {}",
+                format_ns(single as f64)
+            ));
+            evidence.push(format!(
+                "{n} at once: p50 {} — {ratio:.1}× longer, close to {n}× (serialised)",
+                format_ns(conc as f64)
+            ));
+            (
+                "requests wait in the server's socket queue: it serves one at a time",
+                conc.saturating_sub(single),
+                if ratio >= 0.8 * f64::from(n) {
+                    0.85
+                } else {
+                    0.65
+                },
+            )
+        }
+        None => (
+            "requests wait in the socket before the server reads them",
+            read.as_ref().map_or(0, |r| r.0),
+            0.85,
+        ),
+    };
+    if let Some((_, line)) = read {
+        evidence.push(line);
+        if scaling.is_some() {
+            confidence = 0.9;
+        }
+    }
+    Some(Diagnosis {
+        rule: RuleId::SocketQueueing,
+        title: title.into(),
+        explains_ns,
+        confidence,
+        side: Side::Server,
+        evidence,
+        fix: "add workers (nginx `worker_processes`, more threads or processes) or make request handling concurrent; if the workers are idle, find what keeps them from reading (blocking calls, a global lock, CPU starvation)".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// N concurrent requests take about N times as long as one alone (at least 0.6 N): the
+/// connections, the single and the concurrent medians, and their ratio. Not when the single
+/// request is too fast for the ratio to mean anything, nor when serialisation at the bottleneck
+/// explains it (the requests queue on the link, not in the server).
+pub(crate) fn concurrency_scaling(e: &Evidence) -> Option<(u32, u64, u64, f64)> {
+    let c = e.concurrent.as_ref()?;
+    let (n, conc) = (c.connections, c.latency.p50_ns);
+    let single = e.single.as_ref()?.p50_ns;
+    if n < 2 || single < 200_000 || bandwidth_explains_concurrency(e) {
+        return None;
+    }
+    let ratio = conc as f64 / single as f64;
+    (ratio >= 0.6 * f64::from(n)).then_some((n, single, conc, ratio))
+}
+
+/// The server's kernel had requests queued on the socket for a millisecond or more (median) and
+/// ten times as long as they took to get there: the wait, and its evidence line.
+pub(crate) fn read_wait(e: &Evidence) -> Option<(u64, String)> {
+    let st = e.stack.as_ref()?;
+    let (enq, read) = (st.enqueued_ns?, st.read_ns?);
+    if read < 1_000_000.0 || read < 10.0 * enq.max(1.0) {
+        return None;
+    }
+    Some((
+        (read - enq) as u64,
+        format!(
+            "kernel stack (eBPF), server side: queued on the socket after {} but read by the application after {} (median{})",
+            format_ns(enq),
+            format_ns(read),
+            st.read_bucket
+                .as_ref()
+                .map(|b| format!(", bucket {b}"))
+                .unwrap_or_default()
+        ),
+    ))
+}

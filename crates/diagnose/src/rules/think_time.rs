@@ -1,0 +1,94 @@
+//! `think_time`: the server's application takes the time before its first response byte.
+
+use super::*;
+
+/// Application think time: the time before the first response byte that no TCP timer on the
+/// wire explains is the server's own (its application). It fires whenever the hosts add
+/// ≥ 1 ms and ≥ 5× the path and no timer is shown to be the cause (the quick-ack experiment
+/// changed nothing, the capture shows no delayed-ACK releases). An excess of a timer's length
+/// without that evidence is still reported — with a lower confidence and a line saying which
+/// experiment would tell — rather than "no problem" while the hosts add 1,000× the path.
+pub fn think_time(e: &Evidence) -> Option<Diagnosis> {
+    let (single, path, host) = host_excess(e)?;
+    // What a delayed ACK explains is not the application's: when one is shown, what is left is
+    // the time with TCP_QUICKACK on (a server can have both Nagle and think time).
+    let excess = if timer_explains(e) {
+        match &e.quickack {
+            Some(q) if quickack_helped(e) => q.p50_ns.saturating_sub(path),
+            _ => return None,
+        }
+    } else {
+        host
+    };
+    if excess < 1_000_000 || excess < 5 * path {
+        return None;
+    }
+    let timer = TcpTimer::classify(excess).filter(|t| t.is_delayed_ack());
+    let mut evidence = vec![
+        format!(
+            "one request: p50 {} against a path RTT of {}",
+            format_ns(single as f64),
+            format_ns(path as f64)
+        ),
+        match timer {
+            None => format!(
+                "the hosts add {}, and no TCP timer has that length",
+                format_ns(excess as f64)
+            ),
+            Some(_) => format!(
+                "the hosts add {} ({}), yet no delayed ACK is shown to cause it",
+                format_ns(excess as f64),
+                describe_stall(excess)
+            ),
+        },
+        match &e.quickack {
+            Some(q) if excess < host => format!(
+                "with TCP_QUICKACK on the client requests still take {} (p50): beyond the delayed ACK, {} is the server's",
+                format_ns(q.p50_ns as f64),
+                format_ns(excess as f64)
+            ),
+            Some(q) => format!(
+                "TCP_QUICKACK on the client leaves it unchanged (p50 {}): not a delayed ACK",
+                format_ns(q.p50_ns as f64)
+            ),
+            None => "the quick-ack experiment did not run".into(),
+        },
+    ];
+    if let Some(c) = &e.capture {
+        evidence.push(format!(
+            "on the wire: {} transactions{}",
+            c.transactions,
+            c.think
+                .map(|t| format!(
+                    "; {} waited for the server's first response byte ({} in all)",
+                    t.count,
+                    format_ns(t.lost_ns as f64)
+                ))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(ph) = &e.phases {
+        evidence.push(format!(
+            "request phases: time to first byte {} of which {} beyond the path's round trip",
+            format_ns(ph.ttfb_ns as f64),
+            format_ns(ph.ttfb_ns.saturating_sub(path) as f64)
+        ));
+    }
+    let ruled_out = e.quickack.is_some() || e.capture.is_some();
+    let confidence = match (ruled_out, timer) {
+        (true, _) => 0.8,
+        (false, None) => 0.65,
+        (false, Some(_)) => 0.5,
+    };
+    Some(Diagnosis {
+        rule: RuleId::ThinkTime,
+        title: "server application time: the server takes milliseconds before its first response byte".into(),
+        explains_ns: excess,
+        confidence,
+        side: Side::Server,
+        evidence,
+        fix: "profile the server's request handling (the time is spent before the first response byte); look for slow back-ends, locks or synchronous I/O".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
