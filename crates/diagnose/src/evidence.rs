@@ -60,7 +60,7 @@ pub struct TimeSlice {
 }
 
 /// Requests at least this slow are kept per slice: below the least a request of a heavy tail
-/// takes (the median plus half of [`super::tail::TAIL_FLOOR_NS`]).
+/// takes (the median plus half of [`crate::rules::TAIL_FLOOR_NS`]).
 pub const SLOW_FLOOR_NS: u64 = 1_000_000;
 
 impl TimeSlice {

@@ -10,7 +10,6 @@ pub mod locate;
 pub mod plan;
 pub mod rules;
 pub mod steps;
-pub mod tail;
 
 use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis};
 use std::fmt::Write;
@@ -64,7 +63,7 @@ fn server_app_ns(ev: &Evidence, host_ns: Option<u64>) -> Option<u64> {
 /// with no finding where the time goes.
 pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
     if let Some(top) = findings.first() {
-        let mut v = if tail::is_tail(top, budget.single_request_ns) {
+        let mut v = if rules::is_tail(top, budget.single_request_ns) {
             format!(
                 "{} — {} beyond the median in the slowest requests (the tail)",
                 top.title,

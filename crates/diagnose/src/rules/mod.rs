@@ -17,6 +17,7 @@ mod path_dominates;
 mod pre_tcp_kernel;
 mod retransmissions;
 mod run_queue_delay;
+mod server_tail_latency;
 mod shared;
 mod slow_dns;
 mod slow_handshake;
@@ -33,6 +34,7 @@ pub use self::path_dominates::*;
 pub use self::pre_tcp_kernel::*;
 pub use self::retransmissions::*;
 pub use self::run_queue_delay::*;
+pub use self::server_tail_latency::*;
 pub(crate) use self::shared::*;
 pub use self::slow_dns::*;
 pub use self::slow_handshake::*;
@@ -59,7 +61,7 @@ pub const RULES: &[Rule] = &[
     cpu_throttling,
     run_queue_delay,
     bottleneck_bandwidth,
-    crate::tail::server_tail_latency,
+    self::server_tail_latency::server_tail_latency,
 ];
 
 /// Apply every rule, then rank: root causes first (most latency explained first), each
@@ -177,10 +179,10 @@ pub const CHAINS: &[Link] = &[
 /// average: less than a 98 µs wait every request has.
 pub fn cost_per_request(e: &Evidence, f: &Diagnosis) -> u64 {
     let single = e.single.as_ref();
-    if !crate::tail::is_tail(f, single.map(|s| s.p50_ns)) {
+    if !self::server_tail_latency::is_tail(f, single.map(|s| s.p50_ns)) {
         return f.explains_ns;
     }
-    let share = match single.and_then(crate::tail::heavy_tail) {
+    let share = match single.and_then(self::server_tail_latency::heavy_tail) {
         Some(t) if t.quantile == "p99.9" => 1_000,
         _ => 100,
     };

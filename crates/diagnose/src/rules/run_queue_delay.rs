@@ -6,7 +6,7 @@ use super::*;
 /// (other busy threads or processes on the same CPUs). Measured as bcc's runqlat does, from the
 /// scheduler's wakeup and switch tracepoints, for the server's threads only.
 pub fn run_queue_delay(e: &Evidence) -> Option<Diagnosis> {
-    run_queue_median(e).or_else(|| crate::tail::run_queue_tail(e))
+    run_queue_median(e).or_else(|| run_queue_tail(e))
 }
 
 /// Run-queue delay in the typical request: the median wake-up waits.

@@ -1,8 +1,9 @@
-//! The tail of idle single requests: when one request in a hundred takes many times the median
-//! and neither the path, nor TCP's timers (retransmissions, delayed ACKs), nor the client's own
-//! CPU explain it, the server does — its threads waiting for a CPU when the run-queue probes
-//! show it, or else something in the server (scheduling, garbage collection, locks) the
-//! finding names with what was ruled out.
+//! `server_tail_latency` (and the run-queue tail of `run_queue_delay`): the tail of idle single
+//! requests. When one request in a hundred takes many times the median and neither the path,
+//! nor TCP's timers (retransmissions, delayed ACKs), nor the client's own CPU explain it, the
+//! server does — its threads waiting for a CPU when the run-queue probes show it, or else
+//! something in the server (scheduling, garbage collection, locks) the finding names with what
+//! was ruled out.
 //!
 //! A shared, busy machine makes tails too: the thresholds ask for enough samples and a tail
 //! large both in absolute terms and against the median, and waits latscope's own threads show
@@ -11,8 +12,8 @@
 use latscope_core::model::diagnose::{Diagnosis, RuleId, Side};
 use latscope_core::units::format_ns;
 
-use super::evidence::{CpuEvidence, Evidence, RunQueueWaits};
-use super::rules;
+use crate::evidence::{CpuEvidence, Evidence, RunQueueWaits};
+use crate::rules;
 
 /// Fewest single requests for a p99 to stand on (it then rests on at least five samples)…
 pub const MIN_SAMPLES: u64 = 500;
@@ -177,7 +178,7 @@ fn sleeper(e: &Evidence, t: &Tail) -> Result<Vec<String>, ()> {
             "of the {all} requests in the tail (≥ {}), {noisy} came while this host woke a sleeping thread {} late or more (the same {} slices)",
             format_ns((t.p50_ns + half) as f64),
             format_ns(half as f64),
-            format_ns(super::steps::SLICE.as_nanos() as f64)
+            format_ns(crate::steps::SLICE.as_nanos() as f64)
         ));
     }
     if let Some(n) = &e.host_noise {
