@@ -35,6 +35,7 @@ pub fn budget(ev: &Evidence) -> Budget {
         concurrent_request_ns: ev.concurrent.as_ref().map(|c| c.latency.p50_ns),
         concurrency: ev.concurrent.as_ref().map(|c| c.connections).unwrap_or(1),
         host_ns,
+        client_host_ns: None,
         server_app_ns: server_app_ns(ev, host_ns),
         bottleneck_bps: ev.bottleneck.map(|b| b.rate_bps),
         serialisation_ns: ser,

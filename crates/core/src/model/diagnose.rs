@@ -205,6 +205,23 @@ pub enum RuleId {
     /// Idle single requests have a heavy tail that neither the path, nor TCP's timers, nor a
     /// measured CPU wait explains: the server's own (its scheduling, GC, locks).
     ServerTailLatency,
+    /// Time in the client's own stack: its packets wait between `send()` and the driver
+    /// (netfilter OUTPUT, qdisc) or between the driver and `recv()` (softirq, CPU).
+    ClientHostStack,
+    /// The client's receive window limits a transfer (its rcvbuf, `tcp_rmem`, window scaling).
+    ReceiveWindowLimited,
+    /// The server's send buffer (SO_SNDBUF) limits a transfer.
+    SendBufferLimited,
+    /// Full-size segments are lost on the path while small ones pass, and a lower MSS gets
+    /// through: a smaller MTU on the path whose ICMP "fragmentation needed" does not arrive.
+    PmtuBlackHole,
+    /// One address family of the target's name does not answer (e.g. a dead AAAA record):
+    /// every new connection waits for it before it tries the other.
+    DeadAddressFamily,
+    /// The server answered with errors (not 2xx/3xx): what was measured are error pages.
+    ErrorResponses,
+    /// A material share of a request that no named rule explains, with where it sits.
+    Unexplained,
 }
 
 impl RuleId {
@@ -220,6 +237,10 @@ impl RuleId {
                 | RuleId::SlowDns
                 | RuleId::SlowTls
                 | RuleId::CpuThrottling
+                | RuleId::PmtuBlackHole
+                | RuleId::DeadAddressFamily
+                | RuleId::ErrorResponses
+                | RuleId::ClientHostStack
         )
     }
 
@@ -241,6 +262,13 @@ impl RuleId {
             RuleId::RunQueueDelay => "run_queue_delay",
             RuleId::BottleneckBandwidth => "bottleneck_bandwidth",
             RuleId::ServerTailLatency => "server_tail_latency",
+            RuleId::ClientHostStack => "client_host_stack",
+            RuleId::ReceiveWindowLimited => "receive_window_limited",
+            RuleId::SendBufferLimited => "send_buffer_limited",
+            RuleId::PmtuBlackHole => "pmtu_black_hole",
+            RuleId::DeadAddressFamily => "dead_address_family",
+            RuleId::ErrorResponses => "error_responses",
+            RuleId::Unexplained => "unexplained",
         }
     }
 }
@@ -283,6 +311,11 @@ pub struct Budget {
     pub concurrency: u32,
     /// single − path − serialisation: time spent in the hosts (kernel + application).
     pub host_ns: Option<u64>,
+    /// Of the hosts' time, what the client's own host adds: its packets between `send()` and
+    /// the driver and between the driver and `recv()` (kernel timestamps on latscope's own
+    /// sockets), when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_host_ns: Option<u64>,
     /// The path's bottleneck rate, measured by a bulk transfer (bit/s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bottleneck_bps: Option<f64>,
