@@ -10,6 +10,9 @@ pub struct Evidence {
     /// Round-trip time of the path without the application (SYN ping with kernel timestamps,
     /// or the kernel's handshake RTT).
     pub path: Option<Summary>,
+    /// The path was measured by a SYN ping with kernel timestamps: its RTT leaves out this
+    /// host's netfilter, qdisc and wake-ups, which a `connect()` pays.
+    pub path_by_syn: bool,
     /// connect() latency as the client sees it (includes SYN retransmissions).
     pub handshake: Option<Summary>,
     /// Connect attempts and how many failed.
@@ -45,6 +48,73 @@ pub struct Evidence {
     /// thread within it: a tail is compared with the host's noise of the same moments. Empty
     /// when the engine gave no slices.
     pub slices: Vec<TimeSlice>,
+    /// The HTTP responses of the request steps by status code (URL targets).
+    pub responses: Option<Responses>,
+    /// How long latscope's own packets spent in this (the client's) host: `send()` → driver and
+    /// driver → `recv()`, from kernel timestamps on its own sockets.
+    pub client_host: Option<ClientHost>,
+}
+
+/// HTTP responses by status code, over the request steps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Responses {
+    /// (status, responses), ascending by status.
+    pub by_status: Vec<(u16, u64)>,
+}
+
+impl Responses {
+    /// Add a run's counts.
+    pub fn add(&mut self, status: u16, n: u64) {
+        if n == 0 {
+            return;
+        }
+        match self.by_status.binary_search_by_key(&status, |&(s, _)| s) {
+            Ok(i) => self.by_status[i].1 += n,
+            Err(i) => self.by_status.insert(i, (status, n)),
+        }
+    }
+
+    /// Every response.
+    pub fn total(&self) -> u64 {
+        self.by_status.iter().map(|&(_, n)| n).sum()
+    }
+
+    /// The responses that are errors: not 1xx/2xx/3xx (what a client asking for a page did
+    /// not get).
+    pub fn errors(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.by_status.iter().copied().filter(|&(s, _)| s >= 400)
+    }
+
+    /// How many responses were errors.
+    pub fn error_count(&self) -> u64 {
+        self.errors().map(|(_, n)| n).sum()
+    }
+}
+
+/// Medians of the time latscope's own packets spent in the client's host (ns), from
+/// SO_TIMESTAMPING on its own sockets: between the application's `send()` and the driver (the
+/// qdisc, netfilter OUTPUT/POSTROUTING, routing on the way out) and between the driver and the
+/// application's `recv()` return (softirq, netfilter INPUT, the wake-up on the way in).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientHost {
+    /// `send()` → handed to the driver (TX_SOFTWARE), median.
+    pub send_to_driver_ns: Option<u64>,
+    /// `send()` → entered the qdisc (TX_SCHED), median.
+    pub send_to_qdisc_ns: Option<u64>,
+    /// Driver received (RX_SOFTWARE) → `recv()` returned, median.
+    pub driver_to_recv_ns: Option<u64>,
+    /// Timestamps the medians stand on.
+    pub samples: u64,
+}
+
+impl ClientHost {
+    /// What one exchange (a request out, its response in) spends in this host.
+    pub fn per_exchange_ns(&self) -> Option<u64> {
+        match (self.send_to_driver_ns, self.driver_to_recv_ns) {
+            (None, None) => None,
+            (tx, rx) => Some(tx.unwrap_or(0) + rx.unwrap_or(0)),
+        }
+    }
 }
 
 /// One time slice of the single-request step (about 100 ms).

@@ -11,7 +11,7 @@ pub mod plan;
 pub mod rules;
 pub mod steps;
 
-use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis};
+use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis, RuleId};
 use std::fmt::Write;
 
 use latscope_core::units::format_ns;
@@ -35,7 +35,7 @@ pub fn budget(ev: &Evidence) -> Budget {
         concurrent_request_ns: ev.concurrent.as_ref().map(|c| c.latency.p50_ns),
         concurrency: ev.concurrent.as_ref().map(|c| c.connections).unwrap_or(1),
         host_ns,
-        client_host_ns: None,
+        client_host_ns: rules::client_stack_ns(ev),
         server_app_ns: server_app_ns(ev, host_ns),
         bottleneck_bps: ev.bottleneck.map(|b| b.rate_bps),
         serialisation_ns: ser,
@@ -47,8 +47,11 @@ pub fn budget(ev: &Evidence) -> Budget {
 /// think-time rule attributes it to the application. Never more than the hosts' share of the
 /// same budget (`host_ns`): the phases are a few requests on new connections, the budget the
 /// median of many, and a part cannot exceed its whole.
+///
+/// Only when something places time at the server's end ([`rules::server_end_located`]): never
+/// the server's time without a measurement that puts it there.
 fn server_app_ns(ev: &Evidence, host_ns: Option<u64>) -> Option<u64> {
-    if rules::timer_explains(ev) {
+    if rules::timer_explains(ev) || !rules::server_end_located(ev) {
         return None;
     }
     let path = ev.path.as_ref().map_or(0, |p| p.p50_ns);
@@ -64,7 +67,10 @@ fn server_app_ns(ev: &Evidence, host_ns: Option<u64>) -> Option<u64> {
 /// with no finding where the time goes.
 pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
     if let Some(top) = findings.first() {
-        let mut v = if rules::is_tail(top, budget.single_request_ns) {
+        let mut v = if top.explains_ns == 0 {
+            // A finding about what was measured (error pages), not a share of the time.
+            top.title.clone()
+        } else if rules::is_tail(top, budget.single_request_ns) {
             format!(
                 "{} — {} beyond the median in the slowest requests (the tail)",
                 top.title,
@@ -79,7 +85,7 @@ pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
         };
         if let Some(s) = budget
             .single_request_ns
-            .filter(|&s| s >= top.explains_ns && s > 0)
+            .filter(|&s| s >= top.explains_ns && s > 0 && top.explains_ns > 0)
         {
             let _ = write!(
                 v,
@@ -98,6 +104,11 @@ pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
             let _ = write!(v, "; this explains: {}", effects.join("; "));
         }
         let _ = write!(v, "; fix on the {} side: {}", top.side.name(), top.fix);
+        if top.rule != RuleId::ErrorResponses
+            && let Some(errors) = findings.iter().find(|f| f.rule == RuleId::ErrorResponses)
+        {
+            let _ = write!(v, " (note: {})", errors.title);
+        }
         return v;
     }
     match (budget.single_request_ns, budget.path_rtt_ns, budget.host_ns) {

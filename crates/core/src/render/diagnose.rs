@@ -7,13 +7,21 @@ use crate::units::format_ns;
 /// The numbered findings with their evidence and fix, each line prefixed by `indent`.
 pub(crate) fn render_findings(findings: &[Diagnosis], indent: &str, out: &mut Page) {
     for (i, x) in findings.iter().enumerate() {
+        // A finding about what was measured (error pages) explains no time: no "explains 0 ns".
+        let explains = if x.explains_ns > 0 {
+            format!(
+                "explains {} per request · ",
+                format_ns(x.explains_ns as f64)
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "\n{indent}{}. {} [{}]\n{indent}   explains {} per request · confidence {:.0}% · side to fix: {}",
+            "\n{indent}{}. {} [{}]\n{indent}   {explains}confidence {:.0}% · side to fix: {}",
             i + 1,
             x.title,
             x.rule.name(),
-            format_ns(x.explains_ns as f64),
             x.confidence * 100.0,
             x.side.name()
         );
@@ -68,6 +76,17 @@ impl Human for DiagnoseReport {
             ]);
         }
         t.row(vec!["hosts: kernel + application".into(), f(b.host_ns)]);
+        if let (Some(c), Some(h)) = (b.client_host_ns, b.host_ns) {
+            let c = c.min(h);
+            t.row(vec![
+                "  of which this client's own stack".into(),
+                f(Some(c)),
+            ]);
+            t.row(vec![
+                "  of which the server's end (kernel + application)".into(),
+                f(Some(h - c)),
+            ]);
+        }
         t.row(vec!["one request".into(), f(b.single_request_ns)]);
         if b.concurrency > 1 {
             t.row(vec![

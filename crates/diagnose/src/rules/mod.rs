@@ -10,8 +10,10 @@ pub use crate::evidence::*;
 
 mod bottleneck_bandwidth;
 mod bufferbloat;
+mod client_host_stack;
 mod cpu_throttling;
 mod delayed_ack;
+mod error_responses;
 mod nagle_delayed_ack;
 mod path_dominates;
 mod pre_tcp_kernel;
@@ -24,11 +26,14 @@ mod slow_handshake;
 mod slow_tls;
 mod socket_queueing;
 mod think_time;
+mod unexplained;
 
 pub use self::bottleneck_bandwidth::*;
 pub use self::bufferbloat::*;
+pub use self::client_host_stack::*;
 pub use self::cpu_throttling::*;
 pub use self::delayed_ack::*;
+pub use self::error_responses::*;
 pub use self::nagle_delayed_ack::*;
 pub use self::path_dominates::*;
 pub use self::pre_tcp_kernel::*;
@@ -41,6 +46,7 @@ pub use self::slow_handshake::*;
 pub use self::slow_tls::*;
 pub use self::socket_queueing::*;
 pub use self::think_time::*;
+pub use self::unexplained::*;
 
 /// A rule: the evidence in, a finding out when it fires.
 pub type Rule = fn(&Evidence) -> Option<Diagnosis>;
@@ -62,12 +68,22 @@ pub const RULES: &[Rule] = &[
     run_queue_delay,
     bottleneck_bandwidth,
     self::server_tail_latency::server_tail_latency,
+    client_host_stack,
+    error_responses,
 ];
 
 /// Apply every rule, then rank: root causes first (most latency explained first), each
 /// consequence linked to its cause (see [`CHAINS`]).
+///
+/// Then the open world: what the findings leave of a request, when material, is a finding of
+/// its own ([`unexplained`]), never silence.
 pub fn apply(e: &Evidence) -> Vec<Diagnosis> {
-    rank(e, RULES.iter().filter_map(|r| r(e)).collect())
+    let mut found = rank(e, RULES.iter().filter_map(|r| r(e)).collect());
+    if let Some(u) = unexplained(e, &found) {
+        found.push(u);
+        found = rank(e, found);
+    }
+    found
 }
 
 /// One finding explaining another: `cause` makes `effect` happen, when `holds` says the
@@ -219,6 +235,13 @@ pub fn rank(e: &Evidence, mut found: Vec<Diagnosis>) -> Vec<Diagnosis> {
     }
     // Stable: within roots and within consequences the order by latency stays.
     found.sort_by_key(|f| f.caused_by.is_some());
+    // Mostly error pages: that is what every other figure is of, so it is said first.
+    if error_share(e).is_some_and(|s| s >= MOSTLY_ERRORS)
+        && let Some(i) = found.iter().position(|f| f.rule == RuleId::ErrorResponses)
+    {
+        let f = found.remove(i);
+        found.insert(0, f);
+    }
     found
 }
 

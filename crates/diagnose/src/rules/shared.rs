@@ -222,3 +222,58 @@ pub(crate) fn tail(e: &Evidence) -> Option<(u64, u64)> {
         // period have a p99 of 199 ms and no tail at all (their p50 is 199 ms too).
         .max_by_key(|&(p50, p99)| p99.saturating_sub(p50))
 }
+
+/// `connect()` beyond the path's RTT (medians): what this host's own stack adds to a SYN and its
+/// SYN-ACK (netfilter OUTPUT/POSTROUTING and PREROUTING/INPUT, the qdisc, the wake-up). Only
+/// when the path was measured by a SYN ping with kernel timestamps, which are taken after the
+/// way out's hooks and before the way in's, and when the connects did not wait for a resent SYN
+/// (a loss or backlog figure, not a host one).
+pub(crate) fn connect_excess(e: &Evidence) -> Option<u64> {
+    if !e.path_by_syn {
+        return None;
+    }
+    let connect = e.handshake.as_ref()?.p50_ns;
+    if connect >= *TcpTimer::InitialRto.band_ns().start() {
+        return None;
+    }
+    Some(connect.saturating_sub(e.path.as_ref()?.p50_ns))
+}
+
+/// What this host's own stack costs one exchange, by the best instrument there is: kernel
+/// timestamps on latscope's own packets (send → driver, driver → recv), else the connects'
+/// excess over the SYN ping.
+pub(crate) fn client_stack_ns(e: &Evidence) -> Option<u64> {
+    e.client_host
+        .and_then(|c| c.per_exchange_ns())
+        .or_else(|| connect_excess(e))
+}
+
+/// The least client-stack time that is a finding: twice the path's RTT (a connect that takes
+/// three SYN pings), twice this host's own wake-up lateness (a busy host's scheduling is not a
+/// per-packet cost), and 100 µs (a `connect()` and its wake-up cost tens of microseconds on an
+/// idle host).
+pub(crate) fn client_stack_floor(e: &Evidence) -> u64 {
+    let path = e.path.as_ref().map_or(0, |p| p.p50_ns);
+    let noise = e.host_noise.as_ref().map_or(0, |n| n.p50_ns);
+    (2 * path).max(2 * noise).max(100_000)
+}
+
+/// Whether this host's own stack was measured and is not where a request's time goes.
+pub(crate) fn client_host_ruled_out(e: &Evidence) -> bool {
+    client_stack_ns(e).is_some_and(|c| c < client_stack_floor(e))
+}
+
+/// Whether anything was observed at the server's end: its sockets, kernel stack, run queue,
+/// cgroup or TCP counters (the server runs on this host, or its agent answered).
+pub(crate) fn server_observed(e: &Evidence) -> bool {
+    e.server_sockets.is_some()
+        || e.stack.is_some()
+        || e.cpu.is_some()
+        || e.counters.is_some_and(|c| c.server.is_some())
+}
+
+/// Whether the time beyond the path sits at the server's end: observed there, or this host's
+/// own stack was measured and ruled out (what is left beyond the path's RTT is the far end's).
+pub(crate) fn server_end_located(e: &Evidence) -> bool {
+    server_observed(e) || client_host_ruled_out(e)
+}

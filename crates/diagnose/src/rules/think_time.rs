@@ -8,7 +8,15 @@ use super::*;
 /// changed nothing, the capture shows no delayed-ACK releases). An excess of a timer's length
 /// without that evidence is still reported — with a lower confidence and a line saying which
 /// experiment would tell — rather than "no problem" while the hosts add 1,000× the path.
+///
+/// The time is the server's only when something places it there: the server's end was
+/// observed, or this host's own stack was measured and ruled out ([`server_end_located`]).
+/// Otherwise a packet held in the client's own netfilter would be booked as the server's
+/// application; [`unexplained`] then says where the time can be.
 pub fn think_time(e: &Evidence) -> Option<Diagnosis> {
+    if !server_end_located(e) {
+        return None;
+    }
     let (single, path, host) = host_excess(e)?;
     // What a delayed ACK explains is not the application's: when one is shown, what is left is
     // the time with TCP_QUICKACK on (a server can have both Nagle and think time).

@@ -13,7 +13,7 @@ use latscope_net::proto::{RefusalCode, Start, TestKind};
 use latscope_net::rr::{RrConfig, StopAfter, open_session};
 
 use crate::collect::Plan;
-use crate::evidence::SLOW_FLOOR_NS;
+use crate::evidence::{Responses, SLOW_FLOOR_NS};
 use latscope_core::units::unix_ms;
 
 pub fn meta(cmd: &str) -> Meta {
@@ -68,7 +68,16 @@ pub fn http_latency(
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
-    http_run(url, connections, quickack, duration, stop, None).map(|(s, _)| s)
+    http_run(url, connections, quickack, duration, stop, None).map(|r| r.latency)
+}
+
+/// A sized request run: the latency, what each exchange weighed, and (HTTP) the responses by
+/// status code.
+#[derive(Clone, Debug)]
+pub struct SizedRun {
+    pub latency: Summary,
+    pub sizes: Option<Sizes>,
+    pub responses: Option<Responses>,
 }
 
 /// What one exchange weighs, bytes: the latscope sizes asked for, or an HTTP request and its
@@ -98,7 +107,7 @@ fn http_run(
     duration: Duration,
     stop: &AtomicBool,
     mut slices: Option<&mut Slices>,
-) -> Result<(Summary, Option<Sizes>), String> {
+) -> Result<SizedRun, String> {
     let o = http_options(url, connections, quickack, duration);
     let mut cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
     if slices.is_some() {
@@ -124,7 +133,17 @@ fn http_run(
         r.stats.bytes_read,
         r.stats.requests + r.stats.warmup_requests,
     );
-    Ok((r.stats.latency.summary(), sizes))
+    let mut responses = Responses::default();
+    for (code, &n) in r.stats.status.iter().enumerate() {
+        if let Ok(code) = u16::try_from(code) {
+            responses.add(code, n);
+        }
+    }
+    Ok(SizedRun {
+        latency: r.stats.latency.summary(),
+        sizes,
+        responses: Some(responses),
+    })
 }
 
 /// The HTTP engine's options for GET `url` with `connections` connections.
@@ -178,15 +197,16 @@ pub fn app_latency_sized(
     duration: Duration,
     stop: &AtomicBool,
     slices: &mut Slices,
-) -> Result<(Summary, Option<Sizes>), String> {
+) -> Result<SizedRun, String> {
     match &p.url {
         Some(url) => http_run(url, 1, false, duration, stop, Some(slices)),
-        None => rr_run(p, 1, false, duration, stop, Some(slices)).map(|s| {
-            let sizes = Sizes {
+        None => rr_run(p, 1, false, duration, stop, Some(slices)).map(|latency| SizedRun {
+            latency,
+            sizes: Some(Sizes {
                 request: u64::from(p.request_bytes),
                 response: u64::from(p.response_bytes),
-            };
-            (s, Some(sizes))
+            }),
+            responses: None,
         }),
     }
 }

@@ -20,6 +20,8 @@ pub struct PathRtt {
     rtt: Summary,
     received: u64,
     sent: u64,
+    /// A SYN ping with kernel timestamps (not the connect() fallback).
+    by_syn: bool,
 }
 
 impl Measure for Path {
@@ -62,6 +64,8 @@ impl Measure for Path {
             )));
         }
         Ok(PathRtt {
+            by_syn: r.mode == latscope_core::model::ping::ProbeMode::Syn
+                && prober.ts_source() == latscope_probe::sys::TsSource::Kernel,
             how: format!("{} ping ({})", r.mode.name(), r.timestamps),
             rtt: r.rtt,
             received: r.received,
@@ -90,5 +94,6 @@ impl Measure for Path {
 
     fn store(ev: &mut Evidence, o: PathRtt) {
         ev.path = Some(o.rtt);
+        ev.path_by_syn = o.by_syn;
     }
 }

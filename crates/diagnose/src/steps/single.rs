@@ -13,7 +13,7 @@ use latscope_core::units::{format_bytes, format_ns};
 use super::engines::{Sizes, Slices, app_latency_sized};
 use super::{Measure, NotRun, requests_target};
 use crate::collect::Context;
-use crate::evidence::{Evidence, TimeSlice};
+use crate::evidence::{Evidence, Responses, TimeSlice};
 
 pub struct Single;
 
@@ -25,6 +25,8 @@ pub struct Outcome {
     slices: Vec<TimeSlice>,
     /// What each exchange weighed.
     sizes: Option<Sizes>,
+    /// HTTP responses by status code.
+    responses: Option<Responses>,
 }
 
 /// The noise thread's period.
@@ -91,11 +93,12 @@ impl Measure for Single {
             let noise = noise.join().ok().flatten();
             let sliced = slices_with_noise(&slices, noise.as_ref());
             latency
-                .map(|(latency, sizes)| Outcome {
-                    latency,
+                .map(|r| Outcome {
+                    latency: r.latency,
                     noise: noise.map(|n| n.summary),
                     slices: sliced,
-                    sizes,
+                    sizes: r.sizes,
+                    responses: r.responses,
                 })
                 .map_err(NotRun::Failed)
         })
@@ -103,7 +106,8 @@ impl Measure for Single {
 
     fn detail(cx: &Context, o: &Outcome) -> String {
         format!(
-            "{}p50 {}, p99 {}{}",
+            "{}{}p50 {}, p99 {}{}",
+            errors_label(o.responses.as_ref()),
             size_label(cx.plan.url.is_some(), o.sizes),
             format_ns(o.latency.p50_ns as f64),
             format_ns(o.latency.p99_ns as f64),
@@ -126,7 +130,18 @@ impl Measure for Single {
         ev.single = Some(o.latency);
         ev.host_noise = o.noise;
         ev.slices = o.slices;
+        ev.responses = o.responses;
     }
+}
+
+/// "error responses: 403 × 120 of 120; " when some responses were errors (measured error pages
+/// are not the application's normal work), else nothing.
+fn errors_label(r: Option<&Responses>) -> String {
+    let Some(r) = r.filter(|r| r.error_count() > 0) else {
+        return String::new();
+    };
+    let codes: Vec<String> = r.errors().map(|(s, n)| format!("{s} × {n}")).collect();
+    format!("error responses: {} of {}; ", codes.join(", "), r.total())
 }
 
 /// "64 B / 1.0 KiB, " for latscope's sizes; "request ≈ 78 B, response ≈ 853 B (headers

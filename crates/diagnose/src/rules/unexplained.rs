@@ -1,0 +1,163 @@
+//! `unexplained`: the open world. A material share of a request that no named rule explains is
+//! said as such — how much, where it sits and what was ruled out — rather than "no problem" or
+//! the nearest named cause.
+
+use super::*;
+
+/// Where the unexplained time sits, as far as the evidence can place it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// At the server's end (its host or its application): this host's stack was measured and
+    /// ruled out, or the server's was observed.
+    ServerEnd,
+    /// Between the two ends' stacks: neither this host's nor the server's was measured.
+    Unplaced,
+}
+
+/// The unexplained share is material when it is at least half the request, at least three
+/// times the parts that were measured (the path's RTT, the serialisation, this host's stack),
+/// and at least ten times this host's own wake-up lateness (a user-space server needs a
+/// wake-up or two per request; on an idle host that is tens of microseconds, not a finding).
+fn material(e: &Evidence, unexplained: u64, single: u64) -> bool {
+    let path = e.path.as_ref().map_or(0, |p| p.p50_ns);
+    let wire = e.bottleneck.map_or(0, |b| b.serialisation_ns());
+    let client = client_stack_ns(e).unwrap_or(0);
+    let noise = e
+        .host_noise
+        .as_ref()
+        .map_or(50_000, |n| n.p50_ns.max(5_000));
+    unexplained * 2 >= single
+        && unexplained >= 3 * (path + wire + client)
+        && unexplained >= 10 * noise
+}
+
+/// What the findings explain of a request: the root findings' costs added up (consequences are
+/// counted with their cause), or the largest single finding's when that is more (a consequence
+/// measured directly, e.g. the delayed ACKs a loss made necessary, can exceed its cause's
+/// average).
+fn explained(e: &Evidence, found: &[Diagnosis]) -> u64 {
+    let roots: u64 = found
+        .iter()
+        .filter(|f| f.caused_by.is_none())
+        .map(|f| cost_per_request(e, f))
+        .sum();
+    let largest = found
+        .iter()
+        .map(|f| cost_per_request(e, f))
+        .max()
+        .unwrap_or(0);
+    roots.max(largest)
+}
+
+/// What is left beyond the path and the findings: at most what an experiment left when it took
+/// a cause away (TCP_QUICKACK removed the waits for the client's ACK: what remains with it on,
+/// beyond the path, is all that can be unexplained).
+fn left_over(e: &Evidence, found: &[Diagnosis], host: u64) -> u64 {
+    let mut left = host.saturating_sub(explained(e, found));
+    if quickack_helped(e)
+        && let (Some(q), Some(p)) = (&e.quickack, &e.path)
+    {
+        let wire = e.bottleneck.map_or(0, |b| b.serialisation_ns());
+        left = left.min(q.p50_ns.saturating_sub(p.p50_ns).saturating_sub(wire));
+    }
+    left
+}
+
+/// The part of the single request's median that the path, the serialisation and the findings
+/// leave unexplained, when it is material; `found` are the other rules' findings.
+pub fn unexplained(e: &Evidence, found: &[Diagnosis]) -> Option<Diagnosis> {
+    let (single, path, host) = host_excess(e)?;
+    let left = left_over(e, found, host);
+    if left == 0 || !material(e, left, single) {
+        return None;
+    }
+    let place = if server_end_located(e) {
+        Place::ServerEnd
+    } else {
+        Place::Unplaced
+    };
+    let mut evidence = vec![format!(
+        "one request: p50 {} against a path RTT of {}: {} ({:.0}%) that {}",
+        format_ns(single as f64),
+        format_ns(path as f64),
+        format_ns(left as f64),
+        100.0 * left as f64 / single as f64,
+        if found.is_empty() {
+            "no rule explains".to_string()
+        } else {
+            "the findings above leave unexplained".to_string()
+        }
+    )];
+    evidence.push(ruled_out(e));
+    let (title, side, fix) = match place {
+        Place::ServerEnd => {
+            let seen = if server_observed(e) {
+                evidence.push("the server's end was observed (its sockets, kernel stack, run queue or counters) and none of its named causes fired".into());
+                "the server's application or something the observers do not see"
+            } else {
+                evidence.push(format!(
+                    "this host's own stack was measured ({} per exchange) and is not where it goes; the server's sockets, kernel stack, run queue and cgroup are not visible from here",
+                    client_stack_ns(e).map_or("-".into(), |c| format_ns(c as f64))
+                ));
+                "the server's host or its application"
+            };
+            (
+                format!(
+                    "{} of each request is explained by no named cause: it sits at the server's end ({seen})",
+                    format_ns(left as f64)
+                ),
+                Side::Server,
+                "look at the server: run `latscope diagnose` on its host (or with its agent) to see its kernel stack, run queue, cgroup and sockets; profile its request handling".to_string(),
+            )
+        }
+        Place::Unplaced => {
+            evidence.push("neither this host's own stack (no kernel timestamps, no SYN ping to compare connects with) nor the server's was measured: the time can be in either host".into());
+            (
+                format!(
+                    "{} of each request is explained by no named cause, in the hosts beyond the path's RTT (this one's or the server's: neither was measured)",
+                    format_ns(left as f64)
+                ),
+                Side::Both,
+                "measure each end: run with CAP_NET_RAW (a SYN ping to compare connects with), and `latscope diagnose` on the server's host (or with its agent)".to_string(),
+            )
+        }
+    };
+    Some(Diagnosis {
+        rule: RuleId::Unexplained,
+        title,
+        explains_ns: left,
+        confidence: 0.5,
+        side,
+        evidence,
+        fix,
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// The line that says what the measurements ruled out.
+fn ruled_out(e: &Evidence) -> String {
+    let mut out = Vec::new();
+    if e.quickack.is_some() && !quickack_helped(e) {
+        out.push("delayed ACKs (TCP_QUICKACK changed nothing)");
+    }
+    if let Some(c) = &e.capture {
+        if lost_on_wire(e, c) == 0 {
+            out.push("loss (no retransmission on the wire)");
+        }
+        if ack_stalls(c).is_none() {
+            out.push("TCP timers (no stall of a timer's length on the wire)");
+        }
+    }
+    if e.bottleneck.is_some() {
+        out.push("the bottleneck's serialisation (subtracted)");
+    }
+    if client_host_ruled_out(e) {
+        out.push("this host's own stack");
+    }
+    if out.is_empty() {
+        "ruled out: nothing beyond the path's RTT (no experiment ran that could)".into()
+    } else {
+        format!("ruled out: {}", out.join(", "))
+    }
+}
