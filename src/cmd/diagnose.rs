@@ -25,9 +25,11 @@ Examples:
 
 Findings are named rules (nagle_delayed_ack, delayed_ack, think_time, socket_queueing,
 pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, bottleneck_bandwidth,
-path_dominates, cpu_throttling, run_queue_delay, server_tail_latency, slow_dns, slow_tls), the
-root cause first (a finding another explains is marked as its consequence), then by the latency per request they explain, each with its evidence, a
-confidence, the side to fix and the fix. A run takes at most --max-time; steps it stops are
+path_dominates, cpu_throttling, run_queue_delay, server_tail_latency, slow_dns, slow_tls,
+client_host_stack, error_responses), the root cause first (a finding another explains is marked
+as its consequence), then by the latency per request they explain, each with its evidence, a
+confidence, the side to fix and the fix. Time that no rule explains is said as such
+(unexplained), with where it sits and what was ruled out. A run takes at most --max-time; steps it stops are
 listed as cut short. When nothing is wrong it says so and shows
 the budget: network path against time in the hosts.
 
