@@ -48,11 +48,40 @@ pub struct Evidence {
     /// thread within it: a tail is compared with the host's noise of the same moments. Empty
     /// when the engine gave no slices.
     pub slices: Vec<TimeSlice>,
+    /// The MSS experiment: the URL fetched as usual and announcing a smaller MSS.
+    pub mss: Option<MssProbe>,
     /// The HTTP responses of the request steps by status code (URL targets).
     pub responses: Option<Responses>,
     /// How long latscope's own packets spent in this (the client's) host: `send()` → driver and
     /// driver → `recv()`, from kernel timestamps on its own sockets.
     pub client_host: Option<ClientHost>,
+}
+
+/// The MSS experiment's two fetches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MssProbe {
+    /// As this host connects normally: did the response complete, and how much arrived.
+    pub normal_completed: bool,
+    pub normal_bytes: u64,
+    /// The MSS this host announced then (its route's MTU less the headers).
+    pub normal_mss: Option<u32>,
+    /// The smaller MSS announced in the second fetch.
+    pub lowered_mss: u32,
+    pub lowered_completed: bool,
+    pub lowered_bytes: u64,
+    /// How long the second fetch took.
+    pub lowered_ns: u64,
+}
+
+impl MssProbe {
+    /// The smaller MSS got through where the usual one did not: the usual fetch got no complete
+    /// response, and the smaller one completed, or (a large response that needs longer than a
+    /// fetch may take) carried at least four of its segments more than the usual fetch did.
+    pub fn black_hole(&self) -> bool {
+        let further =
+            self.lowered_bytes.saturating_sub(self.normal_bytes) >= 4 * u64::from(self.lowered_mss);
+        !self.normal_completed && (self.lowered_completed || further)
+    }
 }
 
 /// HTTP responses by status code, over the request steps.

@@ -50,6 +50,10 @@ pub enum StepName {
     /// the single requests.
     #[serde(rename = "tcp counters")]
     TcpCounters,
+    /// When no request completed: the URL fetched as usual and with a smaller MSS announced,
+    /// to tell a path-MTU black hole.
+    #[serde(rename = "mss experiment")]
+    MssExperiment,
 }
 
 impl StepName {
@@ -68,6 +72,7 @@ impl StepName {
             StepName::RequestPhases => "request phases",
             StepName::CpuScheduling => "cpu scheduling",
             StepName::TcpCounters => "tcp counters",
+            StepName::MssExperiment => "mss experiment",
         }
     }
 }

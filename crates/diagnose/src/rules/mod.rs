@@ -16,6 +16,7 @@ mod delayed_ack;
 mod error_responses;
 mod nagle_delayed_ack;
 mod path_dominates;
+mod pmtu_black_hole;
 mod pre_tcp_kernel;
 mod retransmissions;
 mod run_queue_delay;
@@ -36,6 +37,7 @@ pub use self::delayed_ack::*;
 pub use self::error_responses::*;
 pub use self::nagle_delayed_ack::*;
 pub use self::path_dominates::*;
+pub use self::pmtu_black_hole::*;
 pub use self::pre_tcp_kernel::*;
 pub use self::retransmissions::*;
 pub use self::run_queue_delay::*;
@@ -70,6 +72,7 @@ pub const RULES: &[Rule] = &[
     self::server_tail_latency::server_tail_latency,
     client_host_stack,
     error_responses,
+    pmtu_black_hole,
 ];
 
 /// Apply every rule, then rank: root causes first (most latency explained first), each

@@ -1165,3 +1165,52 @@ fn the_clients_own_stack_is_the_clients() {
     e.handshake = Some(s(1_003_000));
     assert_eq!(client_host_stack(&e), None);
 }
+
+#[test]
+fn a_smaller_mss_that_gets_through_is_a_pmtu_black_hole() {
+    let mut e = Evidence {
+        path: Some(s(200)),
+        target: Some(latscope_core::model::diagnose::TargetKind::Http),
+        connect_failures: ConnectFailures {
+            attempts: 100,
+            refused: 0,
+            timed_out: 0,
+        },
+        mss: Some(MssProbe {
+            normal_completed: false,
+            normal_bytes: 0,
+            normal_mss: Some(1_460),
+            lowered_mss: 1_200,
+            lowered_completed: true,
+            lowered_bytes: 20_480,
+            lowered_ns: 1_200_000,
+        }),
+        ..Evidence::default()
+    };
+    let all = apply(&e);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    let f = &all[0];
+    assert_eq!(f.rule, RuleId::PmtuBlackHole);
+    assert_eq!(f.side, Side::Network);
+    assert!(RuleId::PmtuBlackHole.explains_failed_requests());
+    assert!(
+        f.evidence.iter().any(|l| l.contains("1240 and 1499")),
+        "{:?}",
+        f.evidence
+    );
+    assert!(f.fix.contains("tcp_mtu_probing"));
+    // A large response still arriving in full segments when the fetch gave up counts too.
+    let m = e.mss.as_mut().unwrap();
+    m.lowered_completed = false;
+    m.lowered_bytes = 200_000;
+    m.normal_bytes = 300;
+    assert!(pmtu_black_hole(&e).is_some());
+    // Both hang: a dead server, not the MTU; both complete: nothing hangs.
+    for (a, b, bytes) in [(false, false, 300), (true, true, 20_480)] {
+        let m = e.mss.as_mut().unwrap();
+        m.normal_completed = a;
+        m.lowered_completed = b;
+        m.lowered_bytes = bytes;
+        assert_eq!(pmtu_black_hole(&e), None);
+    }
+}

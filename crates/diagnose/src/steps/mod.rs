@@ -13,6 +13,7 @@ mod cpu;
 mod engines;
 mod handshakes;
 mod kernel_stack;
+mod mss;
 mod path;
 mod phases;
 mod quickack;
@@ -23,6 +24,7 @@ mod trains;
 mod under_load;
 
 pub use engines::{SLICE, meta};
+pub use mss::FETCH_TIMEOUT as MSS_FETCH_TIMEOUT;
 
 use latscope_core::Summary;
 use latscope_core::model::diagnose::{Step, StepName, StepStatus, TargetKind};
@@ -166,6 +168,7 @@ pub const PIPELINE: &[Entry] = &[
     Entry::observe::<server_sockets::ServerSockets>(),
     Entry::observe::<cpu::Cpu>(),
     Entry::measure::<single::Single>(),
+    Entry::measure::<mss::MssExperiment>(),
     Entry::measure::<quickack::QuickAck>(),
     Entry::measure::<phases::Phases>(),
     Entry::measure::<concurrency::Concurrency>(),
@@ -262,6 +265,34 @@ mod tests {
         assert!(
             total >= Duration::from_secs(15),
             "budgets that tight would cut healthy runs: {total:?}"
+        );
+        // A plain http:// URL: the MSS experiment runs only when no request completed, and the
+        // quick-ack experiment only when one did; either fits with the other steps.
+        let plan = Plan {
+            url: Some("http://127.0.0.1/".into()),
+            ..plan
+        };
+        let budget_of = |name: StepName| {
+            PIPELINE.iter().find_map(|e| match e {
+                Entry::Measure {
+                    name: n, budget, ..
+                } if *n == name => Some(budget(&plan)),
+                _ => None,
+            })
+        };
+        let all: Duration = PIPELINE
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Measure { budget, .. } => Some(budget(&plan)),
+                Entry::Observe { .. } => None,
+            })
+            .sum();
+        let mss = budget_of(StepName::MssExperiment).unwrap_or_default();
+        let quickack = budget_of(StepName::QuickAckExperiment).unwrap_or_default();
+        assert!(mss > Duration::ZERO);
+        assert!(
+            all - mss.min(quickack) <= DEFAULT_MAX_TIME - Duration::from_secs(3),
+            "{all:?} with the MSS experiment's {mss:?} and the quick-ack's {quickack:?}"
         );
     }
 }
