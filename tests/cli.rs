@@ -56,6 +56,19 @@ fn bad_input_gets_one_line_and_a_documented_code() {
             "exceeds this server's limit",
         ),
         (vec!["rr", &addr, "-d", "5parsecs"], 2, "invalid duration"),
+        // One duration rule: the unit is required, and the error suggests it.
+        (
+            vec!["ping", "-i", "200", "127.0.0.1"],
+            2,
+            "200 what? write 200ms or 200s",
+        ),
+        (vec!["rr", &addr, "-d", "2"], 2, "2 what? write 2ms or 2s"),
+        (vec!["stack", "-i", "1", "-d", "1"], 2, "1 what?"),
+        (
+            vec!["sockets", "--watch", "-d", "5"],
+            2,
+            "5 what? write 5ms or 5s",
+        ),
         (vec!["rr", &addr, "--sizes", "1:10:x1"], 2, "factor"),
         (vec!["rr", &addr, "--udp", "-s", "8"], 2, "20-byte"),
         (vec!["rr", &addr, "-n", "0"], 2, "at least 1"),
@@ -196,6 +209,44 @@ fn json_lines_streams_intervals_then_the_summary() {
             .as_u64()
             .unwrap(),
         "intervals add up to the total"
+    );
+}
+
+/// A table on a pipe keeps every column; on 80 columns it leaves some out, names them and the
+/// flag that keeps them (`--wide`), which does.
+#[test]
+fn tables_are_full_width_off_a_terminal_and_with_wide() {
+    let srv = server(None, None, None);
+    let addr = addr_arg(srv.tcp_addr);
+    let table = |columns: Option<&str>, extra: &[&str]| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["rr", &addr, "-n", "200", "--no-progress"])
+            .args(extra);
+        cmd.env_remove("COLUMNS");
+        if let Some(c) = columns {
+            cmd.env("COLUMNS", c);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let piped = table(None, &[]);
+    assert!(
+        piped.split_whitespace().any(|w| w == "p99.9")
+            && piped.contains("p99.99")
+            && !piped.contains("left out"),
+        "{piped}"
+    );
+    let narrow = table(Some("80"), &[]);
+    assert!(!narrow.contains("p99.99"), "{narrow}");
+    assert!(
+        narrow.contains("left out to fit 80 columns") && narrow.contains("--wide"),
+        "{narrow}"
+    );
+    let wide = table(Some("80"), &["--wide"]);
+    assert!(
+        wide.contains("p99.99") && !wide.contains("left out"),
+        "{wide}"
     );
 }
 
