@@ -9,11 +9,17 @@
 //! * Otherwise **delayed ACK without Nagle**: Nagle does not hold full segments, so the sender
 //!   was limited by its congestion or receive window and an odd segment count left the
 //!   receiver waiting for a second one.
+//!
+//! Evidence needed: both directions captured and no segment missing since D1; the release no
+//! sooner than half a round trip to the sender after the ACK (when the handshake gave it), and
+//! D2's TCP timestamp echo (when present) not older than the ACK's TSval — else D2 left before
+//! the ACK reached its sender and the ACK released nothing.
 
 use crate::report::StallKind;
 
 use super::super::flow::{Conn, DataSeg};
 use super::super::ladder::fmt_ms;
+use super::super::seq::lt;
 use super::{Detector, Segment, Sink, delayed_ack_floor_ns};
 
 /// Reports segments released by a delayed ACK (Nagle × delayed ACK, or delayed ACK alone).
@@ -28,7 +34,14 @@ pub(super) fn release(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> Option<(u64, u
     // after the ACK across a long path left before the ACK arrived (a window-limited
     // sender), it was not released by it.
     let min_release = c.rtt_to_sender(s.d).unwrap_or(0) / 2;
-    let released = p.last_pkt_pure_ack
+    // D2's timestamp echo names the newest peer segment its sender had seen: one older than
+    // the ACK's own TSval means D2 left before that ACK arrived (RFC 7323 §4.3).
+    let echo_predates =
+        matches!((s.tsecr, p.last_pkt_tsval), (Some(ecr), Some(val)) if lt(ecr, val));
+    let released = !echo_predates
+        && c.both_directions()
+        && c.unbroken_since(d1.ts)
+        && p.last_pkt_pure_ack
         && p.last_pkt_ts >= d1.ts
         && p.last_data_ts <= d1.ts
         && p.last_pkt_ack == d1.end

@@ -1,13 +1,25 @@
 //! RTO retransmission: Wireshark's plain "retransmission" (not fast, not spurious) means a
 //! timer fired (RTO or tail-loss probe). Time lost is the gap since the original transmission
 //! (or since the previous retransmission, when that came later).
+//!
+//! Evidence needed, and what is not a stall:
+//! * both directions captured (with one, a resend cannot be told from a fast retransmission
+//!   or a copy), and the capture's time going forward;
+//! * data: a SYN's resend is the handshake's ([`super::super::super::handshake`]), a bare FIN
+//!   resent on close (FIN backoff on an idle connection, an orphan's retries) holds up no
+//!   byte of any request;
+//! * a resend the peer's next ACK reports as received twice (a D-SACK, RFC 2883) was
+//!   spurious — typically a tail-loss probe sent because the peer's ACK was late — so it is
+//!   charged only after that ACK says otherwise.
 
 use latscope_core::timer::TcpTimer;
 
+use crate::packet::flags;
 use crate::report::StallKind;
 
-use super::super::flow::Conn;
+use super::super::flow::{Conn, PendingRto};
 use super::super::ladder::fmt_ms;
+use super::super::seq::{gt, lt};
 use super::{Detector, Segment, Sink};
 
 /// Reports every timer retransmission the sequence analysis found.
@@ -15,11 +27,21 @@ pub(in super::super) struct Rto;
 
 impl Detector for Rto {
     fn inspect(&self, s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
+        if s.flags & flags::ACK != 0 {
+            resolve(s, c, out);
+        }
         let Some((t0, f0)) = s.rto_since else {
             return;
         };
-        // A frame captured twice was sent once: no timer fired.
-        if s.duplicate {
+        if s.len == 0 || s.flags & flags::SYN != 0 || !c.both_directions() {
+            return;
+        }
+        // A full-size segment already known to fall into a path MTU black hole: that
+        // finding carries its waits.
+        if c.dirs[s.d]
+            .stuck
+            .is_some_and(|k| k.reported && k.seq == s.seq)
+        {
             return;
         }
         // Each stretch of waiting is counted once: a second retransmission of the same bytes
@@ -37,6 +59,50 @@ impl Detector for Rto {
                 fmt_ms(lost)
             )
         });
-        out.stall(c, StallKind::RtoRetransmission, s.frame, f0, lost);
+        let p = PendingRto {
+            frame: s.frame,
+            since_frame: f0,
+            lost,
+            seq: s.seq,
+            end: s.seq.wrapping_add(s.len),
+        };
+        if let Some(old) = c.dirs[s.d].pending_rto.replace(p) {
+            charge(c, &old, out);
+        }
+    }
+}
+
+/// The peer's ACK `s` settles the pending retransmission of the other side: a D-SACK for its
+/// bytes says it was not needed; anything else charges it.
+fn resolve(s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
+    let Some(p) = c.dirs[1 - s.d].pending_rto.take() else {
+        return;
+    };
+    if let Some((left, right)) = s.dsack {
+        if !gt(left, p.seq) && !lt(right, p.end) {
+            out.notes
+                .push(|| format!("D-SACK: #{} was not needed", p.frame));
+            return;
+        }
+    }
+    charge(c, &p, out);
+}
+
+fn charge(c: &mut Conn, p: &PendingRto, out: &mut Sink<'_>) {
+    out.stall(
+        c,
+        StallKind::RtoRetransmission,
+        p.frame,
+        p.since_frame,
+        p.lost,
+    );
+}
+
+/// The connection ends: retransmissions no ACK answered were needed.
+pub(in super::super) fn flush(c: &mut Conn, out: &mut Sink<'_>) {
+    for d in 0..2 {
+        if let Some(p) = c.dirs[d].pending_rto.take() {
+            charge(c, &p, out);
+        }
     }
 }
