@@ -20,8 +20,8 @@ use crate::packet::{Addr, Decoded, Transport, flags};
 /// (each entry is one SYN's 4-tuple and ISN), and then the resends of the forgotten SYNs are
 /// missed, never invented.
 pub const MAX_TRACKED: usize = 16_384;
-/// A SYN seen again sooner than this is the same packet captured twice (on two interfaces or
-/// VLANs), not a resend: the first SYN retransmission timeout is 1 s, and even a tuned route's
+/// A SYN seen again with the same IPv4 identification, or sooner than this, is the same packet
+/// captured twice (on two interfaces or VLANs, or on both sides of a router), not a resend: the first SYN retransmission timeout is 1 s, and even a tuned route's
 /// RTO (`ip route ... rto_min`) stays far above this.
 pub const SAME_PACKET_NS: u64 = 1_000_000;
 
@@ -96,7 +96,8 @@ type Key = (Addr, u16, Addr, u16, u32);
 /// Tracks when each SYN (and SYN-ACK) was last sent and totals the resends.
 #[derive(Debug, Default)]
 pub struct SynResends {
-    last_sent: HashMap<Key, u64, BuildHasherDefault<FxHasher>>,
+    /// When each SYN was last sent, and that transmission's IPv4 identification.
+    last_sent: HashMap<Key, (u64, Option<u16>), BuildHasherDefault<FxHasher>>,
     totals: HandshakeResends,
 }
 
@@ -114,16 +115,20 @@ impl SynResends {
         if self.last_sent.len() >= MAX_TRACKED && !self.last_sent.contains_key(&key) {
             self.last_sent.clear();
         }
+        let id = d.ip_id.filter(|&i| i != 0);
         let Some(last) = self.last_sent.get_mut(&key) else {
-            self.last_sent.insert(key, ts_ns);
+            self.last_sent.insert(key, (ts_ns, id));
             return None;
         };
+        if id.is_some() && id == last.1 {
+            return None;
+        }
         // Time going backwards (merged or reordered captures) is no wait.
-        let waited_ns = ts_ns.checked_sub(*last)?;
+        let waited_ns = ts_ns.checked_sub(last.0)?;
         if waited_ns < SAME_PACKET_NS {
             return None;
         }
-        *last = ts_ns;
+        *last = (ts_ns, id);
         let segment = if fl & flags::ACK != 0 {
             HandshakeSegment::SynAck
         } else {
@@ -212,6 +217,20 @@ mod tests {
         );
         assert_eq!(t.syn.longest_ns, 2_000 * MS);
         assert_eq!(t.syn_ack, ResendTotal::default());
+    }
+
+    /// Frames 1 and 3 of a public capture: one SYN on both sides of a router, 1.4 ms apart,
+    /// with the same IPv4 identification.
+    #[test]
+    fn the_same_identification_is_the_same_packet() {
+        let mut r = SynResends::default();
+        let mut syn = frame(40000, flags::SYN, 1000, false);
+        syn[18..20].copy_from_slice(&5u16.to_be_bytes());
+        push(&mut r, 0, &syn);
+        assert_eq!(push(&mut r, 5 * MS, &syn), None);
+        let mut resent = syn.clone();
+        resent[18..20].copy_from_slice(&7u16.to_be_bytes());
+        assert!(push(&mut r, 3_000 * MS, &resent).is_some());
     }
 
     #[test]

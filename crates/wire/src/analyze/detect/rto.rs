@@ -51,6 +51,10 @@ impl Detector for Rto {
         let from = t0.max(dir.rto_charged_until);
         dir.rto_charged_until = dir.rto_charged_until.max(s.ts);
         let lost = s.ts.saturating_sub(from);
+        // Nothing waited (the wait was already charged, or time went back).
+        if lost == 0 {
+            return;
+        }
         out.notes.push(|| {
             let timer =
                 TcpTimer::classify(lost).map_or(String::new(), |t| format!(", {}", t.label()));
