@@ -20,7 +20,7 @@ use crate::report::StallKind;
 use super::super::flow::{Conn, DataSeg};
 use super::super::ladder::fmt_ms;
 use super::super::seq::lt;
-use super::{Detector, Segment, Sink, delayed_ack_floor_ns};
+use super::{Detector, Segment, Sink, delayed_ack_ceiling_ns, delayed_ack_floor_ns};
 
 /// Reports segments released by a delayed ACK (Nagle × delayed ACK, or delayed ACK alone).
 pub(in super::super) struct DelayedAckRelease;
@@ -53,7 +53,12 @@ pub(super) fn release(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> Option<(u64, u
         .last_pkt_ts
         .saturating_sub(d1.ts)
         .saturating_sub(c.rtt_to_receiver(s.d).unwrap_or(0));
-    (ack_delay >= delayed_ack_floor_ns()).then_some((ack_delay, p.last_pkt_frame))
+    // A receiver ACKs at least every second full segment (RFC 5681 §4.2): with two or more
+    // unacknowledged when D1 left, its silence is not the delayed-ACK timer (a printer that
+    // ACKs four segments 28–70 ms late in a public capture was slow, not delaying).
+    let timer = (delayed_ack_floor_ns()..=delayed_ack_ceiling_ns()).contains(&ack_delay)
+        && d1.in_flight < 2 * c.sender_mss(s.d);
+    timer.then_some((ack_delay, p.last_pkt_frame))
 }
 
 impl Detector for DelayedAckRelease {

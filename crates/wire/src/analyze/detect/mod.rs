@@ -107,6 +107,18 @@ pub(super) fn delayed_ack_floor_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// The longest ACK delay a delayed-ACK timer explains: the end of the longest delayed-ACK band
+/// (Linux and Windows delay ≤ 200 ms; RFC 1122 §4.2.3.2 allows at most 500 ms, which no
+/// common stack uses). A later ACK is a slow receiver, not its timer.
+pub(super) fn delayed_ack_ceiling_ns() -> u64 {
+    TcpTimer::ALL
+        .into_iter()
+        .filter(|t| t.is_delayed_ack())
+        .map(|t| *t.band_ns().end())
+        .max()
+        .unwrap_or(0)
+}
+
 #[derive(Default, Clone)]
 struct FindingAcc {
     count: u64,

@@ -8,6 +8,8 @@
 //! * data: a SYN's resend is the handshake's ([`super::super::super::handshake`]), a bare FIN
 //!   resent on close (FIN backoff on an idle connection, an orphan's retries) holds up no
 //!   byte of any request;
+//! * a resend that follows a peer's ACK within a round trip is loss recovery that ACK
+//!   triggered (partial ACKs, SACK), not a timer;
 //! * a resend the peer's next ACK reports as received twice (a D-SACK, RFC 2883) was
 //!   spurious — typically a tail-loss probe sent because the peer's ACK was late — so it is
 //!   charged only after that ACK says otherwise.
@@ -21,6 +23,10 @@ use super::super::flow::{Conn, PendingRto};
 use super::super::ladder::fmt_ms;
 use super::super::seq::{gt, lt};
 use super::{Detector, Segment, Sink};
+
+/// How soon after a peer's ACK a resend is taken as triggered by it when the round trip is
+/// unknown (no handshake).
+const ACK_CLOCK_UNKNOWN_NS: u64 = 2_000_000;
 
 /// Reports every timer retransmission the sequence analysis found.
 pub(in super::super) struct Rto;
@@ -42,6 +48,17 @@ impl Detector for Rto {
             .stuck
             .is_some_and(|k| k.reported && k.seq == s.seq)
         {
+            return;
+        }
+        // Sent right after an ACK from the peer (within the time that ACK takes to reach the
+        // sender and the resend to come back, plus half of it for jitter): the ACK triggered
+        // it — loss recovery on partial ACKs (RFC 6582) or SACK (RFC 6675) — not a timer,
+        // which fires after a silence of at least the RTO (≥ 200 ms on Linux).
+        let peer_ts = c.dirs[1 - s.d].last_pkt_ts;
+        let ack_clock = c.rtt_to_sender(s.d).map_or(ACK_CLOCK_UNKNOWN_NS, |r| {
+            r.saturating_add(r / 2).saturating_add(1_000_000)
+        });
+        if peer_ts > t0 && s.ts.saturating_sub(peer_ts) <= ack_clock {
             return;
         }
         // Each stretch of waiting is counted once: a second retransmission of the same bytes
