@@ -56,6 +56,7 @@ pub fn packet(data: &[u8]) {
         }) = d
         {
             let _ = tcp.options();
+            let _ = tcp.syn_options_in_linux_order();
         }
     }
     let mut a = Analyzer::new(AnalyzeOptions {

@@ -12,6 +12,7 @@ pub mod analyze;
 pub mod capfile;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod handshake;
 pub mod packet;
 pub mod render;
 pub mod report;
@@ -19,6 +20,7 @@ pub mod synth;
 
 pub use analyze::{AnalyzeOptions, Analyzer};
 pub use capfile::{CaptureReader, CaptureWriter, PcapNgWriter, PcapWriter, ReadError};
+pub use handshake::{HandshakeResends, HandshakeSegment, ResendTotal, SynResend, SynResends};
 pub use packet::{LinkType, decode};
 
 use std::io::Read;

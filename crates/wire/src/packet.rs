@@ -343,6 +343,48 @@ impl<'a> TcpView<'a> {
     pub fn payload(&self) -> &'a [u8] {
         &self.buf[self.hlen..]
     }
+    /// Whether a SYN's options are laid out as Linux writes them (`tcp_options_write()`): MSS
+    /// first, then SACK-permitted, timestamps and window scale in that order, whichever are
+    /// present. Windows, macOS and the BSDs put window scale before SACK-permitted or the
+    /// timestamps. Evidence of a Linux sender, for detectors of Linux-only timers.
+    pub fn syn_options_in_linux_order(&self) -> bool {
+        let opts = &self.buf[20..self.hlen];
+        // Rank of each option Linux writes, in its order.
+        let rank = |kind: u8| match kind {
+            2 => Some(0),
+            4 => Some(1),
+            8 => Some(2),
+            3 => Some(3),
+            _ => None,
+        };
+        let (mut i, mut last, mut first) = (0, 0, true);
+        while i < opts.len() {
+            let kind = opts[i];
+            if kind == 0 {
+                break;
+            }
+            if kind == 1 {
+                i += 1;
+                continue;
+            }
+            let len = opts.get(i + 1).map_or(0, |&l| usize::from(l));
+            if len < 2 {
+                break;
+            }
+            if let Some(r) = rank(kind) {
+                if (first && r != 0) || (!first && r <= last) {
+                    return false;
+                }
+                last = r;
+            } else if first {
+                return false;
+            }
+            first = false;
+            i += len;
+        }
+        !first
+    }
+
     /// Walk the options. Malformed options end the walk (what we got so far is kept).
     pub fn options(&self) -> TcpOptions {
         let mut o = TcpOptions::default();

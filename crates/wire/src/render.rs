@@ -103,6 +103,7 @@ impl Human for AnalyzeReport {
                 }
             }
         }
+        handshake_lines(a, out);
         out.push('\n');
         summary_table(
             out,
@@ -115,15 +116,18 @@ impl Human for AnalyzeReport {
         let c = &a.counts;
         let _ = writeln!(
             out,
-            "\nTCP analysis: {} retransmissions ({} fast, {} spurious), {} out-of-order, {} duplicate ACKs, {} zero window, {} window full",
+            "\nTCP analysis: {} retransmissions ({} fast, {} spurious), {} out-of-order, {} duplicate ACKs, {} zero window, {} window full, {} keep-alive, {} previous segment not captured",
             c.tshark_retransmission(),
             c.fast_retransmission,
             c.spurious_retransmission,
             c.out_of_order,
             c.duplicate_ack,
             c.zero_window,
-            c.window_full
+            c.window_full,
+            c.keep_alive,
+            c.lost_segment
         );
+        quality_line(&a.capture_quality, out);
         let worst: Vec<_> = a
             .top_connections
             .iter()
@@ -247,5 +251,85 @@ pub fn render_ladder(l: &Ladder, out: &mut Page) {
             ]);
         }
         t.render("  ", out);
+    }
+}
+
+/// The handshakes' resends and a path MTU black hole's figures, under the findings.
+fn handshake_lines(a: &crate::report::Analysis, out: &mut Page) {
+    for (what, t) in [
+        ("SYN", &a.handshake_resends.syn),
+        ("SYN-ACK", &a.handshake_resends.syn_ack),
+    ] {
+        if t.count > 0 {
+            let _ = writeln!(
+                out,
+                "  Connection set-up waited {} for {} (longest wait {}).",
+                ns(t.waited_ns),
+                count(t.count, &format!("resent {what}")),
+                ns(t.longest_ns)
+            );
+        }
+    }
+    if let Some(p) = &a.pmtu_black_hole {
+        let packet = p.lost_segment_bytes + p.header_bytes;
+        let _ = writeln!(
+            out,
+            "  Path MTU: {}'s {}-byte segments (IP packets of {packet} bytes) were resent {} and never acknowledged, \
+while segments of up to {} bytes (packets of {}) passed{}: the path's MTU lies between; clamp the MSS to at most {} or let \
+ICMP \"fragmentation needed\" through (conn {}, first sent in frame #{}).",
+            p.sender,
+            p.lost_segment_bytes,
+            count(u64::from(p.resends), "time"),
+            p.largest_acked_bytes,
+            p.largest_acked_bytes + p.header_bytes,
+            p.advertised_mss.map_or(String::new(), |m| format!(
+                ", the receiver advertised MSS {m}"
+            )),
+            p.largest_acked_bytes,
+            p.conn,
+            p.first_frame
+        );
+    }
+}
+
+/// What the capture got wrong, when it got anything wrong.
+fn quality_line(q: &crate::report::CaptureQuality, out: &mut Page) {
+    let parts: Vec<String> = [
+        (
+            q.duplicate_frames,
+            "frame captured twice",
+            "frames captured twice",
+        ),
+        (
+            q.time_backwards,
+            "timestamp going back",
+            "timestamps going back",
+        ),
+        (
+            q.one_way_connections,
+            "connection seen one way only",
+            "connections seen one way only",
+        ),
+        (
+            q.connections_with_gaps,
+            "connection with frames missing",
+            "connections with frames missing",
+        ),
+        (
+            q.connections_without_handshake,
+            "connection without its handshake",
+            "connections without their handshake",
+        ),
+    ]
+    .into_iter()
+    .filter(|(n, _, _)| *n > 0)
+    .map(|(n, one, many)| format!("{n} {}", latscope_core::units::verb(n, one, many)))
+    .collect();
+    if !parts.is_empty() {
+        let _ = writeln!(
+            out,
+            "Capture: {} (the detectors that need what these lack stayed silent there)",
+            parts.join(", ")
+        );
     }
 }

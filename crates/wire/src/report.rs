@@ -31,11 +31,21 @@ pub enum StallKind {
     /// A sender on a long path limited by its congestion window: it sends a window, then waits
     /// one round trip for the ACKs before the next one leaves.
     CwndLimited,
+    /// A connection set-up waited for a resent SYN or SYN-ACK (the first one was lost or
+    /// dropped, e.g. by a full accept queue): a retransmission timeout of the handshake.
+    SynRetransmission,
+    /// The sender filled the receiver's advertised window (Wireshark's
+    /// `tcp.analysis.window_full`) and waited for it to open: the receiver's buffer (rcvbuf,
+    /// `tcp_rmem`, window scaling) limited the transfer.
+    ReceiveWindowFull,
+    /// Full-size segments resent again and again and never acknowledged while smaller ones
+    /// from the same sender pass: a path MTU black hole (ICMP "fragmentation needed" lost).
+    PmtuBlackHole,
 }
 
 impl StallKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [StallKind; 7] = [
+    pub const ALL: [StallKind; 10] = [
         StallKind::NagleDelayedAck,
         StallKind::DelayedAck,
         StallKind::Cork,
@@ -43,6 +53,9 @@ impl StallKind {
         StallKind::ZeroWindow,
         StallKind::ThinkTime,
         StallKind::CwndLimited,
+        StallKind::SynRetransmission,
+        StallKind::ReceiveWindowFull,
+        StallKind::PmtuBlackHole,
     ];
 
     /// Short human label.
@@ -55,6 +68,9 @@ impl StallKind {
             StallKind::ZeroWindow => "zero-window stall",
             StallKind::ThinkTime => "application think time",
             StallKind::CwndLimited => "cwnd-limited: waits one RTT per window",
+            StallKind::SynRetransmission => "connection set-up waited for a resent SYN",
+            StallKind::ReceiveWindowFull => "receive window full",
+            StallKind::PmtuBlackHole => "path MTU black hole",
         }
     }
 
@@ -263,6 +279,63 @@ pub struct Skipped {
     pub encrypted: u64,
 }
 
+/// What the capture itself got wrong, found up front, once, before any detector looks: the
+/// evidence the detectors check before they claim anything.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CaptureQuality {
+    /// Frames that repeat the same side's previous segment exactly (the same IPv4
+    /// identification, or for IPv6 the same sequence, acknowledgement, window and TCP
+    /// timestamp within 1 ms): one packet captured twice (two VLANs, a router's hop with the
+    /// TTL one lower). The sequence analysis counts them as tshark does; detectors skip them.
+    pub duplicate_frames: u64,
+    /// Frames stamped earlier than the frame before them (merged or reordered captures): no
+    /// detector times a gap across them.
+    pub time_backwards: u64,
+    /// Connections of which one direction only was captured: no detector that needs the
+    /// peer's ACKs or requests (all but zero window) judged them.
+    pub one_way_connections: u64,
+    /// Connections with segments missing from the capture (Wireshark's "previous segment not
+    /// captured", or an ACK for data never seen): their transactions are not timed and no
+    /// release is credited across the gap.
+    pub connections_with_gaps: u64,
+    /// Connections whose handshake was not captured: no round-trip time, so no think time,
+    /// cork or cwnd-limited finding on them.
+    pub connections_without_handshake: u64,
+}
+
+impl CaptureQuality {
+    /// Add another set of counts.
+    pub fn add(&mut self, o: &CaptureQuality) {
+        self.duplicate_frames += o.duplicate_frames;
+        self.time_backwards += o.time_backwards;
+        self.one_way_connections += o.one_way_connections;
+        self.connections_with_gaps += o.connections_with_gaps;
+        self.connections_without_handshake += o.connections_without_handshake;
+    }
+}
+
+/// A path MTU black hole's figures: full-size segments of one sender resent and never
+/// acknowledged while its smaller ones were.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PmtuEvidence {
+    /// Connection index.
+    pub conn: u64,
+    /// "ip:port" of the sender whose large segments were lost.
+    pub sender: String,
+    /// Payload bytes of the segment that never got through.
+    pub lost_segment_bytes: u32,
+    /// IP + TCP header bytes on it: the IP packet was `lost_segment_bytes` + this.
+    pub header_bytes: u32,
+    /// How often it was resent.
+    pub resends: u32,
+    /// The largest segment of the same sender that was acknowledged (0: none carried data).
+    pub largest_acked_bytes: u32,
+    /// The MSS the receiver advertised in its SYN, if captured.
+    pub advertised_mss: Option<u16>,
+    /// Frame of the first transmission of the lost segment.
+    pub first_frame: u64,
+}
+
 /// What the analyzer found in the frames: the body of the `latscope analyze` result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Analysis {
@@ -292,6 +365,16 @@ pub struct Analysis {
     pub handshake_rtt: Option<Summary>,
     /// Stall detectors that fired, ranked by time lost (largest first).
     pub findings: Vec<StallFinding>,
+    /// Resent SYNs and SYN-ACKs: what the handshakes waited.
+    #[serde(default)]
+    pub handshake_resends: crate::handshake::HandshakeResends,
+    /// What the capture itself got wrong (duplicates, time going back, one direction, gaps),
+    /// found once for every detector.
+    #[serde(default)]
+    pub capture_quality: CaptureQuality,
+    /// The figures of the worst path MTU black hole found, if any.
+    #[serde(default)]
+    pub pmtu_black_hole: Option<PmtuEvidence>,
     /// The connections that lost the most time (up to `--top`).
     pub top_connections: Vec<ConnSummary>,
     /// The `--conn N` ladder, when asked for.

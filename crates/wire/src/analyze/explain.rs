@@ -30,5 +30,19 @@ ACKs for that window reached it, one round trip later: its congestion window, no
 On a long path each window costs a whole round trip. A larger initial window, a congestion control that grows faster \
 (BBR), fewer round trips per transfer (connection reuse, larger responses) or a shorter path help."
             .into(),
+        StallKind::SynRetransmission => "A SYN (or SYN-ACK) got no answer and was sent again after the handshake's \
+retransmission timeout (Linux: 1 s, then 2 s, 4 s ...): the connection set-up waited that long before any request could \
+leave. A full accept queue drops SYNs this way (nstat ListenOverflows/ListenDrops on the server: raise the listen backlog, \
+net.core.somaxconn, or accept faster); otherwise a filter, a SYN-flood guard or loss on the path."
+            .into(),
+        StallKind::ReceiveWindowFull => "The sender filled the receiver's advertised window (Wireshark: window full) and had to \
+wait for the receiver to ACK and open it again: the receiver's buffer limited the transfer, not the path or the sender. \
+Raise the receiver's buffer (SO_RCVBUF, or net.ipv4.tcp_rmem's maximum), keep window scaling on, and read faster."
+            .into(),
+        StallKind::PmtuBlackHole => "Full-size segments were resent again and again and never acknowledged while smaller ones \
+from the same sender got through: a link on the path has a smaller MTU and the ICMP \"fragmentation needed\" (IPv6: \
+\"packet too big\") that should tell the sender is filtered. Let that ICMP through, clamp the MSS on the router \
+(iptables -t mangle ... TCPMSS --clamp-mss-to-pmtu), or enable net.ipv4.tcp_mtu_probing=1 on the sender."
+            .into(),
     }
 }

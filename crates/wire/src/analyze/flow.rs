@@ -199,14 +199,56 @@ pub(super) struct Dir {
     /// When this side last retransmitted: a release after a retransmission is loss recovery,
     /// not a delayed ACK or cork.
     pub last_rexmit_ts: Option<u64>,
-    /// (IPv4 id, relative seq, length, flags) of this side's previous segment.
-    pub last_seg_key: Option<(u16, u32, u32, u8)>,
+    /// This side's previous segment, to tell a frame captured twice.
+    pub last_seg_key: Option<SegKey>,
+    /// A packet of this side was captured.
+    pub seen: bool,
+    /// This side's SYN laid its options out as Linux does (None: no SYN captured).
+    pub linux_syn: Option<bool>,
+    /// TSval of this side's last packet (TCP timestamps option).
+    pub last_pkt_tsval: Option<u32>,
+    /// A timer retransmission not yet charged: the peer's next ACK may prove it spurious
+    /// with a D-SACK (RFC 2883), as for a tail-loss probe answered late.
+    pub pending_rto: Option<PendingRto>,
+    /// (time, frame) of this side's segment that filled the peer's window, while it waits.
+    pub win_full_since: Option<(u64, u64)>,
+    /// The full-size segment this side is resending by timer without an ACK.
+    pub stuck: Option<Stuck>,
+    /// The largest data segment of this side the peer acknowledged.
+    pub largest_acked: u32,
     /// Capture time up to which this side's RTO waits are already counted.
     pub rto_charged_until: u64,
     /// (time, frame) of this side's first zero-window advertisement still in force.
     pub zero_since: Option<(u64, u64)>,
     /// The rhythm of this side's bursts of new data.
     pub cadence: Cadence,
+}
+
+/// What identifies a frame as the same packet as the previous one of its side: (IPv4
+/// identification, relative seq, ack, length, flags, raw window, TSval, capture time).
+pub(super) type SegKey = (u16, u32, u32, u32, u8, u32, Option<u32>, u64);
+
+/// A timer retransmission waiting for the peer's next ACK before it is charged.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PendingRto {
+    pub frame: u64,
+    pub since_frame: u64,
+    pub lost: u64,
+    /// Relative sequence range resent.
+    pub seq: u32,
+    pub end: u32,
+}
+
+/// A full-size segment resent by timer again and again without an ACK.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stuck {
+    pub seq: u32,
+    pub len: u32,
+    pub first_ts: u64,
+    pub first_frame: u64,
+    pub resends: u32,
+    /// Reported as a path MTU black hole already.
+    pub reported: bool,
 }
 
 /// One tracked TCP connection.
@@ -240,6 +282,18 @@ pub(super) struct Conn {
     /// When this connection expires (closed, plus its linger); queued under this deadline (a
     /// connection reopened, or whose last FIN got its ACK, is queued again).
     pub expire_at: Option<u64>,
+    /// Capture time of the latest sign of segments missing from the capture (a gap in the
+    /// sequence, or an ACK for data never seen).
+    pub gap_ts: Option<u64>,
+    /// Human-paced: a protocol of keystrokes and screen updates (see [`interactive_port`]).
+    pub interactive: bool,
+}
+
+/// Ports of protocols whose traffic is paced by a person at a terminal or screen (telnet,
+/// ssh, rlogin/rsh, X11, VNC, RDP): a keystroke and its echo, a screen update, are neither a
+/// request and its answer nor a kernel timer.
+pub(super) fn interactive_port(port: u16) -> bool {
+    matches!(port, 22 | 23 | 513 | 514 | 3389 | 5900..=5909 | 6000..=6063)
 }
 
 impl Conn {
@@ -292,6 +346,8 @@ impl Conn {
             stall_lost: 0,
             client_isn: None,
             expire_at: None,
+            gap_ts: None,
+            interactive: interactive_port(server.1),
         }
     }
 
@@ -318,20 +374,46 @@ impl Conn {
     }
 
     /// Effective MSS of the sender of direction `d`: what the peer advertised, minus the
-    /// timestamp option; without a captured handshake, see below.
+    /// 12 bytes of the timestamp option when both SYNs carried it (RFC 7323 §3.2: sent on every
+    /// segment once negotiated), and no more than the largest segment this sender sent when
+    /// that is Ethernet-sized (a path or a tunnel clamped it lower); without a captured
+    /// handshake, see below.
     pub(super) fn sender_mss(&self, d: usize) -> u32 {
+        let seen = self.dirs[d].max_seg;
         match self.dirs[1 - d].mss_opt {
-            Some(m) => u32::from(m).saturating_sub(if self.dirs[d].timestamps { 12 } else { 0 }),
+            Some(m) => {
+                let ts = self.dirs[d].timestamps && self.dirs[1 - d].timestamps;
+                let mss = u32::from(m).saturating_sub(if ts { 12 } else { 0 });
+                if (FULL_SEGMENT_MIN..mss).contains(&seen) {
+                    seen
+                } else {
+                    mss
+                }
+            }
             // No handshake: the largest segment seen when it looks like a full segment of an
             // Ethernet-sized path (with or without options), else Ethernet's MSS; a segment
             // that large is never "small".
-            None => match self.dirs[d].max_seg {
-                m if m >= 1200 => m,
+            None => match seen {
+                m if m >= FULL_SEGMENT_MIN => m,
                 _ => 1460,
             },
         }
     }
+
+    /// A packet of each side was captured (so far).
+    pub(super) fn both_directions(&self) -> bool {
+        self.dirs[0].seen && self.dirs[1].seen
+    }
+
+    /// No segment went missing from the capture since `ts`.
+    pub(super) fn unbroken_since(&self, ts: u64) -> bool {
+        self.gap_ts.is_none_or(|g| g < ts)
+    }
 }
+
+/// The smallest segment taken for a full one of a path clamped below Ethernet's MSS (IPv6 over
+/// a tunnel, PPPoE, a VPN): below this a segment is "small" whatever the largest seen.
+pub(super) const FULL_SEGMENT_MIN: u32 = 1200;
 
 /// The connection table: a hash from flow key to a slot of a slab, so a connection can be
 /// borrowed in place on the per-packet path, and a queue of closed connections in order of

@@ -57,9 +57,10 @@ mod transaction;
 use latscope_core::LatencyHistogram;
 use latscope_core::summary::Summary;
 
+use crate::handshake::{HandshakeSegment, SynResend, SynResends};
 use crate::packet::{Addr, Decoded, SkipReason, TcpView, Transport, flags};
 pub use crate::report::Analysis;
-use crate::report::{ConnSummary, Ladder, Skipped, TcpCounts};
+use crate::report::{CaptureQuality, ConnSummary, Ladder, Skipped, StallKind, TcpCounts};
 
 pub use explain::explain;
 pub use flow::FxHasher;
@@ -114,6 +115,10 @@ pub struct Analyzer {
     acc: Acc,
     top: Vec<ConnSummary>,
     ladder_conn: Option<ConnSummary>,
+    syn_resends: SynResends,
+    quality: CaptureQuality,
+    /// The previous frame's timestamp (time going backwards is counted).
+    prev_ts: Option<u64>,
 }
 
 impl Default for Analyzer {
@@ -138,6 +143,9 @@ impl Analyzer {
             acc: Acc::default(),
             top: Vec::new(),
             ladder_conn: None,
+            syn_resends: SynResends::default(),
+            quality: CaptureQuality::default(),
+            prev_ts: None,
         }
     }
 
@@ -170,6 +178,10 @@ impl Analyzer {
         if ts_ns > self.last_ts {
             self.last_ts = ts_ns;
         }
+        if self.prev_ts.is_some_and(|p| ts_ns < p) {
+            self.quality.time_backwards += 1;
+        }
+        self.prev_ts = Some(ts_ns);
         let (mut tcp_seen, mut udp_seen, mut skip) = (false, false, None);
         for decoded in packets {
             match decoded {
@@ -179,7 +191,8 @@ impl Analyzer {
                             self.tcp_frames += 1;
                             tcp_seen = true;
                         }
-                        self.on_tcp(frame, ts_ns, &d, &tcp, payload_len);
+                        let resend = self.syn_resends.push(ts_ns, &d);
+                        self.on_tcp(frame, ts_ns, &d, &tcp, payload_len, resend);
                     }
                     Transport::Udp(_) => udp_seen = true,
                 },
@@ -240,7 +253,15 @@ impl Analyzer {
         self.flows.insert(key, c)
     }
 
-    fn on_tcp(&mut self, frame: u64, ts: u64, d: &Decoded<'_>, tcp: &TcpView<'_>, seglen: u32) {
+    fn on_tcp(
+        &mut self,
+        frame: u64,
+        ts: u64,
+        d: &Decoded<'_>,
+        tcp: &TcpView<'_>,
+        seglen: u32,
+        resend: Option<SynResend>,
+    ) {
         let src = (d.src, tcp.src_port());
         let slot = self.conn_slot(frame, ts, src, (d.dst, tcp.dst_port()), tcp);
         let Some(c) = self.flows.get_mut(slot) else {
@@ -256,6 +277,26 @@ impl Analyzer {
             ip_id: d.ip_id,
         };
         self.acc.process(c, &raw, tracing);
+        if let Some(r) = resend {
+            let what = match r.segment {
+                HandshakeSegment::Syn => "SYN",
+                HandshakeSegment::SynAck => "SYN-ACK",
+            };
+            let since = c.first_frame;
+            self.acc.stall(
+                c,
+                StallKind::SynRetransmission,
+                frame,
+                since,
+                r.waited_ns,
+                || {
+                    format!(
+                        "<< STALL set-up waited {} for this resent {what}",
+                        ladder::fmt_ms(r.waited_ns)
+                    )
+                },
+            );
+        }
         self.flows.note_closed(slot);
     }
 
@@ -293,7 +334,12 @@ impl Analyzer {
 
     /// A connection is done: fold it into the totals and keep it if it is among the worst.
     fn finalize(&mut self, mut c: Conn) {
+        self.acc.close(&mut c);
         self.acc.tx.close(&mut c);
+        let q = &mut self.quality;
+        q.one_way_connections += u64::from(!c.both_directions());
+        q.connections_with_gaps += u64::from(c.gap_ts.is_some());
+        q.connections_without_handshake += u64::from(c.syn_ts.is_none() && c.synack_ts.is_none());
         self.counts.add(&c.counts);
         if self.opts.trace_conn == Some(c.id) {
             self.ladder_conn = Some(self.summarise(&c));
@@ -345,6 +391,12 @@ impl Analyzer {
             think_time: summary(self.acc.tx.think_hist.as_ref()),
             handshake_rtt: summary(self.acc.hs_hist.as_ref()),
             findings: self.acc.stalls.findings(),
+            handshake_resends: self.syn_resends.totals(),
+            capture_quality: CaptureQuality {
+                duplicate_frames: self.acc.duplicate_frames,
+                ..self.quality
+            },
+            pmtu_black_hole: self.acc.stalls.pmtu.take(),
             top_connections: top,
             ladder,
         }

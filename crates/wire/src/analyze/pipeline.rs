@@ -5,13 +5,14 @@
 use latscope_core::LatencyHistogram;
 
 use crate::packet::{Addr, TcpView, flags};
-use crate::report::LadderRow;
+use crate::report::{LadderRow, StallKind};
 
 use super::detect::{DETECTORS, Segment, Sink, Stalls};
 use super::flow::{Conn, DataSeg};
 use super::ladder::{MAX_LADDER_ROWS, Notes, Trace, flag_string};
-use super::seq::{self, A_LOST, A_RESENT};
+use super::seq::{self, A_ACK_LOST, A_LOST, A_RESENT};
 use super::transaction::TxStats;
+use crate::handshake::SAME_PACKET_NS;
 
 /// What the per-packet code accumulates across connections. Kept apart from the connection
 /// table so a connection can be borrowed in place while this is updated (moving a connection
@@ -22,6 +23,8 @@ pub(super) struct Acc {
     pub tx: TxStats,
     pub hs_hist: Option<LatencyHistogram>,
     pub trace: Trace,
+    /// Frames captured twice, so far.
+    pub duplicate_frames: u64,
     /// Notes on the segment being processed, for the ladder.
     notes: Notes,
 }
@@ -43,7 +46,10 @@ impl Acc {
     pub(super) fn process(&mut self, c: &mut Conn, raw: &RawSegment<'_, '_>, tracing: bool) {
         let d = usize::from(raw.src != c.client);
         c.frames += 1;
-        c.last_ts = raw.ts;
+        // Time going backwards within a connection (merged or reordered captures): the
+        // segment is analysed for the counts, but no detector times a gap across it.
+        let backwards = raw.ts < c.last_ts;
+        c.last_ts = c.last_ts.max(raw.ts);
         self.notes.on = tracing;
         self.notes.v.clear();
         if let Some(rtt) = handshake(c, d, raw) {
@@ -54,32 +60,42 @@ impl Acc {
         let mut s = relative(c, d, raw);
         let advances = s.len > 0 && (c.dirs[d].nextseq == 0 || s.seq == c.dirs[d].nextseq);
         s.duplicate = is_duplicate(c, raw, &s);
+        if s.duplicate {
+            self.duplicate_frames += 1;
+            self.notes.push(|| "captured twice".to_string());
+        }
         let o = seq::analyze(c, &s, &mut self.notes);
         s.analysis = o.flags;
         s.rto_since = o.rto_since;
-        if o.flags & A_LOST != 0 {
-            // Segments were not captured: the transaction in progress cannot be timed.
+        if o.flags & (A_LOST | A_ACK_LOST) != 0 {
+            // Segments were not captured: the transaction in progress cannot be timed, and no
+            // release is credited across the gap.
+            c.gap_ts = Some(s.ts);
             self.tx.abandon(c);
         }
-        s.new_data = s.len > 0 && o.flags & A_RESENT == 0 && advances;
-        if s.new_data {
-            let (idle, lag) = (
-                s.ts.saturating_sub(c.dirs[d].last_data_ts),
-                s.ts.saturating_sub(c.dirs[1 - d].last_pkt_ts),
-            );
-            c.dirs[d].cadence.on_data(s.ts, idle, lag);
-            s.held = held_segment(c, &s);
-            s.first_response = self.tx.on_data(c, d, s.frame, s.ts, s.payload);
+        if s.duplicate || backwards {
+            c.dirs[d].seen = true;
+        } else {
+            s.new_data = s.len > 0 && o.flags & A_RESENT == 0 && advances;
+            if s.new_data {
+                let (idle, lag) = (
+                    s.ts.saturating_sub(c.dirs[d].last_data_ts),
+                    s.ts.saturating_sub(c.dirs[1 - d].last_pkt_ts),
+                );
+                c.dirs[d].cadence.on_data(s.ts, idle, lag);
+                s.held = held_segment(c, &s);
+                s.first_response = self.tx.on_data(c, d, s.frame, s.ts, s.payload);
+            }
+            let mut sink = Sink {
+                stalls: &mut self.stalls,
+                notes: &mut self.notes,
+                trace: &mut self.trace,
+            };
+            for det in DETECTORS {
+                det.inspect(&s, c, &mut sink);
+            }
+            after_segment(c, &s);
         }
-        let mut sink = Sink {
-            stalls: &mut self.stalls,
-            notes: &mut self.notes,
-            trace: &mut self.trace,
-        };
-        for det in DETECTORS {
-            det.inspect(&s, c, &mut sink);
-        }
-        after_segment(c, &s);
         if tracing && self.trace.rows.len() < MAX_LADDER_ROWS {
             self.trace.rows.push(LadderRow {
                 frame: s.frame,
@@ -96,6 +112,39 @@ impl Acc {
     }
 }
 
+impl Acc {
+    /// A stall found outside the per-segment detectors (a resent SYN), with its ladder note.
+    pub(super) fn stall(
+        &mut self,
+        c: &mut Conn,
+        kind: StallKind,
+        frame: u64,
+        since: u64,
+        lost: u64,
+        note: impl FnOnce() -> String,
+    ) {
+        if self.notes.on {
+            self.trace.note_on(frame, note());
+        }
+        let mut sink = Sink {
+            stalls: &mut self.stalls,
+            notes: &mut self.notes,
+            trace: &mut self.trace,
+        };
+        sink.stall(c, kind, frame, since, lost);
+    }
+
+    /// Connection `c` ends: settle what the detectors held back.
+    pub(super) fn close(&mut self, c: &mut Conn) {
+        let mut sink = Sink {
+            stalls: &mut self.stalls,
+            notes: &mut self.notes,
+            trace: &mut self.trace,
+        };
+        super::detect::close(c, &mut sink);
+    }
+}
+
 /// Handshake timing and options; returns the handshake RTT (SYN → ACK of the SYN-ACK) when
 /// this segment completes it.
 fn handshake(c: &mut Conn, d: usize, raw: &RawSegment<'_, '_>) -> Option<u64> {
@@ -104,6 +153,7 @@ fn handshake(c: &mut Conn, d: usize, raw: &RawSegment<'_, '_>) -> Option<u64> {
     if fl & flags::SYN != 0 {
         let o = raw.tcp.options();
         let fwd = &mut c.dirs[d];
+        fwd.linux_syn = Some(raw.tcp.syn_options_in_linux_order());
         fwd.mss_opt = o.mss;
         fwd.timestamps = o.timestamps.is_some();
         fwd.win_scale = o.wscale.map_or(-1, |w| w as i8);
@@ -164,6 +214,14 @@ fn relative<'p>(c: &mut Conn, d: usize, raw: &RawSegment<'_, 'p>) -> Segment<'p>
         c.dirs[r].base_set = true;
     }
     let raw_win = u32::from(tcp.window());
+    let o = tcp.options();
+    // A D-SACK (RFC 2883): the first SACK block lies below the cumulative ACK (or inside the
+    // second block), reporting data the receiver got twice.
+    let peer_base = c.dirs[r].base;
+    let dsack = o
+        .first_sack
+        .filter(|&(left, _)| ackf && seq::lt(left, raw_ack))
+        .map(|(left, right)| (left.wrapping_sub(peer_base), right.wrapping_sub(peer_base)));
     Segment {
         frame: raw.frame,
         ts: raw.ts,
@@ -189,21 +247,28 @@ fn relative<'p>(c: &mut Conn, d: usize, raw: &RawSegment<'_, 'p>) -> Segment<'p>
         held: None,
         first_response: None,
         duplicate: false,
+        tsval: o.timestamps.map(|t| t.0),
+        tsecr: o.timestamps.map(|t| t.1),
+        dsack,
     }
 }
 
-/// The same frame captured twice (on two interfaces, or by a duplicating tap): the same IPv4
-/// identification, sequence number, length and flags as this side's previous segment. A real
-/// retransmission carries a new identification.
+/// The same frame captured twice (on two interfaces or VLANs, or before and after a router
+/// that lowered the TTL by one): the same IPv4 identification, sequence and acknowledgement
+/// numbers, length, flags and window as this side's previous segment. A real retransmission
+/// carries a new identification. IPv6 has none (nor does IPv4 with identification 0): there
+/// the TCP timestamp must match too, and the copy follow within [`SAME_PACKET_NS`] — a
+/// duplicate ACK without timestamps cannot be told from a copy and is taken as sent.
 fn is_duplicate(c: &mut Conn, raw: &RawSegment<'_, '_>, s: &Segment<'_>) -> bool {
-    let Some(id) = raw.ip_id.filter(|&id| id != 0) else {
-        return false;
-    };
-    let key = (id, s.seq, s.len, s.flags);
+    let id = raw.ip_id.unwrap_or(0);
+    let key = (id, s.seq, s.ack, s.len, s.flags, s.raw_win, s.tsval, raw.ts);
     let dir = &mut c.dirs[s.d];
-    let dup = dir.last_seg_key == Some(key);
-    dir.last_seg_key = Some(key);
-    dup
+    let prev = dir.last_seg_key.replace(key);
+    prev.is_some_and(|p| {
+        let same = (p.0, p.1, p.2, p.3, p.4, p.5, p.6)
+            == (key.0, key.1, key.2, key.3, key.4, key.5, key.6);
+        same && (id != 0 || (s.tsval.is_some() && raw.ts.abs_diff(p.7) < SAME_PACKET_NS))
+    })
 }
 
 /// Remember new data segment `s` as the sender's latest; return the one before it, unless the
@@ -228,6 +293,8 @@ fn held_segment(c: &mut Conn, s: &Segment<'_>) -> Option<DataSeg> {
 fn after_segment(c: &mut Conn, s: &Segment<'_>) {
     let sfr = s.flags & (flags::SYN | flags::FIN | flags::RST);
     let fwd = &mut c.dirs[s.d];
+    fwd.seen = true;
+    fwd.last_pkt_tsval = s.tsval;
     fwd.last_pkt_ts = s.ts;
     fwd.last_pkt_frame = s.frame;
     fwd.last_pkt_len = s.len;

@@ -257,14 +257,25 @@ fn update_state(c: &mut Conn, s: &Segment<'_>, a: u32) {
     f.lastsegmentflags = a;
     if s.flags & flags::ACK != 0 {
         let ack = s.ack;
-        c.dirs[1 - s.d].unacked.retain_mut(|u| {
+        let rv = &mut c.dirs[1 - s.d];
+        // Entries are single segments until the list is long (then contiguous ones merge):
+        // only then is an entry's length a segment's.
+        let single = rv.unacked.len() < EXACT_UNACKED;
+        let mut largest = rv.largest_acked;
+        rv.unacked.retain_mut(|u| {
             if gt(ack, u.seq) && lt(ack, u.nextseq) {
                 u.seq = ack;
                 true
+            } else if gt(u.nextseq, ack) {
+                true
             } else {
-                gt(u.nextseq, ack)
+                if single {
+                    largest = largest.max(u.nextseq.wrapping_sub(u.seq));
+                }
+                false
             }
         });
+        rv.largest_acked = largest;
     }
 }
 

@@ -656,3 +656,251 @@ fn zero_length_old_sequence_is_not_a_retransmission() {
         r.findings
     );
 }
+
+fn finding(r: &Analysis, k: StallKind) -> Option<&crate::report::StallFinding> {
+    r.findings.iter().find(|f| f.kind == k)
+}
+
+/// A resent SYN is the set-up's wait (its own finding, with the handshake totals), not an RTO
+/// stall of the connection's data; a bare FIN resent on close holds up nothing.
+#[test]
+fn resent_syn_is_setup_time_and_resent_fin_is_no_stall() {
+    let mut s = Sim::new();
+    let mss = [2, 4, 0x05, 0xb4];
+    s.pkt(0.0, true, flags::SYN, b"", &mss);
+    s.cseq -= 1;
+    s.pkt(1000.0, true, flags::SYN, b"", &mss);
+    s.pkt(1000.1, false, flags::SYN | flags::ACK, b"", &mss);
+    s.pkt(1000.2, true, flags::ACK, b"", &[]);
+    s.pkt(1010.0, false, flags::FIN | flags::ACK, b"", &[]);
+    s.sseq -= 1;
+    s.pkt(1210.0, false, flags::FIN | flags::ACK, b"", &[]);
+    let r = s.a.finish();
+    let syn = finding(&r, StallKind::SynRetransmission).expect("resent SYN");
+    assert_eq!((syn.count, syn.lost_ns), (1, 1_000_000_000));
+    assert_eq!(r.handshake_resends.syn.count, 1);
+    assert_eq!(r.handshake_resends.syn.waited_ns, 1_000_000_000);
+    assert!(
+        finding(&r, StallKind::RtoRetransmission).is_none(),
+        "{:?}",
+        r.findings
+    );
+    assert_eq!(r.counts.tshark_retransmission(), 2, "tshark counts both");
+}
+
+/// A tail-loss probe the receiver reports with a D-SACK (it had the data: its ACK was late)
+/// was not needed and costs nothing; without the D-SACK it is charged.
+#[test]
+fn resend_proven_spurious_by_dsack_is_no_stall() {
+    for (dsack, stalls) in [(true, 0u64), (false, 1)] {
+        let mut s = Sim::new();
+        s.handshake();
+        s.pkt(
+            1.0,
+            true,
+            flags::ACK | flags::PSH,
+            b"GET / HTTP/1.1\r\n\r\n",
+            &[],
+        );
+        s.pkt(2.0, false, flags::ACK, &[1; 100], &[]);
+        s.sseq -= 100;
+        s.pkt(30.0, false, flags::ACK, &[1; 100], &[]);
+        // The client's ACK of the probe: D-SACK block [seq, seq + 100) below the ACK.
+        let (l, r) = (s.sseq - 100, s.sseq);
+        let mut opt = vec![1, 1, 5, 10];
+        opt.extend_from_slice(&l.to_be_bytes());
+        opt.extend_from_slice(&r.to_be_bytes());
+        s.pkt(31.0, true, flags::ACK, b"", if dsack { &opt } else { &[] });
+        let r = s.a.finish();
+        let n = finding(&r, StallKind::RtoRetransmission).map_or(0, |f| f.count);
+        assert_eq!(n, stalls, "D-SACK {dsack}: {:?}", r.findings);
+    }
+}
+
+/// A segment whose timestamp echo predates the delayed ACK left before that ACK reached its
+/// sender: the ACK released nothing.
+#[test]
+fn release_echoing_an_older_timestamp_is_not_credited_to_the_ack() {
+    let ts = |val: u32, ecr: u32| {
+        let mut o = vec![1, 1, 8, 10];
+        o.extend_from_slice(&val.to_be_bytes());
+        o.extend_from_slice(&ecr.to_be_bytes());
+        o
+    };
+    for (ecr, nagle) in [(150u32, 1u64), (100, 0)] {
+        let mut s = Sim::new();
+        s.handshake();
+        let a = flags::ACK | flags::PSH;
+        s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &ts(100, 10));
+        s.pkt(1.1, false, a, b"HTTP/1.1 200 OK\r\n", &ts(10, 100));
+        s.pkt(1.2, true, flags::ACK, b"", &ts(101, 10));
+        s.pkt(1.3, false, a, b"body", &ts(11, 101));
+        s.pkt(10.0, true, a, b"GET /2 HTTP/1.1\r\n\r\n", &ts(110, 11));
+        s.pkt(10.1, false, a, b"HTTP/1.1 200 OK\r\n", &ts(20, 110));
+        s.pkt(50.1, true, flags::ACK, b"", &ts(150, 20));
+        s.pkt(50.2, false, a, b"body", &ts(60, ecr));
+        let r = s.a.finish();
+        let n = finding(&r, StallKind::NagleDelayedAck).map_or(0, |f| f.count);
+        assert_eq!(n, nagle, "echo {ecr}: {:?}", r.findings);
+    }
+}
+
+/// Evidence the detectors need: without the handshake no think time (the round trip is
+/// unknown); with one direction captured no cork; on a human-paced protocol no think time.
+#[test]
+fn detectors_refuse_without_their_evidence() {
+    let a = flags::ACK | flags::PSH;
+    // No handshake: a 50 ms gap could be the path.
+    let mut s = Sim::new();
+    s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(51.0, false, a, b"HTTP/1.1 200 OK\r\n", &[]);
+    s.pkt(52.0, true, flags::ACK, b"", &[]);
+    let r = s.a.finish();
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    assert!(r.think_time.is_none());
+    assert_eq!(r.capture_quality.connections_without_handshake, 1);
+    // One direction only: a segment 200 ms after the previous is no cork.
+    let mut s = Sim::new();
+    s.pkt(1.0, false, a, &[1u8; 1460], &[]);
+    s.pkt(201.0, false, a, &[1u8; 100], &[]);
+    let r = s.a.finish();
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    assert_eq!(r.capture_quality.one_way_connections, 1);
+    // A cork-like flush from a sender whose SYN is not Linux's (window scale before SACK).
+    let mut s = Sim::new();
+    let win = [2, 4, 0x05, 0xb4, 1, 3, 3, 8, 1, 1, 4, 2];
+    s.pkt(0.0, true, flags::SYN, b"", &win);
+    s.pkt(0.1, false, flags::SYN | flags::ACK, b"", &win);
+    s.pkt(0.2, true, flags::ACK, b"", &[]);
+    s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(1.1, false, a, &[1u8; 1460], &[]);
+    s.pkt(1.2, true, flags::ACK, b"", &[]);
+    s.pkt(201.1, false, a, &[1u8; 100], &[]);
+    let r = s.a.finish();
+    assert!(finding(&r, StallKind::Cork).is_none(), "{:?}", r.findings);
+}
+
+/// Telnet: the server's output 2 s after a keystroke is no think time.
+#[test]
+fn keystrokes_are_not_requests() {
+    let mut s = Sim::new();
+    let a = flags::ACK | flags::PSH;
+    let mss = [2, 4, 0x05, 0xb4];
+    // Port 80 in the helper; rebuild the frames on port 23.
+    for (ms, from_client, fl, p, o) in [
+        (0.0, true, flags::SYN, &b""[..], &mss[..]),
+        (0.1, false, flags::SYN | flags::ACK, b"", &mss),
+        (0.2, true, flags::ACK, b"", &[]),
+        (10.0, true, a, b"l", &[]),
+        (2010.0, false, a, b"total 0\r\n$ ", &[]),
+    ] {
+        s.frame += 1;
+        let (src, dst, sp, dp, seq, ack) = if from_client {
+            (C, S, 40000, 23, s.cseq, s.sseq)
+        } else {
+            (S, C, 23, 40000, s.sseq, s.cseq)
+        };
+        let f = eth_ipv4_tcp(src, dst, sp, dp, seq, ack, fl, 1000, o, p);
+        let adv = p.len() as u32 + u32::from(fl & flags::SYN != 0);
+        if from_client {
+            s.cseq += adv;
+        } else {
+            s.sseq += adv;
+        }
+        s.a.push(s.frame, (ms * 1e6) as u64, decode(LinkType::Ethernet, &f));
+    }
+    let r = s.a.finish();
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+}
+
+/// The receiver's window fills (Wireshark: window full) and the sender waits for it to open.
+#[test]
+fn window_full_wait_is_a_finding() {
+    let mut s = Sim::new();
+    s.handshake();
+    s.pkt(
+        1.0,
+        true,
+        flags::ACK | flags::PSH,
+        b"GET / HTTP/1.1\r\n\r\n",
+        &[],
+    );
+    // The client's window is 1000 bytes: one segment fills it.
+    s.pkt(2.0, false, flags::ACK, &[1; 1000], &[]);
+    s.pkt(12.0, true, flags::ACK, b"", &[]);
+    s.pkt(12.1, false, flags::ACK, &[1; 1000], &[]);
+    let r = s.a.finish();
+    assert!(r.counts.window_full >= 1, "{:?}", r.counts);
+    let f = finding(&r, StallKind::ReceiveWindowFull).expect("window full");
+    assert_eq!(f.lost_ns, 10_100_000);
+}
+
+/// A path MTU black hole: the server's small header segment is ACKed, its full-size segment is
+/// resent by timer and never ACKed while the client keeps ACKing the header.
+#[test]
+fn pmtu_black_hole_pattern() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK | flags::PSH;
+    s.pkt(1.0, true, a, b"GET /big HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(2.0, false, a, &[1; 200], &[]);
+    s.pkt(3.0, true, flags::ACK, b"", &[]);
+    s.pkt(3.1, false, flags::ACK, &[1; 1460], &[]);
+    for t in [300.0, 900.0, 2100.0] {
+        s.sseq -= 1460;
+        s.pkt(t, false, flags::ACK, &[1; 1460], &[]);
+    }
+    let r = s.a.finish();
+    let f = finding(&r, StallKind::PmtuBlackHole).expect("black hole");
+    assert_eq!(f.count, 1);
+    let ev = r.pmtu_black_hole.expect("figures");
+    assert_eq!(ev.lost_segment_bytes, 1460);
+    assert_eq!(ev.largest_acked_bytes, 200);
+    assert_eq!(ev.header_bytes, 40);
+    assert_eq!(ev.advertised_mss, Some(1460));
+    // The same resends of a small segment are plain RTO stalls.
+    let mut s = Sim::new();
+    s.handshake();
+    s.pkt(1.0, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(2.0, false, a, &[1; 200], &[]);
+    s.pkt(3.0, true, flags::ACK, b"", &[]);
+    s.pkt(3.1, false, flags::ACK, &[1; 300], &[]);
+    for t in [300.0, 900.0, 2100.0] {
+        s.sseq -= 300;
+        s.pkt(t, false, flags::ACK, &[1; 300], &[]);
+    }
+    let r = s.a.finish();
+    assert!(
+        finding(&r, StallKind::PmtuBlackHole).is_none(),
+        "{:?}",
+        r.findings
+    );
+}
+
+/// IPv6 has no identification: a copy with the same TCP timestamp within 1 ms is a copy.
+#[test]
+fn timestamps_tell_copies_without_ip_identification() {
+    let mut s = Sim::new();
+    s.handshake();
+    let o = [1, 1, 8, 10, 0, 0, 0, 9, 0, 0, 0, 1];
+    for t in [1.0, 1.05] {
+        s.frame += 1;
+        let mut f = eth_ipv4_tcp(
+            S,
+            C,
+            80,
+            40000,
+            s.sseq,
+            s.cseq,
+            flags::ACK,
+            1000,
+            &o,
+            &[1; 100],
+        );
+        f[18..20].copy_from_slice(&0u16.to_be_bytes());
+        s.a.push(s.frame, (t * 1e6) as u64, decode(LinkType::Ethernet, &f));
+    }
+    let r = s.a.finish();
+    assert_eq!(r.capture_quality.duplicate_frames, 1);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+}

@@ -108,15 +108,19 @@ impl TxStats {
         }
         match c.tx_state {
             TxState::Request => {
-                let rtt = c.rtt_to_server.unwrap_or(0);
+                // Without the handshake the round trip is unknown: the gap is not the
+                // server's time. A human-paced protocol's next output is no answer.
+                let (rtt, judged) = (c.rtt_to_server, !c.interactive);
                 let t = c.tx.as_mut()?;
                 t.resp_first = ts;
                 t.resp_last = ts;
                 t.resp_last_frame = frame;
                 t.http_status = http_status(payload);
-                t.think = ts.saturating_sub(t.req_last).saturating_sub(rtt);
+                t.think = ts
+                    .saturating_sub(t.req_last)
+                    .saturating_sub(rtt.unwrap_or(0));
                 c.tx_state = TxState::Response;
-                if t.setup {
+                if t.setup || rtt.is_none() || !judged {
                     t.think = 0;
                     return None;
                 }

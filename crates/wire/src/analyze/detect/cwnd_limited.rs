@@ -36,6 +36,7 @@ impl Detector for CwndLimited {
         let p = &c.dirs[1 - s.d];
         let smss = c.sender_mss(s.d);
         let window_wait = s.first_response.is_none()
+            && c.unbroken_since(d1.ts)
             && !c.dirs[s.d].cadence.app_clock()
             // About one round trip of silence (half a round trip either way).
             && (rtt / 2..=rtt.saturating_add(rtt / 2)).contains(&gap)

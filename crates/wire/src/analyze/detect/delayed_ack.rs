@@ -9,12 +9,18 @@
 //! * Otherwise **delayed ACK without Nagle**: Nagle does not hold full segments, so the sender
 //!   was limited by its congestion or receive window and an odd segment count left the
 //!   receiver waiting for a second one.
+//!
+//! Evidence needed: both directions captured and no segment missing since D1; the release no
+//! sooner than half a round trip to the sender after the ACK (when the handshake gave it), and
+//! D2's TCP timestamp echo (when present) not older than the ACK's TSval — else D2 left before
+//! the ACK reached its sender and the ACK released nothing.
 
 use crate::report::StallKind;
 
 use super::super::flow::{Conn, DataSeg};
 use super::super::ladder::fmt_ms;
-use super::{Detector, Segment, Sink, delayed_ack_floor_ns};
+use super::super::seq::lt;
+use super::{Detector, Segment, Sink, delayed_ack_ceiling_ns, delayed_ack_floor_ns};
 
 /// Reports segments released by a delayed ACK (Nagle × delayed ACK, or delayed ACK alone).
 pub(in super::super) struct DelayedAckRelease;
@@ -28,7 +34,14 @@ pub(super) fn release(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> Option<(u64, u
     // after the ACK across a long path left before the ACK arrived (a window-limited
     // sender), it was not released by it.
     let min_release = c.rtt_to_sender(s.d).unwrap_or(0) / 2;
-    let released = p.last_pkt_pure_ack
+    // D2's timestamp echo names the newest peer segment its sender had seen: one older than
+    // the ACK's own TSval means D2 left before that ACK arrived (RFC 7323 §4.3).
+    let echo_predates =
+        matches!((s.tsecr, p.last_pkt_tsval), (Some(ecr), Some(val)) if lt(ecr, val));
+    let released = !echo_predates
+        && c.both_directions()
+        && c.unbroken_since(d1.ts)
+        && p.last_pkt_pure_ack
         && p.last_pkt_ts >= d1.ts
         && p.last_data_ts <= d1.ts
         && p.last_pkt_ack == d1.end
@@ -40,7 +53,12 @@ pub(super) fn release(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> Option<(u64, u
         .last_pkt_ts
         .saturating_sub(d1.ts)
         .saturating_sub(c.rtt_to_receiver(s.d).unwrap_or(0));
-    (ack_delay >= delayed_ack_floor_ns()).then_some((ack_delay, p.last_pkt_frame))
+    // A receiver ACKs at least every second full segment (RFC 5681 §4.2): with two or more
+    // unacknowledged when D1 left, its silence is not the delayed-ACK timer (a printer that
+    // ACKs four segments 28–70 ms late in a public capture was slow, not delaying).
+    let timer = (delayed_ack_floor_ns()..=delayed_ack_ceiling_ns()).contains(&ack_delay)
+        && d1.in_flight < 2 * c.sender_mss(s.d);
+    timer.then_some((ack_delay, p.last_pkt_frame))
 }
 
 impl Detector for DelayedAckRelease {

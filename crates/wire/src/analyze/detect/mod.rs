@@ -8,14 +8,16 @@
 mod cork;
 mod cwnd_limited;
 mod delayed_ack;
+mod pmtu;
 mod rto;
 mod think_time;
+mod window_full;
 mod zero_window;
 
 use latscope_core::timer::TcpTimer;
 
 use crate::packet::flags;
-use crate::report::{StallExample, StallFinding, StallKind};
+use crate::report::{PmtuEvidence, StallExample, StallFinding, StallKind};
 
 use super::explain::explain;
 use super::flow::{Conn, DataSeg};
@@ -25,13 +27,21 @@ use super::transaction::FirstResponse;
 /// Every detector, in the order they look at a segment (which is also the order their stalls
 /// are charged to the transaction in progress).
 pub(super) static DETECTORS: &[&dyn Detector] = &[
+    // Before the RTO detector: once a black hole is recognised its resends are its own.
+    &pmtu::PmtuBlackHole,
     &rto::Rto,
     &delayed_ack::DelayedAckRelease,
     &cork::Cork,
     &think_time::ThinkTime,
     &zero_window::ZeroWindow,
     &cwnd_limited::CwndLimited,
+    &window_full::WindowFull,
 ];
+
+/// The connection ends: what a detector still held back is settled.
+pub(super) fn close(c: &mut Conn, out: &mut Sink<'_>) {
+    rto::flush(c, out);
+}
 
 /// A stall detector.
 pub(super) trait Detector: Sync {
@@ -68,9 +78,15 @@ pub(super) struct Segment<'p> {
     pub held: Option<DataSeg>,
     /// For new server data: the transaction's first response byte.
     pub first_response: Option<FirstResponse>,
-    /// An exact copy of this side's previous frame (same IPv4 identification): captured twice,
-    /// not sent twice.
+    /// An exact copy of this side's previous frame: captured twice, not sent twice.
+    /// Detectors never see one.
     pub duplicate: bool,
+    /// TCP timestamps option: TSval and TSecr.
+    pub tsval: Option<u32>,
+    pub tsecr: Option<u32>,
+    /// A D-SACK block (relative to the peer's sequence numbers): data the sender of this
+    /// ACK received twice.
+    pub dsack: Option<(u32, u32)>,
 }
 
 impl Segment<'_> {
@@ -91,6 +107,18 @@ pub(super) fn delayed_ack_floor_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// The longest ACK delay a delayed-ACK timer explains: the end of the longest delayed-ACK band
+/// (Linux and Windows delay ≤ 200 ms; RFC 1122 §4.2.3.2 allows at most 500 ms, which no
+/// common stack uses). A later ACK is a slow receiver, not its timer.
+pub(super) fn delayed_ack_ceiling_ns() -> u64 {
+    TcpTimer::ALL
+        .into_iter()
+        .filter(|t| t.is_delayed_ack())
+        .map(|t| *t.band_ns().end())
+        .max()
+        .unwrap_or(0)
+}
+
 #[derive(Default, Clone)]
 struct FindingAcc {
     count: u64,
@@ -102,6 +130,8 @@ struct FindingAcc {
 #[derive(Default)]
 pub(super) struct Stalls {
     acc: [FindingAcc; StallKind::ALL.len()],
+    /// The path MTU black hole resent most often.
+    pub pmtu: Option<PmtuEvidence>,
 }
 
 impl Stalls {
@@ -170,6 +200,18 @@ impl Sink<'_> {
             if min.lost_ns < lost {
                 *min = ex;
             }
+        }
+    }
+
+    /// The figures of a path MTU black hole (the one resent most often is kept).
+    pub(super) fn pmtu(&mut self, ev: PmtuEvidence) {
+        if self
+            .stalls
+            .pmtu
+            .as_ref()
+            .is_none_or(|p| p.resends < ev.resends)
+        {
+            self.stalls.pmtu = Some(ev);
         }
     }
 

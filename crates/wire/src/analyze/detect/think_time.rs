@@ -1,6 +1,10 @@
 //! Application think time: last request byte to first response byte, minus the round trip
 //! between the capture point and the server (from the handshake), when ≥ 10 ms. No TCP timer is
 //! involved, so the threshold is not one of `TcpTimer`'s bands.
+//!
+//! Evidence needed: the handshake (without it the round trip is unknown and a slow path would
+//! read as a slow server), both directions, and a request–response protocol: on a human-paced
+//! one (telnet, ssh, X11, VNC, RDP) the server's next screen update is not an answer.
 
 use crate::report::StallKind;
 
@@ -19,7 +23,11 @@ impl Detector for ThinkTime {
         let Some(r) = s.first_response else {
             return;
         };
-        if r.think_ns < THINK_MIN_NS {
+        if r.think_ns < THINK_MIN_NS
+            || c.rtt_to_server.is_none()
+            || c.interactive
+            || !c.both_directions()
+        {
             return;
         }
         out.notes.push(|| {

@@ -1,0 +1,247 @@
+//! Resent SYNs and SYN-ACKs: the handshakes' own losses. A dropped SYN (a full accept queue,
+//! a filter, loss) costs a connection set-up its first retransmission timeout — 1 s on Linux
+//! (`TCP_TIMEOUT_INIT`, RFC 6298 §2.1), doubling each time — not the requests of an open
+//! connection, so the wire analyzer reports it apart from data retransmissions.
+//!
+//! [`SynResends`] is usable on its own (feed it every decoded frame, e.g. from a capture of
+//! diagnose's own connections) and is what [`crate::Analyzer`] uses for `latscope analyze`'s
+//! "connection set-up waited" finding.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::analyze::FxHasher;
+use crate::packet::{Addr, Decoded, Transport, flags};
+
+/// Handshakes tracked at once; past it the table starts afresh. Only a SYN flood comes near
+/// (each entry is one SYN's 4-tuple and ISN), and then the resends of the forgotten SYNs are
+/// missed, never invented.
+pub const MAX_TRACKED: usize = 16_384;
+/// A SYN seen again with the same IPv4 identification, or sooner than this, is the same packet
+/// captured twice (on two interfaces or VLANs, or on both sides of a router), not a resend: the first SYN retransmission timeout is 1 s, and even a tuned route's
+/// RTO (`ip route ... rto_min`) stays far above this.
+pub const SAME_PACKET_NS: u64 = 1_000_000;
+
+/// Which handshake segment was sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HandshakeSegment {
+    /// The client's SYN (no answer: lost, dropped by a full accept queue or a filter).
+    Syn,
+    /// The server's SYN-ACK (the client's ACK, or the SYN-ACK itself, was lost).
+    SynAck,
+}
+
+/// One resend: the segment, how long its sender had waited since the previous transmission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SynResend {
+    /// SYN or SYN-ACK.
+    pub segment: HandshakeSegment,
+    /// Time since the same segment was last sent (the timeout that fired).
+    pub waited_ns: u64,
+}
+
+/// The resends of one kind of handshake segment, in total.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ResendTotal {
+    /// Resends seen.
+    pub count: u64,
+    /// Time their senders waited, summed: each resend adds only the wait since the previous
+    /// transmission, so a handshake's total never exceeds its span.
+    pub waited_ns: u64,
+    /// The longest single wait.
+    pub longest_ns: u64,
+}
+
+impl ResendTotal {
+    fn add(&mut self, waited_ns: u64) {
+        self.count += 1;
+        self.waited_ns = self.waited_ns.saturating_add(waited_ns);
+        self.longest_ns = self.longest_ns.max(waited_ns);
+    }
+}
+
+/// What the handshakes' resends cost, by segment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct HandshakeResends {
+    /// Resent SYNs (the client waited for an answer).
+    pub syn: ResendTotal,
+    /// Resent SYN-ACKs (the server waited for the handshake's last ACK).
+    pub syn_ack: ResendTotal,
+}
+
+impl HandshakeResends {
+    /// No resend at all.
+    pub fn is_empty(&self) -> bool {
+        self.syn.count == 0 && self.syn_ack.count == 0
+    }
+
+    /// SYNs and SYN-ACKs together.
+    pub fn total(&self) -> ResendTotal {
+        ResendTotal {
+            count: self.syn.count + self.syn_ack.count,
+            waited_ns: self.syn.waited_ns.saturating_add(self.syn_ack.waited_ns),
+            longest_ns: self.syn.longest_ns.max(self.syn_ack.longest_ns),
+        }
+    }
+}
+
+/// One direction's handshake segment: who sent it, to whom, and its sequence number (a new
+/// ISN is a new connection attempt, not a resend).
+type Key = (Addr, u16, Addr, u16, u32);
+
+/// Tracks when each SYN (and SYN-ACK) was last sent and totals the resends.
+#[derive(Debug, Default)]
+pub struct SynResends {
+    /// When each SYN was last sent, and that transmission's IPv4 identification.
+    last_sent: HashMap<Key, (u64, Option<u16>), BuildHasherDefault<FxHasher>>,
+    totals: HandshakeResends,
+}
+
+impl SynResends {
+    /// One captured frame at `ts_ns`; returns the resend it is, if it is one.
+    pub fn push(&mut self, ts_ns: u64, d: &Decoded<'_>) -> Option<SynResend> {
+        let Transport::Tcp { tcp, .. } = d.transport else {
+            return None;
+        };
+        let fl = tcp.flags();
+        if fl & (flags::SYN | flags::RST) != flags::SYN {
+            return None;
+        }
+        let key = (d.src, tcp.src_port(), d.dst, tcp.dst_port(), tcp.seq());
+        if self.last_sent.len() >= MAX_TRACKED && !self.last_sent.contains_key(&key) {
+            self.last_sent.clear();
+        }
+        let id = d.ip_id.filter(|&i| i != 0);
+        let Some(last) = self.last_sent.get_mut(&key) else {
+            self.last_sent.insert(key, (ts_ns, id));
+            return None;
+        };
+        if id.is_some() && id == last.1 {
+            return None;
+        }
+        // Time going backwards (merged or reordered captures) is no wait.
+        let waited_ns = ts_ns.checked_sub(last.0)?;
+        if waited_ns < SAME_PACKET_NS {
+            return None;
+        }
+        *last = (ts_ns, id);
+        let segment = if fl & flags::ACK != 0 {
+            HandshakeSegment::SynAck
+        } else {
+            HandshakeSegment::Syn
+        };
+        match segment {
+            HandshakeSegment::Syn => self.totals.syn.add(waited_ns),
+            HandshakeSegment::SynAck => self.totals.syn_ack.add(waited_ns),
+        }
+        Some(SynResend { segment, waited_ns })
+    }
+
+    /// The resends so far, by segment.
+    pub fn totals(&self) -> HandshakeResends {
+        self.totals
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// An Ethernet + IPv4 + TCP frame with `flags` and `seq` from 10.0.0.1:`sport` to
+    /// 10.0.0.2:7373 (or back, with `reply`).
+    fn frame(sport: u16, fl: u8, seq: u32, reply: bool) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 20];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut f[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&40u16.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+        let (s, d) = if reply { (b, a) } else { (a, b) };
+        ip[12..16].copy_from_slice(&s);
+        ip[16..20].copy_from_slice(&d);
+        let (sp, dp) = if reply { (7373, sport) } else { (sport, 7373) };
+        let tcp = &mut f[34..54];
+        tcp[0..2].copy_from_slice(&sp.to_be_bytes());
+        tcp[2..4].copy_from_slice(&dp.to_be_bytes());
+        tcp[4..8].copy_from_slice(&seq.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = fl;
+        tcp[14..16].copy_from_slice(&64240u16.to_be_bytes());
+        f
+    }
+
+    fn push(r: &mut SynResends, ts_ns: u64, f: &[u8]) -> Option<SynResend> {
+        let d = crate::decode(crate::packet::LinkType::Ethernet, f).unwrap();
+        r.push(ts_ns, &d)
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn resent_syns_are_counted_once_per_wait() {
+        let mut r = SynResends::default();
+        let syn = frame(40000, flags::SYN, 1000, false);
+        assert_eq!(push(&mut r, 0, &syn), None);
+        // The same packet on a second interface, 0.02 ms later: not a resend.
+        assert_eq!(push(&mut r, 20_000, &syn), None);
+        assert!(r.totals().is_empty());
+        let first = push(&mut r, 1_000 * MS, &syn).unwrap();
+        assert_eq!(first.segment, HandshakeSegment::Syn);
+        assert_eq!(first.waited_ns, 1_000 * MS);
+        push(&mut r, 3_000 * MS, &syn).unwrap();
+        // Another connection's SYN, a new ISN on the same ports, and data: not resends.
+        assert_eq!(
+            push(&mut r, 3_100 * MS, &frame(40001, flags::SYN, 7, false)),
+            None
+        );
+        assert_eq!(
+            push(&mut r, 3_150 * MS, &frame(40000, flags::SYN, 9, false)),
+            None
+        );
+        let data = frame(40000, flags::ACK | flags::PSH, 1001, false);
+        push(&mut r, 3_200 * MS, &data);
+        assert_eq!(push(&mut r, 3_300 * MS, &data), None);
+        let t = r.totals();
+        assert_eq!(t.syn.count, 2);
+        assert_eq!(
+            t.syn.waited_ns,
+            3_000 * MS,
+            "1 s then 2 s, never counted twice"
+        );
+        assert_eq!(t.syn.longest_ns, 2_000 * MS);
+        assert_eq!(t.syn_ack, ResendTotal::default());
+    }
+
+    /// Frames 1 and 3 of a public capture: one SYN on both sides of a router, 1.4 ms apart,
+    /// with the same IPv4 identification.
+    #[test]
+    fn the_same_identification_is_the_same_packet() {
+        let mut r = SynResends::default();
+        let mut syn = frame(40000, flags::SYN, 1000, false);
+        syn[18..20].copy_from_slice(&5u16.to_be_bytes());
+        push(&mut r, 0, &syn);
+        assert_eq!(push(&mut r, 5 * MS, &syn), None);
+        let mut resent = syn.clone();
+        resent[18..20].copy_from_slice(&7u16.to_be_bytes());
+        assert!(push(&mut r, 3_000 * MS, &resent).is_some());
+    }
+
+    #[test]
+    fn syn_acks_are_told_from_syns_and_time_going_back_is_no_wait() {
+        let mut r = SynResends::default();
+        let sa = frame(40000, flags::SYN | flags::ACK, 5, true);
+        push(&mut r, 10 * MS, &sa);
+        assert_eq!(push(&mut r, 5 * MS, &sa), None, "earlier timestamp");
+        let x = push(&mut r, 1_010 * MS, &sa).unwrap();
+        assert_eq!(x.segment, HandshakeSegment::SynAck);
+        assert_eq!(r.totals().total().count, 1);
+        assert_eq!(r.totals().syn.count, 0);
+    }
+}
