@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The diagnose lab as a benchmark: every scenario of tests/diagnose_lab/ (real servers and real
-# kernel faults in namespaces it builds), one diagnose run each, then top-1 accuracy and the
-# false-positive rate on healthy servers. Needs root.
+# kernel faults in namespaces it builds), one diagnose run each from two seats (the server's host,
+# and the client alone: own PID and mount namespaces, no CAP_SYS_ADMIN/BPF/PERFMON/SYS_PTRACE),
+# then top-1 accuracy per seat and the false-positive rate on healthy servers. Needs root.
 #
-#   scripts/diagnose-lab.sh                 the lab (about 5 minutes)
+#   scripts/diagnose-lab.sh                 the lab from both seats (about 10 minutes)
 #   scripts/diagnose-lab.sh --holdout       the held-back scenarios only
 #   scripts/diagnose-lab.sh NAME[,NAME…]    some scenarios by name
+#   LAB_SEAT=client-only scripts/diagnose-lab.sh   one seat (server-host or client-only)
 #   LAB_JSON_DIR=DIR scripts/diagnose-lab.sh   also keep each run's JSON report in DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +18,7 @@ fi
 case "${1:-}" in
   --holdout) export LAB_SET=holdout ;;
   "") ;;
-  -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+  -h|--help) sed -n 2,11p "$0"; exit 0 ;;
   *) export LAB_ONLY="$1" ;;
 esac
 cargo build --release --locked --quiet

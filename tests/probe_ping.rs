@@ -27,6 +27,8 @@ fn rtt_matches_injected_delay_in_every_mode_ipv6() {
 }
 
 fn delay_line_check(target: &str, bind: &str) {
+    // The bound is a fraction of the injected delay, held by a forwarder thread in this process.
+    let _serial = lab::timing_lock();
     let delay = Duration::from_millis(20);
     let dl = DelayLine::new(delay);
     let tcp = lab::probe::tcp_server(Some(&dl.server), bind);
@@ -176,6 +178,7 @@ fn hping3_rtts_ms(text: &str) -> Vec<f64> {
 #[test]
 fn agrees_with_hping3_syn() {
     require_root!();
+    let _serial = lab::timing_lock();
     let dl = DelayLine::new(Duration::from_millis(10));
     let tcp = lab::probe::tcp_server(Some(&dl.server), "0.0.0.0:0");
     let p = tcp.port.to_string();

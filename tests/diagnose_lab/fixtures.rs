@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::lab::{BIN, netns, unique};
+use crate::seat::Seat;
 
 /// The lab's Python servers (see the file's docstring).
 pub fn servers_py() -> String {
@@ -189,11 +190,42 @@ impl Drop for Resolver {
     }
 }
 
+/// `ip netns exec` also bind-mounts /etc/netns/NAME/hosts over /etc/hosts: a namespace's own
+/// hosts file, with `lines` (`ADDRESS NAME`) after localhost. Removed on drop (the directory
+/// too once empty).
+pub struct Hosts(PathBuf);
+
+impl Hosts {
+    pub fn new(ns: &str, lines: &[&str]) -> Hosts {
+        let dir = PathBuf::from(format!("/etc/netns/{ns}"));
+        std::fs::create_dir_all(&dir).expect("mkdir /etc/netns/NAME");
+        let mut text = String::from("127.0.0.1 localhost\n::1 localhost\n");
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        let file = dir.join("hosts");
+        std::fs::write(&file, text).expect("hosts");
+        Hosts(file)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
 /// What one diagnose run said.
 #[derive(Debug)]
 pub struct Outcome {
     pub code: i32,
     pub rules: Vec<String>,
+    /// The side each finding blames, in the findings' order.
+    pub sides: Vec<String>,
     pub verdict: String,
     pub secs: f64,
     pub doc: Option<serde_json::Value>,
@@ -209,6 +241,7 @@ impl Outcome {
         Outcome {
             code: NOT_RUN,
             rules: vec![],
+            sides: vec![],
             verdict: why,
             secs: 0.0,
             doc: None,
@@ -219,6 +252,9 @@ impl Outcome {
     /// The top finding's rule, "clean" for exit 0, or what went wrong.
     pub fn top(&self) -> String {
         match (self.code, self.rules.first()) {
+            (1, Some(r)) if r == "unexplained" => {
+                format!("unexplained ({})", self.sides.first().map_or("?", |s| s))
+            }
             (1, Some(r)) => r.clone(),
             (0, _) => "clean".into(),
             (NOT_RUN, _) => "not run".into(),
@@ -227,11 +263,12 @@ impl Outcome {
     }
 }
 
-/// Run `latscope diagnose TARGET --json ARGS` inside namespace `ns`, killed after `limit`.
-pub fn diagnose(ns: &str, target: &str, args: &[String], limit: Duration) -> Outcome {
+/// Run `latscope diagnose TARGET --json ARGS` from `seat` in namespace `ns`, killed after
+/// `limit`.
+pub fn diagnose(seat: Seat, ns: &str, target: &str, args: &[String], limit: Duration) -> Outcome {
     let t0 = Instant::now();
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns, BIN, "diagnose", target, "--json"])
+    let child = seat
+        .command(ns, &[BIN, "diagnose", target, "--json"])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -256,16 +293,21 @@ pub fn diagnose(ns: &str, target: &str, args: &[String], limit: Duration) -> Out
     drop(killer);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let doc: Option<serde_json::Value> = serde_json::from_str(&stdout).ok();
-    let rules = doc
+    let findings = doc
         .as_ref()
         .and_then(|d| d["findings"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|f| f["rule"].as_str().map(String::from))
-        .collect();
+        .unwrap_or_default();
+    let field = |k: &str| -> Vec<String> {
+        findings
+            .iter()
+            .filter_map(|f| f[k].as_str().map(String::from))
+            .collect()
+    };
+    let (rules, sides) = (field("rule"), field("side"));
     Outcome {
         code: out.status.code().unwrap_or(-1),
         rules,
+        sides,
         verdict: doc
             .as_ref()
             .and_then(|d| d["verdict"].as_str().map(String::from))

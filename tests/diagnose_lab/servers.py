@@ -3,6 +3,7 @@
 latscope expects: the lab starts them inside the namespaces it builds.
 
   servers.py http ADDR PORT [--split] [--think-ms MS] [--single] [--pause-ms MS --pause-every N]
+                           [--backlog N] [--accept-ms MS] [--close]
       HTTP/1.1 keep-alive server answering every request with a 1 KiB body.
       --split     header and body in two send() calls, TCP_NODELAY left off (Nagle on)
       --think-ms  sleep before answering (application time)
@@ -11,6 +12,11 @@ latscope expects: the lab starts them inside the namespaces it builds.
                   stop-the-world pause (garbage collection, a lock held by a periodic job) would
       --single    one thread serving every connection from one event loop (a single worker,
                   like a Node.js or asyncio server doing its work synchronously)
+      --backlog   listen() backlog (default 1024)
+      --accept-ms the accepting thread spends MS after each new connection before it accepts
+                  the next (per-connection book-keeping done on the acceptor)
+      --close     answer with `Connection: close` and close after each response: every request
+                  is a new connection
   servers.py dns ADDR PORT NAME IPV4 DELAY_MS
       A UDP DNS responder: A queries for NAME get IPV4 after DELAY_MS, everything else gets
       NXDOMAIN (also after the delay); AAAA for NAME gets an empty answer.
@@ -39,6 +45,9 @@ def maybe_pause():
         time.sleep(PAUSE["s"])
 
 
+CLOSE = {"on": False}
+
+
 def http_conn(conn, split, think_s):
     buf = b""
     with conn:
@@ -59,12 +68,15 @@ def http_conn(conn, split, think_s):
                 respond(conn, split)
             except OSError:
                 return
+            if CLOSE["on"]:
+                return
 
 
 def respond(conn, split):
     head = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
         + str(len(BODY)).encode()
+        + (b"\r\nConnection: close" if CLOSE["on"] else b"")
         + b"\r\n\r\n"
     )
     if split:
@@ -120,11 +132,14 @@ def http(args):
     if "--pause-every" in args:
         PAUSE["every"] = int(args[args.index("--pause-every") + 1])
         PAUSE["s"] = float(args[args.index("--pause-ms") + 1]) / 1000.0
+    backlog = int(args[args.index("--backlog") + 1]) if "--backlog" in args else 1024
+    accept_s = float(args[args.index("--accept-ms") + 1]) / 1000.0 if "--accept-ms" in args else 0.0
+    CLOSE["on"] = "--close" in args
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     ls = socket.socket(fam, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind((addr, port))
-    ls.listen(1024)
+    ls.listen(backlog)
     print("ready", flush=True)
     if single:
         event_loop(ls, split, think_s)
@@ -134,6 +149,8 @@ def http(args):
         if not split:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         threading.Thread(target=http_conn, args=(conn, split, think_s), daemon=True).start()
+        if accept_s:
+            time.sleep(accept_s)
 
 
 def qname(msg):

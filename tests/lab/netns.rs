@@ -205,6 +205,8 @@ pub struct NetnsPair {
     pub dev_b: String,
     /// With a router: its namespace and its interface towards `b` (the place to shape).
     pub router: Option<(String, String)>,
+    /// With a router: its interface towards `a` (the place to shape the way to the client).
+    pub router_to_a: Option<String>,
     children: Vec<Child>,
     /// Dropped after `children` are killed (fields drop after `Drop::drop`).
     namespaces: Vec<Netns>,
@@ -229,6 +231,7 @@ impl NetnsPair {
             dev_a,
             dev_b,
             router: None,
+            router_to_a: None,
             children: vec![],
             namespaces: vec![a, b],
         }
@@ -261,6 +264,7 @@ impl NetnsPair {
             dev_a: va,
             dev_b: vb,
             router: Some((r.name.clone(), rb)),
+            router_to_a: Some(ra),
             children: vec![],
             namespaces: vec![a, r, b],
         }

@@ -31,6 +31,8 @@ pub struct NginxConf {
     pub addr: String,
     /// More directives for the `http` block, e.g. `ssl_session_tickets off;`.
     pub extra: String,
+    /// Parameters of the `listen` directive, e.g. `sndbuf=4k backlog=1`.
+    pub listen_params: String,
 }
 
 impl Default for NginxConf {
@@ -48,6 +50,7 @@ impl Default for NginxConf {
             netns: None,
             addr: "127.0.0.1".into(),
             extra: String::new(),
+            listen_params: String::new(),
         }
     }
 }
@@ -71,6 +74,7 @@ fn nginx_bin() -> &'static str {
 impl NginxConf {
     fn text(&self, d: &str, port: u16) -> String {
         let h2 = if self.http2 { " http2" } else { "" };
+        let h2 = format!("{h2} {}", self.listen_params);
         let listen = match &self.tls {
             Some((cert, key)) => format!(
                 "listen {}:{port} ssl{h2}; ssl_certificate {}; ssl_certificate_key {};",
@@ -113,7 +117,18 @@ impl Nginx {
         for sub in ["html", "logs", "tmp"] {
             std::fs::create_dir_all(dir.path(sub)).unwrap();
         }
+        // Readable by nginx's workers whatever the umask: with a master they run as `nobody`,
+        // and a page they cannot read is a 403, not the page.
+        for d in [dir.0.clone(), dir.path("html")] {
+            std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
         std::fs::write(dir.path("html/index.html"), vec![b'a'; conf.index_bytes]).unwrap();
+        std::fs::set_permissions(
+            dir.path("html/index.html"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
         // Retry on the (unlikely) race of another process taking the free port first.
         for _ in 0..5 {
             let port = free_port();

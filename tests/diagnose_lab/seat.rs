@@ -1,0 +1,173 @@
+//! Where diagnose runs from: the two seats of every lab scenario.
+//!
+//! - [`Seat::ServerHost`]: `ip netns exec CLIENT_NS latscope …` as root with every capability, so
+//!   diagnose may find the server in another namespace of the same host and read its sockets,
+//!   its processes, its cgroups and its kernel stack (what the lab did until round 5);
+//! - [`Seat::ClientOnly`]: a user on another machine. The same client network namespace, but
+//!   diagnose also gets a PID namespace and a mount namespace of its own (`unshare --pid --mount
+//!   --fork --mount-proc`: /proc lists only its own processes; an empty tmpfs hides
+//!   /sys/fs/cgroup) and loses CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE from its
+//!   bounding and inheritable sets (`setpriv`), so it can neither enter other namespaces, read
+//!   other processes' sockets, load eBPF nor open perf events. CAP_NET_RAW and CAP_NET_ADMIN
+//!   stay: it can capture its own traffic, as `tcpdump` on a laptop can.
+//!
+//! [`observe`] looks around from inside a seat with tools that are not latscope (`ss -tanp`,
+//! /proc, `bpftool`, the capability sets), so the isolation is checked independently of what
+//! diagnose says it could see.
+
+use std::process::Command;
+
+/// The capabilities the client seat drops (setpriv's names).
+const DROPPED: &[&str] = &["sys_admin", "bpf", "perfmon", "sys_ptrace"];
+
+/// Their bits in /proc/PID/status's `CapEff` (linux/capability.h).
+const DROPPED_BITS: u64 = (1 << 21) | (1 << 39) | (1 << 38) | (1 << 19);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seat {
+    /// On the server's host: may see the server's namespace, sockets, kernel and cgroups.
+    ServerHost,
+    /// From the client alone: its own network, PID and mount namespaces, no privileges to look
+    /// beyond them.
+    ClientOnly,
+}
+
+impl Seat {
+    pub const ALL: [Seat; 2] = [Seat::ServerHost, Seat::ClientOnly];
+
+    /// The word used in the lab's table and in `LAB_SEAT`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Seat::ServerHost => "server-host",
+            Seat::ClientOnly => "client-only",
+        }
+    }
+
+    /// The seats `LAB_SEAT` picks (`server-host`, `client-only`; both when unset or `both`).
+    pub fn from_env() -> Vec<Seat> {
+        match std::env::var("LAB_SEAT").as_deref() {
+            Ok("server-host") => vec![Seat::ServerHost],
+            Ok("client-only") => vec![Seat::ClientOnly],
+            Ok("both") | Err(_) => Seat::ALL.to_vec(),
+            Ok(other) => panic!("LAB_SEAT={other}: use server-host, client-only or both"),
+        }
+    }
+
+    /// A command that runs `argv` from this seat inside network namespace `ns`.
+    pub fn command(self, ns: &str, argv: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]);
+        if self == Seat::ClientOnly {
+            let drop: Vec<String> = DROPPED.iter().map(|c| format!("-{c}")).collect();
+            let drop = drop.join(",");
+            // --kill-child: when the lab kills `unshare` past its time limit, the program
+            // (pid 1 of its namespace) goes too.
+            c.args([
+                "unshare",
+                "--pid",
+                "--mount",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "sh",
+                "-c",
+                "mount -t tmpfs -o ro,mode=0555 none /sys/fs/cgroup && exec \"$@\"",
+                "sh",
+                "setpriv",
+                "--bounding-set",
+                &drop,
+                "--inh-caps",
+                &drop,
+                "--",
+            ]);
+        }
+        c.args(argv);
+        c
+    }
+}
+
+/// What a program sees from a seat, read with tools that are not latscope.
+#[derive(Debug)]
+pub struct View {
+    /// `ss -tanp` lines that name a process (`users:(…)`).
+    pub sockets_with_process: Vec<String>,
+    /// The command lines of every process in /proc.
+    pub processes: Vec<String>,
+    /// `bpftool prog list` succeeded.
+    pub bpf: bool,
+    /// The effective capability set (`CapEff`).
+    pub cap_eff: u64,
+}
+
+/// The script [`observe`] runs: sections separated by marker lines.
+const LOOK: &str = r#"
+echo '@ss'; ss -tanp
+echo '@proc'; for d in /proc/[0-9]*; do tr '\0\n' '  ' < "$d/cmdline" 2>/dev/null; echo; done
+echo '@bpf'; if bpftool prog list >/dev/null 2>&1; then echo yes; else echo no; fi
+echo '@cap'; sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status
+"#;
+
+/// Look around from `seat` in namespace `ns`.
+pub fn observe(seat: Seat, ns: &str) -> View {
+    let out = seat
+        .command(ns, &["sh", "-c", LOOK])
+        .output()
+        .expect("run the seat's look-around (sh, ss, bpftool)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut section = "";
+    let mut v = View {
+        sockets_with_process: vec![],
+        processes: vec![],
+        bpf: false,
+        cap_eff: 0,
+    };
+    for line in text.lines() {
+        if let Some(s) = line.strip_prefix('@') {
+            section = match s {
+                "ss" | "proc" | "bpf" | "cap" => s,
+                _ => section,
+            };
+            continue;
+        }
+        match section {
+            "ss" if line.contains("users:(") => v.sockets_with_process.push(line.into()),
+            "proc" if !line.trim().is_empty() => v.processes.push(line.trim().into()),
+            "bpf" => v.bpf = line.trim() == "yes",
+            "cap" => v.cap_eff = u64::from_str_radix(line.trim(), 16).unwrap_or(u64::MAX),
+            _ => {}
+        }
+    }
+    v
+}
+
+impl View {
+    /// Why this view is not a client's alone, or `None` when it is: no socket tied to a
+    /// process, no process but the look-around's own (its shell, `ss`/`tr`/`sed`/`bpftool`, and
+    /// pid 1, the `sh -c` the seat starts), no eBPF, none of the dropped capabilities.
+    pub fn leaks(&self) -> Option<String> {
+        let own = |p: &str| {
+            let prog = p.split_whitespace().next().unwrap_or("");
+            let base = prog.rsplit('/').next().unwrap_or(prog);
+            matches!(base, "sh" | "tr" | "sed" | "bpftool" | "ss")
+        };
+        if !self.sockets_with_process.is_empty() {
+            return Some(format!(
+                "ss -tanp names processes: {:?}",
+                self.sockets_with_process
+            ));
+        }
+        if let Some(p) = self.processes.iter().find(|p| !own(p)) {
+            return Some(format!("/proc shows another process: {p}"));
+        }
+        if self.bpf {
+            return Some("bpftool prog list succeeded".into());
+        }
+        if self.cap_eff & DROPPED_BITS != 0 {
+            return Some(format!(
+                "CapEff {:x} keeps one of {DROPPED:?}",
+                self.cap_eff
+            ));
+        }
+        None
+    }
+}
