@@ -140,6 +140,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
             url: None,
             auth: None,
             max_time: collect::DEFAULT_MAX_TIME,
+            family: latscope_probe::Family::Any,
         };
         let diagnosis = collect::run(&plan, &stop, &|s| {
             progress.set(format!("{name} server: {s}"))

@@ -48,6 +48,8 @@ pub struct Evidence {
     /// thread within it: a tail is compared with the host's noise of the same moments. Empty
     /// when the engine gave no slices.
     pub slices: Vec<TimeSlice>,
+    /// A name's address families, one connect to each (names with both families only).
+    pub families: Option<Vec<FamilyProbe>>,
     /// The MSS experiment: the URL fetched as usual and announcing a smaller MSS.
     pub mss: Option<MssProbe>,
     /// The HTTP responses of the request steps by status code (URL targets).
@@ -55,6 +57,27 @@ pub struct Evidence {
     /// How long latscope's own packets spent in this (the client's) host: `send()` → driver and
     /// driver → `recv()`, from kernel timestamps on its own sockets.
     pub client_host: Option<ClientHost>,
+}
+
+/// How one address family's first address answered a connect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyProbe {
+    pub addr: std::net::IpAddr,
+    pub reach: FamilyReach,
+    /// How long the connect took to succeed or fail.
+    pub spent_ns: u64,
+}
+
+/// How a connect ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FamilyReach {
+    Connected,
+    /// A reset: the host is there, nothing listens on the port.
+    Refused,
+    /// No answer within the step's timeout.
+    TimedOut,
+    /// No route, or an ICMP unreachable.
+    Unreachable,
 }
 
 /// The MSS experiment's two fetches.

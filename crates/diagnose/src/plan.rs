@@ -103,6 +103,8 @@ pub struct Plan {
     /// The whole run's time budget: a step still running when it is spent is stopped, later
     /// ones are not started (both reported as cut short).
     pub max_time: Duration,
+    /// The address family asked for (`-4`, `-6`), or any.
+    pub family: Family,
 }
 
 impl Plan {
@@ -153,6 +155,7 @@ impl Plan {
             url,
             auth: r.auth.clone(),
             max_time: r.max_time,
+            family: r.family,
         })
     }
 }

@@ -54,6 +54,9 @@ pub enum StepName {
     /// to tell a path-MTU black hole.
     #[serde(rename = "mss experiment")]
     MssExperiment,
+    /// A name's address families (IPv6, IPv4), one connect to each: a dead one is found.
+    #[serde(rename = "address families")]
+    AddressFamilies,
 }
 
 impl StepName {
@@ -73,6 +76,7 @@ impl StepName {
             StepName::CpuScheduling => "cpu scheduling",
             StepName::TcpCounters => "tcp counters",
             StepName::MssExperiment => "mss experiment",
+            StepName::AddressFamilies => "address families",
         }
     }
 }

@@ -12,6 +12,7 @@ mod bottleneck_bandwidth;
 mod bufferbloat;
 mod client_host_stack;
 mod cpu_throttling;
+mod dead_address_family;
 mod delayed_ack;
 mod error_responses;
 mod nagle_delayed_ack;
@@ -33,6 +34,7 @@ pub use self::bottleneck_bandwidth::*;
 pub use self::bufferbloat::*;
 pub use self::client_host_stack::*;
 pub use self::cpu_throttling::*;
+pub use self::dead_address_family::*;
 pub use self::delayed_ack::*;
 pub use self::error_responses::*;
 pub use self::nagle_delayed_ack::*;
@@ -73,6 +75,7 @@ pub const RULES: &[Rule] = &[
     client_host_stack,
     error_responses,
     pmtu_black_hole,
+    dead_address_family,
 ];
 
 /// Apply every rule, then rank: root causes first (most latency explained first), each

@@ -1214,3 +1214,39 @@ fn a_smaller_mss_that_gets_through_is_a_pmtu_black_hole() {
         assert_eq!(pmtu_black_hole(&e), None);
     }
 }
+
+#[test]
+fn a_dead_family_costs_each_new_connection_the_attempt_delay() {
+    let probe = |addr: &str, reach, spent_ns| FamilyProbe {
+        addr: addr.parse().unwrap(),
+        reach,
+        spent_ns,
+    };
+    let mut e = base(200, 600);
+    e.families = Some(vec![
+        probe("2001:db8::7", FamilyReach::TimedOut, 1_500_000_000),
+        probe("192.0.2.7", FamilyReach::Connected, 210_000),
+    ]);
+    let f = dead_address_family(&e).expect("fires");
+    assert_eq!(f.explains_ns, 250_000_000);
+    assert_eq!(f.side, Side::Server);
+    assert!(f.fix.contains("AAAA") && f.fix.contains("-4"), "{}", f.fix);
+    assert!(RuleId::DeadAddressFamily.explains_failed_requests());
+    // A fast failure (no route: ICMP or a local error) costs what it took.
+    e.families = Some(vec![
+        probe("2001:db8::7", FamilyReach::Unreachable, 40_000),
+        probe("192.0.2.7", FamilyReach::Connected, 210_000),
+    ]);
+    assert_eq!(dead_address_family(&e).expect("fires").explains_ns, 40_000);
+    // Both answer, or neither: nothing to say here.
+    e.families = Some(vec![
+        probe("2001:db8::7", FamilyReach::Connected, 200_000),
+        probe("192.0.2.7", FamilyReach::Connected, 210_000),
+    ]);
+    assert_eq!(dead_address_family(&e), None);
+    e.families = Some(vec![
+        probe("2001:db8::7", FamilyReach::TimedOut, 1_500_000_000),
+        probe("192.0.2.7", FamilyReach::TimedOut, 1_500_000_000),
+    ]);
+    assert_eq!(dead_address_family(&e), None);
+}

@@ -11,6 +11,7 @@ mod concurrency;
 mod counters;
 mod cpu;
 mod engines;
+mod families;
 mod handshakes;
 mod kernel_stack;
 mod mss;
@@ -24,6 +25,7 @@ mod trains;
 mod under_load;
 
 pub use engines::{SLICE, meta};
+pub use families::CONNECT_TIMEOUT as FAMILY_CONNECT_TIMEOUT;
 pub use mss::FETCH_TIMEOUT as MSS_FETCH_TIMEOUT;
 
 use latscope_core::Summary;
@@ -160,6 +162,7 @@ impl Entry {
 
 /// The investigation, in order. Observers are listed before the step they start at.
 pub const PIPELINE: &[Entry] = &[
+    Entry::measure::<families::Families>(),
     Entry::measure::<path::Path>(),
     Entry::observe::<counters::Counters>(),
     Entry::measure::<handshakes::Handshakes>(),
@@ -250,6 +253,7 @@ mod tests {
             url: None,
             auth: None,
             max_time: DEFAULT_MAX_TIME,
+            family: latscope_probe::Family::Any,
         };
         let total: Duration = PIPELINE
             .iter()
