@@ -21,6 +21,9 @@ fn rules(doc: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn nagle_server_is_named_and_nodelay_is_clean() {
+    // diagnose's rules weigh measured times; a neighbour test loading the CPUs (or capturing on
+    // the same loopback) changes them.
+    let _serial = lab::timing_lock();
     let slow = ServeProcess::start(&["--split-response", "128", "--nagle"]);
     let (code, doc) = diagnose(&slow.target(), &["--no-load"]);
     assert_eq!(code, 1, "findings exit 1");
@@ -64,6 +67,9 @@ fn u64_of(v: &serde_json::Value) -> u64 {
 
 #[test]
 fn think_time_is_not_nagle() {
+    // diagnose's rules weigh measured times; a neighbour test loading the CPUs (or capturing on
+    // the same loopback) changes them.
+    let _serial = lab::timing_lock();
     let srv = ServeProcess::start(&["--think", "20ms"]);
     let (code, doc) = diagnose(&srv.target(), &["--no-load", "-c", "1"]);
     assert_eq!(code, 1);
@@ -74,6 +80,9 @@ fn think_time_is_not_nagle() {
 
 #[test]
 fn one_worker_under_concurrency_is_socket_queueing() {
+    // diagnose's rules weigh measured times; a neighbour test loading the CPUs (or capturing on
+    // the same loopback) changes them.
+    let _serial = lab::timing_lock();
     let srv = ServeProcess::start(&["--think", "5ms", "--workers", "1"]);
     let (code, doc) = diagnose(&srv.target(), &["--no-load", "-c", "8"]);
     assert_eq!(code, 1);
@@ -110,6 +119,9 @@ fn any_tcp_service_gets_the_path_and_the_skipped_steps() {
 #[test]
 fn without_privileges_the_verdict_is_reduced_but_correct() {
     require_root!();
+    // diagnose's rules weigh measured times; a neighbour test loading the CPUs (or capturing on
+    // the same loopback) changes them.
+    let _serial = lab::timing_lock();
     let slow = ServeProcess::start(&["--split-response", "128", "--nagle"]);
     let out = Command::new("capsh")
         .args([
@@ -179,6 +191,9 @@ fn unmeasurable_targets_exit_3_and_bad_input_2() {
 #[test]
 fn the_same_server_in_two_namespaces_is_read_where_our_connection_went() {
     require_root!();
+    // diagnose's rules weigh measured times; a neighbour test loading the CPUs (or capturing on
+    // the same loopback) changes them.
+    let _serial = lab::timing_lock();
     // Client a (10.63.0.1) — server b (10.63.0.2); a twin namespace has the same address and
     // a server on the same port, busy with a client of its own, unreachable from a.
     let mut lab = lab::netns::NetnsPair::new("dt", 63, 1500);

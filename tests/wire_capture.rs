@@ -19,6 +19,9 @@ use lab::wire::{
 #[test]
 fn capture_matches_tcpdump_packet_count() {
     require_root!();
+    // Compared with tcpdump/tshark capturing at the same time, on a shared interface: not beside
+    // other tests loading the CPUs.
+    let _serial = lab::timing_lock();
     let dir = TempDir::new();
     let ours = dir.path("latscope.pcap");
     let theirs = dir.path("tcpdump.pcap");
@@ -147,6 +150,9 @@ fn capture_count_and_bad_filter() {
 #[test]
 fn analyze_live_finds_nagle() {
     require_root!();
+    // Compared with tcpdump/tshark capturing at the same time, on a shared interface: not beside
+    // other tests loading the CPUs.
+    let _serial = lab::timing_lock();
     let (addr, server) = http_server(Pattern::SplitNagle, 1);
     let port = addr.port().to_string();
     let mut cmd = Command::new(BIN);
@@ -178,6 +184,9 @@ fn analyze_live_finds_nagle() {
 #[test]
 fn retransmissions_match_tshark_under_nft_loss() {
     require_root!();
+    // Compared with tcpdump/tshark capturing at the same time, on a shared interface: not beside
+    // other tests loading the CPUs.
+    let _serial = lab::timing_lock();
     let ns = Netns::new("w").with_lo_mtu(1500);
     let port = 5000;
     ns.nft(&format!(
@@ -361,6 +370,9 @@ fn mixed_traffic(tcp: &TcpListener, udp: &std::net::UdpSocket) {
 /// the same loopback traffic captured by both under each filter gives the same packet count.
 #[test]
 fn capture_filters_match_tcpdump() {
+    // Compared with tcpdump/tshark capturing at the same time, on a shared interface: not beside
+    // other tests loading the CPUs.
+    let _serial = lab::timing_lock();
     let dir = TempDir::new();
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
