@@ -1,6 +1,9 @@
 //! `latscope analyze` against tshark on a corpus of captures: for every file in
-//! `tests/data/corpus/` the frame, TCP frame, connection and `tcp.analysis.*` counts equal
-//! tshark's, file by file, except the differences listed (with frame and reason) in [`KNOWN`].
+//! `tests/data/corpus/` the frame, TCP frame, connection and `tcp.analysis.*` counts
+//! (retransmission, fast, spurious, out-of-order, duplicate ACK, zero window, window full,
+//! previous segment not captured, keep-alive) equal tshark's, file by file, except the
+//! differences listed (with frame and reason) in [`KNOWN`]. The public sample set is compared
+//! against precomputed tshark counts in `wire_tshark_counts.rs`.
 //!
 //! Skipped (with a note) when tshark is not installed; `scripts/setup.sh` installs it, so CI
 //! runs it. The same comparison over any directory of captures (e.g. the public samples):
@@ -19,7 +22,7 @@ use std::process::Command;
 use lab::BIN;
 
 /// The counts compared, in tshark's terms.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 12] = [
     "frames",
     "tcp_frames",
     "connections",
@@ -28,11 +31,15 @@ const FIELDS: [&str; 8] = [
     "spurious_retransmission",
     "out_of_order",
     "duplicate_ack",
+    "zero_window",
+    "window_full",
+    "lost_segment",
+    "keep_alive",
 ];
 
 /// One file's counts, in the order of [`FIELDS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Counts([u64; 8]);
+struct Counts([u64; 12]);
 
 impl fmt::Display for Counts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -80,6 +87,10 @@ fn tshark_counts(file: &Path) -> Result<Counts, String> {
         "tcp.analysis.spurious_retransmission",
         "tcp.analysis.out_of_order",
         "tcp.analysis.duplicate_ack",
+        "tcp.analysis.zero_window",
+        "tcp.analysis.window_full",
+        "tcp.analysis.lost_segment",
+        "tcp.analysis.keep_alive",
     ];
     let mut cmd = Command::new("tshark");
     cmd.arg("-r").arg(file).args([
@@ -96,7 +107,7 @@ fn tshark_counts(file: &Path) -> Result<Counts, String> {
     }
     let out = cmd.output().map_err(|e| format!("tshark: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut c = [0u64; 8];
+    let mut c = [0u64; 12];
     let mut max_stream = None;
     for line in text.lines().filter(|l| !l.is_empty()) {
         let cols: Vec<&str> = line.split('\t').collect();
@@ -151,6 +162,10 @@ fn latscope_counts(bin: &str, file: &Path) -> Result<Counts, String> {
         n("/counts/spurious_retransmission"),
         n("/counts/out_of_order"),
         n("/counts/duplicate_ack"),
+        n("/counts/zero_window"),
+        n("/counts/window_full"),
+        n("/counts/lost_segment"),
+        n("/counts/keep_alive"),
     ]))
 }
 

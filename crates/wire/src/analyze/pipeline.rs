@@ -73,9 +73,7 @@ impl Acc {
             c.gap_ts = Some(s.ts);
             self.tx.abandon(c);
         }
-        if s.duplicate || backwards {
-            c.dirs[d].seen = true;
-        } else {
+        if !s.duplicate && !backwards {
             s.new_data = s.len > 0 && o.flags & A_RESENT == 0 && advances;
             if s.new_data {
                 let (idle, lag) = (
@@ -94,8 +92,9 @@ impl Acc {
             for det in DETECTORS {
                 det.inspect(&s, c, &mut sink);
             }
-            after_segment(c, &s);
         }
+        // The connection's state (its end included) follows every frame, as Wireshark's does.
+        after_segment(c, &s);
         if tracing && self.trace.rows.len() < MAX_LADDER_ROWS {
             self.trace.rows.push(LadderRow {
                 frame: s.frame,
