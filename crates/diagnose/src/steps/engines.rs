@@ -118,7 +118,22 @@ fn http_run(
             s.push(iv.start_ns, iv.end_ns, h);
         }
     };
-    let r = latscope_http::run(&cfg, stop, &mut on_interval).map_err(|e| e.to_string())?;
+    let mut r = latscope_http::run(&cfg, stop, &mut on_interval).map_err(|e| e.to_string())?;
+    // Requests slower than the measurement window (a large response through a small window)
+    // complete none within it, and none failed: count a few instead of timing a window, within
+    // the step's budget (its stop flag).
+    if r.stats.requests == 0 && r.stats.errors.total() == 0 && !r.interrupted {
+        let mut o = http_options(url, connections, quickack, duration);
+        o.duration = None;
+        o.requests = Some(u64::from(connections.max(1)) * 2);
+        o.warmup = Duration::ZERO;
+        if let Ok(cfg) = latscope_http::Config::new(&o)
+            && let Ok(again) = latscope_http::run(&cfg, stop, &mut |_, _| {})
+            && again.stats.requests > 0
+        {
+            r = again;
+        }
+    }
     if r.stats.requests == 0 {
         return Err(r
             .stats
