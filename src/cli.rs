@@ -78,6 +78,39 @@ pub enum Command {
     Man(cmd::completions::ManArgs),
 }
 
+/// A usage error in latscope's one-line form, keeping what clap says besides its first line:
+/// the missing arguments ("the following required arguments were not provided: --write
+/// <FILE>"), the accepted values ("[possible values: …]") and its tips ("tip: a similar
+/// argument exists: '--duration'"). Clap's usage line and "For more information" are replaced
+/// by "(see --help)".
+pub fn usage_error(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut lines = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"));
+    let first = lines.next().unwrap_or("invalid arguments");
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    let details: Vec<&str> = lines.map(str::trim).filter(|l| !l.is_empty()).collect();
+    if line.ends_with(':') && !details.is_empty() {
+        // A list announced by its heading (missing arguments): its items, on the same line.
+        let items: Vec<&str> = details
+            .iter()
+            .copied()
+            .take_while(|d| !d.starts_with("tip:"))
+            .collect();
+        line = format!("{line} {}", items.join(", "));
+        for tip in &details[items.len()..] {
+            line = format!("{line}; {tip}");
+        }
+    } else {
+        for d in details {
+            let sep = if d.starts_with('[') { " " } else { "; " };
+            line = format!("{line}{sep}{d}");
+        }
+    }
+    format!("{line} (see --help)")
+}
+
 #[cfg(test)]
 mod grammar_tests;
 

@@ -49,18 +49,7 @@ where
             return ExitCode::from(exit::USAGE);
         }
         Err(e) => {
-            // Usage errors in latscope's one-line form, e.g. "latscope: error: invalid value
-            // '5x' for '--duration <DURATION>': … (see latscope --help)".
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            // Keep clap's list of accepted values, which it prints on a line of its own.
-            let values = text
-                .lines()
-                .find(|l| l.contains("[possible values:"))
-                .map(|l| format!(" {}", l.trim()))
-                .unwrap_or_default();
-            eprintln!("latscope: error: {first}{values} (see --help)");
+            eprintln!("latscope: error: {}", cli::usage_error(&e));
             return ExitCode::from(exit::USAGE);
         }
     };

@@ -296,3 +296,51 @@ fn every_hidden_alias_is_documented() {
         "hidden aliases not in docs/cli.md: {missing:?}"
     );
 }
+
+/// The one-line usage error of `latscope ARGS`.
+fn usage_error(line: &str) -> String {
+    let argv = std::iter::once("latscope").chain(line.split_whitespace());
+    match Cli::try_parse_from(argv) {
+        Ok(cli) => panic!("`latscope {line}` parses: {cli:?}"),
+        Err(e) => super::usage_error(&e),
+    }
+}
+
+/// Clap's details survive latscope's one-line form: the list of missing arguments, the
+/// accepted values and its "similar argument/subcommand" tips.
+#[test]
+fn usage_errors_keep_clap_details() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "capture",
+            &["not provided: --interface <IFACE>, --write <FILE> (see --help)"],
+        ),
+        ("capture -I lo", &["not provided: --write <FILE> ("]),
+        (
+            "report",
+            &["not provided: --output <FILE>, <RESULT.json>... ("],
+        ),
+        ("report r.json", &["not provided: --output <FILE> ("]),
+        ("completions", &["not provided: <SHELL>"]),
+        ("schema", &["not provided: <KIND>"]),
+        (
+            "rr 127.0.0.1 --duraton 1s",
+            &[
+                "'--duraton'",
+                "tip: a similar argument exists: '--duration'",
+            ],
+        ),
+        (
+            "pnig 127.0.0.1",
+            &["'pnig'", "tip: a similar subcommand exists: 'ping'"],
+        ),
+        ("completions bsh", &["[possible values: bash,"]),
+    ];
+    for (args, want) in cases {
+        let line = usage_error(args);
+        assert!(!line.contains('\n'), "`{args}`: {line:?}");
+        for w in *want {
+            assert!(line.contains(w), "`{args}`: {line:?} lacks {w:?}");
+        }
+    }
+}
