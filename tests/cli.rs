@@ -56,6 +56,19 @@ fn bad_input_gets_one_line_and_a_documented_code() {
             "exceeds this server's limit",
         ),
         (vec!["rr", &addr, "-d", "5parsecs"], 2, "invalid duration"),
+        // One duration rule: the unit is required, and the error suggests it.
+        (
+            vec!["ping", "-i", "200", "127.0.0.1"],
+            2,
+            "200 what? write 200ms or 200s",
+        ),
+        (vec!["rr", &addr, "-d", "2"], 2, "2 what? write 2ms or 2s"),
+        (vec!["stack", "-i", "1", "-d", "1"], 2, "1 what?"),
+        (
+            vec!["sockets", "--watch", "-d", "5"],
+            2,
+            "5 what? write 5ms or 5s",
+        ),
         (vec!["rr", &addr, "--sizes", "1:10:x1"], 2, "factor"),
         (vec!["rr", &addr, "--udp", "-s", "8"], 2, "20-byte"),
         (vec!["rr", &addr, "-n", "0"], 2, "at least 1"),

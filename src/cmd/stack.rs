@@ -419,11 +419,12 @@ fn note_detach_on_panic() {
 /// `-i/--interval`, at least 100 ms. `-i` was the interface before the one flag grammar (now
 /// `-I`, as in ping): an interface name given to `-i` gets that hint rather than a bare parse error.
 fn parse_interval(v: &str) -> anyhow::Result<Duration> {
-    // A bare number was an ifindex for the old `-i`: refuse it rather than read seconds.
+    // A bare number is no duration (units::parse_duration), and was an ifindex for the old
+    // `-i`: both hints.
     if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
         return Err(exit::coded(
             exit::USAGE,
-            format!("-i {v}: give the interval with a unit ({v}s); for ifindex {v} give -I {v}"),
+            format!("-i {v}: {v} what? write {v}ms or {v}s; for ifindex {v} give -I {v}"),
         ));
     }
     let interval = match parse_duration(v) {

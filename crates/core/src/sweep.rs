@@ -17,7 +17,7 @@ fn spec_err(s: &str, hint: &'static str) -> UnitError {
     UnitError {
         what: "size list",
         input: s.to_string(),
-        hint,
+        hint: hint.into(),
     }
 }
 

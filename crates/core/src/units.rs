@@ -6,6 +6,7 @@
 //! (Ki, Mi, Gi, Ti) are binary (×1024). For counts a lower-case `m` means million; for durations
 //! `m` means minutes.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -20,14 +21,14 @@ pub struct UnitError {
     /// The text the user typed.
     pub input: String,
     /// What would have been accepted.
-    pub hint: &'static str,
+    pub hint: Cow<'static, str>,
 }
 
 fn err(what: &'static str, input: &str, hint: &'static str) -> UnitError {
     UnitError {
         what,
         input: input.to_string(),
-        hint,
+        hint: Cow::Borrowed(hint),
     }
 }
 
@@ -53,14 +54,24 @@ fn split_number(s: &str) -> Option<(f64, &str)> {
 const DURATION_HINT: &str =
     "expected a number with a unit: ns, us, ms, s, m or h (e.g. 250us, 10s, 2m)";
 
-/// Parse a duration. A bare number means seconds.
+/// Parse a duration: a number and its unit. A bare number is refused (`200` could be 200 ms or
+/// 200 s, and a probe interval 1000 times too long is a silent mistake), except `0`, which is
+/// the same in every unit; the error suggests the unit.
 pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
     let (v, unit) = split_number(s).ok_or_else(|| err("duration", s, DURATION_HINT))?;
+    if unit.is_empty() && v != 0.0 {
+        let n = s.trim();
+        return Err(UnitError {
+            what: "duration",
+            input: s.to_string(),
+            hint: Cow::Owned(format!("{n} what? write {n}ms or {n}s")),
+        });
+    }
     let scale_ns: f64 = match unit {
         "ns" => 1.0,
         "us" | "µs" => 1e3,
         "ms" => 1e6,
-        "" | "s" | "sec" => 1e9,
+        "" | "s" | "sec" => 1e9, // "" only for 0
         "m" | "min" => 60e9,
         "h" => 3600e9,
         _ => return Err(err("duration", s, DURATION_HINT)),
@@ -327,7 +338,10 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        let e = parse_duration("200").unwrap_err().to_string();
+        assert_eq!(e, "invalid duration '200': 200 what? write 200ms or 200s");
+        assert!(parse_duration("1.5").is_err());
         assert_eq!(parse_duration("1.5ms"), Ok(Duration::from_micros(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
