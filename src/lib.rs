@@ -17,8 +17,6 @@ mod progress;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// The kinds `latscope schema KIND` accepts, as spelt on the command line: one per JSON document
 /// (`schema/<kind>.schema.json`).
 pub fn schema_kinds() -> Vec<String> {
@@ -36,7 +34,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match cli::Cli::try_parse_from(args) {
+    let (cli, wide) = match parse(args) {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => {
             // --help and --version: clap prints them to stdout.
@@ -53,7 +51,7 @@ where
             return ExitCode::from(exit::USAGE);
         }
     };
-    latscope_core::render::page::set_width(output::terminal_width());
+    latscope_core::render::page::set_width(output::terminal_width(wide));
     match cmd::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) if broken_pipe(&err) => {
@@ -67,6 +65,24 @@ where
             ExitCode::from(code)
         }
     }
+}
+
+/// The parsed command line, and whether the command's `--wide` (`OutputArgs`) was given: read
+/// from the matches by its id, so that every command that flattens the output options has it.
+fn parse<I, T>(args: I) -> Result<(cli::Cli, bool), clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = cli::Cli::command().try_get_matches_from(args)?;
+    let wide = matches
+        .subcommand()
+        .and_then(|(_, m)| m.try_get_one::<bool>("wide").ok().flatten().copied())
+        .unwrap_or(false);
+    let cli =
+        cli::Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cli::Cli::command()))?;
+    Ok((cli, wide))
 }
 
 /// An EPIPE in the error chain *and* stdout's reader gone: a socket's EPIPE (a peer that closed)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
-use latscope_core::render::OutputFormat;
+use latscope_core::render::{OutputFormat, page};
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct OutputArgs {
@@ -18,6 +18,10 @@ pub struct OutputArgs {
     /// Never show the live progress line (it is shown only when stderr is a terminal).
     #[arg(long)]
     pub no_progress: bool,
+    /// Keep every column of the tables and do not wrap prose, even when lines get wider than the
+    /// terminal (output that is not a terminal always has every column).
+    #[arg(long)]
+    pub wide: bool,
 }
 
 impl OutputArgs {
@@ -37,21 +41,25 @@ impl OutputArgs {
     }
 }
 
-/// The width human output fits to: `COLUMNS` when it holds a number (as `ls` and Python's
-/// `shutil.get_terminal_size` do), else the terminal's width when stdout is a terminal, else
-/// [`DEFAULT_WIDTH`](latscope_core::render::page::DEFAULT_WIDTH) (a file or a pipe).
-pub fn terminal_width() -> usize {
+/// The width human output fits to: every column with `--wide`, else `COLUMNS` when it holds a
+/// number (as `ls` and Python's `shutil.get_terminal_size` do), else the terminal's width when
+/// stdout is a terminal, else [`UNLIMITED`](page::UNLIMITED): a file or a pipe gets every column
+/// (p99.9 and p99.99 too), as the reader or program behind it may want them.
+pub fn terminal_width(wide: bool) -> usize {
+    if wide {
+        return page::UNLIMITED;
+    }
     let columns = std::env::var("COLUMNS").ok();
     width_from(columns.as_deref(), stdout_columns())
 }
 
-/// [`terminal_width`]'s rule, given `COLUMNS` and the terminal's width.
+/// [`terminal_width`]'s rule without `--wide`, given `COLUMNS` and the terminal's width.
 fn width_from(columns: Option<&str>, tty: Option<usize>) -> usize {
     columns
         .and_then(|c| c.trim().parse::<usize>().ok())
         .filter(|&c| c > 0)
         .or(tty)
-        .unwrap_or(latscope_core::render::page::DEFAULT_WIDTH)
+        .unwrap_or(page::UNLIMITED)
 }
 
 /// The width of the terminal on stdout, if stdout is one that knows its size.
@@ -120,11 +128,13 @@ mod tests {
     use super::width_from;
 
     #[test]
-    fn width_follows_columns_then_the_terminal_then_100() {
+    fn width_follows_columns_then_the_terminal_then_no_limit() {
+        use latscope_core::render::page::UNLIMITED;
         assert_eq!(width_from(Some("72"), Some(200)), 72);
         assert_eq!(width_from(Some("wide"), Some(132)), 132);
-        assert_eq!(width_from(Some("0"), None), 100);
+        assert_eq!(width_from(Some("0"), None), UNLIMITED);
         assert_eq!(width_from(None, Some(90)), 90);
-        assert_eq!(width_from(None, None), 100);
+        assert_eq!(width_from(None, None), UNLIMITED);
+        assert_eq!(super::terminal_width(true), UNLIMITED);
     }
 }

@@ -212,6 +212,46 @@ fn json_lines_streams_intervals_then_the_summary() {
     );
 }
 
+/// A table on a pipe keeps every column; on 80 columns it leaves some out, names them and the
+/// flag that keeps them (`--wide`), which does.
+#[test]
+fn tables_are_full_width_off_a_terminal_and_with_wide() {
+    let srv = server(None, None, None);
+    let addr = addr_arg(srv.tcp_addr);
+    let table = |columns: Option<&str>, extra: &[&str]| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["rr", &addr, "-n", "200", "--no-progress"])
+            .args(extra);
+        cmd.env_remove("COLUMNS");
+        if let Some(c) = columns {
+            cmd.env("COLUMNS", c);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let piped = table(None, &[]);
+    assert!(
+        piped.split_whitespace().any(|w| w == "p99.9")
+            && piped.contains("p99.99")
+            && !piped.contains("left out"),
+        "{piped}"
+    );
+    let narrow = table(Some("80"), &[]);
+    let header = narrow.lines().find(|l| l.contains("p50")).unwrap();
+    assert!(!header.contains("p99.99"), "{narrow}");
+    assert!(
+        narrow.contains("left out to fit 80 columns") && narrow.contains("--wide"),
+        "{narrow}"
+    );
+    let wide = table(Some("80"), &["--wide"]);
+    let header = wide.lines().find(|l| l.contains("p50")).unwrap();
+    assert!(
+        header.contains("p99.99") && !wide.contains("left out"),
+        "{wide}"
+    );
+}
+
 fn sigint_after(child: &mut std::process::Child, after: Duration) {
     std::thread::sleep(after);
     let _ = std::process::Command::new("kill")

@@ -6,14 +6,20 @@
 //! Tables ([`super::Table`]) fit themselves instead: they drop their lowest-priority columns, then
 //! abbreviate their first column, and are copied to the page verbatim, never wrapped.
 //!
-//! The width is chosen once per process by the binary ([`set_width`]: the terminal's width, or
-//! `COLUMNS`, or [`DEFAULT_WIDTH`] when stdout is not a terminal); this crate performs no I/O.
+//! The width is chosen once per process by the binary ([`set_width`]: `COLUMNS`, or the
+//! terminal's width, or [`UNLIMITED`] when stdout is not a terminal or `--wide` asks for every
+//! column); this crate performs no I/O.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The width used when output does not go to a terminal (a file, a pipe) and `COLUMNS` is unset.
+/// The width used until the binary sets one (and by renderings made outside it, e.g. tests).
 pub const DEFAULT_WIDTH: usize = 100;
+
+/// No width limit: tables keep every column and prose is not wrapped. For output that does not
+/// go to a terminal (a file, a pipe, where a reader or a program wants everything) and for
+/// `--wide`. Finite, so that width arithmetic cannot overflow.
+pub const UNLIMITED: usize = 1 << 20;
 
 /// The narrowest width honoured: below it tables cannot keep their essential columns.
 pub const MIN_WIDTH: usize = 40;

@@ -81,7 +81,7 @@ impl Table {
             let width = out.width();
             let _ = writeln!(
                 out,
-                "{indent}(left out to fit {width} columns: {}; see --json)",
+                "{indent}(left out to fit {width} columns: {}; --wide or --json shows them)",
                 fitted.hidden.join(", ")
             );
         }
