@@ -27,7 +27,8 @@ use crate::output::{OutputArgs, stop_flag_finishing, unix_ms};
 The filter is tcpdump's (pcap-filter(7)), as trailing words or -f EXPR; compiled by libpcap as tcpdump does, e.g.
 'tcp[tcpflags] & (tcp-syn|tcp-fin) != 0', 'greater 200', 'ip[8] < 65'; it runs in the kernel as
 classic BPF. Needs CAP_NET_RAW.
-Ctrl-C stops, flushes the file and prints the counts (kernel drops included).")]
+Ctrl-C stops, flushes the file and prints the counts (kernel drops included); the exit code is then 130,
+as for every command that Ctrl-C stops.")]
 pub struct CaptureArgs {
     /// Interface to capture on ("any" for all interfaces, written as raw IP).
     #[arg(short = 'I', long, short_alias = 'i', value_name = "IFACE")]
@@ -133,10 +134,9 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
     } else {
         emit(&report, a.output.format(), &mut io::stdout())?;
     }
-    // Ctrl-C is the normal end of an open-ended capture; it only counts as an interruption
-    // when a count or duration was asked for and not reached.
-    let limited = a.count.is_some() || a.duration.is_some();
-    Ok(if stats.interrupted && limited {
+    // Ctrl-C is how an open-ended capture ends, and still exit 130 as for every command that
+    // Ctrl-C stops: the file is complete, but a script learns that a person ended the run.
+    Ok(if stats.interrupted {
         exit::INTERRUPTED
     } else {
         exit::OK

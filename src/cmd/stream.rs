@@ -218,11 +218,15 @@ pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
     })
 }
 
+/// The exit code a finished report deserves: as in rr, lost datagrams and a latency jump (a
+/// small request's median under the transfer 2× and 1 ms above idle) are findings.
 pub fn report_code(r: &StreamReport) -> u8 {
     if r.interrupted {
         exit::INTERRUPTED
     } else if r.error.is_some() {
         exit::TARGET
+    } else if r.udp_lost() > 0 || r.latency_probe.as_ref().is_some_and(|p| p.jumped()) {
+        exit::FINDINGS
     } else {
         exit::OK
     }

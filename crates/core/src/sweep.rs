@@ -108,6 +108,13 @@ const MIN_RATIO: f64 = 2.0;
 /// Minimum absolute step: timer-driven stalls are milliseconds; smaller steps are bandwidth.
 const MIN_STEP_NS: f64 = 1e6;
 
+/// Whether `high_ns` is a latency jump above `low_ns`: at least 2× and 1 ms above it. The one
+/// rule for "a latency jump" (a finding, exit 1): between message sizes here, and between a small
+/// request's latency idle and under a transfer (`stream --latency-probe`).
+pub fn is_jump(low_ns: f64, high_ns: f64) -> bool {
+    high_ns / low_ns.max(1.0) >= MIN_RATIO && high_ns - low_ns >= MIN_STEP_NS
+}
+
 /// Flag sizes whose median latency is far above the others.
 ///
 /// Latency normally rises smoothly with size (serialisation, copies). TCP's stalls are discrete
@@ -130,7 +137,7 @@ pub fn find_jump(points: &[(u64, u64)]) -> Option<SizeJump> {
     }
     let lo_max = lat[best_i - 1];
     let hi_min = lat[best_i];
-    if hi_min / lo_max < MIN_RATIO || hi_min - lo_max < MIN_STEP_NS {
+    if !is_jump(lo_max, hi_min) {
         return None;
     }
     let sizes: Vec<u64> = points
@@ -155,6 +162,14 @@ pub fn find_jump(points: &[(u64, u64)]) -> Option<SizeJump> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jump_is_twice_and_a_millisecond_above() {
+        assert!(is_jump(30_000.0, 1_500_000.0)); // 50×, +1.47 ms
+        assert!(!is_jump(30_000.0, 900_000.0)); // 30×, but +0.87 ms: CPU sharing, not a queue
+        assert!(!is_jump(20e6, 30e6)); // +10 ms, but 1.5×
+        assert!(is_jump(0.0, 2e6));
+    }
 
     #[test]
     fn lists_and_ranges() {

@@ -208,6 +208,27 @@ pub struct LatencyProbe {
     pub loaded: Summary,
 }
 
+impl LatencyProbe {
+    /// Whether the transfer made a small request's median latency jump (2× and 1 ms above
+    /// idle, [`crate::sweep::is_jump`]): a finding, as a latency jump between sizes is in rr.
+    pub fn jumped(&self) -> bool {
+        self.idle.count > 0
+            && self.loaded.count > 0
+            && crate::sweep::is_jump(self.idle.p50_ns as f64, self.loaded.p50_ns as f64)
+    }
+}
+
+impl StreamReport {
+    /// Datagrams lost in any direction (UDP; 0 for TCP).
+    pub fn udp_lost(&self) -> u64 {
+        self.results
+            .iter()
+            .filter_map(|r| r.udp.as_ref())
+            .map(|u| u.lost)
+            .sum()
+    }
+}
+
 /// The report of `latscope stream`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StreamReport {

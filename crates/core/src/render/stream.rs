@@ -263,7 +263,12 @@ fn probe_section(p: &LatencyProbe, out: &mut Page) {
         } else {
             "leaves a small request's median latency unchanged".to_string()
         };
-        let _ = writeln!(out, "    the transfer {effect}");
+        let jump = if p.jumped() {
+            " (a latency jump: 2× and 1 ms above idle, exit code 1)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "    the transfer {effect}{jump}");
     }
 }
 
