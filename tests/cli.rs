@@ -89,6 +89,16 @@ fn bad_input_gets_one_line_and_a_documented_code() {
         ),
         (vec!["serve", "--port", "notaport"], 2, "invalid value"),
         (vec!["rr", &addr, "--bogus-flag"], 2, "unexpected argument"),
+        (
+            vec![
+                "report",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/corpus/ipip.pcap"),
+                "-o",
+                "-",
+            ],
+            2,
+            "is a capture, not a result: run `latscope analyze",
+        ),
     ];
     for (args, want, text) in cases {
         let t0 = Instant::now();
