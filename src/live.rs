@@ -69,7 +69,8 @@ impl LongRunOutput {
 #[derive(Args, Debug, Clone, Default)]
 pub struct LiveArgs {
     /// Never show the live terminal view (rate, percentiles so far, histogram, time left). It is
-    /// shown only when stdout is a terminal and the output is for people (not --json).
+    /// shown only when stdout is a terminal and the output is for people (not --json or
+    /// --no-progress).
     #[arg(long)]
     pub no_tui: bool,
 }
@@ -77,7 +78,11 @@ pub struct LiveArgs {
 impl LiveArgs {
     /// Whether this run gets the live view.
     pub fn wanted(&self, output: &OutputArgs) -> bool {
-        !self.no_tui && output.format() == OutputFormat::Human && latscope_tui::stdout_can_draw()
+        // --no-progress asks for no live drawing at all: the view is one too.
+        !self.no_tui
+            && !output.no_progress
+            && output.format() == OutputFormat::Human
+            && latscope_tui::stdout_can_draw()
     }
 
     /// Start the view when it is wanted. A terminal that refuses (no raw mode) costs only the

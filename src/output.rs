@@ -15,7 +15,8 @@ pub struct OutputArgs {
     /// Print one JSON object per line: an event per interval, then the summary.
     #[arg(long)]
     pub json_lines: bool,
-    /// Never show the live progress line (it is shown only when stderr is a terminal).
+    /// Never show the live progress line (shown only when stderr is a terminal), nor the live
+    /// view of http, rr, stream and stack.
     #[arg(long)]
     pub no_progress: bool,
     /// Keep every column of the tables and do not wrap prose, even when lines get wider than the

@@ -183,12 +183,19 @@ fn the_terminal_is_restored_after_an_error_and_after_a_normal_end() {
 #[test]
 fn no_tui_keeps_the_plain_output() {
     let srv = server(None, None, None);
-    let pane = Pane::run(&["rr", &addr_arg(srv.tcp_addr), "-d", "1s", "--no-tui"]);
-    let (rc, screen) = pane.finished();
-    assert_eq!(rc, 0, "{screen}");
-    assert!(
-        !screen.contains(HINT),
-        "--no-tui shows no live view:\n{screen}"
-    );
-    assert!(screen.contains("request/response"), "{screen}");
+    // --no-progress asks for no live drawing at all: no view either.
+    for flag in ["--no-tui", "--no-progress"] {
+        let pane = Pane::run(&["rr", &addr_arg(srv.tcp_addr), "-d", "2s", flag]);
+        // Mid-run, where the view would be up (it leaves no trace once it is closed).
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        let during = pane.screen();
+        assert!(!during.contains(HINT), "{flag}: a live view:\n{during}");
+        let (rc, screen) = pane.finished();
+        assert_eq!(rc, 0, "{screen}");
+        assert!(
+            !screen.contains(HINT),
+            "{flag} shows no live view:\n{screen}"
+        );
+        assert!(screen.contains("request/response"), "{screen}");
+    }
 }

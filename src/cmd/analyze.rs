@@ -30,8 +30,7 @@ use crate::output::{OutputArgs, stop_flag, unix_ms};
   latscope analyze big.pcapng --json            the report as JSON (schema: latscope schema analyze)
   latscope analyze --live -I eth0 -d 10s tcp port 8080
 
-Exit code 1 when a stall detector fired, 2 when frames were read but none could be decoded
-(unknown link type, not IP, encrypted 802.11): nothing was analysed.")]
+Exit code 1 when a stall detector fired, 2 when frames were read but none could be decoded (unknown link type, not IP, encrypted 802.11): nothing was analysed.")]
 pub struct AnalyzeArgs {
     /// Capture file (pcap or pcapng, optionally gzip-compressed; Ethernet, Linux cooked v1/v2,
     /// raw IP, loopback, PPP, Cisco HDLC, 802.11 (plain, radiotap, PPI; encrypted frames are

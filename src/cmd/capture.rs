@@ -24,11 +24,8 @@ use crate::output::{OutputArgs, stop_flag_finishing, unix_ms};
   latscope capture -I lo -w - -n 1000 host 127.0.0.1 | tshark -r -
   latscope capture -I any -w all.pcap -d 30s -f 'tcp and not port 22'
 
-The filter is tcpdump's (pcap-filter(7)), as trailing words or -f EXPR; compiled by libpcap as tcpdump does, e.g.
-'tcp[tcpflags] & (tcp-syn|tcp-fin) != 0', 'greater 200', 'ip[8] < 65'; it runs in the kernel as
-classic BPF. Needs CAP_NET_RAW.
-Ctrl-C stops, flushes the file and prints the counts (kernel drops included); the exit code is then 130,
-as for every command that Ctrl-C stops.")]
+The filter is tcpdump's (pcap-filter(7)), as trailing words or -f EXPR; compiled by libpcap as tcpdump does, e.g. 'tcp[tcpflags] & (tcp-syn|tcp-fin) != 0', 'greater 200', 'ip[8] < 65'; it runs in the kernel as classic BPF. Needs CAP_NET_RAW.
+Ctrl-C stops, flushes the file and prints the counts (kernel drops included); the exit code is then 130, as for every command that Ctrl-C stops.")]
 pub struct CaptureArgs {
     /// Interface to capture on ("any" for all interfaces, written as raw IP).
     #[arg(short = 'I', long, short_alias = 'i', value_name = "IFACE")]

@@ -26,8 +26,7 @@ Examples:
   latscope connect 127.0.0.1 --crr -n 10k       connect + 64 B request + response + close
                                                 against latscope serve (netperf TCP_CRR)
 
-Connect latency is the time connect() takes: SYN sent until the SYN-ACK is in and the
-connection established, as the client sees it. Refused and timed-out attempts are counted.")]
+Connect latency is the time connect() takes: SYN sent until the SYN-ACK is in and the connection established, as the client sees it. Refused and timed-out attempts are counted.")]
 pub struct ConnectArgs {
     /// HOST:PORT of any TCP server (port 7373, latscope serve's, when omitted).
     pub target: String,

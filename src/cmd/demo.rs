@@ -33,12 +33,7 @@ Examples:
   latscope demo                 about 15 seconds; prints the comparison and both diagnoses
   latscope demo -d 1s --json
 
-The demo starts two latscope servers on 127.0.0.1 (ephemeral ports): a healthy one that answers
-each 64 B request with 1 KiB in one write, TCP_NODELAY on; and a slow one that writes the same
-response as a 128 B header and then the body, with Nagle on — what nginx does with
-`tcp_nodelay off` and `sendfile on`. It runs `latscope diagnose` against both (path RTT, one
-request, the quick-ack experiment, 8 concurrent requests, the server's socket options) and
-prints what they found. Both servers are stopped when the demo ends.")]
+The demo starts two latscope servers on 127.0.0.1 (ephemeral ports): a healthy one that answers each 64 B request with 1 KiB in one write, TCP_NODELAY on; and a slow one that writes the same response as a 128 B header and then the body, with Nagle on — what nginx does with `tcp_nodelay off` and `sendfile on`. It runs `latscope diagnose` against both (path RTT, one request, the quick-ack experiment, 8 concurrent requests, the server's socket options) and prints what they found. Both servers are stopped when the demo ends.")]
 pub struct DemoArgs {
     /// Measurement time per diagnose step.
     #[arg(short, long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]

@@ -30,19 +30,12 @@ Examples:
   latscope http http://svc/ --connect-to 127.0.0.1:8080 --hgrm out.hgrm
   latscope http https://host/ --http2 --streams 10 -c 10   HTTP/2, 100 streams in flight
 
-Closed loop (default): each connection sends its next request when the previous response is
-complete. Open loop (-q): requests are due at a constant total rate; latency is also counted
-from when each request was due, so a stalled server shows up in the percentiles
-(coordinated omission, as corrected by wrk2).
+Closed loop (default): each connection sends its next request when the previous response is complete. Open loop (-q): requests are due at a constant total rate; latency is also counted from when each request was due, so a stalled server shows up in the percentiles (coordinated omission, as corrected by wrk2).
 
-Latency is counted from when a request's first byte is written to the socket to when the last
-byte of its response has been read. In closed loop every connection always has one request in
-flight, so the mean equals connections ÷ requests/s (Little's law; the summary shows the check).
-wrk's figures can be lower under concurrency: its clock starts when its event loop gets round to
-writing the request, not when the previous response ended.
+Latency is counted from when a request's first byte is written to the socket to when the last byte of its response has been read. In closed loop every connection always has one request in flight, so the mean equals connections ÷ requests/s (Little's law; the summary shows the check).
+wrk's figures can be lower under concurrency: its clock starts when its event loop gets round to writing the request, not when the previous response ended.
 
-Exit codes: 0 ok; 1 some requests failed or got status >= 400; 2 bad input; 3 target unreachable,
-refused, or no request succeeded; 5 local system error; 130 interrupted (partial results).";
+Exit codes: 0 ok; 1 some requests failed or got status >= 400; 2 bad input; 3 target unreachable, refused, or no request succeeded; 5 local system error; 130 interrupted (partial results).";
 
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]

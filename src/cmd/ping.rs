@@ -58,8 +58,7 @@ impl ModeArgs {
   latscope ping --icmp -i 10ms -n 1000 ::1  ICMP echo, 100 per second, IPv6
   latscope ping --flood -n 100000 127.0.0.1 next probe as soon as the previous is answered
 
-Exit codes: 0 answers received; 1 no answer at all; 2 bad input; 3 unresolvable or no route;
-4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (statistics printed).")]
+Exit codes: 0 answers received; 1 no answer at all; 2 bad input; 3 unresolvable or no route; 4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (statistics printed).")]
 pub struct PingArgs {
     /// Host name or address (resolved once).
     pub host: String,

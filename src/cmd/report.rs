@@ -35,7 +35,19 @@ pub struct ReportArgs {
 pub fn run(a: &ReportArgs) -> anyhow::Result<u8> {
     let mut inputs = Vec::with_capacity(a.inputs.len());
     for path in &a.inputs {
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading '{}'", path.display()))
+            .map_err(|e| coded(USAGE, format!("{e:#}")))?;
+        if latscope_wire::capfile::is_capture(&bytes) {
+            return Err(coded(
+                USAGE,
+                format!(
+                    "'{}' is a capture, not a result: run `latscope analyze {0} --json > analyze.json` first and report that",
+                    path.display()
+                ),
+            ));
+        }
+        let text = String::from_utf8(bytes)
             .with_context(|| format!("reading '{}'", path.display()))
             .map_err(|e| coded(USAGE, format!("{e:#}")))?;
         let doc = Document::parse(&text).map_err(|e| usage(path, &e))?;

@@ -37,8 +37,7 @@ Examples:
   latscope rr 10.0.0.2 -s 1024 --server-split 128 --server-nagle
                                                 reproduce Nagle × delayed ACK (expect ~40 ms)
 
-RTT is measured from the request's write to the last response byte read. One-way = RTT/2 is an
-estimate that assumes a symmetric path. Warm-up transactions are not counted.")]
+RTT is measured from the request's write to the last response byte read. One-way = RTT/2 is an estimate that assumes a symmetric path. Warm-up transactions are not counted.")]
 pub struct RrArgs {
     /// HOST[:PORT] of a latscope server (port 7373 by default), or unix:PATH.
     pub target: Option<String>,

@@ -28,19 +28,9 @@ Examples:
   latscope serve --bind :: --auth-file key         only clients holding `key` (rr/stream/
                                                    connect/diagnose --auth-file key)
 
-Clients state each test (sizes, socket options, duration); the server checks it against its
-limits and refuses what exceeds them with a message saying which limit. The behaviour flags
-(--split-response, --nagle, --think, --drop-every) override what clients ask for, to reproduce
-a misbehaving server. Ctrl-C stops the server and removes its unix socket.
+Clients state each test (sizes, socket options, duration); the server checks it against its limits and refuses what exceeds them with a message saying which limit. The behaviour flags (--split-response, --nagle, --think, --drop-every) override what clients ask for, to reproduce a misbehaving server. Ctrl-C stops the server and removes its unix socket.
 
-Budget (a server you can leave running): threads ≤ --max-connections + 3 (joined data
-connections and server-sent UDP flows count as connections); test buffers ≤ --max-test-memory
-per test and --max-memory in all (refused beyond, given back after each test); each source
-address at most a quarter of the tests and connections (--per-source-tests/-connections) and,
-with --per-source-rate, that much bandwidth;
-server-sent UDP ≤ --max-udp-rate per test; a UDP response ≤ 10× its request; the whole
-handshake within --handshake-timeout; congestion controls only from
-net.ipv4.tcp_allowed_congestion_control.")]
+Budget (a server you can leave running): threads ≤ --max-connections + 3 (joined data connections and server-sent UDP flows count as connections); test buffers ≤ --max-test-memory per test and --max-memory in all (refused beyond, given back after each test); each source address at most a quarter of the tests and connections (--per-source-tests/-connections) and, with --per-source-rate, that much bandwidth; server-sent UDP ≤ --max-udp-rate per test; a UDP response ≤ 10× its request; the whole handshake within --handshake-timeout; congestion controls only from net.ipv4.tcp_allowed_congestion_control.")]
 pub struct ServeArgs {
     /// Address to listen on: loopback by default; `::` for every interface (IPv6 and IPv4),
     /// `0.0.0.0` for every IPv4 one. The start-up line lists the interfaces exposed.

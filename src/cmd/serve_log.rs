@@ -1,7 +1,9 @@
 //! `latscope serve`'s log, written for the person running it: a line per test started and
 //! ended, naming tests as the CLI does (`rr --udp`, `stream -R -c 4`); bare TCP connects
 //! (`latscope connect`, port scans: closed before a greeting) summarised once per interval
-//! instead of a line each; and a last line saying the server stopped and what it cut short.
+//! instead of a line each; refusals (a wrong protocol's greeting, a limit) a line for the first
+//! of each source per interval and a count for the rest; and a last line saying the server
+//! stopped and what it cut short.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -14,8 +16,12 @@ use latscope_core::units::{format_bitrate, format_bytes, format_duration};
 use latscope_net::proto::{StreamSpec, TestKind};
 use latscope_net::serve::ServeEvent;
 
-/// How often bare connects are summarised.
+/// How often bare connects and repeated refusals are summarised.
 pub const BARE_SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+/// Sources whose first refusal of an interval gets a line of its own; beyond them, refusals are
+/// only counted (a scan from many addresses stays a few lines).
+const REFUSED_LINES_PER_INTERVAL: usize = 10;
 
 /// The log's memory: tests running, bare connects since the last summary.
 #[derive(Default)]
@@ -29,6 +35,9 @@ struct State {
     running: BTreeSet<u64>,
     /// Bare connects per source address since the last summary.
     bare: BTreeMap<String, u64>,
+    /// Refusals per source address since the last summary, and how many of them were logged.
+    refused: BTreeMap<String, u64>,
+    refused_logged: u64,
 }
 
 impl ServeLog {
@@ -88,14 +97,22 @@ impl ServeLog {
                 self.line(format!("test {id} ended: {what}; {reason}"))
             }
             ServeEvent::BareConnect { peer } => {
-                let ip = peer
-                    .parse::<SocketAddr>()
-                    .map(|a| a.ip().to_string())
-                    .unwrap_or_else(|_| peer.clone());
-                *st.bare.entry(ip).or_default() += 1;
+                *st.bare.entry(source_ip(peer)).or_default() += 1;
                 Vec::new()
             }
-            ServeEvent::Refused { peer, reason } => self.line(format!("refused {peer}: {reason}")),
+            ServeEvent::Refused { peer, reason } => {
+                let sources = st.refused.len();
+                let n = st.refused.entry(source_ip(peer)).or_default();
+                *n += 1;
+                // The first refusal of a source in this interval says why; repeats (an HTTP
+                // client retrying, a scanner) are counted for the summary.
+                if *n == 1 && sources < REFUSED_LINES_PER_INTERVAL {
+                    st.refused_logged += 1;
+                    self.line(format!("refused {peer}: {reason}"))
+                } else {
+                    Vec::new()
+                }
+            }
         }
     }
 
@@ -103,38 +120,27 @@ impl ServeLog {
         if self.quiet { Vec::new() } else { vec![s] }
     }
 
-    /// The summary of bare connects since the last one (None if there were none), e.g.
-    /// "1000 bare TCP connects in the last 10 s (closed before a greeting): 1000 from 127.0.0.1".
+    /// The summary lines since the last one (None if there is nothing to say): bare connects,
+    /// e.g. "1000 bare TCP connects in the last 10 s (closed before a greeting): 1000 from
+    /// 127.0.0.1", then the refusals that had no line of their own.
     pub fn summary(&self, over: Duration) -> Option<String> {
-        let bare = std::mem::take(&mut self.state().bare);
-        if bare.is_empty() || self.quiet {
+        let (bare, refused, logged) = {
+            let mut st = self.state();
+            let logged = std::mem::take(&mut st.refused_logged);
+            (
+                std::mem::take(&mut st.bare),
+                std::mem::take(&mut st.refused),
+                logged,
+            )
+        };
+        if self.quiet {
             return None;
         }
-        let total: u64 = bare.values().sum();
-        let mut by: Vec<(String, u64)> = bare.into_iter().collect();
-        by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let mut from: Vec<String> = by
-            .iter()
-            .take(3)
-            .map(|(ip, n)| format!("{n} from {ip}"))
+        let lines: Vec<String> = [bare_line(bare, over), refused_line(refused, logged, over)]
+            .into_iter()
+            .flatten()
             .collect();
-        if by.len() > 3 {
-            from.push(format!(
-                "{} from {} other addresses",
-                by[3..].iter().map(|x| x.1).sum::<u64>(),
-                by.len() - 3
-            ));
-        }
-        let noun = if total == 1 {
-            "bare TCP connect"
-        } else {
-            "bare TCP connects"
-        };
-        Some(format!(
-            "{total} {noun} in the last {} (closed before a greeting, as `latscope connect` does): {}",
-            format_duration(over),
-            from.join(", ")
-        ))
+        (!lines.is_empty()).then(|| lines.join("\n"))
     }
 
     /// The last line, once the server stopped on Ctrl-C.
@@ -145,6 +151,65 @@ impl ServeLog {
             n => format!("latscope serve: stopped (Ctrl-C); {n} running tests were cut short"),
         }
     }
+}
+
+/// The source address of a peer `IP:PORT` (the peer text itself if it is not one).
+fn source_ip(peer: &str) -> String {
+    peer.parse::<SocketAddr>()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|_| peer.to_string())
+}
+
+/// "990 from 127.0.0.1, 10 from 10.0.0.9": the three busiest sources, then the others in one.
+fn by_source(counts: BTreeMap<String, u64>) -> String {
+    let mut by: Vec<(String, u64)> = counts.into_iter().collect();
+    by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut from: Vec<String> = by
+        .iter()
+        .take(3)
+        .map(|(ip, n)| format!("{n} from {ip}"))
+        .collect();
+    if by.len() > 3 {
+        from.push(format!(
+            "{} from {} other addresses",
+            by[3..].iter().map(|x| x.1).sum::<u64>(),
+            by.len() - 3
+        ));
+    }
+    from.join(", ")
+}
+
+/// The bare connects of an interval, by source.
+fn bare_line(bare: BTreeMap<String, u64>, over: Duration) -> Option<String> {
+    if bare.is_empty() {
+        return None;
+    }
+    let total: u64 = bare.values().sum();
+    let noun = if total == 1 {
+        "bare TCP connect"
+    } else {
+        "bare TCP connects"
+    };
+    Some(format!(
+        "{total} {noun} in the last {} (closed before a greeting, as `latscope connect` does): {}",
+        format_duration(over),
+        by_source(bare)
+    ))
+}
+
+/// The refusals of an interval beyond the lines logged (`logged`), by source.
+fn refused_line(refused: BTreeMap<String, u64>, logged: u64, over: Duration) -> Option<String> {
+    let total: u64 = refused.values().sum();
+    let unlogged = total.saturating_sub(logged);
+    if unlogged == 0 {
+        return None;
+    }
+    Some(format!(
+        "{} in the last {} without a line of their own (the first of each source says why): {}",
+        latscope_core::units::count(unlogged, "more refusal"),
+        format_duration(over),
+        by_source(refused)
+    ))
 }
 
 /// A test as the client's command line would ask for it, with its sizes.
@@ -286,6 +351,34 @@ mod tests {
             "{s}"
         );
         assert_eq!(log.summary(BARE_SUMMARY_EVERY), None, "counted once");
+    }
+
+    #[test]
+    fn refusals_get_a_line_per_source_then_a_count() {
+        let log = ServeLog::new(false);
+        let refused = |peer: &str| ServeEvent::Refused {
+            peer: peer.into(),
+            reason: "bad greeting: not latscope's protocol".into(),
+        };
+        let mut lines = Vec::new();
+        for i in 0..500 {
+            lines.extend(log.event(&refused(&format!("127.0.0.1:{}", 40000 + i))));
+        }
+        lines.extend(log.event(&refused("10.0.0.9:1000")));
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("refused 127.0.0.1:40000: bad greeting"),
+            "{lines:?}"
+        );
+        let s = log.summary(BARE_SUMMARY_EVERY).unwrap();
+        assert!(
+            s.starts_with("499 more refusals in the last 10")
+                && s.ends_with("500 from 127.0.0.1, 1 from 10.0.0.9"),
+            "{s}"
+        );
+        assert_eq!(log.summary(BARE_SUMMARY_EVERY), None, "counted once");
+        // A new interval: the source's next refusal says why again.
+        assert_eq!(log.event(&refused("127.0.0.1:41000")).len(), 1);
     }
 
     #[test]

@@ -24,11 +24,8 @@ Examples:
   latscope sockets --watch               setsockopt calls system-wide as they happen (Ctrl-C stops)
   latscope sockets --watch --pid 1234 --duration 30s
 
-Options are read from the socket itself (pidfd_getfd + getsockopt, Linux 5.6+), which needs
-CAP_SYS_PTRACE for other users' processes; without it, state, addresses and tcp_info (sock_diag)
-are still shown and the report says what is missing. --watch needs CAP_PERFMON or CAP_SYS_ADMIN.
-Exit codes: 0 nothing found; 1 findings that add latency; 2 bad input; 3 no such process;
-4 missing privileges; 5 system error; 130 interrupted.";
+Options are read from the socket itself (pidfd_getfd + getsockopt, Linux 5.6+), which needs CAP_SYS_PTRACE for other users' processes; without it, state, addresses and tcp_info (sock_diag) are still shown and the report says what is missing. --watch needs CAP_PERFMON or CAP_SYS_ADMIN.
+Exit codes: 0 nothing found; 1 findings that add latency; 2 bad input; 3 no such process; 4 missing privileges; 5 system error; 130 interrupted.";
 
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]

@@ -30,9 +30,7 @@ Examples:
   latscope stream 10.0.0.2 --latency-probe       latency of a small request, idle vs. under load
   latscope stream --unix /tmp/latscope.sock      unix stream socket
 
-The receiver's count is the truth for delivered bytes; both sides' figures (bytes, time, rate,
-CPU, I/O calls, bytes and time per call, context switches) are shown, like nuttcp's -t and -r
-lines. TCP senders add retransmits, cwnd and RTT from TCP_INFO each interval.")]
+The receiver's count is the truth for delivered bytes; both sides' figures (bytes, time, rate, CPU, I/O calls, bytes and time per call, context switches) are shown, like nuttcp's -t and -r lines. TCP senders add retransmits, cwnd and RTT from TCP_INFO each interval.")]
 pub struct StreamArgs {
     /// HOST[:PORT] of a latscope server (port 7373 by default), or unix:PATH.
     pub target: Option<String>,

@@ -39,8 +39,7 @@ pub struct TraceModeArgs {
   latscope trace --icmp -m 15 ::1           ICMP echo, at most 15 hops
   latscope trace --stats -n 100 10.0.0.2    per-hop loss and RTT percentiles over 100 rounds
 
-Exit codes: 0 destination reached; 1 not reached; 2 bad input; 3 unresolvable or no route;
-4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (hops so far printed).")]
+Exit codes: 0 destination reached; 1 not reached; 2 bad input; 3 unresolvable or no route; 4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (hops so far printed).")]
 pub struct TraceArgs {
     /// Host name or address (resolved once).
     pub host: String,

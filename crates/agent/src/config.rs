@@ -869,6 +869,14 @@ pub fn parse_peers(file: &Path, text: &str) -> Result<Vec<Peer>, ConfigError> {
         };
         let mut words = content.split_whitespace();
         let address = words.next().unwrap_or_default().to_string();
+        if let Some(port) = names_a_port(&address) {
+            return Err(e(
+                line.find(&address).map_or(1, |c| c + 1),
+                format!(
+                    "'{address}' names port {port}: a peer line gives the address alone (each measure of [peers] has its own port = …)"
+                ),
+            ));
+        }
         let mut name = None;
         let mut labels = BTreeMap::new();
         for w in words {
@@ -905,6 +913,18 @@ pub fn parse_peers(file: &Path, text: &str) -> Result<Vec<Peer>, ConfigError> {
         });
     }
     Ok(out)
+}
+
+/// The port of a `HOST:PORT` or `[V6]:PORT` word, which would otherwise be looked up as a host
+/// name and fail as DNS; a bare IPv6 address (`fe80::1`) names none.
+fn names_a_port(address: &str) -> Option<u16> {
+    if let Ok(sa) = address.parse::<std::net::SocketAddr>() {
+        return Some(sa.port());
+    }
+    let (host, port) = address.rsplit_once(':')?;
+    (!host.contains(':') && !host.is_empty())
+        .then(|| port.parse::<u16>().ok())
+        .flatten()
 }
 
 impl Config {
@@ -977,6 +997,16 @@ measure = [{ kind = "rr", port = 7000 }]
         assert_eq!(p.file, Some(PathBuf::from("/etc/latscope/peers.txt")));
         assert!(p.dns.is_empty());
         let peers = parse_peers(Path::new("p"), "10.0.0.3 b zone=x\n# c\n\n10.0.0.4\n").unwrap();
+        // A port on a peer line is refused by name, not looked up as a host "10.0.0.5:7373".
+        for (line, port) in [
+            ("10.0.0.5:7373", 7373),
+            ("db1:5432 db", 5432),
+            ("[::1]:80", 80),
+        ] {
+            let err = parse_peers(Path::new("p"), line).unwrap_err().to_string();
+            assert!(err.contains(&format!("names port {port}")), "{line}: {err}");
+        }
+        assert!(parse_peers(Path::new("p"), "fe80::1 v6\n::1\n").is_ok());
         let all = c.all_targets(&peers);
         assert_eq!(all.len(), 3);
         assert_eq!(all[1].name, "b");

@@ -138,6 +138,22 @@ impl<R: Read> Read for Source<R> {
 /// The first two bytes of a gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
+/// The first four bytes of a classic pcap file, read little-endian: µs and ns timestamps, in
+/// either byte order.
+const PCAP_MAGICS: [u32; 4] = [0xa1b2_c3d4, 0xa1b2_3c4d, 0xd4c3_b2a1, 0x4d3c_b2a1];
+
+/// The first four bytes of a pcapng file (its Section Header Block type, the same both ways).
+const PCAPNG_MAGIC: u32 = 0x0a0d_0d0a;
+
+/// Whether a file starting with `head` is a pcap or pcapng capture: for commands that take
+/// other files, to say "this is a capture" instead of failing on its bytes.
+pub fn is_capture(head: &[u8]) -> bool {
+    head.get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes)
+        .is_some_and(|m| PCAP_MAGICS.contains(&m) || m == PCAPNG_MAGIC)
+}
+
 /// Where a frame found in the buffer lies, before it is numbered and lent out.
 struct FrameAt {
     at: usize,
@@ -184,7 +200,7 @@ impl<R: Read> CaptureReader<R> {
         }
         let m = r.u32_at(0, false);
         match m {
-            0xa1b2_c3d4 | 0xa1b2_3c4d | 0xd4c3_b2a1 | 0x4d3c_b2a1 => {
+            m if PCAP_MAGICS.contains(&m) => {
                 let swapped = matches!(m, 0xd4c3_b2a1 | 0x4d3c_b2a1);
                 let nanos = matches!(m, 0xa1b2_3c4d | 0x4d3c_b2a1);
                 // The link type field's upper bits carry FCS information (pcap spec §4).
@@ -196,7 +212,7 @@ impl<R: Read> CaptureReader<R> {
                 };
                 r.consume(24);
             }
-            0x0a0d_0d0a => {
+            PCAPNG_MAGIC => {
                 r.format = Format::PcapNg {
                     swapped: false,
                     ifaces: Vec::new(),

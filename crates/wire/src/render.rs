@@ -95,11 +95,16 @@ impl Human for AnalyzeReport {
                 let _ = writeln!(out, "\n  Top cause: {}. {}", f.title, f.explanation);
                 let _ = writeln!(out, "  Examples: {}", frames_list(&f.examples));
                 if let Some(e) = f.examples.first() {
-                    let _ = writeln!(
-                        out,
-                        "  See it: latscope analyze {} --conn {}",
-                        self.source, e.conn
-                    );
+                    // A live run has no file to open again: the ladder needs the packets saved.
+                    let see = if self.format == "live" {
+                        format!(
+                            "latscope analyze FILE --conn {} (FILE: this run's packets, kept with --live -w FILE)",
+                            e.conn
+                        )
+                    } else {
+                        format!("latscope analyze {} --conn {}", self.source, e.conn)
+                    };
+                    let _ = writeln!(out, "  See it: {see}");
                 }
             }
         }
