@@ -31,6 +31,7 @@ use crate::proto::{
 };
 use crate::rr::{self, RrConfig, StopAfter, handshake, open_session};
 use crate::sock::{Conn, Target, connect, connect_error};
+use crate::udp_batch;
 
 /// Time after the last UDP datagram is sent before the receiver is asked for its count.
 const UDP_GRACE: Duration = Duration::from_millis(250);
@@ -107,6 +108,11 @@ fn open_flow(cfg: &StreamConfig, token: u64, index: u32) -> Result<Flow, NetErro
             u.connect(addr).map_err(io_err("connecting a UDP socket"))?;
             flow::apply_options(u.as_raw_fd(), &cfg.spec.options, false, addr.is_ipv6())
                 .map_err(|e| NetError::Invalid(format!("socket option: {e}")))?;
+            if !cfg.spec.client_sends(index) && cfg.spec.options.rcvbuf.is_none() {
+                // Room for 100 ms of the server's datagrams (an explicit --rcvbuf wins).
+                let rate = cfg.spec.udp_rate_bps.unwrap_or(f64::INFINITY);
+                udp_batch::raise_rcvbuf(u.as_raw_fd(), udp_batch::rcvbuf_for_rate(rate));
+            }
             let _ = u.set_read_timeout(Some(Duration::from_millis(100)));
             let mut hello = [0u8; crate::proto::UDP_STREAM_HEADER_LEN];
             StreamDatagram {
