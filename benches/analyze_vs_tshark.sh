@@ -68,6 +68,12 @@ print(f"ratio (latscope/tshark packets/s): {ts/ls:.1f}x; peak RSS tshark/latscop
 print(f"latscope found: {r['connections']} connections (peak {r['peak_open_connections']} open), "
       + ", ".join(f"{f['count']} {f['kind']}" for f in r['findings']))
 peak = max(r['peak_open_connections'], 1)
+import os
+if os.environ.get("BENCH_SUMMARY"):
+    with open(os.environ["BENCH_SUMMARY"], "a") as f:
+        case = f"{n} packets, {r['peak_open_connections']} open"
+        f.write(f"analyze\t{case}\tpackets/s\t{n/ls}\t{n/ts}\ttshark\thigher\n")
+        f.write(f"analyze\t{case}\tpeak RSS KiB\t{kb}\t{tkb}\ttshark\tlower\n")
 print(f"latscope memory per open connection: {(kb - int(base)) * 1024 / peak:,.0f} bytes "
       f"(peak RSS above a one-connection capture's {int(base)/1024:.1f} MiB, / {peak} open)")
 PY

@@ -15,6 +15,7 @@
 #   SECS=10 ROUNDS=5 CONNS="50 500 1000" THREADS="1 2" benches/http_vs_wrk.sh
 #   LATSCOPE_BEFORE=/tmp/latscope.old benches/http_vs_wrk.sh   # also an older build, same rounds
 #   CALLGRIND=1 ROUNDS=0 benches/http_vs_wrk.sh  # only user-space instructions per request
+#   BENCH_SUMMARY=FILE ...   # also append the ratios as TSV lines (benches/all.sh reads them)
 #
 # CALLGRIND=1 adds the one figure that load on the machine cannot move: the client's user-space
 # instructions per request, counted by valgrind's callgrind over -n 20000 and -n 40000 requests
@@ -24,7 +25,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/benches/nginx_lab.sh" wrk
 
-export CALLGRIND=${CALLGRIND:-} SECS=${SECS:-5} ROUNDS=${ROUNDS:-3} CONNS=${CONNS:-"50 500"} THREADS=${THREADS:-"1 $(nproc)"}
+export BENCH_SUMMARY=${BENCH_SUMMARY:-} CALLGRIND=${CALLGRIND:-} SECS=${SECS:-5} ROUNDS=${ROUNDS:-3} CONNS=${CONNS:-"50 500"} THREADS=${THREADS:-"1 $(nproc)"}
 export LATSCOPE=${LATSCOPE:-$ROOT/target/release/latscope} LATSCOPE_BEFORE=${LATSCOPE_BEFORE:-} NGINX_BIN
 export BENCH_DIR="$ROOT/benches"
 exec python3 - <<'PY'
@@ -97,6 +98,11 @@ try:
                 med = [statistics.median(x[i] for x in xs) for i in range(3)]
                 ratio = [statistics.median(x[i] / y[i] for x, y in zip(xs, w)) for i in range(3)]
                 print(f"{t:<4} {c:<6} {tool:<9} {med[0]:10.0f} {med[1]:9.2f} {med[2]:11.2f} {ratio[0]:11.2f}x {ratio[1]:9.2f}x {ratio[2]:9.2f}x")
+                if tool == "latscope" and os.environ.get("BENCH_SUMMARY"):
+                    wm = [statistics.median(x[i] for x in w) for i in range(3)]
+                    with open(os.environ["BENCH_SUMMARY"], "a") as f:
+                        for i, metric, better in [(0, "req/s", "higher"), (2, "CPU us/req", "lower")]:
+                            f.write(f"http\t-t{t} -c{c}\t{metric}\t{med[i]}\t{wm[i]}\twrk\t{better}\n")
 
     def instructions(binary, argv):
         out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.out"] + [binary] + argv,

@@ -43,4 +43,9 @@ ls_p50, sp_p50, ls_tps, sp_tps = map(float, sys.argv[1:])
 r1, r2 = ls_p50 / sp_p50, ls_tps / sp_tps
 print(f"\nmedian RTT ratio latscope/sockperf: {r1:.3f}  (target <= 1.0) {'OK' if r1 <= 1.0 else 'MISSED'}")
 print(f"transactions/s ratio latscope/sockperf: {r2:.3f}  (target >= 1.0) {'OK' if r2 >= 1.0 else 'MISSED'}")
+import os
+if os.environ.get("BENCH_SUMMARY"):
+    with open(os.environ["BENCH_SUMMARY"], "a") as f:
+        f.write(f"rr\tTCP 64 B ping-pong\tp50 RTT us\t{ls_p50}\t{sp_p50}\tsockperf\tlower\n")
+        f.write(f"rr\tTCP 64 B ping-pong\ttrans/s\t{ls_tps}\t{sp_tps}\tsockperf\thigher\n")
 PY

@@ -81,3 +81,7 @@ printf '  under latscope --watch          %8.3f s   (%d events reported, %s lost
 printf '  under strace -f                 %8.3f s\n' "$T_STRACE"
 printf '  slowdown latscope --watch       %8.2fx\n' "$(echo "$T_WATCH / $T_BASE" | bc -l)"
 printf '  slowdown strace                 %8.2fx\n' "$(echo "$T_STRACE / $T_BASE" | bc -l)"
+if [ -n "${BENCH_SUMMARY:-}" ]; then
+  printf 'sockets\tscan of %s sockets\ts\t%s\t%s\tss\tlower\n' "$SOCKS" "$T_LS" "$T_SS" >>"$BENCH_SUMMARY"
+  printf 'sockets\t%s setsockopt calls watched\ts\t%s\t%s\tstrace\tlower\n' "$CALLS" "$T_WATCH" "$T_STRACE" >>"$BENCH_SUMMARY"
+fi

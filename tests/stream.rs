@@ -135,6 +135,29 @@ fn udp_sent_equals_received_plus_lost_both_ways() {
     }
 }
 
+#[test]
+fn rates_are_over_the_runs_time_and_unmeasured_intervals_are_null() {
+    let srv = server(None, None, None);
+    let addr = addr_arg(srv.tcp_addr);
+    // 100 bit/s with 1400-byte datagrams: one datagram in the second. Its rate is 1400 bytes
+    // over the run's second, not over the microseconds between its first and last datagram.
+    let doc = stream_json(&[&addr, "-u", "-b", "100", "-d", "1s"]);
+    let r = &doc["results"][0];
+    assert_eq!(u(&r["udp"]["sent"]), 1, "{r}");
+    let bits = u(&r["bytes_delivered"]) as f64 * 8.0;
+    for rate in [
+        &r["rate_bps"],
+        &r["sender"]["rate_bps"],
+        &r["receiver"]["rate_bps"],
+    ] {
+        let secs = bits / rate.as_f64().unwrap();
+        assert!((0.95..1.5).contains(&secs), "{secs} s: {r}");
+    }
+    // A run shorter than half an interval (1 s) has no full-length interval: null, not 0 bit/s.
+    let doc = stream_json(&[&addr, "-d", "300ms"]);
+    assert!(doc["results"][0]["intervals"].is_null(), "{doc}");
+}
+
 fn iperf3_rate(lab: &mut NetnsPair, extra: &[&str]) -> f64 {
     let port = "15201";
     lab.spawn_cmd(

@@ -17,8 +17,9 @@ use latscope_core::model::rr::Transport;
 use latscope_core::model::stream::{Cost, StreamInterval, StreamOptions, TcpFigures, UdpFigures};
 
 use crate::fair::Share;
-use crate::pace::sleep_until_or_stop;
+use crate::pace::wait_until_or_stop;
 use crate::proto::{StreamDatagram, StreamSpec, UDP_STREAM_HEADER_LEN};
+use crate::udp_batch::{self, BatchReceiver, BatchSender};
 use latscope_sys::error::is_transient as is_timeout;
 use latscope_sys::sockopt::{get_raw, set_bytes, set_int, set_nodelay};
 
@@ -129,7 +130,7 @@ pub struct FlowCounters {
     pub calls: AtomicU64,
     /// ns spent inside I/O calls.
     pub call_ns: AtomicU64,
-    /// UDP senders: datagrams sent.
+    /// UDP: datagrams sent (senders) or received (the server's receivers).
     pub datagrams: AtomicU64,
     /// ns since the flow's start when the last byte moved.
     pub last_ns: AtomicU64,
@@ -149,6 +150,18 @@ impl FlowCounters {
     fn count_bytes(&self, n: usize, at_ns: u64) {
         self.bytes.fetch_add(n as u64, Ordering::Relaxed);
         self.last_ns.store(at_ns, Ordering::Relaxed);
+    }
+
+    /// A sender's run ended now (or at its deadline, if that came first): its time runs to
+    /// there, not to its last write — a paced flow that sent one datagram in a 1 s test ran
+    /// for 1 s, and its rate is over that second.
+    fn ran_until(&self, until: Until, start: Instant) {
+        let now = Instant::now();
+        let end = until.deadline.map_or(now, |d| d.min(now));
+        self.last_ns.fetch_max(
+            end.saturating_duration_since(start).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -325,6 +338,7 @@ pub fn stream_send(
         }
     };
     sock.shutdown_write();
+    c.ran_until(until, start);
     c.done.store(true, Ordering::Relaxed);
     res
 }
@@ -373,9 +387,17 @@ pub fn stream_recv(
 /// Pacing gaps beyond this (a day) end a UDP flow: no test lasts that long.
 const MAX_GAP_NS: f64 = 86_400e9;
 
-/// Send datagrams of `len` bytes at `rate_bps` (None: as fast as possible), paced per datagram
-/// so there are no bursts, and no faster than `limit` allows. `dest` None means the socket is
-/// connected.
+/// How far ahead of their due times a paced sender hands datagrams to the kernel: at most one
+/// timer wake-up per millisecond (iperf3's default pacing timer is 1 ms too). A datagram leaves
+/// at most this early; the average rate is exact.
+const BATCH_AHEAD_NS: f64 = 1e6;
+
+/// Send datagrams of `len` bytes at `rate_bps` (None: as fast as possible), no faster than
+/// `limit` allows. `dest` None means the socket is connected.
+///
+/// Pacing sleeps on the kernel's timer until the next batch is due and sends every datagram due
+/// in the next [`BATCH_AHEAD_NS`] in one call ([`BatchSender`]: one GSO send or one
+/// `sendmmsg`); it never spins. Every datagram of a batch carries the batch's send time.
 #[allow(clippy::too_many_arguments)]
 pub fn udp_send(
     sock: &UdpSocket,
@@ -390,28 +412,34 @@ pub fn udp_send(
     c: &FlowCounters,
     stop: &AtomicBool,
 ) -> Result<(), String> {
-    let mut buf = vec![b'u'; len.max(UDP_STREAM_HEADER_LEN)];
-    let gap_ns = rate_bps.map(|r| buf.len() as f64 * 8.0 * 1e9 / r);
-    let mut seq = 0u64;
-    let mut sent_bytes = 0u64;
+    let len = len.max(UDP_STREAM_HEADER_LEN);
+    let mut tx = BatchSender::new(sock.as_raw_fd(), dest);
+    let max_n = udp_batch::max_batch(len);
+    let mut buf = vec![b'u'; len * max_n];
+    let gap_ns = rate_bps.map(|r| len as f64 * 8.0 * 1e9 / r);
+    // The schedule's position (datagrams sent or given up to a full buffer) and the datagrams
+    // sent: sequence numbers stay contiguous when the kernel refuses a batch.
+    let (mut slot, mut seq, mut sent_bytes) = (0u64, 0u64, 0u64);
     let res = loop {
-        if stop.load(Ordering::Relaxed) || until.bytes.is_some_and(|b| sent_bytes >= b) {
+        if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        if let Some(g) = gap_ns {
-            // Every wait ends with the test: a gap past the deadline (a tiny or zero rate) ends
-            // the flow instead of sleeping through it, and a stop is seen within 50 ms.
-            let due_ns = g * seq as f64;
-            if !due_ns.is_finite() || due_ns >= MAX_GAP_NS {
+        let mut n = max_n;
+        if let Some(b) = until.bytes {
+            let left = b.saturating_sub(sent_bytes);
+            if left == 0 {
                 break Ok(());
             }
-            let due = start + Duration::from_nanos(due_ns as u64);
-            if until.deadline.is_some_and(|d| due >= d) || !sleep_until_or_stop(due, stop) {
-                break Ok(());
+            n = n.min(left.div_ceil(len as u64) as usize);
+        }
+        if let Some(g) = gap_ns {
+            match pace_batch(g, slot, n, start, until.deadline, stop) {
+                Some(k) => n = k,
+                None => break Ok(()),
             }
         }
         if let Some(l) = limit
-            && !l.wait(buf.len() as u64, until.deadline, stop)
+            && !l.wait((n * len) as u64, until.deadline, stop)
         {
             break Ok(());
         }
@@ -419,37 +447,74 @@ pub fn udp_send(
         if until.deadline.is_some_and(|d| t0 >= d) {
             break Ok(());
         }
-        StreamDatagram {
-            token,
-            index,
-            seq,
-            send_ns: (t0 - start).as_nanos() as u64,
+        let send_ns = (t0 - start).as_nanos() as u64;
+        for (i, d) in buf[..n * len].chunks_mut(len).enumerate() {
+            StreamDatagram {
+                token,
+                index,
+                seq: seq + i as u64,
+                send_ns,
+            }
+            .write(d);
         }
-        .write(&mut buf);
-        let r = match dest {
-            Some(d) => sock.send_to(&buf, d),
-            None => sock.send(&buf),
-        };
+        let r = tx.send(&buf[..n * len], len);
         let t1 = Instant::now();
         c.count_call(t0, t1);
         match r {
-            Ok(n) => {
-                seq += 1;
-                sent_bytes += n as u64;
-                c.datagrams.fetch_add(1, Ordering::Relaxed);
-                c.count_bytes(n, (t1 - start).as_nanos() as u64);
+            Ok(k) => {
+                seq += k as u64;
+                slot += k as u64;
+                sent_bytes += (k * len) as u64;
+                c.datagrams.fetch_add(k as u64, Ordering::Relaxed);
+                c.count_bytes(k * len, (t1 - start).as_nanos() as u64);
             }
             // A full socket buffer (ENOBUFS) or an ICMP error from an earlier datagram: the
-            // datagram is not sent; pacing goes on.
+            // batch is not sent; pacing goes on past its time slots.
             Err(e)
                 if is_timeout(&e)
                     || e.raw_os_error() == Some(libc::ENOBUFS)
-                    || e.kind() == io::ErrorKind::ConnectionRefused => {}
+                    || e.kind() == io::ErrorKind::ConnectionRefused =>
+            {
+                slot += n as u64;
+            }
             Err(e) => break Err(format!("sending datagrams: {e}")),
         }
     };
+    c.ran_until(until, start);
     c.done.store(true, Ordering::Relaxed);
     res
+}
+
+/// Wait for the batch that starts at schedule slot `slot` (a datagram every `gap_ns`), and say
+/// how many datagrams (1..=`most`) are due within [`BATCH_AHEAD_NS`] of now and before the
+/// deadline. None: the flow is over — stopped, or its next datagram falls past the deadline
+/// (the flow then idles until the deadline: a run lasts its duration, even at 100 bit/s).
+fn pace_batch(
+    gap_ns: f64,
+    slot: u64,
+    most: usize,
+    start: Instant,
+    deadline: Option<Instant>,
+    stop: &AtomicBool,
+) -> Option<usize> {
+    let due_ns = gap_ns * slot as f64;
+    let past_deadline =
+        |ns: f64| deadline.is_some_and(|d| start + Duration::from_nanos(ns as u64) >= d);
+    if !due_ns.is_finite() || due_ns >= MAX_GAP_NS || past_deadline(due_ns) {
+        if let Some(d) = deadline {
+            wait_until_or_stop(d, stop);
+        }
+        return None;
+    }
+    if !wait_until_or_stop(start + Duration::from_nanos(due_ns as u64), stop) {
+        return None;
+    }
+    let horizon_ns = start.elapsed().as_nanos() as f64 + BATCH_AHEAD_NS;
+    let mut n = (((horizon_ns - due_ns) / gap_ns).ceil() as usize).clamp(1, most);
+    while n > 1 && past_deadline(due_ns + gap_ns * (n - 1) as f64) {
+        n -= 1;
+    }
+    Some(n)
 }
 
 /// Receiver-side accounting of one UDP flow: distinct datagrams, gaps, order, duplicates and
@@ -504,14 +569,37 @@ impl UdpRx {
         }
     }
 
-    /// Account one datagram. `arrival_ns` and `send_ns` come from different clocks: only the
-    /// change of their difference (transit) enters the jitter, per RFC 3550 §6.4.1:
-    /// J += (|D(i-1,i)| − J) / 16.
+    /// Account one datagram that arrived `arrival_ns` after the flow's start. `arrival_ns` and
+    /// `send_ns` come from different clocks: only the change of their difference (transit)
+    /// enters the jitter, per RFC 3550 §6.4.1: J += (|D(i-1,i)| − J) / 16.
     pub fn on_datagram(&mut self, seq: u64, len: usize, send_ns: u64, arrival_ns: u64) {
+        if !self.count(seq, len) {
+            return;
+        }
+        let transit = i128::from(arrival_ns) - i128::from(send_ns);
+        if let Some(prev) = self.last_transit {
+            let d = (transit - prev).unsigned_abs() as f64;
+            self.jitter_ns += (d - self.jitter_ns) / 16.0;
+        }
+        self.last_transit = Some(transit);
+    }
+
+    /// Account one datagram without an arrival time of its own: one that a receive call took
+    /// after the call's first (a `recvmmsg` batch, or a GRO message the kernel coalesced). It
+    /// counts for sequence, loss, order and bytes, and not for jitter: the jitter is then the
+    /// RFC 3550 estimate over the first datagram of each receive call — the variation of the
+    /// transit time between the moments the receiver found data, which is what a datagram's
+    /// own arrival time would have measured when each call took one (at low rates they do).
+    pub fn on_untimed(&mut self, seq: u64, len: usize) {
+        self.count(seq, len);
+    }
+
+    /// Sequence bookkeeping of one datagram; false for a duplicate.
+    fn count(&mut self, seq: u64, len: usize) -> bool {
         match self.seen(seq) {
             Some(true) => {
                 self.duplicates += 1;
-                return;
+                return false;
             }
             Some(false) => self.out_of_order += 1,
             None if seq < self.next_expected => {
@@ -523,12 +611,7 @@ impl UdpRx {
         self.mark(seq);
         self.received += 1;
         self.bytes += len as u64;
-        let transit = i128::from(arrival_ns) - i128::from(send_ns);
-        if let Some(prev) = self.last_transit {
-            let d = (transit - prev).unsigned_abs() as f64;
-            self.jitter_ns += (d - self.jitter_ns) / 16.0;
-        }
-        self.last_transit = Some(transit);
+        true
     }
 
     /// Distinct datagrams received.
@@ -582,7 +665,11 @@ fn shift_window(w: &mut [u64; 16], shift: u64) {
     }
 }
 
-/// Receive one UDP flow on its own (connected) socket until `stop` or `idle` without data.
+/// Receive slots of a flow's own socket: one `recvmmsg` takes up to this many messages.
+const RECV_SLOTS: usize = 16;
+
+/// Receive one UDP flow on its own (connected) socket until `stop` or `idle` without data,
+/// everything queued in one call ([`BatchReceiver`]).
 pub fn udp_recv(
     sock: &UdpSocket,
     token: u64,
@@ -591,25 +678,40 @@ pub fn udp_recv(
     c: &FlowCounters,
     stop: &AtomicBool,
 ) -> Result<(), String> {
-    let mut buf = vec![0u8; 65_536];
     let _ = sock.set_read_timeout(Some(Duration::from_millis(100)));
+    let fd = sock.as_raw_fd();
+    let mut batch = BatchReceiver::new(fd, RECV_SLOTS);
     let res = loop {
         let t0 = Instant::now();
-        match sock.recv(&mut buf) {
-            Ok(n) => {
+        match batch.recv(fd) {
+            Ok(got) => {
                 let t1 = Instant::now();
                 c.count_call(t0, t1);
-                let Some(d) = StreamDatagram::parse(&buf[..n]) else {
-                    continue;
-                };
-                if d.token != token || d.seq == crate::proto::UDP_JOIN_SEQ {
-                    continue;
-                }
                 let arrival = (t1 - start).as_nanos() as u64;
-                if let Ok(mut r) = rx.lock() {
-                    r.on_datagram(d.seq, n, d.send_ns, arrival);
+                let Ok(mut r) = rx.lock() else { continue };
+                let mut timed = true;
+                let mut bytes = 0;
+                for d in (0..got)
+                    .filter_map(|i| batch.message(i))
+                    .flat_map(|m| m.datagrams())
+                {
+                    let Some(h) = StreamDatagram::parse(d) else {
+                        continue;
+                    };
+                    if h.token != token || h.seq == crate::proto::UDP_JOIN_SEQ {
+                        continue;
+                    }
+                    if std::mem::take(&mut timed) {
+                        r.on_datagram(h.seq, d.len(), h.send_ns, arrival);
+                    } else {
+                        r.on_untimed(h.seq, d.len());
+                    }
+                    bytes += d.len();
                 }
-                c.count_bytes(n, arrival);
+                drop(r);
+                if bytes > 0 {
+                    c.count_bytes(bytes, arrival);
+                }
             }
             Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::ConnectionRefused => {
                 if stop.load(Ordering::Relaxed) {
@@ -758,6 +860,24 @@ mod tests {
         // J converges to 1000 (J += (1000 − J)/16).
         let j = rx.figures(200).jitter_ns;
         assert!((j - 1000.0).abs() < 1.0, "{j}");
+    }
+
+    #[test]
+    fn untimed_datagrams_count_but_leave_the_jitter() {
+        let mut rx = UdpRx::default();
+        // Receive calls of 4 datagrams each: the first of each is timed, with transits that
+        // alternate 0 and 800 ns; the others arrived with it and carry no time of their own.
+        for call in 0..100u64 {
+            let extra = if call % 2 == 0 { 0 } else { 800 };
+            rx.on_datagram(call * 4, 10, call * 1000, call * 1000 + extra);
+            for k in 1..4 {
+                rx.on_untimed(call * 4 + k, 10);
+            }
+        }
+        rx.on_untimed(5, 10);
+        let f = rx.figures(400);
+        assert_eq!((f.received, f.lost, f.duplicates), (400, 0, 1));
+        assert!((f.jitter_ns - 800.0).abs() < 2.0, "{}", f.jitter_ns);
     }
 
     #[test]

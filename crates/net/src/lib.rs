@@ -19,3 +19,4 @@ pub mod flow;
 pub mod pace;
 pub mod rr;
 pub mod stream;
+pub mod udp_batch;

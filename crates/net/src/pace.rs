@@ -53,6 +53,22 @@ pub fn sleep_until_or_stop(deadline: Instant, stop: &std::sync::atomic::AtomicBo
     }
 }
 
+/// Sleep until `deadline` without spinning (the kernel's timer wakes us: a paced sender that
+/// batches its datagrams needs no better than the timer slack), waking at least every 50 ms to
+/// look at `stop`. Returns false if `stop` was set before the deadline.
+pub fn wait_until_or_stop(deadline: Instant, stop: &std::sync::atomic::AtomicBool) -> bool {
+    loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(STOP_CHECK));
+    }
+}
+
 /// The intended send times of one connection in an open-loop run: connection `index` of `n`
 /// sends every `n / rate` seconds, offset so the connections interleave evenly.
 #[derive(Clone, Debug)]

@@ -31,6 +31,7 @@ use crate::proto::{
 };
 use crate::rr::{self, RrConfig, StopAfter, handshake, open_session};
 use crate::sock::{Conn, Target, connect, connect_error};
+use crate::udp_batch;
 
 /// Time after the last UDP datagram is sent before the receiver is asked for its count.
 const UDP_GRACE: Duration = Duration::from_millis(250);
@@ -107,6 +108,11 @@ fn open_flow(cfg: &StreamConfig, token: u64, index: u32) -> Result<Flow, NetErro
             u.connect(addr).map_err(io_err("connecting a UDP socket"))?;
             flow::apply_options(u.as_raw_fd(), &cfg.spec.options, false, addr.is_ipv6())
                 .map_err(|e| NetError::Invalid(format!("socket option: {e}")))?;
+            if !cfg.spec.client_sends(index) && cfg.spec.options.rcvbuf.is_none() {
+                // Room for 100 ms of the server's datagrams (an explicit --rcvbuf wins).
+                let rate = cfg.spec.udp_rate_bps.unwrap_or(f64::INFINITY);
+                udp_batch::raise_rcvbuf(u.as_raw_fd(), udp_batch::rcvbuf_for_rate(rate));
+            }
             let _ = u.set_read_timeout(Some(Duration::from_millis(100)));
             let mut hello = [0u8; crate::proto::UDP_STREAM_HEADER_LEN];
             StreamDatagram {
@@ -168,21 +174,21 @@ fn direction_name(client_sends: bool) -> &'static str {
     }
 }
 
-/// Average/min/max of full-length interval rates.
-fn interval_stats(ivs: &[&StreamInterval], interval: Duration) -> IntervalStats {
+/// Average/min/max of full-length interval rates; None when there was no full-length interval.
+fn interval_stats(ivs: &[&StreamInterval], interval: Duration) -> Option<IntervalStats> {
     let full: Vec<f64> = ivs
         .iter()
         .filter(|i| i.end_ns.saturating_sub(i.start_ns) * 2 >= interval.as_nanos() as u64)
         .map(|i| i.rate_bps)
         .collect();
     if full.is_empty() {
-        return IntervalStats::default();
+        return None;
     }
-    IntervalStats {
+    Some(IntervalStats {
         avg_bps: full.iter().sum::<f64>() / full.len() as f64,
         min_bps: full.iter().copied().fold(f64::INFINITY, f64::min),
         max_bps: full.iter().copied().fold(0.0, f64::max),
-    }
+    })
 }
 
 fn probe_config(cfg: &StreamConfig, duration: Duration) -> Option<RrConfig> {
@@ -742,11 +748,11 @@ struct DirectionSums {
     streams: Vec<StreamFigures>,
     tcp: Option<TcpFigures>,
     udp: Option<UdpFigures>,
-    /// Bytes the receivers got, the latest receive time, bytes the senders sent.
+    /// Bytes the receivers got and bytes the senders sent.
     delivered: u64,
-    recv_ns: u64,
     sent: u64,
-    /// The latest receive or send time: what delivered rates are over.
+    /// The end of the run (the senders' end or the last arrival, whichever is later): what
+    /// delivered rates are over.
     span_ns: u64,
 }
 
@@ -803,7 +809,6 @@ fn add_flow(
     };
     d.delivered += received;
     d.sent += sent;
-    d.recv_ns = d.recv_ns.max(rns);
     // A rate is over the time the flow ran, not up to its last arrival: a UDP flow whose
     // datagrams stopped arriving early (dropped) must not claim the rate of its first burst.
     let span = rns.max(sns);
@@ -868,17 +873,20 @@ fn direction_result(
         };
     }
     let (server_flows, server_send_cost, server_recv_cost) = &e.server;
+    // Rates are bytes over the run's time: a receiver's time is the flow's (to the sender's end
+    // or the last arrival, whichever is later), not up to the last datagram it happened to get.
+    let own_ns = if client_sends { d.last_ns } else { d.span_ns };
     let own = SideView {
         side: "client".into(),
         role: if client_sends { "sender" } else { "receiver" }.into(),
         bytes: d.bytes,
-        elapsed_ns: d.last_ns,
-        rate_bps: d.bytes as f64 * 8e9 / d.last_ns.max(1) as f64,
+        elapsed_ns: own_ns,
+        rate_bps: d.bytes as f64 * 8e9 / own_ns.max(1) as f64,
         cost: flow::cost(d.usage, d.bytes, d.calls, d.call_ns, e.wall),
     };
     let server_bytes = if client_sends { d.delivered } else { d.sent };
     let server_ns = if client_sends {
-        d.recv_ns
+        d.span_ns
     } else {
         idx.iter()
             .filter_map(|i| server_flows.iter().find(|f| f.index == *i))

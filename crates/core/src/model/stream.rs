@@ -156,8 +156,9 @@ pub struct DirectionResult {
     pub receiver: SideView,
     /// Per-stream figures.
     pub streams: Vec<StreamFigures>,
-    /// Spread of the per-interval rates.
-    pub intervals: IntervalStats,
+    /// Spread of the per-interval rates; null when no full-length interval was measured (a
+    /// run shorter than two intervals): nothing to report, which is not a rate of 0.
+    pub intervals: Option<IntervalStats>,
     /// TCP_INFO figures of the senders, over all streams (TCP only).
     pub tcp: Option<TcpFigures>,
     /// Delivery figures over all streams (UDP only).

@@ -163,13 +163,13 @@ fn direction_result(r: &DirectionResult, out: &mut Page) {
         t.row(row);
     }
     t.render("    ", out);
-    if r.intervals.avg_bps > 0.0 {
+    if let Some(iv) = &r.intervals {
         let _ = writeln!(
             out,
             "    per interval (receiver): avg {}  min {}  max {}",
-            format_bitrate(r.intervals.avg_bps),
-            format_bitrate(r.intervals.min_bps),
-            format_bitrate(r.intervals.max_bps)
+            format_bitrate(iv.avg_bps),
+            format_bitrate(iv.min_bps),
+            format_bitrate(iv.max_bps)
         );
     }
     if let Some(tcp) = &r.tcp {
@@ -306,6 +306,36 @@ mod tests {
         assert!(probe(50_000, 150_000).contains("raises a small request's median latency 3.0×"));
         assert!(
             probe(50_000, 51_000).contains("leaves a small request's median latency unchanged")
+        );
+    }
+
+    #[test]
+    fn intervals_that_were_not_measured_are_not_shown_as_zero() {
+        let render = |intervals| {
+            let mut out = Page::new(400);
+            direction_result(
+                &DirectionResult {
+                    direction: "client→server".into(),
+                    bytes_delivered: 1400,
+                    rate_bps: 11_200.0,
+                    intervals,
+                    ..DirectionResult::default()
+                },
+                &mut out,
+            );
+            out.finish()
+        };
+        let none = render(None);
+        assert!(!none.contains("per interval"), "{none}");
+        assert!(!none.contains("min 0 bit/s"), "{none}");
+        let some = render(Some(crate::model::stream::IntervalStats {
+            avg_bps: 2e6,
+            min_bps: 1e6,
+            max_bps: 3e6,
+        }));
+        assert!(
+            some.contains("per interval (receiver): avg 2 Mbit/s  min 1 Mbit/s  max 3 Mbit/s"),
+            "{some}"
         );
     }
 

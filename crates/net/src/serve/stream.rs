@@ -4,6 +4,7 @@
 //! final figures.
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -128,6 +129,7 @@ pub(super) fn run(t: &mut Test) -> Ended {
     // The test must be findable before the client learns its token, or its first data
     // connection could arrive first.
     let guard = StreamGuard::register(t.sh, spec, t.token, t.peer_ip);
+    size_udp_rcvbuf(t.sh, spec);
     if let Err((code, message)) = hold_udp_flows(t, &guard.test) {
         let _ = control::refuse(t.conn, code, &message);
         return Ended::new(0, message);
@@ -174,6 +176,22 @@ pub(super) fn run(t: &mut Test) -> Ended {
     // The flows' buffers are freed: give the memory back.
     latscope_sys::mem::trim();
     Ended::new(total, reason)
+}
+
+/// UDP the client sends arrives on the server's one shared socket: give it room for 100 ms of
+/// the test's rate, so that a receiving thread the scheduler puts off for a moment loses
+/// nothing. The buffer is never shrunk (other tests may be running); it costs memory only
+/// while datagrams wait in it.
+fn size_udp_rcvbuf(sh: &Shared, spec: &StreamSpec) {
+    let receives = (0..spec.flows()).filter(|&i| spec.client_sends(i)).count();
+    if spec.transport != Transport::Udp || receives == 0 {
+        return;
+    }
+    let Some(udp) = &sh.udp_out else { return };
+    let rate = spec
+        .udp_rate_bps
+        .map_or(f64::INFINITY, |r| r * receives as f64);
+    crate::udp_batch::raise_rcvbuf(udp.as_raw_fd(), crate::udp_batch::rcvbuf_for_rate(rate));
 }
 
 /// Each flow the server sends over UDP has a thread of its own: it takes a connection slot,
@@ -371,6 +389,8 @@ fn final_figures(
         }
     }
     let (mut sb, mut sc, mut rb, mut rc) = (0u64, 0u64, 0u64, 0u64);
+    // UDP datagrams received (a receive call may bring many).
+    let mut rd = 0u64;
     let mut total = 0u64;
     let mut flows = Vec::new();
     for i in 0..spec.flows() {
@@ -386,6 +406,7 @@ fn final_figures(
             f.receive_ns = last;
             rb += bytes;
             rc += c.calls.load(Ordering::Relaxed);
+            rd += c.datagrams.load(Ordering::Relaxed);
             if spec.transport == Transport::Udp {
                 let sent = udp_sent_by_client
                     .iter()
@@ -417,8 +438,8 @@ fn final_figures(
     };
     // UDP is received by the server's one shared UDP thread: its CPU time is this test's when
     // (nearly) all it received meanwhile was this test's datagrams.
-    let udp_cpu = (spec.transport == Transport::Udp && rc > 0)
-        .then(|| udp_thread_usage(sh, udp_usage_start, rc))
+    let udp_cpu = (spec.transport == Transport::Udp && rd > 0)
+        .then(|| udp_thread_usage(sh, udp_usage_start, rd))
         .flatten();
     if let Some(u) = udp_cpu {
         recv_usage.add(u);

@@ -5,11 +5,13 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use latscope_core::model::rr::{ServerBehaviour, Transport};
 
 use super::admission::Held;
 use super::control::refuse;
+use super::stream::StreamTest;
 use super::{POLL, Shared, canonical};
 use crate::flow::{self, DataSock};
 use crate::proto::{self, RefusalCode, Reply, Start, StreamDatagram, UDP_JOIN_SEQ};
@@ -89,20 +91,45 @@ pub(super) fn join(sh: &Shared, mut conn: Conn, slot: Held, start: &Start) -> Re
     Ok(())
 }
 
-/// A stream-test datagram arrived on the shared UDP socket.
-pub(super) fn on_datagram(
+/// Stream-test datagrams arrived on the shared UDP socket from `from`: one, or several that the
+/// kernel coalesced (GRO) or one receive call took together. The test is looked up once per
+/// message. `timed` is true while the receive call's first datagram is still to be accounted:
+/// that one alone has its own arrival time (`received_at`, see [`crate::flow::UdpRx`]).
+pub(super) fn on_datagrams<'a>(
     udp: &UdpSocket,
     sh: &Shared,
+    datagrams: impl Iterator<Item = &'a [u8]>,
+    from: SocketAddr,
+    received_at: Instant,
+    timed: &mut bool,
+) {
+    let mut test: Option<Arc<StreamTest>> = None;
+    for pkt in datagrams {
+        let Some(d) = StreamDatagram::parse(pkt) else {
+            continue;
+        };
+        if test.as_ref().is_none_or(|t| t.token != d.token) {
+            test = sh
+                .streams
+                .read()
+                .ok()
+                .and_then(|m| m.get(&d.token).cloned());
+        }
+        let Some(t) = &test else { continue };
+        on_datagram(udp, t, d, pkt.len(), from, received_at, timed);
+    }
+}
+
+/// One stream-test datagram of test `t`.
+fn on_datagram(
+    udp: &UdpSocket,
+    t: &StreamTest,
     d: StreamDatagram,
     len: usize,
     from: SocketAddr,
+    received_at: Instant,
+    timed: &mut bool,
 ) {
-    let test = sh
-        .streams
-        .read()
-        .ok()
-        .and_then(|m| m.get(&d.token).cloned());
-    let Some(t) = test else { return };
     if t.peer_ip.is_some_and(|ip| ip != canonical(from.ip())) || d.index >= t.spec.flows() {
         return;
     }
@@ -129,12 +156,21 @@ pub(super) fn on_datagram(
     {
         return;
     }
-    let arrival = start.elapsed().as_nanos() as u64;
-    if let Ok(mut rx) = t.udp_rx[i].lock() {
-        rx.on_datagram(d.seq, len, d.send_ns, arrival);
-    }
+    let arrival = received_at.saturating_duration_since(*start).as_nanos() as u64;
     let c = &t.counters[i];
+    let first = std::mem::take(timed);
+    if let Ok(mut rx) = t.udp_rx[i].lock() {
+        if first {
+            rx.on_datagram(d.seq, len, d.send_ns, arrival);
+        } else {
+            rx.on_untimed(d.seq, len);
+        }
+    }
+    // A receive call is counted once, with its first datagram; `datagrams` counts them all.
+    if first {
+        c.calls.fetch_add(1, Ordering::Relaxed);
+    }
+    c.datagrams.fetch_add(1, Ordering::Relaxed);
     c.bytes.fetch_add(len as u64, Ordering::Relaxed);
-    c.calls.fetch_add(1, Ordering::Relaxed);
-    c.last_ns.store(arrival, Ordering::Relaxed);
+    c.last_ns.fetch_max(arrival, Ordering::Relaxed);
 }

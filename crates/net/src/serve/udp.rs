@@ -2,13 +2,15 @@
 //! datagrams of UDP stream tests. It also publishes its own CPU time, which stream tests use
 //! to report the cost of receiving.
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::{Shared, stream_join, udp_rr};
 use crate::flow::ThreadUsage;
 use crate::proto::{StreamDatagram, UDP_ECHO_MAGIC, UDP_ECHO_REPLY, UDP_ECHO_REQUEST, UdpHeader};
+use crate::udp_batch::BatchReceiver;
 
 /// The shared UDP thread's CPU time, published by that thread: every [`UDP_USAGE_EVERY`] while
 /// busy, and whenever its receive times out (idle), so a snapshot is exact once traffic stops.
@@ -28,10 +30,18 @@ const UDP_USAGE_EVERY: Duration = Duration::from_millis(10);
 /// traffic stops it publishes its final CPU time.
 pub(super) const UDP_IDLE: Duration = Duration::from_millis(20);
 
-/// Read datagrams until the server stops, and dispatch each by its magic.
+/// Messages one receive call of the shared socket takes (each up to 64 KiB: a GRO message
+/// or a single datagram).
+const RECV_SLOTS: usize = 16;
+
+/// Read datagrams until the server stops — everything queued in one call, coalesced by the
+/// kernel where it can (GRO) — and dispatch each by its magic.
 pub(super) fn udp_loop(udp: &UdpSocket, sh: &Shared) {
-    let mut buf = vec![0u8; 65_536];
+    let fd = udp.as_raw_fd();
+    let mut batch = BatchReceiver::new(fd, RECV_SLOTS);
     let mut resp = vec![0u8; 65_536];
+    // A writable copy of each probe or rr datagram (the echo is answered in place).
+    let mut scratch = vec![0u8; 65_536];
     let mut datagrams = 0u64;
     let mut published = Instant::now();
     let publish = |datagrams: u64| {
@@ -46,26 +56,43 @@ pub(super) fn udp_loop(udp: &UdpSocket, sh: &Shared) {
         now
     };
     while !sh.stopping() {
-        let (n, from) = match udp.recv_from(&mut buf) {
-            Ok(x) => x,
+        let got = match batch.recv(fd) {
+            Ok(n) => n,
             Err(_) => {
                 published = publish(datagrams);
                 continue;
             }
         };
-        datagrams += 1;
-        if datagrams % 64 == 0 && published.elapsed() >= UDP_USAGE_EVERY {
+        let received_at = Instant::now();
+        let before = datagrams;
+        let mut timed = true;
+        for i in 0..got {
+            let Some(m) = batch.message(i) else { continue };
+            let Some(from) = m.from else { continue };
+            datagrams += m.datagrams().len() as u64;
+            if StreamDatagram::parse(m.data).is_some() {
+                stream_join::on_datagrams(udp, sh, m.datagrams(), from, received_at, &mut timed);
+                continue;
+            }
+            for pkt in m.datagrams() {
+                let copy = &mut scratch[..pkt.len()];
+                copy.copy_from_slice(pkt);
+                reply(udp, sh, copy, from, &mut resp);
+            }
+        }
+        if datagrams / 64 != before / 64 && published.elapsed() >= UDP_USAGE_EVERY {
             published = publish(datagrams);
         }
-        let pkt = &mut buf[..n];
-        if n >= 5 && &pkt[..4] == UDP_ECHO_MAGIC && pkt[4] == UDP_ECHO_REQUEST {
-            pkt[4] = UDP_ECHO_REPLY;
-            let _ = udp.send_to(pkt, from);
-        } else if let Some(d) = StreamDatagram::parse(pkt) {
-            stream_join::on_datagram(udp, sh, d, n, from);
-        } else if let Some(h) = UdpHeader::parse(pkt) {
-            udp_rr::on_datagram(udp, sh, h, from, &mut resp);
-        }
+    }
+}
+
+/// Answer a probe echo or a UDP rr datagram.
+fn reply(udp: &UdpSocket, sh: &Shared, pkt: &mut [u8], from: SocketAddr, resp: &mut [u8]) {
+    if pkt.len() >= 5 && &pkt[..4] == UDP_ECHO_MAGIC && pkt[4] == UDP_ECHO_REQUEST {
+        pkt[4] = UDP_ECHO_REPLY;
+        let _ = udp.send_to(pkt, from);
+    } else if let Some(h) = UdpHeader::parse(pkt) {
+        udp_rr::on_datagram(udp, sh, h, from, resp);
     }
 }
 

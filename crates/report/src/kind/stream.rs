@@ -30,8 +30,13 @@ pub(crate) fn body(r: &StreamReport) -> Result<String, ReportError> {
                 d.direction.clone(),
                 format_bitrate(d.rate_bps),
                 format_bytes(d.bytes_delivered as f64),
-                format_bitrate(d.intervals.min_bps),
-                format_bitrate(d.intervals.max_bps),
+                // A run shorter than two intervals measured none: "-", not "0 bit/s".
+                d.intervals
+                    .as_ref()
+                    .map_or("-".into(), |i| format_bitrate(i.min_bps)),
+                d.intervals
+                    .as_ref()
+                    .map_or("-".into(), |i| format_bitrate(i.max_bps)),
                 d.tcp
                     .as_ref()
                     .map_or("-".into(), |t| t.retransmits.to_string()),
