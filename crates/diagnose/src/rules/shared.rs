@@ -241,11 +241,26 @@ pub(crate) fn connect_excess(e: &Evidence) -> Option<u64> {
 
 /// What this host's own stack costs one exchange, by the best instrument there is: kernel
 /// timestamps on latscope's own packets (send → driver, driver → recv), else the connects'
-/// excess over the SYN ping.
+/// excess over the SYN ping — when the requests agree with it. A per-packet cost on this host
+/// shows in every exchange, so an open connection's request then takes about the path plus that
+/// cost (between half and four times it): a request as fast as the path says the connects paid
+/// for something else (a new connection's own cost at either end: conntrack, SYN handling), and
+/// a request far slower says more than this host is at work. Either way the connects alone
+/// cannot place the time: `None`. A small excess rules this host out whatever the requests do.
 pub(crate) fn client_stack_ns(e: &Evidence) -> Option<u64> {
-    e.client_host
-        .and_then(|c| c.per_exchange_ns())
-        .or_else(|| connect_excess(e))
+    if let Some(c) = e.client_host.and_then(|c| c.per_exchange_ns()) {
+        return Some(c);
+    }
+    let x = connect_excess(e)?;
+    if x < client_stack_floor(e) {
+        return Some(x);
+    }
+    match host_excess(e) {
+        None => Some(x),
+        Some((_, _, host)) => {
+            (host.saturating_mul(2) >= x && host <= x.saturating_mul(4)).then_some(x)
+        }
+    }
 }
 
 /// The least client-stack time that is a finding: twice the path's RTT (a connect that takes

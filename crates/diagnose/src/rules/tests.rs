@@ -1250,3 +1250,21 @@ fn a_dead_family_costs_each_new_connection_the_attempt_delay() {
     ]);
     assert_eq!(dead_address_family(&e), None);
 }
+
+#[test]
+fn connects_that_requests_contradict_place_nothing() {
+    // The lab's netfilter-bloat from the server's host: connects 396 µs against a 102 µs SYN
+    // ping, yet a request on an open connection takes 110 µs: the connects paid for something
+    // a request does not (a new connection's cost), not this host's per-packet stack.
+    let mut e = base(102, 110);
+    e.handshake = Some(s(396));
+    e.host_noise = noise(90);
+    assert_eq!(client_host_stack(&e), None);
+    assert_eq!(client_stack_ns(&e), None, "ambiguous: nothing placed");
+    // Requests 15 ms slower than the path: far more than 294 µs per exchange, the connects
+    // cannot tell whose it is.
+    let mut e = base(102, 15_102);
+    e.handshake = Some(s(396));
+    assert_eq!(client_host_stack(&e), None);
+    assert!(!client_host_ruled_out(&e));
+}
