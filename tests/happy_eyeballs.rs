@@ -40,14 +40,15 @@ impl Drop for Lab {
 
 fn lab() -> Lab {
     let ns = Netns::new("he").no_icmp_limits();
-    ns.ip(&["link", "add", "d0", "type", "dummy"]);
-    ns.ip(&["link", "set", "d0", "up"]);
-    ns.ip(&["addr", "add", &format!("{LIVE4}/24"), "dev", "d0"]);
-    ns.ip(&["addr", "add", &format!("{LIVE6}/64"), "dev", "d0", "nodad"]);
+    ns.ip(&["addr", "add", &format!("{LIVE4}/32"), "dev", "lo"]);
+    ns.ip(&["addr", "add", &format!("{LIVE6}/128"), "dev", "lo", "nodad"]);
+    // A route to the dead address, so connect() sends SYNs instead of failing at once.
+    ns.ip(&["-6", "route", "add", "fd00:77::/64", "dev", "lo"]);
     ns.wait_route(LIVE6);
+    ns.wait_route(DEAD6);
     // The dead address: every packet to it is dropped, so a connect hangs (a broken AAAA).
     ns.nft(&format!(
-        "table inet he {{ chain out {{ type filter hook output priority 0; ip6 daddr {DEAD6} drop; }} }}"
+        "table inet he {{\n chain out {{\n type filter hook output priority 0;\n ip6 daddr {DEAD6} drop\n }}\n}}\n"
     ));
     let hosts_dir = std::path::PathBuf::from(format!("/etc/netns/{}", ns.name));
     std::fs::create_dir_all(&hosts_dir).unwrap();

@@ -63,7 +63,7 @@ fn output_rules_slow_the_clients_sends_but_not_a_syn_ping() {
     // The server's own packets leave at the first rule (on loopback they cross OUTPUT too);
     // the client's walk 2000 rules for addresses that never occur.
     let mut rules = format!(
-        "table inet slow {{ chain out {{ type filter hook output priority 0; tcp sport {port} accept;\n"
+        "table inet slow {{\n chain out {{\n type filter hook output priority 0;\n tcp sport {port} accept\n"
     );
     for i in 0..2000u32 {
         rules.push_str(&format!(
@@ -72,7 +72,7 @@ fn output_rules_slow_the_clients_sends_but_not_a_syn_ping() {
             i % 250 + 1
         ));
     }
-    rules.push_str("} }\n");
+    rules.push_str(" }\n}\n");
     ns.nft(&rules);
     let (slow_sched, slow_ping) = measure(&ns, port);
     eprintln!(
