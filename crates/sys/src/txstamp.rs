@@ -242,6 +242,10 @@ mod tests {
             }
         });
         let mut st = Stamper::new(c.as_raw_fd()).unwrap();
+        // Receive stamping is switched on through a static key from a kernel workqueue
+        // (net_enable_timestamp): on a busy machine the first packets after enabling may come
+        // unstamped.
+        std::thread::sleep(std::time::Duration::from_millis(100));
         let mut b = [7u8; 64];
         for _ in 0..200 {
             assert_eq!(st.send(&b).unwrap(), 64);
