@@ -372,3 +372,29 @@ fn udp_loss_in_a_local_receivers_buffer_is_reported_as_such() {
     assert_eq!(in_rcvbuf, (after - before).min(lost), "{udp}");
     eprintln!("lost {lost}, in the receiver's buffer {in_rcvbuf}");
 }
+
+#[test]
+fn a_small_client_receive_buffer_limits_the_servers_sender() {
+    let srv = server(None, None, None);
+    let addr = addr_arg(srv.tcp_addr);
+    let small = stream_json(&[&addr, "-t", "1s", "-R", "--rcvbuf", "4k"]);
+    let r = &small["results"][0];
+    // The server's sending socket (its tcp_info, reported at the end of the test): held back
+    // by the client's window for most of the time it had data to send.
+    let l = &r["tcp"]["limits"];
+    assert_eq!(l["limited_by"], "receive_window", "{l}");
+    let busy = u(&l["busy_us"]);
+    assert!(
+        u(&l["rwnd_limited_us"]) * 2 > busy,
+        "receive-window-limited most of {busy} µs: {l}"
+    );
+    // The client's receiving socket: a small buffer, a small advertised window.
+    let rx = &r["receiver_limits"];
+    assert!(u(&rx["rcvbuf_bytes"]) <= 16 << 10, "{rx}");
+    let small_wnd = u(&rx["rcv_wnd"]);
+    assert!(small_wnd <= 16 << 10, "{rx}");
+    // Default buffers advertise a window many times larger.
+    let big = stream_json(&[&addr, "-t", "1s", "-R"]);
+    let big_wnd = u(&big["results"][0]["receiver_limits"]["rcv_wnd"]);
+    assert!(big_wnd > 8 * small_wnd, "{big_wnd} vs {small_wnd}");
+}

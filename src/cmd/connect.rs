@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use latscope_core::model::Meta;
+use latscope_core::model::address::AddressChoice;
 use latscope_core::model::connect::{ConnectMode, ConnectReport};
 use latscope_core::model::rr::{ServerBehaviour, SockOpts};
 use latscope_core::render::emit;
@@ -67,7 +68,8 @@ pub struct ConnectArgs {
     pub output: OutputArgs,
 }
 
-pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
+/// The engine's configuration, and how the address was chosen (for the report).
+pub fn config(a: &ConnectArgs) -> anyhow::Result<(ConnectConfig, AddressChoice)> {
     let target = super::parse_target(&a.target, a.port, DEFAULT_PORT)?;
     if matches!(target, Target::Unix(_)) {
         return Err(exit::coded(
@@ -75,8 +77,6 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
             "connect measures TCP: give HOST:PORT, not a unix socket",
         ));
     }
-    let family = a.client.family.family();
-    let addr = target.resolve(family)?;
     if a.connections == 0 || a.connections > 10_000 {
         return Err(exit::coded(
             exit::USAGE,
@@ -101,9 +101,12 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
         (None, Some(d)) => StopAfter::Duration(d),
         (None, None) => StopAfter::Count(200),
     };
-    Ok(ConnectConfig {
+    // Every address of a name, raced as RFC 8305 does; the winner is measured (its race
+    // connection is not counted).
+    let race = target.choose(a.client.family.family(), a.timeout)?;
+    let config = ConnectConfig {
         target,
-        addr,
+        addr: race.addr,
         mode: if a.crr {
             ConnectMode::Crr
         } else {
@@ -123,7 +126,8 @@ pub fn config(a: &ConnectArgs) -> anyhow::Result<ConnectConfig> {
             ..ServerBehaviour::default()
         },
         auth: a.client.auth.key()?,
-    })
+    };
+    Ok((config, race.choice))
 }
 
 /// 0: every attempt worked; 1: some failed; 3: none did; 130: interrupted.
@@ -140,7 +144,7 @@ pub fn report_code(r: &ConnectReport) -> u8 {
 }
 
 pub fn run(a: &ConnectArgs) -> anyhow::Result<u8> {
-    let cfg = config(a)?;
+    let (cfg, choice) = config(a)?;
     let progress = Progress::new(a.output.progress(), &format!("connect {}", cfg.target));
     progress.set(format!(
         "{} …",
@@ -151,7 +155,8 @@ pub fn run(a: &ConnectArgs) -> anyhow::Result<u8> {
         }
     ));
     let meta = Meta::new("connect", env!("CARGO_PKG_VERSION"), unix_ms());
-    let report = latscope_net::connect::run(&cfg, meta, &stop_flag())?;
+    let mut report = latscope_net::connect::run(&cfg, meta, &stop_flag())?;
+    report.address_choice = Some(choice);
     progress.set(format!("{}/s", format_si(report.rate_per_sec)));
     drop(progress);
     let mut out = std::io::stdout().lock();

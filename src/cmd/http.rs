@@ -310,6 +310,7 @@ pub fn build_report(cfg: &Config, r: &RunResult, meta: Meta) -> HttpReport {
         },
         streams_per_connection: cfg.h2.as_ref().map(|_| cfg.h2_streams),
         address: r.addr.to_string(),
+        address_choice: Some(r.address_choice.clone()),
         tls: cfg.tls.is_some(),
         connections: cfg.connections,
         threads: cfg.threads,

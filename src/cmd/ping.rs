@@ -115,13 +115,16 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
         ));
     }
     let mode = args.mode.mode();
-    let dst = latscope_probe::resolve(&args.host, args.family.family())?;
     let tcp_default = 80;
     let port = args.port.unwrap_or(if mode == Some(ProbeMode::Udp) {
         7373
     } else {
         tcp_default
     });
+    // A name's addresses are raced with TCP connects to the port (RFC 8305); every probe mode
+    // then goes to the winner.
+    let (dst, choice) =
+        latscope_probe::choose(&args.host, args.family.family(), port, args.timeout)?;
     let payload = args
         .size
         .unwrap_or(if mode == Some(ProbeMode::Udp) { 16 } else { 56 });
@@ -156,6 +159,9 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
             "{}",
             render::ping::ping_header(&args.host, &dst.to_string(), port, mode.name(), &reason)
         );
+        if let Some(line) = render::ping::choice_line(&choice) {
+            let _ = writeln!(stdout, "{line}");
+        }
     }
     let flood = args.flood;
     let mut on_reply = |r: &PingReply| {
@@ -200,7 +206,8 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
         },
         first_seq: 0,
     };
-    let report = latscope_probe::ping::ping(prober.as_mut(), ctx, &opts, &stop, &mut on_reply)?;
+    let mut report = latscope_probe::ping::ping(prober.as_mut(), ctx, &opts, &stop, &mut on_reply)?;
+    report.address_choice = Some(choice);
     render::emit(&report, format, &mut stdout).context("writing the report")?;
     Ok(if report.interrupted {
         exit::INTERRUPTED

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use latscope_core::LatencyHistogram;
+use latscope_core::model::address::AddressChoice;
 use latscope_core::model::rr::{RrReport, SockOpts, Transport};
 use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::render::{OutputFormat, emit_event};
@@ -242,13 +243,8 @@ fn check_sockperf(a: &RrArgs, sizes: &[(u32, u32)], transport: Transport) -> any
 }
 
 /// Turn the flags into the engine's configuration.
-pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
+pub fn config(a: &RrArgs) -> anyhow::Result<(RrConfig, Option<AddressChoice>)> {
     let (target, transport) = super::target_and_transport(&a.target, a.port, &a.unix, a.udp)?;
-    let family = a.client.family.family();
-    let addr = match &target {
-        Target::Unix(_) => None,
-        t => Some(t.resolve(family)?),
-    };
     let sizes = sizes(a, transport)?;
     if a.peer == PeerKind::Sockperf {
         check_sockperf(a, &sizes, transport)?;
@@ -288,9 +284,15 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
     if timeout.is_zero() {
         return Err(exit::coded(exit::USAGE, "--timeout must be above zero"));
     }
-    Ok(RrConfig {
+    // Every address of a name, raced as RFC 8305 does (a TCP connect race, also for UDP:
+    // latscope serve listens on both); the winner is measured.
+    let race = match &target {
+        Target::Unix(_) => None,
+        t => Some(t.choose(a.client.family.family(), a.connect_timeout)?),
+    };
+    let config = RrConfig {
+        addr: race.as_ref().map(|r| r.addr),
         target,
-        addr,
         transport,
         sizes,
         connections: a.connections,
@@ -324,7 +326,8 @@ pub fn config(a: &RrArgs) -> anyhow::Result<RrConfig> {
             PeerKind::Sockperf => Peer::Sockperf,
         },
         auth: a.client.auth.key()?,
-    })
+    };
+    Ok((config, race.map(|r| r.choice)))
 }
 
 /// The exit code a finished report deserves.
@@ -344,7 +347,7 @@ pub fn report_code(r: &RrReport) -> u8 {
 }
 
 pub fn run(a: &RrArgs) -> anyhow::Result<u8> {
-    let cfg = config(a)?;
+    let (cfg, choice) = config(a)?;
     let format = a.view.output.format();
     let stop = stop_flag();
     let live = a.view.start_live(live_state(&cfg), &stop);
@@ -374,6 +377,14 @@ pub fn run(a: &RrArgs) -> anyhow::Result<u8> {
     };
     let meta = Meta::new("rr", env!("CARGO_PKG_VERSION"), unix_ms());
     let report = latscope_net::rr::run(&cfg, meta, &stop, &mut on_interval, want);
+    let report = report.map(|mut r| {
+        r.address_choice = choice;
+        // The client's own stack, timed on a connection of its own after the run.
+        if !r.interrupted {
+            r.client_stack = latscope_net::hoststack::measure(&cfg).and_then(Result::ok);
+        }
+        r
+    });
     let report = a.view.finish(progress, live, report)?;
     Ok(report_code(&report))
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use latscope_core::model::Meta;
+use latscope_core::model::address::AddressChoice;
 use latscope_core::model::rr::Transport;
 use latscope_core::model::stream::{Direction, StreamInterval, StreamOptions, StreamReport};
 use latscope_core::render::stream::interval_line;
@@ -117,13 +118,8 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
     exit::coded(exit::USAGE, msg)
 }
 
-pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
+pub fn config(a: &StreamArgs) -> anyhow::Result<(StreamConfig, Option<AddressChoice>)> {
     let (target, transport) = super::target_and_transport(&a.target, a.port, &a.unix, a.udp)?;
-    let family = a.client.family.family();
-    let addr = match &target {
-        Target::Unix(_) => None,
-        t => Some(t.resolve(family)?),
-    };
     if a.connections == 0 || a.connections > 128 {
         return Err(usage("--connections must be between 1 and 128"));
     }
@@ -205,15 +201,22 @@ pub fn config(a: &StreamArgs) -> anyhow::Result<StreamConfig> {
         },
         interval_ms: a.interval.as_millis() as u64,
     };
-    Ok(StreamConfig {
+    // Every address of a name, raced as RFC 8305 does (a TCP connect race, also for UDP:
+    // latscope serve listens on both); the winner is measured.
+    let race = match &target {
+        Target::Unix(_) => None,
+        t => Some(t.choose(a.client.family.family(), a.connect_timeout)?),
+    };
+    let config = StreamConfig {
+        addr: race.as_ref().map(|r| r.addr),
         target,
-        addr,
         spec,
         connect_timeout: a.connect_timeout,
         affinity: a.affinity.clone(),
         latency_probe: a.latency_probe,
         auth: a.client.auth.key()?,
-    })
+    };
+    Ok((config, race.map(|r| r.choice)))
 }
 
 /// The exit code a finished report deserves: as in rr, lost datagrams and a latency jump (a
@@ -231,7 +234,7 @@ pub fn report_code(r: &StreamReport) -> u8 {
 }
 
 pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
-    let cfg = config(a)?;
+    let (cfg, choice) = config(a)?;
     let format = a.view.output.format();
     let stop = stop_flag();
     let live = a.view.start_live(live_state(&cfg), &stop);
@@ -271,6 +274,10 @@ pub fn run(a: &StreamArgs) -> anyhow::Result<u8> {
     };
     let meta = Meta::new("stream", env!("CARGO_PKG_VERSION"), unix_ms());
     let report = latscope_net::stream::run(&cfg, meta, &stop, &mut on_interval);
+    let report = report.map(|mut r| {
+        r.address_choice = choice;
+        r
+    });
     let report = a.view.finish(progress, live, report)?;
     Ok(report_code(&report))
 }

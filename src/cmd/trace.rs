@@ -198,7 +198,13 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     } else {
         None
     };
-    let dst = latscope_probe::resolve(&args.host, args.family.family())?;
+    // A name's addresses are raced with TCP connects (RFC 8305); the probes go to the winner.
+    let (dst, choice) = latscope_probe::choose(
+        &args.host,
+        args.family.family(),
+        args.port.unwrap_or(80),
+        args.timeout,
+    )?;
     let (mut prober, reason, port) = open_prober(args, dst, mode)?;
     let mode = prober.mode();
     let format = args.output.format();
@@ -216,6 +222,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         meta: Meta::new("trace", env!("CARGO_PKG_VERSION"), output::unix_ms()),
         target: args.host.clone(),
         address: dst.to_string(),
+        address_choice: Some(choice),
         mode,
         mode_reason: reason,
         port,
@@ -235,6 +242,13 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     let mut stdout = std::io::stdout();
     if format == OutputFormat::Human && !args.stats {
         let _ = writeln!(stdout, "{}", render::ping::trace_header(&report));
+        if let Some(line) = report
+            .address_choice
+            .as_ref()
+            .and_then(render::ping::choice_line)
+        {
+            let _ = writeln!(stdout, "{line}");
+        }
     }
     let mut on_hop = |h: &TraceHop| {
         let mut out = std::io::stdout().lock();

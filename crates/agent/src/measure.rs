@@ -5,7 +5,7 @@
 use std::io;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use latscope_core::model::Meta;
 use latscope_core::model::ping::{ProbeMode, ReplyKind};
@@ -116,9 +116,29 @@ pub struct Runner {
     prober: Option<(IpAddr, Box<dyn Prober>)>,
     /// The next probe's sequence number (ids never repeat within 65536 probes).
     seq: u64,
+    /// The address last chosen for the target's name (RFC 8305 race) and when: kept for
+    /// [`RECHOOSE_AFTER`] or until a probe fails, so a name with several addresses does not
+    /// cost a connection race per probe.
+    chosen: Option<(String, IpAddr, Instant)>,
 }
 
+/// How long a SYN/connect ping keeps the address a race chose before racing again.
+const RECHOOSE_AFTER: Duration = Duration::from_secs(60);
+
 impl Runner {
+    /// The address to probe: the cached choice, or a new RFC 8305 race to the probe's port.
+    fn address(&mut self, address: &str, m: &Measure) -> Result<IpAddr, ProbeError> {
+        if let Some((name, ip, at)) = &self.chosen
+            && name == address
+            && at.elapsed() < RECHOOSE_AFTER
+        {
+            return Ok(*ip);
+        }
+        let (ip, _) = latscope_probe::choose(address, Family::Any, m.port, m.timeout)?;
+        self.chosen = Some((address.to_string(), ip, Instant::now()));
+        Ok(ip)
+    }
+
     /// Run one probe of `m` against `address`.
     pub fn run(&mut self, address: &str, m: &Measure, stop: &AtomicBool) -> Outcome {
         match m.kind {
@@ -130,7 +150,7 @@ impl Runner {
     }
 
     fn ping(&mut self, address: &str, m: &Measure, stop: &AtomicBool) -> Outcome {
-        let ip = match latscope_probe::resolve(address, Family::Any) {
+        let ip = match self.address(address, m) {
             Ok(ip) => ip,
             Err(e) => return Outcome::failed(probe_failure(&e), e.to_string()),
         };
@@ -192,6 +212,7 @@ impl Runner {
         };
         if out.failure.is_some() {
             self.prober = None;
+            self.chosen = None;
         }
         out
     }
@@ -312,8 +333,8 @@ fn http(address: &str, m: &Measure) -> Outcome {
 }
 
 fn trace(address: &str, m: &Measure, stop: &AtomicBool) -> Outcome {
-    let ip = match latscope_probe::resolve(address, Family::Any) {
-        Ok(ip) => ip,
+    let ip = match latscope_probe::choose(address, Family::Any, m.port, m.timeout) {
+        Ok((ip, _)) => ip,
         Err(e) => return Outcome::failed(probe_failure(&e), e.to_string()),
     };
     // UDP probes (classic traceroute ports): no privilege, and no SYNs to the target's TCP

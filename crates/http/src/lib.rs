@@ -24,14 +24,16 @@ pub mod tls;
 mod worker;
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use latscope_core::model::address::AddressChoice;
 use latscope_core::{LatencyHistogram, Summary};
+use latscope_sys::happy::{self, RaceConfig, ResolveError};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
@@ -120,7 +122,10 @@ pub struct Config {
     pub method: String,
     /// The first resolved address of the target.
     pub addr: SocketAddr,
-    /// Every resolved address; the run uses the first that accepts a connection.
+    /// The host connected to (the URL's, or --connect-to's), as given.
+    pub host: String,
+    /// Every resolved address in RFC 8305 order (families interleaved, IPv6 first); connections
+    /// race them as Happy Eyeballs v2 does.
     pub addrs: Vec<SocketAddr>,
     /// How long resolving the host took (`getaddrinfo`), ns.
     pub resolve_ns: u64,
@@ -190,6 +195,7 @@ impl Config {
             url_text: o.url.clone(),
             method: o.method.clone(),
             addr,
+            host,
             addrs,
             resolve_ns,
             request: request.into(),
@@ -267,24 +273,19 @@ fn target_host_port(o: &Options, url: &Url) -> Result<(String, u16), HttpError> 
     })
 }
 
-/// Every address of `host:port` (at least one) and how long resolving took, ns.
+/// Every address of `host:port` (at least one) in RFC 8305 order, and how long resolving took,
+/// ns.
 fn resolve(host: &str, port: u16) -> Result<(Vec<SocketAddr>, u64), HttpError> {
-    let resolve_start = sys::monotonic_ns();
-    let addrs: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|source| HttpError::Resolve {
+    latscope_sys::happy::resolve(host, port, latscope_sys::Family::Any).map_err(|e| match e {
+        ResolveError::Lookup { source, .. } => HttpError::Resolve {
             host: host.to_string(),
             source,
-        })?
-        .collect();
-    let resolve_ns = sys::monotonic_ns() - resolve_start;
-    if addrs.is_empty() {
-        return Err(HttpError::Resolve {
+        },
+        other => HttpError::Resolve {
             host: host.to_string(),
-            source: std::io::ErrorKind::NotFound.into(),
-        });
-    }
-    Ok((addrs, resolve_ns))
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, other.to_string()),
+        },
+    })
 }
 
 /// The TLS client configuration and server name for an https URL.
@@ -348,6 +349,8 @@ pub(crate) struct IntervalMsg {
 pub struct RunResult {
     /// The address the connections went to.
     pub addr: SocketAddr,
+    /// How that address was chosen among the name's (RFC 8305 race).
+    pub address_choice: AddressChoice,
     /// Every thread's figures, merged.
     pub stats: Stats,
     /// Measured time: end of warm-up → end of the run (or the last response with `-n`).
@@ -435,25 +438,24 @@ impl IntervalMerger {
     }
 }
 
-/// Find the first address that accepts a connection (`localhost` may resolve to ::1 first while
-/// the server listens on 127.0.0.1 only); a one-line error beats a report full of connect errors.
-fn probe(addrs: &[SocketAddr], timeout: Duration) -> Result<SocketAddr, HttpError> {
-    let mut last = None;
-    for &addr in addrs {
-        match TcpStream::connect_timeout(&addr, timeout.min(Duration::from_secs(5))) {
-            Ok(_) => return Ok(addr),
-            Err(source) => {
-                last = Some(HttpError::Connect {
-                    addr: addr.to_string(),
-                    source,
-                })
-            }
-        }
+/// Choose the address the run's connections go to: the addresses raced as RFC 8305 does
+/// (`localhost` may resolve to ::1 first while the server listens on 127.0.0.1 only; a dead
+/// AAAA costs 250 ms, not a timeout); a one-line error beats a report full of connect errors.
+fn probe(cfg: &Config, timeout: Duration) -> Result<AddressChoice, HttpError> {
+    let race = happy::race_choice(
+        &cfg.host,
+        &cfg.addrs,
+        cfg.resolve_ns,
+        RaceConfig::with_timeout(timeout.min(Duration::from_secs(5))),
+    );
+    if race.stream.is_some() {
+        return Ok(race.choice);
     }
-    Err(last.unwrap_or_else(|| HttpError::Connect {
-        addr: "(no address)".into(),
-        source: std::io::ErrorKind::NotFound.into(),
-    }))
+    let first = race.choice.attempts.first();
+    Err(HttpError::Connect {
+        addr: first.map_or_else(|| "(no address)".into(), |a| a.addr.to_string()),
+        source: first.map_or_else(|| std::io::ErrorKind::NotFound.into(), happy::attempt_error),
+    })
 }
 
 /// Run the load. `stop` ends it early (partial results, `interrupted`); `on_interval` gets each
@@ -464,7 +466,8 @@ pub fn run(
     stop: &AtomicBool,
     on_interval: &mut dyn FnMut(&Interval, &LatencyHistogram),
 ) -> Result<RunResult, HttpError> {
-    let addr = probe(&cfg.addrs, Duration::from_nanos(cfg.timeout_ns))?;
+    let address_choice = probe(cfg, Duration::from_nanos(cfg.timeout_ns))?;
+    let addr = SocketAddr::new(address_choice.chosen, cfg.addr.port());
     let threads = cfg.threads.max(1) as usize;
     let mut ids: Vec<Vec<u32>> = vec![Vec::new(); threads];
     for g in 0..cfg.connections {
@@ -546,6 +549,7 @@ pub fn run(
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
     Ok(RunResult {
         addr,
+        address_choice,
         stats,
         elapsed_ns: finished_ns.saturating_sub(measure_start_ns),
         intervals: merger.out,

@@ -9,8 +9,10 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use latscope_core::model::transfer::TransferLimits;
 use rustls::ClientConnection;
 
 use crate::error::HttpError;
@@ -38,6 +40,10 @@ pub struct Phases {
     pub status: u16,
     /// Response body bytes (without chunk framing).
     pub body_bytes: u64,
+    /// The client socket's side of who limited the response's transfer, read after the last
+    /// byte: the window it advertised, its window scale and receive buffer (None where
+    /// tcp_info is unreadable).
+    pub limits: Option<TransferLimits>,
 }
 
 impl Phases {
@@ -103,6 +109,9 @@ pub fn request_phases(o: &Options) -> Result<Phases, HttpError> {
     let sent = sys::monotonic_ns();
     conn.send(&cfg.request)?;
     let r = conn.response(cfg.head_request)?;
+    let limits = latscope_sys::tcpinfo::limits(conn.stream.as_raw_fd())
+        .ok()
+        .map(|(_, l)| l);
     Ok(Phases {
         addr,
         dns_ns: cfg.resolve_ns,
@@ -112,29 +121,39 @@ pub fn request_phases(o: &Options) -> Result<Phases, HttpError> {
         transfer_ns: r.last_byte_ns.saturating_sub(r.first_byte_ns),
         status: r.status,
         body_bytes: r.body_bytes,
+        limits,
     })
 }
 
-/// Connect to the first of the resolved addresses that accepts, before the deadline.
+/// Connect as RFC 8305 does: the resolved addresses raced (the next 250 ms after the previous,
+/// or at once when one fails), the first to connect wins, all before the deadline.
 fn connect(cfg: &Config, deadline_ns: u64) -> Result<(TcpStream, SocketAddr), HttpError> {
-    let mut last = io::Error::from(io::ErrorKind::NotFound);
-    for &addr in &cfg.addrs {
-        let left = remaining(deadline_ns).map_err(|source| HttpError::Connect {
-            addr: addr.to_string(),
-            source,
-        })?;
-        match TcpStream::connect_timeout(&addr, left) {
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok((s, addr));
-            }
-            Err(e) => last = e,
+    let left = remaining(deadline_ns).map_err(|source| HttpError::Connect {
+        addr: cfg.addr.to_string(),
+        source,
+    })?;
+    let race = latscope_sys::happy::race_choice(
+        &cfg.host,
+        &cfg.addrs,
+        cfg.resolve_ns,
+        latscope_sys::happy::RaceConfig::with_timeout(left),
+    );
+    match race.stream {
+        Some(s) => {
+            let _ = s.set_nodelay(true);
+            Ok((s, race.addr))
+        }
+        None => {
+            let first = race.choice.attempts.first();
+            Err(HttpError::Connect {
+                addr: first.map_or_else(|| cfg.addr.to_string(), |a| a.addr.to_string()),
+                source: first.map_or_else(
+                    || io::ErrorKind::NotFound.into(),
+                    latscope_sys::happy::attempt_error,
+                ),
+            })
         }
     }
-    Err(HttpError::Connect {
-        addr: cfg.addr.to_string(),
-        source: last,
-    })
 }
 
 /// Time left before `deadline_ns`, or a timeout error.

@@ -22,7 +22,7 @@ pub mod procnet;
 pub mod route;
 pub mod scan;
 pub mod sockopt;
-pub mod tcpinfo;
+pub use latscope_sys::tcpinfo;
 pub mod watch;
 
 pub use error::{InspectError, Result};

@@ -259,6 +259,7 @@ pub fn run(cfg: &ConnectConfig, meta: Meta, stop: &AtomicBool) -> Result<Connect
     Ok(ConnectReport {
         meta,
         target: cfg.target.to_string(),
+        address_choice: None,
         mode: cfg.mode,
         parallel: n,
         attempts: total.attempts,

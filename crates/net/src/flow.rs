@@ -21,7 +21,7 @@ use crate::pace::wait_until_or_stop;
 use crate::proto::{StreamDatagram, StreamSpec, UDP_STREAM_HEADER_LEN};
 use crate::udp_batch::{self, BatchReceiver, BatchSender};
 use latscope_sys::error::is_transient as is_timeout;
-use latscope_sys::sockopt::{get_raw, set_bytes, set_int, set_nodelay};
+use latscope_sys::sockopt::{set_bytes, set_int, set_nodelay};
 
 /// A connected stream socket shared between the thread moving data and the coordinator
 /// (which reads TCP_INFO from it).
@@ -814,16 +814,17 @@ pub fn intervals(
     out
 }
 
-/// TCP_INFO figures of a TCP socket: (total retransmits, cwnd, srtt µs, rttvar µs).
+/// TCP_INFO figures of a TCP socket: total retransmits, cwnd, srtt and rttvar µs, and who
+/// limited its transfer ([`TransferLimits`]: busy / rwnd- / sndbuf-limited time, windows,
+/// buffers).
 pub fn tcp_info(fd: RawFd) -> Option<TcpFigures> {
-    // SAFETY: tcp_info is plain integers; all-zero is a valid value.
-    let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
-    get_raw(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut ti).ok()?;
+    let (t, limits) = latscope_sys::tcpinfo::limits(fd).ok()?;
     Some(TcpFigures {
-        retransmits: u64::from(ti.tcpi_total_retrans),
-        cwnd: ti.tcpi_snd_cwnd,
-        rtt_us: ti.tcpi_rtt,
-        rtt_var_us: ti.tcpi_rttvar,
+        retransmits: u64::from(t.total_retrans),
+        cwnd: t.snd_cwnd,
+        rtt_us: t.rtt_us,
+        rtt_var_us: t.rttvar_us,
+        limits: Some(limits),
     })
 }
 

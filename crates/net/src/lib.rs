@@ -16,6 +16,7 @@ pub use error::NetError;
 pub mod connect;
 pub mod fair;
 pub mod flow;
+pub mod hoststack;
 pub mod pace;
 pub mod rr;
 pub mod stream;

@@ -595,6 +595,8 @@ pub fn run(
     Ok(RrReport {
         meta,
         target: cfg.target.to_string(),
+        address_choice: None,
+        client_stack: None,
         transport: cfg.transport,
         peer: match cfg.peer {
             Peer::Latscope => "latscope".into(),

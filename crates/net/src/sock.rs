@@ -2,7 +2,7 @@
 //! resolution, and the latency-relevant socket options.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -12,6 +12,7 @@ use latscope_core::model::rr::SockOpts;
 
 use crate::NetError;
 use latscope_sys::error::MissingPrivilege;
+pub use latscope_sys::happy::{self, Race, RaceConfig};
 
 /// A connected stream socket.
 #[derive(Debug)]
@@ -164,30 +165,31 @@ impl Target {
         }
     }
 
-    /// Resolve once to a socket address, preferring the requested family.
-    pub fn resolve(&self, family: Family) -> Result<SocketAddr, NetError> {
+    /// Resolve and choose the address to measure, as RFC 8305 (Happy Eyeballs v2) does: a
+    /// literal or a name's only address as is; several raced over TCP, IPv6 first, the first
+    /// to connect wins ([`latscope_sys::happy`]). Waits at most `timeout` per attempt.
+    pub fn choose(&self, family: Family, timeout: Duration) -> Result<Race, NetError> {
         let Target::Inet { host, port } = self else {
             return Err(NetError::Invalid(
                 "a unix socket has no network address".into(),
             ));
         };
-        let addrs: Vec<SocketAddr> = (host.as_str(), *port)
-            .to_socket_addrs()
-            .map_err(|e| NetError::Unreachable {
+        happy::choose(host, *port, family, RaceConfig::with_timeout(timeout)).map_err(|e| {
+            NetError::Unreachable {
                 target: self.to_string(),
-                reason: format!("name lookup failed: {e}"),
-            })?
-            .collect();
-        addrs
-            .iter()
-            .find(|a| family.accepts(a.ip()))
-            .copied()
-            .ok_or_else(|| NetError::Unreachable {
-                target: self.to_string(),
-                reason: format!("no {} address", family.name()),
-            })
+                reason: e.to_string(),
+            }
+        })
+    }
+
+    /// The address to measure, chosen as [`Target::choose`] does with a 2 s attempt timeout.
+    pub fn resolve(&self, family: Family) -> Result<SocketAddr, NetError> {
+        self.choose(family, RESOLVE_ATTEMPT_TIMEOUT).map(|r| r.addr)
     }
 }
+
+/// How long [`Target::resolve`] waits for one address of a name with several.
+pub const RESOLVE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn parse_port(target: &str, p: &str) -> Result<u16, NetError> {
     p.parse::<u16>()

@@ -19,6 +19,7 @@ use latscope_core::model::stream::{
     Cost, DirectionResult, IntervalStats, LatencyProbe, SideView, StreamFigures, StreamInterval,
     StreamReport, TcpFigures, UdpFigures,
 };
+use latscope_core::model::transfer::TransferLimits;
 use latscope_sys::snmp::Counters;
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -354,6 +355,7 @@ pub fn run(
     Ok(StreamReport {
         meta,
         target: cfg.target.to_string(),
+        address_choice: None,
         transport: spec.transport,
         direction: spec.direction,
         streams: spec.streams,
@@ -747,6 +749,8 @@ struct DirectionSums {
     last_ns: u64,
     streams: Vec<StreamFigures>,
     tcp: Option<TcpFigures>,
+    /// The client's receiving sockets' view (when the client receives).
+    receiver_limits: Option<TransferLimits>,
     udp: Option<UdpFigures>,
     /// Bytes the receivers got and bytes the senders sent.
     delivered: u64,
@@ -763,6 +767,19 @@ impl DirectionSums {
         a.cwnd = a.cwnd.max(t.cwnd);
         a.rtt_us = a.rtt_us.max(t.rtt_us);
         a.rtt_var_us = a.rtt_var_us.max(t.rtt_var_us);
+        if let Some(l) = &t.limits {
+            match &mut a.limits {
+                Some(sum) => sum.merge(l),
+                None => a.limits = Some(*l),
+            }
+        }
+    }
+
+    fn add_receiver(&mut self, l: &TransferLimits) {
+        match &mut self.receiver_limits {
+            Some(sum) => sum.merge(l),
+            None => self.receiver_limits = Some(*l),
+        }
     }
 
     fn add_udp(&mut self, u: &UdpFigures) {
@@ -830,6 +847,12 @@ fn add_flow(
     };
     if let Some(t) = &tcp {
         d.add_tcp(t);
+    }
+    if !client_sends
+        && let Some(Some(own)) = e.end_tcp.get(i as usize)
+        && let Some(l) = &own.limits
+    {
+        d.add_receiver(l);
     }
     if let Some(u) = &udp {
         d.add_udp(u);
@@ -926,6 +949,7 @@ fn direction_result(
         streams: d.streams,
         intervals: interval_stats(&recv_ivs, e.interval),
         tcp: d.tcp,
+        receiver_limits: d.receiver_limits,
         udp: d.udp,
     })
 }

@@ -16,7 +16,11 @@ pub mod prober;
 pub mod sys;
 pub mod trace;
 
-use std::net::{IpAddr, ToSocketAddrs};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use latscope_core::model::address::AddressChoice;
+use latscope_sys::happy::{self, RaceConfig, ResolveError};
 
 pub use error::ProbeError;
 use latscope_core::model::ping::ProbeMode;
@@ -26,40 +30,30 @@ use prober::{ConnectProber, IcmpProber, SynProber, UdpProber};
 /// Which address family to use (one definition for every engine, in latscope-sys).
 pub use latscope_sys::Family;
 
-/// Resolve `host` once (an address literal or a name), in `family`.
-pub fn resolve(host: &str, family: Family) -> Result<IpAddr, ProbeError> {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let ok = |ip: &IpAddr| match family {
-        Family::Any => true,
-        Family::V4 => ip.is_ipv4(),
-        Family::V6 => ip.is_ipv6(),
-    };
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        if ok(&ip) {
-            return Ok(ip);
-        }
-        return Err(ProbeError::Invalid(format!(
-            "{host} is not an {} address; drop -4/-6 or give an address of that family",
-            if family == Family::V4 { "IPv4" } else { "IPv6" }
-        )));
-    }
-    let addrs = (host, 0)
-        .to_socket_addrs()
-        .map_err(|e| ProbeError::Unreachable {
-            target: host.to_string(),
-            reason: format!("the name does not resolve ({e})"),
-        })?;
-    let all: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
-    all.iter()
-        .copied()
-        .find(ok)
-        .ok_or_else(|| ProbeError::Unreachable {
-            target: host.to_string(),
-            reason: format!(
-                "no {} address (found: {:?})",
-                if family == Family::V6 { "IPv6" } else { "IPv4" },
-                all
-            ),
+/// Resolve `host` (an address literal or a name) in `family` and choose the address to probe
+/// as RFC 8305 (Happy Eyeballs v2) does ([`latscope_sys::happy`]): a literal or a single
+/// address as is; several are raced with TCP connects to `port`, the first to connect wins
+/// (or, when none connects, the first to answer with a reset: the host is up). Raw SYN, UDP
+/// and ICMP probes then go to that address; the choice says how it was made.
+pub fn choose(
+    host: &str,
+    family: Family,
+    port: u16,
+    timeout: Duration,
+) -> Result<(IpAddr, AddressChoice), ProbeError> {
+    let name = host.trim_start_matches('[').trim_end_matches(']');
+    happy::choose(name, port, family, RaceConfig::with_timeout(timeout))
+        .map(|r| (r.addr.ip(), r.choice))
+        .map_err(|e| match e {
+            ResolveError::WrongFamily { .. } => ProbeError::Invalid(e.to_string()),
+            ResolveError::Lookup { source, .. } => ProbeError::Unreachable {
+                target: name.to_string(),
+                reason: format!("the name does not resolve ({source})"),
+            },
+            ResolveError::NoAddress { .. } => ProbeError::Unreachable {
+                target: name.to_string(),
+                reason: e.to_string(),
+            },
         })
 }
 
@@ -150,25 +144,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resolves_literals_and_checks_family() {
+    fn chooses_literals_and_checks_family() {
+        let t = Duration::from_secs(1);
+        let (ip, c) = choose("127.0.0.1", Family::Any, 9, t).expect("v4");
+        assert_eq!(ip, IpAddr::from([127, 0, 0, 1]));
+        assert!(c.attempts.is_empty());
         assert_eq!(
-            resolve("127.0.0.1", Family::Any).expect("v4"),
-            IpAddr::from([127, 0, 0, 1])
-        );
-        assert_eq!(
-            resolve("[::1]", Family::V6).expect("v6"),
+            choose("[::1]", Family::V6, 9, t).expect("v6").0,
             "::1".parse::<IpAddr>().expect("ip")
         );
         assert!(matches!(
-            resolve("::1", Family::V4),
+            choose("::1", Family::V4, 9, t),
             Err(ProbeError::Invalid(_))
         ));
         assert!(matches!(
-            resolve("localhost", Family::V4),
-            Ok(IpAddr::V4(_))
+            choose("localhost", Family::V4, 9, t),
+            Ok((IpAddr::V4(_), _))
         ));
         assert!(matches!(
-            resolve("no-such-host.invalid", Family::Any),
+            choose("no-such-host.invalid", Family::Any, 9, t),
             Err(ProbeError::Unreachable { .. })
         ));
     }

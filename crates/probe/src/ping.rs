@@ -148,6 +148,7 @@ impl Tally {
             meta: ctx.meta,
             target: ctx.target,
             address: ctx.address.to_string(),
+            address_choice: None,
             port: ctx.port,
             mode,
             mode_reason: ctx.mode_reason,

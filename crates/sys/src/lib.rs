@@ -5,9 +5,12 @@
 //! - [`clock`]: the clocks, each named after what it reads ([`clock::monotonic_ns`],
 //!   [`clock::realtime_ns`]) — two functions once both called `now_ns` read different clocks;
 //! - [`error`]: classification of `io::Error`s ([`error::is_transient`]);
-//! - [`Family`]: the address-family preference of `-4` / `-6`;
+//! - [`Family`]: the address-family preference of `-4` / `-6`; [`happy`]: every address of a
+//!   name tried as RFC 8305 (Happy Eyeballs v2) does;
 //! - [`mem`]: giving freed memory back to the kernel; [`net`]: the host's interfaces and
 //!   allowed congestion controls; [`snmp`]: a namespace's protocol counters (what `nstat` reads);
+//! - [`tcpinfo`]: `struct tcp_info` parsed at whatever length the kernel returns; [`txstamp`]:
+//!   the client host's own stack timed with SO_TIMESTAMPING on latscope's own sockets;
 //! - [`fuzz_seeds`]: the committed fuzz seeds, for the parsing crates' seed-replay tests.
 //!
 //! `Family` lives here rather than in `latscope-core`: the result model never needs it (it
@@ -23,9 +26,12 @@ pub mod clock;
 pub mod error;
 pub mod family;
 pub mod fuzz_seeds;
+pub mod happy;
 pub mod mem;
 pub mod net;
 pub mod snmp;
 pub mod sockopt;
+pub mod tcpinfo;
+pub mod txstamp;
 
 pub use family::Family;

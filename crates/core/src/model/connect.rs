@@ -24,6 +24,10 @@ pub struct ConnectReport {
     pub meta: Meta,
     /// The target as given.
     pub target: String,
+    /// Which of the name's addresses was used, and the RFC 8305 race that chose it (absent for
+    /// unix sockets and in results of older versions).
+    #[serde(default)]
+    pub address_choice: Option<crate::model::address::AddressChoice>,
     /// Handshake only, or a whole connect-request-response-close transaction.
     pub mode: ConnectMode,
     /// Attempts in flight at once.

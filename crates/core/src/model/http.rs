@@ -77,6 +77,10 @@ pub struct HttpReport {
     pub meta: Meta,
     /// The URL requested.
     pub url: String,
+    /// Which of the name's addresses was used, and the RFC 8305 race that chose it (absent for
+    /// unix sockets and in results of older versions).
+    #[serde(default)]
+    pub address_choice: Option<crate::model::address::AddressChoice>,
     /// The request method.
     pub method: String,
     /// "HTTP/1.1" or "HTTP/2".

@@ -1,14 +1,17 @@
 //! One serde struct per command's result: the JSON contract (`--json`), and what the human
 //! renderings are made from. Schemas are derived with `schemars` and committed under `schema/`.
 
+pub mod address;
 pub mod connect;
 pub mod demo;
 pub mod diagnose;
+pub mod hoststack;
 pub mod http;
 pub mod ping;
 pub mod rr;
 pub mod sockets;
 pub mod stream;
+pub mod transfer;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -155,6 +155,10 @@ pub struct PingReport {
     pub target: String,
     /// The address it resolved to (once, at start).
     pub address: String,
+    /// Which of the name's addresses was used, and the RFC 8305 race that chose it (absent for
+    /// unix sockets and in results of older versions).
+    #[serde(default)]
+    pub address_choice: Option<crate::model::address::AddressChoice>,
     /// Destination port (TCP and UDP modes).
     pub port: Option<u16>,
     /// How the probes were sent.
@@ -306,6 +310,10 @@ pub struct TraceReport {
     pub meta: Meta,
     /// The target as given.
     pub target: String,
+    /// Which of the name's addresses was used, and the RFC 8305 race that chose it (absent for
+    /// unix sockets and in results of older versions).
+    #[serde(default)]
+    pub address_choice: Option<crate::model::address::AddressChoice>,
     /// The address it resolved to.
     pub address: String,
     /// How the probes were sent.

@@ -132,6 +132,10 @@ pub struct RrReport {
     pub meta: Meta,
     /// "HOST:PORT" or "unix:PATH".
     pub target: String,
+    /// Which of the name's addresses was used, and the RFC 8305 race that chose it (absent for
+    /// unix sockets and in results of older versions).
+    #[serde(default)]
+    pub address_choice: Option<crate::model::address::AddressChoice>,
     /// TCP, UDP or unix.
     pub transport: Transport,
     /// The server measured: "latscope" (behaviour negotiated) or "sockperf".
@@ -152,4 +156,8 @@ pub struct RrReport {
     pub size_jump: Option<SizeJump>,
     /// The run was cut short by Ctrl-C; figures cover what was measured.
     pub interrupted: bool,
+    /// The client host's own stack on an extra connection after the run (TCP against latscope
+    /// serve): send() → qdisc, qdisc → driver, driver → recv(), from SO_TIMESTAMPING.
+    #[serde(default)]
+    pub client_stack: Option<crate::model::hoststack::HostStackTimes>,
 }

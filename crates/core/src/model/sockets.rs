@@ -190,6 +190,20 @@ pub struct TcpStats {
     pub snd_wnd: Option<u32>,
     /// Timeouts (RTOs) over the connection's life (kernel 6.7+).
     pub total_rto: Option<u16>,
+    /// This socket's advertised receive window, bytes (kernel 6.2+).
+    #[serde(default)]
+    pub rcv_wnd: Option<u32>,
+    /// Receive-buffer auto-tuning's estimate of what the peer sends per RTT, bytes
+    /// (tcpi_rcv_space).
+    #[serde(default)]
+    pub rcv_space: u32,
+    /// Window-scale shift this socket applies to the windows it advertises; None when the
+    /// handshake did not negotiate window scaling (windows stop at 64 KiB).
+    #[serde(default)]
+    pub rcv_wscale: Option<u8>,
+    /// Window-scale shift the peer applies to its windows; None without window scaling.
+    #[serde(default)]
+    pub snd_wscale: Option<u8>,
 }
 
 /// Socket memory (INET_DIAG_SKMEMINFO), bytes.

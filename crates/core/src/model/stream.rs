@@ -87,6 +87,10 @@ pub struct TcpFigures {
     pub rtt_us: u32,
     /// RTT variation at the end, µs (largest over streams).
     pub rtt_var_us: u32,
+    /// Who limited the transfer: this side's busy, receive-window-limited and
+    /// send-buffer-limited times, the windows and buffers (absent from older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::model::transfer::TransferLimits>,
 }
 
 /// UDP delivery figures (receiver's sequence tracking, sender's count).
@@ -161,6 +165,11 @@ pub struct DirectionResult {
     pub intervals: Option<IntervalStats>,
     /// TCP_INFO figures of the senders, over all streams (TCP only).
     pub tcp: Option<TcpFigures>,
+    /// The client's receiving sockets when the client receives (TCP only): the windows it
+    /// advertised, its window scale and receive buffer — the receiver's half of who limited
+    /// the transfer.
+    #[serde(default)]
+    pub receiver_limits: Option<crate::model::transfer::TransferLimits>,
     /// Delivery figures over all streams (UDP only).
     pub udp: Option<UdpFigures>,
 }
@@ -237,6 +246,10 @@ pub struct StreamReport {
     pub meta: Meta,
     /// The server as given on the command line.
     pub target: String,
+    /// Which of the name's addresses was used, and the RFC 8305 race that chose it (absent for
+    /// unix sockets and in results of older versions).
+    #[serde(default)]
+    pub address_choice: Option<crate::model::address::AddressChoice>,
     /// TCP or UDP.
     pub transport: Transport,
     /// Which way data flowed.

@@ -16,6 +16,7 @@ impl Human for ConnectReport {
             "latscope connect {} — {}, {} in parallel",
             self.target, what, self.parallel
         );
+        super::address_line(self.address_choice.as_ref(), out);
         let _ = writeln!(
             out,
             "  {} attempts: {} ok, {} refused, {} timed out, {} other errors; {}/s\n",

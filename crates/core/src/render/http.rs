@@ -41,6 +41,7 @@ impl HttpReport {
             count(u64::from(self.threads), "thread"),
             load_text(&self.load)
         );
+        super::address_line(self.address_choice.as_ref(), out);
         let _ = writeln!(
             out,
             "  {} in {}: {} req/s; read {} ({}/s)",

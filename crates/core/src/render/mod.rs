@@ -39,6 +39,15 @@ pub trait Human {
     fn render_human(&self, out: &mut Page);
 }
 
+/// "  address: 192.0.2.1 (of 2; 2001:db8::1 no answer …)" when a name was resolved; nothing for
+/// a literal or a unix socket.
+pub fn address_line(choice: Option<&crate::model::address::AddressChoice>, out: &mut Page) {
+    use std::fmt::Write as _;
+    if let Some(c) = choice.filter(|c| c.method != crate::model::address::ChoiceMethod::Literal) {
+        let _ = writeln!(out, "  address: {}", c.describe());
+    }
+}
+
 /// The human rendering of `report` fitted to `width` columns.
 pub fn human_text<R: Human + ?Sized>(report: &R, width: usize) -> String {
     let mut page = Page::new(width);

@@ -23,6 +23,12 @@ pub fn reply_line(r: &PingReply) -> String {
     s
 }
 
+/// "  address: …" under a ping or trace header when a name had several addresses to choose from.
+pub fn choice_line(c: &crate::model::address::AddressChoice) -> Option<String> {
+    (c.method != crate::model::address::ChoiceMethod::Literal)
+        .then(|| super::page::fit(&format!("  address: {}", c.describe())))
+}
+
 /// The header line printed before the first reply.
 pub fn ping_header(
     target: &str,

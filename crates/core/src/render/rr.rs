@@ -76,6 +76,32 @@ pub(super) fn load_text(load: &LoadMode) -> String {
     }
 }
 
+/// "send→qdisc 3.1us (p99 9us), qdisc→driver …, driver→recv …".
+fn host_stack_text(h: &crate::model::hoststack::HostStackTimes) -> String {
+    let stage = |name: &str, s: Option<crate::model::hoststack::StageTimes>| {
+        s.map(|s| {
+            format!(
+                "{name} {} (p99 {})",
+                crate::units::format_ns(s.p50_ns as f64),
+                crate::units::format_ns(s.p99_ns as f64)
+            )
+        })
+    };
+    let parts: Vec<String> = [
+        stage("send→qdisc", h.send_to_sched),
+        stage("qdisc→driver", h.sched_to_driver),
+        stage("driver→recv", h.driver_to_recv),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if parts.is_empty() {
+        "no kernel timestamps".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 impl RrReport {
     /// Target, transport, load and both sides' socket options.
     fn header(&self, out: &mut Page) {
@@ -87,6 +113,10 @@ impl RrReport {
             count(u64::from(self.connections), "connection"),
             load_text(&self.load)
         );
+        super::address_line(self.address_choice.as_ref(), out);
+        if let Some(h) = &self.client_stack {
+            let _ = writeln!(out, "  client host stack: {}", host_stack_text(h));
+        }
         let client = sockopts_text(&self.client, self.transport);
         if !client.is_empty() {
             let _ = writeln!(out, "  client: {client}");

@@ -4,6 +4,7 @@ use super::{Human, Page, Table};
 use crate::model::stream::{
     Cost, Direction, DirectionResult, LatencyProbe, StreamInterval, StreamReport, UdpFigures,
 };
+use crate::model::transfer::{TransferLimit, TransferLimits};
 use crate::units::{count, format_bitrate, format_bytes, format_ns};
 
 /// One live line per interval event (the human view prints these as they come).
@@ -126,7 +127,45 @@ impl StreamReport {
                 .map(|r| format!(", target {}", format_bitrate(r)))
                 .unwrap_or_default()
         );
+        super::address_line(self.address_choice.as_ref(), out);
     }
+}
+
+/// "limited by the receive window 82% of 1.2 s busy (sndbuf 3%, network 15%); peer window …".
+fn sender_limits(l: &TransferLimits, out: &mut Page) {
+    let Some(by) = l.limited_by else {
+        return;
+    };
+    let pct = |us| l.share(us) * 100.0;
+    let _ = writeln!(
+        out,
+        "    limited by: {} — of {} busy sending: receive window {:.0}%, send buffer {:.0}%, network {:.0}%",
+        match by {
+            TransferLimit::ReceiveWindow => "the receiver's window",
+            TransferLimit::SendBuffer => "the sender's send buffer",
+            TransferLimit::Network => "the network (congestion window)",
+        },
+        format_ns(l.busy_us as f64 * 1e3),
+        pct(l.rwnd_limited_us),
+        pct(l.sndbuf_limited_us),
+        pct(l.network_us())
+    );
+    let _ = writeln!(out, "    sender: {}", windows_text(l));
+}
+
+/// Windows, scales and buffers of one side.
+fn windows_text(l: &TransferLimits) -> String {
+    let bytes = |v: Option<u32>| v.map_or("?".into(), |b| format_bytes(f64::from(b)));
+    let scale = |v: Option<u8>| v.map_or("off".into(), |s| s.to_string());
+    format!(
+        "peer's window {}, own advertised {}, wscale own {} / peer {}, rcvbuf {}, sndbuf {}",
+        bytes(l.snd_wnd),
+        bytes(l.rcv_wnd),
+        scale(l.rcv_wscale),
+        scale(l.snd_wscale),
+        bytes(l.rcvbuf_bytes),
+        bytes(l.sndbuf_bytes)
+    )
 }
 
 /// One direction's figures: both sides' view, intervals, TCP/UDP detail and per-stream rows.
@@ -181,6 +220,12 @@ fn direction_result(r: &DirectionResult, out: &mut Page) {
             format_ns(f64::from(tcp.rtt_us) * 1e3),
             format_ns(f64::from(tcp.rtt_var_us) * 1e3)
         );
+        if let Some(l) = &tcp.limits {
+            sender_limits(l, out);
+        }
+    }
+    if let Some(l) = &r.receiver_limits {
+        let _ = writeln!(out, "    receiver (client): {}", windows_text(l));
     }
     if let Some(u) = &r.udp {
         let _ = writeln!(

@@ -1,12 +1,20 @@
-//! `struct tcp_info` (include/uapi/linux/tcp.h) parsed by the length the kernel actually
-//! returned: old kernels return a prefix, new kernels append fields. Every field past the 4.x-era
-//! core (offset 104) is optional, and fields a newer kernel appends beyond what we know are
-//! ignored.
+//! `struct tcp_info` (include/uapi/linux/tcp.h) of any TCP socket — latscope's own ([`read`])
+//! or another process's (sock_diag's INET_DIAG_INFO, in latscope-inspect) — parsed by the
+//! length the kernel actually returned: old kernels return a prefix, new kernels append fields.
+//! Every field past the 4.x-era core (offset 104) is optional, and fields a newer kernel
+//! appends beyond what we know are ignored. The one home of the layout.
+
+use std::io;
+use std::os::fd::RawFd;
 
 use latscope_core::model::sockets::TcpStats;
+use latscope_core::model::transfer::TransferLimits;
 
 /// Offsets of the fields we read, from include/uapi/linux/tcp.h.
 mod off {
+    pub const OPTIONS: usize = 5;
+    /// snd_wscale:4 (low nibble), rcv_wscale:4 (high nibble).
+    pub const WSCALE: usize = 6;
     pub const RTO: usize = 8;
     pub const ATO: usize = 12;
     pub const SND_MSS: usize = 16;
@@ -20,6 +28,7 @@ mod off {
     pub const RTTVAR: usize = 72;
     pub const SND_SSTHRESH: usize = 76;
     pub const SND_CWND: usize = 80;
+    pub const RCV_SPACE: usize = 96;
     pub const TOTAL_RETRANS: usize = 100;
     pub const PACING_RATE: usize = 104;
     pub const BYTES_ACKED: usize = 120;
@@ -33,6 +42,7 @@ mod off {
     pub const RWND_LIMITED: usize = 176;
     pub const SNDBUF_LIMITED: usize = 184;
     pub const SND_WND: usize = 228;
+    pub const RCV_WND: usize = 232;
     pub const TOTAL_RTO: usize = 240;
 }
 
@@ -57,12 +67,42 @@ fn u16_opt(b: &[u8], o: usize) -> Option<u16> {
     b.get(o..o + 2).map(|s| u16::from_ne_bytes([s[0], s[1]]))
 }
 
+/// TCPI_OPT_WSCALE: the handshake negotiated window scaling.
+const OPT_WSCALE: u8 = 4;
+
+/// The tcp_info of one of this process's own TCP sockets (`getsockopt(TCP_INFO)`), parsed at
+/// the length the kernel returned.
+pub fn read(fd: RawFd) -> io::Result<TcpStats> {
+    let mut buf = [0u8; 512];
+    let len = crate::sockopt::get_bytes(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut buf)?;
+    parse(&buf[..len]).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("tcp_info of {len} bytes, shorter than the {MIN_LEN} every kernel returns"),
+        )
+    })
+}
+
+/// Who limited the transfer on one of this process's own TCP sockets: its tcp_info with its
+/// SO_RCVBUF / SO_SNDBUF ([`TransferLimits`]).
+pub fn limits(fd: RawFd) -> io::Result<(TcpStats, TransferLimits)> {
+    let t = read(fd)?;
+    let buf = |name| {
+        crate::sockopt::get_int(fd, libc::SOL_SOCKET, name)
+            .ok()
+            .and_then(|b| u32::try_from(b).ok())
+    };
+    let l = TransferLimits::from_stats(&t, buf(libc::SO_RCVBUF), buf(libc::SO_SNDBUF));
+    Ok((t, l))
+}
+
 /// Parse a tcp_info of any length ≥ [`MIN_LEN`]; None if shorter.
 pub fn parse(b: &[u8]) -> Option<TcpStats> {
     if b.len() < MIN_LEN {
         return None;
     }
     let u = |o| u32_opt(b, o).unwrap_or(0);
+    let wscale = b[off::OPTIONS] & OPT_WSCALE != 0;
     Some(TcpStats {
         info_len: b.len() as u32,
         congestion: None,
@@ -100,6 +140,10 @@ pub fn parse(b: &[u8]) -> Option<TcpStats> {
         last_data_recv_ms: u(off::LAST_DATA_RECV),
         snd_wnd: u32_opt(b, off::SND_WND),
         total_rto: u16_opt(b, off::TOTAL_RTO),
+        rcv_wnd: u32_opt(b, off::RCV_WND),
+        rcv_space: u(off::RCV_SPACE),
+        rcv_wscale: wscale.then_some(b[off::WSCALE] >> 4),
+        snd_wscale: wscale.then_some(b[off::WSCALE] & 0x0f),
     })
 }
 
@@ -137,6 +181,27 @@ mod tests {
         assert_eq!(t.sndbuf_limited_us, Some(3000));
         assert_eq!(t.delivery_rate_bps, Some(8000));
         assert_eq!(t.total_rto, Some(5));
+    }
+
+    #[test]
+    fn window_scale_nibbles() {
+        let mut b = vec![0u8; MIN_LEN];
+        assert_eq!(parse(&b).expect("parses").rcv_wscale, None);
+        b[off::OPTIONS] = OPT_WSCALE;
+        b[off::WSCALE] = 0x72; // rcv 7, snd 2
+        let t = parse(&b).expect("parses");
+        assert_eq!((t.rcv_wscale, t.snd_wscale), (Some(7), Some(2)));
+    }
+
+    #[test]
+    fn reads_an_own_socket() {
+        use std::os::fd::AsRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let c = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let t = read(c.as_raw_fd()).expect("tcp_info");
+        assert!(t.info_len as usize >= MIN_LEN && t.snd_mss > 0, "{t:?}");
+        assert!(t.rcv_wscale.is_some(), "loopback negotiates window scaling");
+        assert!(read(l.as_raw_fd()).is_ok());
     }
 
     #[test]
