@@ -207,6 +207,60 @@ fn head_and_error_statuses() {
 }
 
 #[test]
+fn warmup_bytes_are_not_counted() {
+    let _serial = lab::timing_lock();
+    let ng = Nginx::start(NginxConf::default());
+    let run = |warmup: &str| {
+        let r = latscope(&[
+            "http",
+            &ng.url("/"),
+            "-d",
+            "1s",
+            "--warmup",
+            warmup,
+            "-c",
+            "2",
+            "-t",
+            "1",
+            "--json",
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let j = &r.json;
+        let requests = j["requests"].as_u64().unwrap();
+        let read = j["bytes_read"].as_u64().unwrap();
+        let rate = j["bytes_read_per_sec"].as_f64().unwrap();
+        let secs = j["elapsed_ns"].as_f64().unwrap() / 1e9;
+        assert!(requests > 100, "{requests}");
+        assert!(
+            (rate * secs - read as f64).abs() < 1.0,
+            "{rate} × {secs} s ≠ {read}"
+        );
+        let timeline: u64 = j["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|iv| iv["bytes_read"].as_u64().unwrap())
+            .sum();
+        assert_eq!(timeline, read, "the timeline's bytes add up to the total");
+        (
+            read as f64 / requests as f64,
+            j["warmup_requests"].as_u64().unwrap(),
+        )
+    };
+    let (plain, none) = run("0s");
+    assert_eq!(none, 0);
+    let (warmed, warmup_requests) = run("1s");
+    assert!(warmup_requests > 100, "{warmup_requests}");
+    // Every response is the same page: bytes per measured request agree whatever the warm-up
+    // (they doubled when the warm-up's bytes were counted over the measured requests). Only a
+    // response in flight at either end of the measured span can differ.
+    assert!(
+        (warmed / plain - 1.0).abs() < 0.02,
+        "{warmed:.0} bytes per request after a warm-up, {plain:.0} without"
+    );
+}
+
+#[test]
 fn open_loop_rate_is_kept() {
     let _serial = lab::timing_lock();
     let ng = Nginx::start(NginxConf::default());

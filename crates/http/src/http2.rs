@@ -663,10 +663,11 @@ async fn one_request(
     let (status, bytes) = read_response(resp).await?;
     let now = sys::monotonic_ns();
     let mut st = ctx.state.borrow_mut();
-    st.stats.bytes_read += bytes;
-    st.acc_bytes += bytes;
     if measured {
         st.outstanding_measured -= 1;
+        // The warm-up's bytes are not counted, like its requests.
+        st.stats.bytes_read += bytes;
+        st.acc_bytes += bytes;
         let lat = now - sent_ns;
         st.stats.latency.record(lat);
         st.stats.requests += 1;

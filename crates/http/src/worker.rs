@@ -138,6 +138,8 @@ pub(crate) struct Worker<'a> {
     quota: Option<u64>,
     measure_start_ns: u64,
     end_ns: Option<u64>,
+    /// The warm-up is not over yet: the bytes read and written so far are the warm-up's.
+    warming_up: bool,
     outstanding_measured: u64,
     open_loop: bool,
 }
@@ -230,6 +232,7 @@ impl<'a> Worker<'a> {
             open_loop,
         })
     }
+            warming_up: cfg.warmup_ns > 0,
 
     /// Run until the duration is over, the quota is used up (and answered), or `stop` is set.
     pub(crate) fn run(mut self) -> WorkerResult {
@@ -248,6 +251,9 @@ impl<'a> Worker<'a> {
                     break;
                 }
                 self.housekeeping(now);
+            if self.warming_up && now >= self.measure_start_ns {
+                self.end_warmup();
+            }
             }
             if self.finished(now) {
                 break;
@@ -291,6 +297,15 @@ impl<'a> Worker<'a> {
         }
         self.quota == Some(0) && self.outstanding_measured == 0
     }
+    /// The warm-up is over: the bytes counted so far were the warm-up's, and the measured
+    /// figures (requests, bytes, their rates) cover the same span from here on.
+    fn end_warmup(&mut self) {
+        self.warming_up = false;
+        self.stats.bytes_read = 0;
+        self.stats.bytes_written = 0;
+        self.acc.bytes = 0;
+    }
+
 
     /// Whether the run still needs connections (not over, quota left, not stopped).
     fn wants_more(&self, now: u64) -> bool {

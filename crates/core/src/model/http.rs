@@ -101,11 +101,12 @@ pub struct HttpReport {
     pub requests: u64,
     /// Responses per second.
     pub requests_per_sec: f64,
-    /// Bytes read from the sockets (TLS records included) and their rate.
+    /// Bytes read from the sockets (TLS records included) after the warm-up: the same span as
+    /// `requests`.
     pub bytes_read: u64,
     /// bytes_read per second.
     pub bytes_read_per_sec: f64,
-    /// Bytes written to the sockets (TLS records included).
+    /// Bytes written to the sockets (TLS records included) after the warm-up.
     pub bytes_written: u64,
     /// Request write started → response complete.
     pub latency: Summary,
