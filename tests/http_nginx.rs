@@ -201,9 +201,26 @@ fn head_and_error_statuses() {
     // Responses to HEAD carry a Content-Length but no body: no hang, far fewer bytes.
     assert!(r.json["bytes_read"].as_u64().unwrap() < 50 * 400);
     let r = latscope(&["http", &ng.url("/missing"), "-n", "20", "-c", "2", "--json"]);
-    assert_eq!(r.code, 1, "status >= 400 is a finding");
+    assert_eq!(r.code, 1, "an error page is a finding");
     assert_eq!(r.json["status"][0]["code"], 404);
     assert_eq!(r.json["status"][0]["count"], 20);
+    assert_eq!(r.json["error_responses"][0]["code"], 404);
+    assert_eq!(r.json["error_responses"][0]["count"], 20);
+    lab::validate(&r.json, "http");
+    // The summary names the error pages where it names the other errors, never "none".
+    let r = latscope(&["http", &ng.url("/missing"), "-n", "20", "-c", "2"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let errors = r
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("errors:"))
+        .unwrap_or_else(|| panic!("no errors line: {}", r.stdout));
+    assert_eq!(
+        errors.trim(),
+        "errors: 20 responses 404 (100%)",
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]

@@ -37,6 +37,7 @@ use rustls::pki_types::ServerName;
 
 pub use error::HttpError;
 pub use phases::{Phase, Phases, request_phases};
+pub use latscope_core::model::http::{StatusClass, StatusCount};
 pub use request::{Scheme, Url};
 pub use stats::{ErrorKind, Stats};
 
