@@ -92,13 +92,96 @@ fn brief_json_run(srv: &TestServer) -> Run {
     ])
 }
 
+/// `latscope http` at a port that does not speak HTTP: a one-line error that says so after a
+/// few attempts (no report, exit 3), never thousands of connections a second. Each server
+/// counts the connections it accepted.
 #[test]
-fn garbage_responses_are_malformed_errors() {
+fn a_port_that_is_not_http_is_named_after_a_few_attempts() {
     let _serial = lab::timing_lock();
-    let srv = TestServer::start(respond_always(b"SPAM 200 hello\r\n\r\n"));
-    let r = brief_json_run(&srv);
-    assert_eq!(r.code, 3, "nothing succeeded: {}", r.stderr);
-    assert_eq!(r.json["requests"], 0);
+    type Serve = fn(&mut TcpStream);
+    let cases: [(&str, Serve); 4] = [
+        (
+            "answered \"SPAM 200 hello\" instead of an HTTP/1.x status line",
+            |s| {
+                if read_request(s) {
+                    let _ = s.write_all(b"SPAM 200 hello\r\n\r\n");
+                }
+            },
+        ),
+        // A greeting first, then a hang-up, as an SSH server does to a stranger.
+        ("answered \"SSH-2.0-OpenSSH_9.2\" instead", |s| {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\n");
+            let _ = read_request(s);
+        }),
+        // A TLS server's answer to a plain-text request: a fatal alert, then the close.
+        ("TLS alert (the port speaks TLS: use https://)", |s| {
+            let _ = read_request(s);
+            let _ = s.write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32]);
+        }),
+        ("closed every connection without answering", |s| {
+            let _ = read_request(s);
+        }),
+    ];
+    for (says, serve) in cases {
+        let accepted = Arc::new(AtomicU64::new(0));
+        let seen = accepted.clone();
+        let srv = TestServer::start(move |mut s: TcpStream| {
+            seen.fetch_add(1, Ordering::Relaxed);
+            serve(&mut s);
+        });
+        let started = Instant::now();
+        let r = latscope(&["http", &srv.url(), "-d", "5s", "-c", "4", "-t", "2"]);
+        assert_eq!(r.code, 3, "{says}: {}{}", r.stdout, r.stderr);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{says}: stops at once, not after the 5 s run"
+        );
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(
+            r.stderr
+                .contains(&format!("127.0.0.1:{} does not speak HTTP", srv.port))
+                && r.stderr.contains(says),
+            "{says}: {}",
+            r.stderr
+        );
+        assert!(r.stdout.is_empty(), "no report: {}", r.stdout);
+        let n = accepted.load(Ordering::Relaxed);
+        assert!((3..=12).contains(&n), "{says}: {n} connections");
+    }
+}
+
+/// One good response first: the same garbage later is the server's error, counted as
+/// `malformed` in a report (the run is not stopped).
+#[test]
+fn garbage_after_an_answer_is_a_malformed_error() {
+    let _serial = lab::timing_lock();
+    let served = Arc::new(AtomicU64::new(0));
+    let srv = TestServer::start(move |mut s: TcpStream| {
+        while read_request(&mut s) {
+            let first = served.fetch_add(1, Ordering::Relaxed) == 0;
+            let answer: &[u8] = if first {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            } else {
+                b"SPAM 200 hello\r\n\r\n"
+            };
+            if s.write_all(answer).is_err() {
+                return;
+            }
+        }
+    });
+    let r = latscope(&[
+        "http",
+        &srv.url(),
+        "-d",
+        "500ms",
+        "-c",
+        "1",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.json["requests"], 1);
     assert!(r.json["errors"]["malformed"].as_u64().unwrap() > 10);
     assert!(
         r.json["error_samples"][0]

@@ -201,9 +201,80 @@ fn head_and_error_statuses() {
     // Responses to HEAD carry a Content-Length but no body: no hang, far fewer bytes.
     assert!(r.json["bytes_read"].as_u64().unwrap() < 50 * 400);
     let r = latscope(&["http", &ng.url("/missing"), "-n", "20", "-c", "2", "--json"]);
-    assert_eq!(r.code, 1, "status >= 400 is a finding");
+    assert_eq!(r.code, 1, "an error page is a finding");
     assert_eq!(r.json["status"][0]["code"], 404);
     assert_eq!(r.json["status"][0]["count"], 20);
+    assert_eq!(r.json["error_responses"][0]["code"], 404);
+    assert_eq!(r.json["error_responses"][0]["count"], 20);
+    lab::validate(&r.json, "http");
+    // The summary names the error pages where it names the other errors, never "none".
+    let r = latscope(&["http", &ng.url("/missing"), "-n", "20", "-c", "2"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let errors = r
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("errors:"))
+        .unwrap_or_else(|| panic!("no errors line: {}", r.stdout));
+    assert_eq!(
+        errors.trim(),
+        "errors: 20 responses 404 (100%)",
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn warmup_bytes_are_not_counted() {
+    let _serial = lab::timing_lock();
+    let ng = Nginx::start(NginxConf::default());
+    let run = |warmup: &str| {
+        let r = latscope(&[
+            "http",
+            &ng.url("/"),
+            "-d",
+            "1s",
+            "--warmup",
+            warmup,
+            "-c",
+            "2",
+            "-t",
+            "1",
+            "--json",
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let j = &r.json;
+        let requests = j["requests"].as_u64().unwrap();
+        let read = j["bytes_read"].as_u64().unwrap();
+        let rate = j["bytes_read_per_sec"].as_f64().unwrap();
+        let secs = j["elapsed_ns"].as_f64().unwrap() / 1e9;
+        assert!(requests > 100, "{requests}");
+        assert!(
+            (rate * secs - read as f64).abs() < 1.0,
+            "{rate} × {secs} s ≠ {read}"
+        );
+        let timeline: u64 = j["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|iv| iv["bytes_read"].as_u64().unwrap())
+            .sum();
+        assert_eq!(timeline, read, "the timeline's bytes add up to the total");
+        (
+            read as f64 / requests as f64,
+            j["warmup_requests"].as_u64().unwrap(),
+        )
+    };
+    let (plain, none) = run("0s");
+    assert_eq!(none, 0);
+    let (warmed, warmup_requests) = run("1s");
+    assert!(warmup_requests > 100, "{warmup_requests}");
+    // Every response is the same page: bytes per measured request agree whatever the warm-up
+    // (they doubled when the warm-up's bytes were counted over the measured requests). Only a
+    // response in flight at either end of the measured span can differ.
+    assert!(
+        (warmed / plain - 1.0).abs() < 0.02,
+        "{warmed:.0} bytes per request after a warm-up, {plain:.0} without"
+    );
 }
 
 #[test]

@@ -362,3 +362,126 @@ fn a_router_that_rate_limits_icmp_is_named_not_shown_as_loss() {
     // Hops that answer every probe are not named.
     assert!(!text.contains("hop 1: "), "{text}");
 }
+
+/// A trace to an address nobody has: R3 (hop 3, 10.9.3.2) owns the destination's network but
+/// finds no host there, and its ARP gives up after 3 s. The default wait sees its host
+/// unreachable, names it (`!H`), stops there like `traceroute -T`, and never shows the 3 s
+/// as a round trip. An `unreachable` route answers at once, a `prohibit` route with `!X`.
+#[test]
+fn trace_stops_at_a_routers_host_unreachable_like_traceroute() {
+    require_root!();
+    let lab = Chain::new();
+    let started = std::time::Instant::now();
+    let out = lab
+        .client()
+        .latscope(&["trace", "--syn", "-m", "8", "--json", "10.9.4.99"]);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "not reached");
+    let v = lab::probe::json(&out);
+    let hops = v["hops"].as_array().expect("hops");
+    assert_eq!(hops.len(), 4, "stops at the unreachable: {v}");
+    assert_eq!(
+        hop_addrs(&v),
+        ["10.9.1.2", "10.9.2.2", "10.9.3.2", "10.9.3.2"].map(|a| Some(a.to_string())),
+    );
+    let u = &v["unreachable"];
+    assert_eq!(
+        (u["ttl"].as_u64(), u["from"].as_str()),
+        (Some(4), Some("10.9.3.2"))
+    );
+    assert_eq!(u["kind"], "host_unreachable");
+    let after_s = u["after_ns"].as_f64().expect("after") / 1e9;
+    assert!(
+        (2.5..4.0).contains(&after_s),
+        "ARP gives up after ~3 s: {after_s}"
+    );
+    for p in hops[3]["probes"].as_array().expect("probes") {
+        if !p["from"].is_null() {
+            assert_eq!(p["kind"], "host_unreachable", "{p}");
+            assert!(p["rtt_ns"].is_null(), "no round trip: {p}");
+        }
+    }
+    assert!(took.as_secs_f64() < 8.0, "{took:?}");
+    // The human view: the mark in place of a time, and why the trace stopped.
+    let out = lab
+        .client()
+        .latscope(&["trace", "--syn", "-q", "1", "-m", "8", "10.9.4.99"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("4 "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>(),
+        ["4", "10.9.3.2", "!H"]
+    );
+    assert!(
+        text.contains(
+            "destination 10.9.4.99 unreachable: hop 4 (10.9.3.2) answered host-unreachable (!H)"
+        ),
+        "{text}"
+    );
+    // traceroute -T says the same hop and stops there too.
+    let theirs = lab.client().exec(&[
+        "traceroute",
+        "-T",
+        "-n",
+        "-q",
+        "1",
+        "-m",
+        "8",
+        "-p",
+        "80",
+        "10.9.4.99",
+    ]);
+    let theirs = String::from_utf8_lossy(&theirs.stdout).to_string();
+    let last = theirs.lines().last().unwrap_or_default().to_string();
+    assert_eq!(
+        last.split_whitespace().next(),
+        Some("4"),
+        "traceroute -T said:\n{theirs}"
+    );
+    assert!(last.contains("10.9.3.2") && last.contains("!H"), "{theirs}");
+
+    // Route types: R2 (hop 2) refuses at once.
+    let r2 = &lab.nodes[2];
+    r2.ip(&["route", "add", "unreachable", "10.9.4.128/26"]);
+    r2.ip(&["route", "add", "prohibit", "10.9.4.192/26"]);
+    for (dst, kind, mark) in [
+        ("10.9.4.130", "host_unreachable", "!H"),
+        ("10.9.4.200", "prohibited", "!X"),
+    ] {
+        let out = lab
+            .client()
+            .latscope(&["trace", "--syn", "-q", "1", "-m", "8", "--json", dst]);
+        assert_eq!(out.status.code(), Some(1));
+        let v = lab::probe::json(&out);
+        assert_eq!(v["unreachable"]["ttl"], 2, "{mark}: {v}");
+        assert_eq!(v["unreachable"]["from"], "10.9.2.2", "{mark}: {v}");
+        assert_eq!(v["unreachable"]["kind"], kind, "{mark}: {v}");
+        assert!(v["unreachable"]["after_ns"].as_u64().expect("after") < 500_000_000);
+        assert_eq!(v["hops"].as_array().expect("hops").len(), 2);
+    }
+}
+
+/// The same over IPv6: neighbour discovery gives up, R3 answers ICMPv6 address unreachable.
+#[test]
+fn trace_ipv6_address_unreachable() {
+    require_root!();
+    let lab = Chain::new();
+    let out = lab.client().latscope(&[
+        "trace",
+        "--syn",
+        "-q",
+        "1",
+        "-m",
+        "8",
+        "--json",
+        "fd09:4::99",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = lab::probe::json(&out);
+    assert_eq!(v["unreachable"]["ttl"], 4, "{v}");
+    assert_eq!(v["unreachable"]["kind"], "host_unreachable", "{v}");
+    assert_eq!(v["hops"].as_array().expect("hops").len(), 4);
+}

@@ -416,7 +416,7 @@ fn every_plot_has_a_caption_units_and_safe_colours() {
         "(s)",
         "(bit/s)",
         "(%",
-        "(count)",
+        "(count",
         "(bytes",
         "(time",
         "(TTL)",

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use latscope_core::LatencyHistogram;
-use latscope_core::model::http::{HttpErrors, HttpInterval, HttpReport, StatusCount};
+use latscope_core::model::http::{HttpErrors, HttpInterval, HttpReport};
 use latscope_core::model::rr::LoadMode;
 use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::render::{OutputFormat, emit_event};
@@ -35,7 +35,7 @@ Closed loop (default): each connection sends its next request when the previous 
 Latency is counted from when a request's first byte is written to the socket to when the last byte of its response has been read. In closed loop every connection always has one request in flight, so the mean equals connections ÷ requests/s (Little's law; the summary shows the check).
 wrk's figures can be lower under concurrency: its clock starts when its event loop gets round to writing the request, not when the previous response ended.
 
-Exit codes: 0 ok; 1 some requests failed or got status >= 400; 2 bad input; 3 target unreachable, refused, or no request succeeded; 5 local system error; 130 interrupted (partial results).";
+Exit codes: 0 ok; 1 some requests failed or were answered with an error page (status not 2xx/3xx); 2 bad input; 3 target unreachable, refused, not HTTP, or no request succeeded; 5 local system error; 130 interrupted (partial results).";
 
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP)]
@@ -330,11 +330,8 @@ pub fn build_report(cfg: &Config, r: &RunResult, meta: Meta) -> HttpReport {
         latency_bins: Some(s.latency.log_bins()),
         latency_from_intended_bins: cfg.rate_per_sec.map(|_| s.latency_intended.log_bins()),
         late_sends: s.late_sends,
-        status: s
-            .status_counts()
-            .into_iter()
-            .map(|(code, count)| StatusCount { code, count })
-            .collect(),
+        status: s.status_counts(),
+        error_responses: s.error_responses(),
         errors: HttpErrors {
             connect: e.get(ErrorKind::Connect),
             timeout: e.get(ErrorKind::Timeout),

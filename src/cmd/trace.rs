@@ -39,7 +39,7 @@ pub struct TraceModeArgs {
   latscope trace --icmp -m 15 ::1           ICMP echo, at most 15 hops
   latscope trace --stats -n 100 10.0.0.2    per-hop loss and RTT percentiles over 100 rounds
 
-Exit codes: 0 destination reached; 1 not reached; 2 bad input; 3 unresolvable or no route; 4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (hops so far printed).")]
+Exit codes: 0 destination reached; 1 not reached (or a router answered unreachable); 2 bad input; 3 unresolvable or no route; 4 the mode needs CAP_NET_RAW; 5 local system error; 130 interrupted (hops so far printed).")]
 pub struct TraceArgs {
     /// Host name or address (resolved once).
     pub host: String,
@@ -67,9 +67,10 @@ pub struct TraceArgs {
         value_name = "TTL"
     )]
     pub first_ttl: u8,
-    /// How long to wait for a hop's answers after its last probe.
-    #[arg(short = 'W', long, short_alias = 'w', alias = "wait", default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
-    pub timeout: std::time::Duration,
+    /// How long to wait for a hop's answers after its last probe [default: 1s, and 4s at the
+    /// first silent hop after a router, to see its host unreachable].
+    #[arg(short = 'W', long, short_alias = 'w', alias = "wait", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<std::time::Duration>,
     /// Statistics over rounds, like `mtr --report`: probe every hop for several rounds, then
     /// print per-hop loss and RTT percentiles.
     #[arg(long, alias = "report")]
@@ -203,18 +204,23 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         &args.host,
         args.family.family(),
         args.port.unwrap_or(80),
-        args.timeout,
+        args.timeout.unwrap_or(TraceOptions::default().wait),
     )?;
     let (mut prober, reason, port) = open_prober(args, dst, mode)?;
     let mode = prober.mode();
     let format = args.output.format();
     let stop = output::stop_flag();
+    // A wait the user chose is kept everywhere; the default listens longer at the first silent
+    // hop after a router (TraceOptions::unreachable_wait).
+    let defaults = TraceOptions::default();
+    let wait = args.timeout.unwrap_or(defaults.wait);
     let opts = TraceOptions {
         first_ttl: args.first_ttl,
         max_ttl: args.max_ttl,
         queries: args.queries,
-        wait: args.timeout,
-        spacing: args.timeout.min(std::time::Duration::from_millis(50)),
+        wait,
+        unreachable_wait: args.timeout.map_or(defaults.unreachable_wait, |_| wait),
+        spacing: wait.min(std::time::Duration::from_millis(50)),
         rounds: args.stats.then_some(args.count),
         round_interval: args.interval,
     };
@@ -230,9 +236,10 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         first_ttl: args.first_ttl,
         max_ttl: args.max_ttl,
         queries: if args.stats { 1 } else { args.queries },
-        wait_ns: args.timeout.as_nanos() as u64,
+        wait_ns: wait.as_nanos() as u64,
         reached: false,
         destination_reply: None,
+        unreachable: None,
         timestamps: String::new(),
         hops: Vec::new(),
         rounds: None,
@@ -293,6 +300,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     let outcome = outcome?;
     report.reached = outcome.reached;
     report.destination_reply = outcome.destination_reply;
+    report.unreachable = outcome.unreachable;
     report.hops = outcome.hops;
     report.rounds = args.stats.then_some(outcome.rounds_done);
     report.report = outcome.report;

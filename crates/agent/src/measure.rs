@@ -354,6 +354,8 @@ fn trace(address: &str, m: &Measure, stop: &AtomicBool) -> Outcome {
         max_ttl: m.max_ttl,
         queries: 1,
         wait: m.timeout,
+        // The measurement's own timeout bounds every hop (no longer wait for a late unreachable).
+        unreachable_wait: m.timeout,
         ..TraceOptions::default()
     };
     match latscope_probe::trace::trace(

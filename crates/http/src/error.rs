@@ -36,6 +36,14 @@ pub enum HttpError {
         /// The connect error.
         source: std::io::Error,
     },
+    #[error("{addr} does not speak HTTP: {what}")]
+    /// Every attempt showed that the port is not an HTTP server (the run stopped at once).
+    NotHttp {
+        /// The address connected to.
+        addr: String,
+        /// What the attempts got.
+        what: crate::not_http::NotHttp,
+    },
     #[error("TLS set-up failed: {0}")]
     /// The TLS client could not be configured (CA file, server name).
     Tls(String),
@@ -62,7 +70,10 @@ impl HttpError {
     pub fn is_target(&self) -> bool {
         matches!(
             self,
-            HttpError::Resolve { .. } | HttpError::Connect { .. } | HttpError::Exchange { .. }
+            HttpError::Resolve { .. }
+                | HttpError::Connect { .. }
+                | HttpError::Exchange { .. }
+                | HttpError::NotHttp { .. }
         )
     }
 

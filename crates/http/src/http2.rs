@@ -433,6 +433,7 @@ pub(crate) fn run_thread(
     Ok(WorkerResult {
         stats: ctx.state.into_inner().stats,
         finished_ns,
+        not_http: None,
     })
 }
 
@@ -663,9 +664,10 @@ async fn one_request(
     let (status, bytes) = read_response(resp).await?;
     let now = sys::monotonic_ns();
     let mut st = ctx.state.borrow_mut();
-    st.stats.bytes_read += bytes;
-    st.acc_bytes += bytes;
     if measured {
+        // The warm-up's bytes are not counted, like its requests.
+        st.stats.bytes_read += bytes;
+        st.acc_bytes += bytes;
         st.outstanding_measured -= 1;
         let lat = now - sent_ns;
         st.stats.latency.record(lat);

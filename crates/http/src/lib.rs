@@ -15,6 +15,7 @@
 pub mod error;
 pub mod fuzzing;
 pub mod http2;
+pub mod not_http;
 pub mod parse;
 pub mod phases;
 pub mod request;
@@ -38,6 +39,7 @@ use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
 pub use error::HttpError;
+pub use latscope_core::model::http::{StatusClass, StatusCount};
 pub use phases::{Phase, Phases, request_phases};
 pub use request::{Scheme, Url};
 pub use stats::{ErrorKind, Stats};
@@ -538,6 +540,7 @@ pub fn run(
     merger.emit(true, on_interval);
     let mut stats = Stats::default();
     let mut finished_ns = measure_start_ns;
+    let mut not_http = None;
     for r in results {
         let r = r.map_err(|source| HttpError::System {
             what: "worker thread",
@@ -545,6 +548,17 @@ pub fn run(
         })?;
         stats.merge(&r.stats);
         finished_ns = finished_ns.max(r.finished_ns);
+        not_http = not_http.or(r.not_http);
+    }
+    // A thread gives up only before any response; one that got answers on another thread
+    // makes the run an HTTP server's, with its errors counted.
+    if let Some(what) = not_http
+        && stats.requests + stats.warmup_requests == 0
+    {
+        return Err(HttpError::NotHttp {
+            addr: addr.to_string(),
+            what,
+        });
     }
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
     Ok(RunResult {

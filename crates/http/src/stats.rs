@@ -2,6 +2,7 @@
 //! and counters, no per-request storage); threads' results are merged by addition.
 
 use latscope_core::LatencyHistogram;
+use latscope_core::model::http::{StatusCount, error_responses};
 
 /// Why a request (or a connection attempt) failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,14 +176,23 @@ impl Stats {
         }
     }
 
-    /// (status, count) for every status seen, ascending.
-    pub fn status_counts(&self) -> Vec<(u16, u64)> {
+    /// Responses by status code, for every status seen, ascending.
+    pub fn status_counts(&self) -> Vec<StatusCount> {
         self.status
             .iter()
             .enumerate()
             .filter(|(_, c)| **c > 0)
-            .map(|(s, c)| (s as u16, *c))
+            .map(|(code, &count)| StatusCount {
+                code: code as u16,
+                count,
+            })
             .collect()
+    }
+
+    /// The responses that are error pages (status not 2xx/3xx), by status code, ascending:
+    /// the server answered, but not with what was asked for.
+    pub fn error_responses(&self) -> Vec<StatusCount> {
+        error_responses(&self.status_counts())
     }
 }
 
@@ -206,7 +216,9 @@ mod tests {
         b.sample_error(ErrorKind::Timeout, &"x");
         a.merge(&b);
         assert_eq!(a.requests, 5);
-        assert_eq!(a.status_counts(), vec![(200, 3), (404, 2)]);
+        let pairs = |v: Vec<StatusCount>| v.iter().map(|s| (s.code, s.count)).collect::<Vec<_>>();
+        assert_eq!(pairs(a.status_counts()), vec![(200, 3), (404, 2)]);
+        assert_eq!(pairs(a.error_responses()), vec![(404, 2)]);
         assert_eq!(a.errors.get(ErrorKind::Timeout), 1);
         assert_eq!(a.errors.total(), 1);
         assert_eq!(a.latency.count(), 2);

@@ -23,6 +23,7 @@ use latscope_core::LatencyHistogram;
 use rustls::ClientConnection;
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::not_http::{Detector, NotHttp};
 use crate::parse::{MAX_HEAD_BYTES, ParseError, Response, ResponseParser, Step};
 use crate::stats::{ErrorKind, Stats};
 use crate::sys::{self, Epoll, Event, HANGUP, READABLE, Timer, WRITABLE};
@@ -137,9 +138,13 @@ pub(crate) struct Worker<'a> {
     /// Measured requests this thread may still start (`-n`); `None` = unlimited.
     quota: Option<u64>,
     measure_start_ns: u64,
+    /// The warm-up is not over yet: the bytes read and written so far are the warm-up's.
+    warming_up: bool,
     end_ns: Option<u64>,
     outstanding_measured: u64,
     open_loop: bool,
+    /// Gives up when every attempt shows the port does not speak HTTP.
+    not_http: Detector,
 }
 
 /// What a worker hands back when it ends.
@@ -147,6 +152,8 @@ pub(crate) struct WorkerResult {
     pub stats: Stats,
     /// When the worker's last measured request completed or the run ended, CLOCK_MONOTONIC ns.
     pub finished_ns: u64,
+    /// The worker gave up: the port does not speak HTTP, and this is what it answered.
+    pub not_http: Option<NotHttp>,
 }
 
 /// One thread's share of the run.
@@ -225,9 +232,11 @@ impl<'a> Worker<'a> {
             },
             quota,
             measure_start_ns,
+            warming_up: cfg.warmup_ns > 0,
             end_ns: cfg.duration_ns.map(|d| measure_start_ns + d),
             outstanding_measured: 0,
             open_loop,
+            not_http: Detector::new(ids.len()),
         })
     }
 
@@ -242,6 +251,9 @@ impl<'a> Worker<'a> {
         let mut next_tick = now;
         loop {
             let now = sys::monotonic_ns();
+            if self.warming_up && now >= self.measure_start_ns {
+                self.end_warmup();
+            }
             if now >= next_tick {
                 next_tick = now + TICK_NS;
                 if self.stop.load(Ordering::Relaxed) {
@@ -281,7 +293,17 @@ impl<'a> Worker<'a> {
         WorkerResult {
             stats: self.stats,
             finished_ns: end,
+            not_http: self.not_http.into_verdict(),
         }
+    }
+
+    /// The warm-up is over: the bytes counted so far were the warm-up's, and the measured
+    /// figures (requests, bytes, their rates) cover the same span from here on.
+    fn end_warmup(&mut self) {
+        self.warming_up = false;
+        self.stats.bytes_read = 0;
+        self.stats.bytes_written = 0;
+        self.acc.bytes = 0;
     }
 
     /// Whether the run is over for this thread.
@@ -289,7 +311,7 @@ impl<'a> Worker<'a> {
         if self.end_ns.is_some_and(|e| now >= e) {
             return true;
         }
-        self.quota == Some(0) && self.outstanding_measured == 0
+        (self.quota == Some(0) && self.outstanding_measured == 0) || self.not_http.gave_up()
     }
 
     /// Whether the run still needs connections (not over, quota left, not stopped).
@@ -297,6 +319,7 @@ impl<'a> Worker<'a> {
         self.end_ns.is_none_or(|e| now < e)
             && self.quota != Some(0)
             && !self.stop.load(Ordering::Relaxed)
+            && !self.not_http.gave_up()
     }
 
     /// Whether a new request intended at `intended_ns` may start.
@@ -371,6 +394,14 @@ impl<'a> Worker<'a> {
     /// Count an error on slot `i` and schedule a reconnect.
     fn fail(&mut self, i: usize, kind: ErrorKind, msg: &dyn std::fmt::Display, now: u64) {
         let c = &self.conns[i];
+        if matches!(
+            kind,
+            ErrorKind::Malformed | ErrorKind::Closed | ErrorKind::Reset | ErrorKind::Timeout
+        ) {
+            let closed = kind != ErrorKind::Timeout;
+            self.not_http
+                .failed(&c.buf[c.start..c.end], c.parser.started(), closed);
+        }
         // Errors of warm-up requests, and connection errors during the warm-up, are not counted.
         let counted = if matches!(c.phase, Phase::Reading | Phase::Writing) {
             c.measured
@@ -806,6 +837,7 @@ impl<'a> Worker<'a> {
 
     /// A response on slot `i` is complete.
     fn complete(&mut self, i: usize, now: u64, r: Response) {
+        self.not_http.answered();
         let c = &mut self.conns[i];
         if c.measured && self.end_ns.is_some_and(|e| now > e) {
             // Completed after the end of the measured time (the loop notices the end at its

@@ -197,7 +197,14 @@ pub enum IcmpKind {
     PortUnreachable,
     /// Administratively prohibited (a firewall rejects).
     Prohibited,
-    /// Another destination-unreachable code (host, net, protocol, ...).
+    /// Host unreachable (v4 codes 1, 7, 12; ICMPv6 address unreachable): a router has a route
+    /// but the host does not answer on its link (ARP / neighbour discovery failed).
+    HostUnreachable,
+    /// Network unreachable (v4 codes 0, 6, 11; ICMPv6 no route to destination).
+    NetUnreachable,
+    /// Protocol unreachable (v4 code 2): the host does not speak the probe's protocol.
+    ProtocolUnreachable,
+    /// Another destination-unreachable code (fragmentation needed, source route failed, ...).
     Unreachable(u8),
     /// Anything else (ignored by the engines).
     Other(u8, u8),
@@ -211,6 +218,8 @@ pub fn icmp_kind(v6: bool, ty: u8, code: u8) -> IcmpKind {
             (3, _) => IcmpKind::TimeExceeded,
             (1, 4) => IcmpKind::PortUnreachable,
             (1, 1) => IcmpKind::Prohibited,
+            (1, 0) => IcmpKind::NetUnreachable,
+            (1, 3) => IcmpKind::HostUnreachable,
             (1, c) => IcmpKind::Unreachable(c),
             (t, c) => IcmpKind::Other(t, c),
         }
@@ -220,6 +229,9 @@ pub fn icmp_kind(v6: bool, ty: u8, code: u8) -> IcmpKind {
             (11, _) => IcmpKind::TimeExceeded,
             (3, 3) => IcmpKind::PortUnreachable,
             (3, 9 | 10 | 13) => IcmpKind::Prohibited,
+            (3, 0 | 6 | 11) => IcmpKind::NetUnreachable,
+            (3, 1 | 7 | 12) => IcmpKind::HostUnreachable,
+            (3, 2) => IcmpKind::ProtocolUnreachable,
             (3, c) => IcmpKind::Unreachable(c),
             (t, c) => IcmpKind::Other(t, c),
         }
@@ -448,6 +460,13 @@ mod tests {
         assert_eq!(icmp_kind(false, 3, 3), IcmpKind::PortUnreachable);
         assert_eq!(icmp_kind(true, 1, 4), IcmpKind::PortUnreachable);
         assert_eq!(icmp_kind(true, 3, 0), IcmpKind::TimeExceeded);
+        // What traceroute marks !H, !N, !P: a router that cannot deliver.
+        assert_eq!(icmp_kind(false, 3, 1), IcmpKind::HostUnreachable);
+        assert_eq!(icmp_kind(true, 1, 3), IcmpKind::HostUnreachable);
+        assert_eq!(icmp_kind(false, 3, 0), IcmpKind::NetUnreachable);
+        assert_eq!(icmp_kind(true, 1, 0), IcmpKind::NetUnreachable);
+        assert_eq!(icmp_kind(false, 3, 2), IcmpKind::ProtocolUnreachable);
+        assert_eq!(icmp_kind(false, 3, 4), IcmpKind::Unreachable(4));
         // Truncated input never panics.
         for n in 0..icmp.len() {
             let _ = parse_icmp(false, &icmp[..n]);

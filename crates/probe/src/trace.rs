@@ -8,11 +8,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use latscope_core::LatencyHistogram;
-use latscope_core::model::ping::{HopProbe, HopStats, ReplyKind, TraceHop};
+use latscope_core::model::ping::{HopProbe, HopStats, ReplyKind, TraceHop, TraceUnreachable};
 
 use crate::error::ProbeError;
 use crate::ping::rtt_of;
 use crate::prober::{Prober, Response};
+
+/// [`TraceOptions::unreachable_wait`]'s default: Linux's ARP and neighbour discovery give up
+/// after 3 solicitations 1 s apart (`mcast_solicit` 3, `retrans_time_ms` 1000); traceroute
+/// waits up to 5 s for a probe.
+pub const UNREACHABLE_WAIT: Duration = Duration::from_secs(4);
 
 /// How to trace.
 #[derive(Clone, Debug)]
@@ -25,6 +30,11 @@ pub struct TraceOptions {
     pub queries: u32,
     /// How long to wait for the answers of a hop after its last probe.
     pub wait: Duration,
+    /// How long the first silent hop after an answering router is listened to, from its first
+    /// probe: a router that has a route to the destination but finds no host there answers
+    /// host unreachable only when its ARP / neighbour discovery gives up (3 s on Linux: 3
+    /// solicitations 1 s apart), long after `wait`. No longer than `wait` turns it off.
+    pub unreachable_wait: Duration,
     /// The next probe leaves when every earlier one is answered, or after this long.
     pub spacing: Duration,
     /// `--report`: this many rounds (one probe per hop each), and the time between rounds.
@@ -40,6 +50,7 @@ impl Default for TraceOptions {
             max_ttl: 30,
             queries: 3,
             wait: Duration::from_secs(1),
+            unreachable_wait: UNREACHABLE_WAIT,
             spacing: Duration::from_millis(50),
             rounds: None,
             round_interval: Duration::from_secs(1),
@@ -56,6 +67,8 @@ pub struct TraceOutcome {
     pub reached: bool,
     /// How the destination answered first.
     pub destination_reply: Option<ReplyKind>,
+    /// Where a router answered that the destination cannot be reached (the trace stopped).
+    pub unreachable: Option<TraceUnreachable>,
     /// Per-hop statistics (`--report`).
     pub report: Option<Vec<HopStats>>,
     /// Rounds completed (`--report`).
@@ -89,21 +102,35 @@ impl Ids {
 }
 
 /// Send `probes` (id, ttl) in order, each when the earlier ones are answered or `spacing`
-/// passed; then wait up to `wait` for the rest. Probes beyond the TTL at which `dst` answered
-/// are skipped.
+/// passed; then wait up to `wait` for the rest — when `patient` and nothing but a router's
+/// unreachable answered, until `unreachable_wait` after the first probe (a router releases
+/// the probes it queued for a missing neighbour one by one). Probes beyond the TTL at which
+/// `dst` answered are skipped.
 fn batch(
     prober: &mut dyn Prober,
     dst: IpAddr,
     probes: &[(u16, u8)],
     opts: &TraceOptions,
+    patient: bool,
     stop: &AtomicBool,
 ) -> Result<Vec<Fate>, ProbeError> {
     let mut fates = vec![Fate::Lost; probes.len()];
     let index: HashMap<u16, usize> = probes.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
     let mut dest_ttl: Option<u8> = None;
     let (mut next, mut sent, mut answered) = (0usize, 0usize, 0usize);
-    let mut last_send = Instant::now();
+    // Answers that are a router's unreachable (late by nature).
+    let mut refused = 0usize;
+    let first_send = Instant::now();
+    let mut last_send = first_send;
     let mut responses = Vec::new();
+    let listen_until = |last_send: Instant, answered: usize, refused: usize| {
+        let normal = last_send + opts.wait;
+        if patient && answered == refused {
+            normal.max(first_send + opts.unreachable_wait)
+        } else {
+            normal
+        }
+    };
     loop {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -122,13 +149,13 @@ fn batch(
                 next += 1;
                 continue;
             }
-        } else if answered == sent || now >= last_send + opts.wait {
+        } else if answered == sent || now >= listen_until(last_send, answered, refused) {
             break;
         }
         let deadline = if next < probes.len() {
             last_send + opts.spacing
         } else {
-            last_send + opts.wait
+            listen_until(last_send, answered, refused)
         };
         let wait = deadline
             .saturating_duration_since(now)
@@ -148,6 +175,7 @@ fn batch(
                 dest_ttl = Some(dest_ttl.map_or(ttl, |d| d.min(ttl)));
             }
             prober.forget(r.id);
+            refused += usize::from(r.kind.is_unreachable() && r.from != dst);
             fates[k] = Fate::Answered(r, rtt, kernel);
             answered += 1;
         }
@@ -198,6 +226,9 @@ fn plain(
     ids: &mut Ids,
     out: &mut TraceOutcome,
 ) -> Result<(), ProbeError> {
+    // The previous hop was a router that answered: a silence now may be the next router trying
+    // to reach a host that is not there, so the hop is listened to for `unreachable_wait`.
+    let mut after_router = false;
     for ttl in opts.first_ttl..=opts.max_ttl {
         if stop.load(Ordering::Relaxed) {
             return Ok(());
@@ -205,7 +236,7 @@ fn plain(
         let probes: Vec<(u16, u8)> = (0..opts.queries.max(1))
             .map(|_| (ids.next(), ttl))
             .collect();
-        let fates = batch(prober, dst, &probes, opts, stop)?;
+        let fates = batch(prober, dst, &probes, opts, after_router, stop)?;
         let mut hop = TraceHop {
             ttl,
             probes: Vec::new(),
@@ -220,16 +251,21 @@ fn plain(
                         hop.destination = true;
                         out.destination_reply.get_or_insert(r.kind);
                     }
+                    // A router's unreachable comes when it gave up on the address: its delay
+                    // is no round trip.
+                    let gave_up = r.kind.is_unreachable() && r.from != dst;
                     hop.probes.push(HopProbe {
                         from: Some(r.from.to_string()),
                         kind: Some(r.kind),
-                        rtt_ns: Some(rtt),
+                        rtt_ns: (!gave_up).then_some(rtt),
+                        after_ns: gave_up.then_some(rtt),
                     });
                 }
                 Fate::Lost => hop.probes.push(HopProbe {
                     from: None,
                     kind: None,
                     rtt_ns: None,
+                    after_ns: None,
                 }),
                 Fate::Skipped => {}
             }
@@ -239,13 +275,38 @@ fn plain(
         }
         on_hop(&hop);
         let done = hop.destination;
+        after_router = hop
+            .probes
+            .iter()
+            .any(|p| p.kind == Some(ReplyKind::TimeExceeded));
+        out.unreachable = (!done).then(|| unreachable_at(&hop)).flatten();
         out.hops.push(hop);
         if done {
             out.reached = true;
             return Ok(());
         }
+        if out.unreachable.is_some() {
+            return Ok(());
+        }
     }
     Ok(())
+}
+
+/// The unreachable that ends a trace at `hop`: a router's unreachable, and no probe of the hop
+/// passed (no time exceeded, no destination answer). With load-balanced paths some probes
+/// may take another way; traceroute likewise gives up when (almost) all probes were refused.
+fn unreachable_at(hop: &TraceHop) -> Option<TraceUnreachable> {
+    if hop.probes.iter().any(|p| p.rtt_ns.is_some()) {
+        return None;
+    }
+    hop.probes.iter().find_map(|p| {
+        Some(TraceUnreachable {
+            ttl: hop.ttl,
+            from: p.from.clone()?,
+            kind: p.kind?,
+            after_ns: p.after_ns?,
+        })
+    })
 }
 
 #[derive(Default)]
@@ -281,7 +342,7 @@ fn report(
         }
         let round_start = Instant::now();
         let probes: Vec<(u16, u8)> = (opts.first_ttl..=limit).map(|t| (ids.next(), t)).collect();
-        let fates = batch(prober, dst, &probes, opts, stop)?;
+        let fates = batch(prober, dst, &probes, opts, false, stop)?;
         if stop.load(Ordering::Relaxed) {
             break;
         }
@@ -290,6 +351,12 @@ fn report(
             match f {
                 Fate::Skipped => {}
                 Fate::Lost => a.sent += 1,
+                Fate::Answered(r, _, _) if r.kind.is_unreachable() && r.from != dst => {
+                    // A router's unreachable: answered, but its delay is no round trip.
+                    a.sent += 1;
+                    a.received += 1;
+                    *a.addrs.entry(r.from).or_default() += 1;
+                }
                 Fate::Answered(r, rtt, kernel) => {
                     a.sent += 1;
                     a.received += 1;
@@ -355,29 +422,40 @@ mod tests {
     use std::collections::BTreeMap;
 
     /// A simulated path: routers at TTL 1..=n-1, the destination at n; TTL `silent` never
-    /// answers.
+    /// answers. With `unreachable = (ttl, after)`, probes from that TTL on reach the router
+    /// before it, which answers host unreachable `after` (real time) past the probe.
     struct Path {
         routers: Vec<IpAddr>,
         dst: IpAddr,
         silent: u8,
-        sent: BTreeMap<u16, (u64, u8)>,
+        unreachable: Option<(u8, Duration)>,
+        sent: BTreeMap<u16, (u64, u8, Instant)>,
         clock: u64,
     }
 
     impl Prober for Path {
         fn send(&mut self, id: u16, ttl: Option<u8>) -> Result<(), ProbeError> {
             self.clock += 1_000;
-            self.sent.insert(id, (self.clock, ttl.unwrap_or(64)));
+            self.sent
+                .insert(id, (self.clock, ttl.unwrap_or(64), Instant::now()));
             Ok(())
         }
-        fn recv(&mut self, _t: Duration, out: &mut Vec<Response>) -> Result<(), ProbeError> {
-            for (&id, &(t, ttl)) in &self.sent {
+        fn recv(&mut self, t: Duration, out: &mut Vec<Response>) -> Result<(), ProbeError> {
+            std::thread::sleep(t.min(Duration::from_millis(5)));
+            for (&id, &(t, ttl, at)) in &self.sent {
                 if ttl == self.silent {
                     continue;
                 }
-                let (from, kind) = match self.routers.get(usize::from(ttl) - 1) {
-                    Some(r) => (*r, ReplyKind::TimeExceeded),
-                    None => (self.dst, ReplyKind::SynAck),
+                let (from, kind) = match (self.unreachable, self.routers.get(usize::from(ttl) - 1))
+                {
+                    (Some((u, after)), _) if ttl >= u => {
+                        if at.elapsed() < after {
+                            continue;
+                        }
+                        (self.routers[usize::from(u) - 2], ReplyKind::HostUnreachable)
+                    }
+                    (_, Some(r)) => (*r, ReplyKind::TimeExceeded),
+                    (_, None) => (self.dst, ReplyKind::SynAck),
                 };
                 out.push(Response {
                     id,
@@ -415,6 +493,7 @@ mod tests {
             ],
             dst: "10.0.4.2".parse().expect("ip"),
             silent,
+            unreachable: None,
             sent: BTreeMap::new(),
             clock: 0,
         }
@@ -477,5 +556,45 @@ mod tests {
         assert_eq!((r[1].sent, r[1].received, r[1].loss_percent), (3, 0, 100.0));
         assert!(r[3].destination);
         assert_eq!(r[3].rtt.p50_ns / 1000, 400);
+    }
+
+    /// Hop 3's router has no host at the address: it answers host unreachable 150 ms after
+    /// each probe, long after the 30 ms wait. The trace listens that long at the first silent
+    /// hop after a router, stops there, and shows no round trip for it.
+    #[test]
+    fn a_late_host_unreachable_ends_the_trace() {
+        let stop = AtomicBool::new(false);
+        let opts = TraceOptions {
+            wait: Duration::from_millis(30),
+            unreachable_wait: Duration::from_millis(400),
+            spacing: Duration::from_millis(5),
+            ..Default::default()
+        };
+        let mut p = path(0);
+        p.unreachable = Some((3, Duration::from_millis(150)));
+        let dst = p.dst;
+        let o = trace(&mut p, dst, &opts, &stop, &mut |_| {}, &mut |_, _| {}).expect("trace");
+        assert_eq!(o.hops.len(), 3, "{:?}", o.hops);
+        assert!(!o.reached);
+        let u = o.unreachable.expect("an unreachable");
+        assert_eq!((u.ttl, u.from.as_str()), (3, "10.0.2.2"));
+        assert_eq!(u.kind, ReplyKind::HostUnreachable);
+        for probe in &o.hops[2].probes {
+            assert_eq!(probe.rtt_ns, None, "no round trip: {probe:?}");
+            assert!(probe.after_ns.is_some(), "{probe:?}");
+        }
+
+        // Without the longer wait the answer comes too late: every hop is silent up to -m.
+        let opts = TraceOptions {
+            unreachable_wait: Duration::ZERO,
+            max_ttl: 5,
+            ..opts
+        };
+        let mut p = path(0);
+        p.unreachable = Some((3, Duration::from_millis(150)));
+        let o = trace(&mut p, dst, &opts, &stop, &mut |_| {}, &mut |_, _| {}).expect("trace");
+        assert!(o.unreachable.is_none());
+        assert_eq!(o.hops.len(), 5);
+        assert!(o.hops[2].probes.iter().all(|p| p.from.is_none()));
     }
 }

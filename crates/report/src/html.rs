@@ -107,11 +107,16 @@ pub(crate) fn page(inputs: &[Input], sections: &[Section]) -> String {
     }
     out.push_str("</header>\n<main>\n");
     for s in sections {
+        // One result: the page's title already names it; a second heading would repeat it.
+        let heading = if sections.len() > 1 {
+            format!("<h2>{}</h2>", esc(&s.title))
+        } else {
+            String::new()
+        };
         let _ = write!(
             out,
-            "<section id=\"{}\"><h2>{}</h2>\n{}</section>\n",
+            "<section id=\"{}\">{heading}\n{}</section>\n",
             esc(&s.id),
-            esc(&s.title),
             s.body
         );
     }
@@ -124,7 +129,10 @@ pub(crate) fn page(inputs: &[Input], sections: &[Section]) -> String {
 
 /// Responsive (figures shrink to the screen, tables scroll sideways on a phone, long names
 /// wrap: tests/report_browser.rs checks nothing is wider than a 390 px phone) and printable
-/// (no backgrounds, figures kept whole on a page).
+/// (no backgrounds, figures kept whole on a page). A fact's value breaks only where it would
+/// not fit on a line of its own (its box grows to hold `127.0.0.1:52727` whole); on a phone a
+/// plot keeps at least 540 px (labels ≥ 12 px) and scrolls sideways instead of shrinking its
+/// text out of reach.
 const CSS: &str = r#"
 :root{--fg:#1a1a1a;--muted:#555;--line:#ccc;--bg:#fff;--accent:#0072B2;--warn:#D55E00}
 *{box-sizing:border-box}
@@ -137,10 +145,10 @@ nav ul{list-style:none;padding:0;margin:0;display:flex;flex-wrap:wrap;gap:.3em 1
 nav a{color:var(--accent)}
 nav li,.legend li{min-width:0;overflow-wrap:anywhere}
 .meta{color:var(--muted);font-size:.9em}
-.facts{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:8px;margin:1em 0}
-.facts div{border:1px solid var(--line);border-radius:6px;padding:6px 10px}
+.facts{display:flex;flex-wrap:wrap;gap:8px;margin:1em 0}
+.facts div{flex:0 1 auto;min-width:9em;max-width:100%;border:1px solid var(--line);border-radius:6px;padding:6px 10px}
 .facts dt{font-size:.8em;color:var(--muted)}
-.facts dd{margin:0;font-weight:600;font-variant-numeric:tabular-nums;overflow-wrap:anywhere}
+.facts dd{margin:0;font-weight:600;font-variant-numeric:tabular-nums;overflow-wrap:break-word}
 .legend{list-style:none;padding:0;margin:.2em 0;display:flex;flex-wrap:wrap;gap:.2em 1.2em;font-size:.9em}
 .swatch{display:inline-block;width:1.6em;height:.5em;margin-right:.4em;vertical-align:middle;border-radius:2px;-webkit-print-color-adjust:exact;print-color-adjust:exact}
 table.steps td,table.steps th{white-space:normal;text-align:left}
@@ -162,6 +170,6 @@ tbody th{text-align:left;font-weight:600}
 .note{color:var(--muted)}
 .warn{color:var(--warn);font-weight:600}
 footer{color:var(--muted);font-size:.85em;margin:2em auto 1em}
-@media (max-width:600px){body{font-size:15px}th,td{padding:3px 6px}}
+@media (max-width:600px){body{font-size:15px}th,td{padding:3px 6px}figure.plot{overflow-x:auto}figure.plot svg{min-width:540px}}
 @media print{body{font-size:11pt}header,main,footer{max-width:none}.finding{background:none}nav{display:none}a{color:inherit}h2{break-after:avoid}}
 "#;

@@ -18,6 +18,58 @@ pub struct StatusCount {
     pub count: u64,
 }
 
+/// The class of an HTTP status code (RFC 9110 §15: its first digit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusClass {
+    /// 1xx: interim (never the final answer to a request).
+    Informational,
+    /// 2xx: the request succeeded.
+    Success,
+    /// 3xx: the answer is elsewhere (a redirect, or "not modified").
+    Redirection,
+    /// 4xx: the server refused the request as asked (404, 403, 429 …).
+    ClientError,
+    /// 5xx: the server failed to answer (500, 502, 503 …).
+    ServerError,
+}
+
+impl StatusClass {
+    /// The class of `code` (codes outside 100–599 count as server errors: no valid server
+    /// sends them).
+    pub fn of(code: u16) -> StatusClass {
+        match code {
+            100..=199 => StatusClass::Informational,
+            200..=299 => StatusClass::Success,
+            300..=399 => StatusClass::Redirection,
+            400..=499 => StatusClass::ClientError,
+            _ => StatusClass::ServerError,
+        }
+    }
+
+    /// Whether a final response of this class is an error page rather than the answer asked
+    /// for: anything but 2xx and 3xx. Its latency measures how fast the server refuses.
+    pub fn is_error(self) -> bool {
+        !matches!(self, StatusClass::Success | StatusClass::Redirection)
+    }
+}
+
+impl StatusCount {
+    /// The status code's class.
+    pub fn class(&self) -> StatusClass {
+        StatusClass::of(self.code)
+    }
+}
+
+/// The responses in `status` that are error pages (not 2xx/3xx), by status code, ascending.
+pub fn error_responses(status: &[StatusCount]) -> Vec<StatusCount> {
+    status
+        .iter()
+        .filter(|s| s.class().is_error())
+        .cloned()
+        .collect()
+}
+
 /// Failed requests and connection attempts, by kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HttpErrors {
@@ -105,11 +157,12 @@ pub struct HttpReport {
     pub requests: u64,
     /// Responses per second.
     pub requests_per_sec: f64,
-    /// Bytes read from the sockets (TLS records included) and their rate.
+    /// Bytes read from the sockets (TLS records included) after the warm-up: the same span as
+    /// `requests`.
     pub bytes_read: u64,
     /// bytes_read per second.
     pub bytes_read_per_sec: f64,
-    /// Bytes written to the sockets (TLS records included).
+    /// Bytes written to the sockets (TLS records included) after the warm-up.
     pub bytes_written: u64,
     /// Request write started → response complete.
     pub latency: Summary,
@@ -127,6 +180,11 @@ pub struct HttpReport {
     pub late_sends: u64,
     /// Responses by status code.
     pub status: Vec<StatusCount>,
+    /// The responses of `status` whose code is not 2xx/3xx (error pages: 404, 403, 503 …), by
+    /// status code. They count in `requests` and `latency` (the server answered), and make the
+    /// run's exit code 1. Empty in results of older versions.
+    #[serde(default)]
+    pub error_responses: Vec<StatusCount>,
     /// Failures by kind.
     pub errors: HttpErrors,
     /// Up to 8 distinct error messages, "kind: message".
@@ -146,12 +204,44 @@ pub struct HttpReport {
 }
 
 impl HttpReport {
-    /// Responses with a status of 400 or above.
+    /// Responses whose status is not 2xx/3xx (error pages), from `status` (so results of older
+    /// versions, without `error_responses`, count them too).
     pub fn error_statuses(&self) -> u64 {
-        self.status
-            .iter()
-            .filter(|s| s.code >= 400)
-            .map(|s| s.count)
-            .sum()
+        error_responses(&self.status).iter().map(|s| s.count).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_2xx_and_3xx_are_answers() {
+        let classes: Vec<(u16, StatusClass, bool)> = [101, 200, 204, 301, 304, 403, 404, 429, 503]
+            .into_iter()
+            .map(|c| (c, StatusClass::of(c), StatusClass::of(c).is_error()))
+            .collect();
+        let errors: Vec<u16> = classes.iter().filter(|c| c.2).map(|c| c.0).collect();
+        assert_eq!(errors, vec![101, 403, 404, 429, 503]);
+        assert_eq!(StatusClass::of(429), StatusClass::ClientError);
+        assert_eq!(StatusClass::of(503), StatusClass::ServerError);
+        let status = [
+            StatusCount {
+                code: 200,
+                count: 7,
+            },
+            StatusCount {
+                code: 404,
+                count: 3,
+            },
+            StatusCount {
+                code: 502,
+                count: 1,
+            },
+        ];
+        assert_eq!(
+            error_responses(&status),
+            vec![status[1].clone(), status[2].clone()]
+        );
     }
 }

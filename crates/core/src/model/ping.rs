@@ -55,17 +55,48 @@ pub enum ReplyKind {
     TimeExceeded,
     /// ICMP administratively prohibited (a firewall rejects: filtered).
     Prohibited,
-    /// Another ICMP destination unreachable (host, net, ...).
+    /// ICMP host unreachable: a router has a route to the address, but no host answers on its
+    /// link (ARP / neighbour discovery failed, ~3 s on Linux), or an `unreachable` route.
+    HostUnreachable,
+    /// ICMP network unreachable: a router has no route to the address.
+    NetUnreachable,
+    /// ICMP protocol unreachable: the host does not handle the probe's protocol.
+    ProtocolUnreachable,
+    /// Another ICMP destination unreachable (fragmentation needed, source route failed, ...).
     Unreachable,
 }
 
 impl ReplyKind {
     /// Whether this kind of reply comes from the destination itself.
     pub fn from_destination(self) -> bool {
-        !matches!(
+        !(self == ReplyKind::TimeExceeded || self.is_unreachable())
+    }
+
+    /// Whether this is an ICMP destination unreachable other than port unreachable (host, net,
+    /// protocol, prohibited, ...): the probe could not be delivered. Its delay is how long the
+    /// sender tried (a router's ARP timeout), never a round trip.
+    pub fn is_unreachable(self) -> bool {
+        matches!(
             self,
-            ReplyKind::TimeExceeded | ReplyKind::Prohibited | ReplyKind::Unreachable
+            ReplyKind::Prohibited
+                | ReplyKind::HostUnreachable
+                | ReplyKind::NetUnreachable
+                | ReplyKind::ProtocolUnreachable
+                | ReplyKind::Unreachable
         )
+    }
+
+    /// traceroute's mark for an unreachable: `!H`, `!N`, `!P`, `!X` (prohibited), `!U` (any
+    /// other code).
+    pub fn trace_mark(self) -> Option<&'static str> {
+        match self {
+            ReplyKind::HostUnreachable => Some("!H"),
+            ReplyKind::NetUnreachable => Some("!N"),
+            ReplyKind::ProtocolUnreachable => Some("!P"),
+            ReplyKind::Prohibited => Some("!X"),
+            ReplyKind::Unreachable => Some("!U"),
+            _ => None,
+        }
     }
 
     /// The port state this reply implies (None for ICMP echo and router replies).
@@ -92,6 +123,9 @@ impl ReplyKind {
             ReplyKind::PortUnreachable => "port-unreachable",
             ReplyKind::TimeExceeded => "time-exceeded",
             ReplyKind::Prohibited => "prohibited",
+            ReplyKind::HostUnreachable => "host-unreachable",
+            ReplyKind::NetUnreachable => "net-unreachable",
+            ReplyKind::ProtocolUnreachable => "protocol-unreachable",
             ReplyKind::Unreachable => "unreachable",
         }
     }
@@ -200,8 +234,27 @@ pub struct HopProbe {
     pub from: Option<String>,
     /// What kind of answer it was.
     pub kind: Option<ReplyKind>,
-    /// Round-trip time, ns (None: no answer).
+    /// Round-trip time, ns (None: no answer, or an unreachable, whose delay is no round trip).
     pub rtt_ns: Option<u64>,
+    /// An unreachable ([`ReplyKind::is_unreachable`]): how long after the probe it came, ns —
+    /// mostly how long the router tried to reach the address (its ARP / neighbour discovery
+    /// timeout), not the time to the router. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_ns: Option<u64>,
+}
+
+/// Where a trace stopped because a router said the destination cannot be reached (traceroute's
+/// `!H`, `!N`, `!P`, `!X`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TraceUnreachable {
+    /// The TTL whose probes got the unreachable.
+    pub ttl: u8,
+    /// The router that sent it.
+    pub from: String,
+    /// Which unreachable.
+    pub kind: ReplyKind,
+    /// How long after the probe it came, ns (the first such answer).
+    pub after_ns: u64,
 }
 
 /// One TTL of a trace.
@@ -337,6 +390,9 @@ pub struct TraceReport {
     pub reached: bool,
     /// How the destination answered (SYN-ACK, RST, echo reply, port unreachable, ...).
     pub destination_reply: Option<ReplyKind>,
+    /// The trace stopped where a router answered that the destination cannot be reached.
+    #[serde(default)]
+    pub unreachable: Option<TraceUnreachable>,
     /// Where the RTT timestamps came from.
     pub timestamps: String,
     /// The hops, one per TTL (plain trace).

@@ -2,7 +2,7 @@ use std::fmt::Write;
 
 use super::rr::load_text;
 use super::{Human, Page, Table};
-use crate::model::http::HttpReport;
+use crate::model::http::{HttpReport, error_responses};
 use crate::model::rr::LoadMode;
 use crate::summary::Summary;
 use crate::units::{count, format_bytes, format_ns, format_si};
@@ -110,10 +110,23 @@ impl HttpReport {
             ("tls", e.tls),
             ("io", e.io),
         ];
-        let errs: Vec<String> = kinds
+        // Error pages first: the server answered, but not with what was asked for.
+        let errs: Vec<String> = error_responses(&self.status)
             .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(k, n)| format!("{n} {k}"))
+            .map(|s| {
+                format!(
+                    "{} {} ({})",
+                    count(s.count, "response"),
+                    s.code,
+                    share(s.count, self.requests)
+                )
+            })
+            .chain(
+                kinds
+                    .iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(k, n)| format!("{n} {k}")),
+            )
             .collect();
         let _ = writeln!(
             out,
@@ -203,5 +216,33 @@ impl HttpReport {
             format_ns(expected_ns),
             format_ns(self.latency.mean_ns)
         ))
+    }
+}
+
+/// `part` as a share of `whole` responses: `100%` only when it is all of them, one decimal
+/// below 10% (`0.4%`), never `0%` for a part that is there.
+fn share(part: u64, whole: u64) -> String {
+    if whole == 0 || part >= whole {
+        return "100%".into();
+    }
+    let pct = part as f64 * 100.0 / whole as f64;
+    if pct < 10.0 {
+        format!("{:.1}%", pct.max(0.1))
+    } else {
+        format!("{:.0}%", pct.min(99.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn shares_say_all_only_for_all() {
+        assert_eq!(share(1200, 1200), "100%");
+        assert_eq!(share(1199, 1200), "99%");
+        assert_eq!(share(600, 1200), "50%");
+        assert_eq!(share(5, 1200), "0.4%");
+        assert_eq!(share(1, 1_000_000), "0.1%");
     }
 }

@@ -1,7 +1,10 @@
 use std::fmt::Write;
 
 use super::{Human, Page, Table};
-use crate::model::ping::{HopStats, PingReply, PingReport, RateLimitedHop, TraceHop, TraceReport};
+use crate::model::ping::{
+    HopStats, PingReply, PingReport, RateLimitedHop, ReplyKind, TraceHop, TraceReport,
+    TraceUnreachable,
+};
 use crate::summary::Summary;
 use crate::units::{format_ns, format_si};
 
@@ -114,20 +117,29 @@ fn rate_limit_line(h: &RateLimitedHop) -> String {
     )
 }
 
-/// One traceroute-style line for a hop: ` 2  10.0.2.2  0.151ms  0.120ms  *`.
+/// One traceroute-style line for a hop: ` 2  10.0.2.2  0.151ms  0.120ms  *`; a router's
+/// unreachable shows traceroute's mark (`!H`) in place of a time, which would be how long the
+/// router tried, not a round trip.
 pub fn hop_line(h: &TraceHop) -> String {
     let mut s = format!("{:>2} ", h.ttl);
     let mut last_from: Option<&str> = None;
     for p in &h.probes {
-        match (&p.from, p.rtt_ns) {
-            (Some(from), Some(rtt)) => {
-                if last_from != Some(from.as_str()) {
-                    let _ = write!(s, " {from}");
-                    last_from = Some(from.as_str());
-                }
+        let Some(from) = &p.from else {
+            s.push_str("  *");
+            continue;
+        };
+        if last_from != Some(from.as_str()) {
+            let _ = write!(s, " {from}");
+            last_from = Some(from.as_str());
+        }
+        match (p.rtt_ns, p.kind.and_then(ReplyKind::trace_mark)) {
+            (Some(rtt), _) => {
                 let _ = write!(s, "  {}", format_ns(rtt as f64));
             }
-            _ => s.push_str("  *"),
+            (None, Some(mark)) => {
+                let _ = write!(s, "  {mark}");
+            }
+            (None, None) => s.push_str("  ?"),
         }
     }
     if h.destination {
@@ -138,13 +150,30 @@ pub fn hop_line(h: &TraceHop) -> String {
         {
             let _ = write!(s, "  [destination: {}]", k.label());
         }
-    } else if let Some(k) = h.probes.iter().find_map(|p| {
-        p.kind
-            .filter(|k| !k.from_destination() && *k != crate::model::ping::ReplyKind::TimeExceeded)
-    }) {
-        let _ = write!(s, "  !{}", k.label());
     }
     super::page::fit(&s)
+}
+
+/// Why a trace stopped short: `destination 10.9.2.99 unreachable: hop 2 (10.9.1.2) answered
+/// host unreachable (!H) 3.01s after the probe; …`.
+fn unreachable_line(address: &str, u: &TraceUnreachable) -> String {
+    let why = match u.kind {
+        ReplyKind::HostUnreachable => {
+            "it has a route to the address, but no host answered there (ARP / neighbour discovery failed) or its route is of type unreachable"
+        }
+        ReplyKind::NetUnreachable => "it has no route to the address",
+        ReplyKind::ProtocolUnreachable => "the host does not handle the probes' protocol",
+        ReplyKind::Prohibited => "a firewall or a prohibit route rejects the probes",
+        _ => "it cannot deliver the probes",
+    };
+    format!(
+        "destination {address} unreachable: hop {} ({}) answered {} ({}) {} after the probe: {why}",
+        u.ttl,
+        u.from,
+        u.kind.label(),
+        u.kind.trace_mark().unwrap_or("!"),
+        format_ns(u.after_ns as f64),
+    )
 }
 
 /// The header line of a trace.
@@ -170,8 +199,10 @@ fn stats_row(h: &HopStats) -> Vec<String> {
     } else {
         h.addresses.join(" ")
     };
+    // Counted answers without a round trip (a router's unreachable) have no RTT to show.
+    let timed = h.rtt.count > 0;
     let ns = |v: u64| {
-        if h.received == 0 {
+        if !timed {
             "-".to_string()
         } else {
             format_ns(v as f64)
@@ -186,13 +217,13 @@ fn stats_row(h: &HopStats) -> Vec<String> {
             .map(|v| format_ns(v as f64))
             .unwrap_or_else(|| "-".into()),
         ns(h.rtt.min_ns),
-        if h.received == 0 {
+        if !timed {
             "-".into()
         } else {
             format_ns(h.rtt.mean_ns)
         },
         ns(h.rtt.max_ns),
-        if h.received == 0 {
+        if !timed {
             "-".into()
         } else {
             format_ns(h.rtt.stddev_ns)
@@ -236,13 +267,18 @@ impl Human for TraceReport {
                     k.label()
                 );
             }
-            _ => {
-                let _ = writeln!(
-                    out,
-                    "destination {} not reached within {} hops",
-                    self.address, self.max_ttl
-                );
-            }
+            _ => match &self.unreachable {
+                Some(u) => {
+                    let _ = writeln!(out, "{}", unreachable_line(&self.address, u));
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "destination {} not reached within {} hops",
+                        self.address, self.max_ttl
+                    );
+                }
+            },
         }
         for h in self.rate_limited_hops() {
             let _ = writeln!(out, "{}", rate_limit_line(&h));

@@ -142,12 +142,8 @@ fn http_run(
             .cloned()
             .unwrap_or_else(|| "no request succeeded".into()));
     }
-    // The byte counts include the warm-up's requests.
-    let sizes = Sizes::average(
-        r.stats.bytes_written,
-        r.stats.bytes_read,
-        r.stats.requests + r.stats.warmup_requests,
-    );
+    // The byte counts cover the measured requests (not the warm-up's).
+    let sizes = Sizes::average(r.stats.bytes_written, r.stats.bytes_read, r.stats.requests);
     let mut responses = Responses::default();
     for (code, &n) in r.stats.status.iter().enumerate() {
         if let Ok(code) = u16::try_from(code) {

@@ -35,6 +35,8 @@ impl ConnectProber {
             None => ReplyKind::Connected,
             Some(libc::ECONNREFUSED) => ReplyKind::Refused,
             Some(libc::EACCES | libc::EPERM) => ReplyKind::Prohibited,
+            Some(libc::EHOSTUNREACH) => ReplyKind::HostUnreachable,
+            Some(libc::ENETUNREACH) => ReplyKind::NetUnreachable,
             Some(_) => ReplyKind::Unreachable,
         };
         self.done.push(Response {

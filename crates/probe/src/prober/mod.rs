@@ -224,6 +224,9 @@ fn map_icmp(kind: IcmpKind) -> Option<ReplyKind> {
         IcmpKind::TimeExceeded => Some(ReplyKind::TimeExceeded),
         IcmpKind::PortUnreachable => Some(ReplyKind::PortUnreachable),
         IcmpKind::Prohibited => Some(ReplyKind::Prohibited),
+        IcmpKind::HostUnreachable => Some(ReplyKind::HostUnreachable),
+        IcmpKind::NetUnreachable => Some(ReplyKind::NetUnreachable),
+        IcmpKind::ProtocolUnreachable => Some(ReplyKind::ProtocolUnreachable),
         IcmpKind::Unreachable(_) => Some(ReplyKind::Unreachable),
         IcmpKind::Other(..) => None,
     }

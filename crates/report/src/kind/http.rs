@@ -39,6 +39,7 @@ pub(crate) fn body(r: &HttpReport) -> Result<String, ReportError> {
             ),
         ),
         ("errors", format_si(r.errors.total as f64)),
+        ("error responses", error_responses(r)),
     ]);
     let mut rows = Vec::new();
     if let Some(i) = &r.latency_from_intended {
@@ -68,6 +69,22 @@ pub(crate) fn body(r: &HttpReport) -> Result<String, ReportError> {
     out += &table("status", &["status", "responses"], &status);
     out += &error_list("Error samples", &r.error_samples);
     Ok(out)
+}
+
+/// The error pages by status with their share (`1200 × 404 (100%)`), or `none`.
+fn error_responses(r: &HttpReport) -> String {
+    let pages = latscope_core::model::http::error_responses(&r.status);
+    if pages.is_empty() {
+        return "none".into();
+    }
+    pages
+        .iter()
+        .map(|s| {
+            let pct = s.count as f64 * 100.0 / r.requests.max(1) as f64;
+            format!("{} × {} ({pct:.0}%)", format_si(s.count as f64), s.code)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn secs(ns: u64) -> f64 {

@@ -45,6 +45,10 @@ pub(crate) fn body(r: &StackReport) -> Result<String, ReportError> {
              before; a hump far to the right (socket read) is the application not reading.",
         );
     }
+    if panels.is_empty() {
+        // Nothing to tabulate either: every figure would be 0 or a mean of nothing.
+        return Ok(out);
+    }
     let rows: Vec<Vec<String>> = r
         .histograms
         .iter()

@@ -18,10 +18,16 @@ pub(crate) fn body(r: &TraceReport) -> Result<String, ReportError> {
         ("probe", r.mode.name().to_string()),
         (
             "reached",
-            match (r.reached, r.destination_reply) {
-                (true, Some(k)) => format!("yes ({})", k.label()),
-                (true, None) => "yes".into(),
-                (false, _) => "no".into(),
+            match (r.reached, r.destination_reply, &r.unreachable) {
+                (true, Some(k), _) => format!("yes ({})", k.label()),
+                (true, None, _) => "yes".into(),
+                (false, _, Some(u)) => format!(
+                    "no: {} {} at hop {}",
+                    u.kind.label(),
+                    u.kind.trace_mark().unwrap_or_default(),
+                    u.ttl
+                ),
+                (false, _, None) => "no".into(),
             },
         ),
         ("hops", hop_count(r).to_string()),
@@ -72,12 +78,14 @@ fn from_probes(h: &TraceHop) -> HopDist {
         .collect();
     samples.sort_by(f64::total_cmp);
     let sent = h.probes.len().max(1) as f64;
+    // A router's unreachable is an answer without a round trip: not lost, not timed.
+    let lost = h.probes.iter().filter(|p| p.from.is_none()).count() as f64;
     HopDist {
         ttl: h.ttl,
         range: samples.first().zip(samples.last()).map(|(a, b)| (*a, *b)),
         band: None,
         p50: samples.get(samples.len() / 2).copied(),
-        loss_pct: 100.0 * (sent - samples.len() as f64) / sent,
+        loss_pct: 100.0 * lost / sent,
         samples,
     }
 }
@@ -125,11 +133,15 @@ fn hop_table(r: &TraceReport) -> String {
                     .iter()
                     .find_map(|p| p.from.clone())
                     .unwrap_or_else(|| "*".into());
-                let answered = h.probes.iter().filter(|p| p.rtt_ns.is_some()).count();
+                let answered = h.probes.iter().filter(|p| p.from.is_some()).count();
                 let rtts: Vec<String> = h
                     .probes
                     .iter()
-                    .map(|p| p.rtt_ns.map_or("*".into(), |v| format_ns(v as f64)))
+                    .map(|p| match (p.rtt_ns, p.kind.and_then(|k| k.trace_mark())) {
+                        (Some(v), _) => format_ns(v as f64),
+                        (None, Some(mark)) if p.from.is_some() => mark.to_string(),
+                        _ => "*".into(),
+                    })
                     .collect();
                 vec![
                     h.ttl.to_string(),

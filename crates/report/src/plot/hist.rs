@@ -1,13 +1,17 @@
 //! Latency histograms on a log time axis (Gregg's latency histograms, netstacklat's log2 view):
-//! equal-width bars per factor of time, so a 40 ms mode shows next to a 40 µs one.
+//! equal-width bars per factor of time, so a 40 ms mode shows next to a 40 µs one. The count
+//! axis is logarithmic too: a tail of a few samples stays visible beside a peak of 100k.
 
 use latscope_core::log2::{bucket_lower, bucket_upper};
 use latscope_core::units::{format_ns, format_si};
 use latscope_core::{Log2Histogram, LogBins};
 use plotters::prelude::*;
 
-use super::{HEIGHT, WIDTH, colour, svg, text, zero_span};
+use super::{HEIGHT, WIDTH, colour, decades, svg, text};
 use crate::error::ReportError;
+
+/// The bottom of the log count axis: below 1, so a bin of one sample is a bar, not a line.
+const COUNT_FLOOR: f64 = 0.5;
 
 /// Values in `(lo_ns, hi_ns]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -61,10 +65,11 @@ pub(crate) fn histograms(panels: &[(String, Vec<Bin>)]) -> Result<String, Report
         .iter()
         .flat_map(|p| p.1.last().map(|b| b.hi_ns))
         .fold(1.0, f64::max);
-    let lo = if lo == f64::MAX {
-        1.0
+    let (lo, hi) = if lo == f64::MAX {
+        (1.0, 10.0)
     } else {
-        lo.min(hi / 10.0)
+        // The bins' edges as they are (no room added): an edge on a decade stays its end.
+        decades(lo * 1.05, hi / 1.05)
     };
     let cols = panels.len().clamp(1, 3);
     let rows = panels.len().div_ceil(cols).max(1);
@@ -76,17 +81,20 @@ pub(crate) fn histograms(panels: &[(String, Vec<Bin>)]) -> Result<String, Report
     svg((WIDTH, height), |root| {
         let areas = root.split_evenly((rows, cols));
         for (i, ((title, bins), area)) in panels.iter().zip(areas.iter()).enumerate() {
-            let top = zero_span(bins.iter().map(|b| b.count as f64));
+            let most = bins.iter().map(|b| b.count).max().unwrap_or(1).max(1);
+            let (_, top) = decades(1.0, most as f64);
             let mut chart = ChartBuilder::on(area)
                 .margin(10)
+                // Room for the last time label, centred on the right edge.
+                .margin_right(30)
                 .caption(title, text(16))
                 .x_label_area_size(40)
                 .y_label_area_size(56)
-                .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)?;
+                .build_cartesian_2d((lo..hi).log_scale(), (COUNT_FLOOR..top).log_scale())?;
             chart
                 .configure_mesh()
                 .x_desc("latency (time, log scale)")
-                .y_desc("samples (count)")
+                .y_desc("samples (count, log scale)")
                 .x_label_formatter(&|v| format_ns(*v))
                 .y_label_formatter(&|v| format_si(*v))
                 .x_labels(if cols > 1 { 4 } else { 8 })
@@ -96,11 +104,9 @@ pub(crate) fn histograms(panels: &[(String, Vec<Bin>)]) -> Result<String, Report
                 .max_light_lines(3)
                 .draw()?;
             let fill = colour(i).mix(0.8).filled();
-            chart.draw_series(
-                bins.iter()
-                    .filter(|b| b.count > 0)
-                    .map(|b| Rectangle::new([(b.lo_ns, 0.0), (b.hi_ns, b.count as f64)], fill)),
-            )?;
+            chart.draw_series(bins.iter().filter(|b| b.count > 0).map(|b| {
+                Rectangle::new([(b.lo_ns, COUNT_FLOOR), (b.hi_ns, b.count as f64)], fill)
+            }))?;
         }
         Ok(())
     })

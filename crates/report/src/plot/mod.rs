@@ -132,7 +132,9 @@ where
     Ok(())
 }
 
-/// A log axis range that holds every value with some room, never starting at zero.
+/// A log axis range that holds every value, from the decade at or below the lowest to the
+/// decade above the highest: both ends are labelled, so every point sits between two labels
+/// (a 44 ms point under a last label of 10 ms reads as 10 ms). Never starts at zero.
 pub(crate) fn log_span(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::MAX, f64::MIN);
     for v in values.into_iter().filter(|v| v.is_finite() && *v > 0.0) {
@@ -142,12 +144,15 @@ pub(crate) fn log_span(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
     if lo > hi {
         return (1.0, 10.0);
     }
-    // A flat series still needs a decade to draw ticks in.
-    if hi / lo < 10.0 {
-        let mid = (hi * lo).sqrt();
-        return (mid / 3.5, mid * 3.5);
-    }
-    (lo / 1.5, hi * 1.5)
+    decades(lo, hi)
+}
+
+/// `lo..hi` widened to whole decades, with room so no point sits on the frame: the decade at or
+/// below `lo / 1.05` to the one at or above `hi × 1.05` (at least one decade).
+pub(crate) fn decades(lo: f64, hi: f64) -> (f64, f64) {
+    let down = 10f64.powf((lo / 1.05).log10().floor());
+    let up = 10f64.powf((hi * 1.05).log10().ceil());
+    (down, up.max(down * 10.0))
 }
 
 /// A linear range from zero that holds every value with headroom.
@@ -208,5 +213,18 @@ mod tests {
     fn log_span_of_a_flat_series_is_a_decade() {
         let (lo, hi) = log_span([5.0, 5.0]);
         assert!(lo < 5.0 && hi > 5.0 && hi / lo >= 10.0);
+    }
+
+    /// Both ends are decades (labelled), and the highest point is below the top one.
+    #[test]
+    fn log_span_ends_on_the_decades_around_the_points() {
+        let near = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-9;
+        let (lo, hi) = log_span([13_700.0, 44_000_000.0]);
+        assert!(near(lo, 10_000.0) && near(hi, 100_000_000.0), "{lo} {hi}");
+        // A point on a decade gets the next one above it, so its dot is not cut by the frame.
+        let (lo, hi) = log_span([1_000.0, 10_000_000.0]);
+        assert!(near(lo, 100.0) && near(hi, 100_000_000.0), "{lo} {hi}");
+        let (lo, hi) = log_span([0.7, 0.9]);
+        assert!(near(lo, 0.1) && near(hi, 1.0), "{lo} {hi}");
     }
 }
