@@ -13,7 +13,7 @@ use latscope_net::proto::{RefusalCode, Start, TestKind};
 use latscope_net::rr::{RrConfig, StopAfter, open_session};
 
 use crate::collect::Plan;
-use crate::evidence::{Responses, SLOW_FLOOR_NS};
+use crate::evidence::{ClientHost, Responses, SLOW_FLOOR_NS};
 use latscope_core::units::unix_ms;
 
 pub fn meta(cmd: &str) -> Meta {
@@ -29,6 +29,36 @@ fn rr_cfg(p: &Plan, connections: u32, quickack: bool, duration: Duration) -> RrC
     cfg.client.quickack = quickack;
     cfg.auth = p.auth.clone();
     cfg
+}
+
+/// This host's own stack (kernel timestamps on a latscope connection of its own: send → qdisc →
+/// driver, driver → recv), for a latscope target; bounded to about a second
+/// ([`latscope_net::hoststack::BUDGET`]). `None` for other targets or when it fails (no
+/// timestamps: the rules then fall back on the connects against the SYN ping).
+pub fn client_host(p: &Plan) -> Option<ClientHost> {
+    if p.url.is_some() {
+        return None;
+    }
+    let cfg = rr_cfg(p, 1, false, latscope_net::hoststack::BUDGET);
+    let t = latscope_net::hoststack::measure(&cfg)?.ok()?;
+    let p50 = |s: Option<latscope_core::model::hoststack::StageTimes>| s.map(|s| s.p50_ns);
+    let send_to_qdisc_ns = p50(t.send_to_sched);
+    let send_to_driver_ns = match (send_to_qdisc_ns, p50(t.sched_to_driver)) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    let samples = [t.send_to_sched, t.sched_to_driver, t.driver_to_recv]
+        .iter()
+        .flatten()
+        .map(|s| s.samples)
+        .min()
+        .unwrap_or(0);
+    (samples > 0).then_some(ClientHost {
+        send_to_driver_ns,
+        send_to_qdisc_ns,
+        driver_to_recv_ns: p50(t.driver_to_recv),
+        samples,
+    })
 }
 
 /// Latency of latscope request/responses with `connections` connections for `duration`,

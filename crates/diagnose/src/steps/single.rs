@@ -10,10 +10,10 @@ use latscope_core::hist::LatencyHistogram;
 use latscope_core::model::diagnose::StepName;
 use latscope_core::units::{format_bytes, format_ns};
 
-use super::engines::{Sizes, Slices, app_latency_sized};
+use super::engines::{Sizes, Slices, app_latency_sized, client_host};
 use super::{Measure, NotRun, requests_target};
 use crate::collect::Context;
-use crate::evidence::{Evidence, Responses, TimeSlice};
+use crate::evidence::{ClientHost, Evidence, Responses, TimeSlice};
 
 pub struct Single;
 
@@ -27,6 +27,8 @@ pub struct Outcome {
     sizes: Option<Sizes>,
     /// HTTP responses by status code.
     responses: Option<Responses>,
+    /// This host's own stack, timed after the requests (latscope targets).
+    client_host: Option<ClientHost>,
 }
 
 /// The noise thread's period.
@@ -90,6 +92,10 @@ impl Measure for Single {
             let noise = s.spawn(|| wakeup_lateness(&done));
             let latency = app_latency_sized(cx.plan, cx.plan.duration, cx.stop, &mut slices);
             done.store(true, Ordering::Relaxed);
+            // After the requests, within this step's set-up slack: never in their loop.
+            let client_host = (latency.is_ok() && !cx.stopped())
+                .then(|| client_host(cx.plan))
+                .flatten();
             let noise = noise.join().ok().flatten();
             let sliced = slices_with_noise(&slices, noise.as_ref());
             latency
@@ -99,6 +105,7 @@ impl Measure for Single {
                     slices: sliced,
                     sizes: r.sizes,
                     responses: r.responses,
+                    client_host,
                 })
                 .map_err(NotRun::Failed)
         })
@@ -119,7 +126,19 @@ impl Measure for Single {
                     format_ns(n.p999_ns as f64)
                 ))
                 .unwrap_or_default()
-        )
+        ) + &o
+            .client_host
+            .and_then(|c| c.per_exchange_ns().map(|x| (c, x)))
+            .map(|(c, x)| {
+                format!(
+                    "; this host's own stack {} per exchange (send → driver {}, driver → recv {}; {} timestamps)",
+                    format_ns(x as f64),
+                    c.send_to_driver_ns.map_or("-".into(), |v| format_ns(v as f64)),
+                    c.driver_to_recv_ns.map_or("-".into(), |v| format_ns(v as f64)),
+                    c.samples
+                )
+            })
+            .unwrap_or_default()
     }
 
     fn distribution(o: &Outcome) -> Option<Summary> {
@@ -131,6 +150,7 @@ impl Measure for Single {
         ev.host_noise = o.noise;
         ev.slices = o.slices;
         ev.responses = o.responses;
+        ev.client_host = o.client_host;
     }
 }
 
