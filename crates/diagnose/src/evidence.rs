@@ -167,19 +167,29 @@ impl TcpCounters {
     }
 }
 
-/// The path's bottleneck: its rate (a bulk transfer's throughput, or the dispersion of a
-/// response's packet trains) and the bytes one request/response exchange puts on the wire.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The path's bottleneck, per direction: a rate measured one way says nothing of the other (a
+/// token bucket on the uplink leaves the downlink alone), so each direction carries its own
+/// rate and the bytes one request/response exchange puts through it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Bottleneck {
+    /// Client → server: the request's bytes are serialised at this rate.
+    pub up: Option<LinkRate>,
+    /// Server → client: the response's bytes are serialised at this rate.
+    pub down: Option<LinkRate>,
+}
+
+/// One direction's rate and the bytes of one exchange that cross it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkRate {
     pub rate_bps: f64,
     /// How the rate was measured.
     pub source: RateSource,
-    /// Request + response bytes per exchange, with TCP/IP/Ethernet headers.
+    /// Bytes one exchange sends this way on the wire (TCP/IP/Ethernet headers included).
     pub wire_bytes: u64,
 }
 
-impl Bottleneck {
-    /// Time to serialise one exchange at the bottleneck rate, ns.
+impl LinkRate {
+    /// Time to serialise this direction's bytes of one exchange, ns.
     pub fn serialisation_ns(&self) -> u64 {
         if self.rate_bps <= 0.0 {
             return 0;
@@ -187,6 +197,49 @@ impl Bottleneck {
         (self.wire_bytes as f64 * 8.0 / self.rate_bps * 1e9) as u64
     }
 }
+
+impl Bottleneck {
+    /// Time to serialise one exchange: the request at the client→server rate plus the response
+    /// at the server→client rate, each where measured (an unmeasured direction adds nothing).
+    pub fn serialisation_ns(&self) -> u64 {
+        [self.up, self.down]
+            .iter()
+            .flatten()
+            .map(LinkRate::serialisation_ns)
+            .sum()
+    }
+
+    /// The slower measured direction's rate.
+    pub fn slowest_bps(&self) -> Option<f64> {
+        [self.up, self.down]
+            .iter()
+            .flatten()
+            .map(|r| r.rate_bps)
+            .reduce(f64::min)
+    }
+}
+
+impl Evidence {
+    /// The part of a single request that serialisation at the bottleneck takes, as far as the
+    /// measurement allows: a prediction above the single request's excess over the path
+    /// (beyond [`SERIALISATION_SLACK`]) is contradicted by it — the rate is not what these
+    /// requests see (a token bucket passes a small request in its burst at line rate) — and
+    /// claims nothing; otherwise never more than that excess. `None` without a rate or a
+    /// single-request measurement.
+    pub fn serialisation_share_ns(&self) -> Option<u64> {
+        let ser = self.bottleneck?.serialisation_ns();
+        let single = self.single.as_ref()?.p50_ns;
+        let excess = single.saturating_sub(self.path.as_ref().map_or(0, |p| p.p50_ns));
+        if ser as f64 > excess as f64 * SERIALISATION_SLACK {
+            return None;
+        }
+        Some(ser.min(excess))
+    }
+}
+
+/// How far a serialisation estimate may exceed what a request measured and still be taken
+/// (headers and framing estimated, medians of different samples): 25%.
+pub const SERIALISATION_SLACK: f64 = 1.25;
 
 /// How a bottleneck rate was measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,8 @@ use super::trains::{self, Trains};
 use super::{NotRun, Observe, requests_target};
 use crate::collect::Context;
 use crate::evidence::{
-    Bottleneck, CaptureEvidence, Evidence, NagleStalls, RateSource, StallExample, StallTotal,
+    Bottleneck, CaptureEvidence, Evidence, LinkRate, NagleStalls, RateSource, StallExample,
+    StallTotal,
 };
 
 pub struct Capture;
@@ -83,13 +84,13 @@ impl Observe for Capture {
     }
 
     fn store(ev: &mut Evidence, c: CaptureEvidence) {
-        // Where no bulk transfer measures the path (URL targets, --no-load), the responses'
-        // packet trains do; a later bulk transfer replaces it.
-        if ev.bottleneck.is_none()
-            && let (Some((rate_bps, pairs)), Some(wire_bytes)) =
-                (c.train_rate_bps, c.wire_bytes_per_transaction)
+        // The responses' packet trains measure the server → client direction (the bulk
+        // transfer, when there is one, the other).
+        if let (Some((rate_bps, pairs)), Some(wire_bytes)) =
+            (c.train_rate_bps, c.wire_bytes_per_transaction)
         {
-            ev.bottleneck = Some(Bottleneck {
+            let b = ev.bottleneck.get_or_insert_with(Bottleneck::default);
+            b.down = Some(LinkRate {
                 rate_bps,
                 source: RateSource::PacketTrains { pairs },
                 wire_bytes,

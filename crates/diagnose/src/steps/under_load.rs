@@ -16,16 +16,17 @@ use latscope_net::stream::StreamConfig;
 use super::engines::{http_latency, http_options, meta};
 use super::{Measure, NotRun, requests_target};
 use crate::collect::{Context, Plan};
-use crate::evidence::{Bottleneck, Evidence, Load, RateSource, UnderLoad as Loaded};
+use crate::evidence::{Bottleneck, Evidence, LinkRate, Load, RateSource, UnderLoad as Loaded};
 
 pub struct UnderLoad;
 
 /// The probe's latency idle and loaded, and the load it competed with.
 pub struct Outcome {
     latency: Loaded,
-    /// With a bulk transfer: bytes one request/response exchange of the request steps puts on
-    /// the wire (its rate is the path's bottleneck).
-    exchange_wire_bytes: Option<u64>,
+    /// With a bulk transfer: bytes one request of the request steps puts on the wire (the
+    /// transfer runs client → server: its rate is that direction's bottleneck, not the
+    /// responses').
+    request_wire_bytes: Option<u64>,
 }
 
 /// Bytes on the wire for `payload` bytes of TCP data: per segment (at most `mss` bytes of data)
@@ -49,7 +50,7 @@ impl Measure for UnderLoad {
             let url = cx.plan.url.as_deref().unwrap_or_default();
             return http_ramp(url, cx.stop).map(|latency| Outcome {
                 latency,
-                exchange_wire_bytes: None,
+                request_wire_bytes: None,
             });
         }
         let sc = StreamConfig {
@@ -84,10 +85,7 @@ impl Measure for UnderLoad {
                     rate_bps: r.results.first().map(|d| d.rate_bps),
                 },
             },
-            exchange_wire_bytes: Some(
-                on_wire(u64::from(cx.plan.request_bytes), 1448)
-                    + on_wire(u64::from(cx.plan.response_bytes), 1448),
-            ),
+            request_wire_bytes: Some(on_wire(u64::from(cx.plan.request_bytes), 1448)),
         })
     }
 
@@ -108,16 +106,17 @@ impl Measure for UnderLoad {
     }
 
     fn store(ev: &mut Evidence, o: Outcome) {
-        // A bulk transfer's throughput is the path's bottleneck rate.
+        // A bulk transfer's throughput is the bottleneck rate of the direction it ran in
+        // (client → server: `Direction::Send` above).
         if let (
             Load::Bulk {
                 rate_bps: Some(rate_bps),
             },
             Some(wire_bytes),
-        ) = (&o.latency.load, o.exchange_wire_bytes)
+        ) = (&o.latency.load, o.request_wire_bytes)
             && *rate_bps > 0.0
         {
-            ev.bottleneck = Some(Bottleneck {
+            ev.bottleneck.get_or_insert_with(Bottleneck::default).up = Some(LinkRate {
                 rate_bps: *rate_bps,
                 source: RateSource::BulkTransfer,
                 wire_bytes,
