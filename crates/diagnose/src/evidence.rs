@@ -14,6 +14,8 @@ pub struct Evidence {
     pub handshake: Option<Summary>,
     /// Connect attempts and how many failed.
     pub connect_failures: ConnectFailures,
+    /// The same connects several at once (a burst), when measured.
+    pub connect_burst: Option<ConnectBurst>,
     /// What answered at the target; `None` when no connection succeeded.
     pub target: Option<TargetKind>,
     /// One request at a time.
@@ -257,6 +259,14 @@ pub struct ConnectFailures {
     pub attempts: u64,
     pub refused: u64,
     pub timed_out: u64,
+}
+
+/// Connects `connections` at once: their time and failures.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConnectBurst {
+    pub connections: u32,
+    pub connect: Summary,
+    pub failures: ConnectFailures,
 }
 
 /// Requests with `connections` connections at once.

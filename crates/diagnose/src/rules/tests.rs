@@ -1120,3 +1120,84 @@ fn a_finding_whose_cost_was_not_measured_says_so() {
     assert!(v.contains("its cost per request was not measured"), "{v}");
     assert!(!v.contains("0ns") && !v.contains("0 ns"), "{v}");
 }
+
+/// A listen backlog of 1 behind a slow accept loop: one connect at a time on the idle server
+/// completes in 40 µs, but of 32 connects 8 at a time, 8 waited ~1 s for their resent SYN.
+fn accept_queue_overflow() -> Evidence {
+    let mut e = base(30, 400);
+    e.handshake = Some(Summary {
+        count: 100,
+        p50_ns: 40_000,
+        p99_ns: 90_000,
+        mean_ns: 45_000.0,
+        ..Summary::default()
+    });
+    e.connect_failures = ConnectFailures {
+        attempts: 100,
+        ..ConnectFailures::default()
+    };
+    e.connect_burst = Some(ConnectBurst {
+        connections: 8,
+        connect: Summary {
+            count: 32,
+            p50_ns: 60_000,
+            p99_ns: 1_030_000_000,
+            // 8 of 32 waited 1.03 s: the mean is the median plus a quarter of that.
+            mean_ns: 60_000.0 + 8.0 * 1_030_000_000.0 / 32.0,
+            ..Summary::default()
+        },
+        failures: ConnectFailures {
+            attempts: 32,
+            ..ConnectFailures::default()
+        },
+    });
+    e
+}
+
+#[test]
+fn an_overflowing_accept_queue_is_the_listen_backlog_from_either_seat() {
+    // The client's seat: no server counters. Only the burst waited.
+    let e = accept_queue_overflow();
+    let f = slow_handshake(&e).expect("the burst's resent SYNs");
+    assert_eq!(f.side, Side::Server);
+    assert!(f.title.contains("listen backlog"), "{}", f.title);
+    assert!(f.fix.contains("somaxconn") && f.fix.contains("listen() backlog"));
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("nstat -az TcpExtListenOverflows")),
+        "{:#?}",
+        f.evidence
+    );
+    // Ranked by what a connection waits: 8 × 1.03 s ÷ 32 connections.
+    assert!(
+        f.explains_ns.abs_diff(257_440_000) < 1_000_000,
+        "{}",
+        f.explains_ns
+    );
+    // The server's seat: its counters show the overflow.
+    let mut e = accept_queue_overflow();
+    e.counters = counters(NsCounters {
+        out_segs: 900,
+        in_segs: 800,
+        listen_overflows: 8,
+        listen_drops: 8,
+        ..NsCounters::default()
+    });
+    let f = slow_handshake(&e).expect("ListenOverflows");
+    assert!(f.title.contains("listen queue"), "{}", f.title);
+    assert!(f.evidence.iter().any(|l| l.contains("ListenOverflows +8")));
+    assert!(f.fix.contains("somaxconn"));
+    assert_eq!(apply(&e)[0].rule, RuleId::SlowHandshake);
+    // A burst that does not wait and no overflow: nothing.
+    let mut e = accept_queue_overflow();
+    let b = e.connect_burst.as_mut().unwrap();
+    b.connect.p99_ns = 200_000;
+    b.connect.mean_ns = 70_000.0;
+    assert_eq!(slow_handshake(&e), None);
+    // SYNs dropped one at a time as well, and no counters: not the backlog's pattern.
+    let mut e = accept_queue_overflow();
+    e.handshake.as_mut().unwrap().p99_ns = 1_010_000_000;
+    let f = slow_handshake(&e).expect("fires");
+    assert!(!f.title.contains("under concurrency"), "{}", f.title);
+}
