@@ -251,6 +251,9 @@ pub enum RateSource {
     /// The spacing of back-to-back segments of the target's responses in the capture (packet
     /// trains): `pairs` consecutive full segments measured.
     PacketTrains { pairs: u64 },
+    /// The rate large responses were delivered at once their transfer settled, from the
+    /// client's capture: `responses` rated.
+    Delivery { responses: u64 },
 }
 
 /// Connect attempts of the handshakes step.
@@ -389,6 +392,9 @@ pub struct CaptureEvidence {
     /// The bottleneck rate from the dispersion of the responses' packet trains, when the
     /// responses were long enough to measure it (bit/s), and the pairs it came from.
     pub train_rate_bps: Option<(f64, u64)>,
+    /// The server → client delivery rate of the large responses once settled (bit/s on the
+    /// wire), and how many responses it came from.
+    pub delivery_rate_bps: Option<(f64, u64)>,
     /// Bytes on the wire (TCP/IP/Ethernet headers included) per transaction.
     pub wire_bytes_per_transaction: Option<u64>,
 }

@@ -33,6 +33,10 @@ fn rate_line(dir: &str, r: &LinkRate) -> String {
         RateSource::PacketTrains { pairs } => format!(
             "packet trains of the responses ({dir}): back-to-back segments arrive spaced as at {rate} (median of {pairs} segment pairs)"
         ),
+        RateSource::Delivery { responses } => format!(
+            "the client's capture: large responses ({dir}) arrive at {rate} once their transfer settles, evenly paced as a link drains its queue (median of {})",
+            count(responses, "response")
+        ),
     }
 }
 
