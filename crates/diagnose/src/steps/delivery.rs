@@ -7,10 +7,10 @@
 //!
 //! A response counts when, after [`SETTLE_RTTS`] round trips from its first segment (slow start
 //! is over by then on a link slow enough to matter), it still carries at least [`MIN_BYTES`]
-//! over at least [`MIN_RTTS`] round trips, and its segments arrive paced evenly (the median gap
-//! × the gaps is at least half the span): a link drains its queue at its rate, while a sender
-//! held back by a window sends bursts and waits a round trip — that rate is the window's, not
-//! the link's, and counts as none. The round trip is the capture's own: SYN out, SYN-ACK back.
+//! over at least [`MIN_RTTS`] round trips, and its arrivals are not clocked by the round trip:
+//! a link drains its queue at its rate, while a sender held back by a window sends bursts and
+//! waits a round trip — that rate is the window's, not the link's, and counts as none. The
+//! round trip is the capture's own: SYN out, SYN-ACK back.
 
 use std::collections::HashMap;
 
@@ -152,8 +152,13 @@ fn settled_rate(points: &[(u64, u64)], rtt_ns: u64) -> Option<f64> {
     let mut gaps: Vec<u64> = settled.windows(2).map(|w| w[1].0 - w[0].0).collect();
     gaps.sort_unstable();
     let median = gaps[gaps.len() / 2];
-    let paced = median.saturating_mul(gaps.len() as u64).saturating_mul(2) >= span;
-    paced.then(|| bytes as f64 * 8.0 / (span as f64 / 1e9))
+    // A sender held back by a window sends a burst and waits a round trip for the ACKs: most
+    // of the span is then gaps of about the base round trip, between bursts whose own gaps
+    // are far shorter. A link (or a shaper, even one whose timer fires late and releases
+    // several packets at once) spaces them by its own clock instead.
+    let round_trip_gaps: u64 = gaps.iter().filter(|&&g| g >= rtt / 2 && g <= 2 * rtt).sum();
+    let window_clocked = round_trip_gaps * 2 >= span && median * 8 < rtt;
+    (!window_clocked).then(|| bytes as f64 * 8.0 / (span as f64 / 1e9))
 }
 
 #[cfg(test)]
@@ -197,6 +202,20 @@ mod tests {
             }
         }
         assert_eq!(settled_rate(&p, 20_000_000), None);
+    }
+
+    #[test]
+    fn a_shaper_whose_timer_fires_late_still_gives_its_rate() {
+        // 10 Mbit/s through a token bucket on a busy host: its timer fires every 12.1 ms and
+        // releases the 10 segments the tokens allow at once; the round trip is 20 µs.
+        let mut p = Vec::new();
+        for b in 0..20u64 {
+            for i in 0..10u64 {
+                p.push((b * 12_112_000 + i * 2_000, 1448));
+            }
+        }
+        let r = settled_rate(&p, 20_000).expect("rated");
+        assert!((r - 10e6).abs() < 0.5e6, "{r}");
     }
 
     /// An Ethernet + IPv4 + TCP frame from `src:sport` to `dst:dport` with `payload` bytes.
