@@ -17,6 +17,8 @@ pub struct Evidence {
     pub handshake: Option<Summary>,
     /// Connect attempts and how many failed.
     pub connect_failures: ConnectFailures,
+    /// The same connects several at once (a burst), when measured.
+    pub connect_burst: Option<ConnectBurst>,
     /// What answered at the target; `None` when no connection succeeded.
     pub target: Option<TargetKind>,
     /// One request at a time.
@@ -289,19 +291,29 @@ impl TcpCounters {
     }
 }
 
-/// The path's bottleneck: its rate (a bulk transfer's throughput, or the dispersion of a
-/// response's packet trains) and the bytes one request/response exchange puts on the wire.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// The path's bottleneck, per direction: a rate measured one way says nothing of the other (a
+/// token bucket on the uplink leaves the downlink alone), so each direction carries its own
+/// rate and the bytes one request/response exchange puts through it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Bottleneck {
+    /// Client → server: the request's bytes are serialised at this rate.
+    pub up: Option<LinkRate>,
+    /// Server → client: the response's bytes are serialised at this rate.
+    pub down: Option<LinkRate>,
+}
+
+/// One direction's rate and the bytes of one exchange that cross it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkRate {
     pub rate_bps: f64,
     /// How the rate was measured.
     pub source: RateSource,
-    /// Request + response bytes per exchange, with TCP/IP/Ethernet headers.
+    /// Bytes one exchange sends this way on the wire (TCP/IP/Ethernet headers included).
     pub wire_bytes: u64,
 }
 
-impl Bottleneck {
-    /// Time to serialise one exchange at the bottleneck rate, ns.
+impl LinkRate {
+    /// Time to serialise this direction's bytes of one exchange, ns.
     pub fn serialisation_ns(&self) -> u64 {
         if self.rate_bps <= 0.0 {
             return 0;
@@ -309,6 +321,49 @@ impl Bottleneck {
         (self.wire_bytes as f64 * 8.0 / self.rate_bps * 1e9) as u64
     }
 }
+
+impl Bottleneck {
+    /// Time to serialise one exchange: the request at the client→server rate plus the response
+    /// at the server→client rate, each where measured (an unmeasured direction adds nothing).
+    pub fn serialisation_ns(&self) -> u64 {
+        [self.up, self.down]
+            .iter()
+            .flatten()
+            .map(LinkRate::serialisation_ns)
+            .sum()
+    }
+
+    /// The slower measured direction's rate.
+    pub fn slowest_bps(&self) -> Option<f64> {
+        [self.up, self.down]
+            .iter()
+            .flatten()
+            .map(|r| r.rate_bps)
+            .reduce(f64::min)
+    }
+}
+
+impl Evidence {
+    /// The part of a single request that serialisation at the bottleneck takes, as far as the
+    /// measurement allows: a prediction above the single request's excess over the path
+    /// (beyond [`SERIALISATION_SLACK`]) is contradicted by it — the rate is not what these
+    /// requests see (a token bucket passes a small request in its burst at line rate) — and
+    /// claims nothing; otherwise never more than that excess. `None` without a rate or a
+    /// single-request measurement.
+    pub fn serialisation_share_ns(&self) -> Option<u64> {
+        let ser = self.bottleneck?.serialisation_ns();
+        let single = self.single.as_ref()?.p50_ns;
+        let excess = single.saturating_sub(self.path.as_ref().map_or(0, |p| p.p50_ns));
+        if ser as f64 > excess as f64 * SERIALISATION_SLACK {
+            return None;
+        }
+        Some(ser.min(excess))
+    }
+}
+
+/// How far a serialisation estimate may exceed what a request measured and still be taken
+/// (headers and framing estimated, medians of different samples): 25%.
+pub const SERIALISATION_SLACK: f64 = 1.25;
 
 /// How a bottleneck rate was measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,6 +373,9 @@ pub enum RateSource {
     /// The spacing of back-to-back segments of the target's responses in the capture (packet
     /// trains): `pairs` consecutive full segments measured.
     PacketTrains { pairs: u64 },
+    /// The rate large responses were delivered at once their transfer settled, from the
+    /// client's capture: `responses` rated.
+    Delivery { responses: u64 },
 }
 
 /// Connect attempts of the handshakes step.
@@ -326,6 +384,14 @@ pub struct ConnectFailures {
     pub attempts: u64,
     pub refused: u64,
     pub timed_out: u64,
+}
+
+/// Connects `connections` at once: their time and failures.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConnectBurst {
+    pub connections: u32,
+    pub connect: Summary,
+    pub failures: ConnectFailures,
 }
 
 /// Requests with `connections` connections at once.
@@ -448,6 +514,9 @@ pub struct CaptureEvidence {
     /// The bottleneck rate from the dispersion of the responses' packet trains, when the
     /// responses were long enough to measure it (bit/s), and the pairs it came from.
     pub train_rate_bps: Option<(f64, u64)>,
+    /// The server → client delivery rate of the large responses once settled (bit/s on the
+    /// wire), and how many responses it came from.
+    pub delivery_rate_bps: Option<(f64, u64)>,
     /// Bytes on the wire (TCP/IP/Ethernet headers included) per transaction.
     pub wire_bytes_per_transaction: Option<u64>,
 }

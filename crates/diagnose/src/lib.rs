@@ -20,7 +20,9 @@ use evidence::Evidence;
 
 /// Where a request's time goes, from the evidence.
 pub fn budget(ev: &Evidence) -> Budget {
-    let ser = ev.bottleneck.map(|b| b.serialisation_ns());
+    // Only the serialisation the single request's time bears out: a rate that predicts more
+    // than was measured is not what these requests see, and leaves the hosts' share alone.
+    let ser = ev.serialisation_share_ns();
     let host_ns = match (&ev.single, &ev.path) {
         (Some(s), Some(pth)) => Some(
             s.p50_ns
@@ -37,7 +39,7 @@ pub fn budget(ev: &Evidence) -> Budget {
         host_ns,
         client_host_ns: rules::client_stack_ns(ev),
         server_app_ns: server_app_ns(ev, host_ns),
-        bottleneck_bps: ev.bottleneck.map(|b| b.rate_bps),
+        bottleneck_bps: ev.bottleneck.and_then(|b| b.slowest_bps()),
         serialisation_ns: ser,
     }
 }
@@ -67,7 +69,7 @@ fn server_app_ns(ev: &Evidence, host_ns: Option<u64>) -> Option<u64> {
 /// with no finding where the time goes.
 pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
     if let Some(top) = findings.first() {
-        let mut v = if top.explains_ns == 0 {
+        let mut v = if top.rule == RuleId::ErrorResponses {
             // A finding about what was measured (error pages), not a share of the time.
             top.title.clone()
         } else if rules::is_tail(top, budget.single_request_ns) {
@@ -76,6 +78,8 @@ pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
                 top.title,
                 format_ns(top.explains_ns as f64)
             )
+        } else if top.explains_ns == 0 {
+            format!("{} — its cost per request was not measured", top.title)
         } else {
             format!(
                 "{} — {} of each request",

@@ -4,24 +4,25 @@ use super::{Human, Page, Table};
 use crate::model::diagnose::{DiagnoseReport, Diagnosis, StepStatus};
 use crate::units::format_ns;
 
+/// What a finding costs a request; a finding whose cost was not measured says so rather than
+/// "explains 0 ns".
+fn explains(ns: u64) -> String {
+    match ns {
+        0 => "its cost per request was not measured".into(),
+        ns => format!("explains {} per request", format_ns(ns as f64)),
+    }
+}
+
 /// The numbered findings with their evidence and fix, each line prefixed by `indent`.
 pub(crate) fn render_findings(findings: &[Diagnosis], indent: &str, out: &mut Page) {
     for (i, x) in findings.iter().enumerate() {
-        // A finding about what was measured (error pages) explains no time: no "explains 0 ns".
-        let explains = if x.explains_ns > 0 {
-            format!(
-                "explains {} per request · ",
-                format_ns(x.explains_ns as f64)
-            )
-        } else {
-            String::new()
-        };
         let _ = writeln!(
             out,
-            "\n{indent}{}. {} [{}]\n{indent}   {explains}confidence {:.0}% · side to fix: {}",
+            "\n{indent}{}. {} [{}]\n{indent}   {} · confidence {:.0}% · side to fix: {}",
             i + 1,
             x.title,
             x.rule.name(),
+            explains(x.explains_ns),
             x.confidence * 100.0,
             x.side.name()
         );

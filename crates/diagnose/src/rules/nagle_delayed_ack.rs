@@ -92,9 +92,18 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
         && ss.connections > 0
     {
         evidence.push(format!(
-            "the server's sockets ({}): TCP_NODELAY off on {}{}",
+            "the server's sockets ({}): {}{}",
             ss.process,
-            of(ss.nagle_on as u64, ss.connections as u64, "connection"),
+            match ss.nagle_on {
+                0 => format!(
+                    "TCP_NODELAY on all {}",
+                    count(ss.connections as u64, "connection")
+                ),
+                n => format!(
+                    "TCP_NODELAY off on {}",
+                    of(n as u64, ss.connections as u64, "connection")
+                ),
+            },
             if ss.corked > 0 {
                 format!(", TCP_CORK on {}", ss.corked)
             } else {

@@ -4,11 +4,11 @@
 use super::*;
 
 /// Excess of the single-request median over the path median and the exchange's serialisation
-/// at the bottleneck (time spent in the hosts).
+/// at the bottleneck, as far as the measurement bears it out (time spent in the hosts).
 pub(crate) fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
     let single = e.single.as_ref()?.p50_ns;
     let path = e.path.as_ref().map(|p| p.p50_ns).unwrap_or(0);
-    let wire = e.bottleneck.map_or(0, |b| b.serialisation_ns());
+    let wire = e.serialisation_share_ns().unwrap_or(0);
     Some((
         single,
         path,
@@ -162,8 +162,9 @@ pub(crate) fn listen_overflowed(e: &Evidence) -> bool {
 /// probe queued behind its bytes on the link.
 pub(crate) fn load_fills_bottleneck(e: &Evidence) -> bool {
     match (e.bottleneck, e.under_load.as_ref().map(|u| u.load)) {
-        (Some(b), Some(Load::Http { bytes_per_sec, .. })) => {
-            bytes_per_sec * 8.0 * 2.0 >= b.rate_bps
+        // The load's responses cross the server → client direction.
+        (Some(Bottleneck { down: Some(d), .. }), Some(Load::Http { bytes_per_sec, .. })) => {
+            bytes_per_sec * 8.0 * 2.0 >= d.rate_bps
         }
         _ => false,
     }

@@ -1,39 +1,88 @@
-//! `slow_handshake`: connects take a second or more, or time out (SYNs or SYN-ACKs resent).
+//! `slow_handshake`: connects take a second or more, or time out (SYNs or SYN-ACKs resent) —
+//! including the accept queue's pattern: connects wait for a resent SYN only when several
+//! arrive at once.
 
 use super::*;
+use latscope_core::Summary;
+
+/// A connect this slow waited for a resent SYN (TCP_TIMEOUT_INIT, 1 s, less scheduling).
+const RESENT_SYN_NS: u64 = 900_000_000;
+/// How long a connect may take before the handshakes step gives up on it (its timeout).
+const CONNECT_TIMEOUT_NS: u64 = 3_000_000_000;
+
+/// Connects with slow ones (a p99 of a resent SYN) or time-outs.
+fn waited(connect: &Summary, f: &ConnectFailures) -> bool {
+    connect.p99_ns >= RESENT_SYN_NS || f.timed_out > 0
+}
+
+/// What a connection waits on average for its handshake beyond the usual one: the connections
+/// that waited × their wait ÷ the connections (the mean's excess over the median), and each
+/// timed-out attempt its whole timeout.
+fn wait_per_connection(connect: &Summary, f: &ConnectFailures) -> u64 {
+    let done = connect.count;
+    let excess = (connect.mean_ns - connect.p50_ns as f64).max(0.0) * done as f64;
+    let total = excess as u64 + f.timed_out * CONNECT_TIMEOUT_NS;
+    total / (done + f.timed_out).max(1)
+}
 
 /// Slow handshakes: connects take a second or more, or time out — SYNs (or SYN-ACKs) dropped
 /// and retransmitted after TCP_TIMEOUT_INIT (1 s). Who dropped them is told by the server's
 /// listen-queue counters where they can be read: overflows blame its backlog; none, with the
-/// SYNs retransmitted all the same, means they were lost on the way.
+/// SYNs retransmitted all the same, means they were lost on the way. Without them (the client's
+/// seat), connects that wait only when several arrive at once point at the backlog too: a
+/// path that drops SYNs drops them one at a time as well. Ranked by what a connection waits.
 pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
     let p = e.handshake.as_ref()?;
-    let (attempts, timed_out) = (e.connect_failures.attempts, e.connect_failures.timed_out);
-    let slow = p.p99_ns >= 900_000_000;
-    if !slow && timed_out == 0 {
+    let f = &e.connect_failures;
+    let one_at_a_time = waited(p, f);
+    let burst = e
+        .connect_burst
+        .as_ref()
+        .filter(|b| waited(&b.connect, &b.failures));
+    let server = e.counters.and_then(|c| c.server);
+    let overflowed = server.is_some_and(|s| s.listen_overflowed());
+    if !one_at_a_time && burst.is_none() && !overflowed {
         return None;
     }
+    let mut cost = wait_per_connection(p, f);
     let mut evidence = vec![
         format!(
-            "connect p50 {}, p99 {}",
+            "connect one at a time: p50 {}, p99 {}; {} timed out",
             format_ns(p.p50_ns as f64),
-            format_ns(p.p99_ns as f64)
+            format_ns(p.p99_ns as f64),
+            of(f.timed_out, f.attempts, "attempt")
         ),
-        format!("{} timed out", of(timed_out, attempts, "attempt")),
-        "a ~1 s step is the initial retransmission timeout of a dropped SYN".into(),
+        "a ~1 s step is the initial retransmission timeout of a dropped SYN (TCP_TIMEOUT_INIT)"
+            .into(),
     ];
-    let server = e.counters.and_then(|c| c.server);
+    if let Some(b) = &e.connect_burst {
+        let burst_cost = wait_per_connection(&b.connect, &b.failures);
+        cost = cost.max(burst_cost);
+        evidence.push(format!(
+            "{} connects at once: p50 {}, p99 {}; {} timed out; a connection waits {} on average",
+            b.connections,
+            format_ns(b.connect.p50_ns as f64),
+            format_ns(b.connect.p99_ns as f64),
+            of(b.failures.timed_out, b.failures.attempts, "attempt"),
+            format_ns(burst_cost as f64)
+        ));
+    }
+    evidence.push(format!(
+        "a connection waits {} for its handshake on average: a client that opens a new connection per request pays it on every request, one that keeps connections open once per connection",
+        format_ns(cost as f64)
+    ));
+    const BACKLOG_FIX: &str = "raise the listen backlog (the server's listen() backlog argument, e.g. nginx `listen … backlog=N`, capped by net.core.somaxconn; net.ipv4.tcp_max_syn_backlog for half-open ones) and accept connections faster (more acceptor threads, an accept loop that does not block)";
     let (title, side, confidence, fix) = match server {
         Some(s) if s.listen_overflowed() => {
             evidence.push(format!(
-                "the server's listen queue overflowed: ListenOverflows +{}, ListenDrops +{}",
+                "the server's listen queue overflowed: ListenOverflows +{}, ListenDrops +{} — each SYN it dropped was resent a second later",
                 s.listen_overflows, s.listen_drops
             ));
             (
-                "slow or failing handshakes: the server's listen queue overflows and drops SYNs",
+                "slow or failing handshakes: the server's listen queue (accept backlog) overflows and drops SYNs",
                 Side::Server,
                 0.85,
-                "raise the listen backlog (the listen() backlog, net.core.somaxconn, net.ipv4.tcp_max_syn_backlog) and accept connections faster (more acceptor threads)",
+                BACKLOG_FIX.to_string(),
             )
         }
         Some(s) => {
@@ -45,28 +94,40 @@ pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
                 "slow or failing handshakes: SYNs or SYN-ACKs are lost and retransmitted",
                 Side::Network,
                 0.75,
-                "find where handshake packets are dropped: firewall rules and SYN rate limits on the path and hosts (`nft list ruleset`, `iptables -L -v`), interface and queue drops (`ip -s link`, `tc -s qdisc`)",
+                "find where handshake packets are dropped: firewall rules and SYN rate limits on the path and hosts (`nft list ruleset`, `iptables -L -v`), interface and queue drops (`ip -s link`, `tc -s qdisc`)".to_string(),
+            )
+        }
+        None if burst.is_some() && !one_at_a_time => {
+            evidence.push(
+                "connects wait for a resent SYN only when several arrive at once, never one at a time on the idle server: the pattern of a listen queue (accept backlog) that overflows — a path that drops SYNs drops them one at a time too".into(),
+            );
+            evidence.push(
+                "the server's counters are not visible from here: on the server, `nstat -az TcpExtListenOverflows TcpExtListenDrops` growing during a burst confirms it (and `ss -ltn`: Recv-Q reaching Send-Q, the backlog)".into(),
+            );
+            (
+                "slow handshakes under concurrency: connects arriving together wait ~1 s for a resent SYN — the server's listen backlog overflows",
+                Side::Server,
+                0.7,
+                format!(
+                    "{BACKLOG_FIX}; confirm first with `nstat -az TcpExtListenOverflows` on the server"
+                ),
             )
         }
         None => (
             "slow or failing handshakes: SYNs are dropped and retransmitted",
             Side::Server,
             0.7,
-            "check the listen backlog (`ss -ltn` Recv-Q vs Send-Q, net.core.somaxconn, the listen() backlog) and `nstat` ListenOverflows/ListenDrops; if they do not grow, look for SYN drops on the path (firewall rules, rate limits)",
+            "check the listen backlog (`ss -ltn` Recv-Q vs Send-Q, net.core.somaxconn, the listen() backlog) and `nstat` ListenOverflows/ListenDrops; if they do not grow, look for SYN drops on the path (firewall rules, rate limits)".to_string(),
         ),
     };
     Some(Diagnosis {
         rule: RuleId::SlowHandshake,
         title: title.into(),
-        explains_ns: if slow {
-            p.p99_ns.saturating_sub(p.p50_ns)
-        } else {
-            1_000_000_000
-        },
+        explains_ns: cost,
         confidence,
         side,
         evidence,
-        fix: fix.into(),
+        fix,
         caused_by: None,
         causes: Vec::new(),
     })

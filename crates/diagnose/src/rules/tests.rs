@@ -305,21 +305,32 @@ fn a_throttled_server_is_why_requests_queue() {
     assert!(all.iter().all(|f| f.caused_by.is_none()));
 }
 
+/// A measured rate one way, for a direction's bytes of one exchange.
+fn rate(rate_bps: f64, source: RateSource, wire_bytes: u64) -> Option<LinkRate> {
+    Some(LinkRate {
+        rate_bps,
+        source,
+        wire_bytes,
+    })
+}
+
 #[test]
 fn a_slow_link_is_the_network_not_the_server() {
-    // 4 Mbit/s: 1.2 KB on the wire per exchange is 2.4 ms; 8 at once queue 8 deep.
+    // 4 Mbit/s down: 1.2 KB of response on the wire is 2.4 ms; 8 at once queue 8 deep.
     let mut e = base(60, 2_600);
     e.concurrent = Some(Concurrent {
         connections: 8,
         latency: s(19_500),
     });
+    let trains = RateSource::PacketTrains { pairs: 40 };
     e.bottleneck = Some(Bottleneck {
-        rate_bps: 4e6,
-        source: RateSource::BulkTransfer,
-        wire_bytes: 1_220,
+        up: None,
+        down: rate(4e6, trains, 1_220),
     });
     let f = bottleneck_bandwidth(&e).expect("fires");
     assert_eq!(f.side, Side::Network);
+    assert!(f.evidence.iter().any(|l| l.contains("as measured")));
+    assert!(f.explains_ns <= 19_500_000 - 60_000, "{}", f.explains_ns);
     assert_eq!(
         socket_queueing(&e),
         None,
@@ -329,12 +340,71 @@ fn a_slow_link_is_the_network_not_the_server() {
     assert!(crate::budget(&e).serialisation_ns.unwrap() > 2_000_000);
     // A fast path: serialisation is nothing, and a one-at-a-time server is still named.
     e.bottleneck = Some(Bottleneck {
-        rate_bps: 10e9,
-        source: RateSource::BulkTransfer,
-        wire_bytes: 1_220,
+        up: None,
+        down: rate(10e9, trains, 1_220),
     });
     assert_eq!(bottleneck_bandwidth(&e), None);
     assert!(socket_queueing(&e).is_some());
+}
+
+/// Issue 28: behind a 50 Mbit/s token bucket on the client → server direction only, the bulk
+/// transfer measured 50 Mbit/s and the exchange's 1,281 B were put through it: "205us to
+/// serialise … of a 62.4us request", "8 × 205us = 1.64ms" against 156 µs measured, and the
+/// hosts' share 0 ns.
+#[test]
+fn a_rate_measured_one_way_is_not_the_others_and_never_exceeds_the_request() {
+    let mut e = base(30, 62);
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(156),
+    });
+    // The old model: the whole exchange at the uplink's rate.
+    let whole = rate(50e6, RateSource::BulkTransfer, 1_281);
+    e.bottleneck = Some(Bottleneck {
+        up: whole,
+        down: None,
+    });
+    assert!(e.bottleneck.unwrap().serialisation_ns() > 200_000);
+    assert_eq!(e.serialisation_share_ns(), None, "contradicted by 62 µs");
+    assert_eq!(bottleneck_bandwidth(&e), None);
+    assert!(!bandwidth_explains_concurrency(&e));
+    let b = crate::budget(&e);
+    assert_eq!(b.serialisation_ns, None);
+    assert_eq!(b.host_ns, Some(32_000), "the hosts keep their share");
+    // Per direction: the request's 166 B at 50 Mbit/s is 26 µs, the response is not counted.
+    e.bottleneck = Some(Bottleneck {
+        up: rate(50e6, RateSource::BulkTransfer, 166),
+        down: None,
+    });
+    assert_eq!(e.serialisation_share_ns(), Some(26_560));
+    assert_eq!(bottleneck_bandwidth(&e), None, "26 µs is not material");
+    // A slow uplink that is what requests see: 1 Mbit/s, a 1.5 KB request is 12 ms of a
+    // 12.5 ms request, and 8 at once measured 8 × 12 ms: every claim within what was measured.
+    let mut e = base(300, 12_500);
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(97_000),
+    });
+    e.bottleneck = Some(Bottleneck {
+        up: rate(1e6, RateSource::BulkTransfer, 1_500),
+        down: None,
+    });
+    let f = bottleneck_bandwidth(&e).expect("fires");
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("only the client → server direction was measured"))
+    );
+    assert!(f.evidence.iter().any(|l| l.contains("as measured")));
+    assert!(f.explains_ns <= 97_000_000 - 300_000);
+    // The same prediction where 8 at once measured 20 ms: the queueing is not claimed.
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(20_000),
+    });
+    let f = bottleneck_bandwidth(&e).expect("the single request's share stands");
+    assert_eq!(f.explains_ns, 12_000_000);
+    assert!(!f.evidence.iter().any(|l| l.contains("queue for the link")));
 }
 
 #[test]
@@ -1267,4 +1337,105 @@ fn connects_that_requests_contradict_place_nothing() {
     e.handshake = Some(s(396));
     assert_eq!(client_host_stack(&e), None);
     assert!(!client_host_ruled_out(&e));
+}
+
+#[test]
+fn a_finding_whose_cost_was_not_measured_says_so() {
+    let mut e = base(1_000, 1_200);
+    e.handshake = Some(s(1_000));
+    let f = Diagnosis {
+        rule: RuleId::Retransmissions,
+        title: "packet loss: segments retransmitted".into(),
+        explains_ns: 0,
+        confidence: 0.8,
+        side: Side::Network,
+        evidence: Vec::new(),
+        fix: "find where".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    };
+    let v = crate::verdict(&[f], &crate::budget(&e));
+    assert!(v.contains("its cost per request was not measured"), "{v}");
+    assert!(!v.contains("0ns") && !v.contains("0 ns"), "{v}");
+}
+
+/// A listen backlog of 1 behind a slow accept loop: one connect at a time on the idle server
+/// completes in 40 µs, but of 32 connects 8 at a time, 8 waited ~1 s for their resent SYN.
+fn accept_queue_overflow() -> Evidence {
+    let mut e = base(30, 400);
+    e.handshake = Some(Summary {
+        count: 100,
+        p50_ns: 40_000,
+        p99_ns: 90_000,
+        mean_ns: 45_000.0,
+        ..Summary::default()
+    });
+    e.connect_failures = ConnectFailures {
+        attempts: 100,
+        ..ConnectFailures::default()
+    };
+    e.connect_burst = Some(ConnectBurst {
+        connections: 8,
+        connect: Summary {
+            count: 32,
+            p50_ns: 60_000,
+            p99_ns: 1_030_000_000,
+            // 8 of 32 waited 1.03 s: the mean is the median plus a quarter of that.
+            mean_ns: 60_000.0 + 8.0 * 1_030_000_000.0 / 32.0,
+            ..Summary::default()
+        },
+        failures: ConnectFailures {
+            attempts: 32,
+            ..ConnectFailures::default()
+        },
+    });
+    e
+}
+
+#[test]
+fn an_overflowing_accept_queue_is_the_listen_backlog_from_either_seat() {
+    // The client's seat: no server counters. Only the burst waited.
+    let e = accept_queue_overflow();
+    let f = slow_handshake(&e).expect("the burst's resent SYNs");
+    assert_eq!(f.side, Side::Server);
+    assert!(f.title.contains("listen backlog"), "{}", f.title);
+    assert!(f.fix.contains("somaxconn") && f.fix.contains("listen() backlog"));
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("nstat -az TcpExtListenOverflows")),
+        "{:#?}",
+        f.evidence
+    );
+    // Ranked by what a connection waits: 8 × 1.03 s ÷ 32 connections.
+    assert!(
+        f.explains_ns.abs_diff(257_440_000) < 1_000_000,
+        "{}",
+        f.explains_ns
+    );
+    // The server's seat: its counters show the overflow.
+    let mut e = accept_queue_overflow();
+    e.counters = counters(NsCounters {
+        out_segs: 900,
+        in_segs: 800,
+        listen_overflows: 8,
+        listen_drops: 8,
+        ..NsCounters::default()
+    });
+    let f = slow_handshake(&e).expect("ListenOverflows");
+    assert!(f.title.contains("listen queue"), "{}", f.title);
+    assert!(f.evidence.iter().any(|l| l.contains("ListenOverflows +8")));
+    assert!(f.fix.contains("somaxconn"));
+    assert_eq!(apply(&e)[0].rule, RuleId::SlowHandshake);
+    // A burst that does not wait and no overflow: nothing.
+    let mut e = accept_queue_overflow();
+    let b = e.connect_burst.as_mut().unwrap();
+    b.connect.p99_ns = 200_000;
+    b.connect.mean_ns = 70_000.0;
+    assert_eq!(slow_handshake(&e), None);
+    // SYNs dropped one at a time as well, and no counters: not the backlog's pattern.
+    let mut e = accept_queue_overflow();
+    e.handshake.as_mut().unwrap().p99_ns = 1_010_000_000;
+    let f = slow_handshake(&e).expect("fires");
+    assert!(!f.title.contains("under concurrency"), "{}", f.title);
 }

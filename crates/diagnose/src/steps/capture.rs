@@ -10,12 +10,14 @@ use latscope_core::model::diagnose::StepName;
 use latscope_wire::analyze::Analysis;
 use latscope_wire::report::StallKind;
 
+use super::delivery::Delivery;
 use super::syn_resends::SynResends;
 use super::trains::{self, Trains};
 use super::{NotRun, Observe, requests_target};
 use crate::collect::Context;
 use crate::evidence::{
-    Bottleneck, CaptureEvidence, Evidence, NagleStalls, RateSource, StallExample, StallTotal,
+    Bottleneck, CaptureEvidence, Evidence, LinkRate, NagleStalls, RateSource, StallExample,
+    StallTotal,
 };
 
 pub struct Capture;
@@ -68,12 +70,17 @@ impl Observe for Capture {
                     latscope_core::units::format_ns(s.lost_ns as f64)
                 ))
                 .unwrap_or_default(),
-            match c.train_rate_bps {
-                Some((r, pairs)) => format!(
+            match (c.delivery_rate_bps, c.train_rate_bps) {
+                (Some((r, n)), _) => format!(
+                    "large responses delivered at {} once settled ({})",
+                    latscope_core::units::format_bitrate(r),
+                    latscope_core::units::count(n, "response")
+                ),
+                (None, Some((r, pairs))) => format!(
                     "packet trains of the responses: bottleneck ≈ {} ({pairs} segment pairs)",
                     latscope_core::units::format_bitrate(r)
                 ),
-                None => format!(
+                (None, None) => format!(
                     "bottleneck rate unavailable: the responses ({} B on the wire each) are too short for a packet-train estimate (needs {} pairs of back-to-back full segments)",
                     c.wire_bytes_per_transaction.unwrap_or(0),
                     trains::MIN_PAIRS
@@ -83,15 +90,19 @@ impl Observe for Capture {
     }
 
     fn store(ev: &mut Evidence, c: CaptureEvidence) {
-        // Where no bulk transfer measures the path (URL targets, --no-load), the responses'
-        // packet trains do; a later bulk transfer replaces it.
-        if ev.bottleneck.is_none()
-            && let (Some((rate_bps, pairs)), Some(wire_bytes)) =
-                (c.train_rate_bps, c.wire_bytes_per_transaction)
-        {
-            ev.bottleneck = Some(Bottleneck {
+        // The responses measure the server → client direction (the bulk transfer, when there
+        // is one, the other): the rate large responses got once settled where there were
+        // some (what a shaped link leaves them), else their packet trains (the link's
+        // capacity).
+        let down = match (c.delivery_rate_bps, c.train_rate_bps) {
+            (Some((r, responses)), _) => Some((r, RateSource::Delivery { responses })),
+            (None, Some((r, pairs))) => Some((r, RateSource::PacketTrains { pairs })),
+            (None, None) => None,
+        };
+        if let (Some((rate_bps, source)), Some(wire_bytes)) = (down, c.wire_bytes_per_transaction) {
+            ev.bottleneck.get_or_insert_with(Bottleneck::default).down = Some(LinkRate {
                 rate_bps,
-                source: RateSource::PacketTrains { pairs },
+                source,
                 wire_bytes,
             });
         }
@@ -120,6 +131,7 @@ fn capture_and_analyze(
         top: 1,
     });
     let mut trains = Trains::new(port);
+    let mut delivery = Delivery::new(port);
     let mut syns = SynResends::default();
     let mut frame = 0u64;
     cap.run(stop, None, Some(limit), |ts, _orig, data| {
@@ -127,6 +139,7 @@ fn capture_and_analyze(
         let d = latscope_wire::decode(link, data);
         if let Ok(d) = &d {
             trains.push(ts, d);
+            delivery.push(ts, d);
             syns.push(ts, d);
         }
         analyzer.push(frame, ts, d);
@@ -136,6 +149,7 @@ fn capture_and_analyze(
     let analysis = analyzer.finish();
     let mut ev = set_apart(evidence_of(&analysis), syns.total());
     ev.train_rate_bps = trains.rate();
+    ev.delivery_rate_bps = delivery.rate();
     ev.wire_bytes_per_transaction = trains.wire_bytes_per(analysis.transactions);
     Ok(ev)
 }
@@ -191,6 +205,7 @@ fn evidence_of(r: &Analysis) -> CaptureEvidence {
         syn_resends: None,
         delayed_ack: total(StallKind::DelayedAck),
         train_rate_bps: None,
+        delivery_rate_bps: None,
         wire_bytes_per_transaction: None,
     }
 }
@@ -198,6 +213,58 @@ fn evidence_of(r: &Analysis) -> CaptureEvidence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client's seat against a URL behind a 10 Mbit/s link: no bulk transfer, no server
+    /// counters, responses of 100 KB too paced for packet trains to say more than the
+    /// delivery rate. The capture alone makes it the path's bandwidth, not the server's time.
+    #[test]
+    fn a_slow_link_seen_from_the_client_alone_is_bandwidth() {
+        use latscope_core::Summary;
+        use latscope_core::model::diagnose::{RuleId, Side};
+        let s = |p50_ns| Summary {
+            count: 100,
+            p50_ns,
+            p99_ns: p50_ns * 11 / 10,
+            ..Summary::default()
+        };
+        // This host's own stack measured and ruled out (connects as fast as the SYN ping), so
+        // the time beyond the path is placed at the server's end: without the delivery rate
+        // it was called the server's think time.
+        let mut ev = Evidence {
+            path: Some(s(1_000_000)),
+            path_by_syn: true,
+            handshake: Some(s(1_020_000)),
+            single: Some(s(89_000_000)),
+            ..Evidence::default()
+        };
+        let before = crate::rules::apply(&ev);
+        assert_eq!(before[0].rule, RuleId::ThinkTime, "what it was called");
+        let c = CaptureEvidence {
+            frames: 7_400,
+            transactions: 100,
+            delivery_rate_bps: Some((10e6, 100)),
+            wire_bytes_per_transaction: Some(104_600),
+            ..CaptureEvidence::default()
+        };
+        <Capture as Observe>::store(&mut ev, c);
+        let down = ev.bottleneck.and_then(|b| b.down).expect("server → client");
+        assert_eq!(down.source, RateSource::Delivery { responses: 100 });
+        assert_eq!(ev.bottleneck.and_then(|b| b.up), None);
+        let found = crate::rules::apply(&ev);
+        assert_eq!(found[0].rule, RuleId::BottleneckBandwidth, "{found:#?}");
+        assert_eq!(found[0].side, Side::Network);
+        assert!(found[0].explains_ns <= 88_000_000);
+        assert!(
+            found.iter().all(|f| f.rule != RuleId::ThinkTime),
+            "{found:#?}"
+        );
+        assert!(
+            found[0]
+                .evidence
+                .iter()
+                .any(|l| l.contains("only the server → client direction"))
+        );
+    }
 
     #[test]
     fn resent_syns_are_not_the_datas_retransmissions() {

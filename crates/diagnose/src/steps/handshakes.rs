@@ -14,7 +14,7 @@ use latscope_net::rr::StopAfter;
 use super::engines::{is_latscope, meta};
 use super::{Measure, NotRun};
 use crate::collect::{Context, Plan};
-use crate::evidence::{ConnectFailures, Evidence};
+use crate::evidence::{ConnectBurst, ConnectFailures, Evidence};
 
 pub struct Handshakes;
 
@@ -24,7 +24,12 @@ pub struct Connects {
     failures: ConnectFailures,
     /// `None` when no connect succeeded.
     target: Option<TargetKind>,
+    /// The same connects several at once, when the sequential ones reached the target.
+    burst: Option<ConnectBurst>,
 }
+
+/// Connects in a burst: each of this many threads connects [`BURST_EACH`] times.
+const BURST_EACH: u64 = 4;
 
 impl Measure for Handshakes {
     const NAME: StepName = StepName::Handshakes;
@@ -47,6 +52,30 @@ impl Measure for Handshakes {
         };
         let r = latscope_net::connect::run(&cc, meta("connect"), cx.stop)
             .map_err(|e| NotRun::Failed(e.to_string()))?;
+        // The same connects N at once: a listen queue too short for the server's accept loop
+        // overflows only when SYNs arrive together, and each connect it drops waits ~1 s
+        // (TCP_TIMEOUT_INIT) for its resent SYN — invisible one at a time on an idle server.
+        let burst = (r.succeeded > 0 && p.concurrency >= 2)
+            .then(|| {
+                let bc = ConnectConfig {
+                    stop_after: StopAfter::Count(BURST_EACH * u64::from(p.concurrency)),
+                    parallel: p.concurrency,
+                    interval: Duration::ZERO,
+                    ..cc.clone()
+                };
+                latscope_net::connect::run(&bc, meta("connect"), cx.stop).ok()
+            })
+            .flatten()
+            .filter(|b| b.attempts > 0)
+            .map(|b| ConnectBurst {
+                connections: p.concurrency,
+                connect: b.connect,
+                failures: ConnectFailures {
+                    attempts: b.attempts,
+                    refused: b.refused,
+                    timed_out: b.timed_out,
+                },
+            });
         let target = (r.succeeded > 0).then(|| {
             if p.url.is_some() {
                 TargetKind::Http
@@ -64,6 +93,7 @@ impl Measure for Handshakes {
                 timed_out: r.timed_out,
             },
             target,
+            burst,
         })
     }
 
@@ -79,8 +109,21 @@ impl Measure for Handshakes {
         } else {
             ", none completed".to_string()
         };
+        let burst = o
+            .burst
+            .as_ref()
+            .map(|b| {
+                format!(
+                    "; {} at once: p50 {}, p99 {}, {} timed out",
+                    b.connections,
+                    format_ns(b.connect.p50_ns as f64),
+                    format_ns(b.connect.p99_ns as f64),
+                    b.failures.timed_out
+                )
+            })
+            .unwrap_or_default();
         format!(
-            "{} connects{times}, {} refused, {} timed out",
+            "{} connects{times}, {} refused, {} timed out{burst}",
             f.attempts, f.refused, f.timed_out
         )
     }
@@ -102,5 +145,6 @@ impl Measure for Handshakes {
         ev.handshake = Some(o.connect);
         ev.connect_failures = o.failures;
         ev.target = o.target;
+        ev.connect_burst = o.burst;
     }
 }

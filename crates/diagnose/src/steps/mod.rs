@@ -10,6 +10,7 @@ mod capture;
 mod concurrency;
 mod counters;
 mod cpu;
+mod delivery;
 mod engines;
 mod families;
 mod handshakes;

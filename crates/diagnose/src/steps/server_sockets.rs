@@ -165,12 +165,19 @@ impl Observe for ServerSockets {
     }
 
     fn detail(_cx: &Context, ss: &evidence::ServerSockets) -> String {
+        // Said plainly when none has the option: "TCP_NODELAY off on 0" reads as a finding.
+        let nagle = match ss.nagle_on {
+            0 => "TCP_NODELAY on every one".to_string(),
+            n => format!("TCP_NODELAY off on {n}"),
+        };
+        let cork = match ss.corked {
+            0 => "none corked".to_string(),
+            n => format!("TCP_CORK on {n}"),
+        };
         format!(
-            "{}: {}, TCP_NODELAY off on {}, TCP_CORK on {}{}",
+            "{}: {}, {nagle}, {cork}{}",
             ss.process,
             latscope_core::units::count(ss.connections as u64, "connection"),
-            ss.nagle_on,
-            ss.corked,
             ss.snd_mss
                 .map(|m| format!(", MSS {m} B"))
                 .unwrap_or_default()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use latscope_core::model::diagnose::Responsiveness;
 use latscope_core::model::diagnose::{StepName, TargetKind};
 use latscope_core::model::rr::Transport;
-use latscope_core::model::stream::{Direction, StreamOptions};
+use latscope_core::model::stream::{Direction, DirectionResult, StreamOptions};
 use latscope_core::units::format_ns;
 use latscope_net::proto::StreamSpec;
 use latscope_net::stream::StreamConfig;
@@ -16,16 +16,46 @@ use latscope_net::stream::StreamConfig;
 use super::engines::{http_latency, http_options, meta};
 use super::{Measure, NotRun, requests_target};
 use crate::collect::{Context, Plan};
-use crate::evidence::{Bottleneck, Evidence, Load, RateSource, UnderLoad as Loaded};
+use crate::evidence::{Bottleneck, Evidence, LinkRate, Load, RateSource, UnderLoad as Loaded};
 
 pub struct UnderLoad;
 
 /// The probe's latency idle and loaded, and the load it competed with.
 pub struct Outcome {
     latency: Loaded,
-    /// With a bulk transfer: bytes one request/response exchange of the request steps puts on
-    /// the wire (its rate is the path's bottleneck).
-    exchange_wire_bytes: Option<u64>,
+    /// With a bulk transfer: each direction's rate, applied to the bytes one exchange of the
+    /// request steps sends that way (the request's up, the response's down).
+    rates: Option<Bottleneck>,
+}
+
+/// Which way a bulk transfer's result went, by the model's two documented names
+/// ([`latscope_core::model::stream::DirectionResult::direction`]): `Some(true)` client →
+/// server, `Some(false)` server → client.
+fn client_sends(d: &DirectionResult) -> Option<bool> {
+    match d.direction.as_str() {
+        "client→server" => Some(true),
+        "server→client" => Some(false),
+        _ => None,
+    }
+}
+
+/// The rate of each direction the transfer measured, with the bytes of one request (up) and
+/// one response (down) on the wire.
+fn rates(results: &[DirectionResult], request_bytes: u64, response_bytes: u64) -> Bottleneck {
+    let mut b = Bottleneck::default();
+    for d in results.iter().filter(|d| d.rate_bps > 0.0) {
+        let (slot, bytes) = match client_sends(d) {
+            Some(true) => (&mut b.up, request_bytes),
+            Some(false) => (&mut b.down, response_bytes),
+            None => continue,
+        };
+        *slot = Some(LinkRate {
+            rate_bps: d.rate_bps,
+            source: RateSource::BulkTransfer,
+            wire_bytes: on_wire(bytes, 1448),
+        });
+    }
+    b
 }
 
 /// Bytes on the wire for `payload` bytes of TCP data: per segment (at most `mss` bytes of data)
@@ -49,7 +79,7 @@ impl Measure for UnderLoad {
             let url = cx.plan.url.as_deref().unwrap_or_default();
             return http_ramp(url, cx.stop).map(|latency| Outcome {
                 latency,
-                exchange_wire_bytes: None,
+                rates: None,
             });
         }
         let sc = StreamConfig {
@@ -57,7 +87,10 @@ impl Measure for UnderLoad {
             addr: Some(cx.plan.addr),
             spec: StreamSpec {
                 transport: Transport::Tcp,
-                direction: Direction::Send,
+                // Both ways at once: a rate measured one way says nothing of the other (a
+                // token bucket on the uplink only), and the requests' bytes go up while the
+                // responses' come down.
+                direction: Direction::Both,
                 streams: 1,
                 duration_ms: 3000,
                 bytes_per_stream: None,
@@ -81,13 +114,14 @@ impl Measure for UnderLoad {
                 idle: lp.idle,
                 loaded: lp.loaded,
                 load: Load::Bulk {
-                    rate_bps: r.results.first().map(|d| d.rate_bps),
+                    rate_bps: r.results.iter().map(|d| d.rate_bps).reduce(f64::max),
                 },
             },
-            exchange_wire_bytes: Some(
-                on_wire(u64::from(cx.plan.request_bytes), 1448)
-                    + on_wire(u64::from(cx.plan.response_bytes), 1448),
-            ),
+            rates: Some(rates(
+                &r.results,
+                u64::from(cx.plan.request_bytes),
+                u64::from(cx.plan.response_bytes),
+            )),
         })
     }
 
@@ -108,20 +142,12 @@ impl Measure for UnderLoad {
     }
 
     fn store(ev: &mut Evidence, o: Outcome) {
-        // A bulk transfer's throughput is the path's bottleneck rate.
-        if let (
-            Load::Bulk {
-                rate_bps: Some(rate_bps),
-            },
-            Some(wire_bytes),
-        ) = (&o.latency.load, o.exchange_wire_bytes)
-            && *rate_bps > 0.0
-        {
-            ev.bottleneck = Some(Bottleneck {
-                rate_bps: *rate_bps,
-                source: RateSource::BulkTransfer,
-                wire_bytes,
-            });
+        // A bulk transfer's throughput is each direction's bottleneck rate: it replaces what
+        // the capture's responses estimated for the same direction.
+        if let Some(r) = o.rates {
+            let b = ev.bottleneck.get_or_insert_with(Bottleneck::default);
+            b.up = r.up.or(b.up);
+            b.down = r.down.or(b.down);
         }
         ev.under_load = Some(o.latency);
     }
@@ -180,4 +206,37 @@ fn http_ramp(url: &str, stop: &AtomicBool) -> Result<Loaded, NotRun> {
         last_rate = rate;
     }
     top.ok_or_else(|| NotRun::Failed("interrupted".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(direction: &str, rate_bps: f64) -> DirectionResult {
+        DirectionResult {
+            direction: direction.into(),
+            rate_bps,
+            ..DirectionResult::default()
+        }
+    }
+
+    #[test]
+    fn each_direction_serialises_its_own_bytes() {
+        // A 50 Mbit/s token bucket on the uplink only, a 10 Gbit/s downlink.
+        let b = rates(
+            &[result("client→server", 50e6), result("server→client", 10e9)],
+            64,
+            1024,
+        );
+        let up = b.up.expect("up");
+        let down = b.down.expect("down");
+        assert_eq!((up.rate_bps, up.wire_bytes), (50e6, 64 + 66));
+        assert_eq!((down.rate_bps, down.wire_bytes), (10e9, 1024 + 66));
+        // 130 B at 50 Mbit/s and 1,090 B at 10 Gbit/s: 20.8 µs + 0.87 µs, not the 205 µs of
+        // the whole exchange at the uplink's rate.
+        assert_eq!(b.serialisation_ns(), 20_800 + 872);
+        // One direction measured: the other stays unknown.
+        let b = rates(&[result("client→server", 50e6)], 64, 1024);
+        assert_eq!(b.down, None);
+    }
 }
