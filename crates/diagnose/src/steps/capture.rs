@@ -11,7 +11,6 @@ use latscope_wire::analyze::Analysis;
 use latscope_wire::report::StallKind;
 
 use super::delivery::Delivery;
-use super::syn_resends::SynResends;
 use super::trains::{self, Trains};
 use super::{NotRun, Observe, requests_target};
 use crate::collect::Context;
@@ -132,7 +131,6 @@ fn capture_and_analyze(
     });
     let mut trains = Trains::new(port);
     let mut delivery = Delivery::new(port);
-    let mut syns = SynResends::default();
     let mut frame = 0u64;
     cap.run(stop, None, Some(limit), |ts, _orig, data| {
         frame += 1;
@@ -140,34 +138,32 @@ fn capture_and_analyze(
         if let Ok(d) = &d {
             trains.push(ts, d);
             delivery.push(ts, d);
-            syns.push(ts, d);
         }
         analyzer.push(frame, ts, d);
         Ok(())
     })
     .map_err(|e| format!("{e:#}"))?;
     let analysis = analyzer.finish();
-    let mut ev = set_apart(evidence_of(&analysis), syns.total());
+    let resends = analysis.handshake_resends.total();
+    let syn = (resends.count > 0).then_some(StallTotal {
+        count: resends.count,
+        lost_ns: resends.waited_ns,
+    });
+    let mut ev = set_apart(evidence_of(&analysis), syn);
     ev.train_rate_bps = trains.rate();
     ev.delivery_rate_bps = delivery.rate();
     ev.wire_bytes_per_transaction = trains.wire_bytes_per(analysis.transactions);
     Ok(ev)
 }
 
-/// The analysis counts resent SYNs with the data's retransmissions (as tshark does), and their
-/// waits as timer stalls (every SYN resend is one): set them apart.
+/// The analysis counts resent SYNs and SYN-ACKs with the data's retransmissions, as tshark
+/// does, but keeps them out of its timer stalls (the wire analyzer's own handshake finding,
+/// `latscope_wire::SynResends`): set them apart from the retransmissions too.
 fn set_apart(mut ev: CaptureEvidence, syn: Option<StallTotal>) -> CaptureEvidence {
     let Some(syn) = syn else {
         return ev;
     };
     ev.retransmissions = ev.retransmissions.saturating_sub(syn.count);
-    ev.rto_stalls = ev.rto_stalls.and_then(|r| {
-        let left = StallTotal {
-            count: r.count.saturating_sub(syn.count),
-            lost_ns: r.lost_ns.saturating_sub(syn.lost_ns),
-        };
-        (left.count > 0).then_some(left)
-    });
     ev.syn_resends = Some(syn);
     ev
 }
@@ -269,20 +265,21 @@ mod tests {
     #[test]
     fn resent_syns_are_not_the_datas_retransmissions() {
         let stall = |count, lost_ns| StallTotal { count, lost_ns };
+        // Two resent SYNs among three frames: the analysis counts them as retransmissions
+        // (tshark's count) and not as timer stalls; diagnose files them under the handshakes.
         let ev = CaptureEvidence {
             frames: 3,
             retransmissions: 2,
-            rto_stalls: Some(stall(2, 2_042_000_000)),
             ..CaptureEvidence::default()
         };
         let ev = set_apart(ev, Some(stall(2, 2_042_000_000)));
         assert_eq!(ev.retransmissions, 0);
         assert_eq!(ev.rto_stalls, None);
         assert_eq!(ev.syn_resends, Some(stall(2, 2_042_000_000)));
-        // Data lost too: what is left is the data's.
+        // Data lost too: the retransmissions left are the data's, its timer stalls untouched.
         let ev = CaptureEvidence {
             retransmissions: 9,
-            rto_stalls: Some(stall(5, 3_300_000_000)),
+            rto_stalls: Some(stall(4, 2_300_000_000)),
             ..CaptureEvidence::default()
         };
         let ev = set_apart(ev, Some(stall(1, 1_000_000_000)));

@@ -21,7 +21,6 @@ mod phases;
 mod quickack;
 mod server_sockets;
 mod single;
-mod syn_resends;
 mod trains;
 mod under_load;
 
