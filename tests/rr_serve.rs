@@ -176,6 +176,13 @@ fn nagle_split_response_stalls_and_nodelay_does_not() {
         (35_000_000..=50_000_000).contains(&p50),
         "Nagle × delayed ACK p50 {p50} ns"
     );
+    // Half of a delayed ACK's stall is no one-way latency: the table says "-" there.
+    let (_, out, _) = run(&["rr", &addr_arg(slow.tcp_addr), "-s", "1024", "-d", "1s"]);
+    let row = out
+        .lines()
+        .find(|l| l.contains("B / 1024 B"))
+        .unwrap_or_else(|| panic!("no result row: {out}"));
+    assert!(row.trim_end().ends_with(" -"), "{row}");
 
     // The same split writes with TCP_NODELAY on: no stall.
     let fast = server(None, None, None);

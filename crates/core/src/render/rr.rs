@@ -165,11 +165,15 @@ impl RrReport {
                 format_si(r.transactions_per_sec),
             ];
             cells.extend(r.rtt.cells());
-            cells.push(if r.rtt.count > 0 {
-                format_ns(r.one_way_p50_ns as f64)
-            } else {
-                "-".into()
-            });
+            // Half an RTT that is a TCP timer's stall (a delayed ACK, an RTO) is no one-way
+            // latency: the stall is on one side, not split across the path.
+            cells.push(
+                if r.rtt.count > 0 && crate::timer::TcpTimer::classify(r.rtt.p50_ns).is_none() {
+                    format_ns(r.one_way_p50_ns as f64)
+                } else {
+                    "-".into()
+                },
+            );
             if self.transport == Transport::Udp {
                 cells.push(r.lost.to_string());
             }
@@ -191,7 +195,7 @@ impl RrReport {
         let open = matches!(self.load, LoadMode::Open { .. });
         let _ = writeln!(
             out,
-            "  RTT: request write → last response byte read. One-way = RTT/2, an estimate that assumes a symmetric path."
+            "  RTT: request write → last response byte read. One-way = RTT/2, an estimate that assumes a symmetric path (\"-\" when the median is a TCP timer's stall)."
         );
         if open {
             let _ = writeln!(

@@ -65,7 +65,15 @@ fn single(s: &RrSizeResult) -> Result<String, ReportError> {
         ("rate", format!("{}/s", format_si(s.transactions_per_sec))),
         ("RTT p50", format_ns(s.rtt.p50_ns as f64)),
         ("RTT p99", format_ns(s.rtt.p99_ns as f64)),
-        ("one-way p50 (RTT/2)", format_ns(s.one_way_p50_ns as f64)),
+        (
+            "one-way p50 (RTT/2)",
+            // Half a TCP timer's stall is no one-way latency.
+            if latscope_core::timer::TcpTimer::classify(s.rtt.p50_ns).is_none() {
+                format_ns(s.one_way_p50_ns as f64)
+            } else {
+                "- (the median is a TCP timer's stall)".into()
+            },
+        ),
         ("lost / timeouts", format!("{} / {}", s.lost, s.timeouts)),
     ]);
     let mut rows = vec![("round trip".to_string(), &s.rtt)];
