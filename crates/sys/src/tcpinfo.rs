@@ -78,7 +78,7 @@ pub fn read(fd: RawFd) -> io::Result<TcpStats> {
     parse(&buf[..len]).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("tcp_info of {len} bytes, shorter than the {MIN_LEN} every kernel returns"),
+            format!("a tcp_info {len} bytes long, shorter than the {MIN_LEN} every kernel returns"),
         )
     })
 }

@@ -279,7 +279,7 @@ fn handshake_lines(a: &crate::report::Analysis, out: &mut Page) {
         let packet = p.lost_segment_bytes + p.header_bytes;
         let _ = writeln!(
             out,
-            "  Path MTU: {}'s {}-byte segments (IP packets of {packet} bytes) were resent {} and never acknowledged, \
+            "  Path MTU: {}'s {}-byte segments (IP packets {packet} bytes long) were resent {} and never acknowledged, \
 while segments of up to {} bytes (packets of {}) passed{}: the path's MTU lies between; clamp the MSS to at most {} or let \
 ICMP \"fragmentation needed\" through (conn {}, first sent in frame #{}).",
             p.sender,

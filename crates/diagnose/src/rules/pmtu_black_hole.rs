@@ -41,12 +41,13 @@ pub fn pmtu_black_hole(e: &Evidence) -> Option<Diagnosis> {
         ));
     }
     if e.connect_failures.attempts > 0 && e.target.is_some() {
+        let done = e
+            .connect_failures
+            .attempts
+            .saturating_sub(e.connect_failures.refused + e.connect_failures.timed_out);
         evidence.push(format!(
-            "connections open ({} of {} handshakes completed): small packets pass",
-            e.connect_failures
-                .attempts
-                .saturating_sub(e.connect_failures.refused + e.connect_failures.timed_out),
-            e.connect_failures.attempts
+            "connections open ({} completed): small packets pass",
+            of(done, e.connect_failures.attempts, "handshake")
         ));
     }
     Some(Diagnosis {
