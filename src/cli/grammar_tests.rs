@@ -353,12 +353,7 @@ fn help_paragraphs_break_only_between_sentences() {
     let mut cli = Cli::command();
     cli.build();
     let mut bad = Vec::new();
-    // Their files move to crates/diagnose this round (issue 25): reflowed after the move.
-    const PENDING: [&str; 2] = ["diagnose", "agent"];
-    for sub in cli
-        .get_subcommands()
-        .filter(|s| !PENDING.contains(&s.get_name()))
-    {
+    for sub in cli.get_subcommands() {
         let Some(text) = sub.get_after_help().map(|t| t.to_string()) else {
             continue;
         };

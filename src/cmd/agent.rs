@@ -32,8 +32,7 @@ Config (TOML, or YAML when the file ends in .yaml/.yml; every key is in docs/age
   probes = [\"tcp-socket-read\"]
 
 Serves /metrics (OpenMetrics), /healthz and /probe?target=HOST[:PORT]&kind=KIND.
-SIGHUP reloads the configuration and the peer list (a broken file keeps the previous one);
-SIGTERM or SIGINT stop it cleanly.
+SIGHUP reloads the configuration and the peer list (a broken file keeps the previous one); SIGTERM or SIGINT stop it cleanly.
 
 Exit codes: 0 stopped by a signal (or --check passed); 2 bad configuration; 5 cannot listen.")]
 pub struct AgentArgs {

@@ -23,18 +23,12 @@ Examples:
   latscope diagnose 10.0.0.2:443         any TCP service: the path (connect RTT, handshakes)
   latscope diagnose 10.0.0.2 --json
 
-Findings are named rules (nagle_delayed_ack, delayed_ack, think_time, socket_queueing,
-pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, bottleneck_bandwidth,
-path_dominates, cpu_throttling, run_queue_delay, server_tail_latency, slow_dns, slow_tls,
-client_host_stack, error_responses), the root cause first (a finding another explains is marked
-as its consequence), then by the latency per request they explain, each with its evidence, a
-confidence, the side to fix and the fix. Time that no rule explains is said as such
-(unexplained), with where it sits and what was ruled out. A run takes at most --max-time; steps it stops are
-listed as cut short. When nothing is wrong it says so and shows
-the budget: network path against time in the hosts.
+Findings are named rules (nagle_delayed_ack, delayed_ack, think_time, socket_queueing, pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, bottleneck_bandwidth, path_dominates, cpu_throttling, run_queue_delay, server_tail_latency, slow_dns, slow_tls, client_host_stack, pmtu_black_hole, dead_address_family, error_responses), the root cause first (a finding another explains is marked as its consequence), then by the latency per request they explain, each with its evidence, a confidence, the side to fix and the fix.
+Time that no rule explains is said as such (unexplained), with where it sits and what was ruled out.
+A run takes at most --max-time; steps it stops are listed as cut short.
+When nothing is wrong it says so and shows the budget: network path against time in the hosts.
 
-Exit codes: 0 measured, no finding; 1 findings; 2 bad input; 3 the target could not be measured
-(unreachable, refused, name lookup failed); 4 missing privileges; 130 interrupted.")]
+Exit codes: 0 measured, no finding; 1 findings; 2 bad input; 3 the target could not be measured (unreachable, refused, name lookup failed); 4 missing privileges; 130 interrupted.")]
 pub struct DiagnoseArgs {
     /// An http:// or https:// URL, or HOST[:PORT]: a latscope server (port 7373 by default) or
     /// any TCP service.

@@ -85,11 +85,12 @@ pub fn bottleneck_bandwidth(e: &Evidence) -> Option<Diagnosis> {
         ),
         _ => {}
     }
-    let mut explains = ser;
+    // What one request loses to the link: its serialisation, never more than it measured. The
+    // queueing of concurrent requests behind each other is evidence, not a per-request cost.
+    let explains = ser;
     if let Some(c) = &e.concurrent
         && bandwidth_explains_concurrency(e)
     {
-        let path = e.path.as_ref().map_or(0, |p| p.p50_ns);
         evidence.push(format!(
             "{} at once: p50 {} — they queue for the link ({} × {} = {}, as measured)",
             c.connections,
@@ -98,9 +99,6 @@ pub fn bottleneck_bandwidth(e: &Evidence) -> Option<Diagnosis> {
             format_ns(ser as f64),
             format_ns((ser * u64::from(c.connections)) as f64)
         ));
-        explains = explains
-            .max(c.latency.p50_ns.saturating_sub(single) + ser)
-            .min(c.latency.p50_ns.saturating_sub(path));
     }
     Some(Diagnosis {
         rule: RuleId::BottleneckBandwidth,

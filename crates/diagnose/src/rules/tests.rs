@@ -1439,3 +1439,33 @@ fn an_overflowing_accept_queue_is_the_listen_backlog_from_either_seat() {
     let f = slow_handshake(&e).expect("fires");
     assert!(!f.title.contains("under concurrency"), "{}", f.title);
 }
+
+/// The lab's slow-link from the server's host: 4 Mbit/s both ways with 5 ms of queue, a bulk
+/// transfer both ways at once reaching 2.9 Mbit/s each way, 1 KiB responses taking 2.18 ms
+/// where the path is 13 µs, 8 at once 13.1 ms. The bulk goodput predicts 3.4 ms of
+/// serialisation: more than measured, yet within what a shallow-queued shaper costs a bulk
+/// transfer, so the link explains the request (capped at what was measured), not the server.
+#[test]
+fn a_bulk_transfers_goodput_through_a_shallow_shaper_still_names_the_link() {
+    let mut e = base(13, 2_181);
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(13_058),
+    });
+    e.bottleneck = Some(Bottleneck {
+        up: rate(2.85e6, RateSource::BulkTransfer, 130),
+        down: rate(2.85e6, RateSource::BulkTransfer, 1_092),
+    });
+    e.server_sockets = Some(ServerSockets {
+        process: "latscope[1]".into(),
+        connections: 1,
+        ..ServerSockets::default()
+    });
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::BottleneckBandwidth, "{all:#?}");
+    // Never more of a request than was measured beyond the path (the 8 concurrent exchanges'
+    // queueing for the link is evidence, not a per-request cost).
+    assert!(all[0].explains_ns <= 2_181_000 - 13_000);
+    assert!(all[0].evidence.iter().any(|l| l.contains("8 at once")));
+    assert!(all.iter().all(|f| f.rule != RuleId::ThinkTime), "{all:#?}");
+}
