@@ -273,8 +273,12 @@ fn sigint_after(child: &mut std::process::Child, after: Duration) {
 fn ctrl_c_prints_partial_results_and_cleans_up() {
     let path = sock_path("sigint");
     let mut serve = ServeProcess::start(&["--unix", path.to_str().unwrap()]);
+    // Listening, not only bound: the socket file appears at bind(), before listen(), and a
+    // connect in between is refused (exit 3 on a loaded machine).
     let t0 = Instant::now();
-    while !path.exists() && t0.elapsed() < Duration::from_secs(5) {
+    while std::os::unix::net::UnixStream::connect(&path).is_err()
+        && t0.elapsed() < Duration::from_secs(5)
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut rr = std::process::Command::new(BIN)
