@@ -380,21 +380,33 @@ fn a_small_client_receive_buffer_limits_the_servers_sender() {
     let small = stream_json(&[&addr, "-t", "1s", "-R", "--rcvbuf", "4k"]);
     let r = &small["results"][0];
     // The server's sending socket (its tcp_info, reported at the end of the test): held back
-    // by the client's window for most of the time it had data to send.
+    // by the client's window for a material share of the time it had data to send. How much
+    // depends on how fast the client reads (on an idle loopback the window reopens within
+    // microseconds: 31% measured; 56–80% on a loaded machine), so the share is compared with
+    // the same transfer into default buffers below rather than with a fixed majority.
     let l = &r["tcp"]["limits"];
-    assert_eq!(l["limited_by"], "receive_window", "{l}");
     let busy = u(&l["busy_us"]);
+    let small_share = u(&l["rwnd_limited_us"]) as f64 / busy.max(1) as f64;
     assert!(
-        u(&l["rwnd_limited_us"]) * 2 > busy,
-        "receive-window-limited most of {busy} µs: {l}"
+        small_share >= 0.2,
+        "receive-window-limited {:.0}% of {busy} µs: {l}",
+        small_share * 100.0
     );
     // The client's receiving socket: a small buffer, a small advertised window.
     let rx = &r["receiver_limits"];
     assert!(u(&rx["rcvbuf_bytes"]) <= 16 << 10, "{rx}");
     let small_wnd = u(&rx["rcv_wnd"]);
     assert!(small_wnd <= 16 << 10, "{rx}");
-    // Default buffers advertise a window many times larger.
+    // Default buffers advertise a window many times larger, and hold the sender back far less.
     let big = stream_json(&[&addr, "-t", "1s", "-R"]);
     let big_wnd = u(&big["results"][0]["receiver_limits"]["rcv_wnd"]);
     assert!(big_wnd > 8 * small_wnd, "{big_wnd} vs {small_wnd}");
+    let bl = &big["results"][0]["tcp"]["limits"];
+    let big_share = u(&bl["rwnd_limited_us"]) as f64 / u(&bl["busy_us"]).max(1) as f64;
+    assert!(
+        big_share * 2.0 <= small_share,
+        "default buffers {:.0}% against {:.0}% with 4 KiB: {bl}",
+        big_share * 100.0,
+        small_share * 100.0
+    );
 }
