@@ -349,6 +349,6 @@ ci! {
     client_healthy_nginx => "healthy-nginx" from ClientOnly,
     client_loss => "loss" from ClientOnly,
     client_long_path => "long-path" from ClientOnly,
-    client_cpu_starved => "cpu-starved" from ClientOnly,
+    client_cpu_hog => "cpu-hog" from ClientOnly,
     client_error_responses => "error-responses" from ClientOnly,
 }
