@@ -188,9 +188,9 @@ fn round_bar(rounds: u64) -> indicatif::ProgressBar {
     b
 }
 
-pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
-    validate(args)?;
-    let mode = if args.mode.syn {
+/// The probe mode the flags ask for (`None`: picked from the privileges available).
+fn asked_mode(args: &TraceArgs) -> Option<ProbeMode> {
+    if args.mode.syn {
         Some(ProbeMode::Syn)
     } else if args.mode.udp {
         Some(ProbeMode::Udp)
@@ -198,7 +198,41 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         Some(ProbeMode::Icmp)
     } else {
         None
-    };
+    }
+}
+
+/// The engine's options from the flags. A wait the user chose is kept everywhere; the default
+/// listens longer at the first silent hop after a router (`TraceOptions::unreachable_wait`).
+fn trace_options(args: &TraceArgs) -> TraceOptions {
+    let defaults = TraceOptions::default();
+    let wait = args.timeout.unwrap_or(defaults.wait);
+    TraceOptions {
+        first_ttl: args.first_ttl,
+        max_ttl: args.max_ttl,
+        queries: args.queries,
+        wait,
+        unreachable_wait: args.timeout.map_or(defaults.unreachable_wait, |_| wait),
+        spacing: wait.min(std::time::Duration::from_millis(50)),
+        rounds: args.stats.then_some(args.count),
+        round_interval: args.interval,
+    }
+}
+
+/// Where the RTTs' timestamps came from, and how many had kernel timestamps at both ends.
+fn timestamps_text(source: &str, outcome: &latscope_probe::trace::TraceOutcome) -> String {
+    if outcome.rtts == outcome.kernel_rtts {
+        source.to_string()
+    } else {
+        format!(
+            "{source}; {} of {} RTTs had kernel timestamps at both ends",
+            outcome.kernel_rtts, outcome.rtts
+        )
+    }
+}
+
+pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
+    validate(args)?;
+    let mode = asked_mode(args);
     // A name's addresses are raced with TCP connects (RFC 8305); the probes go to the winner.
     let (dst, choice) = latscope_probe::choose(
         &args.host,
@@ -210,20 +244,8 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     let mode = prober.mode();
     let format = args.output.format();
     let stop = output::stop_flag();
-    // A wait the user chose is kept everywhere; the default listens longer at the first silent
-    // hop after a router (TraceOptions::unreachable_wait).
-    let defaults = TraceOptions::default();
-    let wait = args.timeout.unwrap_or(defaults.wait);
-    let opts = TraceOptions {
-        first_ttl: args.first_ttl,
-        max_ttl: args.max_ttl,
-        queries: args.queries,
-        wait,
-        unreachable_wait: args.timeout.map_or(defaults.unreachable_wait, |_| wait),
-        spacing: wait.min(std::time::Duration::from_millis(50)),
-        rounds: args.stats.then_some(args.count),
-        round_interval: args.interval,
-    };
+    let opts = trace_options(args);
+    let wait = opts.wait;
     let mut report = TraceReport {
         meta: Meta::new("trace", env!("CARGO_PKG_VERSION"), output::unix_ms()),
         target: args.host.clone(),
@@ -298,6 +320,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
         b.finish_and_clear();
     }
     let outcome = outcome?;
+    report.timestamps = timestamps_text(prober.ts_source().name(), &outcome);
     report.reached = outcome.reached;
     report.destination_reply = outcome.destination_reply;
     report.unreachable = outcome.unreachable;
@@ -305,16 +328,6 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     report.rounds = args.stats.then_some(outcome.rounds_done);
     report.report = outcome.report;
     report.interrupted = outcome.interrupted;
-    report.timestamps = if outcome.rtts == outcome.kernel_rtts {
-        prober.ts_source().name().to_string()
-    } else {
-        format!(
-            "{}; {} of {} RTTs had kernel timestamps at both ends",
-            prober.ts_source().name(),
-            outcome.kernel_rtts,
-            outcome.rtts
-        )
-    };
     render::emit(&report, format, &mut stdout).context("writing the report")?;
     Ok(if report.interrupted {
         exit::INTERRUPTED

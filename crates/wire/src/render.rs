@@ -73,40 +73,8 @@ impl Human for AnalyzeReport {
                 k.truncated,
                 k.malformed
             );
-        } else if a.findings.is_empty() {
-            out.push_str("No stalls found.\n");
         } else {
-            out.push_str("Stalls, by time lost:\n");
-            let mut t = Table::new(&["", "cause", "count", "time lost", "largest at frame"]);
-            for (i, f) in a.findings.iter().enumerate() {
-                t.row(vec![
-                    format!("{}.", i + 1),
-                    f.title.clone(),
-                    f.count.to_string(),
-                    ns(f.lost_ns),
-                    f.examples
-                        .first()
-                        .map(|e| format!("#{}", e.frame))
-                        .unwrap_or_default(),
-                ]);
-            }
-            t.render("  ", out);
-            if let Some(f) = a.findings.first() {
-                let _ = writeln!(out, "\n  Top cause: {}. {}", f.title, f.explanation);
-                let _ = writeln!(out, "  Examples: {}", frames_list(&f.examples));
-                if let Some(e) = f.examples.first() {
-                    // A live run has no file to open again: the ladder needs the packets saved.
-                    let see = if self.format == "live" {
-                        format!(
-                            "latscope analyze FILE --conn {} (FILE: this run's packets, kept with --live -w FILE)",
-                            e.conn
-                        )
-                    } else {
-                        format!("latscope analyze {} --conn {}", self.source, e.conn)
-                    };
-                    let _ = writeln!(out, "  See it: {see}");
-                }
-            }
+            self.stalls(out);
         }
         handshake_lines(a, out);
         out.push('\n');
@@ -133,40 +101,87 @@ impl Human for AnalyzeReport {
             c.lost_segment
         );
         quality_line(&a.capture_quality, out);
-        let worst: Vec<_> = a
-            .top_connections
-            .iter()
-            .filter(|c| c.stall_lost_ns > 0)
-            .take(10)
-            .collect();
-        if !worst.is_empty() {
-            out.push_str("\nConnections that lost the most time:\n");
-            let mut t = Table::new(&[
-                "conn",
-                "client",
-                "server",
-                "frames",
-                "transactions",
-                "time lost",
-                "retrans",
-            ]);
-            for c in worst {
-                t.row(vec![
-                    c.id.to_string(),
-                    c.client.clone(),
-                    c.server.clone(),
-                    c.frames.to_string(),
-                    c.transaction_count.to_string(),
-                    ns(c.stall_lost_ns),
-                    c.counts.tshark_retransmission().to_string(),
-                ]);
-            }
-            t.render("  ", out);
-        }
+        worst_connections(a, out);
         if let Some(l) = &a.ladder {
             out.push('\n');
             render_ladder(l, out);
         }
+    }
+}
+
+impl AnalyzeReport {
+    /// The stalls table by time lost, with the top cause, its examples and how to see it.
+    fn stalls(&self, out: &mut Page) {
+        let a = &self.analysis;
+        if a.findings.is_empty() {
+            out.push_str("No stalls found.\n");
+            return;
+        }
+        out.push_str("Stalls, by time lost:\n");
+        let mut t = Table::new(&["", "cause", "count", "time lost", "largest at frame"]);
+        for (i, f) in a.findings.iter().enumerate() {
+            t.row(vec![
+                format!("{}.", i + 1),
+                f.title.clone(),
+                f.count.to_string(),
+                ns(f.lost_ns),
+                f.examples
+                    .first()
+                    .map(|e| format!("#{}", e.frame))
+                    .unwrap_or_default(),
+            ]);
+        }
+        t.render("  ", out);
+        if let Some(f) = a.findings.first() {
+            let _ = writeln!(out, "\n  Top cause: {}. {}", f.title, f.explanation);
+            let _ = writeln!(out, "  Examples: {}", frames_list(&f.examples));
+            if let Some(e) = f.examples.first() {
+                // A live run has no file to open again: the ladder needs the packets saved.
+                let see = if self.format == "live" {
+                    format!(
+                        "latscope analyze FILE --conn {} (FILE: this run's packets, kept with --live -w FILE)",
+                        e.conn
+                    )
+                } else {
+                    format!("latscope analyze {} --conn {}", self.source, e.conn)
+                };
+                let _ = writeln!(out, "  See it: {see}");
+            }
+        }
+    }
+}
+
+/// The connections that lost the most time to stalls (at most ten).
+fn worst_connections(a: &crate::Analysis, out: &mut Page) {
+    let worst: Vec<_> = a
+        .top_connections
+        .iter()
+        .filter(|c| c.stall_lost_ns > 0)
+        .take(10)
+        .collect();
+    if !worst.is_empty() {
+        out.push_str("\nConnections that lost the most time:\n");
+        let mut t = Table::new(&[
+            "conn",
+            "client",
+            "server",
+            "frames",
+            "transactions",
+            "time lost",
+            "retrans",
+        ]);
+        for c in worst {
+            t.row(vec![
+                c.id.to_string(),
+                c.client.clone(),
+                c.server.clone(),
+                c.frames.to_string(),
+                c.transaction_count.to_string(),
+                ns(c.stall_lost_ns),
+                c.counts.tshark_retransmission().to_string(),
+            ]);
+        }
+        t.render("  ", out);
     }
 }
 
