@@ -5,7 +5,7 @@
 # then top-1 accuracy per seat and the false-positive rate on healthy servers. Needs root.
 #
 #   scripts/diagnose-lab.sh                 the lab from both seats (about 10 minutes)
-#   scripts/diagnose-lab.sh --holdout       the held-back scenarios only
+#   scripts/diagnose-lab.sh --holdout       the held-back scenarios only (--holdout6: round 6's)
 #   scripts/diagnose-lab.sh NAME[,NAME…]    some scenarios by name
 #   LAB_SEAT=client-only scripts/diagnose-lab.sh   one seat (server-host or client-only)
 #   LAB_JSON_DIR=DIR scripts/diagnose-lab.sh   also keep each run's JSON report in DIR
@@ -17,6 +17,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 case "${1:-}" in
   --holdout) export LAB_SET=holdout ;;
+  --holdout6) export LAB_SET=holdout6 ;;
   "") ;;
   -h|--help) sed -n 2,11p "$0"; exit 0 ;;
   *) export LAB_ONLY="$1" ;;
