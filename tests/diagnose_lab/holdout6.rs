@@ -115,7 +115,7 @@ fn no_window_scaling() -> Built {
     // line): at most 64 KiB per round trip, ~3.3 MB/s whatever the path could carry.
     // Checked (two runs, load average 10): curl 0.427 / 0.438 s per 1 MiB, and 0.181 / 0.185 s
     // once `tcp_window_scaling=1` (median of 3 each); `ss -ti` on the server 300 ms into a
-    // transfer: snd_wnd 65535, rwnd_limited 120 ms (48%).
+    // transfer: snd_wnd 65535, rwnd_limited 33–48% of its busy time (three runs).
     let dl = DelayLine::asymmetric(Duration::from_millis(10), Duration::from_millis(10), 1500);
     dl.client.sysctl("net.ipv4.tcp_window_scaling=0");
     let srv = node(
@@ -639,13 +639,12 @@ fn check_no_window_scaling(b: &Built) -> Verdict {
     let ns = &b.setup.client_ns;
     let url = &b.setup.target;
     // The server's view of one transfer, 300 ms in: its peer's window and who limited it.
-    let bg = Command::new("ip")
+    let mut bg = Command::new("ip")
         .args(["netns", "exec", ns, "curl", "-s", "-o", "/dev/null", url])
         .spawn()
         .expect("curl");
     std::thread::sleep(Duration::from_millis(300));
     let (_, ss, _) = in_ns(&b.server_ns, &["ss", "-tin", "state", "established"]);
-    let mut bg = bg;
     let _ = bg.wait();
     let snd_wnd: Vec<&str> = ss
         .split_whitespace()
