@@ -11,6 +11,12 @@
 # (`worker_processes auto`), so the server can use every core the client leaves free; the CPU per
 # request is the figure that isolates the client.
 #
+# nginx's own CPU per request is printed beside it, with the cores client and nginx kept busy:
+# when those two fill the cores (-t2 on a 2-core machine), requests/s is cores / (client CPU +
+# nginx CPU per request), so the ratio of requests/s can be no better than the "bound" column,
+# (wrk's client + nginx CPU per request) / (the tool's), however cheap the client gets. When they
+# leave cores idle (-t1), requests/s is set by the wake-up chain, not by CPU.
+#
 #   benches/http_vs_wrk.sh                 # 1 and 2 threads × 50 and 500 connections, 5 s, 3 rounds
 #   SECS=10 ROUNDS=5 CONNS="50 500 1000" THREADS="1 2" benches/http_vs_wrk.sh
 #   LATSCOPE_BEFORE=/tmp/latscope.old benches/http_vs_wrk.sh   # also an older build, same rounds
@@ -44,38 +50,43 @@ d, port, url, cleanup = lab.dir, lab.port, lab.url, lab.stop
 try:
 
     def timed(argv):
+        """Run a client: its output, its CPU seconds, and nginx's CPU seconds meanwhile."""
+        before = lab.cpu_s()
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         out = p.stdout.read().decode()
         _, _, ru = os.wait4(p.pid, 0)
-        return out, ru.ru_utime + ru.ru_stime
+        return out, ru.ru_utime + ru.ru_stime, lab.cpu_s() - before
 
     def ms(v, unit): return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 
     def run_wrk(c, t):
-        out, cpu = timed(["wrk", "-t", str(t), "-c", str(c), "-d", f"{SECS}s", "--timeout", "2s", "--latency", url])
+        out, cpu, srv = timed(["wrk", "-t", str(t), "-c", str(c), "-d", f"{SECS}s", "--timeout", "2s", "--latency", url])
         n = int(re.search(r"(\d+) requests in", out).group(1))
         rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
         p99 = ms(*re.search(r"^\s+99%\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups())
-        return rps, p99, cpu / n * 1e6
+        return rps, p99, cpu / n * 1e6, srv / n * 1e6, (cpu + srv) / SECS
 
     def run_latscope(c, t, binary=LATSCOPE):
-        out, cpu = timed([binary, "http", "-t", str(t), "-c", str(c), "-d", f"{SECS}s", "--timeout", "2s", "--json", "--no-progress", url])
+        out, cpu, srv = timed([binary, "http", "-t", str(t), "-c", str(c), "-d", f"{SECS}s", "--timeout", "2s", "--json", "--no-progress", url])
         j = json.loads(out)
-        return j["requests_per_sec"], j["latency"]["p99_ns"] / 1e6, cpu / max(j["requests"], 1) * 1e6
+        # The warm-up's requests cost CPU too: charge the CPU to every request answered.
+        n = max(j["requests"] + j.get("warmup_requests", 0), 1)
+        return j["requests_per_sec"], j["latency"]["p99_ns"] / 1e6, cpu / n * 1e6, srv / n * 1e6, (cpu + srv) / ((j["elapsed_ns"] + j["warmup_ns"]) / 1e9)
 
     def run_oha(c, t):
         # oha has no thread option (tokio's runtime uses every core).
-        out, cpu = timed(["oha", "-c", str(c), "-z", f"{SECS}s", "--no-tui", "--output-format", "json", url])
+        out, cpu, srv = timed(["oha", "-c", str(c), "-z", f"{SECS}s", "--no-tui", "--output-format", "json", url])
         j = json.loads(out)
         rps = j["summary"]["requestsPerSec"]
-        return rps, j["latencyPercentiles"]["p99"] * 1e3, cpu / max(rps * SECS, 1) * 1e6
+        n = max(rps * SECS, 1)
+        return rps, j["latencyPercentiles"]["p99"] * 1e3, cpu / n * 1e6, srv / n * 1e6, (cpu + srv) / SECS
 
     tools = ["wrk", "latscope"] + (["before"] if BEFORE else []) + (["oha"] if HAVE_OHA else [])
     runners = {"wrk": run_wrk, "latscope": run_latscope, "oha": run_oha,
                "before": lambda c, t: run_latscope(c, t, BEFORE)}
     print(f"nginx on 127.0.0.1:{port}, {os.cpu_count()} cores, {SECS}s per run, threads {THREADS}, {ROUNDS} rounds"
           + ("" if HAVE_OHA else " (oha not installed: skipped)") + (f"; before = {BEFORE}" if BEFORE else ""))
-    print(f"{'thr':<4} {'conns':<6} {'round':<5} {'tool':<9} {'req/s':>10} {'p99 ms':>9} {'CPU us/req':>11}")
+    print(f"{'thr':<4} {'conns':<6} {'round':<5} {'tool':<9} {'req/s':>10} {'p99 ms':>9} {'CPU us/req':>11} {'nginx us/req':>13} {'busy cores':>11}")
     res = {}
     cases = [(t, c) for t in THREADS for c in CONNS]
     # Rounds outermost: every case is measured once before any is measured again, so a burst of
@@ -84,20 +95,22 @@ try:
         for t, c in cases:
             order = tools if r % 2 == 0 else tools[::-1]
             for tool in order:
-                rps, p99, cpu = runners[tool](c, t)
-                res.setdefault((t, c, tool), []).append((rps, p99, cpu))
-                print(f"{t:<4} {c:<6} {r+1:<5} {tool:<9} {rps:10.0f} {p99:9.2f} {cpu:11.2f}", flush=True)
+                rps, p99, cpu, srv, busy = runners[tool](c, t)
+                res.setdefault((t, c, tool), []).append((rps, p99, cpu, srv, busy))
+                print(f"{t:<4} {c:<6} {r+1:<5} {tool:<9} {rps:10.0f} {p99:9.2f} {cpu:11.2f} {srv:13.2f} {busy:11.2f}", flush=True)
     if ROUNDS > 0:
         print("\nmedians over rounds. ratio = tool / wrk within each round (the two ran back to back), then")
-        print("the median of those ratios. req/s: higher is better; CPU/req: lower is better")
-        print(f"{'thr':<4} {'conns':<6} {'tool':<9} {'req/s':>10} {'p99 ms':>9} {'CPU us/req':>11} {'req/s ratio':>12} {'p99 ratio':>10} {'CPU ratio':>10}")
+        print("the median of those ratios. req/s: higher is better; CPU/req: lower is better. bound = (wrk's")
+        print("client + nginx CPU per request) / (the tool's): the best req/s ratio possible when the two fill the cores")
+        print(f"{'thr':<4} {'conns':<6} {'tool':<9} {'req/s':>10} {'p99 ms':>9} {'CPU us/req':>11} {'nginx us/req':>13} {'busy cores':>11} {'req/s ratio':>12} {'p99 ratio':>10} {'CPU ratio':>10} {'bound':>7}")
         for t, c in cases:
             w = res[(t, c, "wrk")]
             for tool in tools:
                 xs = res[(t, c, tool)]
-                med = [statistics.median(x[i] for x in xs) for i in range(3)]
+                med = [statistics.median(x[i] for x in xs) for i in range(5)]
                 ratio = [statistics.median(x[i] / y[i] for x, y in zip(xs, w)) for i in range(3)]
-                print(f"{t:<4} {c:<6} {tool:<9} {med[0]:10.0f} {med[1]:9.2f} {med[2]:11.2f} {ratio[0]:11.2f}x {ratio[1]:9.2f}x {ratio[2]:9.2f}x")
+                bound = statistics.median((y[2] + y[3]) / (x[2] + x[3]) for x, y in zip(xs, w))
+                print(f"{t:<4} {c:<6} {tool:<9} {med[0]:10.0f} {med[1]:9.2f} {med[2]:11.2f} {med[3]:13.2f} {med[4]:11.2f} {ratio[0]:11.2f}x {ratio[1]:9.2f}x {ratio[2]:9.2f}x {bound:6.2f}x")
                 if tool == "latscope" and os.environ.get("BENCH_SUMMARY"):
                     wm = [statistics.median(x[i] for x in w) for i in range(3)]
                     with open(os.environ["BENCH_SUMMARY"], "a") as f:

@@ -1,6 +1,7 @@
 """A private nginx on loopback for the HTTP benchmarks (http_vs_wrk.sh, tui_overhead.sh): its own
 prefix in a temp directory, a free port, nginx's default page size, one worker per core, no access
-log. `stop()` ends it and removes the directory; SIGTERM to the benchmark does the same."""
+log. `cpu_s()` is the CPU time nginx has used so far (to charge each client run the server CPU
+its requests cost). `stop()` ends it and removes the directory; SIGTERM to the benchmark does the same."""
 import os, shutil, signal, socket, subprocess, tempfile, time
 
 
@@ -27,6 +28,25 @@ http {{ access_log off;
             except OSError:
                 time.sleep(0.05)
         self.url = f"http://127.0.0.1:{self.port}/"
+
+    def cpu_s(self):
+        """User+system CPU seconds nginx has used so far: the master and its live workers."""
+        tick = os.sysconf("SC_CLK_TCK")
+        pid = self.proc.pid
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                pids = [pid] + [int(c) for c in f.read().split()]
+        except OSError:
+            return 0.0
+        total = 0
+        for p in pids:
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    v = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # a worker that just exited
+            total += int(v[11]) + int(v[12])
+        return total / tick
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)

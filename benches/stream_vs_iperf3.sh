@@ -4,7 +4,8 @@
 # -l1400). Prints each tool's delivered rate and its CPU-seconds per GB delivered, client and
 # server together, as the OS counts them (the client's user+sys from wait4, the server's from
 # /proc/PID/stat before and after the run: every thread, and reaped children), and the ratios.
-# UDP lines also show the loss each tool reported. CPU per GB is the figure least disturbed by
+# UDP lines also show the loss each tool reported, and a second table the jitter latscope and
+# iperf3 reported (both RFC 3550 interarrival jitter at the receiver). CPU per GB is the figure least disturbed by
 # a shared machine; rounds alternate the tools so that noise hits them alike; medians.
 #
 # Targets: one TCP stream ≥ 1.0× iperf3 at less CPU per GB; UDP CPU per GB ≤ iperf3's at every
@@ -68,20 +69,22 @@ def latscope(args):
     out, c, s = run(servers["latscope"].pid,
                     [L, "stream", f"127.0.0.1:{LP}", "-t", f"{SECS}s", *args, "--json"])
     r = json.loads(out)["results"][0]
-    loss = r["udp"]["loss_pct"] if r.get("udp") else None
-    return r["rate_bps"], r["bytes_delivered"], c + s, loss
+    u = r.get("udp")
+    loss, jitter_ms = (u["loss_pct"], u["jitter_ns"] / 1e6) if u else (None, None)
+    return r["rate_bps"], r["bytes_delivered"], c + s, loss, jitter_ms
 
 def iperf3(args):
     out, c, s = run(servers["iperf3"].pid,
                     ["iperf3", "-c", "127.0.0.1", "-p", str(IP), "-t", str(SECS), "-J", *args])
     e = json.loads(out)["end"]
     loss = e.get("sum", {}).get("lost_percent")  # UDP only
+    jitter_ms = e.get("sum", {}).get("jitter_ms")  # UDP only
     if "sum_received" in e:
         x = e["sum_received"]
-        return x["bits_per_second"], x["bytes"], c + s, loss
+        return x["bits_per_second"], x["bytes"], c + s, loss, jitter_ms
     x = e["sum"]  # older iperf3, UDP: the sender's bytes less the datagrams counted lost
     delivered = x["bytes"] * (1 - x["lost_percent"] / 100)
-    return delivered * 8 / x["seconds"], delivered, c + s, loss
+    return delivered * 8 / x["seconds"], delivered, c + s, loss, jitter_ms
 
 def nuttcp(args):
     out, c, s = run(servers["nuttcp"].pid,
@@ -90,7 +93,7 @@ def nuttcp(args):
     f = dict(re.findall(r"(\w+)=([0-9.]+)", out))
     delivered = float(f["megabytes"]) * 1048576
     loss = float(f["data_loss"]) if "data_loss" in f else None
-    return float(f["rate_Mbps"]) * 1e6, delivered, c + s, loss
+    return float(f["rate_Mbps"]) * 1e6, delivered, c + s, loss, None
 
 CASES = []
 for case in os.environ["CASES"].split():
@@ -111,10 +114,10 @@ try:
         for i in range(ROUNDS):
             order = TOOLS if i % 2 == 0 else TOOLS[::-1]
             for t, f in order:
-                rate, delivered, cpu, loss = f({"latscope": la, "iperf3": ia, "nuttcp": na}[t])
-                got[t].append((rate, cpu / (delivered / 1e9) if delivered else float("inf"), loss))
+                rate, delivered, cpu, loss, jitter = f({"latscope": la, "iperf3": ia, "nuttcp": na}[t])
+                got[t].append((rate, cpu / (delivered / 1e9) if delivered else float("inf"), loss, jitter))
         med = {t: tuple(statistics.median(x[k] for x in v) if v[0][k] is not None else None
-                        for k in range(3)) for t, v in got.items()}
+                        for k in range(4)) for t, v in got.items()}
         rows.append((name, med))
 finally:
     for p in servers.values():
@@ -132,6 +135,11 @@ for name, m in rows:
     print(f"{name:<22} {cell(l):>22} {cell(i):>22} {cell(n):>22} {l[0]/i[0]:>11.3f} {l[1]/i[1]:>10.3f}")
     summary += [("stream", name, "rate", l[0], i[0], "iperf3", "higher"),
                 ("stream", name, "CPU s/GB", l[1], i[1], "iperf3", "lower")]
+udp = [(name, m) for name, m in rows if m["latscope"][3] is not None and m["iperf3"][3] is not None]
+if udp:
+    print(f"\n{'UDP jitter (RFC 3550)':<22} {'latscope ms':>12} {'iperf3 ms':>12}")
+    for name, m in udp:
+        print(f"{name:<22} {m['latscope'][3]:>12.4f} {m['iperf3'][3]:>12.4f}")
 if os.environ.get("BENCH_SUMMARY"):
     with open(os.environ["BENCH_SUMMARY"], "a") as f:
         for s in summary:

@@ -1,7 +1,8 @@
 //! Thin safe wrappers over the Linux calls the event loop needs: the monotonic clock (from
-//! latscope-sys), epoll and timerfd. Every `unsafe` block of the crate is here.
+//! latscope-sys), epoll, timerfd and sched_yield. Every `unsafe` block of the crate is here.
 
 use std::io;
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// CLOCK_MONOTONIC in nanoseconds: the engine's one time source (the same clock timerfd uses,
@@ -97,6 +98,19 @@ impl Epoll {
     }
 }
 
+/// Give this thread's core to another runnable task, if there is one, without sleeping.
+pub fn yield_core() {
+    // SAFETY: sched_yield takes no arguments and cannot fail on Linux.
+    unsafe { libc::sched_yield() };
+}
+
+/// Whether `ip` is one of this host's own addresses, so a server there shares this host's
+/// cores: loopback, or an address a socket can be bound to (bind fails with EADDRNOTAVAIL for
+/// any address no interface of this host has).
+pub fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
+}
+
 /// A CLOCK_MONOTONIC timerfd armed at absolute nanosecond deadlines (sub-millisecond pacing;
 /// `epoll_wait`'s own timeout only has millisecond resolution).
 #[derive(Debug)]
@@ -187,6 +201,22 @@ pub fn event_buffer(n: usize) -> Vec<libc::epoll_event> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_addresses_are_this_hosts_own() {
+        assert!(is_local("127.0.0.1".parse().unwrap()));
+        assert!(
+            is_local("127.3.2.1".parse().unwrap()),
+            "all of 127/8 is loopback"
+        );
+        assert!(
+            is_local("0.0.0.0".parse().unwrap()),
+            "connecting to 0.0.0.0 reaches this host"
+        );
+        // TEST-NET-1 (RFC 5737) is never assigned to an interface.
+        assert!(!is_local("192.0.2.1".parse().unwrap()));
+        assert!(!is_local("2001:db8::1".parse().unwrap()));
+    }
 
     #[test]
     fn timer_fires_at_absolute_deadline() {
