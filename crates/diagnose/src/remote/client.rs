@@ -414,4 +414,109 @@ mod tests {
         merge(&mut ev, &e);
         assert_eq!(ev.cpu.unwrap().process, "local[1]");
     }
+
+    fn step(name: StepName, status: StepStatus) -> Step {
+        Step {
+            name,
+            status,
+            detail: format!("{} {}", name.label(), status.name()),
+            measured_at: None,
+        }
+    }
+
+    #[test]
+    fn steps_say_which_end_and_the_agents_replace_what_could_not_run_here() {
+        use crate::evidence::ServerSockets;
+        let mut r = crate::plan::Request::new("127.0.0.1:80");
+        r.server_agent = Some("127.0.0.1".into());
+        let plan = Plan::new(&r).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let cx = Context {
+            plan: &plan,
+            stop: &stop,
+            server: None,
+        };
+        let local = vec![
+            step(StepName::ServerAgent, StepStatus::Ran),
+            step(StepName::TcpCounters, StepStatus::Ran),
+            step(StepName::ServerSockets, StepStatus::Skipped),
+            step(StepName::OneRequest, StepStatus::Ran),
+        ];
+        let ev = Evidence {
+            server_end: Some(ServerEnd {
+                agent: "127.0.0.1:7373".into(),
+                evidence: ServerEvidence {
+                    version: EVIDENCE_VERSION,
+                    port: 80,
+                    peer: "127.0.0.1".parse().unwrap(),
+                    observed_ns: 1,
+                    done_unix_ns: None,
+                    answer_delay_ns: None,
+                    sockets: Observed::Ran(ServerSockets {
+                        process: "nginx[7]".into(),
+                        connections: 2,
+                        nagle_on: 2,
+                        ..Default::default()
+                    }),
+                    cpu: Observed::Skipped("no cgroup limit, no eBPF".into()),
+                    kernel_stack: Observed::Failed("no BTF".into()),
+                    counters: Observed::Ran(Default::default()),
+                },
+                clock: None,
+            }),
+            ..Default::default()
+        };
+        let mut steps = local.clone();
+        merge_steps(&cx, &mut steps, &ev);
+        let seen: Vec<(StepName, StepStatus, Option<End>)> = steps
+            .iter()
+            .map(|s| (s.name, s.status, s.measured_at))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (StepName::ServerAgent, StepStatus::Ran, Some(End::Client)),
+                (StepName::ServerSockets, StepStatus::Ran, Some(End::Server)),
+                (
+                    StepName::CpuScheduling,
+                    StepStatus::Skipped,
+                    Some(End::Server)
+                ),
+                (StepName::KernelStack, StepStatus::Failed, Some(End::Server)),
+                (StepName::TcpCounters, StepStatus::Ran, Some(End::Server)),
+                (StepName::TcpCounters, StepStatus::Ran, Some(End::Client)),
+                (StepName::OneRequest, StepStatus::Ran, Some(End::Client)),
+            ]
+        );
+        assert!(
+            steps[1].detail.contains("TCP_NODELAY off on 2"),
+            "{}",
+            steps[1].detail
+        );
+        assert_eq!(verdict_note(&plan, &steps), None);
+        // The agent failed: the run is client-only, and the verdict says so with the reason.
+        let mut failed = local.clone();
+        failed[0] = step(StepName::ServerAgent, StepStatus::Failed);
+        merge_steps(&cx, &mut failed, &Evidence::default());
+        assert_eq!(failed.len(), local.len(), "nothing merged");
+        assert_eq!(
+            verdict_note(&plan, &failed).as_deref(),
+            Some(" [client-side evidence only: server agent failed]")
+        );
+        // Not asked for: the agent's line goes, and no step is marked.
+        let plan = Plan::new(&crate::plan::Request::new("127.0.0.1:80")).unwrap();
+        let cx = Context {
+            plan: &plan,
+            stop: &stop,
+            server: None,
+        };
+        let mut steps = local;
+        merge_steps(&cx, &mut steps, &ev);
+        assert!(
+            steps
+                .iter()
+                .all(|s| s.name != StepName::ServerAgent && s.measured_at.is_none())
+        );
+        assert_eq!(verdict_note(&plan, &steps), None);
+    }
 }

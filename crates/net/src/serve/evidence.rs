@@ -68,23 +68,29 @@ pub struct Done {
 #[derive(Debug, Default)]
 pub(super) struct EvidenceUse {
     running: usize,
+    /// Sources with a request observing (at most [`MAX_RUNNING`] entries).
+    observing: Vec<IpAddr>,
     last_start: HashMap<IpAddr, Instant>,
 }
 
 /// A running request's place, given back on drop.
-struct Slot<'a>(&'a Mutex<EvidenceUse>);
+struct Slot<'a>(&'a Mutex<EvidenceUse>, Option<IpAddr>);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if let Ok(mut u) = self.0.lock() {
             u.running = u.running.saturating_sub(1);
+            if let Some(ip) = self.1
+                && let Some(i) = u.observing.iter().position(|&o| o == ip)
+            {
+                u.observing.swap_remove(i);
+            }
         }
     }
 }
 
-/// Take a place for `peer`'s request, or the refusal: [`MAX_RUNNING`] server-wide, one start
-/// per [`MIN_INTERVAL`] per source (which also means one running per source at a time only
-/// for windows shorter than that; longer ones count against the server-wide cap).
+/// Take a place for `peer`'s request, or the refusal: [`MAX_RUNNING`] server-wide; per source
+/// one observing at a time and one start per [`MIN_INTERVAL`].
 fn take(u: &Mutex<EvidenceUse>, peer: Option<IpAddr>, now: Instant) -> Result<Slot<'_>, Refusal> {
     let mut g = u
         .lock()
@@ -95,7 +101,14 @@ fn take(u: &Mutex<EvidenceUse>, peer: Option<IpAddr>, now: Instant) -> Result<Sl
             format!("{MAX_RUNNING} evidence requests are already observing: retry later"),
         ));
     }
-    if let Some(ip) = peer.map(canonical) {
+    let peer = peer.map(canonical);
+    if let Some(ip) = peer {
+        if g.observing.contains(&ip) {
+            return Err((
+                RefusalCode::Quota,
+                "this address already has an evidence request observing".into(),
+            ));
+        }
         if let Some(last) = g.last_start.get(&ip)
             && now.duration_since(*last) < MIN_INTERVAL
         {
@@ -111,9 +124,10 @@ fn take(u: &Mutex<EvidenceUse>, peer: Option<IpAddr>, now: Instant) -> Result<Sl
         g.last_start
             .retain(|_, t| now.duration_since(*t) < MIN_INTERVAL);
         g.last_start.insert(ip, now);
+        g.observing.push(ip);
     }
     g.running += 1;
-    Ok(Slot(u))
+    Ok(Slot(u, peer))
 }
 
 /// The server's wall clock, ns since the Unix epoch (0 if the clock is before it).
@@ -287,7 +301,10 @@ mod tests {
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         let c: IpAddr = "10.0.0.3".parse().unwrap();
         let s1 = take(&u, Some(a), t0).expect("first");
-        // The same source again within the interval: quota, even once the first ended.
+        // The same source while its first observes, even after the interval: quota.
+        let twice = take(&u, Some(a), t0 + MIN_INTERVAL * 4);
+        assert_eq!(twice.err().map(|r| r.0), Some(RefusalCode::Quota));
+        // Again within the interval: quota, even once the first ended.
         drop(s1);
         let again = take(&u, Some(a), t0 + Duration::from_millis(100));
         assert_eq!(again.err().map(|r| r.0), Some(RefusalCode::Quota));
@@ -301,6 +318,7 @@ mod tests {
         drop((s2, s3));
         assert!(take(&u, Some(c), t0 + MIN_INTERVAL).is_ok());
         assert_eq!(u.lock().unwrap().running, 0, "slots given back");
+        assert!(u.lock().unwrap().observing.is_empty());
         // The map forgets old sources.
         assert!(u.lock().unwrap().last_start.len() <= 3);
     }
