@@ -136,6 +136,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
             auth: None,
             max_time: collect::DEFAULT_MAX_TIME,
             family: latscope_probe::Family::Any,
+            server_agent: None,
         };
         let diagnosis = collect::run(&plan, &stop, &|s| {
             progress.set(format!("{name} server: {s}"))

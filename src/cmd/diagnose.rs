@@ -22,11 +22,16 @@ Examples:
                                          packet capture, the server's socket options
   latscope diagnose 10.0.0.2:443         any TCP service: the path (connect RTT, handshakes)
   latscope diagnose 10.0.0.2 --json
+  latscope diagnose http://10.0.0.2/ --server-agent 10.0.0.2 --auth-file key
+                                         both ends: the server's host (`latscope serve
+                                         --auth-file key --evidence-ports 80`) observes its
+                                         sockets, run queue, cgroup, kernel stack and counters
 
 Findings are named rules (nagle_delayed_ack, delayed_ack, think_time, socket_queueing, pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, bottleneck_bandwidth, path_dominates, cpu_throttling, run_queue_delay, server_tail_latency, slow_dns, slow_tls, client_host_stack, pmtu_black_hole, dead_address_family, error_responses), the root cause first (a finding another explains is marked as its consequence), then by the latency per request they explain, each with its evidence, a confidence, the side to fix and the fix.
 Time that no rule explains is said as such (unexplained), with where it sits and what was ruled out.
 A run takes at most --max-time; steps it stops are listed as cut short.
 When nothing is wrong it says so and shows the budget: network path against time in the hosts.
+With --server-agent, each step says which end measured it ([client] or [server]); an agent that cannot be reached or refuses leaves the run client-only, and the verdict says so (the exit code is the run's as usual).
 
 Exit codes: 0 measured, no finding; 1 findings; 2 bad input; 3 the target could not be measured (unreachable, refused, name lookup failed); 4 missing privileges; 130 interrupted.")]
 pub struct DiagnoseArgs {
@@ -59,6 +64,12 @@ pub struct DiagnoseArgs {
     /// what it measured, later steps are not started, and the report lists them as cut short.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub max_time: Duration,
+    /// Ask the server's agent (`latscope serve --auth-file KEY --evidence-ports PORTS` on the
+    /// server's host, port 7373 by default) to observe the target's port while the steps run:
+    /// its sockets, run queue, cgroup, kernel stack and TCP counters. Authenticated with
+    /// --auth-file.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub server_agent: Option<String>,
     #[command(flatten)]
     pub client: super::ClientArgs,
     #[command(flatten)]
@@ -98,6 +109,7 @@ fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
         max_time: a.max_time,
         family: a.client.family.family(),
         auth: a.client.auth.key()?,
+        server_agent: a.server_agent.clone(),
     };
     Plan::new(&r).map_err(|e| match e {
         PlanError::Usage(why) => exit::coded(exit::USAGE, why),

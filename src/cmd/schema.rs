@@ -22,6 +22,8 @@ pub enum SchemaKind {
     StackInterval,
     Analyze,
     Capture,
+    /// What a server's agent answers `diagnose --server-agent` with.
+    Evidence,
 }
 
 #[derive(Args, Debug)]
@@ -52,6 +54,7 @@ pub fn schema_text(kind: SchemaKind) -> String {
         SchemaKind::StackInterval => schema_for!(latscope_ebpf::report::StackInterval),
         SchemaKind::Analyze => schema_for!(latscope_wire::report::AnalyzeReport),
         SchemaKind::Capture => schema_for!(latscope_wire::report::CaptureReport),
+        SchemaKind::Evidence => schema_for!(latscope_diagnose::remote::ServerEvidence),
     };
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use latscope_core::model::rr::{ServerBehaviour, SockOpts, WriteMode};
 use latscope_core::units::{parse_bitrate, parse_duration, parse_size};
+use latscope_diagnose::remote::server::{EvidenceServer, Ports};
 use latscope_net::proto::{DEFAULT_PORT, Limits};
 use latscope_net::serve::{Budget, ServeConfig, ServeEvent, Server};
 
@@ -97,6 +98,12 @@ pub struct ServeArgs {
     /// never crosses the wire. Clients pass the same file with --auth-file.
     #[arg(long, value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
+    /// Answer evidence requests (`diagnose --server-agent`) about these local TCP ports
+    /// (`80,443`, or `all`): the requesting address's connections to the port, the port
+    /// owner's run queue and cgroup, the kernel stack and the TCP counters, for at most 60 s
+    /// per request. Needs --auth-file. Off by default.
+    #[arg(long, value_name = "PORTS", value_parser = parse_ports)]
+    pub evidence_ports: Option<Ports>,
     /// Log only start-up and errors, not every test.
     #[arg(long, short_alias = 'q')]
     pub quiet: bool,
@@ -122,6 +129,10 @@ impl ServeArgs {
             self.drop_every,
         ))
     }
+}
+
+fn parse_ports(s: &str) -> Result<Ports, String> {
+    Ports::parse(s)
 }
 
 /// The server behaviour the options name, whether `latscope serve` forces it or `rr` asks for
@@ -171,6 +182,12 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
             "--split-response must be at least 1 byte",
         ));
     }
+    if a.evidence_ports.is_some() && a.auth_file.is_none() {
+        return Err(crate::exit::coded(
+            crate::exit::USAGE,
+            "--evidence-ports needs --auth-file: evidence is only given to clients holding the key",
+        ));
+    }
     let cfg = ServeConfig {
         bind: a.bind,
         port: a.port,
@@ -198,13 +215,17 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
             .as_deref()
             .map(latscope_net::auth::AuthKey::from_file)
             .transpose()?,
+        evidence: a.evidence_ports.clone().map(|p| {
+            EvidenceServer::new(p) as Arc<dyn latscope_net::serve::evidence::EvidenceService>
+        }),
     };
     let auth = cfg.auth.is_some();
+    let evidence = a.evidence_ports.clone();
     let log = Arc::new(ServeLog::new(a.quiet));
     let events = log.clone();
     let stop = stop_flag();
     let server = Server::bind(cfg, stop.clone(), move |ev| {
-        print_listening(&ev, auth);
+        print_listening(&ev, auth, evidence.as_ref());
         for line in events.event(&ev) {
             eprintln!("{line}");
         }
@@ -224,7 +245,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
 
 /// The start-up lines (always printed, `-q` included): where the server listens and who can
 /// reach it.
-fn print_listening(ev: &ServeEvent, auth: bool) {
+fn print_listening(ev: &ServeEvent, auth: bool, evidence: Option<&Ports>) {
     if let ServeEvent::Listening {
         tcp,
         udp,
@@ -240,6 +261,11 @@ fn print_listening(ev: &ServeEvent, auth: bool) {
         eprintln!("latscope serve: {}", exposure(exposed));
         if auth {
             eprintln!("latscope serve: clients must prove they hold the --auth-file key");
+        }
+        if let Some(p) = evidence {
+            eprintln!(
+                "latscope serve: answers evidence requests about port(s) {p} (diagnose --server-agent)"
+            );
         }
     }
 }

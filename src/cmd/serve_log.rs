@@ -240,6 +240,7 @@ fn test_name(kind: TestKind, request: u32, response: u32, stream: Option<&Stream
         }
         (TestKind::Stream, None) => "stream".into(),
         (TestKind::StreamJoin, _) => "a stream test's data connection".into(),
+        (TestKind::Evidence, _) => "an evidence request (diagnose --server-agent)".into(),
     }
 }
 

@@ -186,7 +186,8 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         stop,
         server: super::locate::locate(p.addr),
     };
-    let c = collect(&cx, progress);
+    let mut c = collect(&cx, progress);
+    crate::remote::client::merge_steps(&cx, &mut c.steps, &c.evidence);
     let findings = super::rules::apply(&c.evidence);
     let budget = super::budget(&c.evidence);
     let verdict = super::verdict(&findings, &budget);
@@ -222,6 +223,9 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
     }
     if let Some(why) = report.unmeasurable() {
         report.verdict = format!("not measured — {why}");
+    }
+    if let Some(note) = crate::remote::client::verdict_note(p, &report.steps) {
+        report.verdict.push_str(&note);
     }
     report
 }

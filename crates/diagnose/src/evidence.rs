@@ -59,6 +59,9 @@ pub struct Evidence {
     /// How long latscope's own packets spent in this (the client's) host: `send()` → driver and
     /// driver → `recv()`, from kernel timestamps on its own sockets.
     pub client_host: Option<ClientHost>,
+    /// What the server's agent observed at its end (`--server-agent`), when it answered; its
+    /// figures are merged into the server-side fields above where this host saw nothing.
+    pub server_end: Option<crate::remote::client::ServerEnd>,
 }
 
 /// How one address family's first address answered a connect.
@@ -199,7 +202,17 @@ impl TimeSlice {
 }
 
 /// Differences of a network namespace's TCP counters (`nstat` names) over the measured span.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct NsCounters {
     /// Tcp OutSegs / InSegs.
     pub out_segs: u64,
@@ -464,7 +477,9 @@ impl Load {
 }
 
 /// Per-hook medians of how long the server's received packets had waited (latscope stack).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(
+    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct StackEvidence {
     pub packets: u64,
     pub ip_start_ns: Option<f64>,
@@ -527,7 +542,9 @@ pub struct CaptureEvidence {
 }
 
 /// Options of the server's sockets, read from the sockets themselves.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct ServerSockets {
     /// e.g. "nginx[1234]".
     pub process: String,
@@ -540,7 +557,9 @@ pub struct ServerSockets {
 }
 
 /// CPU scheduling of the server's processes while the requests ran.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(
+    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct CpuEvidence {
     /// e.g. "nginx[1234]" (the first process listening on the port).
     pub process: String,
@@ -554,7 +573,9 @@ pub struct CpuEvidence {
 }
 
 /// `cpu.stat` differences over the measured span (cgroup v1 or v2).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Throttling {
     /// The cgroup, e.g. "/system.slice/web.service".
     pub cgroup: String,
@@ -568,7 +589,9 @@ pub struct Throttling {
 }
 
 /// How long the server's threads waited for a CPU after becoming runnable.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(
+    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct RunQueueWaits {
     pub waits: u64,
     pub total_ns: u64,

@@ -8,6 +8,7 @@ pub mod collect;
 pub mod evidence;
 pub mod locate;
 pub mod plan;
+pub mod remote;
 pub mod rules;
 pub mod steps;
 

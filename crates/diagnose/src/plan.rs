@@ -35,6 +35,8 @@ pub struct Request {
     pub family: Family,
     /// The key for an authenticating latscope server (`--auth-file`).
     pub auth: Option<AuthKey>,
+    /// HOST[:PORT] of the server's agent to ask for its end's evidence (`--server-agent`).
+    pub server_agent: Option<String>,
 }
 
 impl Request {
@@ -51,6 +53,7 @@ impl Request {
             max_time: DEFAULT_MAX_TIME,
             family: Family::Any,
             auth: None,
+            server_agent: None,
         }
     }
 }
@@ -105,6 +108,10 @@ pub struct Plan {
     pub max_time: Duration,
     /// The address family asked for (`-4`, `-6`), or any.
     pub family: Family,
+    /// The server's agent to ask for its end's evidence (`--server-agent`; port 7373 by
+    /// default). Resolved when the step runs: an agent that cannot be reached leaves the run
+    /// client-only.
+    pub server_agent: Option<Target>,
 }
 
 impl Plan {
@@ -144,6 +151,17 @@ impl Plan {
             return usage("diagnose needs a network target (HOST[:PORT])");
         }
         let addr = target.resolve(r.family).map_err(PlanError::Net)?;
+        let server_agent = match r.server_agent.as_deref() {
+            None => None,
+            Some(a) => match Target::parse(a, DEFAULT_PORT) {
+                Ok(Target::Unix(_)) | Err(_) => {
+                    return usage(&format!(
+                        "--server-agent '{a}' is not HOST[:PORT] (the server's agent, port {DEFAULT_PORT} by default)"
+                    ));
+                }
+                Ok(t) => Some(t),
+            },
+        };
         Ok(Plan {
             target,
             addr,
@@ -156,6 +174,7 @@ impl Plan {
             auth: r.auth.clone(),
             max_time: r.max_time,
             family: r.family,
+            server_agent,
         })
     }
 }

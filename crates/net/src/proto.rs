@@ -104,6 +104,9 @@ pub enum TestKind {
     Stream,
     /// A data connection joining a stream test (see [`Join`]).
     StreamJoin,
+    /// An evidence request (`diagnose --server-agent`): the server observes one of its ports
+    /// while the client measures, then answers with what it saw (see [`crate::serve::evidence`]).
+    Evidence,
 }
 
 /// What a stream test moves.
@@ -496,6 +499,20 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> Result<T, 
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)?;
     serde_json::from_slice(&body).map_err(FrameError::Json)
+}
+
+/// Read one frame's body as bytes, refusing one longer than `max` (at most [`MAX_FRAME`])
+/// before reading it: a parser above this sees only a bounded body.
+pub fn read_frame_bytes(r: &mut impl Read, max: usize) -> Result<Vec<u8>, FrameError> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > max.min(MAX_FRAME) {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    Ok(body)
 }
 
 /// Write a frame in one write.

@@ -57,6 +57,10 @@ pub enum StepName {
     /// A name's address families (IPv6, IPv4), one connect to each: a dead one is found.
     #[serde(rename = "address families")]
     AddressFamilies,
+    /// The server's agent asked to observe its end while the other steps run
+    /// (`--server-agent`): its evidence fills the server-side steps.
+    #[serde(rename = "server agent")]
+    ServerAgent,
 }
 
 impl StepName {
@@ -77,6 +81,7 @@ impl StepName {
             StepName::TcpCounters => "tcp counters",
             StepName::MssExperiment => "mss experiment",
             StepName::AddressFamilies => "address families",
+            StepName::ServerAgent => "server agent",
         }
     }
 }
@@ -116,6 +121,20 @@ pub struct Step {
     pub status: StepStatus,
     /// What was measured, or why it was skipped.
     pub detail: String,
+    /// Which end measured it, when the run had both (`--server-agent`); absent: the host
+    /// latscope ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_at: Option<End>,
+}
+
+/// The end of the connection a step was measured at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    /// The host latscope diagnose ran on.
+    Client,
+    /// The server's host, by its agent (`latscope serve --evidence-ports`).
+    Server,
 }
 
 /// What answers at the target, which decides the steps that can run.

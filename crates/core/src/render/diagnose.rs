@@ -60,7 +60,12 @@ impl Human for DiagnoseReport {
                 StepStatus::CutShort => "…",
                 StepStatus::Failed => "✗",
             };
-            let _ = writeln!(out, "    {mark} {:<22} {}", s.name.label(), s.detail);
+            let end = match s.measured_at {
+                Some(crate::model::diagnose::End::Server) => "[server] ",
+                Some(crate::model::diagnose::End::Client) => "[client] ",
+                None => "",
+            };
+            let _ = writeln!(out, "    {mark} {:<22} {end}{}", s.name.label(), s.detail);
         }
         let b = &self.budget;
         let f = |v: Option<u64>| v.map(|n| format_ns(n as f64)).unwrap_or_else(|| "-".into());

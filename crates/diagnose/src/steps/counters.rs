@@ -65,27 +65,7 @@ impl Observe for Counters {
     }
 
     fn detail(_cx: &Context, c: &TcpCounters) -> String {
-        let side = |n: &NsCounters| {
-            format!(
-                "{} segments sent, {} retransmitted ({} SYN/SYN-ACK, {} reported duplicate by the receiver), {} received, {} out of order; listen overflows {}, drops {}; {}",
-                n.out_segs,
-                n.retrans_segs,
-                n.syn_retrans,
-                n.dsack_recv,
-                n.in_segs,
-                n.ofo_queued,
-                n.listen_overflows,
-                n.listen_drops,
-                match n.ip_out_transmits {
-                    Some(_) => format!(
-                        "{} of {} outgoing IP packets dropped before leaving",
-                        n.local_out_drops(),
-                        n.ip_out_requests
-                    ),
-                    None => "no IP OutTransmits counter (kernel < 6.3)".into(),
-                }
-            )
-        };
+        let side = describe;
         match (&c.server, c.shared) {
             (Some(s), true) => format!("client and server (one namespace): {}", side(s)),
             (Some(s), false) => format!(
@@ -105,8 +85,31 @@ impl Observe for Counters {
     }
 }
 
+/// One namespace's counters in words, for the step's line.
+pub(crate) fn describe(n: &NsCounters) -> String {
+    format!(
+        "{} segments sent, {} retransmitted ({} SYN/SYN-ACK, {} reported duplicate by the receiver), {} received, {} out of order; listen overflows {}, drops {}; {}",
+        n.out_segs,
+        n.retrans_segs,
+        n.syn_retrans,
+        n.dsack_recv,
+        n.in_segs,
+        n.ofo_queued,
+        n.listen_overflows,
+        n.listen_drops,
+        match n.ip_out_transmits {
+            Some(_) => format!(
+                "{} of {} outgoing IP packets dropped before leaving",
+                n.local_out_drops(),
+                n.ip_out_requests
+            ),
+            None => "no IP OutTransmits counter (kernel < 6.3)".into(),
+        }
+    )
+}
+
 /// The counters of the network namespace of process `pid` ("self": ours).
-fn read(pid: &str) -> Result<NsCounters, String> {
+pub(crate) fn read(pid: &str) -> Result<NsCounters, String> {
     let mut all = HashMap::new();
     for file in ["snmp", "netstat"] {
         let path = format!("/proc/{pid}/net/{file}");

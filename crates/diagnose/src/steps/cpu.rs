@@ -55,75 +55,11 @@ impl Observe for Cpu {
         let Some(server) = cx.server else {
             return Err(NotRun::Skipped("the server is not on this host".into()));
         };
-        let (process, pids) = listeners(cx.plan.addr.port(), server.netns_inode)?;
-        let mut cgroups: Vec<Cgroup> = pids.iter().flat_map(|&p| cgroups_of(p)).collect();
-        cgroups.sort();
-        cgroups.dedup();
-        let before = cgroups
-            .into_iter()
-            .filter_map(|c| read_stat(&c.dir).map(|s| (c, s)))
-            .collect();
-        let runq = RunQueue::start(&pids).map_err(|e| e.to_string());
-        // latscope's own threads too, unless the server is this process (`latscope demo`):
-        // waits both show are the host's contention, not the server's.
-        let own = std::process::id();
-        let client_runq = if runq.is_ok() && !pids.contains(&own) {
-            RunQueue::start(&[own]).ok()
-        } else {
-            None
-        };
-        Ok(Watching {
-            process,
-            before,
-            runq,
-            client_runq,
-        })
+        watch(cx.plan.addr.port(), server.netns_inode, true)
     }
 
     fn finish(_cx: &Context, w: Watching) -> Result<CpuEvidence, NotRun> {
-        // The cgroup (the server's own or an ancestor) that held it back the longest.
-        let throttling = w
-            .before
-            .iter()
-            .filter_map(|(c, b)| {
-                let a = read_stat(&c.dir)?;
-                Some(Throttling {
-                    cgroup: c.name.clone(),
-                    limit: limit(&c.dir, c.v2),
-                    periods: a.periods.saturating_sub(b.periods),
-                    throttled: a.throttled.saturating_sub(b.throttled),
-                    throttled_ns: a.throttled_ns.saturating_sub(b.throttled_ns),
-                })
-            })
-            // A cgroup without a limit never throttles: only limited ones are worth a line.
-            .filter(|t| t.limit.is_some() || t.throttled > 0)
-            .max_by_key(|t| (t.throttled_ns, t.periods));
-        let run_queue = match &w.runq {
-            Ok(rq) => {
-                let h = rq.histogram().map_err(|e| NotRun::Failed(e.to_string()))?;
-                RunQueueWaits::of(&h)
-            }
-            Err(_) => None,
-        };
-        let client_run_queue = w
-            .client_runq
-            .as_ref()
-            .and_then(|rq| rq.histogram().ok())
-            .and_then(|h| RunQueueWaits::of(&h));
-        if throttling.is_none()
-            && let Err(why) = &w.runq
-        {
-            return Err(NotRun::Skipped(format!(
-                "{}: no cgroup CPU limit, and run-queue probes unavailable ({why})",
-                w.process
-            )));
-        }
-        Ok(CpuEvidence {
-            process: w.process,
-            throttling,
-            run_queue,
-            client_run_queue,
-        })
+        finish_watch(w)
     }
 
     fn detail(_cx: &Context, c: &CpuEvidence) -> String {
@@ -166,8 +102,84 @@ impl Observe for Cpu {
     }
 }
 
+/// Start watching the processes listening on `port` in namespace `netns` (0: any): their
+/// cgroups' throttling counters and their run-queue waits; with `client_too`, latscope's own
+/// threads' waits as well (when the server is not this process).
+pub(crate) fn watch(port: u16, netns: u64, client_too: bool) -> Result<Watching, NotRun> {
+    let (process, pids) = listeners(port, netns)?;
+    let mut cgroups: Vec<Cgroup> = pids.iter().flat_map(|&p| cgroups_of(p)).collect();
+    cgroups.sort();
+    cgroups.dedup();
+    let before = cgroups
+        .into_iter()
+        .filter_map(|c| read_stat(&c.dir).map(|s| (c, s)))
+        .collect();
+    let runq = RunQueue::start(&pids).map_err(|e| e.to_string());
+    // latscope's own threads too, unless the server is this process (`latscope demo`):
+    // waits both show are the host's contention, not the server's.
+    let own = std::process::id();
+    let client_runq = if client_too && runq.is_ok() && !pids.contains(&own) {
+        RunQueue::start(&[own]).ok()
+    } else {
+        None
+    };
+    Ok(Watching {
+        process,
+        before,
+        runq,
+        client_runq,
+    })
+}
+
+/// Stop watching: the counters' differences and the run-queue histograms.
+pub(crate) fn finish_watch(w: Watching) -> Result<CpuEvidence, NotRun> {
+    // The cgroup (the server's own or an ancestor) that held it back the longest.
+    let throttling = w
+        .before
+        .iter()
+        .filter_map(|(c, b)| {
+            let a = read_stat(&c.dir)?;
+            Some(Throttling {
+                cgroup: c.name.clone(),
+                limit: limit(&c.dir, c.v2),
+                periods: a.periods.saturating_sub(b.periods),
+                throttled: a.throttled.saturating_sub(b.throttled),
+                throttled_ns: a.throttled_ns.saturating_sub(b.throttled_ns),
+            })
+        })
+        // A cgroup without a limit never throttles: only limited ones are worth a line.
+        .filter(|t| t.limit.is_some() || t.throttled > 0)
+        .max_by_key(|t| (t.throttled_ns, t.periods));
+    let run_queue = match &w.runq {
+        Ok(rq) => {
+            let h = rq.histogram().map_err(|e| NotRun::Failed(e.to_string()))?;
+            RunQueueWaits::of(&h)
+        }
+        Err(_) => None,
+    };
+    let client_run_queue = w
+        .client_runq
+        .as_ref()
+        .and_then(|rq| rq.histogram().ok())
+        .and_then(|h| RunQueueWaits::of(&h));
+    if throttling.is_none()
+        && let Err(why) = &w.runq
+    {
+        return Err(NotRun::Skipped(format!(
+            "{}: no cgroup CPU limit, and run-queue probes unavailable ({why})",
+            w.process
+        )));
+    }
+    Ok(CpuEvidence {
+        process: w.process,
+        throttling,
+        run_queue,
+        client_run_queue,
+    })
+}
+
 /// The processes listening on `port` in namespace `netns` (0: any), and the first one's name.
-pub(super) fn listeners(port: u16, netns: u64) -> Result<(String, Vec<u32>), NotRun> {
+pub(crate) fn listeners(port: u16, netns: u64) -> Result<(String, Vec<u32>), NotRun> {
     let r =
         scan(Selection::Port(port), meta("sockets")).map_err(|e| NotRun::Failed(e.to_string()))?;
     let suffix = format!(":{port}");

@@ -26,50 +26,16 @@ impl Observe for KernelStack {
         let Some(server) = cx.server else {
             return Err(NotRun::Skipped("the server is not on this host".into()));
         };
-        let cfg = latscope_ebpf::StackConfig {
-            filters: latscope_ebpf::Filters {
-                // The connections' 4-tuple as far as it is fixed: both addresses and the
-                // server's port. The client's port changes with every connection the steps
-                // open, so it stays open; another client of the same server from the same
-                // address is counted too (the detail says so).
-                local_port: Some(cx.plan.addr.port()),
-                local_addr: Some(cx.plan.addr.ip()),
-                remote_addr: client_addr(cx.plan.addr),
-                // Its own namespace: a server in a container or another `ip netns` is watched
-                // there, and same-port traffic of other namespaces stays out.
-                netns_inode: (server.netns_inode != 0).then_some(server.netns_inode),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        latscope_ebpf::Session::start(&cfg).map_err(|e| NotRun::Skipped(e.to_string()))
+        session(
+            cx.plan.addr.port(),
+            Some(cx.plan.addr.ip()),
+            client_addr(cx.plan.addr),
+            (server.netns_inode != 0).then_some(server.netns_inode),
+        )
     }
 
     fn finish(_cx: &Context, session: latscope_ebpf::Session) -> Result<StackEvidence, NotRun> {
-        let raw = session
-            .read_histograms()
-            .map_err(|e| NotRun::Failed(e.to_string()))?;
-        let get = |p: Probe| {
-            let mut h = Log2Histogram::new();
-            for r in raw.iter().filter(|r| r.probe == p) {
-                h.merge(&r.hist);
-            }
-            h
-        };
-        let med = |p: Probe| {
-            let h = get(p);
-            (h.count() > 0).then(|| h.quantile_ns(0.5))
-        };
-        let read = get(Probe::TcpSocketRead);
-        Ok(StackEvidence {
-            packets: get(Probe::IpStart).count(),
-            ip_start_ns: med(Probe::IpStart),
-            tcp_start_ns: med(Probe::TcpStart),
-            enqueued_ns: med(Probe::TcpSocketEnqueued),
-            read_ns: med(Probe::TcpSocketRead),
-            read_bucket: (read.count() > 0)
-                .then(|| bucket_label(bucket_of(read.quantile_ns(0.5) as u64))),
-        })
+        summarise(session)
     }
 
     fn detail(cx: &Context, s: &StackEvidence) -> String {
@@ -88,6 +54,62 @@ impl Observe for KernelStack {
     fn store(ev: &mut Evidence, s: StackEvidence) {
         ev.stack = Some(s);
     }
+}
+
+/// Start the receive-path probes on the packets to local port `port` (and address `local`),
+/// from `remote`, in network namespace `netns` (None: any).
+pub(crate) fn session(
+    port: u16,
+    local: Option<IpAddr>,
+    remote: Option<IpAddr>,
+    netns: Option<u64>,
+) -> Result<latscope_ebpf::Session, NotRun> {
+    let cfg = latscope_ebpf::StackConfig {
+        filters: latscope_ebpf::Filters {
+            // The connections' 4-tuple as far as it is fixed: both addresses and the
+            // server's port. The client's port changes with every connection the steps
+            // open, so it stays open; another client of the same server from the same
+            // address is counted too (the detail says so).
+            local_port: Some(port),
+            local_addr: local,
+            remote_addr: remote,
+            // Its own namespace: a server in a container or another `ip netns` is watched
+            // there, and same-port traffic of other namespaces stays out.
+            netns_inode: netns,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    latscope_ebpf::Session::start(&cfg).map_err(|e| NotRun::Skipped(e.to_string()))
+}
+
+/// Read a session's histograms into their medians (the session is dropped: its programs
+/// detach).
+pub(crate) fn summarise(session: latscope_ebpf::Session) -> Result<StackEvidence, NotRun> {
+    let raw = session
+        .read_histograms()
+        .map_err(|e| NotRun::Failed(e.to_string()))?;
+    let get = |p: Probe| {
+        let mut h = Log2Histogram::new();
+        for r in raw.iter().filter(|r| r.probe == p) {
+            h.merge(&r.hist);
+        }
+        h
+    };
+    let med = |p: Probe| {
+        let h = get(p);
+        (h.count() > 0).then(|| h.quantile_ns(0.5))
+    };
+    let read = get(Probe::TcpSocketRead);
+    Ok(StackEvidence {
+        packets: get(Probe::IpStart).count(),
+        ip_start_ns: med(Probe::IpStart),
+        tcp_start_ns: med(Probe::TcpStart),
+        enqueued_ns: med(Probe::TcpSocketEnqueued),
+        read_ns: med(Probe::TcpSocketRead),
+        read_bucket: (read.count() > 0)
+            .then(|| bucket_label(bucket_of(read.quantile_ns(0.5) as u64))),
+    })
 }
 
 /// The address this host's connections to `server` come from (the kernel's route choice, as a

@@ -8,18 +8,18 @@
 
 mod capture;
 mod concurrency;
-mod counters;
-mod cpu;
+pub(crate) mod counters;
+pub(crate) mod cpu;
 mod delivery;
 mod engines;
 mod families;
 mod handshakes;
-mod kernel_stack;
+pub(crate) mod kernel_stack;
 mod mss;
 mod path;
 mod phases;
 mod quickack;
-mod server_sockets;
+pub(crate) mod server_sockets;
 mod single;
 mod trains;
 mod under_load;
@@ -111,6 +111,7 @@ impl Record {
                 name,
                 status,
                 detail: detail.into(),
+                measured_at: None,
             },
             distribution: None,
         }
@@ -165,6 +166,7 @@ pub const PIPELINE: &[Entry] = &[
     Entry::measure::<families::Families>(),
     Entry::measure::<path::Path>(),
     Entry::observe::<counters::Counters>(),
+    Entry::observe::<crate::remote::client::ServerAgent>(),
     Entry::measure::<handshakes::Handshakes>(),
     Entry::observe::<kernel_stack::KernelStack>(),
     Entry::observe::<capture::Capture>(),
@@ -254,6 +256,7 @@ mod tests {
             auth: None,
             max_time: DEFAULT_MAX_TIME,
             family: latscope_probe::Family::Any,
+            server_agent: None,
         };
         let total: Duration = PIPELINE
             .iter()

@@ -1,7 +1,7 @@
 //! The server's end of our connections, read from its own sockets while the requests flow
 //! (local servers only): is Nagle on, is TCP_CORK set?
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -117,6 +117,44 @@ fn scan_for_server(server: SocketAddr, deadline: Instant) -> Result<Scan, Inspec
     }
 }
 
+/// One scan of local port `port` in namespace `netns` (0: any) keeping only the established
+/// connections whose remote address is `peer`: the server's agent answering an evidence
+/// request reports that peer's connections and no other client's.
+pub(crate) fn scan_peer(port: u16, peer: IpAddr, netns: u64) -> Result<Scan, InspectError> {
+    let mut report = scan(Selection::Port(port), meta("sockets"))?;
+    report.sockets.retain(|r| {
+        let (Ok(local), Ok(remote)) = (
+            r.local.parse::<SocketAddr>(),
+            r.remote.parse::<SocketAddr>(),
+        ) else {
+            return false;
+        };
+        r.state == "ESTAB"
+            && local.port() == port
+            && canonical(remote.ip()) == canonical(peer)
+            && (netns == 0 || r.netns == 0 || r.netns == netns)
+    });
+    let tuples = report
+        .sockets
+        .iter()
+        .map(|r| (r.remote.clone(), r.local.clone()))
+        .collect();
+    Ok(Scan { report, tuples })
+}
+
+/// Whether a scan shows a connection with its options read (a scan worth keeping).
+pub(crate) fn has_options(s: &Scan) -> bool {
+    s.report.sockets.iter().any(|r| r.options.is_some())
+}
+
+/// IPv4-mapped IPv6 addresses as their IPv4 form.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 /// Add `own`'s rows to `into`, a socket listed by both once (the row with options kept).
 fn merge(into: &mut SocketsReport, own: SocketsReport) {
     for row in own.sockets {
@@ -207,7 +245,11 @@ fn unreadable(r: &SocketsReport) -> Option<String> {
 }
 
 /// Count the options of the server's connections in a scan.
-fn summarise(s: &Scan, port: u16, netns: u64) -> Result<evidence::ServerSockets, NotRun> {
+pub(crate) fn summarise(
+    s: &Scan,
+    port: u16,
+    netns: u64,
+) -> Result<evidence::ServerSockets, NotRun> {
     let server = server_ends(s, port, netns);
     let with_opts: Vec<_> = server
         .iter()

@@ -13,7 +13,7 @@ use latscope_core::model::rr::ServerBehaviour;
 use latscope_sys::sockopt::set_nodelay;
 
 use super::admission::{self, Held, Refusal, Resource};
-use super::{ServeEvent, Shared, rr, stream, stream_join, udp_rr};
+use super::{ServeEvent, Shared, evidence, rr, stream, stream_join, udp_rr};
 use crate::auth::{self, AuthKey};
 use crate::proto::{
     self, ClientHello, FrameError, RefusalCode, Reply, ServerHello, Start, TestKind,
@@ -82,8 +82,9 @@ fn run_kind(t: &mut Test) -> Ended {
         TestKind::Rr | TestKind::Crr => rr::run(t),
         TestKind::UdpRr => udp_rr::run(t),
         TestKind::Stream => stream::run(t),
-        // Joins are handled before a test slot is taken (they belong to a running test).
-        TestKind::StreamJoin => Ended::new(0, "a join is not a test"),
+        // Joins and evidence requests are handled before a test slot is taken (a join belongs
+        // to a running test; evidence has its own slots, see `evidence`).
+        TestKind::StreamJoin | TestKind::Evidence => Ended::new(0, "not a test"),
     }
 }
 
@@ -140,9 +141,9 @@ fn refusal(sh: &Shared, code: RefusalCode, message: &str) -> Reply {
 
 /// A connection's reads during the handshake, all bounded by one deadline: a client sending a
 /// byte a second cannot stretch it (slowloris).
-struct Handshake<'a> {
-    conn: &'a mut Conn,
-    deadline: Instant,
+pub(super) struct Handshake<'a> {
+    pub(super) conn: &'a mut Conn,
+    pub(super) deadline: Instant,
 }
 
 impl Read for Handshake<'_> {
@@ -215,6 +216,13 @@ pub(super) fn handle_conn(
     if let Err((code, msg)) = admission::validate(&start, cfg, !conn.is_tcp()) {
         let _ = refuse(&mut conn, code, &msg);
         return log_refused(msg);
+    }
+    if start.kind == TestKind::Evidence {
+        if let Err(msg) = evidence::serve(sh, conn, &start, &peer, peer_ip, handshake_deadline) {
+            log_refused(msg);
+        }
+        drop(slot);
+        return;
     }
     if start.kind == TestKind::StreamJoin {
         if let Err(msg) = stream_join::join(sh, conn, slot, &start) {

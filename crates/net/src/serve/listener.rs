@@ -125,6 +125,7 @@ impl Server {
                 sources: Mutex::new(HashMap::new()),
                 rates: Mutex::new(HashMap::new()),
                 memory: AtomicU64::new(0),
+                evidence_use: Mutex::new(Default::default()),
                 busy: Mutex::new(admission::WorkerQueue::default()),
                 free: Condvar::new(),
                 udp_out,

@@ -15,6 +15,7 @@
 
 mod admission;
 mod control;
+pub mod evidence;
 pub mod fuzzing;
 pub mod listener;
 mod rr;
@@ -66,6 +67,8 @@ pub struct ServeConfig {
     pub budget: Budget,
     /// When set, every connection must prove it knows this key (see [`crate::auth`]).
     pub auth: Option<AuthKey>,
+    /// What answers evidence requests (`diagnose --server-agent`); None: they are refused.
+    pub evidence: Option<Arc<dyn evidence::EvidenceService>>,
 }
 
 /// Per-source quotas and the memory budget; the resource figures below hold by construction:
@@ -151,6 +154,7 @@ impl Default for ServeConfig {
             workers: None,
             budget: Budget::default(),
             auth: None,
+            evidence: None,
         }
     }
 }
@@ -233,6 +237,8 @@ struct Shared {
     rates: Mutex<HashMap<IpAddr, std::sync::Weak<crate::fair::RateLimit>>>,
     /// Bytes of buffers reserved by running tests.
     memory: AtomicU64,
+    /// Evidence requests observing, and when each source last asked.
+    evidence_use: Mutex<evidence::EvidenceUse>,
     /// A clone of the UDP socket for stream tests in which the server sends datagrams.
     udp_out: Option<UdpSocket>,
     log: Box<dyn Fn(ServeEvent) + Send + Sync>,
