@@ -200,9 +200,28 @@ fn evidence_of(r: &Analysis) -> CaptureEvidence {
         rto_stalls: total(StallKind::RtoRetransmission),
         syn_resends: None,
         delayed_ack: total(StallKind::DelayedAck),
+        window_full: window_full(
+            total(StallKind::ReceiveWindowFull),
+            total(StallKind::ZeroWindow),
+        ),
         train_rate_bps: None,
         delivery_rate_bps: None,
         wire_bytes_per_transaction: None,
+    }
+}
+
+/// Waits for the receiver's window: a full window and a zero window are the same limit, the
+/// receiver's buffer.
+fn window_full(full: Option<StallTotal>, zero: Option<StallTotal>) -> Option<StallTotal> {
+    match (full, zero) {
+        (None, None) => None,
+        (a, b) => {
+            let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
+            Some(StallTotal {
+                count: a.count + b.count,
+                lost_ns: a.lost_ns + b.lost_ns,
+            })
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use latscope_core::model::diagnose::StepName;
 use latscope_core::model::sockets::{SocketRow, SocketsReport};
+use latscope_core::model::transfer::TransferLimits;
 use latscope_inspect::InspectError;
 use latscope_inspect::scan::{Selection, scan};
 
@@ -252,7 +253,36 @@ fn summarise(s: &Scan, port: u16, netns: u64) -> Result<evidence::ServerSockets,
             .filter_map(|row| row.tcp.as_ref().map(|t| t.snd_mss))
             .filter(|&m| m > 0)
             .max(),
+        limits: sending_limits(&server),
+        cwnd_bytes: server
+            .iter()
+            .filter_map(|row| row.tcp.as_ref())
+            .map(|t| u64::from(t.snd_cwnd) * u64::from(t.snd_mss))
+            .filter(|&b| b > 0)
+            .max(),
     })
+}
+
+/// Who limited the server's sending, over its ends of our connections: their tcp_info (busy
+/// time, receive-window- and send-buffer-limited parts) with their buffers, added up. `None`
+/// when no connection's tcp_info was read or none was ever busy sending.
+fn sending_limits(server: &[&SocketRow]) -> Option<TransferLimits> {
+    server
+        .iter()
+        .filter_map(|row| {
+            let t = row.tcp.as_ref()?;
+            let mem = row.mem.as_ref();
+            Some(TransferLimits::from_stats(
+                t,
+                mem.map(|m| m.rcvbuf),
+                mem.map(|m| m.sndbuf),
+            ))
+        })
+        .reduce(|mut a, b| {
+            a.merge(&b);
+            a
+        })
+        .filter(|l| l.busy_us > 0)
 }
 
 #[cfg(test)]
