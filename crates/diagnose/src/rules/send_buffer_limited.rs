@@ -11,12 +11,14 @@ use latscope_core::units::format_bytes;
 
 use super::*;
 
-/// The share of the server's busy sending time the send buffer must hold it back for. Less
-/// than most of it: a small buffer's own waits are short, since TCP still fills one GSO-sized
-/// buffer past the limit, and the time between the buffer emptying and the application's next
-/// write counts as merely busy — the lab's 8 KiB buffer on a 20 ms round trip showed 42%, and
-/// made a 1 MiB page take 2.6× as long.
-pub const SNDBUF_SHARE: f64 = 0.25;
+/// The share of the server's busy sending time the send buffer must hold it back for: a tenth,
+/// as `latscope sockets` warns of a socket ("sndbuf-limited"). A small buffer's own waits are
+/// a minor part of the busy time — TCP still fills one GSO-sized buffer past the limit, and the
+/// time from the buffer emptying to the application's next write counts as merely busy: the
+/// lab's 8 KiB buffer on a 20 ms round trip showed 24–42% while it made a 1 MiB page take 2.6×
+/// as long. What tells it from a network-limited sender is the buffer against the congestion
+/// window ([`send_buffer_limited`]), not this share.
+pub const SNDBUF_SHARE: f64 = 0.1;
 
 /// The server's socket says its send buffer held it back for a material part of its busy
 /// time, more than the client's window did, and the buffer is smaller than the congestion
