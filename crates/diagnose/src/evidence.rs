@@ -62,6 +62,55 @@ pub struct Evidence {
     /// What the server's agent observed at its end (`--server-agent`), when it answered; its
     /// figures are merged into the server-side fields above where this host saw nothing.
     pub server_end: Option<crate::remote::client::ServerEnd>,
+    /// A URL's response as this host received it on new connections (the request-phases
+    /// step): its size, how long its transfer took, and the window this host advertised.
+    pub download: Option<Download>,
+}
+
+/// A response's transfer as the client received it: the median request of the request-phases
+/// step (each a new connection), with the client socket's side of who limited it, read after
+/// the last byte.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Download {
+    /// Response body bytes.
+    pub body_bytes: u64,
+    /// First → last response byte, ns.
+    pub transfer_ns: u64,
+    /// The client socket's tcp_info and buffers: the window it advertised (tcpi_rcv_wnd), its
+    /// window scale, SO_RCVBUF.
+    pub client: Option<latscope_core::model::transfer::TransferLimits>,
+    /// The most receive auto-tuning may grow a socket's buffer to on this host
+    /// (`net.ipv4.tcp_rmem`'s third value), bytes.
+    pub rmem_max: Option<u32>,
+}
+
+impl Download {
+    /// The rate the body arrived at, bit/s (0 for an instant transfer).
+    pub fn rate_bps(&self) -> f64 {
+        if self.transfer_ns == 0 {
+            return 0.0;
+        }
+        self.body_bytes as f64 * 8.0 / (self.transfer_ns as f64 / 1e9)
+    }
+
+    /// The largest window the client could advertise: the window it advertised last (after the
+    /// last byte was read, the window is fully open), else its receive buffer's half (what the
+    /// kernel offers of it by default).
+    pub fn window_bytes(&self) -> Option<u32> {
+        let c = self.client?;
+        c.rcv_wnd
+            .filter(|&w| w > 0)
+            .or(c.rcvbuf_bytes.map(|b| b / 2))
+    }
+
+    /// Whether the receive buffer has grown as far as it may: at least 90% of `tcp_rmem`'s
+    /// ceiling. Auto-tuning then cannot open the window any wider.
+    pub fn buffer_at_ceiling(&self) -> bool {
+        match (self.client.and_then(|c| c.rcvbuf_bytes), self.rmem_max) {
+            (Some(b), Some(m)) => u64::from(b) * 10 >= u64::from(m) * 9,
+            _ => false,
+        }
+    }
 }
 
 /// How one address family's first address answered a connect.
@@ -531,6 +580,9 @@ pub struct CaptureEvidence {
     pub syn_resends: Option<StallTotal>,
     /// Delayed ACKs that held data back without Nagle.
     pub delayed_ack: Option<StallTotal>,
+    /// The sender filled the receiver's advertised window and waited for it to open
+    /// (Wireshark's `tcp.analysis.window_full`), and zero windows.
+    pub window_full: Option<StallTotal>,
     /// The bottleneck rate from the dispersion of the responses' packet trains, when the
     /// responses were long enough to measure it (bit/s), and the pairs it came from.
     pub train_rate_bps: Option<(f64, u64)>,
@@ -554,6 +606,12 @@ pub struct ServerSockets {
     pub corked: usize,
     /// The connections' send MSS from TCP_INFO (the largest), when read.
     pub snd_mss: Option<u32>,
+    /// Who limited the server's sending, over the server's ends of our connections (tcp_info's
+    /// busy time and its receive-window- and send-buffer-limited parts), when read.
+    pub limits: Option<latscope_core::model::transfer::TransferLimits>,
+    /// The largest congestion window among them, bytes (tcpi_snd_cwnd × tcpi_snd_mss): what the
+    /// network would let the server have in flight.
+    pub cwnd_bytes: Option<u64>,
 }
 
 /// CPU scheduling of the server's processes while the requests ran.

@@ -19,8 +19,10 @@ mod nagle_delayed_ack;
 mod path_dominates;
 mod pmtu_black_hole;
 mod pre_tcp_kernel;
+mod receive_window_limited;
 mod retransmissions;
 mod run_queue_delay;
+mod send_buffer_limited;
 mod server_tail_latency;
 mod shared;
 mod slow_dns;
@@ -41,8 +43,10 @@ pub use self::nagle_delayed_ack::*;
 pub use self::path_dominates::*;
 pub use self::pmtu_black_hole::*;
 pub use self::pre_tcp_kernel::*;
+pub use self::receive_window_limited::*;
 pub use self::retransmissions::*;
 pub use self::run_queue_delay::*;
+pub use self::send_buffer_limited::*;
 pub use self::server_tail_latency::*;
 pub(crate) use self::shared::*;
 pub use self::slow_dns::*;
@@ -76,6 +80,8 @@ pub const RULES: &[Rule] = &[
     error_responses,
     pmtu_black_hole,
     dead_address_family,
+    receive_window_limited,
+    send_buffer_limited,
 ];
 
 /// Apply every rule, then rank: root causes first (most latency explained first), each
@@ -179,6 +185,28 @@ pub const CHAINS: &[Link] = &[
         cause: RuleId::SlowHandshake,
         effect: RuleId::Retransmissions,
         holds: |e, _, _| listen_overflowed(e) || !data_loss_material(e),
+    },
+    // A window or a buffer that limits a transfer paces it: the rate measured from the
+    // responses is theirs, not the link's, and the time is not the server's thinking.
+    Link {
+        cause: RuleId::ReceiveWindowLimited,
+        effect: RuleId::BottleneckBandwidth,
+        holds: |e, _, _| limit_paces_bottleneck(e),
+    },
+    Link {
+        cause: RuleId::SendBufferLimited,
+        effect: RuleId::BottleneckBandwidth,
+        holds: |e, _, _| limit_paces_bottleneck(e),
+    },
+    Link {
+        cause: RuleId::ReceiveWindowLimited,
+        effect: RuleId::ThinkTime,
+        holds: |_, c, t| c.explains_ns.saturating_mul(2) >= t.explains_ns,
+    },
+    Link {
+        cause: RuleId::SendBufferLimited,
+        effect: RuleId::ThinkTime,
+        holds: |_, c, t| c.explains_ns.saturating_mul(2) >= t.explains_ns,
     },
     Link {
         cause: RuleId::BottleneckBandwidth,

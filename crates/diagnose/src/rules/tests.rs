@@ -758,6 +758,8 @@ fn delayed_acks_with_server_nagle_on_are_nagle() {
         nagle_on: 1,
         corked: 0,
         snd_mss: Some(65_483),
+        limits: None,
+        cwnd_bytes: None,
     });
     let all = apply(&e);
     assert_eq!(all.len(), 1, "{all:?}");
@@ -795,6 +797,8 @@ fn policed() -> Evidence {
         nagle_on: 0,
         corked: 0,
         snd_mss: Some(1_448),
+        limits: None,
+        cwnd_bytes: None,
     });
     e
 }
@@ -847,6 +851,8 @@ fn loss_is_the_cause_of_the_delayed_acks_it_makes_necessary() {
         nagle_on: 1,
         corked: 0,
         snd_mss: None,
+        limits: None,
+        cwnd_bytes: None,
     });
     let all = apply(&e);
     assert_eq!(all[0].rule, RuleId::NagleDelayedAck, "{all:#?}");
@@ -878,6 +884,8 @@ fn nagle_needs_a_server_that_can_hold_data() {
         nagle_on: 0,
         corked: 0,
         snd_mss: None,
+        limits: None,
+        cwnd_bytes: None,
     });
     assert_eq!(nagle_delayed_ack(&e), None);
     e.server_sockets.as_mut().unwrap().corked = 1;
@@ -1468,4 +1476,209 @@ fn a_bulk_transfers_goodput_through_a_shallow_shaper_still_names_the_link() {
     assert!(all[0].explains_ns <= 2_181_000 - 13_000);
     assert!(all[0].evidence.iter().any(|l| l.contains("8 at once")));
     assert!(all.iter().all(|f| f.rule != RuleId::ThinkTime), "{all:#?}");
+}
+
+/// A download of `body` bytes in `transfer_us` on a new connection whose client advertised
+/// `window` bytes from a `rcvbuf` under a `rmem_max` ceiling, after a first byte of `ttfb_us`.
+fn download(
+    e: &mut Evidence,
+    body: u64,
+    ttfb_us: u64,
+    transfer_us: u64,
+    window: u32,
+    rcvbuf: u32,
+    rmem_max: u32,
+) {
+    use latscope_core::model::transfer::TransferLimits;
+    e.phases = Some(latscope_core::model::diagnose::RequestPhases {
+        requests: 5,
+        dns_ns: 0,
+        connect_ns: e.path.as_ref().map_or(0, |p| p.p50_ns),
+        tls_ns: None,
+        ttfb_ns: ttfb_us * 1000,
+        transfer_ns: transfer_us * 1000,
+    });
+    e.download = Some(Download {
+        body_bytes: body,
+        transfer_ns: transfer_us * 1000,
+        client: Some(TransferLimits {
+            rcv_wnd: Some(window),
+            rcv_wscale: Some(7),
+            rcvbuf_bytes: Some(rcvbuf),
+            ..TransferLimits::default()
+        }),
+        rmem_max: Some(rmem_max),
+    });
+}
+
+/// The server's ends of our connections with these tcp_info limits (µs) and buffers.
+fn server_limits(busy: u64, rwnd: u64, sndbuf: u64, sndbuf_bytes: u32, cwnd: u64) -> ServerSockets {
+    let l = latscope_core::model::transfer::TransferLimits {
+        busy_us: busy,
+        rwnd_limited_us: rwnd,
+        sndbuf_limited_us: sndbuf,
+        sndbuf_bytes: Some(sndbuf_bytes),
+        ..Default::default()
+    };
+    ServerSockets {
+        process: "nginx[9]".into(),
+        connections: 1,
+        limits: Some(l),
+        cwnd_bytes: Some(cwnd),
+        ..ServerSockets::default()
+    }
+}
+
+#[test]
+fn a_receive_window_at_its_ceiling_limits_the_transfer_not_the_link() {
+    // 256 KiB over a 20 ms path through an 8.8 KB window: at most 3.5 Mbit/s, and it reached
+    // 3.0; the client's buffer is at tcp_rmem's ceiling. The responses' delivery rate (the
+    // window's pace) made it look like a 3 Mbit/s link.
+    let mut e = base(20_000, 720_000);
+    download(&mut e, 262_144, 21_000, 690_000, 8_832, 16_384, 16_384);
+    e.bottleneck = Some(Bottleneck {
+        up: None,
+        down: rate(3.0e6, RateSource::Delivery { responses: 4 }, 270_000),
+    });
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::ReceiveWindowLimited, "{all:#?}");
+    assert_eq!(all[0].side, Side::Client);
+    assert!(all[0].explains_ns >= 600_000_000, "{}", all[0].explains_ns);
+    assert!(
+        all[0]
+            .evidence
+            .iter()
+            .any(|l| l.contains("window of 8.62 KiB")),
+        "{:?}",
+        all[0].evidence
+    );
+    for f in &all[1..] {
+        assert!(
+            f.caused_by.is_some() || f.rule == RuleId::Unexplained,
+            "{f:#?}"
+        );
+    }
+    assert!(
+        !all.iter()
+            .any(|f| f.rule == RuleId::ThinkTime && f.caused_by.is_none())
+    );
+    // The server's socket alone says it too (a latscope target: no request phases).
+    let mut s = base(20_000, 720_000);
+    s.server_sockets = Some(server_limits(700_000, 560_000, 0, 87_040, 60_000));
+    let f = receive_window_limited(&s).expect("server's view");
+    assert_eq!(f.side, Side::Client);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("tcpi_rwnd_limited, 80%")),
+        "{:?}",
+        f.evidence
+    );
+}
+
+#[test]
+fn a_window_that_could_still_grow_or_a_short_transfer_is_no_receive_window_limit() {
+    // The same pace under a window auto-tuning can still open (buffer 256 KiB of 6 MiB): slow
+    // start, not a limit.
+    let mut e = base(20_000, 720_000);
+    download(&mut e, 262_144, 21_000, 690_000, 8_832, 262_144, 6_291_456);
+    assert_eq!(receive_window_limited(&e), None);
+    // A window at its ceiling that the transfer is nowhere near filling: a 3 Mbit/s link
+    // under a 3 MB window (1.2 Gbit/s over 20 ms) is the link's.
+    let mut e = base(20_000, 720_000);
+    download(
+        &mut e, 262_144, 21_000, 690_000, 3_000_000, 6_291_456, 6_291_456,
+    );
+    e.bottleneck = Some(Bottleneck {
+        up: None,
+        down: rate(3.0e6, RateSource::Delivery { responses: 4 }, 270_000),
+    });
+    assert_eq!(receive_window_limited(&e), None);
+    assert_eq!(apply(&e)[0].rule, RuleId::BottleneckBandwidth);
+    // Three round trips of transfer say nothing of a steady pace.
+    let mut e = base(20_000, 85_000);
+    download(&mut e, 40_000, 21_000, 60_000, 8_832, 16_384, 16_384);
+    assert_eq!(receive_window_limited(&e), None);
+    // The server's socket: a few round trips against a full window are not a limit.
+    let mut e = base(20_000, 720_000);
+    e.server_sockets = Some(server_limits(700_000, 5_000, 0, 87_040, 60_000));
+    assert_eq!(receive_window_limited(&e), None);
+}
+
+#[test]
+fn a_send_buffer_smaller_than_the_congestion_window_limits_the_transfer() {
+    // 1 MiB in 520 ms over a 20 ms path; the server's socket waited for its 8 KiB buffer 24%
+    // of its busy time, with a congestion window of 14.5 KB; the client's window (300 KB) was
+    // open.
+    let mut e = base(20_000, 540_000);
+    download(
+        &mut e, 1_048_576, 21_000, 500_000, 303_104, 6_291_456, 6_291_456,
+    );
+    e.server_sockets = Some(server_limits(400_000, 0, 96_000, 8_192, 14_480));
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::SendBufferLimited, "{all:#?}");
+    assert_eq!(all[0].side, Side::Server);
+    assert!(
+        all[0].evidence.iter().any(|l| l.contains("24%")),
+        "{:?}",
+        all[0].evidence
+    );
+    assert!(!all.iter().any(|f| f.rule == RuleId::ReceiveWindowLimited));
+    // A network-limited sender also finds its buffer full, but auto-tuning keeps the buffer at
+    // twice its congestion window: the network's, not the buffer's.
+    e.server_sockets = Some(server_limits(400_000, 0, 300_000, 4_000_000, 2_000_000));
+    assert_eq!(send_buffer_limited(&e), None);
+    // A buffer that held it back a twentieth of the time is no limit.
+    e.server_sockets = Some(server_limits(400_000, 0, 20_000, 8_192, 14_480));
+    assert_eq!(send_buffer_limited(&e), None);
+    // The client's window full more often than the buffer: the window's.
+    e.server_sockets = Some(server_limits(400_000, 250_000, 120_000, 8_192, 14_480));
+    assert_eq!(send_buffer_limited(&e), None);
+}
+
+#[test]
+fn from_the_client_a_held_back_transfer_is_the_servers_and_unnamed() {
+    // The client's seat: no server sockets, this host's stack not measured. 1 MiB arrives at
+    // 16 Mbit/s under an open 300 KB window (120 Mbit/s over 20 ms), no loss on the wire: the
+    // sender held it back, which of its limits the client cannot tell.
+    let mut e = Evidence {
+        path: Some(s(20_000)),
+        single: Some(s(540_000)),
+        capture: Some(CaptureEvidence {
+            frames: 2_000,
+            transactions: 5,
+            ..CaptureEvidence::default()
+        }),
+        ..Evidence::default()
+    };
+    download(
+        &mut e, 1_048_576, 21_000, 500_000, 303_104, 6_291_456, 6_291_456,
+    );
+    let all = apply(&e);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(all[0].rule, RuleId::Unexplained);
+    assert_eq!(all[0].side, Side::Server);
+    assert!(
+        all[0]
+            .evidence
+            .iter()
+            .any(|l| l.contains("the server held it back")),
+        "{:?}",
+        all[0].evidence
+    );
+    // With this host's stack ruled out, the time is still not the server's thinking: its first
+    // byte came one round trip after the request.
+    let mut e2 = base(20_000, 540_000);
+    e2.capture = e.capture.clone();
+    e2.phases = e.phases;
+    e2.download = e.download;
+    assert_eq!(think_time(&e2), None);
+    assert_eq!(apply(&e2)[0].rule, RuleId::Unexplained);
+    // Retransmissions on the wire: the loss may be what held it back, not said to be the sender.
+    e.capture.as_mut().unwrap().retransmissions = 40;
+    assert!(
+        apply(&e)
+            .iter()
+            .all(|f| f.evidence.iter().all(|l| !l.contains("held it back")))
+    );
 }

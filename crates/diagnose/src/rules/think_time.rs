@@ -28,6 +28,7 @@ pub fn think_time(e: &Evidence) -> Option<Diagnosis> {
     } else {
         host
     };
+    let excess = before_first_byte(e, excess, path);
     if excess < 1_000_000 || excess < 5 * path {
         return None;
     }
@@ -99,4 +100,16 @@ pub fn think_time(e: &Evidence) -> Option<Diagnosis> {
         caused_by: None,
         causes: Vec::new(),
     })
+}
+
+/// A response whose transfer (first byte → last) takes most of the excess: only the wait before
+/// its first byte can be the application's thinking (the request phases' time to first byte
+/// beyond the path's round trip); the transfer's pace is a window's, a buffer's or the path's.
+fn before_first_byte(e: &Evidence, excess: u64, path: u64) -> u64 {
+    match (e.download, &e.phases) {
+        (Some(d), Some(ph)) if d.transfer_ns.saturating_mul(2) >= excess => {
+            excess.min(ph.ttfb_ns.saturating_sub(path))
+        }
+        _ => excess,
+    }
 }

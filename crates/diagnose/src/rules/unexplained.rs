@@ -71,7 +71,8 @@ pub fn unexplained(e: &Evidence, found: &[Diagnosis]) -> Option<Diagnosis> {
     if left == 0 || !material(e, left, single) {
         return None;
     }
-    let place = if server_end_located(e) {
+    let held_back = sender_held_back(e);
+    let place = if server_end_located(e) || held_back.is_some() {
         Place::ServerEnd
     } else {
         Place::Unplaced
@@ -89,9 +90,12 @@ pub fn unexplained(e: &Evidence, found: &[Diagnosis]) -> Option<Diagnosis> {
         }
     )];
     evidence.push(ruled_out(e));
+    evidence.extend(held_back.clone());
     let (title, side, fix) = match place {
         Place::ServerEnd => {
-            let seen = if server_observed(e) {
+            let seen = if held_back.is_some() && !server_observed(e) {
+                "the server held the response back: its send buffer, its application's writes or its congestion window"
+            } else if server_observed(e) {
                 evidence.push("the server's end was observed (its sockets, kernel stack, run queue or counters) and none of its named causes fired".into());
                 "the server's application or something the observers do not see"
             } else {

@@ -41,7 +41,9 @@ impl Observe for Capture {
         let limit = cx.plan.duration + Duration::from_secs(5);
         let flag = stop.clone();
         let port = cx.plan.addr.port();
-        let thread = std::thread::spawn(move || capture_and_analyze(&filter, port, &flag, limit));
+        let path_rtt = ev.path.as_ref().map(|p| p.p50_ns);
+        let thread =
+            std::thread::spawn(move || capture_and_analyze(&filter, port, path_rtt, &flag, limit));
         Ok(Capturing { stop, thread })
     }
 
@@ -114,6 +116,7 @@ impl Observe for Capture {
 fn capture_and_analyze(
     filter: &str,
     port: u16,
+    path_rtt: Option<u64>,
     stop: &AtomicBool,
     limit: Duration,
 ) -> Result<CaptureEvidence, String> {
@@ -130,7 +133,7 @@ fn capture_and_analyze(
         top: 1,
     });
     let mut trains = Trains::new(port);
-    let mut delivery = Delivery::new(port);
+    let mut delivery = Delivery::new(port, path_rtt);
     let mut frame = 0u64;
     cap.run(stop, None, Some(limit), |ts, _orig, data| {
         frame += 1;
@@ -200,9 +203,28 @@ fn evidence_of(r: &Analysis) -> CaptureEvidence {
         rto_stalls: total(StallKind::RtoRetransmission),
         syn_resends: None,
         delayed_ack: total(StallKind::DelayedAck),
+        window_full: window_full(
+            total(StallKind::ReceiveWindowFull),
+            total(StallKind::ZeroWindow),
+        ),
         train_rate_bps: None,
         delivery_rate_bps: None,
         wire_bytes_per_transaction: None,
+    }
+}
+
+/// Waits for the receiver's window: a full window and a zero window are the same limit, the
+/// receiver's buffer.
+fn window_full(full: Option<StallTotal>, zero: Option<StallTotal>) -> Option<StallTotal> {
+    match (full, zero) {
+        (None, None) => None,
+        (a, b) => {
+            let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
+            Some(StallTotal {
+                count: a.count + b.count,
+                lost_ns: a.lost_ns + b.lost_ns,
+            })
+        }
     }
 }
 

@@ -10,7 +10,9 @@
 //! over at least [`MIN_RTTS`] round trips, and its arrivals are not clocked by the round trip:
 //! a link drains its queue at its rate, while a sender held back by a window sends bursts and
 //! waits a round trip — that rate is the window's, not the link's, and counts as none. The
-//! round trip is the capture's own: SYN out, SYN-ACK back.
+//! round trip is the capture's own: SYN out, SYN-ACK back; when the capture began after the
+//! connection's handshake (the request step connects as the capture starts, and a keep-alive
+//! connection never shakes hands again), the path's round trip measured before it.
 
 use std::collections::HashMap;
 
@@ -45,15 +47,19 @@ pub struct Delivery {
     syn_sent: HashMap<(Addr, u16), u64>,
     /// The smallest handshake round trip seen, ns.
     rtt_ns: Option<u64>,
+    /// The path's round trip measured before the capture, for a capture without a handshake.
+    path_rtt_ns: Option<u64>,
     /// bit/s of each response rated.
     rates: Vec<f64>,
 }
 
 impl Delivery {
-    /// Responses sent from `port`.
-    pub fn new(port: u16) -> Delivery {
+    /// Responses sent from `port`; `path_rtt_ns` stands for the round trip when the capture
+    /// holds no handshake.
+    pub fn new(port: u16, path_rtt_ns: Option<u64>) -> Delivery {
         Delivery {
             port,
+            path_rtt_ns,
             ..Delivery::default()
         }
     }
@@ -107,8 +113,10 @@ impl Delivery {
     }
 
     fn end(&mut self, client: (Addr, u16)) {
-        if let (Some(r), Some(rtt)) = (self.responses.remove(&client), self.rtt_ns)
-            && let Some(rate) = settled_rate(&r.points, rtt)
+        if let (Some(r), Some(rtt)) = (
+            self.responses.remove(&client),
+            self.rtt_ns.or(self.path_rtt_ns),
+        ) && let Some(rate) = settled_rate(&r.points, rtt)
         {
             self.rates.push(rate);
         }
@@ -239,7 +247,7 @@ mod tests {
 
     #[test]
     fn the_capture_of_a_slow_download_gives_the_rate() {
-        let mut d = Delivery::new(80);
+        let mut d = Delivery::new(80, None);
         let mut push = |ts: u64, f: Vec<u8>| {
             let dec = latscope_wire::decode(latscope_wire::packet::LinkType::Ethernet, &f).unwrap();
             d.push(ts, &dec);
@@ -263,6 +271,33 @@ mod tests {
         }
         let (rate, n) = d.rate().expect("three responses");
         assert_eq!(n, 3);
+        assert!((rate - 8e6).abs() < 0.1e6, "{rate}");
+    }
+
+    #[test]
+    fn without_a_handshake_in_the_capture_the_paths_round_trip_stands_in() {
+        // A keep-alive connection set up before the capture began: no SYN to time.
+        let run = |path_rtt| {
+            let mut d = Delivery::new(80, path_rtt);
+            let mut push = |ts: u64, f: Vec<u8>| {
+                let dec =
+                    latscope_wire::decode(latscope_wire::packet::LinkType::Ethernet, &f).unwrap();
+                d.push(ts, &dec);
+            };
+            let mut t = 0;
+            for _ in 0..2 {
+                push(t, frame(1, 40000, 2, 80, flags::ACK | flags::PSH, 100));
+                t += 2_000_000;
+                for _ in 0..139 {
+                    push(t, frame(2, 80, 1, 40000, flags::ACK, 1448));
+                    t += 1_514_000;
+                }
+            }
+            d.rate()
+        };
+        assert_eq!(run(None), None, "no round trip: nothing to settle by");
+        let (rate, n) = run(Some(2_000_000)).expect("two responses");
+        assert_eq!(n, 2);
         assert!((rate - 8e6).abs() < 0.1e6, "{rate}");
     }
 }

@@ -10,7 +10,7 @@ use latscope_core::units::format_ns;
 use super::engines::http_options;
 use super::{Measure, NotRun, requests_target};
 use crate::collect::{Context, Plan};
-use crate::evidence::Evidence;
+use crate::evidence::{Download, Evidence};
 
 pub struct Phases;
 
@@ -21,9 +21,9 @@ const TIME: Duration = Duration::from_millis(2500);
 
 impl Measure for Phases {
     const NAME: StepName = StepName::RequestPhases;
-    type Output = RequestPhases;
+    type Output = Measured;
 
-    fn run(cx: &Context, ev: &Evidence) -> Result<RequestPhases, NotRun> {
+    fn run(cx: &Context, ev: &Evidence) -> Result<Measured, NotRun> {
         if requests_target(ev)? != TargetKind::Http {
             return Err(NotRun::Skipped("URL targets only".into()));
         }
@@ -50,13 +50,21 @@ impl Measure for Phases {
                 last_err.unwrap_or_else(|| "no request completed in time".into()),
             ));
         }
-        Ok(medians(&got))
+        Ok(Measured {
+            phases: medians(&got),
+            download: download(&got),
+        })
     }
 
-    fn detail(_cx: &Context, p: &RequestPhases) -> String {
-        let f = |v: u64| format_ns(v as f64);
+    fn detail(_cx: &Context, m: &Measured) -> String {
+        let (p, f) = (&m.phases, |v: u64| format_ns(v as f64));
+        let window = m
+            .download
+            .and_then(|d| d.window_bytes())
+            .map(|w| format!(", window advertised {w} B"))
+            .unwrap_or_default();
         format!(
-            "median of {}: DNS {}, connect {}, TLS {}, first byte {}, transfer {}",
+            "median of {}: DNS {}, connect {}, TLS {}, first byte {}, transfer {}{window}",
             p.requests,
             f(p.dns_ns),
             f(p.connect_ns),
@@ -71,9 +79,37 @@ impl Measure for Phases {
         TIME + Duration::from_millis(500)
     }
 
-    fn store(ev: &mut Evidence, p: RequestPhases) {
-        ev.phases = Some(p);
+    fn store(ev: &mut Evidence, m: Measured) {
+        ev.phases = Some(m.phases);
+        ev.download = m.download;
     }
+}
+
+/// The phases' medians, and the median request's transfer as the client received it.
+pub struct Measured {
+    phases: RequestPhases,
+    download: Option<Download>,
+}
+
+/// The transfer of the request with the median transfer time, with its client socket's limits
+/// and this host's `tcp_rmem` ceiling; `None` for responses without a body.
+fn download(all: &[latscope_http::Phases]) -> Option<Download> {
+    let mut by_transfer: Vec<&latscope_http::Phases> = all.iter().collect();
+    by_transfer.sort_unstable_by_key(|p| p.transfer_ns);
+    let p = by_transfer.get(by_transfer.len() / 2)?;
+    (p.body_bytes > 0).then(|| Download {
+        body_bytes: p.body_bytes,
+        transfer_ns: p.transfer_ns,
+        client: p.limits,
+        rmem_max: rmem_max(),
+    })
+}
+
+/// `net.ipv4.tcp_rmem`'s third value in this process's network namespace: how far receive
+/// auto-tuning may grow a socket's buffer.
+fn rmem_max() -> Option<u32> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem").ok()?;
+    s.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Each phase's median (the upper median of an even count) over the requests.

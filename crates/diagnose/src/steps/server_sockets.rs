@@ -2,11 +2,14 @@
 //! (local servers only): is Nagle on, is TCP_CORK set?
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use latscope_core::model::diagnose::StepName;
 use latscope_core::model::sockets::{SocketRow, SocketsReport};
+use latscope_core::model::transfer::TransferLimits;
 use latscope_inspect::InspectError;
 use latscope_inspect::scan::{Selection, scan};
 
@@ -20,6 +23,8 @@ pub struct ServerSockets;
 /// The scan thread and the server end it looks for.
 pub struct Scanning {
     port: u16,
+    /// Set when the requests end: the scans stop.
+    stop: Arc<AtomicBool>,
     netns: u64,
     thread: JoinHandle<Result<Scan, InspectError>>,
 }
@@ -80,10 +85,59 @@ fn server_ends(s: &Scan, port: u16, netns: u64) -> Vec<&SocketRow> {
         .collect()
 }
 
+/// Scan until a server end with readable options shows up, or until `deadline`; then keep
+/// scanning until `stop` (the requests ended) or the deadline, so that the connections'
+/// tcp_info (who limited the server's sending) covers as much of the step as they lasted.
+fn scan_for_server(
+    server: SocketAddr,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> Result<Scan, InspectError> {
+    let first = first_scan(server, deadline)?;
+    Ok(follow(server, first, deadline, stop))
+}
+
+/// Later scans of the same connections, until `stop` or `deadline`: the last that still saw
+/// our connections' server ends with their options wins (a connection closed by then leaves
+/// the earlier scan).
+fn follow(server: SocketAddr, mut best: Scan, deadline: Instant, stop: &AtomicBool) -> Scan {
+    // A scan a second (each reads /proc and sock_diag: light, but not free on a busy host),
+    // checking the stop flag every 100 ms so that the step ends promptly.
+    'scans: while Instant::now() < deadline {
+        for _ in 0..10 {
+            if stop.load(Ordering::Relaxed) {
+                break 'scans;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let Ok(s) = one_scan(server) else {
+            break;
+        };
+        let ours = s
+            .report
+            .sockets
+            .iter()
+            .any(|r| is_our_server_end(r, &s.tuples) && r.options.is_some() && r.tcp.is_some());
+        if ours {
+            best = s;
+        }
+    }
+    best
+}
+
+/// One scan of the server's port and of latscope's own sockets.
+fn one_scan(server: SocketAddr) -> Result<Scan, InspectError> {
+    let mut report = scan(Selection::Port(server.port()), meta("sockets"))?;
+    // A port scan leaves out latscope's own process: our client ends, and a server running
+    // inside it (as in `latscope demo`), come from scanning this process itself.
+    let own = scan(Selection::Pid(std::process::id()), meta("sockets"))?;
+    let tuples = our_tuples(&own, &server.to_string());
+    merge(&mut report, own);
+    Ok(Scan { report, tuples })
+}
+
 /// Scan until a server end with readable options shows up, or until `deadline`.
-fn scan_for_server(server: SocketAddr, deadline: Instant) -> Result<Scan, InspectError> {
-    let port = server.port();
-    let server = server.to_string();
+fn first_scan(server: SocketAddr, deadline: Instant) -> Result<Scan, InspectError> {
     // Look once the requests are flowing; retry (bounded) until the server's end of one of our
     // connections shows with its options — set-up steps before the requests take a variable
     // time, and other clients' connections to the same port do not count. At the deadline the
@@ -91,13 +145,7 @@ fn scan_for_server(server: SocketAddr, deadline: Instant) -> Result<Scan, Inspec
     let mut seen_ours: Option<Scan> = None;
     loop {
         std::thread::sleep(Duration::from_millis(400));
-        let mut report = scan(Selection::Port(port), meta("sockets"))?;
-        // A port scan leaves out latscope's own process: our client ends, and a server
-        // running inside it (as in `latscope demo`), come from scanning this process itself.
-        let own = scan(Selection::Pid(std::process::id()), meta("sockets"))?;
-        let tuples = our_tuples(&own, &server);
-        merge(&mut report, own);
-        let s = Scan { report, tuples };
+        let s = one_scan(server)?;
         let ours: Vec<&SocketRow> = s
             .report
             .sockets
@@ -185,15 +233,19 @@ impl Observe for ServerSockets {
         let (addr, port) = (cx.plan.addr, cx.plan.addr.port());
         let netns = server.netns_inode;
         let deadline = Instant::now() + cx.plan.duration + Duration::from_secs(3);
-        let thread = std::thread::spawn(move || scan_for_server(addr, deadline));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || scan_for_server(addr, deadline, &flag));
         Ok(Scanning {
             port,
+            stop,
             netns,
             thread,
         })
     }
 
     fn finish(_cx: &Context, s: Scanning) -> Result<evidence::ServerSockets, NotRun> {
+        s.stop.store(true, Ordering::Relaxed);
         let r = match s.thread.join() {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Err(NotRun::Failed(e.to_string())),
@@ -213,12 +265,13 @@ impl Observe for ServerSockets {
             n => format!("TCP_CORK on {n}"),
         };
         format!(
-            "{}: {}, {nagle}, {cork}{}",
+            "{}: {}, {nagle}, {cork}{}{}",
             ss.process,
             latscope_core::units::count(ss.connections as u64, "connection"),
             ss.snd_mss
                 .map(|m| format!(", MSS {m} B"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            ss.limits.map(sending_detail).unwrap_or_default()
         )
     }
 
@@ -294,7 +347,48 @@ pub(crate) fn summarise(
             .filter_map(|row| row.tcp.as_ref().map(|t| t.snd_mss))
             .filter(|&m| m > 0)
             .max(),
+        limits: sending_limits(&server),
+        cwnd_bytes: server
+            .iter()
+            .filter_map(|row| row.tcp.as_ref())
+            .map(|t| u64::from(t.snd_cwnd) * u64::from(t.snd_mss))
+            .filter(|&b| b > 0)
+            .max(),
     })
+}
+
+/// e.g. "; sending busy 400ms: 42% send-buffer-limited (8 KiB), 0% receive-window-limited".
+fn sending_detail(l: TransferLimits) -> String {
+    let ms = |us: u64| latscope_core::units::format_ns(us as f64 * 1e3);
+    format!(
+        "; sending busy {}: {:.0}% send-buffer-limited ({}), {:.0}% receive-window-limited",
+        ms(l.busy_us),
+        100.0 * l.share(l.sndbuf_limited_us),
+        l.sndbuf_bytes.map_or("-".into(), |b| format!("{b} B")),
+        100.0 * l.share(l.rwnd_limited_us)
+    )
+}
+
+/// Who limited the server's sending, over its ends of our connections: their tcp_info (busy
+/// time, receive-window- and send-buffer-limited parts) with their buffers, added up. `None`
+/// when no connection's tcp_info was read or none was ever busy sending.
+fn sending_limits(server: &[&SocketRow]) -> Option<TransferLimits> {
+    server
+        .iter()
+        .filter_map(|row| {
+            let t = row.tcp.as_ref()?;
+            let mem = row.mem.as_ref();
+            Some(TransferLimits::from_stats(
+                t,
+                mem.map(|m| m.rcvbuf),
+                mem.map(|m| m.sndbuf),
+            ))
+        })
+        .reduce(|mut a, b| {
+            a.merge(&b);
+            a
+        })
+        .filter(|l| l.busy_us > 0)
 }
 
 #[cfg(test)]
