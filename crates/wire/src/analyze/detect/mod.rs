@@ -41,6 +41,7 @@ pub(super) static DETECTORS: &[&dyn Detector] = &[
 /// The connection ends: what a detector still held back is settled.
 pub(super) fn close(c: &mut Conn, out: &mut Sink<'_>) {
     rto::flush(c, out);
+    think_time::flush(c, out);
 }
 
 /// A stall detector.
@@ -126,12 +127,26 @@ struct FindingAcc {
     examples: Vec<StallExample>,
 }
 
+/// How many examples each finding keeps unless asked otherwise.
+pub const DEFAULT_EXAMPLES: usize = 5;
+
 /// Stalls found so far, per kind.
-#[derive(Default)]
 pub(super) struct Stalls {
     acc: [FindingAcc; StallKind::ALL.len()],
     /// The path MTU black hole resent most often.
     pub pmtu: Option<PmtuEvidence>,
+    /// How many examples each kind keeps (the largest).
+    pub examples_cap: usize,
+}
+
+impl Default for Stalls {
+    fn default() -> Self {
+        Stalls {
+            acc: Default::default(),
+            pmtu: None,
+            examples_cap: DEFAULT_EXAMPLES,
+        }
+    }
 }
 
 impl Stalls {
@@ -185,6 +200,7 @@ impl Sink<'_> {
             }
             t.stall_lost = t.stall_lost.saturating_add(lost);
         }
+        let cap = self.stalls.examples_cap;
         let acc = &mut self.stalls.acc[kind.index()];
         acc.count += 1;
         acc.lost = acc.lost.saturating_add(lost);
@@ -194,13 +210,28 @@ impl Sink<'_> {
             since_frame: since,
             lost_ns: lost,
         };
-        if acc.examples.len() < 5 {
+        if acc.examples.len() < cap {
             acc.examples.push(ex);
         } else if let Some(min) = acc.examples.iter_mut().min_by_key(|e| e.lost_ns) {
             if min.lost_ns < lost {
                 *min = ex;
             }
         }
+    }
+
+    /// A stall of an earlier transaction, settled late: charged to the connection and the
+    /// finding only.
+    pub(super) fn stall_past(
+        &mut self,
+        c: &mut Conn,
+        kind: StallKind,
+        frame: u64,
+        since: u64,
+        lost: u64,
+    ) {
+        let tx = c.tx.take();
+        self.stall(c, kind, frame, since, lost);
+        c.tx = tx;
     }
 
     /// The figures of a path MTU black hole (the one resent most often is kept).

@@ -4,11 +4,14 @@
 //!
 //! Evidence needed: the handshake (without it the round trip is unknown and a slow path would
 //! read as a slow server), both directions, and a request–response protocol: on a human-paced
-//! one (telnet, ssh, X11, VNC, RDP) the server's next screen update is not an answer.
+//! one (telnet, ssh, X11, VNC, RDP) the server's next screen update is not an answer; a
+//! server pushing on its own clock (a PLC's 1 s cycle, its answers to requests in between
+//! not moving it: [`super::super::flow::PhaseGrid`]) did not answer the message before its
+//! push.
 
 use crate::report::StallKind;
 
-use super::super::flow::Conn;
+use super::super::flow::{Conn, PENDING_THINK, PendingThink};
 use super::super::ladder::fmt_ms;
 use super::{Detector, Segment, Sink};
 
@@ -30,12 +33,51 @@ impl Detector for ThinkTime {
         {
             return;
         }
+        let grid = c.dirs[1].cadence.grid;
+        if grid.on && grid.own_clock {
+            // The server pushes on its own clock (a PLC's cycle): this burst is its next
+            // point, not an answer, and neither were the ones held back.
+            c.dirs[1].pending_think.clear();
+            return;
+        }
+        if grid.hits == 0 {
+            flush(c, out);
+        }
+        let p = PendingThink {
+            frame: s.frame,
+            req_frame: r.req_frame,
+            think_ns: r.think_ns,
+        };
         out.notes.push(|| {
             format!(
                 "<< STALL think time: server answered {} after the request",
                 fmt_ms(r.think_ns)
             )
         });
+        if grid.on {
+            // On a grid not yet shown to be the server's clock: wait for its verdict.
+            let held = &mut c.dirs[1].pending_think;
+            if held.len() >= PENDING_THINK {
+                let old = held.remove(0);
+                out.stall_past(
+                    c,
+                    StallKind::ThinkTime,
+                    old.frame,
+                    old.req_frame,
+                    old.think_ns,
+                );
+            }
+            c.dirs[1].pending_think.push(p);
+            return;
+        }
         out.stall(c, StallKind::ThinkTime, s.frame, r.req_frame, r.think_ns);
+    }
+}
+
+/// Think times held back for a grid's verdict are charged (the grid fell apart, or the
+/// connection ended before it was shown to be the server's clock).
+pub(in super::super) fn flush(c: &mut Conn, out: &mut Sink<'_>) {
+    for p in std::mem::take(&mut c.dirs[1].pending_think) {
+        out.stall_past(c, StallKind::ThinkTime, p.frame, p.req_frame, p.think_ns);
     }
 }
