@@ -391,6 +391,9 @@ pub(super) struct Conn {
     pub gap_ts: Option<u64>,
     /// Human-paced: a protocol of keystrokes and screen updates (see [`interactive_port`]).
     pub interactive: bool,
+    /// The client sent again after a long silence with no answer between (see
+    /// [`super::transaction::UNANSWERED_NS`]): its messages are not requests.
+    pub client_unanswered: bool,
 }
 
 /// Ports of protocols whose traffic is paced by a person at a terminal or screen (telnet,
@@ -478,6 +481,7 @@ impl Conn {
             expire_at: None,
             gap_ts: None,
             interactive: interactive_port(server.1),
+            client_unanswered: false,
         }
     }
 
@@ -504,13 +508,13 @@ impl Conn {
     }
 
     /// Round trip between the capture point and the sender of direction `d`: the handshake's,
-    /// or the sender's ACKs of the peer's segments when they came back quicker
+    /// lowered to the sender's ACKs of the peer's segments when they came back quicker
     /// (`suspicious-time.pcap`: a 700 ms SYN→SYN-ACK, then ACKs 0.2 ms after the data).
     pub(super) fn quickest_rtt_to_sender(&self, d: usize) -> Option<u64> {
-        match (self.rtt_to_sender(d), self.dirs[1 - d].min_ack_rtt) {
-            (Some(h), Some(a)) => Some(h.min(a)),
-            (h, a) => h.or(a),
-        }
+        // Only ever lowered: an ACK sample alone also holds the peer's own delay (an OpenFlow
+        // switch answering 100 ms later is no 100 ms path).
+        let h = self.rtt_to_sender(d)?;
+        Some(self.dirs[1 - d].min_ack_rtt.map_or(h, |a| h.min(a)))
     }
 
     /// Effective MSS of the sender of direction `d`: what the peer advertised, minus the

@@ -178,11 +178,16 @@ impl TxStats {
                 stall_lost: 0,
                 think: 0,
                 setup: payload.starts_with(latscope_core::PEER_MAGIC),
-                unanswered: false,
+                unanswered: c.client_unanswered,
             });
             c.tx_state = TxState::Request;
         } else if let Some(t) = &mut c.tx {
-            t.unanswered |= ts.saturating_sub(t.req_last) >= UNANSWERED_NS;
+            if ts.saturating_sub(t.req_last) >= UNANSWERED_NS {
+                // Once seen, the client's messages on this connection are not requests
+                // (`ratinfected.pcapng`: a heartbeat every 10 s, most unanswered).
+                t.unanswered = true;
+                c.client_unanswered = true;
+            }
             t.req_last = ts;
         }
     }
