@@ -312,19 +312,18 @@ pub(super) struct Dir {
     /// This side's last data segment when it was one short line of text: (hash, length).
     pub last_line: Option<(u64, u32)>,
     /// Think times of this side's answers that landed on its [`PhaseGrid`] before the grid
-    /// was shown to be its own clock: charged when the grid falls apart or the connection
-    /// ends, dropped once it is shown (at most [`PENDING_THINK`]).
+    /// was shown to be its own clock: charged, and taken back once it is (at most
+    /// [`PENDING_THINK`]).
     pub pending_think: Vec<PendingThink>,
 }
 
-/// How many think times wait for a grid's verdict; an older one is charged.
+/// How many think times are remembered for a grid's verdict.
 pub(super) const PENDING_THINK: usize = 4;
 
-/// A think time held back while its answer's grid is unproven.
+/// A think time charged while its answer's grid was unproven.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PendingThink {
     pub frame: u64,
-    pub req_frame: u64,
     pub think_ns: u64,
 }
 

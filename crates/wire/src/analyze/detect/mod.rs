@@ -41,7 +41,6 @@ pub(super) static DETECTORS: &[&dyn Detector] = &[
 /// The connection ends: what a detector still held back is settled.
 pub(super) fn close(c: &mut Conn, out: &mut Sink<'_>) {
     rto::flush(c, out);
-    think_time::flush(c, out);
 }
 
 /// A stall detector.
@@ -219,19 +218,13 @@ impl Sink<'_> {
         }
     }
 
-    /// A stall of an earlier transaction, settled late: charged to the connection and the
-    /// finding only.
-    pub(super) fn stall_past(
-        &mut self,
-        c: &mut Conn,
-        kind: StallKind,
-        frame: u64,
-        since: u64,
-        lost: u64,
-    ) {
-        let tx = c.tx.take();
-        self.stall(c, kind, frame, since, lost);
-        c.tx = tx;
+    /// Take back a stall charged at `frame` of `c` that later evidence showed was none.
+    pub(super) fn retract(&mut self, c: &mut Conn, kind: StallKind, frame: u64, lost: u64) {
+        c.stall_lost = c.stall_lost.saturating_sub(lost);
+        let acc = &mut self.stalls.acc[kind.index()];
+        acc.count = acc.count.saturating_sub(1);
+        acc.lost = acc.lost.saturating_sub(lost);
+        acc.examples.retain(|e| e.conn != c.id || e.frame != frame);
     }
 
     /// The figures of a path MTU black hole (the one resent most often is kept).

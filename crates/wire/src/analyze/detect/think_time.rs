@@ -36,48 +36,34 @@ impl Detector for ThinkTime {
         let grid = c.dirs[1].cadence.grid;
         if grid.on && grid.own_clock {
             // The server pushes on its own clock (a PLC's cycle): this burst is its next
-            // point, not an answer, and neither were the ones held back.
-            c.dirs[1].pending_think.clear();
+            // point, not an answer, and neither were the ones charged while the grid was
+            // unproven: they are taken back.
+            for p in std::mem::take(&mut c.dirs[1].pending_think) {
+                out.retract(c, StallKind::ThinkTime, p.frame, p.think_ns);
+            }
             return;
         }
         if grid.hits == 0 {
-            flush(c, out);
+            c.dirs[1].pending_think.clear();
         }
-        let p = PendingThink {
-            frame: s.frame,
-            req_frame: r.req_frame,
-            think_ns: r.think_ns,
-        };
         out.notes.push(|| {
             format!(
                 "<< STALL think time: server answered {} after the request",
                 fmt_ms(r.think_ns)
             )
         });
+        out.stall(c, StallKind::ThinkTime, s.frame, r.req_frame, r.think_ns);
         if grid.on {
-            // On a grid not yet shown to be the server's clock: wait for its verdict.
+            // On a grid not yet shown to be the server's clock: remembered, to be taken back
+            // if it is.
             let held = &mut c.dirs[1].pending_think;
             if held.len() >= PENDING_THINK {
-                let old = held.remove(0);
-                out.stall_past(
-                    c,
-                    StallKind::ThinkTime,
-                    old.frame,
-                    old.req_frame,
-                    old.think_ns,
-                );
+                held.remove(0);
             }
-            c.dirs[1].pending_think.push(p);
-            return;
+            held.push(PendingThink {
+                frame: s.frame,
+                think_ns: r.think_ns,
+            });
         }
-        out.stall(c, StallKind::ThinkTime, s.frame, r.req_frame, r.think_ns);
-    }
-}
-
-/// Think times held back for a grid's verdict are charged (the grid fell apart, or the
-/// connection ended before it was shown to be the server's clock).
-pub(in super::super) fn flush(c: &mut Conn, out: &mut Sink<'_>) {
-    for p in std::mem::take(&mut c.dirs[1].pending_think) {
-        out.stall_past(c, StallKind::ThinkTime, p.frame, p.req_frame, p.think_ns);
     }
 }
