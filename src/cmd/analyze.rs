@@ -45,6 +45,10 @@ pub struct AnalyzeArgs {
     /// How many of the worst connections to list.
     #[arg(long, default_value_t = 20)]
     pub top: usize,
+    /// How many examples each finding lists, the largest first (every stall is counted
+    /// whatever N is).
+    #[arg(long, value_name = "N", default_value_t = latscope_wire::analyze::DEFAULT_EXAMPLES)]
+    pub examples: usize,
     /// Capture live instead of reading a file (needs -I and CAP_NET_RAW).
     #[arg(long, requires = "interface")]
     pub live: bool,
@@ -240,6 +244,7 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
         top: a.top,
     };
     let mut analyzer = Analyzer::new(opts);
+    analyzer.keep_examples(a.examples);
     let stop = stop_flag();
     let mut warnings = Vec::new();
     let Source {

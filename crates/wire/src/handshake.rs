@@ -93,12 +93,34 @@ impl HandshakeResends {
 /// ISN is a new connection attempt, not a resend).
 type Key = (Addr, u16, Addr, u16, u32);
 
+/// When a handshake segment was last sent, and what the peer did about it.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    ts_ns: u64,
+    /// That transmission's IPv4 identification.
+    id: Option<u16>,
+    /// The peer answered it with a RST: the next SYN is a new attempt at a refused port
+    /// (Windows retries a refused connect after ~0.5 s), not a resend of a lost one.
+    refused: bool,
+    /// A SYN-ACK the client acknowledged: the handshake is complete, and a later copy of it
+    /// (forged, or answering a stray segment) kept no set-up waiting.
+    answered: bool,
+}
+
 /// Tracks when each SYN (and SYN-ACK) was last sent and totals the resends.
 #[derive(Debug, Default)]
 pub struct SynResends {
-    /// When each SYN was last sent, and that transmission's IPv4 identification.
-    last_sent: HashMap<Key, (u64, Option<u16>), BuildHasherDefault<FxHasher>>,
+    last_sent: HashMap<Key, Sent, BuildHasherDefault<FxHasher>>,
+    /// SYN-ACKs not yet acknowledged (a handshake's last ACK is looked up only while some are).
+    unanswered_syn_acks: usize,
     totals: HandshakeResends,
+}
+
+/// The shortest wait taken for a stack's SYN timer: the start of the initial-RTO band (1 s on
+/// Linux and macOS, RFC 6298 §2.1; 3 s on older stacks). A SYN repeated sooner is a scanner's
+/// retry (nmap's probes 175 ms apart in a public capture), not a set-up's timeout.
+fn syn_timer_floor_ns() -> u64 {
+    *latscope_core::timer::TcpTimer::InitialRto.band_ns().start()
 }
 
 impl SynResends {
@@ -109,36 +131,87 @@ impl SynResends {
         };
         let fl = tcp.flags();
         if fl & (flags::SYN | flags::RST) != flags::SYN {
+            self.answer(d, fl, tcp.ack());
+            return None;
+        }
+        // A SYN with FIN or URG is a scanner's crafted probe, never a stack's set-up.
+        if fl & (flags::FIN | flags::URG) != 0 {
             return None;
         }
         let key = (d.src, tcp.src_port(), d.dst, tcp.dst_port(), tcp.seq());
         if self.last_sent.len() >= MAX_TRACKED && !self.last_sent.contains_key(&key) {
             self.last_sent.clear();
+            self.unanswered_syn_acks = 0;
         }
-        let id = d.ip_id.filter(|&i| i != 0);
-        let Some(last) = self.last_sent.get_mut(&key) else {
-            self.last_sent.insert(key, (ts_ns, id));
-            return None;
-        };
-        if id.is_some() && id == last.1 {
-            return None;
-        }
-        // Time going backwards (merged or reordered captures) is no wait.
-        let waited_ns = ts_ns.checked_sub(last.0)?;
-        if waited_ns < SAME_PACKET_NS {
-            return None;
-        }
-        *last = (ts_ns, id);
         let segment = if fl & flags::ACK != 0 {
             HandshakeSegment::SynAck
         } else {
             HandshakeSegment::Syn
         };
+        let id = d.ip_id.filter(|&i| i != 0);
+        let Some(last) = self.last_sent.get_mut(&key) else {
+            self.last_sent.insert(
+                key,
+                Sent {
+                    ts_ns,
+                    id,
+                    refused: false,
+                    answered: false,
+                },
+            );
+            if segment == HandshakeSegment::SynAck {
+                self.unanswered_syn_acks += 1;
+            }
+            return None;
+        };
+        if id.is_some() && id == last.id {
+            return None;
+        }
+        // Time going backwards (merged or reordered captures) is no wait.
+        let waited_ns = ts_ns.checked_sub(last.ts_ns)?;
+        if waited_ns < SAME_PACKET_NS {
+            return None;
+        }
+        let new_attempt = last.refused || last.answered || waited_ns < syn_timer_floor_ns();
+        last.ts_ns = ts_ns;
+        last.id = id;
+        last.refused = false;
+        if new_attempt {
+            return None;
+        }
         match segment {
             HandshakeSegment::Syn => self.totals.syn.add(waited_ns),
             HandshakeSegment::SynAck => self.totals.syn_ack.add(waited_ns),
         }
         Some(SynResend { segment, waited_ns })
+    }
+
+    /// A segment other than a SYN: a RST refusing a SYN, or the ACK completing a handshake,
+    /// settles that SYN or SYN-ACK (its next copy is no resend).
+    fn answer(&mut self, d: &Decoded<'_>, fl: u8, ack: u32) {
+        let Transport::Tcp { tcp, .. } = d.transport else {
+            return;
+        };
+        let rst = fl & flags::RST != 0;
+        if fl & flags::ACK == 0 || (!rst && self.unanswered_syn_acks == 0) {
+            return;
+        }
+        let key = (
+            d.dst,
+            tcp.dst_port(),
+            d.src,
+            tcp.src_port(),
+            ack.wrapping_sub(1),
+        );
+        let Some(sent) = self.last_sent.get_mut(&key) else {
+            return;
+        };
+        if rst {
+            sent.refused = true;
+        } else if !sent.answered {
+            sent.answered = true;
+            self.unanswered_syn_acks = self.unanswered_syn_acks.saturating_sub(1);
+        }
     }
 
     /// The resends so far, by segment.
@@ -174,6 +247,13 @@ mod tests {
         tcp[12] = 5 << 4;
         tcp[13] = fl;
         tcp[14..16].copy_from_slice(&64240u16.to_be_bytes());
+        f
+    }
+
+    /// `frame` with an acknowledgement number.
+    fn frame_ack(sport: u16, fl: u8, seq: u32, ack: u32, reply: bool) -> Vec<u8> {
+        let mut f = frame(sport, fl, seq, reply);
+        f[42..46].copy_from_slice(&ack.to_be_bytes());
         f
     }
 
@@ -243,5 +323,49 @@ mod tests {
         assert_eq!(x.segment, HandshakeSegment::SynAck);
         assert_eq!(r.totals().total().count, 1);
         assert_eq!(r.totals().syn.count, 0);
+    }
+
+    /// A refused port: Windows tries again ~0.5 s after the RST (nowebaccess2.pcapng), a new
+    /// attempt rather than the resend of a lost SYN.
+    #[test]
+    fn a_syn_after_a_reset_is_a_new_attempt() {
+        let mut r = SynResends::default();
+        let syn = frame(40000, flags::SYN, 1000, false);
+        push(&mut r, 0, &syn);
+        push(
+            &mut r,
+            MS,
+            &frame_ack(40000, flags::RST | flags::ACK, 0, 1001, true),
+        );
+        assert_eq!(push(&mut r, 1_000 * MS, &syn), None);
+        // Unanswered this time: the next one is a resend.
+        assert!(push(&mut r, 4_000 * MS, &syn).is_some());
+    }
+
+    /// A scanner's probes: SYN+FIN+URG, or plain SYNs 175 ms apart (activeosfingerprinting).
+    #[test]
+    fn scanner_probes_are_no_resends() {
+        let mut r = SynResends::default();
+        let odd = frame(40000, flags::SYN | flags::FIN | flags::URG, 5, false);
+        push(&mut r, 0, &odd);
+        assert_eq!(push(&mut r, 2_000 * MS, &odd), None);
+        let syn = frame(40001, flags::SYN, 5, false);
+        push(&mut r, 0, &syn);
+        assert_eq!(push(&mut r, 175 * MS, &syn), None);
+        assert!(r.totals().is_empty());
+    }
+
+    /// A SYN-ACK repeated after the client's ACK completed the handshake (sessionhijacking:
+    /// 31 s later) kept no set-up waiting; one the client never answered did.
+    #[test]
+    fn a_syn_ack_after_the_handshake_is_no_resend() {
+        let mut r = SynResends::default();
+        let sa = frame_ack(40000, flags::SYN | flags::ACK, 5, 1001, true);
+        push(&mut r, 0, &sa);
+        push(&mut r, MS, &frame_ack(40000, flags::ACK, 1001, 6, false));
+        assert_eq!(push(&mut r, 31_000 * MS, &sa), None);
+        let lonely = frame_ack(40001, flags::SYN | flags::ACK, 9, 77, true);
+        push(&mut r, 0, &lonely);
+        assert!(push(&mut r, 3_000 * MS, &lonely).is_some());
     }
 }

@@ -104,7 +104,7 @@ pub struct StallFinding {
     pub count: u64,
     /// Total time lost.
     pub lost_ns: u64,
-    /// The largest examples (up to 5).
+    /// The largest examples (up to 5, or `--examples N`).
     pub examples: Vec<StallExample>,
     /// Why the detector believes this, in plain words.
     pub explanation: String,

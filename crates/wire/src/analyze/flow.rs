@@ -118,6 +118,8 @@ pub(super) struct Cadence {
     interval: u64,
     /// Intervals in a row equal to the one before.
     run: u32,
+    /// The phase of this sender's own clock, if it keeps one.
+    pub grid: PhaseGrid,
     /// Smallest and largest time from the peer's last packet to a burst start over the run.
     lag_lo: u64,
     lag_hi: u64,
@@ -135,6 +137,7 @@ impl Cadence {
         if idle < BURST_IDLE_NS {
             return;
         }
+        self.grid.on_burst(ts, self.last_start, lag);
         let iv = ts.saturating_sub(self.last_start);
         if self.last_start != 0
             && self.interval != 0
@@ -159,6 +162,82 @@ impl Cadence {
     }
 }
 
+/// The shortest period a [`PhaseGrid`] is looked for at: below it bursts are a transfer's.
+const GRID_MIN_PERIOD_NS: u64 = 10_000_000;
+/// Bursts on a grid before it can be shown to be the sender's own clock.
+const GRID_PROOF_HITS: u32 = 3;
+/// A grid is given up when this many periods pass without a burst on it.
+const GRID_MAX_PERIODS: u64 = 3;
+
+/// A sender's bursts on a fixed grid of its own clock, found even when other bursts come
+/// between its points (a PLC pushing every 1.000 s and answering requests in between breaks
+/// [`Cadence`]'s run of equal intervals, never its phase): each burst on the grid lands a
+/// whole number of periods (≤ [`GRID_MAX_PERIODS`]) after the previous one, within 0.5 %
+/// (at least 1 ms).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct PhaseGrid {
+    period: u64,
+    last: u64,
+    /// Bursts on the grid after the two that set its period.
+    pub hits: u32,
+    lag_lo: u64,
+    lag_hi: u64,
+    /// The time from the peer's last packet to the bursts on the grid varied (a request
+    /// answered in between did not move the grid): the sender's own clock, not a steady
+    /// answer to the peer.
+    pub own_clock: bool,
+    /// The latest burst is on the grid (after at least one earlier hit).
+    pub on: bool,
+}
+
+impl PhaseGrid {
+    fn tolerance(period: u64) -> u64 {
+        (period / 200).max(1_000_000)
+    }
+
+    /// A burst at `ts`; the previous one started at `prev_start`, `lag` after the peer's last
+    /// packet.
+    fn on_burst(&mut self, ts: u64, prev_start: u64, lag: u64) {
+        self.on = false;
+        let since = ts.saturating_sub(self.last);
+        if let Some(k) = since
+            .saturating_add(self.period / 2)
+            .checked_div(self.period)
+        {
+            let tol = Self::tolerance(self.period);
+            if (1..=GRID_MAX_PERIODS).contains(&k)
+                && since.abs_diff(k.saturating_mul(self.period)) <= tol
+            {
+                self.hits += 1;
+                self.last = ts;
+                self.on = true;
+                self.lag_lo = self.lag_lo.min(lag);
+                self.lag_hi = self.lag_hi.max(lag);
+                // Three hits at least: bursts at random times land on some grid now and then.
+                self.own_clock |= self.hits >= GRID_PROOF_HITS && self.lag_hi - self.lag_lo > tol;
+                return;
+            }
+            // A burst between the grid's points (an answer to a request) leaves it standing.
+            let horizon = GRID_MAX_PERIODS.saturating_mul(self.period);
+            if self.hits > 0 && since <= horizon.saturating_add(tol) {
+                return;
+            }
+        }
+        let iv = ts.saturating_sub(prev_start);
+        *self = if prev_start != 0 && iv >= GRID_MIN_PERIOD_NS {
+            PhaseGrid {
+                period: iv,
+                last: ts,
+                lag_lo: lag,
+                lag_hi: lag,
+                ..PhaseGrid::default()
+            }
+        } else {
+            PhaseGrid::default()
+        };
+    }
+}
+
 /// One direction of a connection (index 0: client → server, 1: server → client).
 #[derive(Debug, Default)]
 pub(super) struct Dir {
@@ -172,6 +251,14 @@ pub(super) struct Dir {
     pub maxseqtobeacked: u32,
     pub lastack: u32,
     pub lastack_ts: u64,
+    /// When this side's ACK number last moved forward (a window update or a duplicate ACK
+    /// repeats it without acknowledging anything).
+    pub ack_advanced_ts: u64,
+    /// The shortest time from one of this side's segments to the peer's ACK ending exactly at
+    /// it (segments never resent): the round trip from the capture point to the peer, plus
+    /// however long the peer held that ACK — an upper bound of the round trip that holds even
+    /// when the handshake's is inflated (a slow SYN-ACK) or missing.
+    pub min_ack_rtt: Option<u64>,
     pub lastacklen: u32,
     pub window: u32,
     /// -1 unknown, -2 no scaling, ≥ 0 the shift.
@@ -222,6 +309,22 @@ pub(super) struct Dir {
     pub zero_since: Option<(u64, u64)>,
     /// The rhythm of this side's bursts of new data.
     pub cadence: Cadence,
+    /// This side's last data segment when it was one short line of text: (hash, length).
+    pub last_line: Option<(u64, u32)>,
+    /// Think times of this side's answers that landed on its [`PhaseGrid`] before the grid
+    /// was shown to be its own clock: charged, and taken back once it is (at most
+    /// [`PENDING_THINK`]).
+    pub pending_think: Vec<PendingThink>,
+}
+
+/// How many think times are remembered for a grid's verdict.
+pub(super) const PENDING_THINK: usize = 4;
+
+/// A think time charged while its answer's grid was unproven.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PendingThink {
+    pub frame: u64,
+    pub think_ns: u64,
 }
 
 /// What identifies a frame as the same packet as the previous one of its side: (IPv4
@@ -287,6 +390,9 @@ pub(super) struct Conn {
     pub gap_ts: Option<u64>,
     /// Human-paced: a protocol of keystrokes and screen updates (see [`interactive_port`]).
     pub interactive: bool,
+    /// The client sent again after a long silence with no answer between (see
+    /// [`super::transaction::UNANSWERED_NS`]): its messages are not requests.
+    pub client_unanswered: bool,
 }
 
 /// Ports of protocols whose traffic is paced by a person at a terminal or screen (telnet,
@@ -296,7 +402,33 @@ pub(super) fn interactive_port(port: u16) -> bool {
     matches!(port, 22 | 23 | 513 | 514 | 3389 | 5900..=5909 | 6000..=6063)
 }
 
+/// The longest segment taken for one typed line.
+const LINE_MAX: usize = 256;
+
+/// `payload` as one line of text (printable ASCII ending in a newline, at most
+/// [`LINE_MAX`] bytes): its hash and length.
+pub(super) fn text_line(payload: &[u8]) -> Option<(u64, u32)> {
+    let body = payload.strip_suffix(b"\n")?;
+    let printable = |b: &u8| (0x20..0x7f).contains(b) || *b == b'\t' || *b == b'\r';
+    if body.is_empty() || payload.len() > LINE_MAX || !body.iter().all(printable) {
+        return None;
+    }
+    let mut h = FxHasher::default();
+    std::hash::Hasher::write(&mut h, payload);
+    Some((std::hash::Hasher::finish(&h), payload.len() as u32))
+}
+
 impl Conn {
+    /// New data `line` (see [`text_line`]) from direction `d`: a line that repeats the one the
+    /// peer just sent is a terminal's echo of what a person typed (a reverse shell on any port,
+    /// `HackChallenge_Cmas2011.pcap`'s "del sqlite3.exe"), so the connection is human-paced.
+    pub(super) fn on_line(&mut self, d: usize, line: Option<(u64, u32)>) {
+        if line.is_some() && line == self.dirs[1 - d].last_line {
+            self.interactive = true;
+        }
+        self.dirs[d].last_line = line;
+    }
+
     /// A connection whose first captured segment went `src` → `dst` with flags `fl`.
     pub(super) fn new(
         id: u64,
@@ -348,6 +480,7 @@ impl Conn {
             expire_at: None,
             gap_ts: None,
             interactive: interactive_port(server.1),
+            client_unanswered: false,
         }
     }
 
@@ -369,8 +502,18 @@ impl Conn {
     /// How soon after the peer's packet the sender's reaction can show at the capture point:
     /// two round trips to the sender plus 1 ms (2 ms without a handshake).
     pub(super) fn release_window(&self, d: usize) -> u64 {
-        self.rtt_to_sender(d)
+        self.quickest_rtt_to_sender(d)
             .map_or(2_000_000, |v| v.saturating_mul(2).saturating_add(1_000_000))
+    }
+
+    /// Round trip between the capture point and the sender of direction `d`: the handshake's,
+    /// lowered to the sender's ACKs of the peer's segments when they came back quicker
+    /// (`suspicious-time.pcap`: a 700 ms SYN→SYN-ACK, then ACKs 0.2 ms after the data).
+    pub(super) fn quickest_rtt_to_sender(&self, d: usize) -> Option<u64> {
+        // Only ever lowered: an ACK sample alone also holds the peer's own delay (an OpenFlow
+        // switch answering 100 ms later is no 100 ms path).
+        let h = self.rtt_to_sender(d)?;
+        Some(self.dirs[1 - d].min_ack_rtt.map_or(h, |a| h.min(a)))
     }
 
     /// Effective MSS of the sender of direction `d`: what the peer advertised, minus the

@@ -62,6 +62,7 @@ use crate::packet::{Addr, Decoded, SkipReason, TcpView, Transport, flags};
 pub use crate::report::Analysis;
 use crate::report::{CaptureQuality, ConnSummary, Ladder, Skipped, StallKind, TcpCounts};
 
+pub use detect::DEFAULT_EXAMPLES;
 pub use explain::explain;
 pub use flow::FxHasher;
 pub use ladder::MAX_LADDER_ROWS;
@@ -147,6 +148,12 @@ impl Analyzer {
             quality: CaptureQuality::default(),
             prev_ts: None,
         }
+    }
+
+    /// Keep up to `n` examples per finding, the largest (default [`DEFAULT_EXAMPLES`]); the
+    /// counts and times lost cover every stall whatever `n` is.
+    pub fn keep_examples(&mut self, n: usize) {
+        self.acc.stalls.examples_cap = n;
     }
 
     /// Connections tracked right now.

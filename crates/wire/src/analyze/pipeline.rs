@@ -81,6 +81,7 @@ impl Acc {
                     s.ts.saturating_sub(c.dirs[1 - d].last_pkt_ts),
                 );
                 c.dirs[d].cadence.on_data(s.ts, idle, lag);
+                c.on_line(d, super::flow::text_line(s.payload));
                 s.held = held_segment(c, &s);
                 s.first_response = self.tx.on_data(c, d, s.frame, s.ts, s.payload);
             }
@@ -152,7 +153,9 @@ fn handshake(c: &mut Conn, d: usize, raw: &RawSegment<'_, '_>) -> Option<u64> {
     if fl & flags::SYN != 0 {
         let o = raw.tcp.options();
         let fwd = &mut c.dirs[d];
-        fwd.linux_syn = Some(raw.tcp.syn_options_in_linux_order());
+        // A lone MSS fits every stack's order: the layout tells only with more options.
+        let telling = o.sack_permitted || o.timestamps.is_some() || o.wscale.is_some();
+        fwd.linux_syn = Some(telling && raw.tcp.syn_options_in_linux_order());
         fwd.mss_opt = o.mss;
         fwd.timestamps = o.timestamps.is_some();
         fwd.win_scale = o.wscale.map_or(-1, |w| w as i8);

@@ -252,6 +252,9 @@ fn update_state(c: &mut Conn, s: &Segment<'_>, a: u32) {
         f.maxseqtobeacked = f.nextseq;
     }
     f.window = s.window;
+    if s.flags & flags::ACK != 0 && (gt(s.ack, f.lastack) || f.ack_advanced_ts == 0) {
+        f.ack_advanced_ts = s.ts;
+    }
     f.lastack = s.ack;
     f.lastack_ts = s.ts;
     f.lastsegmentflags = a;
@@ -262,6 +265,8 @@ fn update_state(c: &mut Conn, s: &Segment<'_>, a: u32) {
         // only then is an entry's length a segment's.
         let single = rv.unacked.len() < EXACT_UNACKED;
         let mut largest = rv.largest_acked;
+        let mut rtt = rv.min_ack_rtt;
+        let resent_since = rv.last_rexmit_ts;
         rv.unacked.retain_mut(|u| {
             if gt(ack, u.seq) && lt(ack, u.nextseq) {
                 u.seq = ack;
@@ -272,10 +277,16 @@ fn update_state(c: &mut Conn, s: &Segment<'_>, a: u32) {
                 if single {
                     largest = largest.max(u.nextseq.wrapping_sub(u.seq));
                 }
+                // A round-trip sample: the segment this ACK ends at, never resent since (Karn).
+                if u.nextseq == ack && resent_since.is_none_or(|r| r < u.ts) {
+                    let sample = s.ts.saturating_sub(u.ts);
+                    rtt = Some(rtt.map_or(sample, |r: u64| r.min(sample)));
+                }
                 false
             }
         });
         rv.largest_acked = largest;
+        rv.min_ack_rtt = rtt;
     }
 }
 

@@ -41,7 +41,16 @@ pub(super) struct TxCur {
     /// latscope's own peer-protocol set-up (greeting, test request): neither a transaction
     /// nor think time of the application.
     pub setup: bool,
+    /// The client sent again after a long silence with no answer between
+    /// ([`UNANSWERED_NS`]): it was not waiting for one (a heartbeat, a stream of reports),
+    /// so the server's next data is not shown to answer it.
+    pub unanswered: bool,
 }
+
+/// A client that sends again this long after its previous data with no answer between was not
+/// waiting for an answer (`ratinfected.pcapng`: a 9-byte heartbeat every 10 s, the server's
+/// command 4 s after one of them read as a 4 s think time).
+pub(super) const UNANSWERED_NS: u64 = 1_000_000_000;
 
 /// The first response byte of a transaction arrived.
 #[derive(Debug, Clone, Copy)]
@@ -110,7 +119,10 @@ impl TxStats {
             TxState::Request => {
                 // Without the handshake the round trip is unknown: the gap is not the
                 // server's time. A human-paced protocol's next output is no answer.
-                let (rtt, judged) = (c.rtt_to_server, !c.interactive);
+                // The round trip is the handshake's, or the server's ACKs' when they came back
+                // sooner (a 700 ms SYN→SYN-ACK, then ACKs in 0.2 ms: `suspicious-time.pcap`).
+                let rtt = c.rtt_to_server.and(c.quickest_rtt_to_sender(1));
+                let judged = !c.interactive;
                 let t = c.tx.as_mut()?;
                 t.resp_first = ts;
                 t.resp_last = ts;
@@ -120,7 +132,7 @@ impl TxStats {
                     .saturating_sub(t.req_last)
                     .saturating_sub(rtt.unwrap_or(0));
                 c.tx_state = TxState::Response;
-                if t.setup || rtt.is_none() || !judged {
+                if t.setup || t.unanswered || rtt.is_none() || !judged {
                     t.think = 0;
                     return None;
                 }
@@ -166,9 +178,16 @@ impl TxStats {
                 stall_lost: 0,
                 think: 0,
                 setup: payload.starts_with(latscope_core::PEER_MAGIC),
+                unanswered: c.client_unanswered,
             });
             c.tx_state = TxState::Request;
         } else if let Some(t) = &mut c.tx {
+            if ts.saturating_sub(t.req_last) >= UNANSWERED_NS {
+                // Once seen, the client's messages on this connection are not requests
+                // (`ratinfected.pcapng`: a heartbeat every 10 s, most unanswered).
+                t.unanswered = true;
+                c.client_unanswered = true;
+            }
             t.req_last = ts;
         }
     }

@@ -126,12 +126,26 @@ struct FindingAcc {
     examples: Vec<StallExample>,
 }
 
+/// How many examples each finding keeps unless asked otherwise.
+pub const DEFAULT_EXAMPLES: usize = 5;
+
 /// Stalls found so far, per kind.
-#[derive(Default)]
 pub(super) struct Stalls {
     acc: [FindingAcc; StallKind::ALL.len()],
     /// The path MTU black hole resent most often.
     pub pmtu: Option<PmtuEvidence>,
+    /// How many examples each kind keeps (the largest).
+    pub examples_cap: usize,
+}
+
+impl Default for Stalls {
+    fn default() -> Self {
+        Stalls {
+            acc: Default::default(),
+            pmtu: None,
+            examples_cap: DEFAULT_EXAMPLES,
+        }
+    }
 }
 
 impl Stalls {
@@ -185,6 +199,7 @@ impl Sink<'_> {
             }
             t.stall_lost = t.stall_lost.saturating_add(lost);
         }
+        let cap = self.stalls.examples_cap;
         let acc = &mut self.stalls.acc[kind.index()];
         acc.count += 1;
         acc.lost = acc.lost.saturating_add(lost);
@@ -194,13 +209,22 @@ impl Sink<'_> {
             since_frame: since,
             lost_ns: lost,
         };
-        if acc.examples.len() < 5 {
+        if acc.examples.len() < cap {
             acc.examples.push(ex);
         } else if let Some(min) = acc.examples.iter_mut().min_by_key(|e| e.lost_ns) {
             if min.lost_ns < lost {
                 *min = ex;
             }
         }
+    }
+
+    /// Take back a stall charged at `frame` of `c` that later evidence showed was none.
+    pub(super) fn retract(&mut self, c: &mut Conn, kind: StallKind, frame: u64, lost: u64) {
+        c.stall_lost = c.stall_lost.saturating_sub(lost);
+        let acc = &mut self.stalls.acc[kind.index()];
+        acc.count = acc.count.saturating_sub(1);
+        acc.lost = acc.lost.saturating_sub(lost);
+        acc.examples.retain(|e| e.conn != c.id || e.frame != frame);
     }
 
     /// The figures of a path MTU black hole (the one resent most often is kept).

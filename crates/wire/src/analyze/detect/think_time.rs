@@ -4,11 +4,14 @@
 //!
 //! Evidence needed: the handshake (without it the round trip is unknown and a slow path would
 //! read as a slow server), both directions, and a request–response protocol: on a human-paced
-//! one (telnet, ssh, X11, VNC, RDP) the server's next screen update is not an answer.
+//! one (telnet, ssh, X11, VNC, RDP) the server's next screen update is not an answer; a
+//! server pushing on its own clock (a PLC's 1 s cycle, its answers to requests in between
+//! not moving it: [`super::super::flow::PhaseGrid`]) did not answer the message before its
+//! push.
 
 use crate::report::StallKind;
 
-use super::super::flow::Conn;
+use super::super::flow::{Conn, PENDING_THINK, PendingThink};
 use super::super::ladder::fmt_ms;
 use super::{Detector, Segment, Sink};
 
@@ -30,6 +33,19 @@ impl Detector for ThinkTime {
         {
             return;
         }
+        let grid = c.dirs[1].cadence.grid;
+        if grid.on && grid.own_clock {
+            // The server pushes on its own clock (a PLC's cycle): this burst is its next
+            // point, not an answer, and neither were the ones charged while the grid was
+            // unproven: they are taken back.
+            for p in std::mem::take(&mut c.dirs[1].pending_think) {
+                out.retract(c, StallKind::ThinkTime, p.frame, p.think_ns);
+            }
+            return;
+        }
+        if grid.hits == 0 {
+            c.dirs[1].pending_think.clear();
+        }
         out.notes.push(|| {
             format!(
                 "<< STALL think time: server answered {} after the request",
@@ -37,5 +53,17 @@ impl Detector for ThinkTime {
             )
         });
         out.stall(c, StallKind::ThinkTime, s.frame, r.req_frame, r.think_ns);
+        if grid.on {
+            // On a grid not yet shown to be the server's clock: remembered, to be taken back
+            // if it is.
+            let held = &mut c.dirs[1].pending_think;
+            if held.len() >= PENDING_THINK {
+                held.remove(0);
+            }
+            held.push(PendingThink {
+                frame: s.frame,
+                think_ns: r.think_ns,
+            });
+        }
     }
 }
