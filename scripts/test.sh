@@ -42,7 +42,7 @@ mkdir -p target
 rm -f target/fuzz-output.txt target/fuzz.rc
 fuzz_secs=${LATSCOPE_FUZZ_SECONDS:-5}
 # Its own session, so that an early exit (fmt or clippy failing) stops all of it.
-FUZZ_SECS=$fuzz_secs setsid nice -n 19 bash -c '
+FUZZ_SECS=$fuzz_secs setsid -w nice -n 19 bash -c '
   t0=$(date +%s); rc=0
   LATSCOPE_FUZZ_REQUIRED=1 bash scripts/fuzz.sh "$FUZZ_SECS" > target/fuzz-output.txt 2>&1 || rc=1
   echo "$rc $(( $(date +%s) - t0 ))" > target/fuzz.rc' &
