@@ -64,7 +64,7 @@ cargo test --workspace --release --locked --no-run --message-format=json-render-
   > target/test-binaries.json || test_rc=1
 if [ "$test_rc" -eq 0 ]; then
   stage "cargo test: run the test binaries (the timing ones after the fuzz stage)"
-  LATSCOPE_TEST_SERIAL_AFTER=target/fuzz.rc \
+  LATSCOPE_TEST_SERIAL_AFTER=target/fuzz.rc LATSCOPE_TEST_SERIAL_AFTER_PGID=$fuzz_job \
     python3 scripts/lib/test-binaries.py target/test-binaries.json target/test-output.txt || test_rc=1
   stage "doc tests"
   cargo test --workspace --release --locked --doc 2>&1 | tee -a target/test-output.txt || test_rc=1

@@ -15,7 +15,9 @@ way scripts/test.sh wants them, and say where the time went.
 - Each binary runs from its package's directory, as `cargo test` runs it.
 - When LATSCOPE_TEST_SERIAL_AFTER names a file, the binaries that run alone wait until it
   exists (at most an hour): scripts/test.sh runs its fuzz stage beside the pool and writes that
-  file when the stage is over, so the timing tests have the cores to themselves.
+  file when the stage is over, so the timing tests have the cores to themselves. That stage runs
+  at the lowest priority; LATSCOPE_TEST_SERIAL_AFTER_PGID names its process group, which gets
+  the normal priority back while the tests wait for it (nothing else is left to give way to).
 - The binaries that share the pool start longest first, by the times the last run recorded
   (test-times.json beside LOG), so the long ones overlap the rest instead of ending the run.
 
@@ -119,6 +121,12 @@ def wait_for(path, limit_s=3600.0):
     """Wait until `path` exists (None: at once), at most `limit_s`; the seconds waited."""
     if not path:
         return 0.0
+    pgid = os.environ.get("LATSCOPE_TEST_SERIAL_AFTER_PGID")
+    if pgid and not os.path.exists(path):
+        try:
+            os.setpriority(os.PRIO_PGRP, int(pgid), 0)
+        except (OSError, ValueError) as e:
+            print(f"test-binaries: could not renice process group {pgid}: {e}", file=sys.stderr)
     t0 = time.monotonic()
     said = False
     while not os.path.exists(path) and time.monotonic() - t0 < limit_s:
