@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run every cargo-fuzz target (fuzz/fuzz_targets/*.rs) for a bounded time each, from its
 # committed seeds (fuzz/seeds/<target>/) plus the corpus grown locally (fuzz/corpus/<target>/).
-#   scripts/fuzz.sh [SECONDS]        default 60 per target; scripts/test.sh (CI) runs 20
+#   scripts/fuzz.sh [SECONDS]        default 60 per target; scripts/test.sh (CI) runs 5
+# Each run first replays every input of the target's seeds and corpus (libFuzzer executes the
+# corpus directories before it mutates), then fuzzes for the rest of SECONDS.
 # Targets are built like `cargo build --release` but with debug assertions and overflow checks
 # (cargo-fuzz's default, also pinned in fuzz/Cargo.toml), with AddressSanitizer: an arithmetic
 # overflow on hostile input is a crash (issue 17, item 7).

@@ -13,6 +13,11 @@ way scripts/test.sh wants them, and say where the time went.
   wait on namespaces, timeouts and child processes, not on a CPU), and up to LATSCOPE_TEST_JOBS
   such binaries (default 2) run at once.
 - Each binary runs from its package's directory, as `cargo test` runs it.
+- When LATSCOPE_TEST_SERIAL_AFTER names a file, the binaries that run alone wait until it
+  exists (at most an hour): scripts/test.sh runs its fuzz stage beside the pool and writes that
+  file when the stage is over, so the timing tests have the cores to themselves. That stage runs
+  at the lowest priority; LATSCOPE_TEST_SERIAL_AFTER_PGID names its process group, which gets
+  the normal priority back while the tests wait for it (nothing else is left to give way to).
 - The binaries that share the pool start longest first, by the times the last run recorded
   (test-times.json beside LOG), so the long ones overlap the rest instead of ending the run.
 
@@ -112,6 +117,28 @@ def run(b, threads):
     return b
 
 
+def wait_for(path, limit_s=3600.0):
+    """Wait until `path` exists (None: at once), at most `limit_s`; the seconds waited."""
+    if not path:
+        return 0.0
+    pgid = os.environ.get("LATSCOPE_TEST_SERIAL_AFTER_PGID")
+    if pgid and not os.path.exists(path):
+        try:
+            os.setpriority(os.PRIO_PGRP, int(pgid), 0)
+        except (OSError, ValueError) as e:
+            print(f"test-binaries: could not renice process group {pgid}: {e}", file=sys.stderr)
+    t0 = time.monotonic()
+    said = False
+    while not os.path.exists(path) and time.monotonic() - t0 < limit_s:
+        if not said:
+            print(f"\n== waiting for {path} before the binaries that run alone", flush=True)
+            said = True
+        time.sleep(1)
+    if not os.path.exists(path):
+        print(f"test-binaries: {path} did not appear within {limit_s:.0f} s; going on", file=sys.stderr)
+    return time.monotonic() - t0
+
+
 def main():
     cargo_json, log_path = sys.argv[1], sys.argv[2]
     threads = int(os.environ.get("LATSCOPE_TEST_THREADS", "4"))
@@ -144,14 +171,17 @@ def main():
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for b in pool.map(lambda b: run(b, threads), parallel):
             report(b)
+    pool_wall = time.monotonic() - t0
+    waited = wait_for(os.environ.get("LATSCOPE_TEST_SERIAL_AFTER"))
     for b in serial:
         report(run(b, threads))
     wall = time.monotonic() - t0
     log.close()
 
     lines = [
-        f"== test binaries: {len(bins)} in {wall:.0f} s ({len(serial)} alone with one thread: "
-        f"{sum(b['secs'] for b in serial):.0f} s)"
+        f"== test binaries: {len(bins)} in {wall:.0f} s ({len(bins) - len(serial)} sharing the "
+        f"cores: {pool_wall:.0f} s; then {waited:.0f} s waiting for the stage beside them; "
+        f"{len(serial)} alone with one thread: {sum(b['secs'] for b in serial):.0f} s)"
     ]
     for b in sorted(bins, key=lambda b: -b["secs"]):
         status = "ok" if b["rc"] == 0 else f"FAILED (exit {b['rc']})"

@@ -107,14 +107,12 @@ impl Ring {
         } else {
             libc::SOCK_RAW
         };
+        // Protocol 0: the socket receives nothing until bind() names ETH_P_ALL and the interface
+        // (as libpcap does). Opened with ETH_P_ALL it would take packets of every interface from
+        // this call on, and between the ring's set-up and bind() those passing the filter would
+        // enter the ring from interfaces the user did not ask for.
         // SAFETY: plain socket(2) call; the result is checked before use.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                ty | libc::SOCK_CLOEXEC,
-                i32::from(ETH_P_ALL.to_be()),
-            )
-        };
+        let raw = unsafe { libc::socket(libc::AF_PACKET, ty | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
             return Err(last_err("socket(AF_PACKET)"));
         }
