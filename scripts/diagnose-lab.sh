@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The diagnose lab as a benchmark: every scenario of tests/diagnose_lab/ (real servers and real
-# kernel faults in namespaces it builds), one diagnose run each from two seats (the server's host,
-# and the client alone: own PID and mount namespaces, no CAP_SYS_ADMIN/BPF/PERFMON/SYS_PTRACE),
+# kernel faults in namespaces it builds), one diagnose run each from three seats (the server's host;
+# the client alone: own PID and mount namespaces, no CAP_SYS_ADMIN/BPF/PERFMON/SYS_PTRACE; and that
+# client with --server-agent pointed at `latscope serve --evidence-ports` beside the server),
 # then top-1 accuracy per seat and the false-positive rate on healthy servers. Needs root.
 #
-#   scripts/diagnose-lab.sh                 the lab from both seats (about 10 minutes)
+#   scripts/diagnose-lab.sh                 the lab from every seat (about 15 minutes)
 #   scripts/diagnose-lab.sh --holdout       the held-back scenarios only (--holdout6: round 6's)
 #   scripts/diagnose-lab.sh NAME[,NAME…]    some scenarios by name
-#   LAB_SEAT=client-only scripts/diagnose-lab.sh   one seat (server-host or client-only)
+#   LAB_SEAT=client-only scripts/diagnose-lab.sh   seats (server-host, client-only, client+agent; a comma list)
 #   LAB_JSON_DIR=DIR scripts/diagnose-lab.sh   also keep each run's JSON report in DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,14 +1,15 @@
 //! The diagnose lab: real servers and real kernel faults in namespaces the lab builds, each with
-//! the finding `latscope diagnose` must rank first (or exit 0 for a healthy server), from two
-//! seats (`seat.rs`): on the server's host, and from the client alone.
+//! the finding `latscope diagnose` must rank first (or exit 0 for a healthy server), from three
+//! seats (`seat.rs`): on the server's host, from the client alone, and from the client with the
+//! server's agent (`agent.rs`).
 //!
 //! - `cargo test --release --test diagnose_lab` runs the CI subset (a few fast scenarios, most
 //!   from one seat) and checks the client seat's isolation with tools that are not latscope;
-//! - `scripts/diagnose-lab.sh` runs every scenario from both seats (the ignored `lab` test) and
+//! - `scripts/diagnose-lab.sh` runs every scenario from every seat (the ignored `lab` test) and
 //!   prints top-1 accuracy per seat and the false-positive rate on healthy servers;
 //!   `LAB_SET=holdout` runs the scenarios held back while the rules were tuned (`holdout6`: those
 //!   held back in round 6, `holdout6.rs`), `LAB_ONLY=a,b`
-//!   picks scenarios by name, `LAB_SEAT=server-host|client-only` one seat;
+//!   picks scenarios by name, `LAB_SEAT=server-host|client-only|client+agent` one seat (or a comma list);
 //! - the ignored `hold` test builds one scenario (`LAB_HOLD=NAME`) and keeps it up, without
 //!   diagnose, to check its fault with other tools.
 //!
@@ -19,6 +20,7 @@
 #[path = "../lab/mod.rs"]
 mod lab;
 
+mod agent;
 mod fixtures;
 mod scenarios;
 mod seat;
@@ -38,13 +40,28 @@ fn run(s: &Scenario, seat: Seat) -> Outcome {
         return Outcome::not_run(format!("{} not built: {why}", s.name));
     }
     let setup = (s.build)();
-    if seat == Seat::ClientOnly
+    if seat.isolated()
         && let Some(leak) = seat::observe(seat, &setup.client_ns).leaks()
     {
         panic!("{}: the client seat is not isolated: {leak}", s.name);
     }
     let mut args = vec!["-d".to_string(), DURATION.into()];
     args.extend(setup.args.iter().cloned());
+    // The third seat: the server's agent runs beside the server while diagnose runs. Without
+    // one (no namespace holds the target's address) the run is client-only, and says so.
+    let agent = match seat {
+        Seat::ClientAgent => match agent::start(&setup.client_ns, &setup.target, s.name) {
+            Ok(a) => Some(a),
+            Err(why) => {
+                eprintln!("lab: {}: no server agent: {why}", s.name);
+                None
+            }
+        },
+        _ => None,
+    };
+    if let Some(a) = &agent {
+        args.extend(a.args.iter().cloned());
+    }
     let out = fixtures::diagnose(
         seat,
         &setup.client_ns,
@@ -52,6 +69,7 @@ fn run(s: &Scenario, seat: Seat) -> Outcome {
         &args,
         Duration::from_secs(150),
     );
+    drop(agent);
     drop(setup);
     out
 }
@@ -59,7 +77,8 @@ fn run(s: &Scenario, seat: Seat) -> Outcome {
 /// What scenario `s` must produce from `seat`.
 fn expectation(s: &Scenario, seat: Seat) -> Expect {
     match seat {
-        Seat::ServerHost => s.expect,
+        // With the server's agent the client should see what the server's host sees.
+        Seat::ServerHost | Seat::ClientAgent => s.expect,
         Seat::ClientOnly => s.client,
     }
 }

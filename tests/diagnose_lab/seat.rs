@@ -9,7 +9,10 @@
 //!   /sys/fs/cgroup) and loses CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE from its
 //!   bounding and inheritable sets (`setpriv`), so it can neither enter other namespaces, read
 //!   other processes' sockets, load eBPF nor open perf events. CAP_NET_RAW and CAP_NET_ADMIN
-//!   stay: it can capture its own traffic, as `tcpdump` on a laptop can.
+//!   stay: it can capture its own traffic, as `tcpdump` on a laptop can;
+//! - [`Seat::ClientAgent`]: the client seat above, with `--server-agent` pointed at a
+//!   `latscope serve --evidence-ports` running on the server's side (`agent.rs`): the two-ended
+//!   diagnosis, which should be as right as the server-host seat.
 //!
 //! [`observe`] looks around from inside a seat with tools that are not latscope (`ss -tanp`,
 //! /proc, `bpftool`, the capability sets), so the isolation is checked independently of what
@@ -30,34 +33,53 @@ pub enum Seat {
     /// From the client alone: its own network, PID and mount namespaces, no privileges to look
     /// beyond them.
     ClientOnly,
+    /// From the client alone, with the server's agent answering evidence requests.
+    ClientAgent,
 }
 
 impl Seat {
-    pub const ALL: [Seat; 2] = [Seat::ServerHost, Seat::ClientOnly];
+    pub const ALL: [Seat; 3] = [Seat::ServerHost, Seat::ClientOnly, Seat::ClientAgent];
 
     /// The word used in the lab's table and in `LAB_SEAT`.
     pub fn name(self) -> &'static str {
         match self {
             Seat::ServerHost => "server-host",
             Seat::ClientOnly => "client-only",
+            Seat::ClientAgent => "client+agent",
         }
     }
 
-    /// The seats `LAB_SEAT` picks (`server-host`, `client-only`; both when unset or `both`).
+    /// The seats `LAB_SEAT` picks (`server-host`, `client-only`, `client+agent`, a comma list;
+    /// every seat when unset or `all`).
     pub fn from_env() -> Vec<Seat> {
         match std::env::var("LAB_SEAT").as_deref() {
-            Ok("server-host") => vec![Seat::ServerHost],
-            Ok("client-only") => vec![Seat::ClientOnly],
-            Ok("both") | Err(_) => Seat::ALL.to_vec(),
-            Ok(other) => panic!("LAB_SEAT={other}: use server-host, client-only or both"),
+            Ok("all") | Err(_) => Seat::ALL.to_vec(),
+            Ok(list) => list
+                .split(',')
+                .map(|w| {
+                    Seat::ALL
+                        .into_iter()
+                        .find(|s| s.name() == w.trim())
+                        .unwrap_or_else(|| {
+                            panic!(
+                                "LAB_SEAT={w}: use server-host, client-only, client+agent or all"
+                            )
+                        })
+                })
+                .collect(),
         }
+    }
+
+    /// Whether diagnose runs isolated from the server's host (the client seats).
+    pub fn isolated(self) -> bool {
+        self != Seat::ServerHost
     }
 
     /// A command that runs `argv` from this seat inside network namespace `ns`.
     pub fn command(self, ns: &str, argv: &[&str]) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns]);
-        if self == Seat::ClientOnly {
+        if self.isolated() {
             let drop: Vec<String> = DROPPED.iter().map(|c| format!("-{c}")).collect();
             let drop = drop.join(",");
             // --kill-child: when the lab kills `unshare` past its time limit, the program
