@@ -95,12 +95,17 @@ impl Download {
 
     /// The largest window the client could advertise: the window it advertised last (after the
     /// last byte was read, the window is fully open), else its receive buffer's half (what the
-    /// kernel offers of it by default).
+    /// kernel offers of it by default) — never more than the 16-bit window field carries at the
+    /// connection's scale. tcpi_rcv_wnd is the kernel's window before that cap
+    /// (`tcp_select_window` stores it, then clamps what it sends to 65535 << rcv_wscale): a
+    /// connection without window scaling reports 213 KiB and puts 64 KiB on the wire.
     pub fn window_bytes(&self) -> Option<u32> {
         let c = self.client?;
+        let field_max = 65_535u32 << c.rcv_wscale.unwrap_or(0).min(14);
         c.rcv_wnd
             .filter(|&w| w > 0)
             .or(c.rcvbuf_bytes.map(|b| b / 2))
+            .map(|w| w.min(field_max))
     }
 
     /// Whether the receive buffer has grown as far as it may: at least 90% of `tcp_rmem`'s

@@ -1577,6 +1577,47 @@ fn a_receive_window_at_its_ceiling_limits_the_transfer_not_the_link() {
 }
 
 #[test]
+fn a_connection_without_window_scaling_is_paced_by_64_kib_whatever_tcp_info_says() {
+    // Window scaling off on the client: tcp_info reports the kernel's window before the 16-bit
+    // field's cap (213 KiB here), the wire carries 64 KiB. 1 MiB over a 20 ms path then takes
+    // ~330 ms (26 Mbit/s = 64 KiB per round trip), whatever the link; the buffer is far from
+    // tcp_rmem's ceiling, so only the missing scale says the window cannot grow.
+    let mut e = base(20_100, 343_000);
+    download(
+        &mut e, 1_048_576, 21_000, 322_000, 218_648, 425_984, 6_291_456,
+    );
+    if let Some(d) = e.download.as_mut() {
+        d.client = d
+            .client
+            .map(|c| latscope_core::model::transfer::TransferLimits {
+                rcv_wscale: None,
+                ..c
+            });
+    }
+    e.bottleneck = Some(Bottleneck {
+        up: None,
+        down: rate(27.3e6, RateSource::Delivery { responses: 4 }, 288_000),
+    });
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::ReceiveWindowLimited, "{all:#?}");
+    assert!(
+        all[0]
+            .evidence
+            .iter()
+            .any(|l| l.contains("window of 64 KiB")),
+        "{:?}",
+        all[0].evidence
+    );
+    // The same figures with scaling negotiated: a 213 KiB window allows 87 Mbit/s, the
+    // transfer reached a third of it: not the window's pace.
+    let mut e = base(20_100, 343_000);
+    download(
+        &mut e, 1_048_576, 21_000, 322_000, 218_648, 425_984, 6_291_456,
+    );
+    assert_eq!(receive_window_limited(&e), None);
+}
+
+#[test]
 fn a_window_that_could_still_grow_or_a_short_transfer_is_no_receive_window_limit() {
     // The same pace under a window auto-tuning can still open (buffer 256 KiB of 6 MiB): slow
     // start, not a limit.
