@@ -85,14 +85,23 @@ fn namespace_of(ip: IpAddr, client_ns: &str) -> Option<String> {
         Command::new("ip")
             .args(["-n", ns, "-o", "addr", "show"])
             .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .split_whitespace()
-                    .any(|w| w.split('/').next() == Some(&ip.to_string()))
-            })
+            .map(|o| local_addresses(&String::from_utf8_lossy(&o.stdout)).contains(&ip))
             .unwrap_or(false)
     };
     names.into_iter().find(|ns| holds(ns))
+}
+
+/// The local addresses in `ip -o addr show` output: the word after `inet`/`inet6`, without its
+/// prefix length. A point-to-point line (`inet 10.8.0.1 peer 10.8.0.2/32`) names its peer too,
+/// which is not this namespace's address.
+fn local_addresses(text: &str) -> Vec<IpAddr> {
+    text.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            words.find(|w| *w == "inet" || *w == "inet6")?;
+            words.next()?.split('/').next()?.parse().ok()
+        })
+        .collect()
 }
 
 /// Whether something listens on TCP `port` at `ip` inside `ns`.
@@ -176,7 +185,21 @@ fn rand_u64() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::host_port;
+    use super::{host_port, local_addresses};
+
+    #[test]
+    fn a_point_to_point_peer_is_not_a_local_address() {
+        let out = "2: dl0    inet 10.8.0.1 peer 10.8.0.2/32 scope global dl0\\       valid_lft forever\n\
+                   3: eth0    inet6 fd00::2/64 scope global \\       valid_lft forever\n";
+        let ips = local_addresses(out);
+        assert_eq!(
+            ips,
+            vec![
+                "10.8.0.1".parse::<std::net::IpAddr>().unwrap(),
+                "fd00::2".parse().unwrap()
+            ]
+        );
+    }
 
     #[test]
     fn lab_targets_name_their_host_and_port() {
