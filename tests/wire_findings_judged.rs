@@ -12,25 +12,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
+mod lab;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use latscope_wire::report::StallKind;
 use latscope_wire::{AnalyzeOptions, Analyzer, CaptureReader, analyze_capture};
-
-/// The directory of public captures, if this machine has it.
-fn pcaps_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("LATSCOPE_PCAPS_DIR") {
-        return Some(PathBuf::from(d));
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    ["../shared/pcaps", "../../shared/pcaps"]
-        .iter()
-        .map(|p| root.join(p))
-        .find(|p| p.is_dir())
-}
 
 /// What reading the packets said of a finding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +105,7 @@ fn stalls(path: &Path) -> BTreeSet<(StallKind, u64, u64, u64)> {
 
 #[test]
 fn judged_findings_stay_judged() {
-    let Some(dir) = pcaps_dir() else {
+    let Some(dir) = lab::wire::pcaps_dir() else {
         eprintln!(
             "skipped: no public captures (set LATSCOPE_PCAPS_DIR or put them in ../shared/pcaps)"
         );

@@ -18,6 +18,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
+mod lab;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -45,18 +48,6 @@ fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(name)
-}
-
-/// The directory of public captures, if this machine has it.
-fn pcaps_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("LATSCOPE_PCAPS_DIR") {
-        return Some(PathBuf::from(d));
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    ["../shared/pcaps", "../../shared/pcaps"]
-        .iter()
-        .map(|p| root.join(p))
-        .find(|p| p.is_dir())
 }
 
 /// One file's reference line: its size and tshark's counts.
@@ -130,7 +121,7 @@ fn latscope_counts(path: &Path) -> Option<[u64; 12]> {
 
 #[test]
 fn public_captures_count_as_tshark_does() {
-    let Some(dir) = pcaps_dir() else {
+    let Some(dir) = lab::wire::pcaps_dir() else {
         eprintln!("skipped: no ../shared/pcaps (set LATSCOPE_PCAPS_DIR to the public captures)");
         return;
     };

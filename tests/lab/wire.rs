@@ -427,3 +427,16 @@ pub fn tshark_count(file: &Path, filter: &str) -> u64 {
         .filter(|l| !l.trim().is_empty())
         .count() as u64
 }
+
+/// The directory of public captures (`LATSCOPE_PCAPS_DIR`, else `../shared/pcaps` beside the
+/// checkout or the worktree's parent), if this machine has it.
+pub fn pcaps_dir() -> Option<std::path::PathBuf> {
+    if let Some(d) = std::env::var_os("LATSCOPE_PCAPS_DIR") {
+        return Some(std::path::PathBuf::from(d));
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    ["../shared/pcaps", "../../shared/pcaps"]
+        .iter()
+        .map(|p| root.join(p))
+        .find(|p| p.is_dir())
+}
