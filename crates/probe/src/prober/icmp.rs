@@ -84,32 +84,12 @@ impl IcmpProber {
     /// Read the error queue: TX timestamps into the book, ICMP errors (ping sockets) into `held`.
     fn drain(&mut self) -> io::Result<()> {
         let mut buf = std::mem::take(&mut self.buf);
-        let v6 = self.v6;
-        let mut errs = Vec::new();
-        let r = drain_errqueue(&self.fd, &mut self.book, &mut buf, |m, data| {
-            let Some(e) = m.err else { return };
-            if e.origin != libc::SO_EE_ORIGIN_ICMP && e.origin != libc::SO_EE_ORIGIN_ICMP6 {
-                return;
-            }
-            let Some(kind) = map_icmp(packet::icmp_kind(v6, e.icmp_type, e.icmp_code)) else {
-                return;
-            };
-            let (Some(from), Some((_, seq))) = (e.offender, packet::parse_echo(data)) else {
-                return;
-            };
-            errs.push(Response {
-                id: seq,
-                from,
-                kind,
-                tcp_flags: None,
-                ttl: None,
-                size: m.len,
-                rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
-                rx_kernel: m.kernel_ns.is_some(),
-            });
+        let (errs, r) = drain_icmp_errors(&self.fd, &mut self.book, &mut buf, self.v6, |data| {
+            packet::parse_echo(data).map(|(_, seq)| seq)
         });
         self.buf = buf;
-        self.held.extend(errs);
+        let answers = errs.iter().filter_map(|q| Some(q.response(q.id?, 0)));
+        self.held.extend(answers);
         r
     }
 

@@ -186,6 +186,83 @@ fn drain_errqueue(
     Ok(())
 }
 
+/// An ICMP error a router or the target sent about one of our probes, as the kernel queued it
+/// on the probe's socket (MSG_ERRQUEUE, SO_EE_ORIGIN_ICMP/ICMP6).
+struct QueuedIcmp {
+    /// The probe id read from the quoted datagram, when the quote holds it.
+    id: Option<u16>,
+    from: IpAddr,
+    kind: ReplyKind,
+    /// Bytes of the quoted datagram.
+    len: usize,
+    kernel_ns: Option<u64>,
+}
+
+impl QueuedIcmp {
+    /// The answer to probe `id`, `extra` bytes added to the quote's length.
+    fn response(&self, id: u16, extra: usize) -> Response {
+        icmp_response(
+            id,
+            self.from,
+            self.kind,
+            None,
+            self.len + extra,
+            self.kernel_ns,
+        )
+    }
+}
+
+/// Read the error queue of a probe socket: TX timestamps into `book`, the ICMP errors (with
+/// the probe id `probe_id` finds in the quoted datagram) returned, other errors ignored.
+fn drain_icmp_errors(
+    fd: &OwnedFd,
+    book: &mut TxBook,
+    buf: &mut [u8],
+    v6: bool,
+    probe_id: impl Fn(&[u8]) -> Option<u16>,
+) -> (Vec<QueuedIcmp>, io::Result<()>) {
+    let mut errs = Vec::new();
+    let r = drain_errqueue(fd, book, buf, |m, data| {
+        let Some(e) = m.err else { return };
+        if e.origin != libc::SO_EE_ORIGIN_ICMP && e.origin != libc::SO_EE_ORIGIN_ICMP6 {
+            return;
+        }
+        let Some(kind) = map_icmp(packet::icmp_kind(v6, e.icmp_type, e.icmp_code)) else {
+            return;
+        };
+        let Some(from) = e.offender else { return };
+        errs.push(QueuedIcmp {
+            id: probe_id(data),
+            from,
+            kind,
+            len: m.len,
+            kernel_ns: m.kernel_ns,
+        });
+    });
+    (errs, r)
+}
+
+/// An ICMP answer to probe `id`, timed by the kernel's receive stamp when there is one.
+fn icmp_response(
+    id: u16,
+    from: IpAddr,
+    kind: ReplyKind,
+    ttl: Option<u8>,
+    size: usize,
+    kernel_ns: Option<u64>,
+) -> Response {
+    Response {
+        id,
+        from,
+        kind,
+        tcp_flags: None,
+        ttl,
+        size,
+        rx_ns: kernel_ns.unwrap_or_else(sys::realtime_ns),
+        rx_kernel: kernel_ns.is_some(),
+    }
+}
+
 fn domain(v6: bool) -> libc::c_int {
     if v6 { libc::AF_INET6 } else { libc::AF_INET }
 }
@@ -261,16 +338,7 @@ fn read_raw_icmp(
             continue;
         };
         if let Some(id) = matcher(&msg, from) {
-            out.push(Response {
-                id,
-                from,
-                kind,
-                tcp_flags: None,
-                ttl,
-                size: m.len,
-                rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
-                rx_kernel: m.kernel_ns.is_some(),
-            });
+            out.push(icmp_response(id, from, kind, ttl, m.len, m.kernel_ns));
         }
     }
     Ok(())

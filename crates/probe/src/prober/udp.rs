@@ -46,40 +46,17 @@ impl UdpProber {
     /// Read the error queue: TX timestamps into the book, ICMP errors into `held`.
     fn drain(&mut self) -> io::Result<()> {
         let mut buf = std::mem::take(&mut self.buf);
-        let v6 = self.v6;
-        let mut errs = Vec::new();
-        let r = drain_errqueue(&self.fd, &mut self.book, &mut buf, |m, data| {
-            let Some(e) = m.err else { return };
-            if e.origin != libc::SO_EE_ORIGIN_ICMP && e.origin != libc::SO_EE_ORIGIN_ICMP6 {
-                return;
-            }
-            let Some(kind) = map_icmp(packet::icmp_kind(v6, e.icmp_type, e.icmp_code)) else {
-                return;
-            };
-            let Some(from) = e.offender else { return };
-            errs.push((
-                packet::parse_udp_probe(data, packet::LSP_ECHO_REQUEST),
-                from,
-                kind,
-                *m,
-            ));
+        let (errs, r) = drain_icmp_errors(&self.fd, &mut self.book, &mut buf, self.v6, |data| {
+            packet::parse_udp_probe(data, packet::LSP_ECHO_REQUEST)
         });
         self.buf = buf;
-        for (id, from, kind, m) in errs {
+        for q in errs {
             // A router that quotes only 8 bytes leaves no id: the oldest waiting probe it is.
-            let Some(id) = id.or_else(|| self.book.oldest()) else {
+            let Some(id) = q.id.or_else(|| self.book.oldest()) else {
                 continue;
             };
-            self.held.push(Response {
-                id,
-                from,
-                kind,
-                tcp_flags: None,
-                ttl: None,
-                size: m.len + 8,
-                rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
-                rx_kernel: m.kernel_ns.is_some(),
-            });
+            // The quote starts after the UDP header the kernel strips.
+            self.held.push(q.response(id, 8));
         }
         r
     }
