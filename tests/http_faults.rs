@@ -315,6 +315,58 @@ fn chunked_interim_and_close_delimited_bodies() {
     assert!((99..=103).contains(&opened), "{opened}");
 }
 
+/// Every response arrives in two pieces 3 ms apart, split inside the status line, on four
+/// connections at once: each connection must keep its own unfinished head until the rest comes
+/// (a connection holds a read buffer only while its head is incomplete), and never see
+/// another's bytes. Each connection answers with its own status code, so bytes mixed across
+/// connections would show up as a wrong code or a malformed response.
+#[test]
+fn heads_split_across_reads_stay_with_their_connection() {
+    let _serial = lab::timing_lock();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let srv = TestServer::start(move |mut s: TcpStream| {
+        let code = 200 + accepted.fetch_add(1, Ordering::Relaxed) % 4;
+        let rest = format!("{} OK\r\nContent-Length: 5\r\n\r\nhello", code % 10);
+        while read_request(&mut s) {
+            let first = s.write_all(b"HTTP/1.1 20").and_then(|()| s.flush());
+            std::thread::sleep(Duration::from_millis(3));
+            if first.and_then(|()| s.write_all(rest.as_bytes())).is_err() {
+                return;
+            }
+        }
+    });
+    let r = latscope(&[
+        "http",
+        &srv.url(),
+        "-n",
+        "400",
+        "-c",
+        "4",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.json["errors"]["total"], 0, "{}", r.json["errors"]);
+    let status: Vec<(u64, u64)> = r.json["status"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["code"].as_u64().unwrap(), s["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        status.iter().map(|s| s.0).collect::<Vec<_>>(),
+        vec![200, 201, 202, 203]
+    );
+    assert_eq!(status.iter().map(|s| s.1).sum::<u64>(), 400);
+    // The clock runs until the second piece: every latency includes the 3 ms pause.
+    assert!(
+        r.json["latency"]["min_ns"].as_u64().unwrap() >= 3_000_000,
+        "{}",
+        r.json["latency"]
+    );
+}
+
 #[test]
 fn ctrl_c_prints_partial_results_and_exits_130() {
     let _serial = lab::timing_lock();

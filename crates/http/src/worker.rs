@@ -3,7 +3,8 @@
 //! Per request on a keep-alive connection the hot path is one `send` and one `recv` (a short
 //! read means the socket is drained, so edge-triggered epoll needs no extra `recv` that would
 //! return EAGAIN), two clock reads, and no allocation: the request bytes were serialised once,
-//! the response is parsed in the connection's own buffer.
+//! the response is read into the worker's one read buffer, lent to the connection being read,
+//! and parsed there (a connection keeps a buffer only while a response head is incomplete).
 //!
 //! Closed loop: a connection sends its next request as soon as the previous response is
 //! complete (wrk). Open loop (`--rate`): each connection owns a fixed schedule of intended send
@@ -29,7 +30,7 @@ use crate::stats::{ErrorKind, Stats};
 use crate::sys::{self, Epoll, Event, HANGUP, READABLE, Timer, WRITABLE};
 use crate::{Config, IntervalMsg};
 
-/// Read buffer per connection: room for the largest head we accept plus one read.
+/// A read buffer: room for the largest head we accept plus one read.
 const BUF_BYTES: usize = MAX_HEAD_BYTES + 16 * 1024;
 /// Token of the pacing timer (connection tokens are index | generation << 32).
 const TIMER_TOKEN: u64 = u64::MAX;
@@ -65,6 +66,8 @@ struct Conn {
     sock: Option<Socket>,
     tls: Option<Box<ClientConnection>>,
     phase: Phase,
+    /// Bytes read and not yet parsed: lent by the worker for a read ([`Worker::lend_buf`]) and
+    /// kept only while a response's head is incomplete; empty (no allocation) otherwise.
     buf: Box<[u8]>,
     start: usize,
     end: usize,
@@ -147,6 +150,9 @@ pub(crate) struct Worker<'a> {
     not_http: Detector,
     /// Give the core away once before sleeping ([`Worker::wait`]).
     yield_before_sleep: bool,
+    /// The read buffer lent to the connection being read ([`Worker::lend_buf`]); empty while
+    /// lent.
+    spare: Box<[u8]>,
 }
 
 /// What a worker hands back when it ends.
@@ -193,7 +199,7 @@ impl<'a> Worker<'a> {
                 sock: None,
                 tls: None,
                 phase: Phase::Down { retry_at_ns: 0 },
-                buf: vec![0u8; BUF_BYTES].into_boxed_slice(),
+                buf: Box::default(),
                 start: 0,
                 end: 0,
                 parser: ResponseParser::new(cfg.head_request),
@@ -240,6 +246,7 @@ impl<'a> Worker<'a> {
             open_loop,
             not_http: Detector::new(ids.len()),
             yield_before_sleep: cfg.threads > 1 && sys::is_local(addr.ip()),
+            spare: vec![0u8; BUF_BYTES].into_boxed_slice(),
         })
     }
 
@@ -686,7 +693,45 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Give slot `i` a read buffer if it has none: the worker's spare. Reads then land in the
+    /// same memory whatever the number of connections, and memory does not grow with them (a
+    /// 48 KiB buffer per connection made the peak RSS 53 MB at 5000 connections; 12.7 MB with
+    /// the lent buffer). A fresh buffer only when the spare is held by a connection whose head
+    /// is incomplete, which keeps it until the rest arrives.
+    fn lend_buf(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        if !c.buf.is_empty() {
+            return;
+        }
+        if self.spare.is_empty() {
+            self.spare = vec![0u8; BUF_BYTES].into_boxed_slice();
+        }
+        std::mem::swap(&mut c.buf, &mut self.spare);
+    }
+
+    /// Take slot `i`'s buffer back once everything in it is parsed (it keeps the buffer while
+    /// part of a response waits there for the rest).
+    fn take_buf_back(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        if c.start != c.end || c.buf.is_empty() {
+            return;
+        }
+        c.start = 0;
+        c.end = 0;
+        if self.spare.is_empty() {
+            std::mem::swap(&mut c.buf, &mut self.spare);
+        } else {
+            c.buf = Box::default();
+        }
+    }
+
     fn read_plain(&mut self, i: usize, hangup: bool) {
+        self.lend_buf(i);
+        self.read_plain_into_buf(i, hangup);
+        self.take_buf_back(i);
+    }
+
+    fn read_plain_into_buf(&mut self, i: usize, hangup: bool) {
         let generation = self.conns[i].generation;
         loop {
             let c = &mut self.conns[i];
@@ -729,6 +774,12 @@ impl<'a> Worker<'a> {
     }
 
     fn read_tls(&mut self, i: usize) {
+        self.lend_buf(i);
+        self.read_tls_into_buf(i);
+        self.take_buf_back(i);
+    }
+
+    fn read_tls_into_buf(&mut self, i: usize) {
         let generation = self.conns[i].generation;
         loop {
             let now = sys::monotonic_ns();
