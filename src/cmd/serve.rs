@@ -218,6 +218,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
         evidence: a.evidence_ports.clone().map(|p| {
             EvidenceServer::new(p) as Arc<dyn latscope_net::serve::evidence::EvidenceService>
         }),
+        evidence_only: false,
     };
     let auth = cfg.auth.is_some();
     let evidence = a.evidence_ports.clone();
