@@ -7,6 +7,7 @@
 //! - [`nginx`]: private nginx instances ([`nginx::Nginx`]);
 //! - [`schema`]: validating JSON against the committed `schema/*.schema.json`;
 //! - [`server`]: a latscope server, in process or as a child process;
+//! - [`cgroup`]: a CPU-limited cgroup ([`cgroup::CpuCgroup`]);
 //! - per family: [`diagnose`] (running it, reading its steps), [`http`] (misbehaving HTTP servers, wrk, certificates), [`probe`] (router chain,
 //!   delay line), [`sockets`] (socket options, `sockets --watch`), [`stack`] (`latscope stack`
 //!   runner), [`wire`] (captures, tcpdump, tshark); `vm/` holds the fentry VM's guest files.
@@ -45,6 +46,7 @@ macro_rules! require_root {
     };
 }
 
+pub mod cgroup;
 pub mod diagnose;
 pub mod http;
 pub mod netns;
