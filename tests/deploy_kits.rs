@@ -725,7 +725,12 @@ probes = ["ip-start", "tcp-start", "tcp-socket-enqueued", "tcp-socket-read"]
     unsafe { libc::raise(libc::SIGHUP) };
     let text = loop {
         let t = http_get(metrics_addr, "/metrics").unwrap_or_default();
-        if t.contains("latscope_agent_config_reloads_total{") && t.contains("latscope_finding{") {
+        // The reload restarts the service scans, which remove their series on the way out:
+        // wait for the new scan's.
+        if t.contains("latscope_agent_config_reloads_total{")
+            && t.contains("latscope_finding{")
+            && t.contains("latscope_service_sockets{")
+        {
             break t;
         }
         assert!(
