@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::lab::{BIN, netns, unique};
+use crate::lab::{BIN, netns};
 use crate::seat::Seat;
 
 /// The lab's Python servers (see the file's docstring).
