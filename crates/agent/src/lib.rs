@@ -452,10 +452,7 @@ impl Supervisor<'_> {
         let e = evidence::Endpoint::start(cfg, &self.shared.metrics)?;
         log(&format!(
             "answering evidence requests about {} on {}{} (evidence only, with the key of {})",
-            match &cfg.ports {
-                latscope_diagnose::remote::server::Ports::Any => "any local port".to_string(),
-                p => format!("port(s) {p}"),
-            },
+            cfg.ports.describe(),
             e.bound,
             if latscope_exporter::is_exposed(&e.bound) {
                 ", reachable from other hosts"
