@@ -632,11 +632,29 @@ fn a_breach_on_an_edge_is_diagnosed_with_the_peers_evidence() {
         ("side", "server"),
         ("ends", "client_and_server"),
     ]);
+    // On failure: what b's agent saw of the CPU, and the verdict.
+    let report_of = |t: &str| {
+        let log = std::fs::read_to_string(dir.path("findings-a.jsonl")).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["target"] == t)
+            .map(|l| {
+                let steps = l["report"]["steps"].as_array().cloned().unwrap_or_default();
+                let cpu: Vec<String> = steps
+                    .iter()
+                    .filter(|s| s["name"] == "cpu scheduling")
+                    .map(|s| format!("{} {}: {}", s["measured_at"], s["status"], s["detail"]))
+                    .collect();
+                format!("{}\n{}", l["report"]["verdict"], cpu.join("\n"))
+            })
+            .unwrap_or_default()
+    };
     assert_eq!(
         series(&page, "latscope_finding", &throttling).len(),
         1,
-        "{page}\n{}",
-        logs()
+        "{page}\n{}\n{}",
+        logs(),
+        report_of("b")
     );
     let explains = series(&page, "latscope_finding_explains_seconds", &throttling);
     // At least the rule's millisecond; at most a period held back on each CPU (cpu.stat's
