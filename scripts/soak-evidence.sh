@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Soak the evidence endpoint (`latscope serve --auth-file KEY --evidence-ports ...`, issue 26
-# item 6; not in CI): one evidence request every second for N minutes (each observes ~0.5 s
-# while an rr test runs against the observed port), and every 10 s print the agent's threads,
-# RSS, descriptors, the eBPF programs it holds and those loaded on the host. At the end: the
-# answered/refused counts, RSS first and last, and whether any eBPF program, scan thread or
-# capture was left behind (the agent must hold none once the requests end).
-#   scripts/soak-evidence.sh [MINUTES] (default 10; needs root and a release build:
-#   cargo build --release)
+# Soak the evidence endpoint (`latscope serve --auth-file KEY --evidence-ports ...`, or with
+# ENDPOINT=agent `latscope agent` with an [evidence] section; issue 26 item 6; not in CI): one
+# evidence request every second for N minutes (each observes ~0.5 s while an rr test runs
+# against the observed port), and every 10 s print the agent's threads, RSS, descriptors, the
+# eBPF programs it holds and those loaded on the host. At the end: the answered/refused counts,
+# RSS first, last and largest, and whether any eBPF program, scan thread or capture was left
+# behind (the agent must hold none once the requests end).
+#   [ENDPOINT=serve|agent] scripts/soak-evidence.sh [MINUTES] (default 10; needs root and a
+#   release build: cargo build --release)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MIN=${1:-10}
@@ -19,7 +20,13 @@ head -c 32 /dev/urandom | base64 >"$KEY"
 chmod 600 "$KEY"
 $L serve --port "$TPORT" -q 2>/dev/null &
 TGT=$!
-$L serve --port "$APORT" --auth-file "$KEY" --evidence-ports "$TPORT" -q 2>/dev/null &
+if [ "${ENDPOINT:-serve}" = agent ]; then
+    printf 'listen = "127.0.0.1:0"\n[evidence]\nauth_file = "%s"\nports = [%s]\nlisten = "127.0.0.1:%s"\n' \
+        "$KEY" "$TPORT" "$APORT" >"$DIR/agent.toml"
+    $L agent --config "$DIR/agent.toml" 2>"$DIR/agent.log" &
+else
+    $L serve --port "$APORT" --auth-file "$KEY" --evidence-ports "$TPORT" -q 2>/dev/null &
+fi
 AGT=$!
 PIDS=()
 cleanup() { kill "${PIDS[@]}" "$AGT" "$TGT" 2>/dev/null; wait 2>/dev/null; rm -rf "$DIR"; }
@@ -89,12 +96,14 @@ EOF
 CLIENT=${PIDS[-1]}
 printf '%6s %8s %8s %6s %10s %12s\n' time threads rss_MiB fds bpf_held bpf_on_host
 FIRST_RSS=
+MAX_RSS=0
 while [ $SECONDS -lt $END ]; do
     st=/proc/$AGT/status
     [ -r "$st" ] || { echo "the agent died"; exit 1; }
     thr=$(awk '/^Threads:/ {print $2}' "$st")
     rss=$(awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "$st")
     FIRST_RSS=${FIRST_RSS:-$rss}
+    MAX_RSS=$(awk -v a="$MAX_RSS" -v b="$rss" 'BEGIN {print (b > a) ? b : a}')
     fds=$(ls /proc/$AGT/fd | wc -l)
     printf '%6s %8s %8s %6s %10s %12s\n' "${SECONDS}s" "$thr" "$rss" "$fds" "$(progs_held)" "$(progs_on_host)"
     sleep 10
@@ -103,8 +112,10 @@ wait "$CLIENT" 2>/dev/null
 sleep 1
 tail -1 "$DIR/client.log"
 grep -c '^failed' "$DIR/client.log" | sed 's/^/client failures logged: /'
+# Refusals by reason (the message without its figures).
+grep '^refused' "$DIR/client.log" | sed -n "s/.*'message': '\([^']*\)'.*/\1/p" | sed 's/[0-9]\+/N/g' | sort | uniq -c
 rss=$(awk '/^VmRSS:/ {printf "%.1f", $2/1024}' /proc/$AGT/status)
 thr=$(awk '/^Threads:/ {print $2}' /proc/$AGT/status)
 held=$(progs_held)
-echo "agent after the requests: RSS ${FIRST_RSS} → ${rss} MiB, ${thr} threads, ${held} eBPF programs held; host: $(progs_on_host) programs (before: ${BASE_PROGS})"
+echo "agent after the requests: RSS ${FIRST_RSS} → ${rss} MiB (largest ${MAX_RSS}), ${thr} threads, ${held} eBPF programs held; host: $(progs_on_host) programs (before: ${BASE_PROGS})"
 [ "$held" -eq 0 ] || { echo "eBPF programs left behind in the agent"; exit 1; }

@@ -14,7 +14,7 @@ struct NoDiagnose;
 impl latscope_agent::Diagnoser for NoDiagnose {
     fn diagnose(
         &self,
-        _: &str,
+        _: &latscope_agent::Ask,
         _: &std::sync::atomic::AtomicBool,
     ) -> Result<latscope_agent::Diagnosis, String> {
         Err("not in this test".into())

@@ -6,6 +6,11 @@
 //! scrapes the three agents every second; the test asks its HTTP API whether the lossy edge
 //! stands out in histogram_quantile and the loss counters, whether b shows as down while a and c
 //! carry on, and whether a's SLO breach on c produced a finding.
+//!
+//! Two-ended: two namespaces, the server's agent answering evidence requests (`[evidence]`) and
+//! the client's agent asking it when its SLO on that edge breaches (`[diagnose]`): the exported
+//! finding names a cause only the server's end can see (its cgroup's CPU throttling), with the
+//! edge's labels; an agent that cannot be reached leaves the run client-only, and says so.
 
 #![allow(clippy::unwrap_used)]
 
@@ -42,6 +47,10 @@ impl Procs {
             .iter_mut()
             .find(|(w, _)| w == what)
             .is_some_and(|(_, c)| matches!(c.try_wait(), Ok(None)))
+    }
+
+    fn pid(&self, what: &str) -> u32 {
+        self.0.iter().find(|(w, _)| w == what).unwrap().1.id()
     }
 
     fn kill(&mut self, what: &str) {
@@ -444,5 +453,279 @@ fn mesh_with_a_lossy_edge_and_a_killed_agent() {
         "rules {rules:?}; report: {}",
         line["report"]["verdict"]
     );
+    eprintln!("took {:?}", t0.elapsed());
+}
+
+/// GET /metrics of an agent inside namespace `ns`: the exposition's text.
+fn scrape(ns: &str, addr: &str) -> String {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    run_in(ns, move || {
+        let Ok(mut c) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+            return String::new();
+        };
+        let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = c.write_all(b"GET /metrics HTTP/1.0\r\nHost: a\r\n\r\n");
+        let mut s = String::new();
+        let _ = c.read_to_string(&mut s);
+        s
+    })
+}
+
+/// The series of `metric` whose labels include every `(name, value)` of `with`: each line's
+/// labels and value.
+fn series(page: &str, metric: &str, with: &[(&str, &str)]) -> Vec<(String, f64)> {
+    page.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter(|l| {
+            with.iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .map(|l| {
+            let (labels, value) = l.rsplit_once(' ').unwrap();
+            (labels.to_string(), value.parse().unwrap_or(f64::NAN))
+        })
+        .collect()
+}
+
+/// Two agents, two namespaces: b runs `latscope serve` in a cgroup that a co-tenant keeps out
+/// of CPU quota (5 ms per 100 ms, a busy loop in the same cgroup: every period throttled), and
+/// an agent whose `[evidence]` answers about serve's port; a's agent probes b with rr, breaches
+/// its SLO, and diagnoses. Target `b` asks b's agent (`[diagnose] server_agent_port`), target
+/// `b-blind` names an agent port where nothing listens. a's agent runs as on another machine
+/// (`lab::isolate`: no view of b's processes or cgroups), so the throttling is invisible from a:
+/// only `b`'s export may carry `cpu_throttling`, measured at both ends, with the edge's labels;
+/// `b-blind`'s says the run was client-only, and why.
+#[test]
+fn a_breach_on_an_edge_is_diagnosed_with_the_peers_evidence() {
+    require_root!();
+    let _g = lab::timing_lock();
+    let t0 = Instant::now();
+    let dir = TempDir::new();
+    let (ns_a, ns_b) = (Netns::new("fle"), Netns::new("fle"));
+    link(&ns_a, "fla", &ns_b, "flb");
+    let (addr_a, addr_b) = ("10.78.0.1".to_string(), "10.78.0.2".to_string());
+    ns_a.ip(&["addr", "add", &format!("{addr_a}/24"), "dev", "fla"]);
+    ns_b.ip(&["addr", "add", &format!("{addr_b}/24"), "dev", "flb"]);
+    let key = dir.path("fleet.key");
+    std::fs::write(&key, "fleet-test-key-0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // Declared before the processes: dropped after them (a cgroup goes once it is empty).
+    let cg = lab::cgroup::CpuCgroup::new(5_000);
+    let mut procs = Procs(Vec::new());
+    procs.spawn(
+        "serve-b",
+        &ns_b,
+        &[BIN, "serve", "--bind", &addr_b, "--port", "7380", "-q"],
+        &dir.path("serve-b.log"),
+    );
+    procs.spawn(
+        "co-tenant",
+        &ns_b,
+        &["sh", "-c", "while :; do :; done"],
+        &dir.path("hog.log"),
+    );
+    for what in ["serve-b", "co-tenant"] {
+        cg.add(procs.pid(what));
+    }
+    let cfg_b = dir.path("agent-b.toml");
+    std::fs::write(
+        &cfg_b,
+        format!(
+            "listen = \"{addr_b}:9573\"\n[evidence]\nauth_file = \"{}\"\nports = [7380]\nlisten = \"{addr_b}:7374\"\n",
+            key.display()
+        ),
+    )
+    .unwrap();
+    let cfg_a = dir.path("agent-a.toml");
+    let target = |name: &str, extra: &str| {
+        format!(
+            "[[target]]\nname = \"{name}\"\naddress = \"{addr_b}\"\nlabels = {{ source = \"a\" }}\n\
+             measure = [{{ kind = \"rr\", port = 7380, interval = \"200ms\", timeout = \"200ms\" }}]\n\
+             slo = {{ kind = \"rr\", quantile = 0.99, threshold = \"5ms\", window = \"10s\", min_samples = 5 }}\n{extra}"
+        )
+    };
+    std::fs::write(
+        &cfg_a,
+        format!(
+            "listen = \"{addr_a}:9573\"\nfindings_log = \"{}\"\n[diagnose]\nauth_file = \"{}\"\nserver_agent_port = 7374\n{}{}",
+            dir.path("findings-a.jsonl").display(),
+            key.display(),
+            target("b", ""),
+            target("b-blind", &format!("server_agent = \"{addr_b}:7399\"\n")),
+        ),
+    )
+    .unwrap();
+    for (name, ns, cfg) in [("agent-b", &ns_b, &cfg_b), ("agent-a", &ns_a, &cfg_a)] {
+        let cfg = cfg.to_str().unwrap();
+        let check = Command::new(BIN)
+            .args(["agent", "--config", cfg, "--check"])
+            .output()
+            .unwrap();
+        assert!(
+            check.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        let argv = [BIN, "agent", "--config", cfg];
+        // a's agent runs as on another machine: it cannot see b's processes or cgroups, as
+        // it could from the same host (the kernel, /proc and /sys/fs/cgroup are shared).
+        let argv: Vec<String> = if name == "agent-a" {
+            lab::isolate::isolated(&argv)
+        } else {
+            argv.iter().map(|s| s.to_string()).collect()
+        };
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        procs.spawn(name, ns, &argv, &dir.path(&format!("{name}.log")));
+    }
+    let logs = || {
+        ["agent-a.log", "agent-b.log"]
+            .iter()
+            .map(|f| {
+                format!(
+                    "--- {f}\n{}",
+                    std::fs::read_to_string(dir.path(f)).unwrap_or_default()
+                )
+            })
+            .collect::<String>()
+    };
+    // Both diagnose runs end (each asks once: the SLO's cooldown is 10 minutes).
+    let a_metrics = format!("{addr_a}:9573");
+    let deadline = t0 + Duration::from_secs(55);
+    let page = loop {
+        let page = scrape(&ns_a.name, &a_metrics);
+        let done = ["b", "b-blind"]
+            .iter()
+            .all(|t| !series(&page, "latscope_diagnose_server_agent", &[("target", t)]).is_empty());
+        if done {
+            break page;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no diagnose result for both targets within 55 s\n{page}\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    eprintln!(
+        "{}",
+        page.lines()
+            .filter(|l| l.starts_with("latscope_finding")
+                || l.starts_with("latscope_diagnose_server_agent"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let edge = |t: &'static str| [("target", t), ("source", "a")];
+    // The edge a→b: the peer's evidence was used, and the cause only b's end can see is named,
+    // server side, with what it explains per request.
+    assert_eq!(
+        series(&page, "latscope_diagnose_server_agent", &edge("b")),
+        vec![(
+            "latscope_diagnose_server_agent{target=\"b\",state=\"used\",source=\"a\"}".to_string(),
+            1.0
+        )],
+        "{}",
+        logs()
+    );
+    let mut throttling = edge("b").to_vec();
+    throttling.extend([
+        ("rule", "cpu_throttling"),
+        ("side", "server"),
+        ("ends", "client_and_server"),
+    ]);
+    // On failure: what b's agent saw of the CPU, and the verdict.
+    let report_of = |t: &str| {
+        let log = std::fs::read_to_string(dir.path("findings-a.jsonl")).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["target"] == t)
+            .map(|l| {
+                let steps = l["report"]["steps"].as_array().cloned().unwrap_or_default();
+                let cpu: Vec<String> = steps
+                    .iter()
+                    .filter(|s| s["name"] == "cpu scheduling")
+                    .map(|s| format!("{} {}: {}", s["measured_at"], s["status"], s["detail"]))
+                    .collect();
+                format!("{}\n{}", l["report"]["verdict"], cpu.join("\n"))
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        series(&page, "latscope_finding", &throttling).len(),
+        1,
+        "{page}\n{}\n{}",
+        logs(),
+        report_of("b")
+    );
+    let explains = series(&page, "latscope_finding_explains_seconds", &throttling);
+    // At least the rule's millisecond; at most a period held back on each CPU (cpu.stat's
+    // throttled time sums the CPUs' run queues: 2 × 100 ms on 2 CPUs), and never more than
+    // the tail the run measured.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    assert!(
+        explains.len() == 1 && explains[0].1 >= 0.001 && explains[0].1 <= 0.1 * cpus,
+        "{explains:?}"
+    );
+    // The edge whose agent cannot be reached: client-only, and it says so.
+    assert_eq!(
+        series(&page, "latscope_diagnose_server_agent", &edge("b-blind")).len(),
+        1
+    );
+    assert!(
+        !series(
+            &page,
+            "latscope_diagnose_server_agent",
+            &[("target", "b-blind"), ("state", "failed")]
+        )
+        .is_empty(),
+        "{page}"
+    );
+    assert!(
+        series(
+            &page,
+            "latscope_finding",
+            &[("target", "b-blind"), ("rule", "cpu_throttling")]
+        )
+        .is_empty(),
+        "the client alone cannot see b's cgroup:\n{page}"
+    );
+    assert!(
+        series(
+            &page,
+            "latscope_finding",
+            &[("target", "b-blind"), ("ends", "client_and_server")]
+        )
+        .is_empty(),
+        "{page}"
+    );
+    // The findings log says why, for the operator.
+    let log = std::fs::read_to_string(dir.path("findings-a.jsonl")).unwrap();
+    let blind: serde_json::Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["target"] == "b-blind")
+        .unwrap();
+    assert_eq!(blind["server_agent"]["state"], "failed", "{blind}");
+    assert!(
+        blind["server_agent"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains(":7399"),
+        "{blind}"
+    );
+    // b's endpoint answered a's one request and refused nothing.
+    let b_page = scrape(&ns_b.name, &format!("{addr_b}:9573"));
+    assert_eq!(
+        series(
+            &b_page,
+            "latscope_evidence_requests_total",
+            &[("result", "answered")]
+        )
+        .first()
+        .map(|s| s.1),
+        Some(1.0),
+        "{b_page}"
+    );
+    drop(procs);
+    drop(cg);
     eprintln!("took {:?}", t0.elapsed());
 }

@@ -256,6 +256,15 @@ mod k8s {
         pub name: String,
         pub config_map: Option<ConfigMapVolume>,
         pub empty_dir: Option<EmptyDir>,
+        pub secret: Option<SecretVolume>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct SecretVolume {
+        pub secret_name: String,
+        pub optional: Option<bool>,
+        pub default_mode: Option<u32>,
     }
 
     #[derive(Debug, Deserialize)]
@@ -446,11 +455,22 @@ fn kubernetes_manifest_matches_the_api_schema() {
     }
     for v in &pod.spec.volumes {
         assert_eq!(
-            usize::from(v.config_map.is_some()) + usize::from(v.empty_dir.is_some()),
+            usize::from(v.config_map.is_some())
+                + usize::from(v.empty_dir.is_some())
+                + usize::from(v.secret.is_some()),
             1,
             "volume {} needs exactly one source",
             v.name
         );
+        if let Some(sec) = &v.secret {
+            assert!(dns_label(&sec.secret_name), "secret {}", sec.secret_name);
+            // A key is readable by its owner only (AuthKey::from_file refuses others).
+            assert!(
+                sec.default_mode.is_some_and(|m| m & 0o077 == 0),
+                "volume {}: a secret's defaultMode keeps it private",
+                v.name
+            );
+        }
         if let Some(c) = &v.config_map {
             assert_eq!(
                 Some(&c.name),
@@ -576,14 +596,16 @@ struct OneFinding;
 impl latscope_agent::Diagnoser for OneFinding {
     fn diagnose(
         &self,
-        _target: &str,
+        _ask: &latscope_agent::Ask,
         _stop: &std::sync::atomic::AtomicBool,
     ) -> Result<latscope_agent::Diagnosis, String> {
         Ok(latscope_agent::Diagnosis {
             findings: vec![latscope_agent::Finding {
                 rule: "nagle_delayed_ack".into(),
                 side: "client".into(),
+                explains_ns: 40_000_000,
             }],
+            peer: latscope_agent::PeerEvidence::NotAsked,
             report: serde_json::json!({"findings": []}),
         })
     }
@@ -703,7 +725,12 @@ probes = ["ip-start", "tcp-start", "tcp-socket-enqueued", "tcp-socket-read"]
     unsafe { libc::raise(libc::SIGHUP) };
     let text = loop {
         let t = http_get(metrics_addr, "/metrics").unwrap_or_default();
-        if t.contains("latscope_agent_config_reloads_total{") && t.contains("latscope_finding{") {
+        // The reload restarts the service scans, which remove their series on the way out:
+        // wait for the new scan's.
+        if t.contains("latscope_agent_config_reloads_total{")
+            && t.contains("latscope_finding{")
+            && t.contains("latscope_service_sockets{")
+        {
             break t;
         }
         assert!(

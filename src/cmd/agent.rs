@@ -30,11 +30,16 @@ Config (TOML, or YAML when the file ends in .yaml/.yml; every key is in docs/age
   measure = [{ kind = \"rr\" }]
   [stack]                  # `latscope stack` histograms (CAP_BPF, CAP_PERFMON)
   probes = [\"tcp-socket-read\"]
+  [evidence]               # answer the peers' diagnose runs about this host's end (off by default)
+  auth_file = \"/etc/latscope/fleet.key\"   # the fleet's shared key, mode 600
+  ports = [80, 443]        # or \"all\"; listen = \"[::]:7374\" (evidence requests only)
+  [diagnose]
+  server_agent_port = 7374 # SLO breaches ask the target's own agent for its end's evidence
 
 Serves /metrics (OpenMetrics), /healthz and /probe?target=HOST[:PORT]&kind=KIND.
 SIGHUP reloads the configuration and the peer list (a broken file keeps the previous one); SIGTERM or SIGINT stop it cleanly.
 
-Exit codes: 0 stopped by a signal (or --check passed); 2 bad configuration; 5 cannot listen.")]
+Exit codes: 0 stopped by a signal (or --check passed); 2 bad configuration (or an unreadable key file); 5 cannot listen.")]
 pub struct AgentArgs {
     /// The configuration file: TOML, or YAML when it ends in .yaml or .yml.
     #[arg(long, value_name = "FILE")]
@@ -81,6 +86,19 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {
         if cfg.stack.is_some() {
             extra.push_str(", kernel stack histograms");
         }
+        cfg.check_keys(&a.config)
+            .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
+        if let Some(e) = &cfg.evidence {
+            extra.push_str(&format!(", answers evidence requests on {}", e.listen));
+        }
+        let asking = cfg
+            .targets
+            .iter()
+            .filter(|t| t.server_agent.is_some())
+            .count();
+        if asking > 0 || cfg.diagnose.server_agent_port.is_some() {
+            extra.push_str(", diagnose asks the targets' agents");
+        }
         println!(
             "{}: ok ({} with {}, {}{extra})",
             a.config.display(),
@@ -96,9 +114,12 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {
     };
     match latscope_agent::run(&opts, Arc::new(InProcess)) {
         Ok(()) => Ok(exit::OK),
-        Err(e @ latscope_agent::AgentError::Config(_)) => {
-            Err(exit::coded(exit::USAGE, e.to_string()))
-        }
+        Err(
+            e @ (latscope_agent::AgentError::Config(_)
+            | latscope_agent::AgentError::Evidence(
+                latscope_agent::evidence::EndpointError::Key(_),
+            )),
+        ) => Err(exit::coded(exit::USAGE, e.to_string())),
         Err(e) => Err(exit::coded(exit::SYSTEM, e.to_string())),
     }
 }

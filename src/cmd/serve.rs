@@ -218,6 +218,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<u8> {
         evidence: a.evidence_ports.clone().map(|p| {
             EvidenceServer::new(p) as Arc<dyn latscope_net::serve::evidence::EvidenceService>
         }),
+        evidence_only: false,
     };
     let auth = cfg.auth.is_some();
     let evidence = a.evidence_ports.clone();
@@ -263,13 +264,9 @@ fn print_listening(ev: &ServeEvent, auth: bool, evidence: Option<&Ports>) {
             eprintln!("latscope serve: clients must prove they hold the --auth-file key");
         }
         if let Some(p) = evidence {
-            let which = match p {
-                Ports::Any => "any local port".to_string(),
-                Ports::Only(l) if l.len() == 1 => format!("port {p}"),
-                Ports::Only(_) => format!("ports {p}"),
-            };
             eprintln!(
-                "latscope serve: answers evidence requests about {which} (diagnose --server-agent)"
+                "latscope serve: answers evidence requests about {} (diagnose --server-agent)",
+                p.describe()
             );
         }
     }

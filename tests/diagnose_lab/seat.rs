@@ -20,11 +20,7 @@
 
 use std::process::Command;
 
-/// The capabilities the client seat drops (setpriv's names).
-const DROPPED: &[&str] = &["sys_admin", "bpf", "perfmon", "sys_ptrace"];
-
-/// Their bits in /proc/PID/status's `CapEff` (linux/capability.h).
-const DROPPED_BITS: u64 = (1 << 21) | (1 << 39) | (1 << 38) | (1 << 19);
+use crate::lab::isolate::{DROPPED, DROPPED_BITS, isolated};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seat {
@@ -80,28 +76,8 @@ impl Seat {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns]);
         if self.isolated() {
-            let drop: Vec<String> = DROPPED.iter().map(|c| format!("-{c}")).collect();
-            let drop = drop.join(",");
-            // --kill-child: when the lab kills `unshare` past its time limit, the program
-            // (pid 1 of its namespace) goes too.
-            c.args([
-                "unshare",
-                "--pid",
-                "--mount",
-                "--fork",
-                "--kill-child",
-                "--mount-proc",
-                "sh",
-                "-c",
-                "mount -t tmpfs -o ro,mode=0555 none /sys/fs/cgroup && exec \"$@\"",
-                "sh",
-                "setpriv",
-                "--bounding-set",
-                &drop,
-                "--inh-caps",
-                &drop,
-                "--",
-            ]);
+            c.args(isolated(argv));
+            return c;
         }
         c.args(argv);
         c

@@ -7,6 +7,8 @@
 //! - [`nginx`]: private nginx instances ([`nginx::Nginx`]);
 //! - [`schema`]: validating JSON against the committed `schema/*.schema.json`;
 //! - [`server`]: a latscope server, in process or as a child process;
+//! - [`cgroup`]: a CPU-limited cgroup ([`cgroup::CpuCgroup`]); [`isolate`]: a program run as
+//!   if on another machine (own PID and mount namespaces, no CAP_SYS_ADMIN/BPF/PERFMON/PTRACE);
 //! - per family: [`diagnose`] (running it, reading its steps), [`http`] (misbehaving HTTP servers, wrk, certificates), [`probe`] (router chain,
 //!   delay line), [`sockets`] (socket options, `sockets --watch`), [`stack`] (`latscope stack`
 //!   runner), [`wire`] (captures, tcpdump, tshark); `vm/` holds the fentry VM's guest files.
@@ -45,8 +47,10 @@ macro_rules! require_root {
     };
 }
 
+pub mod cgroup;
 pub mod diagnose;
 pub mod http;
+pub mod isolate;
 pub mod netns;
 pub mod nginx;
 pub mod probe;

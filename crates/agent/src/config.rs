@@ -36,7 +36,18 @@
 //! hooks = "auto"                     # auto (fentry, else fallbacks), fentry, fallback
 //! group_by = "none"                  # or "interface"
 //! sample = 1                         # time one packet in N
+//!
+//! [evidence]                         # answer the peers' diagnose runs about this host's end
+//! auth_file = "/etc/latscope/fleet.key"  # the fleet's shared key (mode 600)
+//! ports = [80, 443]                  # the local ports it reports on, or "all"
+//! listen = "[::]:7374"               # evidence requests only (default)
+//!
+//! [diagnose]                         # how SLO breaches are diagnosed
+//! server_agent_port = 7374           # ask each target's own agent for its end's evidence
+//! auth_file = "/etc/latscope/fleet.key"  # its key (default: [evidence]'s)
 //! ```
+//!
+//! A `[[target]]` may name its agent elsewhere: `server_agent = "HOST[:PORT]"`, or `"none"`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -50,6 +61,10 @@ use toml::Spanned;
 
 /// `latscope serve`'s default port: the default of `rr` measurements.
 pub const SERVE_PORT: u16 = 7373;
+
+/// The agent's evidence endpoint's default port: not serve's 7373, where the `latscope serve`
+/// that the mesh's rr probes measure usually runs on the same host.
+pub const EVIDENCE_PORT: u16 = 7374;
 
 /// A configuration error, located in its file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,6 +211,7 @@ struct RawTarget {
     labels: BTreeMap<Spanned<String>, String>,
     measure: Spanned<Vec<Spanned<RawMeasure>>>,
     slo: Option<Spanned<RawSlo>>,
+    server_agent: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,6 +246,64 @@ struct RawStack {
     sample: Option<Spanned<u32>>,
 }
 
+/// `ports = [80, 443]`, `ports = 80` or `ports = "all"`.
+#[derive(Debug)]
+enum RawPorts {
+    List(Vec<u16>),
+    Word(String),
+}
+
+impl<'de> Deserialize<'de> for RawPorts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RawPorts, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawPorts;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of ports (e.g. [80, 443]) or \"all\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<RawPorts, E> {
+                Ok(RawPorts::Word(s.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<RawPorts, E> {
+                u16::try_from(n)
+                    .map(|p| RawPorts::List(vec![p]))
+                    .map_err(|_| E::custom(format!("{n} is not a port (1–65535)")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<RawPorts, E> {
+                u64::try_from(n)
+                    .map_err(|_| E::custom(format!("{n} is not a port (1–65535)")))
+                    .and_then(|n| self.visit_u64(n))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<RawPorts, A::Error> {
+                let mut v = Vec::new();
+                while let Some(p) = a.next_element::<u16>()? {
+                    v.push(p);
+                }
+                Ok(RawPorts::List(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvidence {
+    auth_file: Option<PathBuf>,
+    ports: Option<Spanned<RawPorts>>,
+    listen: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDiagnose {
+    auth_file: Option<PathBuf>,
+    server_agent_port: Option<Spanned<u16>>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -243,6 +317,43 @@ struct RawConfig {
     #[serde(default)]
     service: Vec<Spanned<RawService>>,
     stack: Option<Spanned<RawStack>>,
+    evidence: Option<Spanned<RawEvidence>>,
+    diagnose: Option<Spanned<RawDiagnose>>,
+}
+
+/// The `[evidence]` section: this agent answers its peers' evidence requests
+/// (`diagnose --server-agent`, and their agents' diagnose runs) about its local ports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evidence {
+    /// The key clients must prove they hold (the fleet's shared key; relative to the config).
+    pub auth_file: PathBuf,
+    /// The local ports it reports on.
+    pub ports: latscope_diagnose::remote::server::Ports,
+    /// Where it listens ([`EVIDENCE_PORT`] on every address by default): evidence requests
+    /// only, every test is refused.
+    pub listen: SocketAddr,
+}
+
+/// The `[diagnose]` section: how an SLO breach's diagnose run asks the target's own agent for
+/// its end's evidence.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Diagnose {
+    /// The key the targets' agents want: `[diagnose] auth_file`, else `[evidence] auth_file`.
+    pub auth_file: Option<PathBuf>,
+    /// Ask every target's agent at the target's address on this port (unless the target names
+    /// its own `server_agent`); None: only targets that name one.
+    pub server_agent_port: Option<u16>,
+}
+
+/// A target's `server_agent`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerAgent {
+    /// `[diagnose] server_agent_port` decides (the target's address on that port, or none).
+    Default,
+    /// `"none"`: this target's diagnose runs stay client-only.
+    Off,
+    /// `"HOST[:PORT]"` (port [`EVIDENCE_PORT`] by default).
+    At(String),
 }
 
 /// The `[stack]` section: `latscope stack`'s kernel receive-path histograms in the agent
@@ -322,6 +433,9 @@ pub struct Target {
     pub measures: Vec<Measure>,
     /// Its objective.
     pub slo: Option<Slo>,
+    /// Where its agent answers evidence requests (`HOST:PORT`), for its diagnose runs:
+    /// resolved from its `server_agent` and `[diagnose] server_agent_port`.
+    pub server_agent: Option<String>,
 }
 
 /// The `[peers]` section: a template applied to every line of the peer file and to every
@@ -364,11 +478,15 @@ pub struct Config {
     pub services: Vec<Service>,
     /// The kernel stack histograms, if asked for.
     pub stack: Option<Stack>,
+    /// This agent's evidence endpoint, if configured.
+    pub evidence: Option<Evidence>,
+    /// How diagnose runs ask the targets' agents.
+    pub diagnose: Diagnose,
 }
 
 /// Labels the agent sets itself; a target may not redefine them.
-const RESERVED: [&str; 8] = [
-    "target", "kind", "layer", "le", "hop", "address", "reason", "rule",
+const RESERVED: [&str; 11] = [
+    "target", "kind", "layer", "le", "hop", "address", "reason", "rule", "side", "ends", "state",
 ];
 
 fn valid_label_name(s: &str) -> bool {
@@ -657,6 +775,99 @@ impl Ctx<'_> {
         }))
     }
 
+    /// A path relative to the configuration file's directory.
+    fn relative(&self, f: PathBuf) -> PathBuf {
+        if f.is_relative() {
+            self.file.parent().unwrap_or(Path::new(".")).join(f)
+        } else {
+            f
+        }
+    }
+
+    fn evidence(&self, raw: Option<Spanned<RawEvidence>>) -> Result<Option<Evidence>, ConfigError> {
+        let Some(r) = raw else { return Ok(None) };
+        let span = r.span();
+        let r = r.into_inner();
+        let Some(auth_file) = r.auth_file else {
+            return Err(self.err(
+                span,
+                "[evidence] needs auth_file: evidence is only given to peers holding the fleet's key (e.g. `head -c 32 /dev/urandom | base64 > fleet.key`)",
+            ));
+        };
+        let Some(ports) = r.ports else {
+            return Err(self.err(
+                span,
+                "[evidence] needs ports: the local ports it reports on, e.g. ports = [80, 443], or \"all\"",
+            ));
+        };
+        let ports_span = ports.span();
+        let ports = match ports.into_inner() {
+            RawPorts::Word(w) if w.trim() == "all" => latscope_diagnose::remote::server::Ports::Any,
+            RawPorts::Word(w) => {
+                return Err(self.err(
+                    ports_span,
+                    format!("ports = \"{w}\": give a list of ports (e.g. [80, 443]) or \"all\""),
+                ));
+            }
+            RawPorts::List(l) if l.is_empty() || l.contains(&0) => {
+                return Err(self.err(
+                    ports_span,
+                    "ports lists the local ports (1–65535) it reports on, at least one; or \"all\"",
+                ));
+            }
+            RawPorts::List(l) => latscope_diagnose::remote::server::Ports::Only(l),
+        };
+        let listen = match &r.listen {
+            Some(l) => latscope_exporter::parse_listen_addr(l.get_ref())
+                .map_err(|e| self.err(l.span(), e))?,
+            None => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, EVIDENCE_PORT)),
+        };
+        Ok(Some(Evidence {
+            auth_file: self.relative(auth_file),
+            ports,
+            listen,
+        }))
+    }
+
+    fn diagnose(
+        &self,
+        raw: Option<Spanned<RawDiagnose>>,
+        evidence: Option<&Evidence>,
+    ) -> Result<Diagnose, ConfigError> {
+        let r = raw.map(Spanned::into_inner);
+        let port = r.as_ref().and_then(|r| r.server_agent_port.as_ref());
+        if let Some(p) = port
+            && *p.get_ref() == 0
+        {
+            return Err(self.err(p.span(), "server_agent_port must be 1–65535"));
+        }
+        Ok(Diagnose {
+            auth_file: r
+                .as_ref()
+                .and_then(|r| r.auth_file.clone())
+                .map(|f| self.relative(f))
+                .or_else(|| evidence.map(|e| e.auth_file.clone())),
+            server_agent_port: port.map(|p| *p.get_ref()),
+        })
+    }
+
+    fn server_agent(&self, raw: Option<Spanned<String>>) -> Result<ServerAgent, ConfigError> {
+        let Some(r) = raw else {
+            return Ok(ServerAgent::Default);
+        };
+        let v = r.get_ref().trim();
+        if v == "none" {
+            return Ok(ServerAgent::Off);
+        }
+        match latscope_net::sock::Target::parse(v, EVIDENCE_PORT) {
+            Ok(t @ latscope_net::sock::Target::Inet { .. }) => Ok(ServerAgent::At(t.to_string())),
+            _ => Err(self.err(
+                r.span(),
+                format!("server_agent = \"{v}\": write HOST[:PORT] of the target's agent (port {EVIDENCE_PORT} by default), or \"none\""),
+            )),
+        }
+    }
+
     fn slo(
         &self,
         raw: Option<Spanned<RawSlo>>,
@@ -767,6 +978,8 @@ pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, Confi
             "jitter must be between 0 and 1 (a fraction of the interval)",
         ));
     }
+    let evidence = c.evidence(raw.evidence)?;
+    let diagnose = c.diagnose(raw.diagnose, evidence.as_ref())?;
     let mut names = BTreeSet::new();
     let mut targets = Vec::new();
     for t in raw.target {
@@ -794,13 +1007,22 @@ pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, Confi
         }
         let measures = c.measures(t.measure)?;
         let slo = c.slo(t.slo, &measures)?;
+        let agent_span = t.server_agent.as_ref().map(Spanned::span);
+        let server_agent = diagnose.server_agent_of(&address, &c.server_agent(t.server_agent)?);
+        if let (Some(s), Some(_), None) = (agent_span, &server_agent, &diagnose.auth_file) {
+            return Err(c.err(s, NO_ASK_KEY));
+        }
         targets.push(Target {
             name,
             address,
             labels: c.labels(t.labels)?,
             measures,
             slo,
+            server_agent,
         });
+    }
+    if diagnose.server_agent_port.is_some() && diagnose.auth_file.is_none() {
+        return Err(at(file, text, None, NO_ASK_KEY.into()));
     }
     let peers = match raw.peers {
         None => None,
@@ -808,12 +1030,17 @@ pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, Confi
     };
     let services = c.services(raw.service)?;
     let stack = c.stack(raw.stack)?;
-    if targets.is_empty() && peers.is_none() && services.is_empty() && stack.is_none() {
+    if targets.is_empty()
+        && peers.is_none()
+        && services.is_empty()
+        && stack.is_none()
+        && evidence.is_none()
+    {
         return Err(at(
             file,
             text,
             None,
-            "nothing to measure: add a [[target]], a [peers], a [[service]] or a [stack] section"
+            "nothing to measure: add a [[target]], a [peers], a [[service]], a [stack] or an [evidence] section"
                 .into(),
         ));
     }
@@ -826,7 +1053,30 @@ pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, Confi
         peers,
         services,
         stack,
+        evidence,
+        diagnose,
     })
+}
+
+/// A target asks its agent for evidence, and no key says how to prove it belongs to the fleet.
+const NO_ASK_KEY: &str = "asking a target's agent for evidence needs the fleet's key: set [diagnose] auth_file (or [evidence] auth_file)";
+
+impl Diagnose {
+    /// Where a target at `address` has its agent: its own `server_agent`, else the target's
+    /// address on `server_agent_port`, else none.
+    pub fn server_agent_of(&self, address: &str, own: &ServerAgent) -> Option<String> {
+        match own {
+            ServerAgent::Off => None,
+            ServerAgent::At(a) => Some(a.clone()),
+            ServerAgent::Default => self.server_agent_port.map(|port| {
+                latscope_net::sock::Target::Inet {
+                    host: address.trim_matches(['[', ']']).to_string(),
+                    port,
+                }
+                .to_string()
+            }),
+        }
+    }
 }
 
 /// Read and validate a configuration file.
@@ -928,6 +1178,30 @@ fn names_a_port(address: &str) -> Option<u16> {
 }
 
 impl Config {
+    /// Read the key files the configuration names, as the agent will (`file`: the
+    /// configuration, for the message): a missing, empty or world-readable key is an error of
+    /// `--check`, not of the first diagnose run.
+    pub fn check_keys(&self, file: &Path) -> Result<(), ConfigError> {
+        let keys = [
+            (
+                "[evidence] auth_file",
+                self.evidence.as_ref().map(|e| &e.auth_file),
+            ),
+            ("[diagnose] auth_file", self.diagnose.auth_file.as_ref()),
+        ];
+        for (what, path) in keys {
+            if let Some(p) = path {
+                latscope_net::auth::AuthKey::from_file(p).map_err(|e| ConfigError {
+                    file: file.to_path_buf(),
+                    line: 0,
+                    column: 0,
+                    message: format!("{what}: {e}"),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// The targets of the file plus one per peer (a peer named like a file target is skipped:
     /// the file's own definition wins).
     pub fn all_targets(&self, peers: &[Peer]) -> Vec<Target> {
@@ -945,6 +1219,9 @@ impl Config {
                     labels,
                     measures: p.measures.clone(),
                     slo: p.slo.clone(),
+                    server_agent: self
+                        .diagnose
+                        .server_agent_of(&peer.address, &ServerAgent::Default),
                 });
             }
         }
@@ -1260,6 +1537,105 @@ peers:
         )
         .unwrap();
         assert_eq!(y.stack.unwrap().probes, [latscope_ebpf::Probe::IpStart]);
+    }
+
+    #[test]
+    fn evidence_and_diagnose_sections_are_validated() {
+        use latscope_diagnose::remote::server::Ports;
+        let c = parse(
+            Path::new("/etc/latscope/agent.toml"),
+            "[evidence]\nauth_file = \"fleet.key\"\nports = [80, 443]\n\
+             [diagnose]\nserver_agent_port = 7400\n\
+             [[target]]\naddress = \"10.0.0.2\"\nmeasure = [{ kind = \"rr\" }]\n\
+             [[target]]\naddress = \"fe80::1\"\nmeasure = [{ kind = \"rr\" }]\n\
+             [[target]]\naddress = \"db\"\nmeasure = [{ kind = \"rr\" }]\nserver_agent = \"db-host\"\n\
+             [[target]]\naddress = \"lb\"\nmeasure = [{ kind = \"rr\" }]\nserver_agent = \"none\"\n",
+        )
+        .unwrap();
+        let e = c.evidence.as_ref().unwrap();
+        assert_eq!(e.auth_file, PathBuf::from("/etc/latscope/fleet.key"));
+        assert_eq!(e.ports, Ports::Only(vec![80, 443]));
+        assert_eq!(e.listen, "[::]:7374".parse().unwrap());
+        // The asking key defaults to the endpoint's: one shared key for the fleet.
+        assert_eq!(c.diagnose.auth_file, Some(e.auth_file.clone()));
+        let agents: Vec<Option<&str>> = c
+            .targets
+            .iter()
+            .map(|t| t.server_agent.as_deref())
+            .collect();
+        assert_eq!(
+            agents,
+            [
+                Some("10.0.0.2:7400"),
+                Some("[fe80::1]:7400"),
+                Some("db-host:7374"),
+                None
+            ]
+        );
+        // Peers get the fleet-wide default.
+        let peers = [Peer {
+            address: "10.0.0.3".into(),
+            name: "c".into(),
+            labels: BTreeMap::new(),
+        }];
+        let c2 = parse(
+            Path::new("a.toml"),
+            "[diagnose]\nauth_file = \"k\"\nserver_agent_port = 7374\n[peers]\nfile = \"p\"\nmeasure = [{ kind = \"rr\" }]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c2.all_targets(&peers)[0].server_agent.as_deref(),
+            Some("10.0.0.3:7374")
+        );
+        // The same in YAML, "all" ports, and an [evidence] alone is something to do.
+        let y = parse(
+            Path::new("a.yaml"),
+            "evidence:\n  auth_file: /k\n  ports: all\n  listen: 0.0.0.0:7380\n",
+        )
+        .unwrap();
+        let ye = y.evidence.unwrap();
+        assert_eq!((ye.ports, ye.listen.port()), (Ports::Any, 7380));
+        let t = parse(
+            Path::new("a.toml"),
+            "[evidence]\nauth_file = \"/k\"\nports = \"all\"\nlisten = \"0.0.0.0:7380\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.evidence.unwrap().ports, Ports::Any);
+
+        let e = err("[evidence]\nports = [80]\n");
+        assert!(e.message.contains("needs auth_file"), "{e}");
+        let e = err("[evidence]\nauth_file = \"k\"\n");
+        assert!(e.message.contains("needs ports"), "{e}");
+        let e = err("[evidence]\nauth_file = \"k\"\nports = \"some\"\n");
+        assert_eq!(e.line, 3, "{e}");
+        let e = err("[evidence]\nauth_file = \"k\"\nports = [0]\n");
+        assert_eq!(e.line, 3, "{e}");
+        let e = err("[evidence]\nauth_file = \"k\"\nports = [70000]\n");
+        assert_eq!(e.line, 3, "{e}");
+        let e = err("[evidence]\nauth_file = \"k\"\nports = []\n");
+        assert!(e.message.contains("at least one"), "{e}");
+        let e = err("[evidence]\nauth_file = \"k\"\nports = [80]\nkey = 1\n");
+        assert!(e.message.contains("unknown field"), "{e}");
+        let e = err(
+            "[diagnose]\nserver_agent_port = 7374\n[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"rr\" }]\n",
+        );
+        assert!(e.message.contains("needs the fleet's key"), "{e}");
+        let e = err(
+            "[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"rr\" }]\nserver_agent = \"a:7374\"\n",
+        );
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("needs the fleet's key"), "{e}");
+        let e = err(
+            "[diagnose]\nauth_file = \"k\"\n[[target]]\naddress = \"a\"\nmeasure = [{ kind = \"rr\" }]\nserver_agent = \"a:x\"\n",
+        );
+        assert_eq!(e.line, 6, "{e}");
+        assert!(e.message.contains("HOST[:PORT]"), "{e}");
+        for reserved in ["side", "ends", "state"] {
+            let e = err(&format!(
+                "[[target]]\naddress = \"a\"\nlabels = {{ {reserved} = \"x\" }}\nmeasure = [{{ kind = \"rr\" }}]\n"
+            ));
+            assert!(e.message.contains("set by the agent"), "{reserved}: {e}");
+        }
     }
 
     #[test]

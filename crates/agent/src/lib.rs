@@ -8,14 +8,17 @@
 //! with `/healthz` and a blackbox-style `/probe?target=…&kind=…`. A per-target SLO on a
 //! windowed quantile triggers `diagnose` (through a [`Diagnoser`]: [`pipeline::InProcess`] runs the
 //! diagnose crate's pipeline; tests pass a mock),
-//! rate-limited; its findings are exported as `latscope_finding{target,rule,side}` and its
-//! report appended to a JSON-lines log. Optionally the host's own view: socket findings of
-//! chosen local services ([`host`]).
+//! rate-limited, asking the target's own agent for its end's evidence when one is configured;
+//! its findings are exported as `latscope_finding{target,rule,side,ends}` and its report
+//! appended to a JSON-lines log. Optionally the host's own view: socket findings of chosen
+//! local services ([`host`]), and an endpoint answering the peers' evidence requests about this
+//! host's end ([`evidence`]).
 
 #![warn(missing_docs)]
 
 pub mod config;
 pub mod dns;
+pub mod evidence;
 pub mod fuzzing;
 pub mod host;
 pub mod measure;
@@ -47,6 +50,39 @@ pub struct Finding {
     pub rule: String,
     /// client, server or network.
     pub side: String,
+    /// The latency per request it explains, ns.
+    pub explains_ns: u64,
+}
+
+/// What the target's agent contributed to a diagnose run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerEvidence {
+    /// No agent is configured for the target: the run is client-only by design.
+    NotAsked,
+    /// The target's agent observed its end; its evidence was merged.
+    Used,
+    /// An agent was asked for and could not be reached, refused, or its key could not be read:
+    /// the run went on client-only. Why.
+    Failed(String),
+}
+
+impl PeerEvidence {
+    /// The `state` label of `latscope_diagnose_server_agent`.
+    pub fn state(&self) -> &'static str {
+        match self {
+            PeerEvidence::NotAsked => "not_configured",
+            PeerEvidence::Used => "used",
+            PeerEvidence::Failed(_) => "failed",
+        }
+    }
+
+    /// The `ends` label of the findings: whose evidence the rules read.
+    pub fn ends(&self) -> &'static str {
+        match self {
+            PeerEvidence::Used => "client_and_server",
+            _ => "client",
+        }
+    }
 }
 
 /// What a diagnose run found.
@@ -54,14 +90,34 @@ pub struct Finding {
 pub struct Diagnosis {
     /// Its findings.
     pub findings: Vec<Finding>,
+    /// Whether the target's agent's evidence was merged.
+    pub peer: PeerEvidence,
     /// The whole report (the JSON of `latscope diagnose --json`).
     pub report: serde_json::Value,
 }
 
+/// The target's agent a diagnose run asks for its end's evidence.
+#[derive(Clone, Debug)]
+pub struct ServerAgent {
+    /// `HOST:PORT` of its evidence endpoint.
+    pub address: String,
+    /// The fleet's key, which the endpoint asks the run to prove it holds.
+    pub key: latscope_net::auth::AuthKey,
+}
+
+/// A diagnose run an SLO breach asks for.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    /// `HOST:PORT` or a URL.
+    pub target: String,
+    /// The target's agent, when one answers evidence requests.
+    pub server_agent: Option<ServerAgent>,
+}
+
 /// Runs `latscope diagnose` against a target ([`pipeline::InProcess`], or a test's mock).
 pub trait Diagnoser: Send + Sync + 'static {
-    /// Diagnose `target` (`HOST:PORT` or a URL); `stop` is set when the agent stops.
-    fn diagnose(&self, target: &str, stop: &AtomicBool) -> Result<Diagnosis, String>;
+    /// Run the diagnosis `ask` names; `stop` is set when the agent stops.
+    fn diagnose(&self, ask: &Ask, stop: &AtomicBool) -> Result<Diagnosis, String>;
 }
 
 /// Why the agent could not start.
@@ -78,6 +134,9 @@ pub enum AgentError {
         /// Why.
         source: std::io::Error,
     },
+    /// The `[evidence]` endpoint cannot start (its key, or its address).
+    #[error("{0}")]
+    Evidence(#[from] evidence::EndpointError),
     /// A system resource (runtime, threads, signals) could not be set up.
     #[error("{what}: {source}")]
     System {
@@ -102,6 +161,8 @@ pub(crate) struct Shared {
     pub metrics: Metrics,
     pub diagnoser: Arc<dyn Diagnoser>,
     pub findings_log: Mutex<Option<PathBuf>>,
+    /// The key diagnose runs prove to the targets' agents (`[diagnose]`, re-read per run).
+    pub ask_key: Mutex<Option<PathBuf>>,
     /// Serialises appends to the findings log.
     pub log_lock: Mutex<()>,
 }
@@ -320,6 +381,8 @@ struct Supervisor<'a> {
     host: Vec<host::HostWorker>,
     /// The `[stack]` probes' thread.
     stack: Option<stack::StackWorker>,
+    /// The `[evidence]` endpoint.
+    evidence: Option<evidence::Endpoint>,
     /// The peer file's peers.
     file_peers: Vec<Peer>,
     /// The peers the `[peers]` `dns` names resolved to, last round.
@@ -365,6 +428,41 @@ impl Supervisor<'_> {
                 Err(e) => log(&format!("cannot start the [stack] thread: {e}")),
             }
         }
+    }
+
+    /// (Re)start the `[evidence]` endpoint (a reload restarts it: its key file may have been
+    /// replaced), or stop it if the section went. A failure is logged; the rest carries on.
+    fn restart_evidence(&mut self) {
+        if let Some(e) = self.evidence.take() {
+            e.stop();
+        }
+        if let Ok(mut k) = self.shared.ask_key.lock() {
+            k.clone_from(&self.cfg.diagnose.auth_file);
+        }
+        if let Err(e) = self.start_evidence() {
+            log(&format!("{e}; not answering evidence requests"));
+        }
+    }
+
+    /// Start the `[evidence]` endpoint if the configuration has one.
+    fn start_evidence(&mut self) -> Result<(), evidence::EndpointError> {
+        let Some(cfg) = &self.cfg.evidence else {
+            return Ok(());
+        };
+        let e = evidence::Endpoint::start(cfg, &self.shared.metrics)?;
+        log(&format!(
+            "answering evidence requests about {} on {}{} (evidence only, with the key of {})",
+            cfg.ports.describe(),
+            e.bound,
+            if latscope_exporter::is_exposed(&e.bound) {
+                ", reachable from other hosts"
+            } else {
+                ", loopback only"
+            },
+            cfg.auth_file.display()
+        ));
+        self.evidence = Some(e);
+        Ok(())
     }
 
     /// The peer file's peers, then the DNS ones (a name the file already has is skipped).
@@ -472,6 +570,7 @@ impl Supervisor<'_> {
         self.reconcile_peers();
         self.restart_host();
         self.restart_stack();
+        self.restart_evidence();
         self.count_reload(true);
         log(&format!(
             "SIGHUP: reloaded, {}",
@@ -527,6 +626,7 @@ pub fn run_with(
         metrics,
         diagnoser,
         findings_log: Mutex::new(cfg.findings_log.clone()),
+        ask_key: Mutex::new(cfg.diagnose.auth_file.clone()),
         log_lock: Mutex::new(()),
     });
     let server = Server::start(listen, registry, cfg.probe_endpoint, &shared)?;
@@ -540,6 +640,7 @@ pub fn run_with(
         },
         host: vec![],
         stack: None,
+        evidence: None,
         file_peers: vec![],
         dns_peers: vec![],
         dns: None,
@@ -557,6 +658,9 @@ pub fn run_with(
     sup.restart_dns();
     sup.restart_host();
     sup.restart_stack();
+    // At start-up a broken [evidence] is an error (exit 2 for its key, 5 for its address), not
+    // a log line: the operator asked for it.
+    sup.start_evidence()?;
     let reach = if latscope_exporter::is_exposed(&server.bound) {
         " (reachable from other hosts)"
     } else {
@@ -588,6 +692,9 @@ pub fn run_with(
     }
     if let Some(w) = sup.stack.take() {
         w.stop();
+    }
+    if let Some(e) = sup.evidence.take() {
+        e.stop();
     }
     server.shutdown();
     Ok(())

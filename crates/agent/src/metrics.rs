@@ -61,8 +61,17 @@ pub struct Metrics {
     pub slo_breached: Family<Labels, Gauge>,
     /// `latscope_slo_quantile_seconds{target,kind}`: the windowed quantile last computed.
     pub slo_quantile: Family<Labels, Gauge<f64, AtomicU64>>,
-    /// `latscope_finding{target,rule,side}`: 1 for each finding of the last diagnose run.
+    /// `latscope_finding{target,rule,side,ends}`: 1 for each finding of the last diagnose run.
     pub finding: Family<Labels, Gauge>,
+    /// `latscope_finding_explains_seconds{target,rule,side,ends}`: the latency per request each
+    /// finding of the last run explains.
+    pub finding_explains: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// `latscope_diagnose_server_agent{target,state}`: 1 for what the target's agent gave the
+    /// last run (`used`, `failed`, `not_configured`).
+    pub diagnose_server_agent: Family<Labels, Gauge>,
+    /// `latscope_evidence_requests_total{result}`: the `[evidence]` endpoint's requests,
+    /// `answered` or `refused`.
+    pub evidence_requests: Family<Labels, Counter>,
     /// `latscope_diagnose_runs_total{target,result}`.
     pub diagnose_runs: Family<Labels, Counter>,
     /// `latscope_agent_config_reloads_total{result}`.
@@ -170,6 +179,9 @@ impl Metrics {
             slo_breached: Family::default(),
             slo_quantile: Family::default(),
             finding: Family::default(),
+            finding_explains: Family::default(),
+            diagnose_server_agent: Family::default(),
+            evidence_requests: Family::default(),
             diagnose_runs: Family::default(),
             reloads: Family::default(),
             targets: Gauge::default(),
@@ -219,8 +231,23 @@ impl Metrics {
         );
         registry.register(
             "latscope_finding",
-            "Findings of the last diagnose run on a target (1 each), by rule and side",
+            "Findings of the last diagnose run on a target (1 each), by rule, side and the ends whose evidence the rules read (client, client_and_server)",
             m.finding.clone(),
+        );
+        registry.register(
+            "latscope_finding_explains_seconds",
+            "Latency per request each finding of the last diagnose run on a target explains",
+            m.finding_explains.clone(),
+        );
+        registry.register(
+            "latscope_diagnose_server_agent",
+            "The target's agent in the last diagnose run (1): used (its evidence merged), failed (unreachable, refused: the run was client-only), not_configured",
+            m.diagnose_server_agent.clone(),
+        );
+        registry.register(
+            "latscope_evidence_requests",
+            "[evidence]: evidence requests from peers, answered or refused (no key, wrong key, rate limit, port not listed)",
+            m.evidence_requests.clone(),
         );
         registry.register(
             "latscope_diagnose_runs",
@@ -381,22 +408,31 @@ impl Metrics {
                 }
                 Fam::Finding => {
                     self.finding.remove(&l);
+                    self.finding_explains.remove(&l);
+                }
+                Fam::ServerAgent => {
+                    self.diagnose_server_agent.remove(&l);
                 }
             }
         }
     }
 
-    /// Remove the findings of `target` (before a new diagnose run's are set).
+    /// Remove the findings of `target` and its agent's state (before a new diagnose run's are
+    /// set).
     pub fn forget_findings(&self, target: &str) {
         let Ok(mut s) = self.seen.lock() else { return };
         let Some(set) = s.get_mut(target) else { return };
-        set.retain(|(fam, l)| {
-            if *fam == Fam::Finding {
+        set.retain(|(fam, l)| match fam {
+            Fam::Finding => {
                 self.finding.remove(l);
+                self.finding_explains.remove(l);
                 false
-            } else {
-                true
             }
+            Fam::ServerAgent => {
+                self.diagnose_server_agent.remove(l);
+                false
+            }
+            _ => true,
         });
     }
 
@@ -426,8 +462,10 @@ pub enum Fam {
     HopLost,
     /// latscope_slo_breached and latscope_slo_quantile_seconds
     Slo,
-    /// latscope_finding
+    /// latscope_finding and latscope_finding_explains_seconds
     Finding,
+    /// latscope_diagnose_server_agent
+    ServerAgent,
 }
 
 /// `target=NAME`, then `extra`, then the target's labels.
@@ -456,6 +494,7 @@ mod tests {
             labels: Default::default(),
             measures: vec![],
             slo: None,
+            server_agent: None,
         }
     }
 

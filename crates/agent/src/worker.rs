@@ -16,8 +16,8 @@ use rand::Rng;
 
 use crate::config::{Measure, Slo, Target};
 use crate::measure::Runner;
-use crate::metrics::{Fam, labels};
-use crate::{Shared, log, stop_requested};
+use crate::metrics::{Fam, Metrics, labels};
+use crate::{Ask, Diagnosis, PeerEvidence, ServerAgent, Shared, log, stop_requested};
 
 /// A running measurement thread.
 pub(crate) struct Worker {
@@ -216,6 +216,36 @@ fn check_slo(
     }
 }
 
+/// The run an SLO breach on `target` asks for: its target string, and its agent with the
+/// fleet's key when one is configured; and why the agent is not asked when it is configured
+/// but the key cannot be read (the run then goes on client-only, and says so).
+fn ask(target: &Target, m: &Measure, shared: &Shared) -> (Ask, Option<String>) {
+    let mut ask = Ask {
+        target: crate::diagnose_target(target, m),
+        server_agent: None,
+    };
+    let Some(address) = target.server_agent.clone() else {
+        return (ask, None);
+    };
+    let path = shared.ask_key.lock().ok().and_then(|p| p.clone());
+    let key = match path {
+        Some(p) => latscope_net::auth::AuthKey::from_file(&p).map_err(|e| e.to_string()),
+        None => Err("no [diagnose] auth_file".to_string()),
+    };
+    match key {
+        Ok(key) => {
+            ask.server_agent = Some(ServerAgent { address, key });
+            (ask, None)
+        }
+        Err(e) => (
+            ask,
+            Some(format!(
+                "the agent at {address} was not asked: the fleet's key: {e}"
+            )),
+        ),
+    }
+}
+
 fn diagnose(
     target: &Target,
     m: &Measure,
@@ -224,17 +254,25 @@ fn diagnose(
     shared: &Shared,
     stop: &AtomicBool,
 ) {
-    let what = crate::diagnose_target(target, m);
+    let (ask, key_error) = ask(target, m, shared);
     log(&format!(
-        "{}: p{} of {} over the last {} s is {:.3} ms > {:.3} ms: running diagnose {what}",
+        "{}: p{} of {} over the last {} s is {:.3} ms > {:.3} ms: running diagnose {}{}",
         target.name,
         slo.quantile * 100.0,
         m.kind.name(),
         slo.window.as_secs(),
         q_ns as f64 / 1e6,
-        slo.threshold.as_secs_f64() * 1e3
+        slo.threshold.as_secs_f64() * 1e3,
+        ask.target,
+        ask.server_agent
+            .as_ref()
+            .map(|a| format!(" with its agent at {}", a.address))
+            .unwrap_or_default()
     ));
-    let result = shared.diagnoser.diagnose(&what, stop);
+    let mut result = shared.diagnoser.diagnose(&ask, stop);
+    if let (Ok(d), Some(e)) = (result.as_mut(), key_error) {
+        d.peer = PeerEvidence::Failed(e);
+    }
     let ok = result.is_ok();
     shared
         .metrics
@@ -247,43 +285,70 @@ fn diagnose(
     let unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let line = match result {
+    let mut line = serde_json::json!({
+        "unix_ms": unix_ms, "target": target.name, "kind": m.kind.name(),
+        "quantile": slo.quantile, "observed_ns": q_ns,
+        "threshold_ns": slo.threshold.as_nanos() as u64,
+    });
+    match result {
         Ok(d) => {
-            // This run's findings replace the previous run's.
-            shared.metrics.forget_findings(&target.name);
-            for f in &d.findings {
-                let l = labels(target, &[("rule", &f.rule), ("side", &f.side)]);
-                shared.metrics.note(&target.name, Fam::Finding, &l);
-                shared.metrics.finding.get_or_create(&l).set(1);
-            }
-            log(&format!(
-                "{}: diagnose found {}",
-                target.name,
-                if d.findings.is_empty() {
-                    "nothing".to_string()
-                } else {
-                    d.findings
-                        .iter()
-                        .map(|f| format!("{} ({})", f.rule, f.side))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            ));
-            serde_json::json!({
-                "unix_ms": unix_ms, "target": target.name, "kind": m.kind.name(),
-                "quantile": slo.quantile, "observed_ns": q_ns,
-                "threshold_ns": slo.threshold.as_nanos() as u64, "report": d.report,
-            })
+            export(target, &d, &shared.metrics);
+            line["server_agent"] = server_agent_json(&d.peer);
+            line["report"] = d.report;
         }
         Err(e) => {
             log(&format!("{}: diagnose failed: {e}", target.name));
-            serde_json::json!({
-                "unix_ms": unix_ms, "target": target.name, "kind": m.kind.name(),
-                "quantile": slo.quantile, "observed_ns": q_ns,
-                "threshold_ns": slo.threshold.as_nanos() as u64, "error": e,
-            })
+            line["error"] = e.into();
         }
+    }
+    append_findings_log(shared, &line);
+}
+
+/// The findings log's account of the target's agent: `{"state": "used"}`, or failed with why.
+fn server_agent_json(p: &PeerEvidence) -> serde_json::Value {
+    match p {
+        PeerEvidence::Failed(why) => serde_json::json!({"state": p.state(), "reason": why}),
+        _ => serde_json::json!({"state": p.state()}),
+    }
+}
+
+/// Export a run's findings (replacing the previous run's) and log them.
+fn export(target: &Target, d: &Diagnosis, metrics: &Metrics) {
+    metrics.forget_findings(&target.name);
+    let ends = d.peer.ends();
+    for f in &d.findings {
+        let l = labels(
+            target,
+            &[("rule", &f.rule), ("side", &f.side), ("ends", ends)],
+        );
+        metrics.note(&target.name, Fam::Finding, &l);
+        metrics.finding.get_or_create(&l).set(1);
+        metrics
+            .finding_explains
+            .get_or_create(&l)
+            .set(f.explains_ns as f64 / 1e9);
+    }
+    let l = labels(target, &[("state", d.peer.state())]);
+    metrics.note(&target.name, Fam::ServerAgent, &l);
+    metrics.diagnose_server_agent.get_or_create(&l).set(1);
+    let found = if d.findings.is_empty() {
+        "nothing".to_string()
+    } else {
+        d.findings
+            .iter()
+            .map(|f| format!("{} ({})", f.rule, f.side))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
+    let agent = match &d.peer {
+        PeerEvidence::NotAsked => String::new(),
+        PeerEvidence::Used => " with its agent's evidence".to_string(),
+        PeerEvidence::Failed(why) => format!(" from the client's end only ({why})"),
+    };
+    log(&format!("{}: diagnose found {found}{agent}", target.name));
+}
+
+fn append_findings_log(shared: &Shared, line: &serde_json::Value) {
     let path = shared.findings_log.lock().ok().and_then(|p| p.clone());
     if let Some(path) = path {
         let _g = shared.log_lock.lock();

@@ -47,6 +47,15 @@ impl Ports {
         Ok(Ports::Only(ports))
     }
 
+    /// In words, for start-up lines: `port 80`, `ports 80,443`, `any local port`.
+    pub fn describe(&self) -> String {
+        match self {
+            Ports::Any => "any local port".to_string(),
+            Ports::Only(l) if l.len() == 1 => format!("port {self}"),
+            Ports::Only(_) => format!("ports {self}"),
+        }
+    }
+
     fn allows(&self, port: u16) -> bool {
         match self {
             Ports::Any => true,
@@ -251,6 +260,9 @@ mod tests {
         assert!(Ports::Only(vec![80]).allows(80));
         assert!(!Ports::Only(vec![80]).allows(22));
         assert_eq!(Ports::Only(vec![80, 443]).to_string(), "80,443");
+        assert_eq!(Ports::Only(vec![80, 443]).describe(), "ports 80,443");
+        assert_eq!(Ports::Only(vec![80]).describe(), "port 80");
+        assert_eq!(Ports::Any.describe(), "any local port");
     }
 
     #[test]

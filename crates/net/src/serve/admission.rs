@@ -253,6 +253,12 @@ pub(super) type Refusal = (RefusalCode, String);
 
 /// Check a test request against the limits; the refusal text tells the client what to change.
 pub(super) fn validate(start: &Start, cfg: &ServeConfig, unix: bool) -> Result<(), Refusal> {
+    if cfg.evidence_only && start.kind != TestKind::Evidence {
+        return Err((
+            RefusalCode::Invalid,
+            "this is an agent's evidence endpoint: it answers evidence requests only (run tests against latscope serve)".into(),
+        ));
+    }
     let limits = &cfg.limits;
     check_sizes(start, limits)?;
     check_duration(start.duration_ms, limits)?;
@@ -503,6 +509,27 @@ mod tests {
             Err(RefusalCode::Limit)
         );
         assert!(code(&start(TestKind::UdpRr, 100, 1000, 1000), false).is_ok());
+    }
+
+    #[test]
+    fn an_evidence_endpoint_refuses_tests() {
+        let cfg = ServeConfig {
+            evidence_only: true,
+            ..ServeConfig::default()
+        };
+        for kind in [
+            TestKind::Rr,
+            TestKind::Crr,
+            TestKind::UdpRr,
+            TestKind::Stream,
+        ] {
+            let r = validate(&start(kind, 64, 64, 1000), &cfg, false);
+            assert!(
+                matches!(&r, Err((RefusalCode::Invalid, m)) if m.contains("evidence requests only")),
+                "{kind:?}: {r:?}"
+            );
+        }
+        assert!(validate(&start(TestKind::Evidence, 1, 1, 5000), &cfg, false).is_ok());
     }
 
     #[test]

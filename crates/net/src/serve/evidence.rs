@@ -206,7 +206,7 @@ pub(super) fn serve(
             );
         }
     };
-    let _slot = match take(&sh.evidence_use, peer_ip, Instant::now()) {
+    let slot = match take(&sh.evidence_use, peer_ip, Instant::now()) {
         Ok(s) => s,
         Err(r) => return refused(&mut conn, r),
     };
@@ -249,6 +249,9 @@ pub(super) fn serve(
         unix_ns: unix_ns(),
         at: Instant::now(),
     }));
+    // The observers have stopped: the place goes back before the answer leaves, or a client
+    // that asks again as soon as it has read it could find its address still observing.
+    drop(slot);
     let sent = proto::write_frame(&mut conn, &evidence);
     (sh.log)(ServeEvent::TestEnded {
         id,

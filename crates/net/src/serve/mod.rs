@@ -69,6 +69,10 @@ pub struct ServeConfig {
     pub auth: Option<AuthKey>,
     /// What answers evidence requests (`diagnose --server-agent`); None: they are refused.
     pub evidence: Option<Arc<dyn evidence::EvidenceService>>,
+    /// Answer evidence requests and nothing else: every test is refused and UDP datagrams are
+    /// ignored. `latscope agent`'s `[evidence]` endpoint runs so, beside (not instead of) the
+    /// `latscope serve` its peers measure.
+    pub evidence_only: bool,
 }
 
 /// Per-source quotas and the memory budget; the resource figures below hold by construction:
@@ -155,6 +159,7 @@ impl Default for ServeConfig {
             budget: Budget::default(),
             auth: None,
             evidence: None,
+            evidence_only: false,
         }
     }
 }

@@ -88,6 +88,9 @@ pub(super) fn udp_loop(udp: &UdpSocket, sh: &Shared) {
 
 /// Answer a probe echo or a UDP rr datagram.
 fn reply(udp: &UdpSocket, sh: &Shared, pkt: &mut [u8], from: SocketAddr, resp: &mut [u8]) {
+    if sh.cfg.evidence_only {
+        return;
+    }
     if pkt.len() >= 5 && &pkt[..4] == UDP_ECHO_MAGIC && pkt[4] == UDP_ECHO_REQUEST {
         pkt[4] = UDP_ECHO_REPLY;
         let _ = udp.send_to(pkt, from);
