@@ -64,12 +64,22 @@ pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
 /// N concurrent requests take about N times as long as one alone (at least 0.6 N): the
 /// connections, the single and the concurrent medians, and their ratio. Not when the single
 /// request is too fast for the ratio to mean anything, nor when serialisation at the bottleneck
-/// explains it (the requests queue on the link, not in the server).
+/// explains it (the requests queue on the link, not in the server), nor when this host's own
+/// stack does: a per-packet cost on the client (its netfilter rules, its qdisc's classifiers)
+/// is CPU time its connections' packets take one after another, and N exchanges of it account
+/// for the wait (the lab's client-netfilter: 188 µs an exchange, 8 at once 1.3 ms longer than
+/// one).
 pub(crate) fn concurrency_scaling(e: &Evidence) -> Option<(u32, u64, u64, f64)> {
     let c = e.concurrent.as_ref()?;
     let (n, conc) = (c.connections, c.latency.p50_ns);
     let single = e.single.as_ref()?.p50_ns;
     if n < 2 || single < 200_000 || bandwidth_explains_concurrency(e) {
+        return None;
+    }
+    if client_stack_high(e)
+        && client_stack_ns(e)
+            .is_some_and(|c| c.saturating_mul(u64::from(n)) >= conc.saturating_sub(single))
+    {
         return None;
     }
     let ratio = conc as f64 / single as f64;

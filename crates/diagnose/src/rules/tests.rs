@@ -1322,6 +1322,46 @@ fn an_http_targets_requests_time_the_clients_own_egress() {
 }
 
 #[test]
+fn the_clients_own_stack_taken_n_times_is_not_the_servers_queue() {
+    // The lab's client-netfilter from the server's host (6,000 nftables rules on the client's
+    // output hook, stock nginx): requests 223 µs over a 26 µs path, this host's stack 188 µs an
+    // exchange by its timestamps, 8 at once 1.52 ms. The 8 connections' packets take the rules
+    // one after another on the client's CPU: not the server serving one at a time.
+    let mut e = base(26, 223);
+    e.host_noise = noise(120);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(84_500),
+        send_to_driver_ns: Some(86_500),
+        driver_to_recv_ns: Some(101_000),
+        samples: 200,
+    });
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(1_520),
+    });
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::ClientHostStack, "{all:#?}");
+    assert!(
+        all.iter().all(|f| f.rule != RuleId::SocketQueueing),
+        "{all:#?}"
+    );
+    // A server that takes 2 ms a request, one at a time, behind the same client: 8 exchanges of
+    // the client's stack are 1.5 ms of the 14 ms the others wait — the server's queue.
+    let mut e = base(26, 2_223);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(84_500),
+        send_to_driver_ns: Some(86_500),
+        driver_to_recv_ns: Some(101_000),
+        samples: 200,
+    });
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(16_000),
+    });
+    assert!(socket_queueing(&e).is_some());
+}
+
+#[test]
 fn a_smaller_mss_that_gets_through_is_a_pmtu_black_hole() {
     let mut e = Evidence {
         path: Some(s(200)),
