@@ -52,17 +52,21 @@ pub fn budget(ev: &Evidence) -> Budget {
 /// median of many, and a part cannot exceed its whole.
 ///
 /// Only when something places time at the server's end ([`rules::server_end_located`]): never
-/// the server's time without a measurement that puts it there.
+/// the server's time without a measurement that puts it there. What this host's own stack was
+/// measured to cost an exchange ([`rules::client_stack_ns`]: a request's way out, its
+/// response's way in) lies within both figures and is the client's, not the server's.
 fn server_app_ns(ev: &Evidence, host_ns: Option<u64>) -> Option<u64> {
     if rules::timer_explains(ev) || !rules::server_end_located(ev) {
         return None;
     }
     let path = ev.path.as_ref().map_or(0, |p| p.p50_ns);
+    let client = rules::client_stack_ns(ev).unwrap_or(0);
     let app = match &ev.phases {
         Some(ph) => Some(ph.ttfb_ns.saturating_sub(path)),
         None => rules::think_time(ev).map(|d| d.explains_ns),
-    }?;
-    Some(host_ns.map_or(app, |h| app.min(h)))
+    }?
+    .saturating_sub(client);
+    Some(host_ns.map_or(app, |h| app.min(h.saturating_sub(client))))
 }
 
 /// One sentence: the answer to "where does the latency come from?", accounting for the

@@ -14,6 +14,7 @@
 
 pub mod error;
 pub mod fuzzing;
+pub mod hoststack;
 pub mod http2;
 pub mod not_http;
 pub mod parse;

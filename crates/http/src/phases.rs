@@ -13,6 +13,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use latscope_core::model::transfer::TransferLimits;
+use latscope_sys::txstamp::Stamper;
 use rustls::ClientConnection;
 
 use crate::error::HttpError;
@@ -91,17 +92,10 @@ pub fn request_phases(o: &Options) -> Result<Phases, HttpError> {
     let connect_start = sys::monotonic_ns();
     let (stream, addr) = connect(&cfg, deadline_ns)?;
     let connected = sys::monotonic_ns();
-    let mut conn = Conn {
-        stream,
-        tls: None,
-        deadline_ns,
-    };
+    let mut conn = Conn::new(stream, None, deadline_ns);
     let tls_ns = match &cfg.tls {
-        Some((config, name)) => {
-            let tls = ClientConnection::new(config.clone(), name.clone())
-                .map_err(|e| exchange(Phase::Tls, io::Error::other(e)))?;
-            conn.tls = Some(tls);
-            conn.handshake()?;
+        Some(_) => {
+            conn.start_tls(&cfg)?;
             Some(sys::monotonic_ns() - connected)
         }
         None => None,
@@ -127,7 +121,10 @@ pub fn request_phases(o: &Options) -> Result<Phases, HttpError> {
 
 /// Connect as RFC 8305 does: the resolved addresses raced (the next 250 ms after the previous,
 /// or at once when one fails), the first to connect wins, all before the deadline.
-fn connect(cfg: &Config, deadline_ns: u64) -> Result<(TcpStream, SocketAddr), HttpError> {
+pub(crate) fn connect(
+    cfg: &Config,
+    deadline_ns: u64,
+) -> Result<(TcpStream, SocketAddr), HttpError> {
     let left = remaining(deadline_ns).map_err(|source| HttpError::Connect {
         addr: cfg.addr.to_string(),
         source,
@@ -173,51 +170,133 @@ fn exchange(phase: Phase, source: io::Error) -> HttpError {
 }
 
 /// What the response reading saw.
-struct Received {
+pub(crate) struct Received {
     first_byte_ns: u64,
     last_byte_ns: u64,
     status: u16,
     body_bytes: u64,
+    /// The server closes the connection after this response.
+    pub(crate) close: bool,
 }
 
-/// A blocking connection, plain or TLS, with one deadline for everything.
-struct Conn {
-    stream: TcpStream,
+/// The socket as rustls and the response reader use it: plain reads and writes, or through a
+/// [`Stamper`] that times each one with the kernel's timestamps.
+struct Wire<'a> {
+    stream: &'a TcpStream,
+    stamper: Option<&'a mut Stamper>,
+}
+
+impl Read for Wire<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.stamper.as_deref_mut() {
+            Some(s) => s.recv(buf),
+            None => (&*self.stream).read(buf),
+        }
+    }
+}
+
+impl Write for Wire<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.stamper.as_deref_mut() {
+            Some(s) => s.send(buf),
+            None => (&*self.stream).write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A blocking connection, plain or TLS, with one deadline for everything; its sends and
+/// receives timed by `stamper` when there is one.
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
+    pub(crate) stamper: Option<Stamper>,
     tls: Option<ClientConnection>,
-    deadline_ns: u64,
+    pub(crate) deadline_ns: u64,
 }
 
 impl Conn {
-    fn handshake(&mut self) -> Result<(), HttpError> {
-        let err = |e| exchange(Phase::Tls, timed_out(e));
-        while let Some(tls) = self.tls.as_mut().filter(|t| t.is_handshaking()) {
-            bound(&self.stream, self.deadline_ns).map_err(err)?;
-            tls.complete_io(&mut self.stream).map_err(err)?;
+    pub(crate) fn new(stream: TcpStream, stamper: Option<Stamper>, deadline_ns: u64) -> Conn {
+        Conn {
+            stream,
+            stamper,
+            tls: None,
+            deadline_ns,
+        }
+    }
+
+    /// For an https URL: the TLS handshake as `cfg` configures it.
+    pub(crate) fn start_tls(&mut self, cfg: &Config) -> Result<(), HttpError> {
+        if let Some((config, name)) = &cfg.tls {
+            let tls = ClientConnection::new(config.clone(), name.clone())
+                .map_err(|e| exchange(Phase::Tls, io::Error::other(e)))?;
+            self.tls = Some(tls);
+            self.handshake()?;
         }
         Ok(())
     }
 
-    fn send(&mut self, request: &[u8]) -> Result<(), HttpError> {
+    fn handshake(&mut self) -> Result<(), HttpError> {
+        let err = |e| exchange(Phase::Tls, timed_out(e));
+        let Conn {
+            stream,
+            stamper,
+            tls,
+            deadline_ns,
+        } = self;
+        while let Some(tls) = tls.as_mut().filter(|t| t.is_handshaking()) {
+            bound(stream, *deadline_ns).map_err(err)?;
+            let mut wire = Wire {
+                stream,
+                stamper: stamper.as_mut(),
+            };
+            tls.complete_io(&mut wire).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn send(&mut self, request: &[u8]) -> Result<(), HttpError> {
         let err = |e| exchange(Phase::Request, timed_out(e));
-        bound(&self.stream, self.deadline_ns).map_err(err)?;
-        match self.tls.as_mut() {
+        let Conn {
+            stream,
+            stamper,
+            tls,
+            deadline_ns,
+        } = self;
+        bound(stream, *deadline_ns).map_err(err)?;
+        let mut wire = Wire {
+            stream,
+            stamper: stamper.as_mut(),
+        };
+        match tls.as_mut() {
             Some(tls) => {
                 tls.writer().write_all(request).map_err(err)?;
                 while tls.wants_write() {
-                    bound(&self.stream, self.deadline_ns).map_err(err)?;
-                    tls.write_tls(&mut self.stream).map_err(err)?;
+                    bound(wire.stream, *deadline_ns).map_err(err)?;
+                    tls.write_tls(&mut wire).map_err(err)?;
                 }
                 Ok(())
             }
-            None => self.stream.write_all(request).map_err(err),
+            None => wire.write_all(request).map_err(err),
         }
     }
 
     /// Read response bytes into `buf` (plaintext for TLS); `Ok(0)` at end of file.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        bound(&self.stream, self.deadline_ns)?;
-        let Some(tls) = self.tls.as_mut() else {
-            return self.stream.read(buf);
+        let Conn {
+            stream,
+            stamper,
+            tls,
+            deadline_ns,
+        } = self;
+        bound(stream, *deadline_ns)?;
+        let mut wire = Wire {
+            stream,
+            stamper: stamper.as_mut(),
+        };
+        let Some(tls) = tls.as_mut() else {
+            return wire.read(buf);
         };
         loop {
             match tls.reader().read(buf) {
@@ -225,8 +304,8 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
-            bound(&self.stream, self.deadline_ns)?;
-            if tls.read_tls(&mut self.stream)? == 0 {
+            bound(wire.stream, *deadline_ns)?;
+            if tls.read_tls(&mut wire)? == 0 {
                 // The peer closed without close_notify: end of the response stream.
                 return Ok(0);
             }
@@ -235,7 +314,7 @@ impl Conn {
     }
 
     /// Read and parse the response; times of its first and last bytes.
-    fn response(&mut self, head_request: bool) -> Result<Received, HttpError> {
+    pub(crate) fn response(&mut self, head_request: bool) -> Result<Received, HttpError> {
         let mut parser = ResponseParser::new(head_request);
         let mut pending: Vec<u8> = Vec::new();
         let mut chunk = vec![0u8; 64 * 1024];
@@ -273,6 +352,7 @@ impl Conn {
                     last_byte_ns: now,
                     status: r.status,
                     body_bytes: r.body_bytes,
+                    close: r.close,
                 });
             }
         }

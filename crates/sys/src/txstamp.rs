@@ -74,11 +74,33 @@ impl Stamper {
         })
     }
 
-    /// send() `buf` (blocking, as the socket is), remembering when it was called.
+    /// The connection is about to close: read its last stamps and let go of its descriptor
+    /// (the sends still waiting are counted missing), so that nothing is read from whatever
+    /// socket takes its number next.
+    pub fn close(&mut self) {
+        self.drain();
+        self.missing += self.pending.len() as u64;
+        self.pending.clear();
+        self.fd = -1;
+    }
+
+    /// Go on timing on `fd`, a new connection (the last one [`Stamper::close`]d): the samples
+    /// so far are kept.
+    pub fn restart(&mut self, fd: RawFd) -> io::Result<()> {
+        enable(fd)?;
+        self.missing += self.pending.len() as u64;
+        self.pending.clear();
+        self.fd = fd;
+        self.sent_bytes = 0;
+        Ok(())
+    }
+
+    /// send() `buf` (blocking, as the socket is), remembering when it was called. A peer that
+    /// closed is an EPIPE error, never a signal (MSG_NOSIGNAL).
     pub fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
         let t = realtime_ns();
         // SAFETY: `buf` is a live slice for the call.
-        let n = unsafe { libc::send(self.fd, buf.as_ptr().cast(), buf.len(), 0) };
+        let n = unsafe { libc::send(self.fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -112,6 +134,9 @@ impl Stamper {
 
     /// Read every queued transmit stamp (non-blocking) and match it to its send.
     pub fn drain(&mut self) {
+        if self.fd < 0 {
+            return;
+        }
         let mut scratch = [0u8; 1];
         while let Ok((_, Some(s))) = recvmsg(
             self.fd,

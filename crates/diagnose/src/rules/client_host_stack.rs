@@ -11,12 +11,15 @@ use super::*;
 ///   host's way-out hooks and before its way-in ones, the connect pays them (a SYN out, a
 ///   SYN-ACK in), so the difference is this host's per-packet cost.
 ///
-/// It fires when that cost is at least [`client_stack_floor`] and a material part (a fifth) of
-/// a request; it explains at most the hosts' share of a request (what a request's packets pay
-/// on this host's way out and in, never more than was measured beyond the path).
+/// It fires when that cost is high ([`client_stack_high`]: at least [`client_stack_floor`], or
+/// a way out alone of at least [`client_egress_floor`] by the timestamps) and a material part
+/// (a fifth) of a request; it explains at most the hosts' share of a request (what a request's
+/// packets pay on this host's way out and in, never more than was measured beyond the path).
+/// The timestamps are taken on HTTP(S) targets' requests as on latscope's own exchanges, so the
+/// rule reads the same for both.
 pub fn client_host_stack(e: &Evidence) -> Option<Diagnosis> {
     let cost = client_stack_ns(e)?;
-    if cost < client_stack_floor(e) {
+    if !client_stack_high(e) {
         return None;
     }
     let path = e.path.as_ref().map_or(0, |p| p.p50_ns);
@@ -50,6 +53,15 @@ pub fn client_host_stack(e: &Evidence) -> Option<Diagnosis> {
             f(c.send_to_driver_ns),
             f(c.driver_to_recv_ns)
         ));
+        if let Some(tx) = c
+            .send_to_driver_ns
+            .filter(|&tx| tx >= client_egress_floor(e))
+        {
+            evidence.push(format!(
+                "the way out alone (send() → driver, no wake-up on it) takes {}: as long as the path's RTT or more, where a healthy stack takes a few microseconds",
+                format_ns(tx as f64)
+            ));
+        }
     }
     if let Some(x) = connect_excess(e) {
         let connect = e.handshake.as_ref().map_or(0, |h| h.p50_ns);

@@ -714,7 +714,9 @@ fn server_time_is_named_without_timer_evidence() {
         transfer_ns: 1_000,
     });
     let b = crate::budget(&e);
-    assert_eq!(b.server_app_ns, Some(14_998_000));
+    // The first byte beyond the path, less this host's own 10 µs (connects beyond the SYN ping).
+    assert_eq!(b.client_host_ns, Some(10_000));
+    assert_eq!(b.server_app_ns, Some(14_988_000));
     let v = crate::verdict(&apply(&e), &b);
     assert!(v.starts_with("server application time"), "{v}");
     assert!(v.contains("(100% of its 15ms)"), "{v}");
@@ -733,8 +735,8 @@ fn server_time_is_named_without_timer_evidence() {
     assert_eq!(b.host_ns, Some(34_000));
     assert_eq!(
         b.server_app_ns,
-        Some(34_000),
-        "never more than the hosts' share"
+        Some(24_000),
+        "never more than the hosts' share, less the client's own"
     );
 }
 
@@ -1242,6 +1244,129 @@ fn the_clients_own_stack_is_the_clients() {
     e.client_host = None;
     e.handshake = Some(s(1_003_000));
     assert_eq!(client_host_stack(&e), None);
+}
+
+#[test]
+fn an_http_targets_requests_time_the_clients_own_egress() {
+    // holdout6-client-tc-filters from the client-only seat (4,000 u32 filters on the client's
+    // egress, a healthy Python server): path 34 µs, requests 81 µs, connects 313 µs; the
+    // requests' own timestamps: send → qdisc 1.6 µs, send → driver 62 µs, driver → recv 8 µs.
+    // Below the 100 µs a connect's excess needs, but the way out alone is longer than the path.
+    let mut e = base(34, 81);
+    e.handshake = Some(s(313));
+    e.host_noise = noise(60);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(1_600),
+        send_to_driver_ns: Some(62_000),
+        driver_to_recv_ns: Some(8_400),
+        samples: 200,
+    });
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::ClientHostStack, "{all:#?}");
+    assert_eq!(all[0].side, Side::Client);
+    assert_eq!(all[0].explains_ns, 47_000, "at most the hosts' share");
+    assert!(
+        all[0]
+            .evidence
+            .iter()
+            .any(|l| l.contains("the way out alone")),
+        "{:?}",
+        all[0].evidence
+    );
+    assert!(!client_host_ruled_out(&e));
+    // The budget books it to the client: none of it is the server's application.
+    e.phases = Some(latscope_core::model::diagnose::RequestPhases {
+        requests: 5,
+        ttfb_ns: 120_000,
+        ..Default::default()
+    });
+    let b = crate::budget(&e);
+    assert_eq!(b.client_host_ns, Some(70_400));
+    assert_eq!(b.server_app_ns, None, "the server's end is not located");
+    // The same client without the filters (holdout6-dual-stack-healthy, same run): 3 µs out,
+    // 15 µs in, a request faster than the SYN ping. Nothing, and this host is ruled out.
+    let mut e = base(34, 21);
+    e.host_noise = noise(60);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(1_900),
+        send_to_driver_ns: Some(3_100),
+        driver_to_recv_ns: Some(14_900),
+        samples: 200,
+    });
+    assert!(apply(&e).is_empty(), "{:#?}", apply(&e));
+    assert!(client_host_ruled_out(&e));
+    // A server's own 400 µs behind a healthy client stack: the server's application, less the
+    // client's 18 µs.
+    let mut e = base(34, 434);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(1_900),
+        send_to_driver_ns: Some(3_100),
+        driver_to_recv_ns: Some(14_900),
+        samples: 200,
+    });
+    e.phases = Some(latscope_core::model::diagnose::RequestPhases {
+        requests: 5,
+        ttfb_ns: 434_000,
+        ..Default::default()
+    });
+    assert_eq!(crate::budget(&e).server_app_ns, Some(400_000 - 18_000));
+    // The same 62 µs way out on a 5 ms path: shorter than the path, a small part of a request.
+    let mut e = base(5_000, 5_090);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(1_600),
+        send_to_driver_ns: Some(62_000),
+        driver_to_recv_ns: Some(8_400),
+        samples: 200,
+    });
+    assert_eq!(client_host_stack(&e), None);
+}
+
+#[test]
+fn the_clients_own_stack_taken_n_times_is_not_the_servers_queue() {
+    // The lab's client-netfilter from the server's host (6,000 nftables rules on the client's
+    // output hook, stock nginx): requests 223 µs over a 26 µs path, this host's stack 188 µs an
+    // exchange by its timestamps, 8 at once 1.52 ms. The 8 connections' packets take the rules
+    // one after another on the client's CPU: not the server serving one at a time.
+    let mut e = base(26, 223);
+    e.host_noise = noise(120);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(84_500),
+        send_to_driver_ns: Some(86_500),
+        driver_to_recv_ns: Some(101_000),
+        samples: 200,
+    });
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(1_520),
+    });
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::ClientHostStack, "{all:#?}");
+    assert!(
+        all.iter().all(|f| f.rule != RuleId::SocketQueueing),
+        "{all:#?}"
+    );
+    // The same from the client seat in another run: 189 µs an exchange, 8 at once 1.54 ms
+    // longer than one (more than 8 exchanges of the stack: its ACKs walk the rules too).
+    e.single = Some(s(215));
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(1_754),
+    });
+    assert_eq!(socket_queueing(&e), None);
+    // A server that takes 2 ms a request, one at a time, behind the same client: its 2 ms
+    // share, 8 times over, accounts for the 14 ms the others wait — the server's queue.
+    let mut e = base(26, 2_223);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(84_500),
+        send_to_driver_ns: Some(86_500),
+        driver_to_recv_ns: Some(101_000),
+        samples: 200,
+    });
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(16_000),
+    });
+    assert!(socket_queueing(&e).is_some());
 }
 
 #[test]

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use latscope_core::Summary;
 use latscope_core::hist::LatencyHistogram;
 use latscope_core::model::Meta;
+use latscope_core::model::hoststack::{HostStackTimes, StageTimes};
 use latscope_core::model::rr::{ServerBehaviour, Transport};
 use latscope_net::NetError;
 use latscope_net::proto::{RefusalCode, Start, TestKind};
@@ -31,17 +32,30 @@ fn rr_cfg(p: &Plan, connections: u32, quickack: bool, duration: Duration) -> RrC
     cfg
 }
 
-/// This host's own stack (kernel timestamps on a latscope connection of its own: send → qdisc →
-/// driver, driver → recv), for a latscope target; bounded to about a second
-/// ([`latscope_net::hoststack::BUDGET`]). `None` for other targets or when it fails (no
-/// timestamps: the rules then fall back on the connects against the SYN ping).
+/// This host's own stack (kernel timestamps on latscope's own packets: send → qdisc → driver,
+/// driver → recv), after the requests were timed and apart from them: a latscope connection of
+/// its own for a latscope target, requests as the HTTP engine makes them on a connection of
+/// their own for a URL; bounded to about a second ([`latscope_net::hoststack::BUDGET`],
+/// [`latscope_http::hoststack::BUDGET`]). `None` when it fails (no timestamps: the rules then
+/// fall back on the connects against the SYN ping).
 pub fn client_host(p: &Plan) -> Option<ClientHost> {
-    if p.url.is_some() {
-        return None;
-    }
-    let cfg = rr_cfg(p, 1, false, latscope_net::hoststack::BUDGET);
-    let t = latscope_net::hoststack::measure(&cfg)?.ok()?;
-    let p50 = |s: Option<latscope_core::model::hoststack::StageTimes>| s.map(|s| s.p50_ns);
+    let t = match &p.url {
+        Some(url) => {
+            let o = http_options(url, 1, false, latscope_http::hoststack::BUDGET);
+            latscope_http::hoststack::measure(&o).ok()?
+        }
+        None => {
+            let cfg = rr_cfg(p, 1, false, latscope_net::hoststack::BUDGET);
+            latscope_net::hoststack::measure(&cfg)?.ok()?
+        }
+    };
+    client_host_of(&t)
+}
+
+/// The medians of a host-stack timing, with the fewest samples any stage stands on (`None`
+/// when a stage has none).
+fn client_host_of(t: &HostStackTimes) -> Option<ClientHost> {
+    let p50 = |s: Option<StageTimes>| s.map(|s| s.p50_ns);
     let send_to_qdisc_ns = p50(t.send_to_sched);
     let send_to_driver_ns = match (send_to_qdisc_ns, p50(t.sched_to_driver)) {
         (Some(a), Some(b)) => Some(a + b),

@@ -130,11 +130,13 @@ impl Measure for Single {
             .client_host
             .and_then(|c| c.per_exchange_ns().map(|x| (c, x)))
             .map(|(c, x)| {
+                let f = |v: Option<u64>| v.map_or("-".into(), |v| format_ns(v as f64));
                 format!(
-                    "; this host's own stack {} per exchange (send → driver {}, driver → recv {}; {} timestamps)",
+                    "; this host's own stack {} per exchange (send → qdisc {}, send → driver {}, driver → recv {}; {} timestamps)",
                     format_ns(x as f64),
-                    c.send_to_driver_ns.map_or("-".into(), |v| format_ns(v as f64)),
-                    c.driver_to_recv_ns.map_or("-".into(), |v| format_ns(v as f64)),
+                    f(c.send_to_qdisc_ns),
+                    f(c.send_to_driver_ns),
+                    f(c.driver_to_recv_ns),
                     c.samples
                 )
             })
