@@ -25,12 +25,50 @@ fn wait_per_connection(connect: &Summary, f: &ConnectFailures) -> u64 {
     total / (done + f.timed_out).max(1)
 }
 
+/// What the handshake waits cost a request on average, and the line that says how it was
+/// counted. The concurrent requests' own connections are the measurement (HTTP: the server
+/// closes them or not): their connect times' excess over the usual one, summed and shared over
+/// the requests — a client that keeps its connections open pays a slow handshake once per
+/// connection, one whose server closes them once per request. Without it (a latscope server's
+/// rr test keeps its connections), a connection's average wait, as a client opening one per
+/// request would pay it.
+fn per_request(e: &Evidence, per_connection: u64) -> (u64, String) {
+    let Some(k) = e.request_connects.as_ref().filter(|k| k.requests > 0) else {
+        return (
+            per_connection,
+            format!(
+                "a connection waits {} for its handshake on average: charged per request as if each request opened one (how the requests used their connections was not measured)",
+                format_ns(per_connection as f64)
+            ),
+        );
+    };
+    let excess = (k.connect.mean_ns - k.connect.p50_ns as f64).max(0.0) * k.connections as f64;
+    let paid = (excess / k.requests as f64) as u64;
+    let line = format!(
+        "a connection waits {} for its handshake on average (the worst of the connects above); the {} concurrent requests opened {} ({:.2} per request: {}), whose handshakes took p50 {}, p99 {} — {} per request on average, what this finding is charged",
+        format_ns(per_connection as f64),
+        k.requests,
+        count(k.connections, "connection"),
+        k.per_request(),
+        if k.per_request() >= 0.5 {
+            "the server closes them, so a request pays a handshake"
+        } else {
+            "kept open, so a slow handshake costs once per connection"
+        },
+        format_ns(k.connect.p50_ns as f64),
+        format_ns(k.connect.p99_ns as f64),
+        format_ns(paid as f64),
+    );
+    (paid, line)
+}
+
 /// Slow handshakes: connects take a second or more, or time out — SYNs (or SYN-ACKs) dropped
 /// and retransmitted after TCP_TIMEOUT_INIT (1 s). Who dropped them is told by the server's
 /// listen-queue counters where they can be read: overflows blame its backlog; none, with the
 /// SYNs retransmitted all the same, means they were lost on the way. Without them (the client's
 /// seat), connects that wait only when several arrive at once point at the backlog too: a
-/// path that drops SYNs drops them one at a time as well. Ranked by what a connection waits.
+/// path that drops SYNs drops them one at a time as well. Ranked by what a request pays for its
+/// handshake on average ([`per_request`]).
 pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
     let p = e.handshake.as_ref()?;
     let f = &e.connect_failures;
@@ -44,7 +82,7 @@ pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
     if !one_at_a_time && burst.is_none() && !overflowed {
         return None;
     }
-    let mut cost = wait_per_connection(p, f);
+    let mut per_connection = wait_per_connection(p, f);
     let mut evidence = vec![
         format!(
             "connect one at a time: p50 {}, p99 {}; {} timed out",
@@ -57,7 +95,7 @@ pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
     ];
     if let Some(b) = &e.connect_burst {
         let burst_cost = wait_per_connection(&b.connect, &b.failures);
-        cost = cost.max(burst_cost);
+        per_connection = per_connection.max(burst_cost);
         evidence.push(format!(
             "{} connects at once: p50 {}, p99 {}; {} timed out; a connection waits {} on average",
             b.connections,
@@ -67,10 +105,8 @@ pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
             format_ns(burst_cost as f64)
         ));
     }
-    evidence.push(format!(
-        "a connection waits {} for its handshake on average: a client that opens a new connection per request pays it on every request, one that keeps connections open once per connection",
-        format_ns(cost as f64)
-    ));
+    let (cost, paid) = per_request(e, per_connection);
+    evidence.push(paid);
     const BACKLOG_FIX: &str = "raise the listen backlog (the server's listen() backlog argument, e.g. nginx `listen … backlog=N`, capped by net.core.somaxconn; net.ipv4.tcp_max_syn_backlog for half-open ones) and accept connections faster (more acceptor threads, an accept loop that does not block)";
     let (title, side, confidence, fix) = match server {
         Some(s) if s.listen_overflowed() => {

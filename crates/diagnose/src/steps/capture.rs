@@ -201,6 +201,7 @@ fn evidence_of(r: &Analysis) -> CaptureEvidence {
         think: total(StallKind::ThinkTime),
         retransmissions: r.counts.retransmission + r.counts.fast_retransmission,
         rto_stalls: total(StallKind::RtoRetransmission),
+        unseen_loss: total(StallKind::UnseenLoss),
         syn_resends: None,
         delayed_ack: total(StallKind::DelayedAck),
         window_full: window_full(

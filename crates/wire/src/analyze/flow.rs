@@ -104,6 +104,9 @@ pub(super) struct DataSeg {
     pub end: u32,
     /// Bytes unacknowledged when it left (up to its end).
     pub in_flight: u32,
+    /// The most its sender had unacknowledged at once before it, on this connection (as seen
+    /// from the capture point: a lower bound of what its congestion window allowed).
+    pub max_in_flight_before: u32,
 }
 
 /// Silence from a sender before new data counts as the start of a burst.
@@ -270,6 +273,8 @@ pub(super) struct Dir {
     pub mss_opt: Option<u16>,
     pub timestamps: bool,
     pub max_seg: u32,
+    /// The most new data this side had unacknowledged at once (see [`DataSeg::in_flight`]).
+    pub max_in_flight: u32,
     pub bytes: u64,
     pub fin: bool,
     /// This side's FIN was acknowledged by the peer.
