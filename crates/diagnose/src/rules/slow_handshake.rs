@@ -15,12 +15,16 @@ fn waited(connect: &Summary, f: &ConnectFailures) -> bool {
     connect.p99_ns >= RESENT_SYN_NS || f.timed_out > 0
 }
 
-/// What a connection waits on average for its handshake beyond the usual one: the connections
-/// that waited × their wait ÷ the connections (the mean's excess over the median), and each
-/// timed-out attempt its whole timeout.
-fn wait_per_connection(connect: &Summary, f: &ConnectFailures) -> u64 {
+/// What a connection waits on average for its handshake beyond the usual one (`usual_ns`: the
+/// one-at-a-time connects' median, a handshake that waited for nothing): the connections that
+/// waited × their wait ÷ the connections (the mean's excess over the usual handshake), and each
+/// timed-out attempt its whole timeout. Not the burst's own median: when most connects of a
+/// burst wait for a resent SYN, that median is the wait itself (a python http.server's burst:
+/// p50 1.02 s, read as 'waits 0 ns').
+fn wait_per_connection(connect: &Summary, f: &ConnectFailures, usual_ns: u64) -> u64 {
     let done = connect.count;
-    let excess = (connect.mean_ns - connect.p50_ns as f64).max(0.0) * done as f64;
+    let usual = usual_ns.min(connect.p50_ns) as f64;
+    let excess = (connect.mean_ns - usual).max(0.0) * done as f64;
     let total = excess as u64 + f.timed_out * CONNECT_TIMEOUT_NS;
     total / (done + f.timed_out).max(1)
 }
@@ -82,7 +86,7 @@ pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
     if !one_at_a_time && burst.is_none() && !overflowed {
         return None;
     }
-    let mut per_connection = wait_per_connection(p, f);
+    let mut per_connection = wait_per_connection(p, f, p.p50_ns);
     let mut evidence = vec![
         format!(
             "connect one at a time: p50 {}, p99 {}; {} timed out",
@@ -94,7 +98,7 @@ pub fn slow_handshake(e: &Evidence) -> Option<Diagnosis> {
             .into(),
     ];
     if let Some(b) = &e.connect_burst {
-        let burst_cost = wait_per_connection(&b.connect, &b.failures);
+        let burst_cost = wait_per_connection(&b.connect, &b.failures, p.p50_ns);
         per_connection = per_connection.max(burst_cost);
         evidence.push(format!(
             "{} connects at once: p50 {}, p99 {}; {} timed out; a connection waits {} on average",
