@@ -275,6 +275,8 @@ pub(super) struct Dir {
     pub max_seg: u32,
     /// The most new data this side had unacknowledged at once (see [`DataSeg::in_flight`]).
     pub max_in_flight: u32,
+    /// The largest segment of this side that fits an Ethernet frame (≤ 1460 bytes of data).
+    pub max_eth_seg: u32,
     pub bytes: u64,
     pub fin: bool,
     /// This side's FIN was acknowledged by the peer.
@@ -540,10 +542,13 @@ impl Conn {
             }
             // No handshake: the largest segment seen when it looks like a full segment of an
             // Ethernet-sized path (with or without options), else Ethernet's MSS; a segment
-            // that large is never "small".
-            None => match seen {
-                m if m >= FULL_SEGMENT_MIN => m,
-                _ => 1460,
+            // that large is never "small". A capture at an endpoint holds segments merged by
+            // GRO (8 KB and more on a 1500-byte path): when Ethernet-sized full segments were
+            // seen too, they are the path's, not the merged ones.
+            None => match (self.dirs[d].max_eth_seg, seen) {
+                (e, _) if e >= FULL_SEGMENT_MIN => e,
+                (_, m) if m >= FULL_SEGMENT_MIN => m,
+                _ => ETHERNET_MSS,
             },
         }
     }
@@ -562,6 +567,9 @@ impl Conn {
 /// The smallest segment taken for a full one of a path clamped below Ethernet's MSS (IPv6 over
 /// a tunnel, PPPoE, a VPN): below this a segment is "small" whatever the largest seen.
 pub(super) const FULL_SEGMENT_MIN: u32 = 1200;
+
+/// The MSS of a 1500-byte Ethernet path without TCP options.
+pub(super) const ETHERNET_MSS: u32 = 1460;
 
 /// The connection table: a hash from flow key to a slot of a slab, so a connection can be
 /// borrowed in place on the per-packet path, and a queue of closed connections in order of

@@ -309,6 +309,9 @@ fn after_segment(c: &mut Conn, s: &Segment<'_>) {
     if s.len > 0 {
         fwd.bytes += u64::from(s.len);
         fwd.max_seg = fwd.max_seg.max(s.len);
+        if s.len <= super::flow::ETHERNET_MSS {
+            fwd.max_eth_seg = fwd.max_eth_seg.max(s.len);
+        }
         fwd.last_data_ts = s.ts;
     }
     if s.flags & flags::FIN != 0 {

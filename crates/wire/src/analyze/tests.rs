@@ -983,3 +983,38 @@ fn release_with_the_window_open_is_unseen_loss() {
         r.findings
     );
 }
+
+/// The same release in a capture that missed the handshake, taken at the client where GRO
+/// merged the body into 8 KB frames: the 1,448-byte segments are the path's full segments
+/// (not "small" next to the merged frames), so the release is loss, not Nagle's.
+#[test]
+fn merged_frames_do_not_set_the_segment_size_without_a_handshake() {
+    let mut s = Sim::new();
+    let a = flags::ACK;
+    let mut t = 1.0;
+    for _ in 0..4 {
+        s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
+        s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
+        s.pkt(t + 0.11, false, a, &[0u8; 1448], &[]);
+        s.pkt(t + 0.12, false, a | flags::PSH, &[0u8; 8000], &[]);
+        s.pkt(t + 0.2, true, a, b"", &[]);
+        t += 50.0;
+    }
+    s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
+    s.pkt(t + 40.1, true, a, b"", &[]);
+    s.pkt(t + 40.2, false, a, &[0u8; 1448], &[]);
+    s.pkt(t + 40.3, true, a, b"", &[]);
+    let r = s.a.finish();
+    assert_eq!(
+        finding(&r, StallKind::UnseenLoss).map(|f| f.count),
+        Some(1),
+        "{:?}",
+        r.findings
+    );
+    assert!(
+        finding(&r, StallKind::NagleDelayedAck).is_none(),
+        "{:?}",
+        r.findings
+    );
+}

@@ -82,9 +82,16 @@ pub(super) fn release(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> Option<(u64, u
 fn window_was_open(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> bool {
     let smss = c.sender_mss(s.d);
     let had = d1.max_in_flight_before.max(d1.in_flight);
-    let peer_window = c.dirs[1 - s.d].window;
+    // Without the handshake the window's scale is unknown and its field a fraction of it: the
+    // receiver having taken `had` at once before stands for its room.
+    let peer = &c.dirs[1 - s.d];
+    let room = if peer.win_scale == -1 {
+        u64::MAX
+    } else {
+        u64::from(peer.window)
+    };
     u64::from(had) >= u64::from(d1.in_flight) + 2 * u64::from(smss)
-        && u64::from(peer_window) >= u64::from(d1.in_flight) + u64::from(s.len.min(smss))
+        && room >= u64::from(d1.in_flight) + u64::from(s.len.min(smss))
 }
 
 impl Detector for DelayedAckRelease {
