@@ -66,7 +66,7 @@ fn out_of_time(name: StepName, max: Duration) -> Record {
 /// Run `f` with a stop flag raised when the run is interrupted or when `deadline` passes
 /// (checked every 20 ms by a watchdog thread). Returns `f`'s value and whether the deadline
 /// cut it short.
-fn bounded<T>(
+pub(crate) fn bounded<T>(
     interrupt: &AtomicBool,
     deadline: Instant,
     f: impl FnOnce(&AtomicBool) -> T,

@@ -19,6 +19,9 @@ pub struct Evidence {
     pub connect_failures: ConnectFailures,
     /// The same connects several at once (a burst), when measured.
     pub connect_burst: Option<ConnectBurst>,
+    /// The connections the concurrent requests opened and what their handshakes took (HTTP:
+    /// a server that closes connections makes the client open one per request).
+    pub request_connects: Option<RequestConnects>,
     /// What answered at the target; `None` when no connection succeeded.
     pub target: Option<TargetKind>,
     /// One request at a time.
@@ -466,6 +469,22 @@ pub struct ConnectBurst {
     pub failures: ConnectFailures,
 }
 
+/// The connections a request step opened: how many, for how many requests, and their
+/// connect() → established times.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestConnects {
+    pub connections: u64,
+    pub requests: u64,
+    pub connect: Summary,
+}
+
+impl RequestConnects {
+    /// Connections opened per request (at most 1: a connection serves at least one request).
+    pub fn per_request(&self) -> f64 {
+        (self.connections as f64 / self.requests.max(1) as f64).min(1.0)
+    }
+}
+
 /// Requests with `connections` connections at once.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Concurrent {
@@ -581,6 +600,10 @@ pub struct CaptureEvidence {
     pub retransmissions: u64,
     /// Timer retransmissions of data and the time they lost (resent SYNs left out too).
     pub rto_stalls: Option<StallTotal>,
+    /// Sends that stopped with both windows open and went on only when the peer's next segment
+    /// reached the sender: segments lost before the capture point and sent again unseen (the
+    /// server's own output dropping them, or loss on its way here), and the time they cost.
+    pub unseen_loss: Option<StallTotal>,
     /// SYNs and SYN-ACKs sent again, and the time the handshakes waited for them.
     pub syn_resends: Option<StallTotal>,
     /// Delayed ACKs that held data back without Nagle.

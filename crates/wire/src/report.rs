@@ -41,11 +41,16 @@ pub enum StallKind {
     /// Full-size segments resent again and again and never acknowledged while smaller ones
     /// from the same sender pass: a path MTU black hole (ICMP "fragmentation needed" lost).
     PmtuBlackHole,
+    /// The sender stopped with its windows open and went on only when the peer's delayed ACK
+    /// reached it: what it had sent never arrived —
+    /// dropped before the capture point (by its own netfilter or a policer, which TCP retries on
+    /// the next ACK or its timer, or lost on the way and resent unseen).
+    UnseenLoss,
 }
 
 impl StallKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [StallKind; 10] = [
+    pub const ALL: [StallKind; 11] = [
         StallKind::NagleDelayedAck,
         StallKind::DelayedAck,
         StallKind::Cork,
@@ -56,6 +61,7 @@ impl StallKind {
         StallKind::SynRetransmission,
         StallKind::ReceiveWindowFull,
         StallKind::PmtuBlackHole,
+        StallKind::UnseenLoss,
     ];
 
     /// Short human label.
@@ -71,6 +77,7 @@ impl StallKind {
             StallKind::SynRetransmission => "connection set-up waited for a resent SYN",
             StallKind::ReceiveWindowFull => "receive window full",
             StallKind::PmtuBlackHole => "path MTU black hole",
+            StallKind::UnseenLoss => "segments lost before the capture point",
         }
     }
 

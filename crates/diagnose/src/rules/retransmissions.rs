@@ -3,24 +3,28 @@
 use super::*;
 
 /// Whether the capture shows material loss: a loss rate of at least 1 in 1000 frames, or
-/// retransmission timeouts that cost at least a tenth of a request's median (and 100 µs) per
-/// request. A handful of retransmissions among a hundred thousand frames explains nothing.
-/// Returns the time the timeouts cost per request and the evidence line.
-pub(crate) fn capture_loss(e: &Evidence) -> Option<(u64, String)> {
+/// waits for lost segments (retransmission timeouts, and sends that went on only on the peer's
+/// next segment) that cost at least a tenth of a request's median (and 100 µs) per request. A
+/// handful of retransmissions among a hundred thousand frames explains nothing. Returns the
+/// time the waits cost per request and the evidence lines.
+pub(crate) fn capture_loss(e: &Evidence) -> Option<(u64, Vec<String>)> {
     let c = e.capture.as_ref()?;
     let rto = c.rto_stalls.unwrap_or_default();
+    let unseen = c.unseen_loss.unwrap_or_default();
     let (rto_n, rto_lost) = (rto.count, rto.lost_ns);
-    let per_request = rto_lost.checked_div(c.transactions).unwrap_or(rto_lost);
+    let waited = rto_lost + unseen.lost_ns;
+    let per_request = waited.checked_div(c.transactions).unwrap_or(waited);
     let median = e.single.as_ref().map(|s| s.p50_ns).unwrap_or(0);
     let time_material = per_request >= 100_000 && per_request * 10 >= median;
     let lost = lost_on_wire(e, c);
     if lost == 0 || !(loss_rate_material(e, c) || time_material) {
         return None;
     }
-    let spurious = c.retransmissions - lost;
-    Some((
-        per_request,
-        format!(
+    let resent = lost - unseen.count;
+    let spurious = c.retransmissions - resent;
+    let mut lines = Vec::new();
+    if c.retransmissions > 0 {
+        lines.push(format!(
             "on the wire: {} retransmissions in {} frames{}; {rto_n} waited for the retransmission timer ({} lost)",
             c.retransmissions,
             c.frames,
@@ -30,13 +34,30 @@ pub(crate) fn capture_loss(e: &Evidence) -> Option<(u64, String)> {
                 String::new()
             },
             format_ns(rto_lost as f64)
-        ),
-    ))
+        ));
+    }
+    if unseen.count > 0 {
+        lines.push(unseen_line(c, unseen));
+    }
+    Some((per_request, lines))
+}
+
+/// The evidence line for sends lost before the client's capture (direction server → client).
+fn unseen_line(c: &CaptureEvidence, unseen: StallTotal) -> String {
+    format!(
+        "server → client: in {} the server stopped mid-answer with both windows open — it had already had more in flight on that connection, and the client's window had room — and went on only when the client's next segment reached it ({} lost, {} per transaction): what it had sent never reached the client's capture, and TCP sent it again unseen (a drop in the server's own output path or a policer fails the send and it is retried on the next ACK; a tail lost on the way is resent after a timer)",
+        of(unseen.count, c.transactions, "transaction"),
+        format_ns(unseen.lost_ns as f64),
+        format_ns(unseen.lost_ns.checked_div(c.transactions).unwrap_or(0) as f64)
+    )
 }
 
 /// Retransmissions: segments were lost (or their ACKs were) and sent again; a timer-driven
 /// retransmission costs at least TCP_RTO_MIN (200 ms). The capture at the client sees the
-/// client's retransmissions and those of the server that reach it; the kernel's counters see
+/// client's retransmissions and those of the server that reach it, and the server's sends
+/// that were lost before it and resent unseen (the server stopped with both windows open and
+/// went on only on the client's next segment: loss on the server → client direction, which
+/// the client's seat sees without the server's counters); the kernel's counters see
 /// both sides' (the server's when it runs on this host) and the gaps loss leaves at the
 /// receiver — loss on the server's way out shows there even when the capture misses it.
 pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
@@ -57,7 +78,7 @@ pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
             .map_or(0, |s| (s.mean_ns - s.p50_ns as f64).max(0.0) as u64),
         cost => cost,
     };
-    let mut evidence: Vec<String> = wire.map(|(_, l)| l).into_iter().collect();
+    let mut evidence: Vec<String> = wire.map(|(_, l)| l).unwrap_or_default();
     evidence.extend(counters);
     if ack_ns > 0 {
         evidence.push(loss_ack_line(e, ack_ns));

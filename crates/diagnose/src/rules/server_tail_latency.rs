@@ -116,6 +116,7 @@ fn unexplained_tail_over(e: &Evidence, floor: u64) -> Option<(Tail, Vec<String>)
     match &e.capture {
         Some(c) => {
             let timer_stalls = c.rto_stalls.map_or(0, |s| s.count)
+                + c.unseen_loss.map_or(0, |s| s.count)
                 + c.syn_resends.map_or(0, |s| s.count)
                 + c.delayed_ack.map_or(0, |s| s.count)
                 + c.nagle.map_or(0, |n| n.total.count);

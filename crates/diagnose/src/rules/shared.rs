@@ -18,10 +18,13 @@ pub(crate) fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
 
 /// The capture's retransmissions less those the receivers reported as duplicates (D-SACKs in
 /// the kernel's counters): a retransmission whose original had arrived (a timer or a tail-loss
-/// probe that fired because the ACK was late, on a busy server) lost nothing.
+/// probe that fired because the ACK was late, on a busy server) lost nothing. Plus the sends
+/// the capture never saw twice: a sender that stopped with both windows open and went on only
+/// on the peer's next segment had lost what it sent before it reached the capture point.
 pub(crate) fn lost_on_wire(e: &Evidence, c: &CaptureEvidence) -> u64 {
     c.retransmissions
         .saturating_sub(e.counters.map_or(0, |k| k.spurious()))
+        + c.unseen_loss.map_or(0, |u| u.count)
 }
 
 /// A loss rate that matters: at least one lost segment per 1000 frames.

@@ -1848,3 +1848,116 @@ fn from_the_client_a_held_back_transfer_is_the_servers_and_unnamed() {
             .all(|f| f.evidence.iter().all(|l| !l.contains("held it back")))
     );
 }
+
+/// The lab's return-loss from the client's seat: nginx's output drops 3% of its segments,
+/// which TCP retries on the client's next ACK without a retransmission on the wire. The
+/// client's capture shows 20 of 553 answers stopped with both windows open until its delayed
+/// ACK (45 ms each), and a few connects that waited for a resent SYN (a SYN-ACK dropped); no
+/// server counters. Loss on the way back is the cause, the slow handshakes its effect.
+#[test]
+fn loss_the_client_capture_did_not_see_twice_is_loss_on_the_way_back() {
+    let mut e = slow_connects();
+    e.capture = Some(CaptureEvidence {
+        frames: 2_222,
+        transactions: 553,
+        retransmissions: 1,
+        unseen_loss: stalls(20, 20 * 45_000_000),
+        ..CaptureEvidence::default()
+    });
+    let ranked = apply(&e);
+    assert_eq!(ranked[0].rule, RuleId::Retransmissions, "{ranked:#?}");
+    assert_eq!(ranked[0].side, Side::Network);
+    assert_eq!(ranked[0].explains_ns, 20 * 45_000_000 / 553);
+    assert!(
+        ranked[0]
+            .evidence
+            .iter()
+            .any(|l| l.starts_with("server → client: in 20 of 553")),
+        "{:#?}",
+        ranked[0].evidence
+    );
+    let h = ranked
+        .iter()
+        .find(|f| f.rule == RuleId::SlowHandshake)
+        .unwrap();
+    assert_eq!(h.caused_by, Some(RuleId::Retransmissions));
+    // Two such stalls in 553 answers (20,000 frames) cost a request 163 µs against a median
+    // of 2 ms: no finding of its own.
+    e.single = Some(s(2_000));
+    let c = e.capture.as_mut().unwrap();
+    c.frames = 20_000;
+    c.unseen_loss = stalls(2, 90_000_000);
+    assert_eq!(retransmissions(&e), None);
+}
+
+/// Connects that wait for a resent SYN only when eight arrive at once (a listen backlog that
+/// overflows) are charged what the requests paid: the concurrent requests' own connects — one
+/// per request when the server closes its connections, eight for the whole run when it keeps
+/// them — and without that measurement a connection's average wait.
+#[test]
+fn burst_syn_waits_are_charged_what_a_request_pays() {
+    let mut e = base(30, 1_000);
+    e.handshake = Some(s(40));
+    e.connect_failures = ConnectFailures {
+        attempts: 100,
+        ..ConnectFailures::default()
+    };
+    e.connect_burst = Some(ConnectBurst {
+        connections: 8,
+        connect: Summary {
+            count: 32,
+            p50_ns: 100_000,
+            p99_ns: 1_010_000_000,
+            // 3 of 32 waited 1 s.
+            mean_ns: 100_000.0 + 3.0 * 1_000_000_000.0 / 32.0,
+            ..Summary::default()
+        },
+        failures: ConnectFailures {
+            attempts: 32,
+            ..ConnectFailures::default()
+        },
+    });
+    let f = slow_handshake(&e).expect("fires");
+    assert_eq!(
+        f.explains_ns, 93_810_000,
+        "a connection's wait: {:#?}",
+        f.evidence
+    );
+    assert!(f.evidence.iter().any(|l| l.contains("was not measured")));
+    // The server closes its connections: 400 requests, 400 connections, 2 of which waited 1 s.
+    let connects = |connections: u64, waited: f64| RequestConnects {
+        connections,
+        requests: 400,
+        connect: Summary {
+            count: connections,
+            p50_ns: 100_000,
+            mean_ns: 100_000.0 + waited * 1e9 / connections as f64,
+            ..Summary::default()
+        },
+    };
+    e.request_connects = Some(connects(400, 2.0));
+    let f = slow_handshake(&e).expect("fires");
+    assert_eq!(f.explains_ns, 5_000_000, "{:#?}", f.evidence);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("the server closes them"))
+    );
+    // Kept open: 8 connections for the 400 requests, none waited.
+    e.request_connects = Some(connects(8, 0.0));
+    let f = slow_handshake(&e).expect("still a finding");
+    assert_eq!(f.explains_ns, 0);
+    assert!(f.evidence.iter().any(|l| l.contains("once per connection")));
+    // Most of the burst waited (its median is the 1 s wait): the usual handshake is the
+    // one-at-a-time connects' 40 µs, so a connection of the burst waits ~0.75 s, not 0.
+    e.request_connects = None;
+    let b = e.connect_burst.as_mut().unwrap();
+    b.connect.p50_ns = 1_020_000_000;
+    b.connect.mean_ns = 0.25 * 100_000.0 + 0.75 * 1_020_000_000.0;
+    let f = slow_handshake(&e).expect("fires");
+    assert!(
+        (760_000_000..=770_000_000).contains(&f.explains_ns),
+        "{:#?}",
+        f.evidence
+    );
+}

@@ -59,11 +59,18 @@ impl Observe for Capture {
 
     fn detail(_cx: &Context, c: &CaptureEvidence) -> String {
         format!(
-            "{} frames, {} transactions, {} Nagle × delayed-ACK stalls, {} retransmissions{}; {}",
+            "{} frames, {} transactions, {} Nagle × delayed-ACK stalls, {} retransmissions{}{}; {}",
             c.frames,
             c.transactions,
             c.nagle.map(|n| n.total.count).unwrap_or(0),
             c.retransmissions,
+            c.unseen_loss
+                .map(|u| format!(
+                    ", {} lost before the capture and sent again unseen ({})",
+                    latscope_core::units::count(u.count, "send"),
+                    latscope_core::units::format_ns(u.lost_ns as f64)
+                ))
+                .unwrap_or_default(),
             c.syn_resends
                 .map(|s| format!(
                     " (and {} resent, {} of handshakes waiting)",
@@ -201,6 +208,7 @@ fn evidence_of(r: &Analysis) -> CaptureEvidence {
         think: total(StallKind::ThinkTime),
         retransmissions: r.counts.retransmission + r.counts.fast_retransmission,
         rto_stalls: total(StallKind::RtoRetransmission),
+        unseen_loss: total(StallKind::UnseenLoss),
         syn_resends: None,
         delayed_ack: total(StallKind::DelayedAck),
         window_full: window_full(

@@ -14,7 +14,7 @@ use latscope_net::proto::{RefusalCode, Start, TestKind};
 use latscope_net::rr::{RrConfig, StopAfter, open_session};
 
 use crate::collect::Plan;
-use crate::evidence::{ClientHost, Responses, SLOW_FLOOR_NS};
+use crate::evidence::{ClientHost, RequestConnects, Responses, SLOW_FLOOR_NS};
 use latscope_core::units::unix_ms;
 
 pub fn meta(cmd: &str) -> Meta {
@@ -122,6 +122,8 @@ pub struct SizedRun {
     pub latency: Summary,
     pub sizes: Option<Sizes>,
     pub responses: Option<Responses>,
+    /// The connections the requests opened (HTTP).
+    pub connects: Option<RequestConnects>,
 }
 
 /// What one exchange weighs, bytes: the latscope sizes asked for, or an HTTP request and its
@@ -198,6 +200,11 @@ fn http_run(
         latency: r.stats.latency.summary(),
         sizes,
         responses: Some(responses),
+        connects: Some(RequestConnects {
+            connections: r.stats.connections_opened,
+            requests: r.stats.requests,
+            connect: r.stats.connect.summary(),
+        }),
     })
 }
 
@@ -245,6 +252,25 @@ pub fn app_latency(
     }
 }
 
+/// [`app_latency`] with the connections a URL's requests opened (a latscope server's rr test
+/// keeps its connections: `None`).
+pub fn app_run(
+    p: &Plan,
+    connections: u32,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<SizedRun, String> {
+    match &p.url {
+        Some(url) => http_run(url, connections, false, duration, stop, None),
+        None => rr_run(p, connections, false, duration, stop, None).map(|latency| SizedRun {
+            latency,
+            sizes: None,
+            responses: None,
+            connects: None,
+        }),
+    }
+}
+
 /// [`app_latency`] for one connection, with what each exchange weighed (the plan's sizes for a
 /// latscope server, the measured average for a URL), its requests cut into `slices`.
 pub fn app_latency_sized(
@@ -262,6 +288,7 @@ pub fn app_latency_sized(
                 response: u64::from(p.response_bytes),
             }),
             responses: None,
+            connects: None,
         }),
     }
 }

@@ -1,7 +1,7 @@
 //! Plain connects: handshake failures and their time as the client sees it, then what speaks on
 //! the port (a URL's HTTP server, a latscope server, or any TCP service).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use latscope_core::Summary;
 use latscope_core::model::connect::ConnectMode;
@@ -28,6 +28,9 @@ pub struct Connects {
     burst: Option<ConnectBurst>,
 }
 
+/// The most of the step's budget the one-at-a-time connects take.
+const SEQUENTIAL_MAX: Duration = Duration::from_secs(2);
+
 /// Connects in a burst: each of this many threads connects [`BURST_EACH`] times.
 const BURST_EACH: u64 = 4;
 
@@ -50,8 +53,13 @@ impl Measure for Handshakes {
             server: ServerBehaviour::default(),
             auth: p.auth.clone(),
         };
-        let r = latscope_net::connect::run(&cc, meta("connect"), cx.stop)
-            .map_err(|e| NotRun::Failed(e.to_string()))?;
+        // One at a time within part of the step's budget, so that the burst below is always
+        // measured (its first round of connects at least): only it shows a listen queue that
+        // overflows, and a burst cut by the budget read as a queue that never did.
+        let (r, _) = crate::collect::bounded(cx.stop, Instant::now() + SEQUENTIAL_MAX, |stop| {
+            latscope_net::connect::run(&cc, meta("connect"), stop)
+        });
+        let r = r.map_err(|e| NotRun::Failed(e.to_string()))?;
         // The same connects N at once: a listen queue too short for the server's accept loop
         // overflows only when SYNs arrive together, and each connect it drops waits ~1 s
         // (TCP_TIMEOUT_INIT) for its resent SYN — invisible one at a time on an idle server.

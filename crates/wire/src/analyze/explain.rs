@@ -44,5 +44,13 @@ from the same sender got through: a link on the path has a smaller MTU and the I
 \"packet too big\") that should tell the sender is filtered. Let that ICMP through, clamp the MSS on the router \
 (iptables -t mangle ... TCPMSS --clamp-mss-to-pmtu), or enable net.ipv4.tcp_mtu_probing=1 on the sender."
             .into(),
+        StallKind::UnseenLoss => "The sender stopped with less in flight than it had already sent at once on this connection \
+and room in the receiver's window, and went on only when the receiver's (delayed) ACK reached it. Neither window held \
+it back, Nagle holds no full segment and an application writes on its own clock, not the ACK's: what it \
+sent was lost before the capture point, and TCP sent it again on the next ACK or its timer without the capture seeing a \
+retransmission (a drop in the sender's own netfilter OUTPUT path or a policer fails the send locally; a tail lost on the \
+path is resent unseen). Look for drops on the sender's host (nstat IpOutRequests vs IpOutTransmits, nft/iptables \
+counters, tc -s qdisc) and along the path towards the receiver."
+            .into(),
     }
 }

@@ -104,6 +104,9 @@ pub(super) struct DataSeg {
     pub end: u32,
     /// Bytes unacknowledged when it left (up to its end).
     pub in_flight: u32,
+    /// The most its sender had unacknowledged at once before it, on this connection (as seen
+    /// from the capture point: a lower bound of what its congestion window allowed).
+    pub max_in_flight_before: u32,
 }
 
 /// Silence from a sender before new data counts as the start of a burst.
@@ -270,6 +273,10 @@ pub(super) struct Dir {
     pub mss_opt: Option<u16>,
     pub timestamps: bool,
     pub max_seg: u32,
+    /// The most new data this side had unacknowledged at once (see [`DataSeg::in_flight`]).
+    pub max_in_flight: u32,
+    /// The largest segment of this side that fits an Ethernet frame (≤ 1460 bytes of data).
+    pub max_eth_seg: u32,
     pub bytes: u64,
     pub fin: bool,
     /// This side's FIN was acknowledged by the peer.
@@ -535,10 +542,13 @@ impl Conn {
             }
             // No handshake: the largest segment seen when it looks like a full segment of an
             // Ethernet-sized path (with or without options), else Ethernet's MSS; a segment
-            // that large is never "small".
-            None => match seen {
-                m if m >= FULL_SEGMENT_MIN => m,
-                _ => 1460,
+            // that large is never "small". A capture at an endpoint holds segments merged by
+            // GRO (8 KB and more on a 1500-byte path): when Ethernet-sized full segments were
+            // seen too, they are the path's, not the merged ones.
+            None => match (self.dirs[d].max_eth_seg, seen) {
+                (e, _) if e >= FULL_SEGMENT_MIN => e,
+                (_, m) if m >= FULL_SEGMENT_MIN => m,
+                _ => ETHERNET_MSS,
             },
         }
     }
@@ -557,6 +567,9 @@ impl Conn {
 /// The smallest segment taken for a full one of a path clamped below Ethernet's MSS (IPv6 over
 /// a tunnel, PPPoE, a VPN): below this a segment is "small" whatever the largest seen.
 pub(super) const FULL_SEGMENT_MIN: u32 = 1200;
+
+/// The MSS of a 1500-byte Ethernet path without TCP options.
+pub(super) const ETHERNET_MSS: u32 = 1460;
 
 /// The connection table: a hash from flow key to a slot of a slab, so a connection can be
 /// borrowed in place on the per-packet path, and a queue of closed connections in order of

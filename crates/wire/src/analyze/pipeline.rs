@@ -278,13 +278,17 @@ fn is_duplicate(c: &mut Conn, raw: &RawSegment<'_, '_>, s: &Segment<'_>) -> bool
 fn held_segment(c: &mut Conn, s: &Segment<'_>) -> Option<DataSeg> {
     let acked = c.dirs[1 - s.d].lastack;
     let dir = &mut c.dirs[s.d];
+    let in_flight = dir.nextseq.wrapping_sub(acked);
     let prev = dir.last_data.replace(DataSeg {
         ts: s.ts,
         frame: s.frame,
         len: s.len,
         end: dir.nextseq,
-        in_flight: dir.nextseq.wrapping_sub(acked),
-    })?;
+        in_flight,
+        max_in_flight_before: dir.max_in_flight,
+    });
+    dir.max_in_flight = dir.max_in_flight.max(in_flight);
+    let prev = prev?;
     if dir.last_rexmit_ts.is_some_and(|t| t >= prev.ts) {
         return None;
     }
@@ -305,6 +309,9 @@ fn after_segment(c: &mut Conn, s: &Segment<'_>) {
     if s.len > 0 {
         fwd.bytes += u64::from(s.len);
         fwd.max_seg = fwd.max_seg.max(s.len);
+        if s.len <= super::flow::ETHERNET_MSS {
+            fwd.max_eth_seg = fwd.max_eth_seg.max(s.len);
+        }
         fwd.last_data_ts = s.ts;
     }
     if s.flags & flags::FIN != 0 {

@@ -917,3 +917,104 @@ fn timestamps_tell_copies_without_ip_identification() {
     assert_eq!(r.capture_quality.duplicate_frames, 1);
     assert!(r.findings.is_empty(), "{:?}", r.findings);
 }
+
+/// A keep-alive server answering each request with a header segment and four full body
+/// segments, ACKed at once; then one answer whose body leaves only on the client's delayed
+/// ACK of the header, 40 ms later. The server had already had five segments in flight at once
+/// and the client's window had room: neither window held it back — the body's first send
+/// never reached the capture (a drop in the server's own output path, retried on the ACK).
+/// A server that never had more than one segment in flight (a congestion window locked at
+/// one) shows the same release as a delayed ACK, not as loss.
+#[test]
+fn release_with_the_window_open_is_unseen_loss() {
+    let run = |locked: bool| {
+        let mut s = Sim::new();
+        scaled_handshake(&mut s, 0.05, 0.1);
+        let a = flags::ACK;
+        let full = [0u8; 1460];
+        let mut t = 1.0;
+        for _ in 0..4 {
+            s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
+            if locked {
+                // One segment at a time, each after the client's delayed ACK of the last.
+                s.pkt(t + 0.1, false, a, &full, &[]);
+                s.pkt(t + 40.1, true, a, b"", &[]);
+                s.pkt(t + 40.2, false, a | flags::PSH, &full, &[]);
+                s.pkt(t + 41.0, true, a, b"", &[]);
+            } else {
+                s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
+                for k in 0..4 {
+                    s.pkt(t + 0.11 + 0.01 * f64::from(k), false, a, &full, &[]);
+                }
+                s.pkt(t + 0.2, true, a, b"", &[]);
+            }
+            t += 50.0;
+        }
+        s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
+        s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
+        // The client's delayed ACK of the header releases the body.
+        s.pkt(t + 40.1, true, a, b"", &[]);
+        s.pkt(t + 40.2, false, a, &full, &[]);
+        s.pkt(t + 40.3, false, a | flags::PSH, &full, &[]);
+        s.pkt(t + 40.4, true, a, b"", &[]);
+        s.a.finish()
+    };
+    let r = run(false);
+    let unseen = finding(&r, StallKind::UnseenLoss).expect("unseen loss");
+    assert_eq!(unseen.count, 1, "{:?}", r.findings);
+    assert!(
+        (39_000_000..=41_000_000).contains(&unseen.lost_ns),
+        "{unseen:?}"
+    );
+    assert!(
+        finding(&r, StallKind::DelayedAck).is_none(),
+        "{:?}",
+        r.findings
+    );
+    let r = run(true);
+    assert!(
+        finding(&r, StallKind::UnseenLoss).is_none(),
+        "{:?}",
+        r.findings
+    );
+    assert!(
+        finding(&r, StallKind::DelayedAck).is_some(),
+        "{:?}",
+        r.findings
+    );
+}
+
+/// The same release in a capture that missed the handshake, taken at the client where GRO
+/// merged the body into 8 KB frames: the 1,448-byte segments are the path's full segments
+/// (not "small" next to the merged frames), so the release is loss, not Nagle's.
+#[test]
+fn merged_frames_do_not_set_the_segment_size_without_a_handshake() {
+    let mut s = Sim::new();
+    let a = flags::ACK;
+    let mut t = 1.0;
+    for _ in 0..4 {
+        s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
+        s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
+        s.pkt(t + 0.11, false, a, &[0u8; 1448], &[]);
+        s.pkt(t + 0.12, false, a | flags::PSH, &[0u8; 8000], &[]);
+        s.pkt(t + 0.2, true, a, b"", &[]);
+        t += 50.0;
+    }
+    s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
+    s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
+    s.pkt(t + 40.1, true, a, b"", &[]);
+    s.pkt(t + 40.2, false, a, &[0u8; 1448], &[]);
+    s.pkt(t + 40.3, true, a, b"", &[]);
+    let r = s.a.finish();
+    assert_eq!(
+        finding(&r, StallKind::UnseenLoss).map(|f| f.count),
+        Some(1),
+        "{:?}",
+        r.findings
+    );
+    assert!(
+        finding(&r, StallKind::NagleDelayedAck).is_none(),
+        "{:?}",
+        r.findings
+    );
+}

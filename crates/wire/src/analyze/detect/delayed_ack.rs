@@ -10,6 +10,11 @@
 //!   was limited by its congestion or receive window and an odd segment count left the
 //!   receiver waiting for a second one.
 //!
+//! * A full segment held although the sender had already had more in flight at once on this
+//!   connection and the receiver's window had room: **loss the capture did not see** — the
+//!   sender's own stack failed to send it (a netfilter or policer drop on its way out, which
+//!   TCP retries on the next ACK) or it was lost before the capture point.
+//!
 //! Evidence needed: both directions captured and no segment missing since D1; the release no
 //! sooner than three quarters of a round trip to the sender after the ACK (when the handshake gave it), and
 //! D2's TCP timestamp echo (when present) not older than the ACK's TSval — else D2 left before
@@ -66,6 +71,29 @@ pub(super) fn release(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> Option<(u64, u
     timer.then_some((ack_delay, p.last_pkt_frame))
 }
 
+/// Whether the sender of `s`, released by a delayed ACK after `d1`, was held back by neither
+/// window: it had already had at least two more full segments in flight at once on this
+/// connection than when it stopped (its congestion window allowed them — after an idle spell
+/// Linux restarts from the initial window, never below it, `tcp_cwnd_restart()`), and the
+/// receiver's window had room for what followed. Nagle holds no full segment and an
+/// application writes on its own clock, not on the ACK's: what it was waiting for was a send
+/// that failed or a segment lost before the capture point. A sender never seen with more in
+/// flight (a congestion window locked low, a first response) tells nothing.
+fn window_was_open(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> bool {
+    let smss = c.sender_mss(s.d);
+    let had = d1.max_in_flight_before.max(d1.in_flight);
+    // Without the handshake the window's scale is unknown and its field a fraction of it: the
+    // receiver having taken `had` at once before stands for its room.
+    let peer = &c.dirs[1 - s.d];
+    let room = if peer.win_scale == -1 {
+        u64::MAX
+    } else {
+        u64::from(peer.window)
+    };
+    u64::from(had) >= u64::from(d1.in_flight) + 2 * u64::from(smss)
+        && room >= u64::from(d1.in_flight) + u64::from(s.len.min(smss))
+}
+
 impl Detector for DelayedAckRelease {
     fn inspect(&self, s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
         let Some(d1) = s.held else {
@@ -87,6 +115,8 @@ impl Detector for DelayedAckRelease {
         let classic = c.dirs[s.d].linux_syn != Some(true);
         let kind = if s.len < smss && (d1.len < smss || classic) {
             StallKind::NagleDelayedAck
+        } else if window_was_open(s, c, &d1) {
+            StallKind::UnseenLoss
         } else {
             StallKind::DelayedAck
         };
