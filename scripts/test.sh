@@ -33,60 +33,86 @@ if [ "${free_kb:-0}" -lt $((12 * 1024 * 1024)) ]; then
 fi
 stage "cargo fmt --check"
 cargo fmt --all -- --check
-# The fuzz stage (its own nightly build with AddressSanitizer, then each target's seeds and corpus
-# replayed plus a short run) needs nothing from the stages below: it runs beside them at the
-# lowest CPU priority, taking only the cores the compiler and the namespace tests leave idle, and
-# the tests that compare timings (run last, alone) start only once it is over. Its output goes
-# to target/fuzz-output.txt and is shown at the end.
+# Three jobs need nothing from the release build of the tests and run beside it at the lowest CPU
+# priority, each in its own session (an early exit stops all of it), its output in
+# target/NAME-output.txt and "EXIT-CODE SECONDS" in target/NAME.rc when it is over:
+# - fuzz: its own nightly build with AddressSanitizer, then each target's seeds and corpus
+#   replayed plus a short run (the long runs: scripts/fuzz.sh, 60 s each);
+# - clippy: `--all-targets` checks every crate and test target again (a check build shares no
+#   artifact with the release build);
+# - doc tests, once the release build they link against is there.
+# The release build and then the pool of namespace tests (which mostly wait on namespaces, child
+# processes and timeouts) keep the normal priority; these jobs take the cores they leave idle. The
+# tests that compare timings (run last, alone) start only once all three are over. A failing job
+# does not stop the others: the end says what failed.
 mkdir -p target
-rm -f target/fuzz-output.txt target/fuzz.rc
+rm -f target/fuzz-output.txt target/fuzz.rc target/clippy-output.txt target/clippy.rc \
+  target/doctests-output.txt target/doctests.rc
+beside_pgids=""
+beside() {
+  local name=$1
+  shift
+  # shellcheck disable=SC2016
+  setsid -w nice -n 19 bash -c '
+    name=$1; shift; t0=$(date +%s); rc=0
+    "$@" > "target/$name-output.txt" 2>&1 || rc=1
+    echo "$rc $(( $(date +%s) - t0 ))" > "target/$name.rc"' beside "$name" "$@" &
+  beside_pgids="$beside_pgids $!"
+}
+trap 'for g in $beside_pgids; do kill -- "-$g" 2>/dev/null || true; done' EXIT
 fuzz_secs=${LATSCOPE_FUZZ_SECONDS:-5}
-# Its own session, so that an early exit (fmt or clippy failing) stops all of it.
-FUZZ_SECS=$fuzz_secs setsid -w nice -n 19 bash -c '
-  t0=$(date +%s); rc=0
-  LATSCOPE_FUZZ_REQUIRED=1 bash scripts/fuzz.sh "$FUZZ_SECS" > target/fuzz-output.txt 2>&1 || rc=1
-  echo "$rc $(( $(date +%s) - t0 ))" > target/fuzz.rc' &
-fuzz_job=$!
-trap 'kill -- "-$fuzz_job" 2>/dev/null || true' EXIT
-stage "cargo clippy -D warnings"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-stage "cargo test: build the release test binaries"
-# Build every test binary once, then run them with scripts/lib/test-binaries.py: a binary whose
-# tests compare latency or rates with a peer tool (its sources call `timing_lock()`) runs alone,
-# one test at a time, since a neighbour loading the two cores would skew exactly those figures
-# (so does one that counts the host's eBPF programs); the others run several tests and two
-# binaries at a time (they wait on namespaces and child processes, not on a CPU). It prints each
-# binary's time and the ten slowest tests.
-# A failing test does not stop the run here: fuzzing still runs, and the end says what failed.
+beside fuzz env LATSCOPE_FUZZ_REQUIRED=1 bash scripts/fuzz.sh "$fuzz_secs"
+beside clippy cargo clippy --workspace --all-targets --locked -- -D warnings
+stage "cargo test: build the release test binaries (fuzz and clippy beside at the lowest priority)"
+# Build every test binary once, then run them with scripts/lib/test-binaries.py: a test file
+# whose tests compare latency or rates with a peer tool (its sources call `timing_lock()`) runs
+# alone, one test at a time, since a neighbour loading the two cores would skew exactly those
+# figures (so does one that counts the host's eBPF programs); the others run several tests and two
+# files at a time (they wait on namespaces and child processes, not on a CPU). Each file of
+# tests/it/ runs as a process of its own, as if it were still its own binary. It prints each
+# one's time and the ten slowest tests.
+# A failing test does not stop the run here: the other stages still run, and the end says what failed.
 test_rc=0
 rm -f target/test-times.txt
 cargo test --workspace --release --locked --no-run --message-format=json-render-diagnostics \
   > target/test-binaries.json || test_rc=1
 if [ "$test_rc" -eq 0 ]; then
-  stage "cargo test: run the test binaries (the timing ones after the fuzz stage)"
-  LATSCOPE_TEST_SERIAL_AFTER=target/fuzz.rc LATSCOPE_TEST_SERIAL_AFTER_PGID=$fuzz_job \
+  beside doctests cargo test --workspace --release --locked --doc
+  stage "cargo test: run the test binaries (fuzz, clippy and doc tests beside; the timing ones after them)"
+  LATSCOPE_TEST_SERIAL_AFTER="target/fuzz.rc target/clippy.rc target/doctests.rc" \
+    LATSCOPE_TEST_SERIAL_AFTER_PGID="$beside_pgids" \
     python3 scripts/lib/test-binaries.py target/test-binaries.json target/test-output.txt || test_rc=1
-  stage "doc tests"
-  cargo test --workspace --release --locked --doc 2>&1 | tee -a target/test-output.txt || test_rc=1
 fi
-stage "fuzz: every cargo-fuzz target, seeds and corpus replayed + ${fuzz_secs} s (nightly, ASan, overflow checks)"
-# A crash fails CI; its input is kept in fuzz/artifacts/ and target/fuzz-crashes/. A missing
-# nightly or cargo-fuzz is an error here, not a skip. The long runs: scripts/fuzz.sh (60 s each).
-wait "$fuzz_job" || true
+stage "the jobs beside: fuzz (every cargo-fuzz target, seeds and corpus replayed + ${fuzz_secs} s; nightly, ASan, overflow checks), clippy, doc tests"
+# A fuzz crash fails CI; its input is kept in fuzz/artifacts/ and target/fuzz-crashes/. A missing
+# nightly or cargo-fuzz is an error here, not a skip.
+for g in $beside_pgids; do wait "$g" || true; done
 trap - EXIT
-cat target/fuzz-output.txt
-fuzz_rc=1
-fuzz_took="?"
-if [ -f target/fuzz.rc ]; then
-  read -r fuzz_rc fuzz_took < target/fuzz.rc
-fi
+beside_took=""
+beside_failed=""
+for name in fuzz clippy doctests; do
+  # The doc tests never started when the test build failed, which is said below.
+  if [ "$name" = doctests ] && [ ! -f target/doctests-output.txt ]; then continue; fi
+  echo "== $name"
+  cat "target/$name-output.txt"
+  rc=1
+  took="?"
+  if [ -f "target/$name.rc" ]; then read -r rc took < "target/$name.rc"; fi
+  beside_took="$beside_took $name $took s,"
+  if [ "$name" = doctests ]; then
+    cat target/doctests-output.txt >> target/test-output.txt
+    if [ "$rc" -ne 0 ]; then test_rc=1; fi
+  elif [ "$rc" -ne 0 ]; then
+    beside_failed="$beside_failed $name"
+  fi
+done
 stage ""
 # Where the time went (the test binaries' times are written by test-binaries.py), then one
 # closing line for CI: the counts of every test binary added up.
 {
   echo "== the stages: $(( $(date +%s) - t_start )) s in all"
   printf '%s\n' "${stages[@]}"
-  echo "  (fuzz ran beside the stages above at the lowest priority: ${fuzz_took} s)"
+  echo "  (beside the build and the tests, at the lowest priority:${beside_took%,})"
 } > target/stage-times.txt
 if [ -f target/test-times.txt ]; then cat target/test-times.txt; fi
 cat target/stage-times.txt
@@ -96,7 +122,10 @@ awk '/^test result:/ { for (i=1;i<=NF;i++) { if ($i ~ /^passed;?$/) p+=$(i-1); i
 if [ "$test_rc" -ne 0 ]; then
   echo "tests failed (or did not build: see '== cargo test' above)"
 fi
-if [ "$fuzz_rc" -ne 0 ]; then
-  echo "fuzzing failed (crashes or a missing toolchain: see '== fuzz' above)"
-fi
-[ "$test_rc" -eq 0 ] && [ "$fuzz_rc" -eq 0 ]
+for name in $beside_failed; do
+  case $name in
+    fuzz) echo "fuzzing failed (crashes or a missing toolchain: see '== fuzz' above)" ;;
+    clippy) echo "clippy failed (see '== clippy' above)" ;;
+  esac
+done
+[ "$test_rc" -eq 0 ] && [ -z "$beside_failed" ]
