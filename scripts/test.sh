@@ -64,13 +64,12 @@ fuzz_secs=${LATSCOPE_FUZZ_SECONDS:-5}
 beside fuzz env LATSCOPE_FUZZ_REQUIRED=1 bash scripts/fuzz.sh "$fuzz_secs"
 beside clippy cargo clippy --workspace --all-targets --locked -- -D warnings
 stage "cargo test: build the release test binaries (fuzz and clippy beside at the lowest priority)"
-# Build every test binary once, then run them with scripts/lib/test-binaries.py: a test file
+# Build every test binary once, then run them with scripts/lib/test-binaries.py: a binary
 # whose tests compare latency or rates with a peer tool (its sources call `timing_lock()`) runs
 # alone, one test at a time, since a neighbour loading the two cores would skew exactly those
 # figures (so does one that counts the host's eBPF programs); the others run several tests and two
-# files at a time (they wait on namespaces and child processes, not on a CPU). Each file of
-# tests/it/ runs as a process of its own, as if it were still its own binary. It prints each
-# one's time and the ten slowest tests.
+# binaries at a time (they wait on namespaces and child processes, not on a CPU). It prints
+# each binary's time and the ten slowest tests.
 # A failing test does not stop the run here: the other stages still run, and the end says what failed.
 test_rc=0
 rm -f target/test-times.txt

@@ -4,33 +4,28 @@ way scripts/test.sh wants them, and say where the time went.
 
   test-binaries.py CARGO_JSON LOG
 
-- The unit of scheduling is a test binary, or for an integration-test crate built from a
-  directory (`tests/NAME/main.rs`, e.g. `tests/it/`) each of its top-level modules (the tests
-  named `MODULE::…`, run as one process with `--exact` and their names): one binary to build
-  and link, and still one process per former test file, judged by its own sources. When
-  `main.rs` itself holds a marker (its helpers serve every module), the whole binary is one unit.
-- A unit runs alone, one test at a time, when its tests compare latency or rates with a bound
+- A binary runs alone, one test at a time, when its tests compare latency or rates with a bound
   or a peer tool measured in the same test (its sources call `timing_lock()`, the lab's serial
   marker: a neighbour loading the two cores would skew exactly those figures), or count the
   host's latscope eBPF programs (`lsstk_programs`: another binary's `stack` or `diagnose` would
   change the count).
-- Every other unit runs its tests on LATSCOPE_TEST_THREADS threads (default 4: most of them
+- Every other binary runs its tests on LATSCOPE_TEST_THREADS threads (default 4: most of them
   wait on namespaces, timeouts and child processes, not on a CPU), and up to LATSCOPE_TEST_JOBS
-  such units (default 2) run at once.
-- Each unit runs from its package's directory, as `cargo test` runs it.
-- When LATSCOPE_TEST_SERIAL_AFTER names files (separated by spaces), the units that run alone
+  such binaries (default 2) run at once.
+- Each binary runs from its package's directory, as `cargo test` runs it.
+- When LATSCOPE_TEST_SERIAL_AFTER names files (separated by spaces), the binaries that run alone
   wait until they all exist (at most an hour): scripts/test.sh runs its fuzz stage, clippy and
   the doc tests beside the pool and writes one such file when each is over, so the timing tests
   have the cores to themselves. Those jobs run at the lowest priority;
   LATSCOPE_TEST_SERIAL_AFTER_PGID names their process groups, which get the normal priority back
   while the tests wait for them (nothing else is left to give way to).
-- The units that share the pool start longest first, by the times the last run recorded
+- The binaries that share the pool start longest first, by the times the last run recorded
   (test-times.json beside LOG), so the long ones overlap the rest instead of ending the run.
 
-Every unit's output goes to LOG (whole, one unit after another) and to stdout. At the end:
-each unit's wall time, and the ten slowest tests (also kept in test-times.txt beside LOG) (libtest's `--report-time`: per-test
+Every binary's output goes to LOG (whole, one binary after another) and to stdout. At the end:
+each binary's wall time, and the ten slowest tests (also kept in test-times.txt beside LOG) (libtest's `--report-time`: per-test
 durations, unlocked for these already-built binaries with RUSTC_BOOTSTRAP=1 at run time only;
-the code was compiled by the stable toolchain as usual). Exit status 1 when any unit failed.
+the code was compiled by the stable toolchain as usual). Exit status 1 when any binary failed.
 """
 
 import json
@@ -72,52 +67,6 @@ def runs_alone(src_path):
     return holds_marker([src_path])
 
 
-def module_sources(root_dir, module):
-    """The files of top-level module `module` of the crate rooted in `root_dir`: `module.rs`
-    and its folder, or `module/mod.rs`'s folder; None when neither exists."""
-    paths = []
-    if os.path.isfile(os.path.join(root_dir, module + ".rs")):
-        paths.append(os.path.join(root_dir, module + ".rs"))
-    if os.path.isdir(os.path.join(root_dir, module)):
-        paths += rust_files(os.path.join(root_dir, module))
-    return paths or None
-
-
-def list_tests(exe, cwd):
-    """The names of every test in a built test binary (ignored ones included)."""
-    p = subprocess.run(
-        [exe, "--list", "--format", "terse"],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        errors="replace",
-    )
-    return [l[: -len(": test")] for l in p.stdout.splitlines() if l.endswith(": test")]
-
-
-def units(unit):
-    """A directory integration-test crate without a marker in its `main.rs`, as one unit per
-    top-level module (tests outside any module's file form one more unit, judged by `main.rs`);
-    any other binary as itself."""
-    src = unit.pop("src")
-    if unit.pop("kind") != "test" or os.path.basename(src) != "main.rs" or holds_marker([src]):
-        return [dict(unit, serial=runs_alone(src), names=None)]
-    root_dir = os.path.dirname(src)
-    groups = {}
-    for name in list_tests(unit["exe"], unit["cwd"]):
-        head = name.split("::", 1)[0] if "::" in name else None
-        if head is not None and module_sources(root_dir, head) is None:
-            head = None
-        groups.setdefault(head, []).append(name)
-    out = []
-    for head, names in sorted(groups.items(), key=lambda g: g[0] or ""):
-        files = module_sources(root_dir, head) if head else [src]
-        label = f"{unit['label']}::{head}" if head else unit["label"]
-        out.append(dict(unit, label=label, serial=holds_marker(files), names=names))
-    return out
-
-
 def binaries(cargo_json):
     out = []
     with open(cargo_json, encoding="utf-8") as f:
@@ -134,8 +83,14 @@ def binaries(cargo_json):
             pkg = os.path.dirname(m["manifest_path"])
             kind = t["kind"][0]
             label = t["name"] if kind == "test" else f"{t['name']} ({kind})"
-            unit = {"label": label, "exe": m["executable"], "cwd": pkg}
-            out += units(dict(unit, src=t["src_path"], kind=kind))
+            out.append(
+                {
+                    "label": label,
+                    "exe": m["executable"],
+                    "cwd": pkg,
+                    "serial": runs_alone(t["src_path"]),
+                }
+            )
     return out
 
 
@@ -147,8 +102,6 @@ def run(b, threads):
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
     env.pop("RUST_TEST_THREADS", None)
     cmd = [b["exe"], "-Z", "unstable-options", "--report-time", f"--test-threads={n}"]
-    if b["names"] is not None:
-        cmd += ["--exact"] + b["names"]
     t0 = time.monotonic()
     p = subprocess.run(
         cmd,
@@ -188,7 +141,7 @@ def wait_for(paths, limit_s=3600.0):
     said = False
     while missing() and time.monotonic() - t0 < limit_s:
         if not said:
-            print(f"\n== waiting for {' '.join(missing())} before the units that run alone", flush=True)
+            print(f"\n== waiting for {' '.join(missing())} before the binaries that run alone", flush=True)
             said = True
         time.sleep(1)
     if missing():
@@ -236,7 +189,7 @@ def main():
     log.close()
 
     lines = [
-        f"== test binaries: {len(bins)} units in {wall:.0f} s ({len(bins) - len(serial)} sharing the "
+        f"== test binaries: {len(bins)} in {wall:.0f} s ({len(bins) - len(serial)} sharing the "
         f"cores: {pool_wall:.0f} s; then {waited:.0f} s waiting for the jobs beside them; "
         f"{len(serial)} alone with one thread: {sum(b['secs'] for b in serial):.0f} s)"
     ]
