@@ -4,18 +4,21 @@ way scripts/test.sh wants them, and say where the time went.
 
   test-binaries.py CARGO_JSON LOG
 
-- A binary runs alone, one test at a time, when its tests compare latency or rates with a bound
-  or a peer tool measured in the same test (its sources call `timing_lock()`, the lab's serial
-  marker: a neighbour loading the two cores would skew exactly those figures), or count the
+- A test runs alone, with nothing else running, when it compares latency or rates with a bound
+  or a peer tool measured in the same test (its code calls `timing_lock()`, the lab's serial
+  marker: a neighbour loading the two cores would skew exactly those figures), or counts the
   host's latscope eBPF programs (`lsstk_programs`: another binary's `stack` or `diagnose` would
-  change the count).
-- Every other binary runs its tests on LATSCOPE_TEST_THREADS threads (default 4: most of them
+  change the count) — directly or through a function it calls, in its own sources or the lab's
+  helpers (tests/lab/), found by a scan of the code without comments and literals. Such a
+  binary's other tests join the pool (the binary runs twice, each time given its part's test
+  names with `--exact`); a test the scan did not find in the binary's `--list` runs alone.
+- Every other test binary (or part) runs its tests on LATSCOPE_TEST_THREADS threads (default 4: most of them
   wait on namespaces, timeouts and child processes, not on a CPU), and up to LATSCOPE_TEST_JOBS
   such binaries (default 2) run at once.
 - Each binary runs from its package's directory, as `cargo test` runs it.
 - When LATSCOPE_TEST_SERIAL_AFTER names files (separated by spaces), the binaries that run alone
-  wait until they all exist (at most an hour): scripts/test.sh runs its fuzz stage, clippy and
-  the doc tests beside the pool and writes one such file when each is over, so the timing tests
+  wait until they all exist (at most an hour): scripts/test.sh runs its fuzz stage and the doc
+  tests beside the pool and writes one such file when each is over, so the timing tests
   have the cores to themselves. Those jobs run at the lowest priority;
   LATSCOPE_TEST_SERIAL_AFTER_PGID names their process groups, which get the normal priority back
   while the tests wait for them (nothing else is left to give way to).
@@ -67,6 +70,150 @@ def runs_alone(src_path):
     return holds_marker([src_path])
 
 
+def strip_rust(text):
+    """Rust source with comments, string and char literals blanked (newlines kept), so that
+    braces and names can be counted: what is left is code."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif c == "r" and re.match(r'r#*"', text[i:i + 258]) and not (i and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            hashes = len(re.match(r'r(#*)"', text[i:]).group(1))
+            j = text.find('"' + "#" * hashes, i + 2 + hashes)
+            i = n if j < 0 else j + 1 + hashes
+            out.append('""')
+        elif c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+            out.append('""')
+        elif c == "'" and i + 1 < n and text[i + 1] == "\\":
+            j = text.find("'", i + 2)
+            i = n if j < 0 else j + 1
+        elif c == "'" and i + 2 < n and text[i + 2] == "'":
+            i += 3
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+FN = re.compile(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)")
+MOD = re.compile(r"\bmod\s+([A-Za-z_][A-Za-z0-9_]*)\s*\{")
+TEST_ATTR = re.compile(r"#\[(?:tokio::)?test\b[^\]]*\]\s*(?:#\[[^\]]*\]\s*)*(?:pub\s+)?(?:async\s+)?fn\s*$")
+
+
+def close_brace(code, at):
+    """Index just past the brace matching the `{` at `at`."""
+    depth = 0
+    for k in range(at, len(code)):
+        if code[k] == "{":
+            depth += 1
+        elif code[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+    return len(code)
+
+
+def functions(code, module):
+    """Every `fn` with a body in `code`: (name, qualified test name, body, is_test). Inline
+    `mod x { .. }` blocks extend the module path."""
+    mods = [(MOD.match(code, m.start()).group(1), m.end() - 1, close_brace(code, m.end() - 1))
+            for m in MOD.finditer(code)]
+    out = []
+    for m in FN.finditer(code):
+        name = m.group(1)
+        brace, semi = code.find("{", m.end()), code.find(";", m.end())
+        if brace < 0 or (0 <= semi < brace):
+            continue  # a declaration without a body (trait method, extern)
+        body = code[brace:close_brace(code, brace)]
+        path = module + [mn for mn, a, b in mods if a < m.start() < b]
+        is_test = bool(TEST_ATTR.search(code[max(0, m.start() - 400):m.start() + 2]))
+        out.append((name, "::".join(path + [name]), body, is_test))
+    return out
+
+
+def module_of(path, root_dir):
+    """A file's module path below its crate root's directory (`a/b.rs`, `a/b/mod.rs`: a::b)."""
+    rel = os.path.relpath(path, root_dir)[:-3].split(os.sep)
+    if rel[-1] in ("mod", "main", "lib"):
+        rel = rel[:-1]
+    return [p for p in rel if p]
+
+
+def marked_tests(src_path):
+    """For a test target: (its test names whose code — or a function it calls, transitively,
+    in the target or in tests/lab/ — holds a marker, every test name found), or None when its
+    sources cannot be read."""
+    root_dir = os.path.dirname(src_path)
+    if os.path.basename(src_path) in ("main.rs", "lib.rs"):
+        own = rust_files(root_dir)
+    else:
+        own = [src_path]
+    lab = os.path.join(os.path.dirname(root_dir) if os.path.basename(root_dir) != "tests" else root_dir, "lab")
+    helpers = [p for p in rust_files(lab) if p not in own] if os.path.isdir(lab) else []
+    fns = []
+    try:
+        for p in own + helpers:
+            with open(p, encoding="utf-8", errors="replace") as f:
+                code = strip_rust(f.read())
+            # A test file is its crate's root; a test folder's files are modules of its main.rs.
+            module = [] if p == src_path else module_of(p, root_dir) if p in own else ["lab"]
+            fns += [(fn, p in own) for fn in functions(code, module)]
+    except OSError:
+        return None
+    hot = {name for (name, _, body, _), _ in fns if any(mk in body for mk in MARKERS)}
+    grew = True
+    while grew:
+        calls = lambda body: any(re.search(r"\b" + re.escape(h) + r"\s*[(:<!]", body) for h in hot)
+        new = {name for (name, _, body, _), _ in fns if name not in hot and calls(body)}
+        grew = bool(new)
+        hot |= new
+    tests = [(q, name in hot or any(mk in body for mk in MARKERS))
+             for (name, q, body, is_test), own_file in fns if is_test and own_file]
+    return {q for q, h in tests if h}, {q for q, _ in tests}
+
+
+def split(b):
+    """A binary that runs alone, as parts: its listed tests that hold a marker (or that the source
+    scan could not find, counted as holding one) alone, the rest in the pool — each part runs the
+    binary with its test names (`--exact`). A binary whose tests all hold a marker, or that cannot
+    be listed or read, stays one part."""
+    found = marked_tests(b["src"]) if b["serial"] else None
+    if found is None:
+        return [b]
+    marked, known = found
+    try:
+        listed = subprocess.run([b["exe"], "--list", "--format=terse"], cwd=b["cwd"],
+                                capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return [b]
+    names = {ln[:-len(": test")] for ln in listed.splitlines() if ln.endswith(": test")}
+    alone = {t for t in names if t in marked or t not in known}
+    if not names or alone == names:
+        return [b]
+    if not alone:
+        return [dict(b, serial=False)]
+    return [
+        dict(b, label=f"{b['label']} [{len(names - alone)} shared]", serial=False, only=sorted(names - alone)),
+        dict(b, label=f"{b['label']} [{len(alone)} alone]", only=sorted(alone)),
+    ]
+
+
 def binaries(cargo_json):
     out = []
     with open(cargo_json, encoding="utf-8") as f:
@@ -83,11 +230,12 @@ def binaries(cargo_json):
             pkg = os.path.dirname(m["manifest_path"])
             kind = t["kind"][0]
             label = t["name"] if kind == "test" else f"{t['name']} ({kind})"
-            out.append(
+            out += split(
                 {
                     "label": label,
                     "exe": m["executable"],
                     "cwd": pkg,
+                    "src": t["src_path"],
                     "serial": runs_alone(t["src_path"]),
                 }
             )
@@ -102,6 +250,8 @@ def run(b, threads):
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
     env.pop("RUST_TEST_THREADS", None)
     cmd = [b["exe"], "-Z", "unstable-options", "--report-time", f"--test-threads={n}"]
+    if b.get("only"):
+        cmd += ["--exact", *b["only"]]
     t0 = time.monotonic()
     p = subprocess.run(
         cmd,
