@@ -20,6 +20,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
+# Targets fuzzed at once (each a libFuzzer process of one thread): one per CPU by default.
+JOBS=${LATSCOPE_FUZZ_JOBS:-$(nproc)}
+# LATSCOPE_FUZZ_DEV=1: the targets unoptimised (`cargo fuzz --dev`), a build of about half the CPU
+# time for a short run that mostly replays the corpus (scripts/test.sh); slower executions.
+profile_flag=""
+if [ "${LATSCOPE_FUZZ_DEV:-0}" = 1 ]; then profile_flag="--dev"; fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     if [ "${LATSCOPE_FUZZ_REQUIRED:-0}" = 1 ]; then
         echo "fuzz: error: cargo-fuzz on a nightly toolchain is missing; run scripts/setup.sh" \
@@ -39,43 +45,66 @@ fi
 cd fuzz
 mapfile -t targets < <(cargo +nightly fuzz list)
 t0=$(date +%s)
-echo "== building ${#targets[@]} fuzz targets (nightly, ASan, debug assertions + overflow checks)"
-if ! cargo +nightly fuzz build --debug-assertions; then
+echo "== building ${#targets[@]} fuzz targets (nightly, ASan, debug assertions + overflow checks${profile_flag:+, $profile_flag})"
+if ! cargo +nightly fuzz build $profile_flag --debug-assertions; then
     echo "fuzz: error: the fuzz targets do not build" >&2
     exit 1
 fi
 build_s=$(( $(date +%s) - t0 ))
-failed=()
-rows=()
-for t in "${targets[@]}"; do
+# One target's run: its table row in $rows_dir/<target>.row, CRASH or ok.
+fuzz_one() {
+    local t=$1 log s0 rc took execs
     mkdir -p "corpus/$t" "artifacts/$t"
-    [ -d "seeds/$t" ] || { echo "fuzz: error: no seeds for $t (fuzz/seeds/$t/)" >&2; failed+=("$t"); continue; }
+    if [ ! -d "seeds/$t" ]; then
+        echo "fuzz: error: no seeds for $t (fuzz/seeds/$t/)" >&2
+        printf '%-18s %5ss %12s  CRASH (no seeds)' "$t" 0 "-" > "$rows_dir/$t.row"
+        return
+    fi
     echo "== fuzzing $t for ${SECS}s"
     log=$(mktemp)
     s0=$(date +%s)
     # -timeout: one input taking > 10 s is a hang, reported as a crash.
-    cargo +nightly fuzz run --debug-assertions "$t" "corpus/$t" "seeds/$t" -- \
+    cargo +nightly fuzz run $profile_flag --debug-assertions "$t" "corpus/$t" "seeds/$t" -- \
         -max_total_time="$SECS" -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
         -print_final_stats=1 >"$log" 2>&1
     rc=$?
     took=$(( $(date +%s) - s0 ))
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     if [ $rc -ne 0 ]; then
-        failed+=("$t")
-        tail -n 40 "$log" >&2
-        mkdir -p ../target/fuzz-crashes
-        for f in artifacts/"$t"/*; do
-            [ -f "$f" ] || continue
-            cp "$f" "../target/fuzz-crashes/$t-$(basename "$f")"
-            echo "fuzz: $t: input kept in fuzz/$f and target/fuzz-crashes/ ($(stat -c %s "$f") bytes):" >&2
-            od -A x -t x1z -v "$f" | head -n 32 >&2
-        done
-        rows+=("$(printf '%-18s %5ss %12s  CRASH' "$t" "$took" "${execs:-?}")")
+        # One target's report at a time, whole, when several run at once.
+        {
+            flock 9
+            tail -n 40 "$log" >&2
+            mkdir -p ../target/fuzz-crashes
+            for f in artifacts/"$t"/*; do
+                [ -f "$f" ] || continue
+                cp "$f" "../target/fuzz-crashes/$t-$(basename "$f")"
+                echo "fuzz: $t: input kept in fuzz/$f and target/fuzz-crashes/ ($(stat -c %s "$f") bytes):" >&2
+                od -A x -t x1z -v "$f" | head -n 32 >&2
+            done
+        } 9>"$rows_dir/.lock"
+        printf '%-18s %5ss %12s  CRASH' "$t" "$took" "${execs:-?}" > "$rows_dir/$t.row"
     else
-        rows+=("$(printf '%-18s %5ss %12s  ok (%s/s)' "$t" "$took" "${execs:-?}" \
-            "$(( ${execs:-0} / (took > 0 ? took : 1) ))")")
+        printf '%-18s %5ss %12s  ok (%s/s)' "$t" "$took" "${execs:-?}" \
+            "$(( ${execs:-0} / (took > 0 ? took : 1) ))" > "$rows_dir/$t.row"
     fi
     rm -f "$log"
+}
+rows_dir=$(mktemp -d)
+trap 'rm -rf "$rows_dir"' EXIT
+running=0
+for t in "${targets[@]}"; do
+    if [ "$running" -ge "$JOBS" ]; then wait -n; running=$((running - 1)); fi
+    fuzz_one "$t" &
+    running=$((running + 1))
+done
+wait
+failed=()
+rows=()
+for t in "${targets[@]}"; do
+    row=$(cat "$rows_dir/$t.row" 2>/dev/null || printf '%-18s %6s %12s  CRASH (no result)' "$t" "-" "-")
+    rows+=("$row")
+    case $row in *CRASH*) failed+=("$t") ;; esac
 done
 echo "== fuzz summary (build ${build_s}s, total $(( $(date +%s) - t0 ))s)"
 printf '%-18s %6s %12s  %s\n' target time execs result

@@ -63,7 +63,7 @@ beside() {
 }
 trap 'for g in $beside_pgids; do kill -- "-$g" 2>/dev/null || true; done' EXIT
 fuzz_secs=${LATSCOPE_FUZZ_SECONDS:-5}
-beside fuzz env LATSCOPE_FUZZ_REQUIRED=1 bash scripts/fuzz.sh "$fuzz_secs"
+beside fuzz env LATSCOPE_FUZZ_REQUIRED=1 LATSCOPE_FUZZ_DEV=1 bash scripts/fuzz.sh "$fuzz_secs"
 stage "cargo test: build the release test binaries, linted by clippy (fuzz beside at the lowest priority)"
 # Build every test binary once, then run them with scripts/lib/test-binaries.py: a binary
 # whose tests compare latency or rates with a peer tool (its sources call `timing_lock()`) runs
