@@ -216,6 +216,9 @@ fn cpu_rules_need_the_kernel_counters_and_a_tail() {
             periods: 30,
             throttled: 12,
             throttled_ns: 960_000_000,
+            quota_us: Some(10_000),
+            period_us: Some(100_000),
+            cpus: Some(2),
         }),
         run_queue: None,
         client_run_queue: None,
@@ -260,6 +263,7 @@ fn cpu_rules_need_the_kernel_counters_and_a_tail() {
         periods: 30,
         throttled: 20,
         throttled_ns: 200_000_000,
+        ..Throttling::default()
     });
     assert_eq!(run_queue_delay(&e), None);
 }
@@ -286,6 +290,9 @@ fn a_throttled_server_is_why_requests_queue() {
         periods: 28,
         throttled,
         throttled_ns: 2_480_000_000,
+        quota_us: Some(5_000),
+        period_us: Some(100_000),
+        cpus: Some(2),
     };
     e.cpu = Some(CpuEvidence {
         process: "nginx[2]".into(),
