@@ -775,8 +775,9 @@ impl Ctx<'_> {
         default: SocketAddr,
     ) -> Result<SocketAddr, ConfigError> {
         match raw {
-            Some(l) => latscope_exporter::parse_listen_addr(l.get_ref())
-                .map_err(|e| self.err(l.span(), e)),
+            Some(l) => {
+                latscope_exporter::parse_listen_addr(l.get_ref()).map_err(|e| self.err(l.span(), e))
+            }
             None => Ok(default),
         }
     }

@@ -673,12 +673,11 @@ pub struct Throttling {
     /// Time its threads were held back, summed over the CPUs (the kernel adds up each CPU's
     /// throttled run queue: two CPUs held for 90 ms count 180 ms).
     pub throttled_ns: u64,
-    /// Its quota and period, µs (`cpu.max`; v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`),
-    /// when limited and readable.
+    /// Its CPU quota per period, µs (`cpu.max`, v1 `cpu.cfs_quota_us`), when limited.
     pub quota_us: Option<u64>,
+    /// The period, µs (`cpu.max`, v1 `cpu.cfs_period_us`), when limited.
     pub period_us: Option<u64>,
-    /// CPUs its processes may run on (their `Cpus_allowed_list`: affinity and cpuset), when
-    /// read.
+    /// CPUs its processes may run on (`Cpus_allowed_list`: affinity and cpuset), when read.
     pub cpus: Option<u32>,
 }
 
@@ -809,7 +808,10 @@ mod tests {
         assert_eq!(held_ms(&throttled(20, Some(2), 250)), (90.0, 2.0));
         // The two-ended fleet test's figures: 5 ms per 100 ms on 2 CPUs, 60–186 ms summed.
         let (h, k) = held_ms(&throttled(5, Some(2), 186));
-        assert!((97.0..=97.5).contains(&h) && (1.9..2.0).contains(&k), "{h} {k}");
+        assert!(
+            (97.0..=97.5).contains(&h) && (1.9..2.0).contains(&k),
+            "{h} {k}"
+        );
         assert_eq!(held_ms(&throttled(5, Some(2), 60)), (60.0, 1.0));
         // CPUs unknown: the model alone, still under a period.
         let (h, _) = held_ms(&throttled(20, None, 380));

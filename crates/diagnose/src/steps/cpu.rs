@@ -369,7 +369,10 @@ fn cpus_allowed(pids: &[u32]) -> Option<u32> {
         let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
             continue;
         };
-        if let Some(list) = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")) {
+        if let Some(list) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
             cpus.extend(cpu_list(list.trim())?);
         }
     }
