@@ -657,12 +657,13 @@ fn a_breach_on_an_edge_is_diagnosed_with_the_peers_evidence() {
         report_of("b")
     );
     let explains = series(&page, "latscope_finding_explains_seconds", &throttling);
-    // At least the rule's millisecond; at most a period held back on each CPU (cpu.stat's
-    // throttled time sums the CPUs' run queues: 2 × 100 ms on 2 CPUs), and never more than
-    // the tail the run measured.
+    // At least the rule's millisecond; at most what a period leaves once the quota is spent,
+    // wall clock (cpu.stat's throttled time sums the CPUs' run queues, 60–186 ms a period on
+    // 2 CPUs: the rule takes them apart), and never more than the tail the run measured.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let most = 0.1 - 0.005 / cpus + 1e-6;
     assert!(
-        explains.len() == 1 && explains[0].1 >= 0.001 && explains[0].1 <= 0.1 * cpus,
+        explains.len() == 1 && explains[0].1 >= 0.001 && explains[0].1 <= most,
         "{explains:?}"
     );
     // The edge whose agent cannot be reached: client-only, and it says so.

@@ -674,14 +674,7 @@ impl Ctx<'_> {
         let p = raw.into_inner();
         let measures = self.measures(p.measure)?;
         let slo = self.slo(p.slo, &measures)?;
-        let file = p.file.map(|f| {
-            let f = f.into_inner();
-            if f.is_relative() {
-                self.file.parent().unwrap_or(Path::new(".")).join(f)
-            } else {
-                f
-            }
-        });
+        let file = p.file.map(|f| self.relative(f.into_inner()));
         let mut dns: Vec<String> = Vec::new();
         for d in &p.dns {
             let name = d.get_ref().trim();
@@ -775,6 +768,20 @@ impl Ctx<'_> {
         }))
     }
 
+    /// A `listen` address (the metrics endpoint's, [evidence]'s), `default` when unset.
+    fn listen(
+        &self,
+        raw: Option<&Spanned<String>>,
+        default: SocketAddr,
+    ) -> Result<SocketAddr, ConfigError> {
+        match raw {
+            Some(l) => {
+                latscope_exporter::parse_listen_addr(l.get_ref()).map_err(|e| self.err(l.span(), e))
+            }
+            None => Ok(default),
+        }
+    }
+
     /// A path relative to the configuration file's directory.
     fn relative(&self, f: PathBuf) -> PathBuf {
         if f.is_relative() {
@@ -817,11 +824,10 @@ impl Ctx<'_> {
             }
             RawPorts::List(l) => latscope_diagnose::remote::server::Ports::Only(l),
         };
-        let listen = match &r.listen {
-            Some(l) => latscope_exporter::parse_listen_addr(l.get_ref())
-                .map_err(|e| self.err(l.span(), e))?,
-            None => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, EVIDENCE_PORT)),
-        };
+        let listen = self.listen(
+            r.listen.as_ref(),
+            SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, EVIDENCE_PORT)),
+        )?;
         Ok(Some(Evidence {
             auth_file: self.relative(auth_file),
             ports,
@@ -963,12 +969,10 @@ pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
 pub fn parse_as(file: &Path, text: &str, format: Format) -> Result<Config, ConfigError> {
     let raw = parse_raw(file, text, format)?;
     let c = Ctx { file, text };
-    let listen = match &raw.listen {
-        Some(l) => {
-            latscope_exporter::parse_listen_addr(l.get_ref()).map_err(|e| c.err(l.span(), e))?
-        }
-        None => SocketAddr::from(([127, 0, 0, 1], latscope_exporter::DEFAULT_PORT)),
-    };
+    let listen = c.listen(
+        raw.listen.as_ref(),
+        SocketAddr::from(([127, 0, 0, 1], latscope_exporter::DEFAULT_PORT)),
+    )?;
     let jitter = raw.jitter.as_ref().map_or(0.2, |j| *j.get_ref());
     if let Some(j) = &raw.jitter
         && !(0.0..=1.0).contains(j.get_ref())
@@ -1238,28 +1242,17 @@ mod tests {
         parse(Path::new("agent.toml"), text).unwrap_err()
     }
 
+    /// The same configuration in TOML and in YAML, read alike (paths relative to /etc/latscope).
+    fn in_both(toml: &str, yaml: &str) -> Config {
+        let dir = Path::new("/etc/latscope");
+        let t = parse(&dir.join("agent.toml"), toml).unwrap();
+        assert_eq!(parse(&dir.join("agent.yaml"), yaml).unwrap(), t);
+        t
+    }
+
     #[test]
     fn a_full_config_parses_with_defaults() {
-        let c = parse(
-            Path::new("/etc/latscope/agent.toml"),
-            r#"
-listen = "0.0.0.0:9573"
-jitter = 0.1
-[[target]]
-address = "10.0.0.2"
-labels = { zone = "a" }
-measure = [
-  { kind = "connect", port = 22, interval = "2s", timeout = "500ms" },
-  { kind = "rr" },
-  { kind = "trace" },
-]
-slo = { threshold = "5ms" }
-[peers]
-file = "peers.txt"
-measure = [{ kind = "rr", port = 7000 }]
-"#,
-        )
-        .unwrap();
+        let c = in_both(TOML_FULL, YAML_FULL);
         assert_eq!(c.listen, "0.0.0.0:9573".parse().unwrap());
         let t = &c.targets[0];
         assert_eq!(t.name, "10.0.0.2");
@@ -1390,9 +1383,6 @@ peers:
     #[test]
     fn yaml_is_the_same_configuration() {
         let dir = Path::new("/etc/latscope");
-        let t = parse(&dir.join("agent.toml"), TOML_FULL).unwrap();
-        let y = parse(&dir.join("agent.yaml"), YAML_FULL).unwrap();
-        assert_eq!(t, y);
         assert_eq!(Format::of(Path::new("a.YML")), Format::Yaml);
         assert_eq!(Format::of(Path::new("a.conf")), Format::Toml);
         // The same YAML read as TOML fails: the extension decides.
@@ -1588,19 +1578,16 @@ peers:
             Some("10.0.0.3:7374")
         );
         // The same in YAML, "all" ports, and an [evidence] alone is something to do.
-        let y = parse(
-            Path::new("a.yaml"),
-            "evidence:\n  auth_file: /k\n  ports: all\n  listen: 0.0.0.0:7380\n",
-        )
-        .unwrap();
-        let ye = y.evidence.unwrap();
-        assert_eq!((ye.ports, ye.listen.port()), (Ports::Any, 7380));
-        let t = parse(
-            Path::new("a.toml"),
-            "[evidence]\nauth_file = \"/k\"\nports = \"all\"\nlisten = \"0.0.0.0:7380\"\n",
-        )
-        .unwrap();
-        assert_eq!(t.evidence.unwrap().ports, Ports::Any);
+        let both = in_both(
+            "[evidence]\nauth_file = \"k\"\nports = \"all\"\nlisten = \"0.0.0.0:7380\"\n\
+             [diagnose]\nserver_agent_port = 7400\n",
+            "evidence:\n  auth_file: k\n  ports: all\n  listen: 0.0.0.0:7380\n\
+             diagnose:\n  server_agent_port: 7400\n",
+        );
+        let e = both.evidence.unwrap();
+        assert_eq!((e.ports, e.listen.port()), (Ports::Any, 7380));
+        assert_eq!(e.auth_file, PathBuf::from("/etc/latscope/k"));
+        assert_eq!(both.diagnose.server_agent_port, Some(7400));
 
         let e = err("[evidence]\nports = [80]\n");
         assert!(e.message.contains("needs auth_file"), "{e}");

@@ -670,8 +670,69 @@ pub struct Throttling {
     /// Enforcement periods that elapsed, and in how many the cgroup ran out of quota.
     pub periods: u64,
     pub throttled: u64,
-    /// Time its threads were held back.
+    /// Time its threads were held back, summed over the CPUs (the kernel adds up each CPU's
+    /// throttled run queue: two CPUs held for 90 ms count 180 ms).
     pub throttled_ns: u64,
+    /// Its CPU quota per period, µs (`cpu.max`, v1 `cpu.cfs_quota_us`), when limited.
+    pub quota_us: Option<u64>,
+    /// The period, µs (`cpu.max`, v1 `cpu.cfs_period_us`), when limited.
+    pub period_us: Option<u64>,
+    /// CPUs its processes may run on (`Cpus_allowed_list`: affinity and cpuset), when read.
+    pub cpus: Option<u32>,
+}
+
+/// A throttled period as the requests felt it: wall clock, not summed over CPUs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeldPerPeriod {
+    /// How long the group's threads were held back in a throttled period, ns.
+    pub held_ns: u64,
+    /// How many CPUs were held at once, estimated (1 where the limit is unknown).
+    pub cpus_held: f64,
+}
+
+impl Throttling {
+    /// The wall-clock time a throttled period held the group back — what a request arriving
+    /// as it was throttled waits for the next period — or `None` when nothing was throttled.
+    ///
+    /// `throttled_ns / throttled` is S, the held time of one throttled period summed over the
+    /// CPUs held (each CPU's run queue is throttled and unthrottled on its own: kernel/sched/
+    /// fair.c, `throttle_cfs_rq` / `unthrottle_cfs_rq` add each one's span to the group's
+    /// `throttled_time`). The wall-clock figure is S / k, k the CPUs held at once. In a
+    /// throttled period each such CPU first runs its share of the quota Q and is then held
+    /// until the period P ends (the quota is spent before any CPU is held), so k·P = Q + S:
+    /// k = (Q + S) / P. That is exact for a group kept busy through the period, on 1 or N
+    /// CPUs. Where its threads also slept within the period the true k is larger: the
+    /// estimate is then high, but never above P − Q / ncpus (spending Q on at most `cpus`
+    /// CPUs takes at least Q / ncpus of the period), nor above P. k is kept within 1..=cpus.
+    ///
+    /// Not used: the CPUs the group ran on over the window (v1 `cpuacct.usage_percpu`
+    /// deltas). One thread that migrates touches every CPU but is held on one at a time, so
+    /// dividing by them halves a single-threaded server's hold on 2 CPUs; and v1 mounts
+    /// cpuacct apart from cpu as often as not, leaving the process in cpuacct's root (the
+    /// whole host). cgroup v2 keeps no per-CPU figures (`cpu.stat.local` sums them too).
+    ///
+    /// Without the limit, S over the CPUs it may run on (or S itself): the lower estimate.
+    pub fn held_per_period(&self) -> Option<HeldPerPeriod> {
+        if self.throttled == 0 {
+            return None;
+        }
+        let sum_ns = (self.throttled_ns / self.throttled) as f64;
+        let cpus = self.cpus.map(|n| f64::from(n.max(1)));
+        let (Some(quota_us), Some(period_us)) = (self.quota_us, self.period_us) else {
+            let k = cpus.unwrap_or(1.0);
+            return Some(HeldPerPeriod {
+                held_ns: (sum_ns / k) as u64,
+                cpus_held: k,
+            });
+        };
+        let (quota_ns, period_ns) = (quota_us as f64 * 1e3, period_us.max(1) as f64 * 1e3);
+        let k = ((quota_ns + sum_ns) / period_ns).clamp(1.0, cpus.unwrap_or(f64::MAX).max(1.0));
+        let most = (period_ns - quota_ns / cpus.unwrap_or(k)).max(0.0);
+        Some(HeldPerPeriod {
+            held_ns: (sum_ns / k).min(most) as u64,
+            cpus_held: k,
+        })
+    }
 }
 
 /// How long the server's threads waited for a CPU after becoming runnable.
@@ -694,5 +755,77 @@ impl RunQueueWaits {
             p50_ns: h.quantile_ns(0.5),
             p99_ns: h.quantile_ns(0.99),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ten throttled periods of a group limited to `quota_ms` per 100 ms, on `cpus` CPUs, whose
+    /// held time sums to `sum_ms` a period over the CPUs held.
+    fn throttled(quota_ms: u64, cpus: Option<u32>, sum_ms: u64) -> Throttling {
+        Throttling {
+            cgroup: "/web".into(),
+            limit: Some(format!("{quota_ms}ms of CPU per 100ms")),
+            periods: 10,
+            throttled: 10,
+            throttled_ns: 10 * sum_ms * 1_000_000,
+            quota_us: Some(quota_ms * 1000),
+            period_us: Some(100_000),
+            cpus,
+        }
+    }
+
+    fn held_ms(t: &Throttling) -> (f64, f64) {
+        let h = t.held_per_period().expect("throttled");
+        (h.held_ns as f64 / 1e6, h.cpus_held)
+    }
+
+    #[test]
+    fn a_throttled_period_is_wall_clock_on_one_two_and_four_cpus() {
+        // 20 ms of CPU per 100 ms, threads busy through the period: each CPU runs its share
+        // of the quota, then waits for the next period. cpu.stat sums the CPUs held.
+        // 1 CPU: runs 20 ms, held 80 ms.
+        assert_eq!(held_ms(&throttled(20, Some(1), 80)), (80.0, 1.0));
+        // 2 CPUs: each runs 10 ms and is held 90 ms; cpu.stat says 180 ms.
+        assert_eq!(held_ms(&throttled(20, Some(2), 180)), (90.0, 2.0));
+        // 4 CPUs: each runs 5 ms and is held 95 ms; cpu.stat says 380 ms.
+        assert_eq!(held_ms(&throttled(20, Some(4), 380)), (95.0, 4.0));
+        // One busy thread on a 4-CPU host: one CPU held at a time, 80 ms — not a quarter.
+        assert_eq!(held_ms(&throttled(20, Some(4), 80)), (80.0, 1.0));
+    }
+
+    #[test]
+    fn a_throttled_period_never_holds_longer_than_the_quota_leaves() {
+        // A group that slept part of the period: two CPUs ran 10 ms each from 50 ms and were
+        // held 40 ms each (80 ms summed). The counters cannot tell it from one CPU held 80 ms:
+        // the estimate is the higher one, within a period less the quota.
+        let (h, k) = held_ms(&throttled(20, Some(2), 80));
+        assert_eq!((h, k), (80.0, 1.0));
+        // Counters beyond the model (a burst, a cgroup shared with other CPUs' tasks): at most
+        // the period less the quota spread over every CPU it may run on.
+        assert_eq!(held_ms(&throttled(20, Some(2), 250)), (90.0, 2.0));
+        // The two-ended fleet test's figures: 5 ms per 100 ms on 2 CPUs, 60–186 ms summed.
+        let (h, k) = held_ms(&throttled(5, Some(2), 186));
+        assert!(
+            (97.0..=97.5).contains(&h) && (1.9..2.0).contains(&k),
+            "{h} {k}"
+        );
+        assert_eq!(held_ms(&throttled(5, Some(2), 60)), (60.0, 1.0));
+        // CPUs unknown: the model alone, still under a period.
+        let (h, _) = held_ms(&throttled(20, None, 380));
+        assert!((94.9..=95.0).contains(&h), "{h}");
+    }
+
+    #[test]
+    fn without_the_limit_the_sum_is_shared_by_the_cpus() {
+        let mut t = throttled(20, Some(2), 180);
+        (t.quota_us, t.period_us) = (None, None);
+        assert_eq!(held_ms(&t), (90.0, 2.0));
+        t.cpus = None;
+        assert_eq!(held_ms(&t), (180.0, 1.0));
+        t.throttled = 0;
+        assert_eq!(t.held_per_period(), None);
     }
 }

@@ -237,43 +237,36 @@ impl Conn {
         Ok(())
     }
 
+    /// The connection taken apart for one blocking step, its socket bounded by the time left:
+    /// the socket as a [`Wire`], the TLS session (if any) and the deadline, for the step's
+    /// further calls (each one bounded again with [`bound`]).
+    fn split(&mut self) -> io::Result<(Wire<'_>, Option<&mut ClientConnection>, u64)> {
+        bound(&self.stream, self.deadline_ns)?;
+        let wire = Wire {
+            stream: &self.stream,
+            stamper: self.stamper.as_mut(),
+        };
+        Ok((wire, self.tls.as_mut(), self.deadline_ns))
+    }
+
     fn handshake(&mut self) -> Result<(), HttpError> {
         let err = |e| exchange(Phase::Tls, timed_out(e));
-        let Conn {
-            stream,
-            stamper,
-            tls,
-            deadline_ns,
-        } = self;
-        while let Some(tls) = tls.as_mut().filter(|t| t.is_handshaking()) {
-            bound(stream, *deadline_ns).map_err(err)?;
-            let mut wire = Wire {
-                stream,
-                stamper: stamper.as_mut(),
-            };
-            tls.complete_io(&mut wire).map_err(err)?;
+        while self.tls.as_ref().is_some_and(|t| t.is_handshaking()) {
+            if let (mut wire, Some(tls), _) = self.split().map_err(err)? {
+                tls.complete_io(&mut wire).map_err(err)?;
+            }
         }
         Ok(())
     }
 
     pub(crate) fn send(&mut self, request: &[u8]) -> Result<(), HttpError> {
         let err = |e| exchange(Phase::Request, timed_out(e));
-        let Conn {
-            stream,
-            stamper,
-            tls,
-            deadline_ns,
-        } = self;
-        bound(stream, *deadline_ns).map_err(err)?;
-        let mut wire = Wire {
-            stream,
-            stamper: stamper.as_mut(),
-        };
-        match tls.as_mut() {
+        let (mut wire, tls, deadline_ns) = self.split().map_err(err)?;
+        match tls {
             Some(tls) => {
                 tls.writer().write_all(request).map_err(err)?;
                 while tls.wants_write() {
-                    bound(wire.stream, *deadline_ns).map_err(err)?;
+                    bound(wire.stream, deadline_ns).map_err(err)?;
                     tls.write_tls(&mut wire).map_err(err)?;
                 }
                 Ok(())
@@ -284,18 +277,8 @@ impl Conn {
 
     /// Read response bytes into `buf` (plaintext for TLS); `Ok(0)` at end of file.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let Conn {
-            stream,
-            stamper,
-            tls,
-            deadline_ns,
-        } = self;
-        bound(stream, *deadline_ns)?;
-        let mut wire = Wire {
-            stream,
-            stamper: stamper.as_mut(),
-        };
-        let Some(tls) = tls.as_mut() else {
+        let (mut wire, tls, deadline_ns) = self.split()?;
+        let Some(tls) = tls else {
             return wire.read(buf);
         };
         loop {
@@ -304,7 +287,7 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
-            bound(wire.stream, *deadline_ns)?;
+            bound(wire.stream, deadline_ns)?;
             if tls.read_tls(&mut wire)? == 0 {
                 // The peer closed without close_notify: end of the response stream.
                 return Ok(0);

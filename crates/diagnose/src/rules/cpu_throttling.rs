@@ -13,7 +13,8 @@ pub fn cpu_throttling(e: &Evidence) -> Option<Diagnosis> {
         return None;
     }
     let (p50, p99) = tail(e)?;
-    let held_per_period = t.throttled_ns / t.throttled;
+    // Wall clock, not cpu.stat's sum over the CPUs held (see `held_per_period`).
+    let held = t.held_per_period()?;
     // Requests must have felt it: a tail of at least a millisecond beyond the median.
     let tail_ns = p99.saturating_sub(p50);
     if tail_ns < 1_000_000 {
@@ -22,18 +23,19 @@ pub fn cpu_throttling(e: &Evidence) -> Option<Diagnosis> {
     Some(Diagnosis {
         rule: RuleId::CpuThrottling,
         title: "the server's cgroup runs out of CPU quota: its threads are throttled until the next period".into(),
-        explains_ns: tail_ns.min(held_per_period.max(1_000_000)),
+        explains_ns: tail_ns.min(held.held_ns.max(1_000_000)),
         confidence: 0.85,
         side: Side::Server,
         evidence: vec![
             format!(
-                "cgroup {} of {} ({}): throttled in {} while the requests ran, {} held back ({} per throttled period)",
+                "cgroup {} of {} ({}): throttled in {} while the requests ran, {} held back summed over its CPUs ({} a throttled period, wall clock, {:.1} CPUs held at once)",
                 t.cgroup,
                 c.process,
                 t.limit.as_deref().unwrap_or("limit set"),
                 of(t.throttled, t.periods, "period"),
                 format_ns(t.throttled_ns as f64),
-                format_ns(held_per_period as f64)
+                format_ns(held.held_ns as f64),
+                held.cpus_held
             ),
             format!(
                 "requests: p50 {}, p99 {} — the tail is requests that arrived while it was throttled",

@@ -42,6 +42,41 @@ fn base(path_us: u64, single_us: u64) -> Evidence {
     }
 }
 
+/// `attempts` connects, none of which failed.
+fn attempts(attempts: u64) -> ConnectFailures {
+    ConnectFailures {
+        attempts,
+        ..ConnectFailures::default()
+    }
+}
+
+/// `count` one-at-a-time connects, handshakes of median `p50_ns` and p99 `p99_ns`, none failed.
+fn connects(e: &mut Evidence, count: u64, p50_ns: u64, p99_ns: u64) {
+    e.handshake = Some(Summary {
+        count,
+        p50_ns,
+        p99_ns,
+        ..Summary::default()
+    });
+    e.connect_failures = attempts(count);
+}
+
+/// 32 connects, 8 at a time, of median `p50_ns` and p99 `p99_ns`: `waited` of them waited
+/// `wait_ns` more (a resent SYN), which the mean carries.
+fn burst(p50_ns: u64, p99_ns: u64, waited: f64, wait_ns: f64) -> Option<ConnectBurst> {
+    Some(ConnectBurst {
+        connections: 8,
+        connect: Summary {
+            count: 32,
+            p50_ns,
+            p99_ns,
+            mean_ns: p50_ns as f64 + waited * wait_ns / 32.0,
+            ..Summary::default()
+        },
+        failures: attempts(32),
+    })
+}
+
 #[test]
 fn nagle_needs_the_quickack_evidence() {
     let mut e = base(40, 44_000);
@@ -216,6 +251,9 @@ fn cpu_rules_need_the_kernel_counters_and_a_tail() {
             periods: 30,
             throttled: 12,
             throttled_ns: 960_000_000,
+            quota_us: Some(10_000),
+            period_us: Some(100_000),
+            cpus: Some(2),
         }),
         run_queue: None,
         client_run_queue: None,
@@ -260,6 +298,7 @@ fn cpu_rules_need_the_kernel_counters_and_a_tail() {
         periods: 30,
         throttled: 20,
         throttled_ns: 200_000_000,
+        ..Throttling::default()
     });
     assert_eq!(run_queue_delay(&e), None);
 }
@@ -286,6 +325,9 @@ fn a_throttled_server_is_why_requests_queue() {
         periods: 28,
         throttled,
         throttled_ns: 2_480_000_000,
+        quota_us: Some(5_000),
+        period_us: Some(100_000),
+        cpus: Some(2),
     };
     e.cpu = Some(CpuEvidence {
         process: "nginx[2]".into(),
@@ -410,16 +452,7 @@ fn a_rate_measured_one_way_is_not_the_others_and_never_exceeds_the_request() {
 #[test]
 fn handshakes_bloat_and_path() {
     let mut e = base(1_000, 1_200);
-    e.handshake = Some(Summary {
-        p50_ns: 1_000_000,
-        p99_ns: 1_003_000_000,
-        count: 10,
-        ..Summary::default()
-    });
-    e.connect_failures = ConnectFailures {
-        attempts: 10,
-        ..ConnectFailures::default()
-    };
+    connects(&mut e, 10, 1_000_000, 1_003_000_000);
     assert!(slow_handshake(&e).is_some());
     let mut e = base(20_000, 21_000);
     assert!(path_dominates(&e).is_some());
@@ -440,16 +473,7 @@ fn handshakes_bloat_and_path() {
 
 fn slow_connects() -> Evidence {
     let mut e = base(30, 400);
-    e.handshake = Some(Summary {
-        p50_ns: 40_000,
-        p99_ns: 1_010_000_000,
-        count: 100,
-        ..Summary::default()
-    });
-    e.connect_failures = ConnectFailures {
-        attempts: 100,
-        ..ConnectFailures::default()
-    };
+    connects(&mut e, 100, 40_000, 1_010_000_000);
     e
 }
 
@@ -1374,11 +1398,7 @@ fn a_smaller_mss_that_gets_through_is_a_pmtu_black_hole() {
     let mut e = Evidence {
         path: Some(s(200)),
         target: Some(latscope_core::model::diagnose::TargetKind::Http),
-        connect_failures: ConnectFailures {
-            attempts: 100,
-            refused: 0,
-            timed_out: 0,
-        },
+        connect_failures: attempts(100),
         mss: Some(MssProbe {
             normal_completed: false,
             normal_bytes: 0,
@@ -1496,32 +1516,10 @@ fn a_finding_whose_cost_was_not_measured_says_so() {
 /// completes in 40 µs, but of 32 connects 8 at a time, 8 waited ~1 s for their resent SYN.
 fn accept_queue_overflow() -> Evidence {
     let mut e = base(30, 400);
-    e.handshake = Some(Summary {
-        count: 100,
-        p50_ns: 40_000,
-        p99_ns: 90_000,
-        mean_ns: 45_000.0,
-        ..Summary::default()
-    });
-    e.connect_failures = ConnectFailures {
-        attempts: 100,
-        ..ConnectFailures::default()
-    };
-    e.connect_burst = Some(ConnectBurst {
-        connections: 8,
-        connect: Summary {
-            count: 32,
-            p50_ns: 60_000,
-            p99_ns: 1_030_000_000,
-            // 8 of 32 waited 1.03 s: the mean is the median plus a quarter of that.
-            mean_ns: 60_000.0 + 8.0 * 1_030_000_000.0 / 32.0,
-            ..Summary::default()
-        },
-        failures: ConnectFailures {
-            attempts: 32,
-            ..ConnectFailures::default()
-        },
-    });
+    connects(&mut e, 100, 40_000, 90_000);
+    e.handshake.as_mut().unwrap().mean_ns = 45_000.0;
+    // 8 of 32 waited 1.03 s: the mean is the median plus a quarter of that.
+    e.connect_burst = burst(60_000, 1_030_000_000, 8.0, 1_030_000_000.0);
     e
 }
 
@@ -1898,25 +1896,9 @@ fn loss_the_client_capture_did_not_see_twice_is_loss_on_the_way_back() {
 fn burst_syn_waits_are_charged_what_a_request_pays() {
     let mut e = base(30, 1_000);
     e.handshake = Some(s(40));
-    e.connect_failures = ConnectFailures {
-        attempts: 100,
-        ..ConnectFailures::default()
-    };
-    e.connect_burst = Some(ConnectBurst {
-        connections: 8,
-        connect: Summary {
-            count: 32,
-            p50_ns: 100_000,
-            p99_ns: 1_010_000_000,
-            // 3 of 32 waited 1 s.
-            mean_ns: 100_000.0 + 3.0 * 1_000_000_000.0 / 32.0,
-            ..Summary::default()
-        },
-        failures: ConnectFailures {
-            attempts: 32,
-            ..ConnectFailures::default()
-        },
-    });
+    e.connect_failures = attempts(100);
+    // 3 of 32 waited 1 s.
+    e.connect_burst = burst(100_000, 1_010_000_000, 3.0, 1_000_000_000.0);
     let f = slow_handshake(&e).expect("fires");
     assert_eq!(
         f.explains_ns, 93_810_000,

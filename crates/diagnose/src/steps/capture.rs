@@ -65,18 +65,16 @@ impl Observe for Capture {
             c.nagle.map(|n| n.total.count).unwrap_or(0),
             c.retransmissions,
             c.unseen_loss
-                .map(|u| format!(
-                    ", {} lost before the capture and sent again unseen ({})",
-                    latscope_core::units::count(u.count, "send"),
-                    latscope_core::units::format_ns(u.lost_ns as f64)
-                ))
+                .map(|u| {
+                    let (sends, lost) = count_and_time(u, "send");
+                    format!(", {sends} lost before the capture and sent again unseen ({lost})")
+                })
                 .unwrap_or_default(),
             c.syn_resends
-                .map(|s| format!(
-                    " (and {} resent, {} of handshakes waiting)",
-                    latscope_core::units::count(s.count, "SYN or SYN-ACK"),
-                    latscope_core::units::format_ns(s.lost_ns as f64)
-                ))
+                .map(|s| {
+                    let (resent, waiting) = count_and_time(s, "SYN or SYN-ACK");
+                    format!(" (and {resent} resent, {waiting} of handshakes waiting)")
+                })
                 .unwrap_or_default(),
             match (c.delivery_rate_bps, c.train_rate_bps) {
                 (Some((r, n)), _) => format!(
@@ -234,6 +232,14 @@ fn window_full(full: Option<StallTotal>, zero: Option<StallTotal>) -> Option<Sta
             })
         }
     }
+}
+
+/// A total of stalls in words: "3 sends", "1.2ms".
+fn count_and_time(t: StallTotal, what: &str) -> (String, String) {
+    (
+        latscope_core::units::count(t.count, what),
+        latscope_core::units::format_ns(t.lost_ns as f64),
+    )
 }
 
 #[cfg(test)]

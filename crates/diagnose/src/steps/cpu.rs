@@ -22,6 +22,8 @@ pub struct Cpu;
 pub struct Watching {
     process: String,
     before: Vec<(Cgroup, CpuStat)>,
+    /// CPUs the processes may run on (the union of their affinities).
+    cpus: Option<u32>,
     runq: Result<RunQueue, String>,
     client_runq: Option<RunQueue>,
 }
@@ -86,11 +88,14 @@ impl Observe for Cpu {
             .unwrap_or_default();
         let th = match &c.throttling {
             Some(t) => format!(
-                "cgroup {} ({}): throttled in {}, {} held back",
+                "cgroup {} ({}): throttled in {}, {} held back summed over its CPUs{}",
                 t.cgroup,
                 t.limit.as_deref().unwrap_or("no limit"),
                 of(t.throttled, t.periods, "period"),
-                format_ns(t.throttled_ns as f64)
+                format_ns(t.throttled_ns as f64),
+                t.held_per_period()
+                    .map(|h| format!(" ({} a throttled period)", format_ns(h.held_ns as f64)))
+                    .unwrap_or_default()
             ),
             None => "no CPU limit on its cgroups".into(),
         };
@@ -114,6 +119,7 @@ pub(crate) fn watch(port: u16, netns: u64, client_too: bool) -> Result<Watching,
         .into_iter()
         .filter_map(|c| read_stat(&c.dir).map(|s| (c, s)))
         .collect();
+    let cpus = cpus_allowed(&pids);
     let runq = RunQueue::start(&pids).map_err(|e| e.to_string());
     // latscope's own threads too, unless the server is this process (`latscope demo`):
     // waits both show are the host's contention, not the server's.
@@ -126,6 +132,7 @@ pub(crate) fn watch(port: u16, netns: u64, client_too: bool) -> Result<Watching,
     Ok(Watching {
         process,
         before,
+        cpus,
         runq,
         client_runq,
     })
@@ -139,12 +146,22 @@ pub(crate) fn finish_watch(w: Watching) -> Result<CpuEvidence, NotRun> {
         .iter()
         .filter_map(|(c, b)| {
             let a = read_stat(&c.dir)?;
+            let quota = quota(&c.dir, c.v2);
             Some(Throttling {
                 cgroup: c.name.clone(),
-                limit: limit(&c.dir, c.v2),
+                limit: quota.map(|(q, p)| {
+                    format!(
+                        "{} of CPU per {}",
+                        format_ns(q as f64 * 1000.0),
+                        format_ns(p as f64 * 1000.0)
+                    )
+                }),
                 periods: a.periods.saturating_sub(b.periods),
                 throttled: a.throttled.saturating_sub(b.throttled),
                 throttled_ns: a.throttled_ns.saturating_sub(b.throttled_ns),
+                quota_us: quota.map(|(q, _)| q),
+                period_us: quota.map(|(_, p)| p),
+                cpus: w.cpus,
             })
         })
         // A cgroup without a limit never throttles: only limited ones are worth a line.
@@ -325,8 +342,8 @@ fn parse_stat(text: &str) -> Option<CpuStat> {
     seen.then_some(s)
 }
 
-/// The cgroup's CPU limit in words, `None` when unlimited.
-fn limit(dir: &Path, v2: bool) -> Option<String> {
+/// The cgroup's CPU quota and period, µs; `None` when unlimited ("max", v1's -1).
+fn quota(dir: &Path, v2: bool) -> Option<(u64, u64)> {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
     let (quota, period) = if v2 {
         let t = read("cpu.max")?;
@@ -341,13 +358,40 @@ fn limit(dir: &Path, v2: bool) -> Option<String> {
             read("cpu.cfs_period_us")?.trim().parse::<i64>().ok()?,
         )
     };
-    (quota > 0 && period > 0).then(|| {
-        format!(
-            "{} of CPU per {}",
-            format_ns(quota as f64 * 1000.0),
-            format_ns(period as f64 * 1000.0)
-        )
-    })
+    Some((u64::try_from(quota).ok()?, u64::try_from(period).ok()?)).filter(|&(q, p)| q > 0 && p > 0)
+}
+
+/// How many CPUs `pids` may run on together: the union of their `Cpus_allowed_list`
+/// (sched_setaffinity and the cpuset both narrow it), `None` when none could be read.
+fn cpus_allowed(pids: &[u32]) -> Option<u32> {
+    let mut cpus = std::collections::BTreeSet::new();
+    for pid in pids {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        if let Some(list) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            cpus.extend(cpu_list(list.trim())?);
+        }
+    }
+    u32::try_from(cpus.len()).ok().filter(|&n| n > 0)
+}
+
+/// The CPUs of a kernel CPU list ("0-3,8,10-11"); `None` when it is not one.
+fn cpu_list(list: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b) = (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?);
+        // A host has at most a few thousand CPUs: a wider range is not a CPU list.
+        if b < a || b - a > 65_536 {
+            return None;
+        }
+        out.extend(a..=b);
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -369,6 +413,15 @@ mod tests {
         assert_eq!(parse_stat(v2).map(|s| s.throttled_ns), Some(350_000_000));
         // A v2 cgroup without the cpu controller counts usage only: no throttling figures.
         assert_eq!(parse_stat("usage_usec 5\nuser_usec 3\n"), None);
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(cpu_list("0-1"), Some(vec![0, 1]));
+        assert_eq!(cpu_list("0,2-3,7"), Some(vec![0, 2, 3, 7]));
+        assert_eq!(cpu_list("3-1"), None);
+        assert_eq!(cpu_list("x"), None);
+        assert!(cpus_allowed(&[std::process::id()]).is_some_and(|n| n >= 1));
     }
 
     #[test]
