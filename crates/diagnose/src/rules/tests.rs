@@ -1372,11 +1372,10 @@ fn the_clients_own_stack_taken_n_times_is_not_the_servers_queue() {
     assert!(socket_queueing(&e).is_some());
 }
 
-/// The client-netfilter case whose figures the two client-side checks miss (the lab's client +
-/// agent seat, round 7: `socket_queueing` first): this host's stack measured at 120 µs an
-/// exchange, the server's share 80 µs — 8 of those reach the 1.2 ms that 8 at once add, so the
-/// server's queue could hold it by the figures alone. The server's kernel says otherwise: it read
-/// the requests from its socket within 40 µs.
+/// A client-netfilter case (the lab's client + agent seat, round 7, had `socket_queueing`
+/// first): this host's stack measured at 120 µs an exchange, the server's share of a request
+/// 80 µs — 8 of those shares would reach the 1.22 ms that 8 at once add, so the server-share
+/// check alone cannot place the wait.
 fn client_stack_beside_a_larger_server_share() -> Evidence {
     let mut e = base(28, 228);
     e.client_host = Some(ClientHost {
@@ -1395,8 +1394,9 @@ fn client_stack_beside_a_larger_server_share() -> Evidence {
 #[test]
 fn the_servers_kernel_reading_promptly_places_the_wait_on_the_client() {
     let mut e = client_stack_beside_a_larger_server_share();
-    // Alone, the figures cannot place the wait: 8 × 120 µs is not half of 1.22 ms… (the
-    // stack at 60 µs an exchange: the case the client-side checks leave to the server).
+    // With the stack at 72 µs an exchange (its way out 60 µs: still high), the client's
+    // figures cannot place the wait: 8 × 72 µs is not half of 1.22 ms, 8 × 128 µs of the
+    // server's share would reach it…
     e.client_host.as_mut().unwrap().driver_to_recv_ns = Some(12_000);
     e.client_host.as_mut().unwrap().send_to_driver_ns = Some(60_000);
     assert!(client_stack_high(&e));
