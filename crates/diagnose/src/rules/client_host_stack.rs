@@ -124,7 +124,7 @@ fn concurrent_line(e: &Evidence) -> Option<String> {
         ),
     };
     Some(format!(
-        "{n} at once: p50 {} longer than one at a time, this host's not the server's queue — {why}",
+        "{n} at once: p50 {} longer than one at a time: this host's, not the server's queue — {why}",
         format_ns(wait as f64)
     ))
 }
