@@ -663,7 +663,8 @@ fn a_breach_on_an_edge_is_diagnosed_with_the_peers_evidence() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     assert!(
         explains.len() == 1 && explains[0].1 >= 0.001 && explains[0].1 <= 0.1 * cpus,
-        "{explains:?}"
+        "{explains:?}\n{}",
+        report_of("b")
     );
     // The edge whose agent cannot be reached: client-only, and it says so.
     assert_eq!(
