@@ -664,7 +664,9 @@ fn a_breach_on_an_edge_is_diagnosed_with_the_peers_evidence() {
     let most = 0.1 - 0.005 / cpus + 1e-6;
     assert!(
         explains.len() == 1 && explains[0].1 >= 0.001 && explains[0].1 <= most,
-        "{explains:?}"
+        "{explains:?}
+{}",
+        report_of("b")
     );
     // The edge whose agent cannot be reached: client-only, and it says so.
     assert_eq!(

@@ -561,6 +561,22 @@ pub struct StackEvidence {
     pub read_ns: Option<f64>,
     /// The log2 bucket holding the median read latency, e.g. "(33.6ms, 67.1ms]".
     pub read_bucket: Option<String>,
+    /// The 90th percentile of the read latency: a server that serves concurrent requests one
+    /// at a time keeps most of them waiting in its socket, a minority of the window's packets
+    /// when the one-at-a-time steps are as many, so the median can miss them (absent from an
+    /// agent that predates it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_p90_ns: Option<f64>,
+}
+
+impl StackEvidence {
+    /// How long the server's application left the connections' data in the socket before
+    /// reading it, at the 90th percentile: the read latency's p90 less the median time to the
+    /// socket.
+    pub fn socket_wait_p90_ns(&self) -> Option<u64> {
+        let (read, enq) = (self.read_p90_ns?, self.enqueued_ns.unwrap_or(0.0));
+        Some((read - enq).max(0.0) as u64)
+    }
 }
 
 /// How many stalls of one kind the wire showed and the time they cost.

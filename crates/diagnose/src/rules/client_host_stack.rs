@@ -73,6 +73,7 @@ pub fn client_host_stack(e: &Evidence) -> Option<Diagnosis> {
         ));
     }
     evidence.extend(single_line);
+    evidence.extend(concurrent_line(e));
     if let Some(n) = &e.host_noise {
         evidence.push(format!(
             "this host wakes a sleeping thread {} late (p50): not a busy CPU alone",
@@ -98,4 +99,32 @@ pub fn client_host_stack(e: &Evidence) -> Option<Diagnosis> {
         caused_by: None,
         causes: Vec::new(),
     })
+}
+
+/// The concurrent requests' extra wait, when a measurement places it on this host rather than
+/// in the server's queue ([`wait_on_client`]): the line that says so, and by which measurement.
+fn concurrent_line(e: &Evidence) -> Option<String> {
+    let c = e.concurrent.as_ref()?;
+    let single = e.single.as_ref()?.p50_ns;
+    let wait = c.latency.p50_ns.saturating_sub(single);
+    let n = c.connections;
+    let why = match wait_on_client(e, n, wait)? {
+        WaitOnClient::ServerReadPromptly { p90_ns } => format!(
+            "the server's kernel saw their requests read from its socket within {} (p90): they did not queue there",
+            format_ns(p90_ns as f64)
+        ),
+        WaitOnClient::StackCovers { stack_ns } => format!(
+            "{n} exchanges through this host's stack ({} each) take {}: their packets take it one after another",
+            format_ns(stack_ns as f64),
+            format_ns(stack_ns.saturating_mul(u64::from(n)) as f64)
+        ),
+        WaitOnClient::ServerShareSmall { server_ns } => format!(
+            "the server's share of a request ({}), {n} times over, is not half of it",
+            format_ns(server_ns as f64)
+        ),
+    };
+    Some(format!(
+        "{n} at once: p50 {} longer than one at a time: this host's, not the server's queue — {why}",
+        format_ns(wait as f64)
+    ))
 }

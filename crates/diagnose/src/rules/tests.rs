@@ -175,6 +175,7 @@ fn kernel_stack_rules() {
         enqueued_ns: Some(95_000.0),
         read_ns: Some(60_000_000.0),
         read_bucket: Some("(33.6ms, 67.1ms]".into()),
+        read_p90_ns: None,
     });
     let f = pre_tcp_kernel(&e).expect("fires");
     assert_eq!(f.side, Side::Kernel);
@@ -193,6 +194,7 @@ fn kernel_stack_rules() {
         enqueued_ns: Some(6_000.0),
         read_ns: Some(9_000.0),
         read_bucket: None,
+        read_p90_ns: None,
     });
     assert_eq!(pre_tcp_kernel(&e), None);
     assert_eq!(socket_queueing(&e), None);
@@ -204,6 +206,7 @@ fn kernel_stack_rules() {
         enqueued_ns: Some(99_000.0),
         read_ns: Some(111_000.0),
         read_bucket: None,
+        read_p90_ns: None,
     });
     let f = pre_tcp_kernel(&e).expect("fires");
     assert_eq!(f.explains_ns, 98_500);
@@ -1391,6 +1394,96 @@ fn the_clients_own_stack_taken_n_times_is_not_the_servers_queue() {
         latency: s(16_000),
     });
     assert!(socket_queueing(&e).is_some());
+}
+
+/// A client-netfilter case (the lab's client + agent seat, round 7, had `socket_queueing`
+/// first): this host's stack measured at 120 µs an exchange, the server's share of a request
+/// 80 µs — 8 of those shares would reach the 1.22 ms that 8 at once add, so the server-share
+/// check alone cannot place the wait.
+fn client_stack_beside_a_larger_server_share() -> Evidence {
+    let mut e = base(28, 228);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(58_000),
+        send_to_driver_ns: Some(60_000),
+        driver_to_recv_ns: Some(60_000),
+        samples: 200,
+    });
+    e.concurrent = Some(Concurrent {
+        connections: 8,
+        latency: s(1_448),
+    });
+    e
+}
+
+#[test]
+fn the_servers_kernel_reading_promptly_places_the_wait_on_the_client() {
+    let mut e = client_stack_beside_a_larger_server_share();
+    // With the stack at 72 µs an exchange (its way out 60 µs: still high), the client's
+    // figures cannot place the wait: 8 × 72 µs is not half of 1.22 ms, 8 × 128 µs of the
+    // server's share would reach it…
+    e.client_host.as_mut().unwrap().driver_to_recv_ns = Some(12_000);
+    e.client_host.as_mut().unwrap().send_to_driver_ns = Some(60_000);
+    assert!(client_stack_high(&e));
+    assert_eq!(wait_on_client(&e, 8, 1_220_000), None);
+    assert!(socket_queueing(&e).is_some(), "nothing places it elsewhere");
+    // …the server's kernel does: the requests left its socket within 40 µs (p90).
+    e.stack = Some(StackEvidence {
+        packets: 20_000,
+        ip_start_ns: Some(1.0),
+        enqueued_ns: Some(2_000.0),
+        read_ns: Some(16_000.0),
+        read_p90_ns: Some(42_000.0),
+        ..StackEvidence::default()
+    });
+    assert_eq!(
+        wait_on_client(&e, 8, 1_220_000),
+        Some(WaitOnClient::ServerReadPromptly { p90_ns: 40_000 })
+    );
+    assert_eq!(socket_queueing(&e), None);
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::ClientHostStack, "{all:#?}");
+    assert!(
+        all[0]
+            .evidence
+            .iter()
+            .any(|l| l.starts_with("8 at once") && l.contains("read from its socket within 40us")),
+        "{:#?}",
+        all[0].evidence
+    );
+    // A server that held them (p90 1 ms of the 1.22 ms): the server's kernel does not rule
+    // its queue out, and the client's figures decide as before.
+    e.stack.as_mut().unwrap().read_p90_ns = Some(1_000_000.0);
+    assert_eq!(wait_on_client(&e, 8, 1_220_000), None);
+    assert!(socket_queueing(&e).is_some());
+}
+
+#[test]
+fn the_clients_stack_n_times_over_covers_the_wait() {
+    // 120 µs an exchange, 8 connections: 960 µs, more than half the 1.22 ms — whatever the
+    // server's share (80 µs: 8 of them would reach the wait too).
+    let e = client_stack_beside_a_larger_server_share();
+    assert_eq!(
+        wait_on_client(&e, 8, 1_220_000),
+        Some(WaitOnClient::StackCovers { stack_ns: 120_000 })
+    );
+    assert_eq!(socket_queueing(&e), None);
+    let f = client_host_stack(&e).expect("fires");
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("8 exchanges through this host's stack (120us each) take 960us")),
+        "{:#?}",
+        f.evidence
+    );
+    // A healthy client stack places nothing, whatever it would cover.
+    let mut e = base(28, 228);
+    e.client_host = Some(ClientHost {
+        send_to_qdisc_ns: Some(2_000),
+        send_to_driver_ns: Some(3_000),
+        driver_to_recv_ns: Some(20_000),
+        samples: 200,
+    });
+    assert_eq!(wait_on_client(&e, 8, 40_000), None);
 }
 
 #[test]

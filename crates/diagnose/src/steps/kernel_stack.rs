@@ -41,13 +41,14 @@ impl Observe for KernelStack {
     fn detail(cx: &Context, s: &StackEvidence) -> String {
         let f = |v: Option<f64>| v.map(format_estimate_ns).unwrap_or_else(|| "-".into());
         format!(
-            "{} {}; medians: ip-start {}, tcp-start {}, tcp-socket-enqueued {}, tcp-socket-read {}",
+            "{} {}; medians: ip-start {}, tcp-start {}, tcp-socket-enqueued {}, tcp-socket-read {} (p90 {})",
             latscope_core::units::count(s.packets, "packet"),
             selection(cx.plan.addr, client_addr(cx.plan.addr)),
             f(s.ip_start_ns),
             f(s.tcp_start_ns),
             f(s.enqueued_ns),
-            f(s.read_ns)
+            f(s.read_ns),
+            f(s.read_p90_ns)
         )
     }
 
@@ -109,6 +110,7 @@ pub(crate) fn summarise(session: latscope_ebpf::Session) -> Result<StackEvidence
         read_ns: med(Probe::TcpSocketRead),
         read_bucket: (read.count() > 0)
             .then(|| bucket_label(bucket_of(read.quantile_ns(0.5) as u64))),
+        read_p90_ns: (read.count() > 0).then(|| read.quantile_ns(0.9)),
     })
 }
 
