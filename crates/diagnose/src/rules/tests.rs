@@ -1961,3 +1961,76 @@ fn burst_syn_waits_are_charged_what_a_request_pays() {
         f.evidence
     );
 }
+
+/// The accept queue from the client's seat (the lab's accept-queue, round 7): connects wait
+/// for a resent SYN only when eight arrive at once, the concurrent requests' own connections
+/// paid 65.6 ms a request, and the client's counters show its data resent (a full queue drops
+/// the handshake's last ACK, and the client sends its request again until the server takes the
+/// connection) — loss that no request measured waited for. That "loss" explains 0 ns, so it
+/// cannot be why the handshakes are slow: the handshakes rank first, ahead of the server's
+/// 20 ms per accept.
+#[test]
+fn a_cause_that_explains_nothing_does_not_demote_its_effect() {
+    let mut e = base(40, 21_000);
+    e.handshake = Some(s(60));
+    e.connect_failures = ConnectFailures {
+        attempts: 40,
+        ..ConnectFailures::default()
+    };
+    e.connect_burst = Some(ConnectBurst {
+        connections: 8,
+        connect: Summary {
+            count: 8,
+            p50_ns: 1_010_000_000,
+            p99_ns: 1_030_000_000,
+            mean_ns: 851_000_000.0,
+            ..Summary::default()
+        },
+        failures: ConnectFailures {
+            attempts: 8,
+            ..ConnectFailures::default()
+        },
+    });
+    e.request_connects = Some(RequestConnects {
+        connections: 65,
+        requests: 47,
+        connect: Summary {
+            count: 65,
+            p50_ns: 100_000,
+            p99_ns: 1_020_000_000,
+            mean_ns: 100_000.0 + 3.0 * 1_020_000_000.0 / 65.0,
+            ..Summary::default()
+        },
+    });
+    e.counters = Some(TcpCounters {
+        client: NsCounters {
+            out_segs: 172,
+            in_segs: 150,
+            retrans_segs: 24,
+            ..NsCounters::default()
+        },
+        server: None,
+        shared: false,
+    });
+    let ranked = apply(&e);
+    let loss = ranked
+        .iter()
+        .find(|f| f.rule == RuleId::Retransmissions)
+        .expect("the counters' resends are listed");
+    assert_eq!(loss.explains_ns, 0, "{ranked:#?}");
+    assert_eq!(ranked[0].rule, RuleId::SlowHandshake, "{ranked:#?}");
+    assert_eq!(ranked[0].caused_by, None);
+    assert!(ranked[0].explains_ns > 60_000_000, "{:#?}", ranked[0]);
+    // The same counters with requests that did wait for the resends (mean 50 ms over a 21 ms
+    // median): the loss explains 29 ms a request, and the slow handshakes are its effect.
+    e.single = Some(Summary {
+        mean_ns: 50_000_000.0,
+        ..s(21_000)
+    });
+    let ranked = apply(&e);
+    let h = ranked
+        .iter()
+        .find(|f| f.rule == RuleId::SlowHandshake)
+        .unwrap();
+    assert_eq!(h.caused_by, Some(RuleId::Retransmissions), "{ranked:#?}");
+}
