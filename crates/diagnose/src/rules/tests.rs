@@ -1934,6 +1934,7 @@ fn burst_syn_waits_are_charged_what_a_request_pays() {
             mean_ns: 100_000.0 + waited * 1e9 / connections as f64,
             ..Summary::default()
         },
+        ..RequestConnects::default()
     };
     e.request_connects = Some(connects(400, 2.0));
     let f = slow_handshake(&e).expect("fires");
@@ -2001,6 +2002,7 @@ fn a_cause_that_explains_nothing_does_not_demote_its_effect() {
             mean_ns: 100_000.0 + 3.0 * 1_020_000_000.0 / 65.0,
             ..Summary::default()
         },
+        ..RequestConnects::default()
     });
     e.counters = Some(TcpCounters {
         client: NsCounters {
@@ -2033,4 +2035,54 @@ fn a_cause_that_explains_nothing_does_not_demote_its_effect() {
         .find(|f| f.rule == RuleId::SlowHandshake)
         .unwrap();
     assert_eq!(h.caused_by, Some(RuleId::Retransmissions), "{ranked:#?}");
+}
+
+/// The lab's accept-queue, a run whose completed connects were all quick (p99 183 µs): the
+/// step's 8 connections made 46 requests in 2 s at 41 ms each — most of their time went to
+/// connects still waiting for a resent SYN when the step ended. Those waits are charged.
+#[test]
+fn connects_still_waiting_at_the_end_are_charged() {
+    let mut e = base(30, 20_000);
+    e.handshake = Some(s(60));
+    e.connect_burst = Some(ConnectBurst {
+        connections: 8,
+        connect: Summary {
+            count: 8,
+            p50_ns: 1_020_000_000,
+            p99_ns: 1_030_000_000,
+            mean_ns: 910_000_000.0,
+            ..Summary::default()
+        },
+        failures: ConnectFailures::default(),
+    });
+    let quick = Summary {
+        count: 64,
+        p50_ns: 122_000,
+        p99_ns: 183_000,
+        mean_ns: 122_000.0,
+        ..Summary::default()
+    };
+    e.request_connects = Some(RequestConnects {
+        connections: 64,
+        requests: 46,
+        connect: quick.clone(),
+        ..RequestConnects::default()
+    });
+    assert_eq!(slow_handshake(&e).expect("the burst waited").explains_ns, 0);
+    e.request_connects = Some(RequestConnects {
+        connections: 64,
+        requests: 46,
+        connect: quick,
+        pending: 6,
+        pending_ns: 9_200_000_000,
+    });
+    let f = slow_handshake(&e).expect("fires");
+    assert_eq!(f.explains_ns, 200_000_000, "{:#?}", f.evidence);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("6 connects still waiting when the step ended")),
+        "{:#?}",
+        f.evidence
+    );
 }
