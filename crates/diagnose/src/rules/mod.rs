@@ -178,17 +178,11 @@ pub const CHAINS: &[Link] = &[
         holds: |_, _, _| true,
     },
     Link {
-        // A loss rate p drops a handshake's SYN or SYN-ACK with probability ~2p, each costing
-        // the initial RTO (1 s), and a request's k ≥ 2 data segments with probability ~kp,
-        // each costing at least TCP_RTO_MIN (200 ms): the loss costs a request at least a
-        // tenth of what it makes the handshakes cost, or it is not what slowed them.
+        // Loss that slows handshakes slows the requests' data too: where a capture watched
+        // the requests, it must show them waiting for the loss (see [`loss_waits_seen`]).
         cause: RuleId::Retransmissions,
         effect: RuleId::SlowHandshake,
-        holds: |e, c, h| {
-            data_loss_material(e)
-                && !listen_overflowed(e)
-                && c.explains_ns.saturating_mul(10) >= h.explains_ns
-        },
+        holds: |e, c, _| data_loss_material(e) && !listen_overflowed(e) && loss_waits_seen(e, c),
     },
     Link {
         cause: RuleId::SlowHandshake,
