@@ -2051,6 +2051,23 @@ fn a_cause_that_explains_nothing_does_not_demote_its_effect() {
         .find(|f| f.rule == RuleId::SlowHandshake)
         .unwrap();
     assert_eq!(h.caused_by, Some(RuleId::Retransmissions), "{ranked:#?}");
+    // With a capture that saw no wait, a single request that waited a retransmission timeout
+    // (p99 416 ms over a 21 ms median) shows the loss costing time all the same.
+    e.capture = Some(CaptureEvidence {
+        frames: 610,
+        transactions: 283,
+        ..CaptureEvidence::default()
+    });
+    e.single = Some(Summary {
+        p99_ns: 416_000_000,
+        ..e.single.clone().unwrap()
+    });
+    let ranked = apply(&e);
+    let h = ranked
+        .iter()
+        .find(|f| f.rule == RuleId::SlowHandshake)
+        .unwrap();
+    assert_eq!(h.caused_by, Some(RuleId::Retransmissions), "{ranked:#?}");
 }
 
 /// The lab's accept-queue, a run whose completed connects were all quick (p99 183 µs): the
