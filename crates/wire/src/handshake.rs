@@ -194,7 +194,8 @@ impl SynResends {
             return None;
         }
         // After the client's ACK, a copy counts only while the client's data waits unanswered.
-        let settled = last.answered && !(last.client_data && !last.taken);
+        let waiting = last.client_data && !last.taken;
+        let settled = last.answered && !waiting;
         let new_attempt = last.refused || settled || waited_ns < syn_timer_floor_ns();
         last.ts_ns = ts_ns;
         last.id = id;
