@@ -608,7 +608,7 @@ mod tests {
             threads: 1,
             duration: Some(Duration::from_millis(400)),
             timeout: Duration::from_secs(5),
-            ..Options::new(&format!("http://{addr}/"))
+            ..Options::new(format!("http://{addr}/"))
         };
         let cfg = Config::new(&o).unwrap();
         let stop = AtomicBool::new(false);
