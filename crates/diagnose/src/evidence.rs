@@ -476,6 +476,10 @@ pub struct RequestConnects {
     pub connections: u64,
     pub requests: u64,
     pub connect: Summary,
+    /// Connects still waiting when the step ended (not in `connect`), and how long they had
+    /// waited within it.
+    pub pending: u64,
+    pub pending_ns: u64,
 }
 
 impl RequestConnects {

@@ -591,6 +591,38 @@ mod tests {
         }
     }
 
+    /// A listener whose accept queue is full (backlog 0 holds one connection, never accepted):
+    /// the run's connects wait for a resent SYN past its end, and are counted as waiting — the
+    /// connect histogram, which holds completed connects only, never sees them.
+    #[test]
+    fn connects_still_waiting_at_the_end_are_counted() {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        sock.bind(&any.into()).expect("bind");
+        sock.listen(0).expect("listen");
+        let addr = sock.local_addr().unwrap().as_socket().unwrap();
+        // The address probe's connect takes the queue's one place.
+        let o = Options {
+            connections: 2,
+            threads: 1,
+            duration: Some(Duration::from_millis(400)),
+            timeout: Duration::from_secs(5),
+            ..Options::new(format!("http://{addr}/"))
+        };
+        let cfg = Config::new(&o).unwrap();
+        let stop = AtomicBool::new(false);
+        let r = run(&cfg, &stop, &mut |_, _| {}).expect("runs");
+        assert_eq!(r.stats.requests, 0);
+        assert_eq!(r.stats.connections_opened, 0, "{:?}", r.stats.errors);
+        assert_eq!(r.stats.connects_pending, 2);
+        let each = r.stats.connect_pending_ns / 2;
+        assert!(
+            (300_000_000..=1_000_000_000).contains(&each),
+            "each waited the run's 400 ms: {each} ns"
+        );
+    }
+
     #[test]
     fn config_checks_input() {
         let c = Config::new(&opts("http://127.0.0.1:1/x")).unwrap();

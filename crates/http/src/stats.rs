@@ -117,6 +117,13 @@ pub struct Stats {
     pub late_sends: u64,
     /// TCP connections opened (successfully).
     pub connections_opened: u64,
+    /// TCP connects still in progress when the run ended: never in `connect`, which holds
+    /// completed ones. A server whose accept queue is full drops SYNs, and a connect that
+    /// waits for its second resend (1 s, then 2 s more) outlasts a short run.
+    pub connects_pending: u64,
+    /// The time those connects had waited within the measured span (from the later of their
+    /// start and the warm-up's end, to the run's end).
+    pub connect_pending_ns: u64,
     /// A few distinct error messages, for the report.
     pub error_samples: Vec<String>,
 }
@@ -136,6 +143,8 @@ impl Default for Stats {
             errors: ErrorCounts::default(),
             late_sends: 0,
             connections_opened: 0,
+            connects_pending: 0,
+            connect_pending_ns: 0,
             error_samples: Vec::new(),
         }
     }
@@ -169,6 +178,8 @@ impl Stats {
         self.errors.merge(&o.errors);
         self.late_sends += o.late_sends;
         self.connections_opened += o.connections_opened;
+        self.connects_pending += o.connects_pending;
+        self.connect_pending_ns += o.connect_pending_ns;
         for s in &o.error_samples {
             if self.error_samples.len() < MAX_ERROR_SAMPLES && !self.error_samples.contains(s) {
                 self.error_samples.push(s.clone());

@@ -300,10 +300,22 @@ impl<'a> Worker<'a> {
         let finished_ns = sys::monotonic_ns();
         let end = self.end_ns.map_or(finished_ns, |e| e.min(finished_ns));
         self.flush_interval(end, true);
+        self.count_pending_connects(end);
         WorkerResult {
             stats: self.stats,
             finished_ns: end,
             not_http: self.not_http.into_verdict(),
+        }
+    }
+
+    /// Connects still in progress at `end`, and how long they had waited in the measured span.
+    fn count_pending_connects(&mut self, end: u64) {
+        for c in &self.conns {
+            if matches!(c.phase, Phase::Connecting) {
+                self.stats.connects_pending += 1;
+                let since = c.connect_started_ns.max(self.measure_start_ns);
+                self.stats.connect_pending_ns += end.saturating_sub(since);
+            }
         }
     }
 

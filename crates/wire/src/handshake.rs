@@ -31,7 +31,8 @@ pub const SAME_PACKET_NS: u64 = 1_000_000;
 pub enum HandshakeSegment {
     /// The client's SYN (no answer: lost, dropped by a full accept queue or a filter).
     Syn,
-    /// The server's SYN-ACK (the client's ACK, or the SYN-ACK itself, was lost).
+    /// The server's SYN-ACK (the client's ACK, or the SYN-ACK itself, was lost — or the server
+    /// dropped the ACK because its accept queue was full: see [`SynResends`]).
     SynAck,
 }
 
@@ -102,17 +103,34 @@ struct Sent {
     /// The peer answered it with a RST: the next SYN is a new attempt at a refused port
     /// (Windows retries a refused connect after ~0.5 s), not a resend of a lost one.
     refused: bool,
-    /// A SYN-ACK the client acknowledged: the handshake is complete, and a later copy of it
-    /// (forged, or answering a stray segment) kept no set-up waiting.
+    /// A SYN-ACK the client acknowledged: the handshake is complete on the client's side.
     answered: bool,
+    /// The client sent data after acknowledging this SYN-ACK: it believes it is connected and
+    /// waits for an answer.
+    client_data: bool,
+    /// The server sent something other than this SYN-ACK on the connection: it took the
+    /// handshake (only a socket still in SYN-RECV sends its SYN-ACK again).
+    taken: bool,
+    /// This is a SYN-ACK (the server's), not a SYN.
+    syn_ack: bool,
 }
 
 /// Tracks when each SYN (and SYN-ACK) was last sent and totals the resends.
+///
+/// A SYN-ACK sent again after the client acknowledged it is a resend only when the client had
+/// sent data the server never acknowledged (the server sent nothing since its SYN-ACK): the
+/// server never took the handshake's last ACK — Linux drops it when the listen socket's accept
+/// queue is full (`tcp_check_req()` → `ListenOverflows`) and re-sends its SYN-ACK on the
+/// request socket's timer, while the client, connected on its side, resends its request until
+/// the server takes the connection. Without the client's data nobody waited: a server with
+/// `TCP_DEFER_ACCEPT` ignores a bare ACK and re-sends its SYN-ACK ~30 s later to connections
+/// a browser opened in advance (a public capture: sessionhijacking), not a set-up wait.
 #[derive(Debug, Default)]
 pub struct SynResends {
     last_sent: HashMap<Key, Sent, BuildHasherDefault<FxHasher>>,
-    /// SYN-ACKs not yet acknowledged (a handshake's last ACK is looked up only while some are).
-    unanswered_syn_acks: usize,
+    /// SYN-ACKs the server has not yet followed with another segment (the segments of their
+    /// connections are looked up only while some are).
+    untaken_syn_acks: usize,
     totals: HandshakeResends,
 }
 
@@ -141,7 +159,7 @@ impl SynResends {
         let key = (d.src, tcp.src_port(), d.dst, tcp.dst_port(), tcp.seq());
         if self.last_sent.len() >= MAX_TRACKED && !self.last_sent.contains_key(&key) {
             self.last_sent.clear();
-            self.unanswered_syn_acks = 0;
+            self.untaken_syn_acks = 0;
         }
         let segment = if fl & flags::ACK != 0 {
             HandshakeSegment::SynAck
@@ -157,10 +175,13 @@ impl SynResends {
                     id,
                     refused: false,
                     answered: false,
+                    client_data: false,
+                    taken: false,
+                    syn_ack: segment == HandshakeSegment::SynAck,
                 },
             );
             if segment == HandshakeSegment::SynAck {
-                self.unanswered_syn_acks += 1;
+                self.untaken_syn_acks += 1;
             }
             return None;
         };
@@ -172,7 +193,10 @@ impl SynResends {
         if waited_ns < SAME_PACKET_NS {
             return None;
         }
-        let new_attempt = last.refused || last.answered || waited_ns < syn_timer_floor_ns();
+        // After the client's ACK, a copy counts only while the client's data waits unanswered.
+        let waiting = last.client_data && !last.taken;
+        let settled = last.answered && !waiting;
+        let new_attempt = last.refused || settled || waited_ns < syn_timer_floor_ns();
         last.ts_ns = ts_ns;
         last.id = id;
         last.refused = false;
@@ -187,13 +211,36 @@ impl SynResends {
     }
 
     /// A segment other than a SYN: a RST refusing a SYN, or the ACK completing a handshake,
-    /// settles that SYN or SYN-ACK (its next copy is no resend).
+    /// settles that SYN or SYN-ACK (its next copy is no resend) — unless the server never took
+    /// that ACK while the client's data waited ([`SynResends`]); the server's own next segment
+    /// shows it took the handshake.
     fn answer(&mut self, d: &Decoded<'_>, fl: u8, ack: u32) {
-        let Transport::Tcp { tcp, .. } = d.transport else {
+        let Transport::Tcp { tcp, payload_len } = d.transport else {
             return;
         };
         let rst = fl & flags::RST != 0;
-        if fl & flags::ACK == 0 || (!rst && self.unanswered_syn_acks == 0) {
+        if !rst && self.untaken_syn_acks == 0 {
+            return;
+        }
+        // The server's first segment after its SYN-ACK carries the sequence number after it.
+        let own = (
+            d.src,
+            tcp.src_port(),
+            d.dst,
+            tcp.dst_port(),
+            tcp.seq().wrapping_sub(1),
+        );
+        if !rst
+            && let Some(sent) = self.last_sent.get_mut(&own)
+            && sent.syn_ack
+        {
+            if !sent.taken {
+                sent.taken = true;
+                self.untaken_syn_acks = self.untaken_syn_acks.saturating_sub(1);
+            }
+            return;
+        }
+        if fl & flags::ACK == 0 {
             return;
         }
         let key = (
@@ -208,10 +255,10 @@ impl SynResends {
         };
         if rst {
             sent.refused = true;
-        } else if !sent.answered {
-            sent.answered = true;
-            self.unanswered_syn_acks = self.unanswered_syn_acks.saturating_sub(1);
+            return;
         }
+        sent.answered = true;
+        sent.client_data |= payload_len > 0;
     }
 
     /// The resends so far, by segment.
@@ -254,6 +301,14 @@ mod tests {
     fn frame_ack(sport: u16, fl: u8, seq: u32, ack: u32, reply: bool) -> Vec<u8> {
         let mut f = frame(sport, fl, seq, reply);
         f[42..46].copy_from_slice(&ack.to_be_bytes());
+        f
+    }
+
+    /// `frame_ack` carrying `len` bytes of payload.
+    fn frame_data(sport: u16, seq: u32, ack: u32, len: u16, reply: bool) -> Vec<u8> {
+        let mut f = frame_ack(sport, flags::ACK | flags::PSH, seq, ack, reply);
+        f.resize(f.len() + usize::from(len), 0x61);
+        f[16..18].copy_from_slice(&(40 + len).to_be_bytes());
         f
     }
 
@@ -367,5 +422,37 @@ mod tests {
         let lonely = frame_ack(40001, flags::SYN | flags::ACK, 9, 77, true);
         push(&mut r, 0, &lonely);
         assert!(push(&mut r, 3_000 * MS, &lonely).is_some());
+    }
+
+    /// A full accept queue, seen from the client: the server drops the handshake's last ACK,
+    /// the client sends its request (and again after its timer), and the server, still in
+    /// SYN-RECV, sends its SYN-ACK again 1 s later — the set-up waited. The same copy after the
+    /// server acknowledged the request is no resend.
+    #[test]
+    fn a_syn_ack_again_while_the_request_waits_is_the_server_not_taking_the_handshake() {
+        let mut r = SynResends::default();
+        let sa = frame_ack(40000, flags::SYN | flags::ACK, 5, 1001, true);
+        push(&mut r, 0, &sa);
+        push(&mut r, MS, &frame_ack(40000, flags::ACK, 1001, 6, false));
+        let request = frame_data(40000, 1001, 6, 120, false);
+        push(&mut r, MS, &request);
+        assert_eq!(push(&mut r, 205 * MS, &request), None, "a data resend");
+        let x = push(&mut r, 1_000 * MS, &sa).expect("the server never took the ACK");
+        assert_eq!(x.segment, HandshakeSegment::SynAck);
+        assert_eq!(x.waited_ns, 1_000 * MS);
+        assert_eq!(r.totals().syn_ack.count, 1);
+        // Another connection whose server acknowledged the request: it took the handshake, and
+        // a later copy of its SYN-ACK (stray, or forged) kept nobody waiting.
+        let sa = frame_ack(40001, flags::SYN | flags::ACK, 9, 2001, true);
+        push(&mut r, 0, &sa);
+        push(&mut r, MS, &frame_ack(40001, flags::ACK, 2001, 10, false));
+        push(&mut r, MS, &frame_data(40001, 2001, 10, 120, false));
+        push(
+            &mut r,
+            2 * MS,
+            &frame_ack(40001, flags::ACK, 10, 2121, true),
+        );
+        assert_eq!(push(&mut r, 1_000 * MS, &sa), None);
+        assert_eq!(r.totals().syn_ack.count, 1);
     }
 }

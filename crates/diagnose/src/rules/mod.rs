@@ -112,7 +112,8 @@ pub struct Link {
 /// [`loss_explains_ack_stalls`]); loss on the path drops SYNs and SYN-ACKs too (a SYN retransmitted
 /// because of loss is loss, not a backlog: only the listen queue's overflow counters blame the
 /// backlog), while SYN drops alone are the retransmissions a capture sees; a load whose bytes
-/// fill the bottleneck makes the probe wait behind them.
+/// fill the bottleneck makes the probe wait behind them. Every link also needs its cause to
+/// explain something itself ([`explains_something`]).
 pub const CHAINS: &[Link] = &[
     Link {
         cause: RuleId::PreTcpKernel,
@@ -177,9 +178,11 @@ pub const CHAINS: &[Link] = &[
         holds: |_, _, _| true,
     },
     Link {
+        // Loss that slows handshakes slows the requests' data too: where a capture watched
+        // the requests, it must show them waiting for the loss (see [`loss_waits_seen`]).
         cause: RuleId::Retransmissions,
         effect: RuleId::SlowHandshake,
-        holds: |e, _, _| data_loss_material(e) && !listen_overflowed(e),
+        holds: |e, c, _| data_loss_material(e) && !listen_overflowed(e) && loss_waits_seen(e, c),
     },
     Link {
         cause: RuleId::SlowHandshake,
@@ -239,6 +242,21 @@ pub fn cost_per_request(e: &Evidence, f: &Diagnosis) -> u64 {
     f.explains_ns / share
 }
 
+/// A cause explains another finding only if it explains something itself: at least
+/// 1/[`CAUSE_SHARE`] of what the effect costs a request ([`cost_per_request`]; an effect that
+/// costs nothing needs nothing). A finding that
+/// explains 0 ns — the client's counters reading a full accept queue's resent requests as
+/// loss, while no request measured waited for it — cannot be why the handshakes cost 65 ms a
+/// request (the lab's accept-queue from the client's seat, round 7).
+pub fn explains_something(e: &Evidence, cause: &Diagnosis, effect: &Diagnosis) -> bool {
+    cost_per_request(e, cause).saturating_mul(CAUSE_SHARE) >= cost_per_request(e, effect)
+}
+
+/// The smallest share of an effect's cost its cause must explain, as a divisor: 1/100. The
+/// links that amplify a cost (a per-packet kernel cost that N concurrent requests pay one after
+/// another: 1/(4 N), 1/32 at 8 connections) stay well above it.
+pub const CAUSE_SHARE: u64 = 100;
+
 /// Order findings so that the root cause comes first: findings another finding explains are
 /// marked `caused_by` it and ranked after every root cause; within each group, most latency
 /// per request first ([`cost_per_request`]).
@@ -256,7 +274,9 @@ pub fn rank(e: &Evidence, mut found: Vec<Diagnosis>) -> Vec<Diagnosis> {
         if found[ei].caused_by.is_some() || found[ci].caused_by == Some(link.effect) {
             continue;
         }
-        if !(link.holds)(e, &found[ci], &found[ei]) {
+        if !explains_something(e, &found[ci], &found[ei])
+            || !(link.holds)(e, &found[ci], &found[ei])
+        {
             continue;
         }
         let cause_title = found[ci].title.clone();

@@ -96,6 +96,40 @@ pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
     })
 }
 
+/// The loss is more than the client's own resends while none of its captured requests waited
+/// for one: the capture of the single requests shows retransmission timeouts, sends lost
+/// before it, or waits for the client's ACK the loss caused; or the single requests' p99 is a
+/// retransmission timeout (TCP_RTO_MIN, 200 ms) beyond their median (the lab's loss from the
+/// client + agent seat: p99 416 ms over 23.5 µs, the capture's resends all reported duplicate);
+/// or the server's counters count loss of their own (what its output path drops the client's
+/// capture never sees); or, without a capture, the finding's estimate (the requests' mean over
+/// their median) is not 0. The
+/// client's counters alone, with a capture that saw no wait, are no cause of slow handshakes:
+/// a full accept queue drops the handshake's last ACK and the client resends its request until
+/// the server takes the connection, which its counters cannot tell from loss (the lab's
+/// accept-queue from the client's seat: 18 data segments resent, 0 ns lost on the wire).
+pub(crate) fn loss_waits_seen(e: &Evidence, loss: &Diagnosis) -> bool {
+    if e.capture.is_none() {
+        return loss.explains_ns > 0;
+    }
+    let server_counted = e.counters.is_some_and(|c| {
+        !c.shared
+            && c.server.is_some_and(|s| {
+                counter_material(s.lost_retrans() + s.local_out_drops(), s.out_segs)
+                    || counter_material(s.ofo_queued, s.in_segs)
+            })
+    });
+    let rto_floor = *TcpTimer::DelayedAckMaxOrRtoMin.band_ns().start();
+    let timed_out = e
+        .single
+        .as_ref()
+        .is_some_and(|s| s.p99_ns.saturating_sub(s.p50_ns) >= rto_floor);
+    server_counted
+        || timed_out
+        || capture_loss(e).is_some_and(|(per_request, _)| per_request > 0)
+        || loss_ack_stall_cost(e) > 0
+}
+
 /// The evidence line for the waits for the client's ACK that loss caused.
 pub(crate) fn loss_ack_line(e: &Evidence, per_request: u64) -> String {
     let waits = match e

@@ -204,6 +204,8 @@ fn http_run(
             connections: r.stats.connections_opened,
             requests: r.stats.requests,
             connect: r.stats.connect.summary(),
+            pending: r.stats.connects_pending,
+            pending_ns: r.stats.connect_pending_ns,
         }),
     })
 }
