@@ -67,6 +67,38 @@ impl Proc {
         Proc(child)
     }
 
+    /// Like `start`, for a program that prints `marker` on a line of its own once it serves
+    /// (the lab's python servers print "ready" after binding): returns once it has, at most 15 s
+    /// (a UDP responder that is not yet bound answers a query with an ICMP error, which a client
+    /// reads as a failed lookup at once). The rest of its output is read and dropped.
+    pub fn start_ready(ns: &str, cmd: &[&str], marker: &str) -> Proc {
+        use std::io::BufRead;
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let wanted = marker.to_string();
+        std::thread::spawn(move || {
+            let mut said = false;
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if !said && line.trim() == wanted {
+                    said = true;
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let proc = Proc(child);
+        rx.recv_timeout(Duration::from_secs(15))
+            .unwrap_or_else(|_| panic!("{cmd:?} did not print {marker:?} within 15 s"));
+        proc
+    }
+
     pub fn pid(&self) -> u32 {
         self.0.id()
     }

@@ -187,6 +187,15 @@ fn lab() {
                 o.rules,
                 o.verdict
             );
+            // A run that did not produce a verdict (exit 2 or 3): what diagnose said instead.
+            if o.doc.is_none() && !o.stderr.trim().is_empty() {
+                eprintln!(
+                    "lab: {} [{}] stderr: {}",
+                    s.name,
+                    seat.name(),
+                    o.stderr.trim()
+                );
+            }
             if let Ok(dir) = std::env::var("LAB_JSON_DIR")
                 && let Some(d) = &o.doc
             {

@@ -429,7 +429,7 @@ fn slow_dns() -> Setup {
     let p = pair(155);
     let ng = nginx_in(&p.b, &p.addr_b, NginxConf::default());
     let py = servers_py();
-    let dns = Proc::start(
+    let dns = Proc::start_ready(
         &p.a,
         &[
             python(),
@@ -441,9 +441,9 @@ fn slow_dns() -> Setup {
             &p.addr_b,
             "300",
         ],
+        "ready",
     );
     let res = Resolver::new(&p.a, "127.0.0.1");
-    std::thread::sleep(Duration::from_millis(500));
     let url = format!("http://web.lab.test:{}/index.html", ng.port);
     Setup::new(&p.a.clone(), url)
         .keep(p)
