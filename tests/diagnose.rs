@@ -208,9 +208,14 @@ fn the_same_server_in_two_namespaces_is_read_where_our_connection_went() {
     lab.spawn(&twin.name, &serve);
     std::thread::sleep(Duration::from_millis(500));
     let target = format!("10.63.0.2:{port}");
-    lab.spawn(&twin.name, &["rr", &target, "-d", "60s", "-c", "4"]);
+    // Paced (open loop), so that the other clients keep their connections busy without taking
+    // both CPUs from diagnose for the whole run (closed-loop clients made it last a minute).
+    lab.spawn(
+        &twin.name,
+        &["rr", &target, "-d", "60s", "-c", "4", "-q", "400"],
+    );
     // b's server has clients of its own too: only our connection's server end counts.
-    lab.spawn(&b, &["rr", &target, "-d", "60s", "-c", "3"]);
+    lab.spawn(&b, &["rr", &target, "-d", "60s", "-c", "3", "-q", "300"]);
     std::thread::sleep(Duration::from_millis(300));
 
     let (code, out, err) = lab.run(
