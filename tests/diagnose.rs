@@ -39,14 +39,7 @@ fn nagle_server_is_named_and_nodelay_is_clean() {
         .iter()
         .find(|s| s["name"] == "server sockets")
         .unwrap();
-    assert_eq!(sockets["status"], "ran", "{sockets}");
-    assert!(
-        sockets["detail"]
-            .as_str()
-            .unwrap()
-            .contains("TCP_NODELAY off on 1"),
-        "{sockets}"
-    );
+    nagle_on_each_of_our_connections(sockets);
 
     let fast = ServeProcess::start(&["--split-response", "128"]);
     let (code, doc) = diagnose(&fast.target(), &["--no-load"]);
@@ -63,6 +56,26 @@ fn nagle_server_is_named_and_nodelay_is_clean() {
 
 fn u64_of(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap()
+}
+
+/// The server-sockets step ran and read Nagle on at the server's end of each of our
+/// connections of the step: one, or two when the step opened another between the socket scans
+/// (each kept with its latest reading) — and no other client's connection.
+fn nagle_on_each_of_our_connections(sockets: &serde_json::Value) {
+    assert_eq!(sockets["status"], "ran", "{sockets}");
+    let detail = sockets["detail"].as_str().unwrap();
+    let count = |after: &str| -> Option<usize> {
+        let rest = &detail[detail.find(after)? + after.len()..];
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let (ours, nagle) = (count("]: "), count("TCP_NODELAY off on "));
+    assert!(
+        matches!(ours, Some(1..=2)) && nagle == ours && detail.contains(" connection"),
+        "{sockets}"
+    );
 }
 
 #[test]
@@ -225,25 +238,8 @@ fn the_same_server_in_two_namespaces_is_read_where_our_connection_went() {
     assert_eq!(code, 1, "{err}");
     let doc = json_checked(&out, "diagnose");
     // (Which finding ranks first depends on how b's own clients load its server.)
-    // b's end of our one connection: not the twin's server (Nagle off), not b's other clients.
-    let sockets = step(&doc, "server sockets");
-    assert_eq!(sockets["status"], "ran", "{sockets}");
-    let detail = sockets["detail"].as_str().unwrap();
-    // Our connections of the step (one, or two when the step opened another between the
-    // socket scans, each kept with its latest reading): every one b's Nagle server, none of
-    // the twin's four or b's own three clients' connections.
-    let count = |after: &str| -> Option<usize> {
-        let rest = &detail[detail.find(after)? + after.len()..];
-        rest.split(|c: char| !c.is_ascii_digit())
-            .next()?
-            .parse()
-            .ok()
-    };
-    let (ours, nagle) = (count("]: "), count("TCP_NODELAY off on "));
-    assert!(
-        matches!(ours, Some(1..=2)) && nagle == ours && detail.contains(" connection"),
-        "{sockets}"
-    );
+    // b's end of our connections: not the twin's server (Nagle off), not b's other clients.
+    nagle_on_each_of_our_connections(&step(&doc, "server sockets"));
     // The kernel stack watched b's namespace, where our packets went, and only our
     // connections' addresses there: b's own clients (from 10.63.0.2) are left out.
     let stack = step(&doc, "kernel stack");

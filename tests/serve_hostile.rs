@@ -909,17 +909,23 @@ fn the_log_summarises_bare_connects_names_tests_and_reports_the_stop() {
         .and_then(|s| s.split(',').next())
         .unwrap()
         .to_string();
-    let run = |args: &[&str]| {
+    // Each test must complete: exit 0, or 1 where the measurement itself found a problem (UDP
+    // datagrams lost in a receive buffer on a loaded machine are exit 1 by design).
+    let run = |args: &[&str], codes: &[i32]| {
         let out = Command::new(BIN).args(args).output().unwrap();
         assert!(
-            out.status.success(),
-            "{args:?}: {}",
+            out.status.code().is_some_and(|c| codes.contains(&c)),
+            "{args:?}: {:?} {}",
+            out.status,
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    run(&["connect", &addr, "-n", "300"]);
-    run(&["rr", &addr, "-n", "50"]);
-    run(&["stream", &addr, "-d", "1s", "--udp", "-b", "10M", "-R"]);
+    run(&["connect", &addr, "-n", "300"], &[0]);
+    run(&["rr", &addr, "-n", "50"], &[0]);
+    run(
+        &["stream", &addr, "-d", "1s", "--udp", "-b", "10M", "-R"],
+        &[0, 1],
+    );
     // A test still running when Ctrl-C comes.
     let mut running = Command::new(BIN)
         .args(["rr", &addr, "-d", "10s"])
