@@ -239,7 +239,7 @@ fn the_same_server_in_two_namespaces_is_read_where_our_connection_went() {
     let doc = json_checked(&out, "diagnose");
     // (Which finding ranks first depends on how b's own clients load its server.)
     // b's end of our connections: not the twin's server (Nagle off), not b's other clients.
-    nagle_on_each_of_our_connections(&step(&doc, "server sockets"));
+    nagle_on_each_of_our_connections(step(&doc, "server sockets"));
     // The kernel stack watched b's namespace, where our packets went, and only our
     // connections' addresses there: b's own clients (from 10.63.0.2) are left out.
     let stack = step(&doc, "kernel stack");
