@@ -124,16 +124,10 @@ fn think_time_is_not_nagle() {
 #[test]
 fn queueing_scales_with_concurrency() {
     let mut e = base(40, 10_000);
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(78_000),
-    });
+    e.concurrent = Some(eight_at_once(s(78_000)));
     let f = socket_queueing(&e).expect("fires");
     assert!(f.explains_ns >= 67_000_000);
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(12_000),
-    });
+    e.concurrent = Some(eight_at_once(s(12_000)));
     assert_eq!(socket_queueing(&e), None, "a concurrent server");
 }
 
@@ -363,10 +357,7 @@ fn rate(rate_bps: f64, source: RateSource, wire_bytes: u64) -> Option<LinkRate> 
 fn a_slow_link_is_the_network_not_the_server() {
     // 4 Mbit/s down: 1.2 KB of response on the wire is 2.4 ms; 8 at once queue 8 deep.
     let mut e = base(60, 2_600);
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(19_500),
-    });
+    e.concurrent = Some(eight_at_once(s(19_500)));
     let trains = RateSource::PacketTrains { pairs: 40 };
     e.bottleneck = Some(Bottleneck {
         up: None,
@@ -399,10 +390,7 @@ fn a_slow_link_is_the_network_not_the_server() {
 #[test]
 fn a_rate_measured_one_way_is_not_the_others_and_never_exceeds_the_request() {
     let mut e = base(30, 62);
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(156),
-    });
+    e.concurrent = Some(eight_at_once(s(156)));
     // The old model: the whole exchange at the uplink's rate.
     let whole = rate(50e6, RateSource::BulkTransfer, 1_281);
     e.bottleneck = Some(Bottleneck {
@@ -426,10 +414,7 @@ fn a_rate_measured_one_way_is_not_the_others_and_never_exceeds_the_request() {
     // A slow uplink that is what requests see: 1 Mbit/s, a 1.5 KB request is 12 ms of a
     // 12.5 ms request, and 8 at once measured 8 × 12 ms: every claim within what was measured.
     let mut e = base(300, 12_500);
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(97_000),
-    });
+    e.concurrent = Some(eight_at_once(s(97_000)));
     e.bottleneck = Some(Bottleneck {
         up: rate(1e6, RateSource::BulkTransfer, 1_500),
         down: None,
@@ -443,10 +428,7 @@ fn a_rate_measured_one_way_is_not_the_others_and_never_exceeds_the_request() {
     assert!(f.evidence.iter().any(|l| l.contains("as measured")));
     assert!(f.explains_ns <= 97_000_000 - 300_000);
     // The same prediction where 8 at once measured 20 ms: the queueing is not claimed.
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(20_000),
-    });
+    e.concurrent = Some(eight_at_once(s(20_000)));
     let f = bottleneck_bandwidth(&e).expect("the single request's share stands");
     assert_eq!(f.explains_ns, 12_000_000);
     assert!(!f.evidence.iter().any(|l| l.contains("queue for the link")));
@@ -559,10 +541,7 @@ fn slow_handshakes_are_why_requests_queue_behind_them() {
         ttfb_ns: 62_000,
         transfer_ns: 0,
     });
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(8_550),
-    });
+    e.concurrent = Some(eight_at_once(s(8_550)));
     e.stack = Some(StackEvidence {
         packets: 6_000,
         ip_start_ns: Some(1.0),
@@ -992,10 +971,7 @@ fn a_probe_waiting_its_turn_under_our_own_http_load_is_no_finding() {
 #[test]
 fn the_root_cause_ranks_first() {
     let mut e = base(30, 500);
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(3_800),
-    });
+    e.concurrent = Some(eight_at_once(s(3_800)));
     e.stack = Some(StackEvidence {
         packets: 400,
         ip_start_ns: Some(2_000.0),
@@ -1022,10 +998,7 @@ fn the_root_cause_ranks_first() {
 #[test]
 fn queueing_seen_from_both_sides_is_one_finding() {
     let mut e = base(20, 400);
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(4_300),
-    });
+    e.concurrent = Some(eight_at_once(s(4_300)));
     e.stack = Some(StackEvidence {
         packets: 18_000,
         ip_start_ns: Some(1.0),
@@ -1250,22 +1223,12 @@ fn the_clients_own_stack_is_the_clients() {
     assert_eq!(all[0].rule, RuleId::ClientHostStack, "{all:#?}");
     // Its own timestamps say the same, more directly.
     e.handshake = Some(s(50));
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(480_000),
-        send_to_driver_ns: Some(500_000),
-        driver_to_recv_ns: Some(20_000),
-        samples: 400,
-    });
+    e.client_host = Some(client_host(480_000, 500_000, 20_000, 400));
     let f = client_host_stack(&e).expect("fires");
     assert_eq!(f.explains_ns, 520_000);
     assert!(f.confidence > 0.8);
     // A healthy host: 15 µs each way.
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(4_000),
-        send_to_driver_ns: Some(5_000),
-        driver_to_recv_ns: Some(10_000),
-        samples: 400,
-    });
+    e.client_host = Some(client_host(4_000, 5_000, 10_000, 400));
     assert_eq!(client_host_stack(&e), None);
     // A connect that waited for a resent SYN is the handshake's finding, not the host's.
     e.client_host = None;
@@ -1282,12 +1245,7 @@ fn an_http_targets_requests_time_the_clients_own_egress() {
     let mut e = base(34, 81);
     e.handshake = Some(s(313));
     e.host_noise = noise(60);
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(1_600),
-        send_to_driver_ns: Some(62_000),
-        driver_to_recv_ns: Some(8_400),
-        samples: 200,
-    });
+    e.client_host = Some(client_host(1_600, 62_000, 8_400, 200));
     let all = apply(&e);
     assert_eq!(all[0].rule, RuleId::ClientHostStack, "{all:#?}");
     assert_eq!(all[0].side, Side::Client);
@@ -1314,23 +1272,13 @@ fn an_http_targets_requests_time_the_clients_own_egress() {
     // 15 µs in, a request faster than the SYN ping. Nothing, and this host is ruled out.
     let mut e = base(34, 21);
     e.host_noise = noise(60);
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(1_900),
-        send_to_driver_ns: Some(3_100),
-        driver_to_recv_ns: Some(14_900),
-        samples: 200,
-    });
+    e.client_host = Some(client_host(1_900, 3_100, 14_900, 200));
     assert!(apply(&e).is_empty(), "{:#?}", apply(&e));
     assert!(client_host_ruled_out(&e));
     // A server's own 400 µs behind a healthy client stack: the server's application, less the
     // client's 18 µs.
     let mut e = base(34, 434);
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(1_900),
-        send_to_driver_ns: Some(3_100),
-        driver_to_recv_ns: Some(14_900),
-        samples: 200,
-    });
+    e.client_host = Some(client_host(1_900, 3_100, 14_900, 200));
     e.phases = Some(latscope_core::model::diagnose::RequestPhases {
         requests: 5,
         ttfb_ns: 434_000,
@@ -1339,12 +1287,7 @@ fn an_http_targets_requests_time_the_clients_own_egress() {
     assert_eq!(crate::budget(&e).server_app_ns, Some(400_000 - 18_000));
     // The same 62 µs way out on a 5 ms path: shorter than the path, a small part of a request.
     let mut e = base(5_000, 5_090);
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(1_600),
-        send_to_driver_ns: Some(62_000),
-        driver_to_recv_ns: Some(8_400),
-        samples: 200,
-    });
+    e.client_host = Some(client_host(1_600, 62_000, 8_400, 200));
     assert_eq!(client_host_stack(&e), None);
 }
 
@@ -1356,16 +1299,8 @@ fn the_clients_own_stack_taken_n_times_is_not_the_servers_queue() {
     // one after another on the client's CPU: not the server serving one at a time.
     let mut e = base(26, 223);
     e.host_noise = noise(120);
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(84_500),
-        send_to_driver_ns: Some(86_500),
-        driver_to_recv_ns: Some(101_000),
-        samples: 200,
-    });
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(1_520),
-    });
+    e.client_host = Some(client_host(84_500, 86_500, 101_000, 200));
+    e.concurrent = Some(eight_at_once(s(1_520)));
     let all = apply(&e);
     assert_eq!(all[0].rule, RuleId::ClientHostStack, "{all:#?}");
     assert!(
@@ -1375,24 +1310,13 @@ fn the_clients_own_stack_taken_n_times_is_not_the_servers_queue() {
     // The same from the client seat in another run: 189 µs an exchange, 8 at once 1.54 ms
     // longer than one (more than 8 exchanges of the stack: its ACKs walk the rules too).
     e.single = Some(s(215));
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(1_754),
-    });
+    e.concurrent = Some(eight_at_once(s(1_754)));
     assert_eq!(socket_queueing(&e), None);
     // A server that takes 2 ms a request, one at a time, behind the same client: its 2 ms
     // share, 8 times over, accounts for the 14 ms the others wait — the server's queue.
     let mut e = base(26, 2_223);
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(84_500),
-        send_to_driver_ns: Some(86_500),
-        driver_to_recv_ns: Some(101_000),
-        samples: 200,
-    });
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(16_000),
-    });
+    e.client_host = Some(client_host(84_500, 86_500, 101_000, 200));
+    e.concurrent = Some(eight_at_once(s(16_000)));
     assert!(socket_queueing(&e).is_some());
 }
 
@@ -1402,16 +1326,8 @@ fn the_clients_own_stack_taken_n_times_is_not_the_servers_queue() {
 /// check alone cannot place the wait.
 fn client_stack_beside_a_larger_server_share() -> Evidence {
     let mut e = base(28, 228);
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(58_000),
-        send_to_driver_ns: Some(60_000),
-        driver_to_recv_ns: Some(60_000),
-        samples: 200,
-    });
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(1_448),
-    });
+    e.client_host = Some(client_host(58_000, 60_000, 60_000, 200));
+    e.concurrent = Some(eight_at_once(s(1_448)));
     e
 }
 
@@ -1477,12 +1393,7 @@ fn the_clients_stack_n_times_over_covers_the_wait() {
     );
     // A healthy client stack places nothing, whatever it would cover.
     let mut e = base(28, 228);
-    e.client_host = Some(ClientHost {
-        send_to_qdisc_ns: Some(2_000),
-        send_to_driver_ns: Some(3_000),
-        driver_to_recv_ns: Some(20_000),
-        samples: 200,
-    });
+    e.client_host = Some(client_host(2_000, 3_000, 20_000, 200));
     assert_eq!(wait_on_client(&e, 8, 40_000), None);
 }
 
@@ -1672,10 +1583,7 @@ fn an_overflowing_accept_queue_is_the_listen_backlog_from_either_seat() {
 #[test]
 fn a_bulk_transfers_goodput_through_a_shallow_shaper_still_names_the_link() {
     let mut e = base(13, 2_181);
-    e.concurrent = Some(Concurrent {
-        connections: 8,
-        latency: s(13_058),
-    });
+    e.concurrent = Some(eight_at_once(s(13_058)));
     e.bottleneck = Some(Bottleneck {
         up: rate(2.85e6, RateSource::BulkTransfer, 130),
         down: rate(2.85e6, RateSource::BulkTransfer, 1_092),
@@ -2193,4 +2101,22 @@ fn connects_still_waiting_at_the_end_are_charged() {
         "{:#?}",
         f.evidence
     );
+}
+
+/// This host's own stack, as the client's TX/RX timestamps measure it (ns).
+fn client_host(to_qdisc: u64, to_driver: u64, to_recv: u64, samples: u64) -> ClientHost {
+    ClientHost {
+        send_to_qdisc_ns: Some(to_qdisc),
+        send_to_driver_ns: Some(to_driver),
+        driver_to_recv_ns: Some(to_recv),
+        samples,
+    }
+}
+
+/// Eight requests at once, each taking `latency`.
+fn eight_at_once(latency: Summary) -> Concurrent {
+    Concurrent {
+        connections: 8,
+        latency,
+    }
 }
