@@ -56,15 +56,7 @@ pub struct Proc(pub Child);
 
 impl Proc {
     pub fn start(ns: &str, cmd: &[&str]) -> Proc {
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(cmd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-        Proc(child)
+        Proc(spawn_in(ns, cmd, Stdio::null()))
     }
 
     /// Like `start`, for a program that prints `marker` on a line of its own once it serves
@@ -73,14 +65,7 @@ impl Proc {
     /// reads as a failed lookup at once). The rest of its output is read and dropped.
     pub fn start_ready(ns: &str, cmd: &[&str], marker: &str) -> Proc {
         use std::io::BufRead;
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(cmd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        let mut child = spawn_in(ns, cmd, Stdio::piped());
         let out = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
         let wanted = marker.to_string();
@@ -102,6 +87,18 @@ impl Proc {
     pub fn pid(&self) -> u32 {
         self.0.id()
     }
+}
+
+/// `cmd` run in namespace `ns` by `ip netns exec`, its stdout as given, no stdin or stderr.
+fn spawn_in(ns: &str, cmd: &[&str], stdout: Stdio) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
 
 impl Drop for Proc {
