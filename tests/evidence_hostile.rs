@@ -6,6 +6,8 @@
 //! names no process but the port's owner, and leaves no eBPF program behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod lab;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -79,12 +81,10 @@ impl Drop for Serve {
     }
 }
 
-/// A private key file for this test run.
-fn key_file(name: &str, content: &str) -> std::path::PathBuf {
+/// A private key file in `dir` (removed with it).
+fn key_file(dir: &lab::TempDir, name: &str, content: &str) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("latscope-evidence-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
+    let p = dir.path(name);
     std::fs::write(&p, content).unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
     p
@@ -184,7 +184,8 @@ fn after_interval() {
 fn hostile_clients_are_refused_and_evidence_stays_within_its_port() {
     // The target keeps idle connections (the honest clients below) for the whole test.
     let target = Serve::start(&["--handshake-timeout", "60s"]);
-    let key = key_file("key", KEY);
+    let keys = lab::TempDir::new();
+    let key = key_file(&keys, "key", KEY);
     let mut agent = Serve::start(&[
         "--auth-file",
         key.to_str().unwrap(),
@@ -401,7 +402,8 @@ fn hostile_clients_are_refused_and_evidence_stays_within_its_port() {
 #[test]
 fn evidence_is_off_unless_configured() {
     // Without --evidence-ports the endpoint refuses, even to a client holding the key.
-    let key = key_file("key2", KEY);
+    let keys = lab::TempDir::new();
+    let key = key_file(&keys, "key2", KEY);
     let agent = Serve::start(&["--auth-file", key.to_str().unwrap()]);
     let (_, r) = ask(
         agent.addr,

@@ -5,6 +5,8 @@
 //! the budget the server documents.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod lab;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -491,12 +493,10 @@ fn accept_loop_backs_off_when_descriptors_run_out() {
     srv.serves_honest_rr();
 }
 
-/// A key file of mode 600 holding `secret`, in a fresh directory.
-fn key_file(name: &str, secret: &str) -> std::path::PathBuf {
+/// A key file of mode 600 holding `secret`, in `dir` (removed with it).
+fn key_file(dir: &lab::TempDir, name: &str, secret: &str) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("latscope-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
+    let p = dir.path(name);
     std::fs::write(&p, secret).unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
     p
@@ -514,8 +514,9 @@ fn latscope(args: &[&str], env_key: Option<&std::path::Path>) -> std::process::O
 
 #[test]
 fn authentication_refuses_missing_and_wrong_keys_and_admits_the_right_one() {
-    let key = key_file("key", "a shared secret of the lab\n");
-    let wrong = key_file("wrong", "not the secret\n");
+    let keys = lab::TempDir::new();
+    let key = key_file(&keys, "key", "a shared secret of the lab\n");
+    let wrong = key_file(&keys, "wrong", "not the secret\n");
     let srv = Serve::start(&["--auth-file", key.to_str().unwrap()]);
     let target = srv.addr.to_string();
     // No key: a clear refusal naming the remedy, exit 3 (the target cannot be measured).
@@ -573,7 +574,7 @@ fn authentication_refuses_missing_and_wrong_keys_and_admits_the_right_one() {
         String::from_utf8_lossy(&out.stderr)
     );
     // A key file every user can read is refused before anything is sent (usage, exit 2).
-    let open_key = key_file("open", "secret");
+    let open_key = key_file(&keys, "open", "secret");
     std::fs::set_permissions(
         &open_key,
         std::os::unix::fs::PermissionsExt::from_mode(0o644),
@@ -599,7 +600,8 @@ fn authentication_refuses_missing_and_wrong_keys_and_admits_the_right_one() {
 fn authentication_cannot_be_replayed_and_the_key_never_crosses_the_wire() {
     use latscope_net::auth::AuthKey;
     let secret = "replay-proof secret";
-    let key = key_file("replay", secret);
+    let keys = lab::TempDir::new();
+    let key = key_file(&keys, "replay", secret);
     let srv = Serve::start(&["--auth-file", key.to_str().unwrap()]);
     let k = AuthKey::from_file(&key).unwrap();
     // One connection: answer its challenge, keep every byte we send.

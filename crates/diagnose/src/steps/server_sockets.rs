@@ -395,8 +395,12 @@ fn sending_detail(l: TransferLimits) -> String {
 /// Who limited the server's sending, over its ends of our connections: their tcp_info (busy
 /// time, receive-window- and send-buffer-limited parts) with their buffers, added up. `None`
 /// when no connection's tcp_info was read or none was ever busy sending.
+///
+/// The delivery rate is the fastest single connection's last sample, not a sum: diagnose's
+/// connections belong to steps that ran one after another, and a request sees one
+/// connection's rate.
 fn sending_limits(server: &[&SocketRow]) -> Option<TransferLimits> {
-    server
+    let each: Vec<TransferLimits> = server
         .iter()
         .filter_map(|row| {
             let t = row.tcp.as_ref()?;
@@ -407,11 +411,14 @@ fn sending_limits(server: &[&SocketRow]) -> Option<TransferLimits> {
                 mem.map(|m| m.sndbuf),
             ))
         })
-        .reduce(|mut a, b| {
-            a.merge(&b);
-            a
-        })
-        .filter(|l| l.busy_us > 0)
+        .collect();
+    let fastest = each.iter().filter_map(|l| l.delivery_rate_bps).max();
+    let mut all = each.into_iter().reduce(|mut a, b| {
+        a.merge(&b);
+        a
+    })?;
+    all.delivery_rate_bps = fastest;
+    Some(all).filter(|l| l.busy_us > 0)
 }
 
 #[cfg(test)]
@@ -496,12 +503,14 @@ mod tests {
     fn later_scans_keep_each_connections_fullest_reading() {
         // A connection read twice (its second reading fuller), then closed; a new one that had
         // just begun at the last scan. The last scan alone would read 28 ms busy, 0% limited.
+        // Their delivery rates are one connection's each: the fastest is kept, never a sum.
         let sending = |inode, remote: &str, busy_ms: u64, limited_ms: u64| {
             let mut r = row("10.8.0.2:80", remote, 7, Some(true));
             r.inode = inode;
             r.tcp = Some(latscope_core::model::sockets::TcpStats {
                 busy_time_us: Some(busy_ms * 1000),
                 sndbuf_limited_us: Some(limited_ms * 1000),
+                delivery_rate_bps: Some(busy_ms * 1_000_000),
                 ..Default::default()
             });
             r
@@ -532,6 +541,7 @@ mod tests {
         assert_eq!(ss.connections, 2);
         let l = ss.limits.unwrap();
         assert_eq!((l.busy_us, l.sndbuf_limited_us), (448_000, 400_000));
+        assert_eq!(l.delivery_rate_bps, Some(420_000_000));
     }
 
     #[test]
