@@ -66,7 +66,7 @@ pub fn heavy_tail(s: &latscope_core::Summary) -> Option<Tail> {
 }
 
 /// [`heavy_tail`] with another floor for the tail's extra.
-fn tail_over(s: &latscope_core::Summary, floor: u64) -> Option<Tail> {
+pub(crate) fn tail_over(s: &latscope_core::Summary, floor: u64) -> Option<Tail> {
     let at = |tail_ns, quantile| Tail {
         p50_ns: s.p50_ns,
         tail_ns,
@@ -203,7 +203,7 @@ fn sleeper(e: &Evidence, t: &Tail) -> Result<Vec<String>, ()> {
 /// Whether the client's host makes such a tail by itself: the sleeping thread says so
 /// ([`sleeper`]), or latscope's own threads waited as long for a CPU. Returns the line saying it
 /// did not, or `None` when it did.
-fn host_quiet(e: &Evidence, t: &Tail) -> Option<String> {
+pub(crate) fn host_quiet(e: &Evidence, t: &Tail) -> Option<String> {
     let half = t.extra_ns() / 2;
     let mut lines = sleeper(e, t).ok()?;
     if let Some(own) = e.cpu.as_ref().and_then(|c| c.client_run_queue.as_ref()) {

@@ -1208,6 +1208,82 @@ fn the_open_world_is_relative_to_what_was_measured() {
 }
 
 #[test]
+fn a_tail_only_concurrent_requests_show_is_said_never_called_healthy() {
+    // The lab's cpu-starved from the client alone: one request at a time fits in the server's
+    // CPU quota (63 µs, no tail), eight at once run it out: p99 86.5 ms over 4,694 requests.
+    let starved = Summary {
+        count: 4_694,
+        p50_ns: 63_000,
+        p99_ns: 86_500_000,
+        max_ns: 91_000_000,
+        ..Summary::default()
+    };
+    let mut e = base(35, 63);
+    e.host_noise = noise(40);
+    e.concurrent = Some(eight_at_once(starved.clone()));
+    let all = apply(&e);
+    assert_eq!(all.len(), 1, "{all:#?}");
+    let f = &all[0];
+    assert_eq!((f.rule, f.side), (RuleId::Unexplained, Side::Server));
+    assert!(
+        f.title.contains("one in a hundred waits 86.4ms"),
+        "{}",
+        f.title
+    );
+    assert_eq!(
+        f.explains_ns,
+        (86_500_000 - 63_000) / 100,
+        "the tail's cost, averaged"
+    );
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("not visible from here"))
+    );
+    // A healthy server under the same load: p99 1.6 ms (the lab's threaded Python) is no tail.
+    let mut healthy = e.clone();
+    healthy.concurrent = Some(eight_at_once(Summary {
+        p99_ns: 1_600_000,
+        ..starved.clone()
+    }));
+    assert!(apply(&healthy).is_empty(), "{:#?}", apply(&healthy));
+    // A host that wakes its own threads as late as half the tail made it: not the server's.
+    let mut noisy = e.clone();
+    noisy.host_noise = Some(Summary {
+        p99_ns: 50_000_000,
+        ..s(40)
+    });
+    assert!(apply(&noisy).is_empty(), "{:#?}", apply(&noisy));
+    // A long path's own tail of the same order explains it.
+    let mut far = e.clone();
+    far.path = Some(Summary {
+        p99_ns: 50_000_000,
+        ..s(35)
+    });
+    assert!(apply(&far).iter().all(|f| !f.title.contains("at once")));
+    // Too few requests for a p99 (the engine cut short): nothing to stand on.
+    let mut few = e.clone();
+    few.concurrent = Some(eight_at_once(Summary {
+        count: 40,
+        ..starved.clone()
+    }));
+    assert!(apply(&few).is_empty(), "{:#?}", apply(&few));
+    // Any named finding takes precedence: a server that serves one request at a time queues
+    // them (socket_queueing), and its tail is part of that.
+    let mut queued = base(35, 1_000);
+    queued.host_noise = noise(40);
+    queued.concurrent = Some(eight_at_once(Summary {
+        count: 800,
+        p50_ns: 8_000_000,
+        p99_ns: 300_000_000,
+        ..Summary::default()
+    }));
+    let all = apply(&queued);
+    assert_eq!(all[0].rule, RuleId::SocketQueueing, "{all:#?}");
+    assert!(all.iter().all(|f| !f.title.contains("at once")), "{all:#?}");
+}
+
+#[test]
 fn the_clients_own_stack_is_the_clients() {
     // connect() takes 640 µs against a 40 µs SYN ping: 600 µs per SYN and SYN-ACK in this
     // host; requests take 1.3 ms. Not the server's time.
