@@ -69,7 +69,9 @@ fn median_agrees_with_wrk() {
     let dir = TempDir::new();
     // Packets with a payload only (requests and responses; the pure ACKs are not needed).
     let filter = format!("tcp port {} and tcp[tcpflags] & tcp-push != 0", ng.port);
-    let captured = |name: &str, run: &mut dyn FnMut()| -> Vec<u64> {
+    // Each run's capture is read by tshark after the last run, all at once: the timed runs
+    // stay back to back, and the six readings share the cores.
+    let captured = |name: &str, run: &mut dyn FnMut()| -> std::path::PathBuf {
         let file = dir.path(name);
         let td = Bg::tcpdump_ns("lo", &file, &filter);
         run();
@@ -79,20 +81,18 @@ fn median_agrees_with_wrk() {
             .unwrap_or_else(|| panic!("no closing counts from tcpdump: {err}"));
         // The kernel's own count of copies it had no room for: none, or the wire lacks requests.
         assert_eq!(counts.dropped, 0, "tcpdump lost packets: {counts:?}");
-        tshark_http_times_ns(&file)
+        file
     };
     let p50 = |sorted: &[u64], n: usize| sorted[n.div_ceil(2).max(1) - 1] as f64 / 1e6;
-    let (mut ours, mut theirs) = (vec![], vec![]);
+    // Per round: wrk's p50 and its capture, latscope's p50, its request count and its capture.
+    let mut runs = Vec::new();
     for i in 0..3 {
         let mut wrk = 0.0;
-        let wire = captured(&format!("wrk{i}.pcap"), &mut || {
+        let wrk_file = captured(&format!("wrk{i}.pcap"), &mut || {
             wrk = wrk_p50_ms(&url, 1, 1, 1)
         });
-        assert!(wire.len() > 100, "{} responses on the wire", wire.len());
-        theirs.push((wrk, p50(&wire, wire.len())));
-
         let mut r = None;
-        let wire = captured(&format!("latscope{i}.pcap"), &mut || {
+        let ours_file = captured(&format!("latscope{i}.pcap"), &mut || {
             r = Some(latscope(&[
                 "http", &url, "-c", "1", "-t", "1", "-d", "1s", "--json",
             ]))
@@ -103,19 +103,44 @@ fn median_agrees_with_wrk() {
             ms(&r.json["latency"]["p50_ns"]),
             r.json["requests"].as_u64().unwrap(),
         );
+        runs.push((wrk, wrk_file, p, n, ours_file));
+    }
+    let wires: Vec<(Vec<u64>, Vec<u64>)> = std::thread::scope(|s| {
+        let reading: Vec<_> = runs
+            .iter()
+            .map(|(_, w, _, _, o)| {
+                (
+                    s.spawn(|| tshark_http_times_ns(w)),
+                    s.spawn(|| tshark_http_times_ns(o)),
+                )
+            })
+            .collect();
+        reading
+            .into_iter()
+            .map(|(w, o)| (w.join().unwrap(), o.join().unwrap()))
+            .collect()
+    });
+    let (mut ours, mut theirs) = (vec![], vec![]);
+    for ((wrk, _, p, n, _), (wrk_wire, wire)) in runs.iter().zip(&wires) {
+        assert!(
+            wrk_wire.len() > 100,
+            "{} responses on the wire",
+            wrk_wire.len()
+        );
+        theirs.push((*wrk, p50(wrk_wire, wrk_wire.len())));
         // Every request latscope timed is on the wire (the wire may hold a few more: one in
         // flight at the end); the wire's value at latscope's median rank is then a floor.
         assert!(
-            wire.len() as u64 >= n,
+            wire.len() as u64 >= *n,
             "{} on the wire, {n} timed",
             wire.len()
         );
-        let floor = p50(&wire, n as usize);
+        let floor = p50(wire, *n as usize);
         assert!(
-            p >= floor,
+            *p >= floor,
             "latscope's p50 {p:.4} ms is below the wire's {floor:.4} ms for the same requests: its clock misses part of each request"
         );
-        ours.push((p, floor));
+        ours.push((*p, floor));
     }
     let added = |v: &[(f64, f64)]| {
         v.iter()
