@@ -65,8 +65,7 @@ pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
 /// connections, the single and the concurrent medians, and their ratio. Not when the single
 /// request is too fast for the ratio to mean anything, nor when serialisation at the bottleneck
 /// explains it (the requests queue on the link, not in the server), nor when the wait is
-/// measured to be spent on this host ([`wait_on_client`]) or not in the server's socket
-/// ([`read_promptly`]).
+/// measured to be spent on this host ([`wait_on_client`]).
 pub(crate) fn concurrency_scaling(e: &Evidence) -> Option<(u32, u64, u64, f64)> {
     let c = e.concurrent.as_ref()?;
     let (n, conc) = (c.connections, c.latency.p50_ns);
@@ -74,26 +73,11 @@ pub(crate) fn concurrency_scaling(e: &Evidence) -> Option<(u32, u64, u64, f64)> 
     if n < 2 || single < 200_000 || bandwidth_explains_concurrency(e) {
         return None;
     }
-    let wait = conc.saturating_sub(single);
-    if wait_on_client(e, n, wait).is_some() || read_promptly(e, wait) {
+    if wait_on_client(e, n, conc.saturating_sub(single)).is_some() {
         return None;
     }
     let ratio = conc as f64 / single as f64;
     (ratio >= 0.6 * f64::from(n)).then_some((n, single, conc, ratio))
-}
-
-/// The server's kernel saw the connections' data read from its socket promptly: at the 90th
-/// percentile in under a quarter of the concurrent requests' extra `wait`. A server that serves
-/// one request at a time leaves most concurrent requests in its socket for about that wait
-/// (the lab's one-worker: p90 29 ms for a 23 ms wait; python-http.server 3.6 ms for 3.5 ms), so
-/// a prompt read places the wait elsewhere — the lab's policed-nginx from the server's host:
-/// 8 at once 10× one alone, because the policer's drops and their retransmission timers hit
-/// eight responses at once, while nginx read the requests within 72 µs (p90).
-fn read_promptly(e: &Evidence, wait: u64) -> bool {
-    e.stack
-        .as_ref()
-        .and_then(StackEvidence::socket_wait_p90_ns)
-        .is_some_and(|w| w.saturating_mul(4) < wait)
 }
 
 /// The server's kernel had requests queued on the socket for a millisecond or more (median) and
