@@ -129,6 +129,18 @@ fn queueing_scales_with_concurrency() {
     assert!(f.explains_ns >= 67_000_000);
     e.concurrent = Some(eight_at_once(s(12_000)));
     assert_eq!(socket_queueing(&e), None, "a concurrent server");
+    // A server that reads every request at once and then works on one at a time (a global lock,
+    // `latscope serve --workers 1`) queues them in the application, not in the socket: its
+    // kernel's prompt reads (p90 72 µs) do not take the queueing away.
+    e.concurrent = Some(eight_at_once(s(78_000)));
+    e.stack = Some(StackEvidence {
+        packets: 795,
+        enqueued_ns: Some(2_340.0),
+        read_ns: Some(31_400.0),
+        read_p90_ns: Some(72_100.0),
+        ..StackEvidence::default()
+    });
+    assert!(socket_queueing(&e).is_some(), "queued in the application");
 }
 
 #[test]
