@@ -24,6 +24,10 @@ if [ -f "$HOME/.cargo/env" ]; then . "$HOME/.cargo/env"; fi
 export CARGO_TERM_COLOR=never
 # No incremental caches: CI builds once, and they would double target/'s size on disk.
 export CARGO_INCREMENTAL=0
+# No line tables for latscope's own crates in this build (Cargo.toml keeps them for perf and
+# backtraces in everyday release builds): every test binary is compiled and linked once here, and
+# a failing test's panic message still names its file and line.
+export CARGO_PROFILE_RELEASE_DEBUG=false
 # A full run (release tests linted by clippy, fuzzing) needs about 12 GB under target/; say so up front
 # instead of failing later with "No space left on device" in the middle of a compile.
 mkdir -p target
