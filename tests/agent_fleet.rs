@@ -506,9 +506,7 @@ fn a_breach_on_an_edge_is_diagnosed_with_the_peers_evidence() {
     let (addr_a, addr_b) = ("10.78.0.1".to_string(), "10.78.0.2".to_string());
     ns_a.ip(&["addr", "add", &format!("{addr_a}/24"), "dev", "fla"]);
     ns_b.ip(&["addr", "add", &format!("{addr_b}/24"), "dev", "flb"]);
-    let key = dir.path("fleet.key");
-    std::fs::write(&key, "fleet-test-key-0123456789abcdef\n").unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = dir.secret_file("fleet.key", "fleet-test-key-0123456789abcdef\n");
     // Declared before the processes: dropped after them (a cgroup goes once it is empty).
     let cg = lab::cgroup::CpuCgroup::new(5_000);
     let mut procs = Procs(Vec::new());

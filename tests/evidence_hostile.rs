@@ -81,15 +81,6 @@ impl Drop for Serve {
     }
 }
 
-/// A private key file in `dir` (removed with it).
-fn key_file(dir: &lab::TempDir, name: &str, content: &str) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.path(name);
-    std::fs::write(&p, content).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-    p
-}
-
 fn evidence_start(window_ms: u64) -> Start {
     Start {
         kind: TestKind::Evidence,
@@ -185,7 +176,7 @@ fn hostile_clients_are_refused_and_evidence_stays_within_its_port() {
     // The target keeps idle connections (the honest clients below) for the whole test.
     let target = Serve::start(&["--handshake-timeout", "60s"]);
     let keys = lab::TempDir::new();
-    let key = key_file(&keys, "key", KEY);
+    let key = keys.secret_file("key", KEY);
     let mut agent = Serve::start(&[
         "--auth-file",
         key.to_str().unwrap(),
@@ -403,7 +394,7 @@ fn hostile_clients_are_refused_and_evidence_stays_within_its_port() {
 fn evidence_is_off_unless_configured() {
     // Without --evidence-ports the endpoint refuses, even to a client holding the key.
     let keys = lab::TempDir::new();
-    let key = key_file(&keys, "key2", KEY);
+    let key = keys.secret_file("key2", KEY);
     let agent = Serve::start(&["--auth-file", key.to_str().unwrap()]);
     let (_, r) = ask(
         agent.addr,

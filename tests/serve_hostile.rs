@@ -493,15 +493,6 @@ fn accept_loop_backs_off_when_descriptors_run_out() {
     srv.serves_honest_rr();
 }
 
-/// A key file of mode 600 holding `secret`, in `dir` (removed with it).
-fn key_file(dir: &lab::TempDir, name: &str, secret: &str) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.path(name);
-    std::fs::write(&p, secret).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-    p
-}
-
 /// `latscope ARGS` with no key in the environment unless `env_key` says so.
 fn latscope(args: &[&str], env_key: Option<&std::path::Path>) -> std::process::Output {
     let mut c = Command::new(BIN);
@@ -515,8 +506,8 @@ fn latscope(args: &[&str], env_key: Option<&std::path::Path>) -> std::process::O
 #[test]
 fn authentication_refuses_missing_and_wrong_keys_and_admits_the_right_one() {
     let keys = lab::TempDir::new();
-    let key = key_file(&keys, "key", "a shared secret of the lab\n");
-    let wrong = key_file(&keys, "wrong", "not the secret\n");
+    let key = keys.secret_file("key", "a shared secret of the lab\n");
+    let wrong = keys.secret_file("wrong", "not the secret\n");
     let srv = Serve::start(&["--auth-file", key.to_str().unwrap()]);
     let target = srv.addr.to_string();
     // No key: a clear refusal naming the remedy, exit 3 (the target cannot be measured).
@@ -574,7 +565,7 @@ fn authentication_refuses_missing_and_wrong_keys_and_admits_the_right_one() {
         String::from_utf8_lossy(&out.stderr)
     );
     // A key file every user can read is refused before anything is sent (usage, exit 2).
-    let open_key = key_file(&keys, "open", "secret");
+    let open_key = keys.secret_file("open", "secret");
     std::fs::set_permissions(
         &open_key,
         std::os::unix::fs::PermissionsExt::from_mode(0o644),
@@ -601,7 +592,7 @@ fn authentication_cannot_be_replayed_and_the_key_never_crosses_the_wire() {
     use latscope_net::auth::AuthKey;
     let secret = "replay-proof secret";
     let keys = lab::TempDir::new();
-    let key = key_file(&keys, "replay", secret);
+    let key = keys.secret_file("replay", secret);
     let srv = Serve::start(&["--auth-file", key.to_str().unwrap()]);
     let k = AuthKey::from_file(&key).unwrap();
     // One connection: answer its challenge, keep every byte we send.

@@ -183,6 +183,15 @@ impl TempDir {
     pub fn path(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
+
+    /// A file of mode 600 holding `content` (a key file latscope accepts), inside the directory.
+    pub fn secret_file(&self, name: &str, content: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.path(name);
+        std::fs::write(&p, content).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p
+    }
 }
 
 impl Drop for TempDir {
