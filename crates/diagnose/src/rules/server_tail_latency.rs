@@ -99,16 +99,7 @@ fn unexplained_tail_over(e: &Evidence, floor: u64) -> Option<(Tail, Vec<String>)
         t.tail_ns as f64 / t.p50_ns.max(1) as f64,
         t.samples
     )];
-    // The path: its own tail (connect round trips) of the same order explains it.
-    if let Some(p) = &e.path {
-        if p.p99_ns.saturating_mul(2) >= t.tail_ns {
-            return None;
-        }
-        checked.push(format!(
-            "the path's round trip stays short: p99 {}",
-            format_ns(p.p99_ns as f64)
-        ));
-    }
+    checked.extend(path_stays_short(e, &t)?);
     // TCP's timers: lost segments wait for a retransmission; delayed ACKs hold data back.
     if rules::data_loss_material(e) {
         return None;
@@ -141,6 +132,20 @@ fn unexplained_tail_over(e: &Evidence, floor: u64) -> Option<(Tail, Vec<String>)
         ));
     }
     Some((t, checked))
+}
+
+/// The path's own tail (connect round trips) of the same order as `t` explains it: `None` then;
+/// else the line saying the path stays short (nothing when the path was not measured).
+pub(crate) fn path_stays_short(e: &Evidence, t: &Tail) -> Option<Option<String>> {
+    let Some(p) = &e.path else {
+        return Some(None);
+    };
+    (p.p99_ns.saturating_mul(2) < t.tail_ns).then(|| {
+        Some(format!(
+            "the path's round trip stays short: p99 {}",
+            format_ns(p.p99_ns as f64)
+        ))
+    })
 }
 
 /// The tail's requests (at least the median plus half the tail's extra) set against the host's

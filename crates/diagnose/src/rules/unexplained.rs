@@ -172,15 +172,10 @@ const CONCURRENT_TAIL_FLOOR_NS: u64 = 2 * TAIL_FLOOR_NS;
 fn unexplained_concurrent_tail(e: &Evidence) -> Option<Diagnosis> {
     let c = e.concurrent.as_ref()?;
     let t = self::server_tail_latency::tail_over(&c.latency, CONCURRENT_TAIL_FLOOR_NS)?;
-    if t.quantile != "p99"
-        || e.path
-            .as_ref()
-            .is_some_and(|p| p.p99_ns.saturating_mul(2) >= t.tail_ns)
-        || data_loss_material(e)
-        || bandwidth_explains_concurrency(e)
-    {
+    if t.quantile != "p99" || data_loss_material(e) || bandwidth_explains_concurrency(e) {
         return None;
     }
+    let path = self::server_tail_latency::path_stays_short(e, &t)?;
     let quiet = self::server_tail_latency::host_quiet(e, &t)?;
     let per_request = t.extra_ns() / 100;
     let mut evidence = vec![format!(
@@ -198,12 +193,7 @@ fn unexplained_concurrent_tail(e: &Evidence) -> Option<Diagnosis> {
             format_ns(s.p99_ns as f64)
         ));
     }
-    if let Some(p) = &e.path {
-        evidence.push(format!(
-            "the path's round trip stays short: p99 {}",
-            format_ns(p.p99_ns as f64)
-        ));
-    }
+    evidence.extend(path);
     evidence.push(quiet);
     evidence.push(ruled_out(e));
     let (side, place, fix) = if server_end_located(e) {
