@@ -188,36 +188,51 @@ fn a_dead_aaaa_costs_the_attempt_delay_not_a_timeout() {
 fn http_races_the_addresses_of_its_url() {
     require_root!();
     let lab = lab();
-    // An HTTP server on both families: python's, bound to `::` (dual-stack).
-    let port = lab.port + 1;
-    let mut server = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.ns.name,
-            "python3",
-            "-m",
-            "http.server",
-        ])
-        .args(["--bind", "::", &port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let up = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(50));
-        lab.ns
-            .run_in(|| std::net::TcpStream::connect(SocketAddr::new(LIVE4.parse().unwrap(), port)))
-            .is_ok()
+    // An HTTP server on both families (`::`, not v6-only), in this process: a keep-alive
+    // responder whose listener lives in the namespace. (python3 -m http.server once took more
+    // than 5 s to start on a loaded CI machine.)
+    let listener = lab.ns.run_in(|| {
+        let sock = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None)?;
+        sock.set_only_v6(false)?;
+        sock.set_reuse_address(true)?;
+        sock.bind(&SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0).into())?;
+        sock.listen(16)?;
+        std::io::Result::Ok(std::net::TcpListener::from(sock))
     });
-    assert!(up, "python3 -m http.server did not start");
+    let listener = listener.expect("an HTTP listener on [::]");
+    let port = listener.local_addr().unwrap().port();
+    let _server = std::thread::spawn(move || serve_http(&listener));
     let url = format!("http://dual.test:{port}/");
     let (code, doc, _) = lab.json(&["http", &url, "-n", "10", "-c", "1"], "http");
-    let _ = server.kill();
-    let _ = server.wait();
     assert_eq!(code, 0, "{doc}");
     assert_eq!(doc["address"], format!("{LIVE4}:{port}"));
     assert_dead_v6_then_v4(&doc["address_choice"]);
+}
+
+/// Answers every request of every connection with a 2-byte 200 until the test process ends
+/// (the thread is detached; its listener closes with the process).
+fn serve_http(listener: &std::net::TcpListener) {
+    use std::io::{Read, Write};
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = conn.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    buf.drain(..end + 4);
+                    let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                    if conn.write_all(reply).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
 }
 
 #[test]
