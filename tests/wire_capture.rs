@@ -42,7 +42,8 @@ fn capture_matches_tcpdump_packet_count() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let n_ours = same_packets_as_tcpdump(&filter, &ours, &theirs, &td_out) as u64;
+    let (p_ours, p_theirs) = (tshark_packets(&ours), tshark_packets(&theirs));
+    let n_ours = same_packets_as_tcpdump(&filter, &p_ours, &p_theirs, &td_out) as u64;
     assert!(n_ours >= 5 * (3 + 4 * 3), "latscope saw {n_ours} packets");
     assert_eq!(report["packets"].as_u64().unwrap(), n_ours);
     assert_eq!(report["kernel_drops"], 0);
@@ -409,19 +410,47 @@ fn capture_filters_match_tcpdump() {
         })
         .collect();
     mixed_traffic(&tcp, &udp);
+    // Each stop waits for its file to settle (most of a second): the 18 processes are stopped
+    // at once, and their files read by tshark at once, instead of one after the other.
+    let stopped: Vec<_> = std::thread::scope(|s| {
+        let stops: Vec<_> = runs
+            .into_iter()
+            .map(|(filter, ours, theirs, td, ls)| {
+                s.spawn(move || {
+                    let ls = s.spawn(move || ls.stop());
+                    let td_out = td.stop();
+                    (filter, ours, theirs, td_out, ls.join().unwrap())
+                })
+            })
+            .collect();
+        stops.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let stopped: Vec<_> = stopped
+        .into_iter()
+        .map(|(filter, ours, theirs, td_out, out)| {
+            assert!(
+                out.status.code() == Some(130), // Ctrl-C ended it
+                "{filter}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{filter}: capture --json: {e}"));
+            assert_eq!(report["kernel_drops"], 0, "{filter}: latscope lost packets");
+            (filter, ours, theirs, td_out)
+        })
+        .collect();
+    let packets: Vec<(Vec<String>, Vec<String>)> = std::thread::scope(|s| {
+        let reads: Vec<_> = stopped
+            .iter()
+            .map(|(_, ours, theirs, _)| {
+                s.spawn(move || (tshark_packets(ours), tshark_packets(theirs)))
+            })
+            .collect();
+        reads.into_iter().map(|h| h.join().unwrap()).collect()
+    });
     let mut nonzero = 0;
-    for (filter, ours, theirs, td, ls) in runs {
-        let out = ls.stop();
-        let td_out = td.stop();
-        assert!(
-            out.status.code() == Some(130), // Ctrl-C ended it
-            "{filter}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{filter}: capture --json: {e}"));
-        assert_eq!(report["kernel_drops"], 0, "{filter}: latscope lost packets");
-        let n = same_packets_as_tcpdump(&filter, &ours, &theirs, &td_out);
+    for ((filter, _, _, td_out), (p_ours, p_theirs)) in stopped.iter().zip(packets) {
+        let n = same_packets_as_tcpdump(filter, &p_ours, &p_theirs, td_out);
         nonzero += usize::from(n > 0);
     }
     // Every filter matched something, so each comparison could have failed.
@@ -448,20 +477,19 @@ fn capture_filters_match_tcpdump() {
 /// filter, never written); on any mismatch the differing packets are printed.
 fn same_packets_as_tcpdump(
     what: &str,
-    ours: &std::path::Path,
-    theirs: &std::path::Path,
+    p_ours: &[String],
+    p_theirs: &[String],
     tcpdump: &std::process::Output,
 ) -> usize {
     let td_err = String::from_utf8_lossy(&tcpdump.stderr);
     let counts = lab::wire::TcpdumpCounts::parse(&td_err)
         .unwrap_or_else(|| panic!("{what}: no closing counts from tcpdump: {td_err}"));
-    let (p_ours, p_theirs) = (tshark_packets(ours), tshark_packets(theirs));
     assert_eq!(
         p_theirs.len() as u64,
         counts.captured,
         "{what}: tcpdump's file against its own count"
     );
-    let (only_ours, only_theirs) = lab::wire::packet_difference(&p_ours, &p_theirs);
+    let (only_ours, only_theirs) = lab::wire::packet_difference(p_ours, p_theirs);
     let diff = format!(
         "{what}: latscope {} packets, tcpdump {} ({counts:?}); only latscope's: {only_ours:#?}; only tcpdump's: {only_theirs:#?}",
         p_ours.len(),

@@ -8,9 +8,25 @@ pub fn json(target: &str, extra: &[&str]) -> (i32, Value) {
     let mut args = vec!["diagnose", target, "-d", "1s"];
     args.extend(extra);
     args.push("--json");
+    let t0 = std::time::Instant::now();
     let (code, out, err) = super::run(&args);
+    let wall_ms = t0.elapsed().as_millis() as u64;
     assert!(code == 0 || code == 1, "diagnose failed ({code}): {err}");
-    (code, super::json_checked(&out, "diagnose"))
+    let doc = super::json_checked(&out, "diagnose");
+    // Every step that ran here says how long it took, within the run's own time.
+    for s in doc["steps"].as_array().unwrap() {
+        if s["measured_at"] == "server" {
+            continue;
+        }
+        let took = s["took_ms"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no took_ms: {s}"));
+        assert!(
+            took <= wall_ms,
+            "{s} took longer than the run's {wall_ms} ms"
+        );
+    }
+    (code, doc)
 }
 
 /// The step named `name` of a diagnose document.

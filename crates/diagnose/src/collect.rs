@@ -106,7 +106,7 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
         .iter()
         .filter(|e| matches!(e, Entry::Observe { .. }))
         .collect();
-    let mut running: Vec<(StepName, Running)> = Vec::new();
+    let mut running: Vec<(StepName, Instant, Running)> = Vec::new();
     for entry in steps::PIPELINE {
         let Entry::Measure { name, run, budget } = entry else {
             continue;
@@ -129,9 +129,10 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
                     c.push(out_of_time(*on, cx.plan.max_time));
                     continue;
                 }
+                let t0 = Instant::now();
                 match start(cx, &c.evidence) {
-                    Started::Running(r) => running.push((*until, r)),
-                    Started::NotRun(rec) => c.push(rec),
+                    Started::Running(r) => running.push((*until, t0, r)),
+                    Started::NotRun(rec) => c.push(rec.took(t0)),
                 }
             }
         }
@@ -163,18 +164,18 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
                     rec.step.detail
                 );
             }
-            c.push(rec);
+            c.push(rec.took(started));
         }
-        let (done, rest): (Vec<_>, Vec<_>) = running.into_iter().partition(|(u, _)| u == name);
+        let (done, rest): (Vec<_>, Vec<_>) = running.into_iter().partition(|(u, ..)| u == name);
         running = rest;
-        for (_, finish) in done {
+        for (_, t0, finish) in done {
             let rec = finish(cx, &mut c.evidence);
-            c.push(rec);
+            c.push(rec.took(t0));
         }
     }
-    for (_, finish) in running {
+    for (_, t0, finish) in running {
         let rec = finish(cx, &mut c.evidence);
-        c.push(rec);
+        c.push(rec.took(t0));
     }
     c
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{self, Read};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -66,6 +66,9 @@ enum Outcome {
     Ok,
     Refused,
     TimedOut,
+    /// Ctrl-C or the caller's budget ended the attempt before it was answered: it counts for
+    /// nothing.
+    Stopped,
     Other(String),
 }
 
@@ -80,13 +83,16 @@ fn classify(e: &io::Error) -> Outcome {
 fn one_attempt(
     cfg: &ConnectConfig,
     start: &Start,
-    request: &[u8],
-    resp: &mut [u8],
+    (request, resp): (&[u8], &mut [u8]),
     t: &mut Tally,
+    stop: &AtomicBool,
 ) -> Outcome {
     let t0 = Instant::now();
-    let stream = match TcpStream::connect_timeout(&cfg.addr, cfg.timeout) {
+    // A connect left hanging (a SYN dropped, a full listen queue) would otherwise hold Ctrl-C or
+    // diagnose's step budget for the whole timeout.
+    let stream = match latscope_sys::happy::connect_until(cfg.addr, cfg.timeout, stop) {
         Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Outcome::Stopped,
         Err(e) => return classify(&e),
     };
     let t_conn = Instant::now();
@@ -136,7 +142,11 @@ fn attempts(
             break;
         }
         t.attempts += 1;
-        match one_attempt(cfg, start, request, &mut resp, &mut t) {
+        match one_attempt(cfg, start, (request, &mut resp), &mut t, stop) {
+            Outcome::Stopped => {
+                t.attempts -= 1;
+                break;
+            }
             Outcome::Ok => t.last_done = Some(Instant::now()),
             Outcome::Refused => t.refused += 1,
             Outcome::TimedOut => t.timed_out += 1,

@@ -11,6 +11,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use latscope_core::model::address::{AddressAttempt, AddressChoice, AttemptOutcome, ChoiceMethod};
@@ -323,6 +324,61 @@ pub fn race(addrs: &[SocketAddr], cfg: RaceConfig) -> (Vec<AddressAttempt>, Opti
     }
 }
 
+/// How often a pending connect looks at its stop flag: a step's budget or Ctrl-C ends the wait
+/// within this, where a blocking connect holds the caller for its whole timeout.
+const STOP_CHECK: Duration = Duration::from_millis(50);
+
+/// `TcpStream::connect_timeout` that also gives up when `stop` is raised: the error is then of
+/// kind `Interrupted` (the attempt neither succeeded nor failed), `TimedOut` past `timeout`, and
+/// the connect's own error otherwise. The time to connect is not coarsened: the wait ends as
+/// soon as the socket is writable, and `STOP_CHECK` only bounds how late a raised flag is seen.
+pub fn connect_until(
+    addr: SocketAddr,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> io::Result<TcpStream> {
+    let socket = start(addr)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                "connect stopped",
+            ));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
+        }
+        let mut fd = libc::pollfd {
+            fd: socket.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        let wait = (deadline - now).min(STOP_CHECK);
+        let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: `fd` is one valid pollfd for the call's duration.
+        let rc = unsafe { libc::poll(&mut fd, 1, ms) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc > 0 {
+            if let Some(e) = socket.take_error()? {
+                return Err(e);
+            }
+            // Writable without an error: connected (or the peer already went away, which the
+            // first read or write reports, as after a blocking connect).
+            let stream = TcpStream::from(socket);
+            stream.set_nonblocking(false)?;
+            return Ok(stream);
+        }
+    }
+}
+
 /// A non-blocking socket with its connect() under way (or already failed).
 fn start(addr: SocketAddr) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -399,6 +455,55 @@ mod tests {
 
     fn sa(s: &str) -> SocketAddr {
         s.parse().expect("addr")
+    }
+
+    /// A listener whose accept queue is full drops further SYNs: a connect to it hangs, and
+    /// raising the stop flag ends the wait at once (not at the timeout), as `Interrupted`;
+    /// without the flag it is `TimedOut` at its timeout; a free port is refused.
+    #[test]
+    fn a_hanging_connect_ends_when_told_to_stop() {
+        let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        listener.bind(&sa("127.0.0.1:0").into()).unwrap();
+        listener.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap().as_socket().unwrap();
+        let idle = AtomicBool::new(false);
+        // Fill the queue (never accepted) until a connect hangs.
+        let mut held = Vec::new();
+        let mut hung = false;
+        for _ in 0..8 {
+            match connect_until(addr, Duration::from_millis(300), &idle) {
+                Ok(s) => held.push(s),
+                Err(e) => {
+                    assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+                    hung = true;
+                    break;
+                }
+            }
+        }
+        assert!(
+            hung,
+            "{} connects completed: the queue never filled",
+            held.len()
+        );
+        let stop = AtomicBool::new(false);
+        let t0 = Instant::now();
+        let r = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                stop.store(true, Ordering::Relaxed);
+            });
+            connect_until(addr, Duration::from_secs(20), &stop)
+        });
+        let took = t0.elapsed();
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::Interrupted);
+        assert!(took < Duration::from_secs(2), "stopped after {took:?}");
+        drop(listener);
+        let free = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let e = connect_until(free, Duration::from_secs(2), &idle).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
     }
 
     #[test]

@@ -125,6 +125,12 @@ pub struct Step {
     /// latscope ran on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_at: Option<End>,
+    /// How long the step took on this host's clock, in milliseconds: a measuring step from its
+    /// start to its end, an observer from its start (before the first step it watches) to its
+    /// finish (after the last). Absent where nothing ran here (an agent's observation, a step
+    /// cut short before it started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<u64>,
 }
 
 /// The end of the connection a step was measured at.

@@ -44,6 +44,15 @@ pub(crate) fn render_findings(findings: &[Diagnosis], indent: &str, out: &mut Pa
     }
 }
 
+/// A step's duration in the steps list: milliseconds under a second, else seconds to a tenth.
+fn step_time(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
+}
+
 impl Human for DiagnoseReport {
     fn render_human(&self, out: &mut Page) {
         let _ = writeln!(
@@ -65,7 +74,13 @@ impl Human for DiagnoseReport {
                 Some(crate::model::diagnose::End::Client) => "[client] ",
                 None => "",
             };
-            let _ = writeln!(out, "    {mark} {:<22} {end}{}", s.name.label(), s.detail);
+            let took = s.took_ms.map(step_time).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "    {mark} {:<22} {took:>6}  {end}{}",
+                s.name.label(),
+                s.detail
+            );
         }
         let b = &self.budget;
         let f = |v: Option<u64>| v.map(|n| format_ns(n as f64)).unwrap_or_else(|| "-".into());

@@ -293,6 +293,7 @@ fn server_step<T>(name: StepName, o: &Observed<T>, detail: impl FnOnce(&T) -> St
         status,
         detail,
         measured_at: Some(End::Server),
+        took_ms: None,
     }
 }
 
@@ -421,6 +422,7 @@ mod tests {
             status,
             detail: format!("{} {}", name.label(), status.name()),
             measured_at: None,
+            took_ms: None,
         }
     }
 

@@ -105,6 +105,12 @@ pub struct Record {
 }
 
 impl Record {
+    /// The record with the time since `started` as the step's duration.
+    pub fn took(mut self, started: std::time::Instant) -> Record {
+        self.step.took_ms = Some(started.elapsed().as_millis() as u64);
+        self
+    }
+
     pub fn plain(name: StepName, status: StepStatus, detail: impl Into<String>) -> Record {
         Record {
             step: Step {
@@ -112,6 +118,7 @@ impl Record {
                 status,
                 detail: detail.into(),
                 measured_at: None,
+                took_ms: None,
             },
             distribution: None,
         }
