@@ -279,10 +279,13 @@ fn mesh_with_a_lossy_edge_and_a_killed_agent() {
         ],
         &dir.path("prometheus.log"),
     );
+    // 10 s of the whole mesh (every edge's SLO window fills: 40 probes of each kind), b's agent
+    // killed, then 8 s more: `up` scraped down, and the last 5 s of a's and c's probes all after
+    // the kill. diagnose's report on a→c is waited for below, however long it takes.
     let t0 = Instant::now();
-    std::thread::sleep(Duration::from_secs(15));
+    std::thread::sleep(Duration::from_secs(10));
     procs.kill("agent-b");
-    std::thread::sleep(Duration::from_secs(12));
+    std::thread::sleep(Duration::from_secs(8));
     let logs = || {
         [
             "agent-a.log",
@@ -419,21 +422,25 @@ fn mesh_with_a_lossy_edge_and_a_killed_agent() {
     );
     // diagnose on a lossy path takes a while (its handshake step waits out SYN retransmissions):
     // wait for its report line, up to a minute.
+    // Then for Prometheus to have scraped the finding it exported (a scrape a second).
     let path = dir.path("findings-a.jsonl");
     let deadline = Instant::now() + Duration::from_secs(60);
-    let log = loop {
+    let (log, findings) = loop {
         let log = std::fs::read_to_string(&path).unwrap_or_default();
-        if !log.is_empty() || Instant::now() > deadline {
-            break log;
+        let findings = if log.is_empty() {
+            Vec::new()
+        } else {
+            query(
+                &a.name,
+                prom_port,
+                "latscope_finding{source=\"a\",target=\"c\"}",
+            )
+        };
+        if !findings.is_empty() || Instant::now() > deadline {
+            break (log, findings);
         }
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(500));
     };
-    std::thread::sleep(Duration::from_secs(2)); // one more scrape of the finding
-    let findings = query(
-        &a.name,
-        prom_port,
-        "latscope_finding{source=\"a\",target=\"c\"}",
-    );
     eprintln!("findings: {findings:?}");
     let line: serde_json::Value = serde_json::from_str(log.lines().next().unwrap_or("{}")).unwrap();
     assert_eq!(line["target"], "c", "{log}\n{}", logs());

@@ -9,7 +9,7 @@ use lab::nginx::{Nginx, NginxConf};
 use lab::*;
 
 fn diagnose_url(url: &str) -> (i32, serde_json::Value) {
-    let (code, out, err) = run(&["diagnose", url, "-d", "1500ms", "-c", "4", "--json"]);
+    let (code, out, err) = run(&["diagnose", url, "-d", "1s", "-c", "4", "--json"]);
     assert!(code == 0 || code == 1, "diagnose failed ({code}): {err}");
     (code, json_checked(&out, "diagnose"))
 }

@@ -350,13 +350,15 @@ fn client_seat_is_isolated() {
     );
 }
 
-// The CI subset (ten scenarios, about 80 s): one per family of cause, from the server's host —
-// a healthy server, the application's socket options (Nagle), its workers (socket queueing), its
-// CPU quota, its kernel (netfilter), the path's rate (a slow link) — and from the client alone a
-// healthy server, loss, error pages, and a cause it cannot see (a CPU quota: its throttling
-// happens in every run, where a co-scheduled CPU hog slowed the server in some runs only and left
-// nothing to see in others). The path's length, loss from the server's host and the other
-// healthy server are in the full lab (scripts/diagnose-lab.sh).
+// The CI subset (nine scenarios, about 70 s): one per family of cause, from the server's host —
+// a healthy server, its workers (socket queueing), its CPU quota, its kernel (netfilter), the
+// path's rate (a slow link) — and from the client alone a healthy server, loss, error pages, and
+// a cause it cannot see (a CPU quota: its throttling happens in every run, where a co-scheduled
+// CPU hog slowed the server in some runs only and left nothing to see in others). The
+// application's socket options (Nagle) are diagnosed in CI by tests/diagnose.rs (latscope serve),
+// diagnose_http.rs (an HTTP server writing head and body in two calls) and diagnose_nginx.rs
+// (nginx); the path's length, loss from the server's host, Nagle in the lab and the other healthy
+// server are in the full lab (scripts/diagnose-lab.sh).
 
 macro_rules! ci {
     ($($test:ident => $name:literal from $seat:ident),* $(,)?) => {
@@ -372,7 +374,6 @@ macro_rules! ci {
 
 ci! {
     healthy_nginx => "healthy-nginx" from ServerHost,
-    nagle_server => "nagle-server" from ServerHost,
     one_worker => "one-worker" from ServerHost,
     cpu_starved => "cpu-starved" from ServerHost,
     netfilter_bloat => "netfilter-bloat" from ServerHost,
