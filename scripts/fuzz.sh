@@ -43,7 +43,6 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     cargo test --profile release-checked -p latscope-net --lib serve::fuzzing || rc=1
     cargo test --profile release-checked -p latscope-capture --lib fuzzing || rc=1
     cargo test --profile release-checked -p latscope-exporter --lib fuzzing || rc=1
-    cargo test --profile release-checked -p latscope-diagnose --lib remote::fuzzing || rc=1
     exit $rc
 fi
 cd fuzz

@@ -3,5 +3,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    latscope_diagnose::remote::fuzzing::evidence(data);
+    latscope_net::serve::fuzzing::evidence(data);
 });

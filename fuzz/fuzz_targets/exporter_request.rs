@@ -17,7 +17,7 @@ impl Routes for Agent {
         if path != "/probe" {
             return None;
         }
-        let (status, body) = latscope_agent::fuzzing::probe_query(query);
+        let (status, body) = latscope_probe::spec::probe_query_answer(query);
         Some(Box::pin(async move { Reply::text(status, body) }))
     }
 }

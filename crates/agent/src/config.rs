@@ -59,8 +59,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-/// `latscope serve`'s default port: the default of `rr` measurements.
-pub const SERVE_PORT: u16 = 7373;
+pub use latscope_probe::spec::{Kind, Measure, SERVE_PORT};
 
 /// The agent's evidence endpoint's default port: not serve's 7373, where the `latscope serve`
 /// that the mesh's rr probes measure usually runs on the same host.
@@ -116,52 +115,6 @@ fn at(file: &Path, text: &str, span: Option<Range<usize>>, message: String) -> C
         line,
         column,
         message,
-    }
-}
-
-/// What a measurement measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// TCP SYN from a raw socket → SYN-ACK/RST (kernel to kernel; needs CAP_NET_RAW).
-    Syn,
-    /// A full TCP connect() (no privilege).
-    Connect,
-    /// One request/response over an established connection to `latscope serve`.
-    Rr,
-    /// One HTTP GET on a new connection (connect, TLS, response).
-    Http,
-    /// A Paris traceroute: per-hop RTT and loss.
-    Trace,
-}
-
-impl Kind {
-    /// The `kind` label.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Syn => "syn",
-            Kind::Connect => "connect",
-            Kind::Rr => "rr",
-            Kind::Http => "http",
-            Kind::Trace => "trace",
-        }
-    }
-
-    /// Every kind, for error messages.
-    pub const ALL: [Kind; 5] = [Kind::Syn, Kind::Connect, Kind::Rr, Kind::Http, Kind::Trace];
-
-    /// The default interval: path probes every second, heavier ones less often.
-    fn default_interval(self) -> Duration {
-        match self {
-            Kind::Syn | Kind::Connect | Kind::Rr => Duration::from_secs(1),
-            Kind::Http => Duration::from_secs(10),
-            Kind::Trace => Duration::from_secs(60),
-        }
-    }
-
-    /// Parse a `kind=` word (the /probe query).
-    pub fn parse(s: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == s)
     }
 }
 
@@ -380,27 +333,6 @@ pub struct Service {
     pub port: u16,
     /// Time between two scans (30 s by default, at least 1 s).
     pub interval: Duration,
-}
-
-/// One measurement of a target, validated.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Measure {
-    /// What it measures.
-    pub kind: Kind,
-    /// TCP port (syn, connect, rr, trace).
-    pub port: u16,
-    /// Mean time between two probes (jittered, see [`Config::jitter`]).
-    pub interval: Duration,
-    /// How long one probe may take before it counts as a timeout.
-    pub timeout: Duration,
-    /// HTTP: the URL (default `http://ADDRESS:PORT/PATH`).
-    pub url: Option<String>,
-    /// HTTP: the path when no URL is given.
-    pub path: String,
-    /// Trace: the largest TTL.
-    pub max_ttl: u8,
-    /// rr: request and response bytes.
-    pub size: u32,
 }
 
 /// A per-target objective: the quantile of the last `window` above `threshold` is a breach.

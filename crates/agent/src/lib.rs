@@ -19,7 +19,6 @@
 pub mod config;
 pub mod dns;
 pub mod evidence;
-pub mod fuzzing;
 pub mod host;
 pub mod measure;
 pub mod metrics;

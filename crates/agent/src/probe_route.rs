@@ -14,13 +14,11 @@ use prometheus_client::registry::Registry;
 use tokio::sync::Semaphore;
 
 use crate::Shared;
-use crate::config::{Kind, Measure, SERVE_PORT};
 use crate::measure::{Outcome, Runner};
+use latscope_probe::spec::parse_query;
 
 /// One-shot probes running at once.
 pub const MAX_PROBES: usize = 8;
-/// The longest timeout a /probe may ask for.
-const MAX_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) struct AgentRoutes {
     registry: Registry,
@@ -38,114 +36,6 @@ impl AgentRoutes {
             _shared: shared,
         }
     }
-}
-
-/// Percent-decoding of a query value (`+` is a space).
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (hex(b[i + 1]), hex(b[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The measurement a /probe query asks for: (address, measure), or what is wrong with it.
-pub(crate) fn parse_query(query: &str) -> Result<(String, Measure), String> {
-    let mut target = None;
-    let mut kind = None;
-    let mut port = None;
-    let mut timeout = Duration::from_secs(2);
-    for kv in query.split('&').filter(|s| !s.is_empty()) {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        let v = decode(v);
-        match k {
-            "target" => target = Some(v),
-            "kind" | "module" => {
-                kind = Some(Kind::parse(&v).ok_or_else(|| {
-                    format!(
-                        "unknown kind '{v}'; one of: {}",
-                        Kind::ALL.map(Kind::name).join(", ")
-                    )
-                })?)
-            }
-            "port" => port = Some(v.parse::<u16>().map_err(|_| format!("bad port '{v}'"))?),
-            "timeout" => {
-                timeout = latscope_core::units::parse_duration(&v)
-                    .map_err(|e| e.to_string())?
-                    .clamp(Duration::from_millis(10), MAX_TIMEOUT)
-            }
-            _ => {
-                return Err(format!(
-                    "unknown parameter '{k}' (target, kind, port, timeout)"
-                ));
-            }
-        }
-    }
-    let target = target.ok_or("missing target=HOST[:PORT]")?;
-    let kind = kind.ok_or("missing kind=syn|connect|rr|http|trace")?;
-    let mut url = None;
-    let (host, embedded_port) = if kind == Kind::Http && target.starts_with("http") {
-        url = Some(target.clone());
-        (target.clone(), None)
-    } else if let Some(rest) = target.strip_prefix('[') {
-        let (h, p) = rest.split_once(']').ok_or("bad [IPv6] target")?;
-        (
-            h.to_string(),
-            p.strip_prefix(':').and_then(|p| p.parse().ok()),
-        )
-    } else {
-        match target.rsplit_once(':') {
-            Some((h, p)) if !h.contains(':') => (
-                h.to_string(),
-                Some(
-                    p.parse::<u16>()
-                        .map_err(|_| format!("bad port in '{target}'"))?,
-                ),
-            ),
-            _ => (target.clone(), None),
-        }
-    };
-    let port = port.or(embedded_port).unwrap_or(match kind {
-        Kind::Rr => SERVE_PORT,
-        Kind::Http => 80,
-        Kind::Trace => 33434,
-        Kind::Syn | Kind::Connect => 0,
-    });
-    if port == 0 {
-        return Err(format!(
-            "kind={} needs a port: target=HOST:PORT",
-            kind.name()
-        ));
-    }
-    Ok((
-        host,
-        Measure {
-            kind,
-            port,
-            interval: timeout,
-            timeout,
-            url,
-            path: "/".into(),
-            max_ttl: 30,
-            size: 64,
-        },
-    ))
 }
 
 /// The page of one probe.
@@ -225,51 +115,5 @@ impl Routes for AgentRoutes {
                 Err(e) => Reply::text(500, format!("probe failed: {e}\n")),
             }
         }))
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn probe_queries() {
-        let (a, m) = parse_query("target=10.0.0.1:22&kind=connect").unwrap();
-        assert_eq!(
-            (a.as_str(), m.kind, m.port),
-            ("10.0.0.1", Kind::Connect, 22)
-        );
-        let (a, m) = parse_query("target=%5B%3A%3A1%5D%3A7000&kind=rr").unwrap();
-        assert_eq!((a.as_str(), m.port), ("::1", 7000));
-        let (a, m) = parse_query("target=h&kind=rr&timeout=1m").unwrap();
-        assert_eq!(
-            (a.as_str(), m.port, m.timeout),
-            ("h", SERVE_PORT, MAX_TIMEOUT)
-        );
-        let (_, m) = parse_query("target=http%3A%2F%2Fx%2Fy&kind=http").unwrap();
-        assert_eq!(m.url.as_deref(), Some("http://x/y"));
-        assert!(
-            parse_query("target=h&kind=connect")
-                .unwrap_err()
-                .contains("needs a port")
-        );
-        assert!(
-            parse_query("target=h&kind=icmp")
-                .unwrap_err()
-                .contains("unknown kind")
-        );
-        assert!(
-            parse_query("kind=rr")
-                .unwrap_err()
-                .contains("missing target")
-        );
-        assert!(
-            parse_query("target=h&kind=rr&x=1")
-                .unwrap_err()
-                .contains("unknown parameter")
-        );
-        assert_eq!(decode("a%2"), "a%2");
-        assert_eq!(decode("%zzé%41"), "%zzéA");
     }
 }

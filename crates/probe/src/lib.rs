@@ -13,6 +13,7 @@ pub mod error;
 pub mod packet;
 pub mod ping;
 pub mod prober;
+pub mod spec;
 pub mod sys;
 pub mod trace;
 

@@ -5,6 +5,7 @@ pub mod address;
 pub mod connect;
 pub mod demo;
 pub mod diagnose;
+pub mod evidence;
 pub mod hoststack;
 pub mod http;
 pub mod ping;

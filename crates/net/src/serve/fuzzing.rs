@@ -1,8 +1,12 @@
-//! Entry points of the cargo-fuzz targets for the server's input (`fuzz/fuzz_targets/serve_*`),
-//! also replayed on the stable toolchain by this module's tests. Neither may panic on any input.
+//! Entry points of the cargo-fuzz targets for the server's input (`fuzz/fuzz_targets/serve_*`)
+//! and for both ends of the evidence exchange (`evidence_request`), also replayed on the stable
+//! toolchain by this module's tests. None may panic on any input.
+
+use latscope_core::model::evidence::{EVIDENCE_VERSION, EvidenceRequest, ServerEvidence};
 
 use super::ServeConfig;
 use super::admission::{memory_needed, validate};
+use super::evidence::MAX_REQUEST_BYTES;
 use crate::flow::UdpRx;
 use crate::proto::{self, ClientHello, Control, FrameReader, Start, StreamDatagram, UdpHeader};
 
@@ -72,15 +76,45 @@ pub fn datagrams(data: &[u8]) {
     assert!(f.lost <= f.sent && f.loss_pct <= 100.0);
 }
 
+/// Both ends' parsers of the evidence exchange. The first byte picks: even, the agent's input —
+/// the bytes after the evidence `Start` as they come off the socket (a length-prefixed frame,
+/// read with the agent's size limit) and the same bytes as a bare body, through
+/// [`EvidenceRequest::parse`]; odd, an agent's answer as the client reads it: JSON that must
+/// survive a round trip once it parses as [`ServerEvidence`] (a hostile agent is input too).
+pub fn evidence(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    if sel & 1 == 0 {
+        if let Ok(body) = proto::read_frame_bytes(&mut &rest[..], MAX_REQUEST_BYTES) {
+            assert!(body.len() <= MAX_REQUEST_BYTES);
+            evidence_request(&body);
+        }
+        evidence_request(rest);
+    } else if let Ok(e) = serde_json::from_slice::<ServerEvidence>(rest) {
+        let again = serde_json::to_vec(&e).unwrap_or_default();
+        let back: Result<ServerEvidence, _> = serde_json::from_slice(&again);
+        assert!(back.is_ok(), "evidence that parsed does not parse again");
+    }
+}
+
+/// A request that parses names a port and this version.
+fn evidence_request(body: &[u8]) {
+    if let Ok(r) = EvidenceRequest::parse(body) {
+        assert!(r.port != 0 && r.version == EVIDENCE_VERSION, "{r:?}");
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    /// The committed seeds of both targets, every truncation of each, replayed on stable.
+    /// The committed seeds of the three targets, every truncation of each, replayed on stable.
     #[test]
     fn seeds_replay() {
         for (target, f) in [
             ("serve_control", super::control as fn(&[u8])),
             ("serve_datagram", super::datagrams),
+            ("evidence_request", super::evidence),
         ] {
             let n = latscope_sys::fuzz_seeds::replay_prefixes(target, usize::MAX, |_, b| f(b));
             assert!(n.unwrap() > 0, "no seeds for {target}");
