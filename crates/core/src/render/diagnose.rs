@@ -53,6 +53,31 @@ fn step_time(ms: u64) -> String {
     }
 }
 
+/// The steps list: each step's mark, name, duration, which end measured it, and its detail.
+fn render_steps(steps: &[crate::model::diagnose::Step], out: &mut Page) {
+    let _ = writeln!(out, "  Steps");
+    for s in steps {
+        let mark = match s.status {
+            StepStatus::Ran => "✓",
+            StepStatus::Skipped => "-",
+            StepStatus::CutShort => "…",
+            StepStatus::Failed => "✗",
+        };
+        let end = match s.measured_at {
+            Some(crate::model::diagnose::End::Server) => "[server] ",
+            Some(crate::model::diagnose::End::Client) => "[client] ",
+            None => "",
+        };
+        let took = s.took_ms.map(step_time).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "    {mark} {:<22} {took:>6}  {end}{}",
+            s.name.label(),
+            s.detail
+        );
+    }
+}
+
 impl Human for DiagnoseReport {
     fn render_human(&self, out: &mut Page) {
         let _ = writeln!(
@@ -61,27 +86,7 @@ impl Human for DiagnoseReport {
             self.target,
             self.target_kind.name()
         );
-        let _ = writeln!(out, "  Steps");
-        for s in &self.steps {
-            let mark = match s.status {
-                StepStatus::Ran => "✓",
-                StepStatus::Skipped => "-",
-                StepStatus::CutShort => "…",
-                StepStatus::Failed => "✗",
-            };
-            let end = match s.measured_at {
-                Some(crate::model::diagnose::End::Server) => "[server] ",
-                Some(crate::model::diagnose::End::Client) => "[client] ",
-                None => "",
-            };
-            let took = s.took_ms.map(step_time).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "    {mark} {:<22} {took:>6}  {end}{}",
-                s.name.label(),
-                s.detail
-            );
-        }
+        render_steps(&self.steps, out);
         let b = &self.budget;
         let f = |v: Option<u64>| v.map(|n| format_ns(n as f64)).unwrap_or_else(|| "-".into());
         let _ = writeln!(out, "\n  Latency budget (medians)");
