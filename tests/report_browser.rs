@@ -25,7 +25,7 @@ fn root() -> PathBuf {
 /// Run chromium headless on `page` with `mode` (`--dump-dom` or `--screenshot=…`); return
 /// (stdout, stderr). Killed at the deadline.
 fn chromium(page: &Path, mode: &str, width: u32) -> (String, String) {
-    // One profile per launch (several run at once): this process's id and a counter.
+    // One profile per launch (the binary's tests run at once): this process's id and a counter.
     static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let profile = std::env::temp_dir().join(format!(
         "latscope-chromium-{}-{}",
@@ -262,35 +262,20 @@ fn screenshots(name: &str, page: &Path) {
 fn each_report_kind_renders_in_chromium() {
     let pages = root().join("target/report-screenshots");
     std::fs::create_dir_all(&pages).unwrap();
-    // Three pages at a time: each takes four browser launches, mostly waiting on chromium's
-    // start-up, and one after the other they took over a minute.
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let overflows = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..3 {
-            s.spawn(|| {
-                while let Some((name, inputs, plots)) =
-                    CASES.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-                {
-                    let page = pages.join(format!("{name}.html"));
-                    render(inputs, &page);
-                    check_dom(name, &page, plots);
-                    let found = overflow_at_phone_width(&page);
-                    assert_eq!(
-                        found.first().map(String::as_str),
-                        Some(format!("viewport {PHONE_WIDTH}").as_str()),
-                        "{name}: the phone check did not get a {PHONE_WIDTH} px viewport: {found:?}"
-                    );
-                    overflows
-                        .lock()
-                        .unwrap()
-                        .extend(found[1..].iter().map(|l| format!("{name}: {l}")));
-                    screenshots(name, &page);
-                }
-            });
-        }
-    });
-    let overflows = overflows.into_inner().unwrap();
+    let mut overflows = Vec::new();
+    for (name, inputs, plots) in CASES {
+        let page = pages.join(format!("{name}.html"));
+        render(inputs, &page);
+        check_dom(name, &page, plots);
+        let found = overflow_at_phone_width(&page);
+        assert_eq!(
+            found.first().map(String::as_str),
+            Some(format!("viewport {PHONE_WIDTH}").as_str()),
+            "{name}: the phone check did not get a {PHONE_WIDTH} px viewport: {found:?}"
+        );
+        overflows.extend(found[1..].iter().map(|l| format!("{name}: {l}")));
+        screenshots(name, &page);
+    }
     assert!(
         overflows.is_empty(),
         "wider than a {PHONE_WIDTH} px phone (outside a sideways-scrolling container):\n{}",
