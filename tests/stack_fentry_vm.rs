@@ -160,11 +160,11 @@ fn fentry_hooks_on_a_stock_kernel_count_every_packet_and_detach() {
         "paths with spaces cannot go on the kernel command line: {lscmd}"
     );
 
-    let tmp = std::env::temp_dir().join(format!("latscope-vm-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let initrd = initramfs(&tmp, &kernel);
+    // The initramfs's tree and archive: removed on drop, also when the boot fails.
+    let tmp = lab::TempDir::new();
+    let initrd = initramfs(&tmp.0, &kernel);
     let lines = boot(&kernel, &initrd, &lscmd);
-    let _ = std::fs::remove_dir_all(&tmp);
+    drop(tmp);
 
     assert!(
         !lines.iter().any(|l| l.starts_with("LSVM-ERROR")),
