@@ -83,7 +83,8 @@ fn classify(e: &io::Error) -> Outcome {
 fn one_attempt(
     cfg: &ConnectConfig,
     start: &Start,
-    (request, resp): (&[u8], &mut [u8]),
+    request: &[u8],
+    resp: &mut [u8],
     t: &mut Tally,
     stop: &AtomicBool,
 ) -> Outcome {
@@ -142,7 +143,7 @@ fn attempts(
             break;
         }
         t.attempts += 1;
-        match one_attempt(cfg, start, (request, &mut resp), &mut t, stop) {
+        match one_attempt(cfg, start, request, &mut resp, &mut t, stop) {
             Outcome::Stopped => {
                 t.attempts -= 1;
                 break;

@@ -350,23 +350,10 @@ pub fn connect_until(
         if now >= deadline {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
         }
-        let mut fd = libc::pollfd {
-            fd: socket.as_raw_fd(),
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        let wait = (deadline - now).min(STOP_CHECK);
-        let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: `fd` is one valid pollfd for the call's duration.
-        let rc = unsafe { libc::poll(&mut fd, 1, ms) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if rc > 0 {
+        // EINTR or a poll error reads as "not yet": the flag and the deadline still end the wait.
+        let ready =
+            !poll_writable(&[socket.as_raw_fd()], (deadline - now).min(STOP_CHECK)).is_empty();
+        if ready {
             if let Some(e) = socket.take_error()? {
                 return Err(e);
             }
@@ -425,10 +412,17 @@ pub fn outcome_of(e: &io::Error) -> AttemptOutcome {
 
 /// poll() the pending sockets for writability until `wait`; the indexes that are ready.
 fn wait_writable(pending: &[Pending], wait: Duration) -> Vec<usize> {
-    let mut fds: Vec<libc::pollfd> = pending
+    let fds: Vec<_> = pending.iter().map(|p| p.socket.as_raw_fd()).collect();
+    poll_writable(&fds, wait)
+}
+
+/// poll() `fds` for writability until `wait`; the indexes that are ready (none on a timeout, an
+/// interruption or an error).
+fn poll_writable(fds: &[std::os::fd::RawFd], wait: Duration) -> Vec<usize> {
+    let mut fds: Vec<libc::pollfd> = fds
         .iter()
-        .map(|p| libc::pollfd {
-            fd: p.socket.as_raw_fd(),
+        .map(|&fd| libc::pollfd {
+            fd,
             events: libc::POLLOUT,
             revents: 0,
         })
