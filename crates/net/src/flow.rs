@@ -21,6 +21,7 @@ use crate::pace::wait_until_or_stop;
 use crate::proto::{StreamDatagram, StreamSpec, UDP_STREAM_HEADER_LEN};
 use crate::udp_batch::{self, BatchReceiver, BatchSender};
 use latscope_sys::error::is_transient as is_timeout;
+use latscope_sys::mem::PageAligned;
 use latscope_sys::sockopt::{set_bytes, set_int, set_nodelay};
 
 /// A connected stream socket shared between the thread moving data and the coordinator
@@ -353,7 +354,7 @@ pub fn stream_recv(
     c: &FlowCounters,
     stop: &AtomicBool,
 ) -> Result<(), String> {
-    let mut buf = vec![0u8; len.max(4096)];
+    let mut buf = PageAligned::zeroed(len.max(4096));
     sock.set_read_timeout(Some(Duration::from_millis(100)));
     let res = loop {
         let t0 = Instant::now();

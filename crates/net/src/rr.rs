@@ -27,6 +27,7 @@ use crate::proto::{
     self, ClientHello, FrameError, Reply, ServerHello, Start, TestKind, UDP_HEADER_LEN, UdpHeader,
 };
 use crate::sock::{Conn, Target, connect, set_int, set_nodelay};
+use latscope_sys::mem::PageAligned;
 
 /// Blocked reads wake this often to look at the stop flag.
 const POLL: Duration = Duration::from_millis(100);
@@ -406,7 +407,7 @@ fn stream_worker(
     let tcp = conn.is_tcp();
     let fd = conn.as_raw_fd();
     let mut req = vec![b'q'; plan.req];
-    let mut resp = vec![0u8; plan.resp];
+    let mut resp = PageAligned::zeroed(plan.resp);
     let mut seq = 0u64;
     loop {
         let due = schedule.as_mut().map(Schedule::next_due);

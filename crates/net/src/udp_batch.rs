@@ -16,6 +16,7 @@ use std::mem::{size_of, zeroed};
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
+use latscope_sys::mem::PageAligned;
 use latscope_sys::sockopt::{get_int, set_int};
 use socket2::SockAddr;
 
@@ -197,7 +198,8 @@ impl<'a> Message<'a> {
 
 /// Receives up to `slots` messages per call into buffers it owns.
 pub struct BatchReceiver {
-    bufs: Vec<u8>,
+    /// Page-aligned: see [`PageAligned`] (the kernel's copy into a misaligned buffer is slow).
+    bufs: PageAligned,
     slots: usize,
     got: usize,
     lens: [usize; MAX_BATCH],
@@ -222,7 +224,7 @@ impl BatchReceiver {
     pub fn new(fd: RawFd, slots: usize) -> BatchReceiver {
         let slots = slots.clamp(1, MAX_BATCH);
         BatchReceiver {
-            bufs: vec![0; slots * SLOT_BYTES],
+            bufs: PageAligned::zeroed(slots * SLOT_BYTES),
             slots,
             got: 0,
             lens: [0; MAX_BATCH],

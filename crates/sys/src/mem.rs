@@ -24,3 +24,68 @@ pub fn trim() {
         libc::malloc_trim(0);
     }
 }
+
+/// Page size assumed for [`PageAligned`]: 4 KiB, the smallest page of every Linux target.
+const PAGE: usize = 4096;
+
+/// A byte buffer that starts on a page boundary, for the buffers sockets are read into. The
+/// kernel's copy to user memory (`copy_to_user`: `rep movsb` on current x86) is much slower on
+/// some CPUs when the destination is not cache-line aligned, and glibc serves a buffer of
+/// ≥ 128 KiB from its own mapping at 16 bytes past a page boundary. Measured on AMD EPYC (KVM),
+/// loopback, 27 Nov 2026: one TCP stream received 2× faster through an aligned buffer (sender
+/// and receiver on one CPU: 10.2–12.6 → 17.6–25.3 Gbit/s; offsets 0 and 64 fast, 16 slow),
+/// UDP at 2 Gbit/s cost 35% less CPU per GB, and a 256 KiB request/response took 130 µs
+/// instead of 330–420. The sending side's alignment made no difference.
+pub struct PageAligned {
+    store: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl PageAligned {
+    /// `len` bytes, all `fill`.
+    pub fn filled(len: usize, fill: u8) -> PageAligned {
+        let store = vec![fill; len + PAGE];
+        // align_offset of a byte pointer is always below PAGE; keep within the store anyway.
+        let off = store.as_ptr().align_offset(PAGE).min(PAGE);
+        PageAligned { store, off, len }
+    }
+
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> PageAligned {
+        PageAligned::filled(len, 0)
+    }
+}
+
+impl std::ops::Deref for PageAligned {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.store[self.off..self.off + self.len]
+    }
+}
+
+impl std::ops::DerefMut for PageAligned {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.store[self.off..self.off + self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_aligned_buffers_start_on_a_page_and_hold_what_they_were_given() {
+        for len in [0, 1, 4095, 4096, 128 * 1024, 128 * 1024 + 3] {
+            let mut b = PageAligned::filled(len, b's');
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % PAGE, 0, "len {len}");
+            assert!(b.iter().all(|&x| x == b's'));
+            if len > 0 {
+                b[len - 1] = 1;
+                assert_eq!(b[len - 1], 1);
+            }
+            assert!(PageAligned::zeroed(len).iter().all(|&x| x == 0));
+        }
+    }
+}

@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use latscope_core::model::rr::WriteMode;
+use latscope_sys::mem::PageAligned;
 use latscope_sys::sockopt::set_int;
 
 use super::control::{Ended, Test};
@@ -27,7 +28,7 @@ pub(super) fn run(t: &mut Test) -> Ended {
     }
     let _ = conn.set_read_timeout(Some(POLL));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(10)));
-    let mut req = vec![0u8; t.start.request_bytes as usize];
+    let mut req = PageAligned::zeroed(t.start.request_bytes as usize);
     let resp = vec![b'r'; t.start.response_bytes as usize];
     let split =
         (b.write_mode == WriteMode::Split).then(|| (b.split_at as usize).clamp(1, resp.len()));
