@@ -506,7 +506,7 @@ fn udp_worker(
     let wait = POLL.min(plan.timeout);
     let _ = udp.set_read_timeout(Some(wait));
     let mut req = vec![b'q'; plan.req];
-    let mut buf = vec![0u8; plan.resp.max(UDP_HEADER_LEN) + 1];
+    let mut buf = PageAligned::zeroed(plan.resp.max(UDP_HEADER_LEN) + 1);
     let mut seq = 0u64;
     loop {
         let due = schedule.as_mut().map(Schedule::next_due);
