@@ -164,45 +164,20 @@ pub fn open_session(
     handshake(conn, target, auth, start, first_message)
 }
 
-/// `open_session` with one bound for the connect and for each read of the handshake, for a
-/// caller that only asks whether a latscope server is there: a silent peer (a plain TCP or HTTP
-/// server waiting for its client to speak) then costs `timeout`, not `HANDSHAKE_TIMEOUT`.
-pub fn open_session_within(
-    target: &Target,
-    addr: Option<SocketAddr>,
-    timeout: Duration,
-    auth: Option<&AuthKey>,
-    start: &Start,
-) -> Result<Session, NetError> {
-    let conn = connect(target, addr, timeout)?;
-    handshake_within(conn, target, auth, start, &[], timeout)
-}
-
 /// Greet and ask for a test on an already connected socket. With a key, the client waits for
 /// the server's greeting (its challenge) before sending its own; without, greeting, request and
 /// `first_message` go out at once.
 pub fn handshake(
-    conn: Conn,
-    target: &Target,
-    auth: Option<&AuthKey>,
-    start: &Start,
-    first_message: &[u8],
-) -> Result<Session, NetError> {
-    handshake_within(conn, target, auth, start, first_message, HANDSHAKE_TIMEOUT)
-}
-
-/// `handshake` with each read bounded by `read_timeout`.
-fn handshake_within(
     mut conn: Conn,
     target: &Target,
     auth: Option<&AuthKey>,
     start: &Start,
     first_message: &[u8],
-    read_timeout: Duration,
 ) -> Result<Session, NetError> {
     let name = target.to_string();
     let io_err = |e: io::Error| NetError::io(format!("talking to {name}"), e);
-    conn.set_read_timeout(Some(read_timeout)).map_err(io_err)?;
+    conn.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(io_err)?;
     if conn.is_tcp() {
         set_nodelay(conn.as_raw_fd(), true).map_err(io_err)?;
     }
@@ -217,8 +192,8 @@ fn handshake_within(
     };
     let mut out = Vec::with_capacity(256 + first_message.len());
     let server: ServerHello = if let Some(key) = auth {
-        let server: ServerHello = proto::read_greeting(&mut conn)
-            .map_err(|e| greeting_error(&name, e, None, read_timeout))?;
+        let server: ServerHello =
+            proto::read_greeting(&mut conn).map_err(|e| greeting_error(&name, e, None))?;
         let proof = match &server.challenge {
             Some(c) => Some(key.prove(c)?),
             None => None,
@@ -233,7 +208,7 @@ fn handshake_within(
         let write_res = conn.write_all(&out);
         match proto::read_greeting(&mut conn) {
             Ok(h) => h,
-            Err(e) => return Err(greeting_error(&name, e, write_res.err(), read_timeout)),
+            Err(e) => return Err(greeting_error(&name, e, write_res.err())),
         }
     };
     let reply: Reply = proto::read_frame(&mut conn).map_err(|e| match e {
@@ -257,12 +232,7 @@ fn handshake_within(
     }
 }
 
-fn greeting_error(
-    name: &str,
-    e: FrameError,
-    write_err: Option<io::Error>,
-    waited: Duration,
-) -> NetError {
+fn greeting_error(name: &str, e: FrameError, write_err: Option<io::Error>) -> NetError {
     match e {
         FrameError::NotLatscope(bytes) => NetError::WrongProtocol {
             target: name.into(),
@@ -285,7 +255,7 @@ fn greeting_error(
                 target: name.into(),
                 detail: format!(
                     "no latscope greeting within {}",
-                    latscope_core::units::format_duration(waited)
+                    latscope_core::units::format_duration(HANDSHAKE_TIMEOUT)
                 ),
             }
         }

@@ -11,7 +11,7 @@ use latscope_core::model::hoststack::{HostStackTimes, StageTimes};
 use latscope_core::model::rr::{ServerBehaviour, Transport};
 use latscope_net::NetError;
 use latscope_net::proto::{RefusalCode, Start, TestKind};
-use latscope_net::rr::{RrConfig, StopAfter, open_session_within};
+use latscope_net::rr::{RrConfig, StopAfter, open_session};
 
 use crate::collect::Plan;
 use crate::evidence::{ClientHost, RequestConnects, Responses, SLOW_FLOOR_NS};
@@ -348,10 +348,8 @@ impl Slices {
     }
 }
 
-/// Is a latscope server listening there? `connect_p99_ns` is the connect time just measured to
-/// the same address: a latscope server greets as soon as it accepts, so its answer is due about
-/// one round trip after the connect, and a peer silent for `probe_timeout` of that is not one.
-pub fn is_latscope(p: &Plan, connect_p99_ns: u64) -> bool {
+/// Is a latscope server listening there?
+pub fn is_latscope(p: &Plan) -> bool {
     let start = Start {
         kind: TestKind::Rr,
         request_bytes: 1,
@@ -363,24 +361,16 @@ pub fn is_latscope(p: &Plan, connect_p99_ns: u64) -> bool {
     };
     // A latscope server that refuses us for want of the right key is still one: the steps
     // that follow then fail with its "authentication required" message.
-    match open_session_within(
+    match open_session(
         &p.target,
         Some(p.addr),
-        probe_timeout(connect_p99_ns),
+        Duration::from_secs(2),
         p.auth.as_ref(),
         &start,
+        &[],
     ) {
         Ok(_) => true,
         Err(NetError::ServerRefused { code, .. }) => code == RefusalCode::Auth,
         Err(_) => false,
     }
-}
-
-/// How long `is_latscope` waits for a greeting (and for its connect): eight of the connects'
-/// p99, never under 1 s (a busy or CPU-throttled server may take a scheduling slice or two to
-/// accept) nor over the handshake's own bound. A plain TCP or HTTP server says nothing until
-/// its client speaks, so this is what such a target costs the diagnosis.
-fn probe_timeout(connect_p99_ns: u64) -> Duration {
-    Duration::from_nanos(connect_p99_ns.saturating_mul(8))
-        .clamp(Duration::from_secs(1), latscope_net::rr::HANDSHAKE_TIMEOUT)
 }

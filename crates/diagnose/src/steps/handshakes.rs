@@ -87,7 +87,7 @@ impl Measure for Handshakes {
         let target = (r.succeeded > 0).then(|| {
             if p.url.is_some() {
                 TargetKind::Http
-            } else if is_latscope(p, r.connect.p99_ns) {
+            } else if is_latscope(p) {
                 TargetKind::Latscope
             } else {
                 TargetKind::Tcp
