@@ -185,9 +185,14 @@ pub(super) struct PhaseGrid {
     pub hits: u32,
     lag_lo: u64,
     lag_hi: u64,
+    /// Smallest and largest time from the grid point before a burst on it to the peer's last
+    /// packet before that burst: the peer's reaction, nearly constant when each burst answers
+    /// the peer's last packet.
+    react_lo: u64,
+    react_hi: u64,
     /// The time from the peer's last packet to the bursts on the grid varied (a request
-    /// answered in between did not move the grid): the sender's own clock, not a steady
-    /// answer to the peer.
+    /// answered in between did not move the grid), and so did where that packet fell between
+    /// the grid's points: the sender's own clock, not a steady answer to the peer.
     pub own_clock: bool,
     /// The latest burst is on the grid (after at least one earlier hit).
     pub on: bool,
@@ -211,13 +216,24 @@ impl PhaseGrid {
             if (1..=GRID_MAX_PERIODS).contains(&k)
                 && since.abs_diff(k.saturating_mul(self.period)) <= tol
             {
+                // The peer's last packet, from the grid point before this burst.
+                let react = since
+                    .saturating_sub((k - 1).saturating_mul(self.period))
+                    .saturating_sub(lag);
                 self.hits += 1;
                 self.last = ts;
                 self.on = true;
                 self.lag_lo = self.lag_lo.min(lag);
                 self.lag_hi = self.lag_hi.max(lag);
+                self.react_lo = self.react_lo.min(react);
+                self.react_hi = self.react_hi.max(react);
                 // Three hits at least: bursts at random times land on some grid now and then.
-                self.own_clock |= self.hits >= GRID_PROOF_HITS && self.lag_hi - self.lag_lo > tol;
+                // A varying lag alone is no proof: when each burst answers the peer (a server
+                // thinking a near-constant time in a ping-pong), the lag moves with the
+                // interval, within the grid's tolerance, while the peer's reaction stays put.
+                self.own_clock |= self.hits >= GRID_PROOF_HITS
+                    && self.lag_hi - self.lag_lo > tol
+                    && self.react_hi - self.react_lo > tol;
                 return;
             }
             // A burst between the grid's points (an answer to a request) leaves it standing.
@@ -233,6 +249,8 @@ impl PhaseGrid {
                 last: ts,
                 lag_lo: lag,
                 lag_hi: lag,
+                react_lo: iv.saturating_sub(lag),
+                react_hi: iv.saturating_sub(lag),
                 ..PhaseGrid::default()
             }
         } else {

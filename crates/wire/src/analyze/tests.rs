@@ -640,6 +640,37 @@ fn periodic_server_push_is_not_think_time() {
     assert!(think(false) >= 8, "{}", think(false));
 }
 
+/// A server that thinks ~60 ms before each answer, to a client that asks again as soon as it
+/// has one: the answers land on a 60 ms grid, and the think times (the time from each request)
+/// vary by under 2 ms, as a sleeping server's do on a busy machine. That variation comes with
+/// the grid's own tolerance (each interval within 1 ms of the period), so it does not make the
+/// grid the server's clock: every answer is think time.
+#[test]
+fn ping_pong_with_jittery_think_time_is_not_a_server_clock() {
+    let mut s = Sim::new();
+    s.handshake();
+    let a = flags::ACK | flags::PSH;
+    let mut t = 10.0;
+    for k in 0..10u32 {
+        s.pkt(t, true, a, b"GET / HTTP/1.1\r\n\r\n", &[]);
+        s.pkt(t + 40.0, false, flags::ACK, b"", &[]);
+        // The second answer sets the grid's period (60.1 ms); then 59.2 and 60.8 ms in turn:
+        // every interval within 0.8 ms of the period, the think times 1.6 ms apart.
+        let think = match k {
+            0 => 60.5,
+            1 => 60.0,
+            k if k % 2 == 0 => 59.2,
+            _ => 60.8,
+        };
+        t += think;
+        s.pkt(t, false, a, &[7u8; 300], &[]);
+        t += 0.1;
+    }
+    let r = s.a.finish();
+    let think = finding(&r, StallKind::ThinkTime).map_or(0, |f| f.count);
+    assert_eq!(think, 10, "{:?}", r.findings);
+}
+
 /// tshark class 3: a zero-length segment (pure ACK, window update) with an old sequence
 /// number is no retransmission: tshark only tests segments with data, SYN or FIN ("Note that a
 /// simple KeepAlive is not a retransmission"), and a segment one byte behind is a keep-alive.
