@@ -19,6 +19,7 @@ use latscope_core::model::rr::{
 };
 use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::sweep::find_jump;
+use latscope_sys::mem::PageAligned;
 
 use crate::NetError;
 use crate::auth::{AuthKey, AuthProof};
@@ -27,7 +28,6 @@ use crate::proto::{
     self, ClientHello, FrameError, Reply, ServerHello, Start, TestKind, UDP_HEADER_LEN, UdpHeader,
 };
 use crate::sock::{Conn, Target, connect, set_int, set_nodelay};
-use latscope_sys::mem::PageAligned;
 
 /// Blocked reads wake this often to look at the stop flag.
 const POLL: Duration = Duration::from_millis(100);
