@@ -1,30 +1,9 @@
-//! `latscope schema COMMAND`: the JSON schema of a command's `--json` document.
+//! `latscope schema KIND`: the JSON schema of a command's `--json` document, one of the result
+//! kinds of the registry (`latscope_core::registry::KINDS`).
 
-use clap::{Args, ValueEnum};
-use latscope_core::model;
-use schemars::schema_for;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SchemaKind {
-    Rr,
-    Connect,
-    Demo,
-    Diagnose,
-    Stream,
-    StreamInterval,
-    Http,
-    Interval,
-    Ping,
-    Trace,
-    Sockets,
-    Setsockopt,
-    Stack,
-    StackInterval,
-    Analyze,
-    Capture,
-    /// What a server's agent answers `diagnose --server-agent` with.
-    Evidence,
-}
+use clap::Args;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use latscope_core::registry::{KINDS, ResultKind};
 
 #[derive(Args, Debug)]
 #[command(
@@ -32,34 +11,24 @@ pub enum SchemaKind {
 )]
 pub struct SchemaArgs {
     /// Which document.
-    pub kind: SchemaKind,
+    #[arg(value_parser = kind_parser())]
+    pub kind: &'static ResultKind,
 }
 
-/// The schema as pretty JSON text.
-pub fn schema_text(kind: SchemaKind) -> String {
-    let schema = match kind {
-        SchemaKind::Rr => schema_for!(model::rr::RrReport),
-        SchemaKind::Connect => schema_for!(model::connect::ConnectReport),
-        SchemaKind::Demo => schema_for!(model::demo::DemoReport),
-        SchemaKind::Diagnose => schema_for!(model::diagnose::DiagnoseReport),
-        SchemaKind::Stream => schema_for!(model::stream::StreamReport),
-        SchemaKind::StreamInterval => schema_for!(model::stream::StreamInterval),
-        SchemaKind::Http => schema_for!(model::http::HttpReport),
-        SchemaKind::Interval => schema_for!(model::IntervalEvent),
-        SchemaKind::Ping => schema_for!(model::ping::PingReport),
-        SchemaKind::Trace => schema_for!(model::ping::TraceReport),
-        SchemaKind::Sockets => schema_for!(model::sockets::SocketsReport),
-        SchemaKind::Setsockopt => schema_for!(model::sockets::SetsockoptEvent),
-        SchemaKind::Stack => schema_for!(latscope_ebpf::report::StackReport),
-        SchemaKind::StackInterval => schema_for!(latscope_ebpf::report::StackInterval),
-        SchemaKind::Analyze => schema_for!(latscope_wire::report::AnalyzeReport),
-        SchemaKind::Capture => schema_for!(latscope_wire::report::CaptureReport),
-        SchemaKind::Evidence => schema_for!(latscope_diagnose::remote::ServerEvidence),
-    };
-    serde_json::to_string_pretty(&schema).unwrap_or_default()
+/// The kinds as clap's possible values (so `--help`, completions and the error for an unknown
+/// kind list them), parsed into the registry's entry.
+fn kind_parser() -> impl TypedValueParser<Value = &'static ResultKind> {
+    PossibleValuesParser::new(
+        KINDS
+            .iter()
+            .map(|k| PossibleValue::new(k.name).help(k.about)),
+    )
+    .try_map(|name| {
+        latscope_core::registry::kind(&name).ok_or_else(|| format!("no result kind '{name}'"))
+    })
 }
 
 pub fn run(args: &SchemaArgs) -> anyhow::Result<u8> {
-    println!("{}", schema_text(args.kind));
+    println!("{}", args.kind.schema_text());
     Ok(crate::exit::OK)
 }

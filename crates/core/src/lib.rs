@@ -10,6 +10,8 @@ pub mod bins;
 pub mod hist;
 pub mod log2;
 pub mod model;
+mod named;
+pub mod registry;
 pub mod render;
 pub mod summary;
 pub mod sweep;

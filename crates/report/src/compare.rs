@@ -2,10 +2,9 @@
 //! hyperfine's style (each figure divided by the best input's).
 
 use latscope_core::Summary;
-use latscope_core::model::diagnose::StepName;
 use latscope_core::units::format_ns;
 
-use crate::document::{Document, Input, Kind};
+use crate::document::{Input, Kind};
 use crate::error::ReportError;
 use crate::html::{Section, figure, para, table};
 use crate::plot::spectrum::{Curve, spectrum};
@@ -42,62 +41,15 @@ pub fn check(inputs: &[Input]) -> Result<(), ReportError> {
         ));
     }
     for i in inputs {
-        if headline(&i.doc).is_none_or(|(_, s)| s.count == 0) {
+        if i.doc.page().headline().is_none_or(|(_, s)| s.count == 0) {
             return Err(ReportError::NotComparable(format!(
                 "'{}' has no single latency distribution to overlay ({})",
                 i.name,
-                why_not(&i.doc)
+                i.doc.page().not_comparable()
             )));
         }
     }
     Ok(())
-}
-
-fn why_not(doc: &Document) -> &'static str {
-    match doc {
-        Document::Rr(_) => "a --sizes sweep has one per size: compare single-size runs",
-        Document::Stack(_) => "stack results are per-hook histograms",
-        Document::Stream(_) => "run stream with its latency probe",
-        Document::Diagnose(_) => "the diagnosis measured no single request",
-        Document::Analyze(_) => "the capture holds no complete transaction",
-        Document::Trace(_) => "the destination never answered",
-        _ => "no successful operation",
-    }
-}
-
-/// The distribution that stands for a whole result when comparing: what its command is about.
-fn headline(doc: &Document) -> Option<(&'static str, Summary)> {
-    match doc {
-        Document::Rr(r) => match r.results.as_slice() {
-            [one] => Some(("round trip", one.rtt.clone())),
-            _ => None,
-        },
-        Document::Http(r) => match &r.latency_from_intended {
-            Some(s) => Some(("latency from intended send time", s.clone())),
-            None => Some(("request → response", r.latency.clone())),
-        },
-        Document::Connect(r) => match &r.transaction {
-            Some(t) => Some(("transaction", t.clone())),
-            None => Some(("connect()", r.connect.clone())),
-        },
-        Document::Ping(r) => Some(("RTT", r.rtt.clone())),
-        Document::Diagnose(r) => r
-            .distribution(StepName::OneRequest)
-            .map(|s| (StepName::OneRequest.label(), s.clone())),
-        Document::Analyze(r) => r
-            .analysis
-            .transaction_time
-            .clone()
-            .map(|s| ("transaction time", s)),
-        Document::Stack(_) => None,
-        Document::Stream(r) => r
-            .latency_probe
-            .as_ref()
-            .map(|p| ("latency probe under load", p.loaded.clone())),
-        Document::Trace(r) => {
-            crate::kind::trace_destination(r).map(|s| ("round trip to the destination", s))
-        }
-    }
 }
 
 /// Reads one figure from a summary.
@@ -117,7 +69,7 @@ pub(crate) fn section(group: &[&Input]) -> Result<Section, ReportError> {
     let kind = group.first().map_or("?", |i| i.doc.kind().command());
     let found: Vec<(&Input, &'static str, Summary)> = group
         .iter()
-        .filter_map(|i| headline(&i.doc).map(|(what, s)| (*i, what, s)))
+        .filter_map(|i| i.doc.page().headline().map(|(what, s)| (*i, what, s)))
         .filter(|(_, _, s)| s.count > 0)
         .collect();
     let mut body = String::new();

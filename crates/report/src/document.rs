@@ -2,72 +2,117 @@
 //! read it, then the body is deserialised into the real model type, so the report tracks the
 //! contract (`schema/*.json`) instead of guessing at fields.
 
+use latscope_core::model::analyze::AnalyzeReport;
 use latscope_core::model::connect::ConnectReport;
 use latscope_core::model::diagnose::DiagnoseReport;
 use latscope_core::model::http::HttpReport;
 use latscope_core::model::ping::{PingReport, TraceReport};
 use latscope_core::model::rr::RrReport;
+use latscope_core::model::stack::StackReport;
 use latscope_core::model::stream::StreamReport;
 use latscope_core::model::{Meta, SCHEMA_VERSION};
-use latscope_ebpf::report::StackReport;
-use latscope_wire::report::AnalyzeReport;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::ReportError;
+use crate::page::Page;
 
-/// The commands whose results can be drawn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// `latscope rr`.
-    Rr,
-    /// `latscope http`.
-    Http,
-    /// `latscope connect`.
-    Connect,
-    /// `latscope ping`.
-    Ping,
-    /// `latscope diagnose`.
-    Diagnose,
-    /// `latscope stream`.
-    Stream,
-    /// `latscope stack`.
-    Stack,
-    /// `latscope analyze`.
-    Analyze,
-    /// `latscope trace`.
-    Trace,
+/// The registry of report pages: `Variant(model type) = "result kind"`, one line per page. It
+/// makes [`Kind`] (with `ALL`, in this order), [`Document`] and their dispatch; the page itself
+/// is the model type's [`Page`] impl in `kind/<name>.rs`. Each name is a
+/// result kind of `latscope_core::registry::KINDS` of the same model type (a test checks).
+macro_rules! pages {
+    ($($variant:ident($model:ty) = $name:literal,)*) => {
+        /// The commands whose results can be drawn.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Kind {
+            $(
+                #[doc = concat!("`latscope ", $name, "`.")]
+                $variant,
+            )*
+        }
+
+        impl Kind {
+            /// Every kind, in the order the help lists them.
+            pub const ALL: [Kind; [$($name),*].len()] = [$(Kind::$variant),*];
+
+            /// The subcommand name, as `meta.command` spells it.
+            pub fn command(self) -> &'static str {
+                match self {
+                    $(Kind::$variant => $name,)*
+                }
+            }
+        }
+
+        /// One command's result.
+        #[derive(Clone, Debug)]
+        // Made once per input file: the size of the largest variant does not matter.
+        #[allow(clippy::large_enum_variant)]
+        pub enum Document {
+            $(
+                #[doc = concat!("The result of `latscope ", $name, "`.")]
+                $variant($model),
+            )*
+        }
+
+        impl Document {
+            /// The body of a kind's document, typed.
+            fn typed(kind: Kind, value: serde_json::Value, command: &str) -> Result<Document, ReportError> {
+                Ok(match kind {
+                    $(Kind::$variant => Document::$variant(typed(value, command)?),)*
+                })
+            }
+
+            /// Which command produced it.
+            pub fn kind(&self) -> Kind {
+                match self {
+                    $(Document::$variant(_) => Kind::$variant,)*
+                }
+            }
+
+            /// The header every report carries.
+            pub fn meta(&self) -> &Meta {
+                match self {
+                    $(Document::$variant(r) => &r.meta,)*
+                }
+            }
+
+            /// Its page.
+            pub(crate) fn page(&self) -> &dyn Page {
+                match self {
+                    $(Document::$variant(r) => r,)*
+                }
+            }
+        }
+
+        /// Whether every page's name is a result kind of the core registry with the same model.
+        #[cfg(test)]
+        fn pages_are_registered_kinds() -> Vec<String> {
+            let mut wrong = Vec::new();
+            $(
+                match latscope_core::registry::kind($name) {
+                    Some(k) if k.is::<$model>() => {}
+                    _ => wrong.push($name.to_string()),
+                }
+            )*
+            wrong
+        }
+    };
+}
+
+pages! {
+    Rr(RrReport) = "rr",
+    Http(HttpReport) = "http",
+    Connect(ConnectReport) = "connect",
+    Ping(PingReport) = "ping",
+    Diagnose(DiagnoseReport) = "diagnose",
+    Stream(StreamReport) = "stream",
+    Stack(StackReport) = "stack",
+    Analyze(AnalyzeReport) = "analyze",
+    Trace(TraceReport) = "trace",
 }
 
 impl Kind {
-    /// Every kind, in the order the help lists them.
-    pub const ALL: [Kind; 9] = [
-        Kind::Rr,
-        Kind::Http,
-        Kind::Connect,
-        Kind::Ping,
-        Kind::Diagnose,
-        Kind::Stream,
-        Kind::Stack,
-        Kind::Analyze,
-        Kind::Trace,
-    ];
-
-    /// The subcommand name, as `meta.command` spells it.
-    pub fn command(self) -> &'static str {
-        match self {
-            Kind::Rr => "rr",
-            Kind::Http => "http",
-            Kind::Connect => "connect",
-            Kind::Ping => "ping",
-            Kind::Diagnose => "diagnose",
-            Kind::Stream => "stream",
-            Kind::Stack => "stack",
-            Kind::Analyze => "analyze",
-            Kind::Trace => "trace",
-        }
-    }
-
     fn from_command(command: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.command() == command)
     }
@@ -76,24 +121,6 @@ impl Kind {
     pub fn supported() -> String {
         Kind::ALL.map(Kind::command).join(", ")
     }
-}
-
-/// One command's result.
-#[derive(Clone, Debug)]
-#[allow(missing_docs)]
-// each variant is its command's report
-// Made once per input file: the size of the largest variant does not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum Document {
-    Rr(RrReport),
-    Http(HttpReport),
-    Connect(ConnectReport),
-    Ping(PingReport),
-    Diagnose(DiagnoseReport),
-    Stream(StreamReport),
-    Stack(StackReport),
-    Analyze(AnalyzeReport),
-    Trace(TraceReport),
 }
 
 /// A result and what to call it on the page (usually its file name).
@@ -125,6 +152,7 @@ impl Document {
         let command = header.command.unwrap_or_default();
         let kind = Kind::from_command(&command).ok_or_else(|| ReportError::UnknownKind {
             command: command.clone(),
+            supported: Kind::supported(),
         })?;
         if let Some(found) = header.schema_version.filter(|&v| v > SCHEMA_VERSION) {
             return Err(ReportError::NewerSchema {
@@ -132,47 +160,7 @@ impl Document {
                 supported: SCHEMA_VERSION,
             });
         }
-        Ok(match kind {
-            Kind::Rr => Document::Rr(typed(value, &command)?),
-            Kind::Http => Document::Http(typed(value, &command)?),
-            Kind::Connect => Document::Connect(typed(value, &command)?),
-            Kind::Ping => Document::Ping(typed(value, &command)?),
-            Kind::Diagnose => Document::Diagnose(typed(value, &command)?),
-            Kind::Stream => Document::Stream(typed(value, &command)?),
-            Kind::Stack => Document::Stack(typed(value, &command)?),
-            Kind::Analyze => Document::Analyze(typed(value, &command)?),
-            Kind::Trace => Document::Trace(typed(value, &command)?),
-        })
-    }
-
-    /// Which command produced it.
-    pub fn kind(&self) -> Kind {
-        match self {
-            Document::Rr(_) => Kind::Rr,
-            Document::Http(_) => Kind::Http,
-            Document::Connect(_) => Kind::Connect,
-            Document::Ping(_) => Kind::Ping,
-            Document::Diagnose(_) => Kind::Diagnose,
-            Document::Stream(_) => Kind::Stream,
-            Document::Stack(_) => Kind::Stack,
-            Document::Analyze(_) => Kind::Analyze,
-            Document::Trace(_) => Kind::Trace,
-        }
-    }
-
-    /// The header every report carries.
-    pub fn meta(&self) -> &Meta {
-        match self {
-            Document::Rr(r) => &r.meta,
-            Document::Http(r) => &r.meta,
-            Document::Connect(r) => &r.meta,
-            Document::Ping(r) => &r.meta,
-            Document::Diagnose(r) => &r.meta,
-            Document::Stream(r) => &r.meta,
-            Document::Stack(r) => &r.meta,
-            Document::Analyze(r) => &r.meta,
-            Document::Trace(r) => &r.meta,
-        }
+        Document::typed(kind, value, &command)
     }
 }
 
@@ -213,9 +201,16 @@ mod tests {
     }
 
     #[test]
+    fn every_page_is_a_registered_result_kind_of_its_model() {
+        assert_eq!(pages_are_registered_kinds(), Vec::<String>::new());
+    }
+
+    #[test]
     fn unknown_kind_is_named() {
         let e = Document::parse(&meta("frobnicate", 1)).unwrap_err();
-        assert!(matches!(e, ReportError::UnknownKind { ref command } if command == "frobnicate"));
+        assert!(
+            matches!(e, ReportError::UnknownKind { ref command, .. } if command == "frobnicate")
+        );
         assert!(e.to_string().contains("supported: rr, http"));
     }
 

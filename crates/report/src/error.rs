@@ -1,7 +1,5 @@
 //! What can go wrong reading a result or drawing its page.
 
-use crate::document::Kind;
-
 /// Why a report could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -19,10 +17,12 @@ pub enum ReportError {
     )]
     NotLatscope,
     /// A command this version cannot draw.
-    #[error("no report for `{command}` results (supported: {})", Kind::supported())]
+    #[error("no report for `{command}` results (supported: {supported})")]
     UnknownKind {
         /// `meta.command` as found.
         command: String,
+        /// The kinds this version draws, for the message.
+        supported: String,
     },
     /// Written by a newer latscope whose contract this version does not know.
     #[error(

@@ -13,6 +13,7 @@ mod document;
 mod error;
 mod html;
 mod kind;
+mod page;
 mod plot;
 
 pub use compare::check as check_comparable;

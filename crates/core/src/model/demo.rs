@@ -44,8 +44,9 @@ pub struct DemoReport {
     pub meta: Meta,
     /// The healthy and the slow server.
     pub servers: Vec<DemoServer>,
-    /// The comparison of the two diagnoses.
-    pub verdict: DemoVerdict,
+    /// The comparison of the two diagnoses; absent when Ctrl-C came before both servers were
+    /// measured.
+    pub verdict: Option<DemoVerdict>,
     /// True when Ctrl-C ended the demo.
     pub interrupted: bool,
 }

@@ -4,6 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Meta;
+use super::round_trips::{RequestKind, RoundTripFix, RoundTripKind};
+use crate::named::registry_enum;
 use crate::summary::Summary;
 
 /// The steps of the investigation, in the order the pipeline runs them. The JSON names are the
@@ -38,7 +40,10 @@ pub enum StepName {
     /// loads the same path.
     #[serde(rename = "latency under load")]
     LatencyUnderLoad,
-    /// A URL's request broken into phases: DNS, connect, TLS, time to first byte, transfer.
+    /// A URL's request broken into phases: DNS, connect, TLS, time to first byte, transfer;
+    /// the first one a browser's, whose connection then carries the next request and one after
+    /// an idle pause, and a second connection offering its TLS session: what the server lets a
+    /// client reuse, and the rounds of each response's transfer.
     #[serde(rename = "request phases")]
     RequestPhases,
     /// The server's threads waiting for a CPU: run-queue delay (eBPF) and its cgroup's CPU
@@ -61,6 +66,14 @@ pub enum StepName {
     /// (`--server-agent`): its evidence fills the server-side steps.
     #[serde(rename = "server agent")]
     ServerAgent,
+    /// latscope's own CPU while the requests run (it is the client): its cgroup's quota and
+    /// throttling, its threads' waits for a CPU.
+    #[serde(rename = "client cpu")]
+    ClientCpu,
+    /// A URL's host name looked up query by query as this host's stub resolver does it: the
+    /// search list's names, A and AAAA to each nameserver, what each answered and when.
+    #[serde(rename = "name queries")]
+    NameQueries,
 }
 
 impl StepName {
@@ -82,6 +95,8 @@ impl StepName {
             StepName::MssExperiment => "mss experiment",
             StepName::AddressFamilies => "address families",
             StepName::ServerAgent => "server agent",
+            StepName::ClientCpu => "client cpu",
+            StepName::NameQueries => "name queries",
         }
     }
 }
@@ -171,20 +186,22 @@ impl TargetKind {
     }
 }
 
-/// Which side a finding blames.
+/// Which host a finding says to fix: always a host (or the path between them), never a layer —
+/// a kernel, an application or a socket option lives on one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Side {
     /// The client host or application.
     Client,
-    /// The server host or application.
+    /// The server host: its application, its kernel, its cgroup. Reports written before sides
+    /// named hosts said "kernel" for the one finding that had it (`pre_tcp_kernel`, always
+    /// measured on the server's receive path): they still read, as the server.
+    #[serde(alias = "kernel")]
     Server,
     /// Both ends (a setting on one side meets a behaviour of the other).
     Both,
     /// The network between the hosts.
     Network,
-    /// The kernel's network stack on the measured host.
-    Kernel,
 }
 
 impl Side {
@@ -195,67 +212,107 @@ impl Side {
             Side::Server => "server",
             Side::Both => "client and server",
             Side::Network => "network path",
-            Side::Kernel => "kernel",
         }
     }
 }
 
+registry_enum! {
 /// The named rules of diagnose (their JSON names are stable identifiers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RuleId {
     /// Nagle on one side holds a segment until the other side's delayed ACK.
-    NagleDelayedAck,
+    NagleDelayedAck = "nagle_delayed_ack",
     /// The server's application takes the time before it answers.
-    ThinkTime,
+    ThinkTime = "think_time",
     /// Requests wait in the server's socket before it reads them: latency that grows with
     /// concurrency, or the kernel's view of data queued long before the application's read.
     /// The kernel's view was once a rule of its own, `socket_read_wait` (one cause, one fix,
     /// two findings): reports that name it still read, as this rule.
     #[serde(alias = "socket_read_wait")]
-    SocketQueueing,
+    SocketQueueing = "socket_queueing",
     /// The connection set-up (SYN → SYN-ACK) is slow or retried.
-    SlowHandshake,
+    SlowHandshake = "slow_handshake",
     /// Retransmissions (loss) add timeouts.
-    Retransmissions,
+    Retransmissions = "retransmissions",
     /// The receiver delays ACKs that the sender waits for.
-    DelayedAck,
+    DelayedAck = "delayed_ack",
     /// Packets wait in the kernel before TCP sees them (qdisc, netfilter, softirq).
-    PreTcpKernel,
+    PreTcpKernel = "pre_tcp_kernel",
     /// Queues on the path fill under load (latency grows with throughput).
-    Bufferbloat,
-    /// The network path itself is most of the time.
-    PathDominates,
+    Bufferbloat = "bufferbloat",
+    /// The network path itself is most of the time. Only a path that is the floor: where a
+    /// request pays round trips a fix would save, those are named by their own rules
+    /// (connection reuse, TLS, windows, redirects), never booked to the path; a healthy far
+    /// server is no finding at all ("the path is the floor: nothing to save").
+    PathDominates = "path_dominates",
     /// A URL's DNS lookup dominates a new connection's request.
-    SlowDns,
+    SlowDns = "slow_dns",
     /// A URL's TLS handshake takes milliseconds beyond its round trips.
-    SlowTls,
+    SlowTls = "slow_tls",
     /// The server's cgroup runs out of CPU quota and is throttled.
-    CpuThrottling,
+    CpuThrottling = "cpu_throttling",
     /// The server's threads wait for a CPU (run-queue delay).
-    RunQueueDelay,
+    RunQueueDelay = "run_queue_delay",
     /// Serialisation at the path's bottleneck rate is a material part of a request.
-    BottleneckBandwidth,
-    /// Idle single requests have a heavy tail that neither the path, nor TCP's timers, nor a
-    /// measured CPU wait explains: the server's own (its scheduling, GC, locks).
-    ServerTailLatency,
+    BottleneckBandwidth = "bottleneck_bandwidth",
+    /// Idle single requests have a heavy tail (at the p99 or p99.9, or rare long stalls that
+    /// take a tenth of their time) that neither the path, nor TCP's timers, nor a measured CPU
+    /// wait explains: the server's own (its scheduling, a CPU quota, GC, locks).
+    ServerTailLatency = "server_tail_latency",
     /// Time in the client's own stack: its packets wait between `send()` and the driver
     /// (netfilter OUTPUT, qdisc) or between the driver and `recv()` (softirq, CPU).
-    ClientHostStack,
+    ClientHostStack = "client_host_stack",
+    /// A host's own way out holds the connections' packets (eBPF, `latscope stack --direction
+    /// tx`): netfilter OUTPUT/POSTROUTING rules, a qdisc's backlog, tc egress, the driver or its
+    /// TX completion — on the client's host, or on the server's (local, or its evidence agent).
+    HostEgress = "host_egress",
     /// The client's receive window limits a transfer (its rcvbuf, `tcp_rmem`, window scaling).
-    ReceiveWindowLimited,
+    ReceiveWindowLimited = "receive_window_limited",
     /// The server's send buffer (SO_SNDBUF) limits a transfer.
-    SendBufferLimited,
+    SendBufferLimited = "send_buffer_limited",
     /// Full-size segments are lost on the path while small ones pass, and a lower MSS gets
     /// through: a smaller MTU on the path whose ICMP "fragmentation needed" does not arrive.
-    PmtuBlackHole,
+    PmtuBlackHole = "pmtu_black_hole",
     /// One address family of the target's name does not answer (e.g. a dead AAAA record):
     /// every new connection waits for it before it tries the other.
-    DeadAddressFamily,
+    DeadAddressFamily = "dead_address_family",
     /// The server answered with errors (not 2xx/3xx): what was measured are error pages.
-    ErrorResponses,
+    ErrorResponses = "error_responses",
     /// A material share of a request that no named rule explains, with where it sits.
-    Unexplained,
+    Unexplained = "unexplained",
+    /// Connections are not reused: the server closes them after each response (`Connection:
+    /// close`, HTTP/1.0 without keep-alive) or sooner than a client's next request (a
+    /// keep-alive timeout shorter than the client's gap), so every request pays a new
+    /// connection's round trips (TCP, and TLS for https). Fix: keep-alive on the server (or,
+    /// for a client that closes its own connections, a connection pool).
+    ConnectionNotReused = "connection_not_reused",
+    /// TLS sessions are not resumed: a new connection with the server's session ticket (or
+    /// session ID) gets a full handshake again — a TLS 1.2 full handshake is two round trips
+    /// where a resumed one is one. Fix: session tickets or a shared session cache.
+    TlsNotResumed = "tls_not_resumed",
+    /// The server negotiates TLS 1.2 (or older) with a client that offers TLS 1.3: a full
+    /// handshake costs two round trips where TLS 1.3 takes one. Fix: enable TLS 1.3.
+    OldTlsVersion = "old_tls_version",
+    /// A keep-alive connection idle for longer than its retransmission timeout restarts slow
+    /// start (`net.ipv4.tcp_slow_start_after_idle`, on by default): the next response on it
+    /// needs the round trips of a new connection's slow start again. Fix on the sender (the
+    /// server): `net.ipv4.tcp_slow_start_after_idle = 0`.
+    SlowStartAfterIdle = "slow_start_after_idle",
+    /// The URL answers with a redirect: every request to it pays another exchange (and, to
+    /// another host or scheme, another connection's round trips) before the page. Fix: link
+    /// to the final URL.
+    Redirects = "redirects",
+    /// The server's first flight of a response (its initial congestion window) is smaller
+    /// than the 10 segments of RFC 6928: a response that needs several round trips of slow
+    /// start needs more of them. Fix: `initcwnd 10` (the Linux default) on the server's route.
+    SmallInitialWindow = "small_initial_window",
+    /// latscope itself could not run when it needed to: its cgroup's CPU quota throttled it,
+    /// its threads waited for a CPU, or its timers woke late. The client's own starvation is
+    /// then in what it measured (the cause, where the requests show it), and figures it makes
+    /// unreliable are said to be so — never "no problem found".
+    ClientCpuStarved = "client_cpu_starved",
+}
 }
 
 impl RuleId {
@@ -276,34 +333,6 @@ impl RuleId {
                 | RuleId::ErrorResponses
                 | RuleId::ClientHostStack
         )
-    }
-
-    /// The stable identifier (the JSON word).
-    pub const fn name(self) -> &'static str {
-        match self {
-            RuleId::NagleDelayedAck => "nagle_delayed_ack",
-            RuleId::ThinkTime => "think_time",
-            RuleId::SocketQueueing => "socket_queueing",
-            RuleId::SlowHandshake => "slow_handshake",
-            RuleId::Retransmissions => "retransmissions",
-            RuleId::DelayedAck => "delayed_ack",
-            RuleId::PreTcpKernel => "pre_tcp_kernel",
-            RuleId::Bufferbloat => "bufferbloat",
-            RuleId::PathDominates => "path_dominates",
-            RuleId::SlowDns => "slow_dns",
-            RuleId::SlowTls => "slow_tls",
-            RuleId::CpuThrottling => "cpu_throttling",
-            RuleId::RunQueueDelay => "run_queue_delay",
-            RuleId::BottleneckBandwidth => "bottleneck_bandwidth",
-            RuleId::ServerTailLatency => "server_tail_latency",
-            RuleId::ClientHostStack => "client_host_stack",
-            RuleId::ReceiveWindowLimited => "receive_window_limited",
-            RuleId::SendBufferLimited => "send_buffer_limited",
-            RuleId::PmtuBlackHole => "pmtu_black_hole",
-            RuleId::DeadAddressFamily => "dead_address_family",
-            RuleId::ErrorResponses => "error_responses",
-            RuleId::Unexplained => "unexplained",
-        }
     }
 }
 
@@ -361,6 +390,126 @@ pub struct Budget {
     /// timer explains (its application time), when the evidence shows it.
     #[serde(default)]
     pub server_app_ns: Option<u64>,
+}
+
+/// The round trips of the requests a diagnose run measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RoundTrips {
+    /// The path's round trip the counts are in (the SYN or connect ping's median), ns.
+    pub rtt_ns: u64,
+    /// One account per kind of request measured, in the order a client meets them.
+    pub requests: Vec<RequestRounds>,
+}
+
+impl RoundTrips {
+    /// The account with the most time a fix would save (the first of equals); `None` when no
+    /// account has an avoidable round trip.
+    pub fn most_avoidable(&self) -> Option<&RequestRounds> {
+        self.requests.iter().filter(|r| r.avoidable_ns() > 0).fold(
+            None,
+            |best: Option<&RequestRounds>, r| match best {
+                Some(b) if b.avoidable_ns() >= r.avoidable_ns() => Some(b),
+                _ => Some(r),
+            },
+        )
+    }
+}
+
+/// One request's time, part by part, in round trips of the path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RequestRounds {
+    /// Which request.
+    pub request: RequestKind,
+    /// What it measured in all, ns (its parts' costs added up).
+    pub measured_ns: u64,
+    /// For [`RequestKind::AfterIdle`]: how long the connection was idle, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_ms: Option<u64>,
+    /// Its parts, in the order they happen.
+    pub parts: Vec<RoundTrip>,
+}
+
+impl RequestRounds {
+    /// Round trips of the path the request takes (DNS lookups and retransmission timeouts are
+    /// waits of their own, counted apart).
+    pub fn round_trips(&self) -> u32 {
+        self.parts
+            .iter()
+            .filter(|p| p.kind.is_path_round())
+            .map(|p| p.count)
+            .sum()
+    }
+
+    /// The round trips that would do: [`RequestRounds::round_trips`] less the avoidable ones.
+    pub fn needed(&self) -> u32 {
+        self.round_trips().saturating_sub(
+            self.parts
+                .iter()
+                .filter(|p| p.kind.is_path_round())
+                .map(|p| p.avoidable)
+                .sum(),
+        )
+    }
+
+    /// Time a fix of every avoidable part would save, ns.
+    pub fn avoidable_ns(&self) -> u64 {
+        self.parts.iter().map(|p| p.avoidable_ns).sum()
+    }
+
+    /// The parts a fix would save.
+    pub fn avoidable(&self) -> impl Iterator<Item = &RoundTrip> {
+        self.parts.iter().filter(|p| p.avoidable_ns > 0)
+    }
+}
+
+/// One part of a request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RoundTrip {
+    /// What part.
+    pub kind: RoundTripKind,
+    /// Round trips of the path it takes (DNS: lookups; retransmission timeouts: timeouts).
+    pub count: u32,
+    /// What it took as measured, ns.
+    pub cost_ns: u64,
+    /// How many of `count` a fix would save.
+    pub avoidable: u32,
+    /// Of `cost_ns`, what the fix would save, ns (never more than `cost_ns`).
+    pub avoidable_ns: u64,
+    /// The finding that names the avoidable part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<RuleId>,
+    /// What saves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<RoundTripFix>,
+    /// What it is, e.g. "TLS 1.2, full handshake" or "a 256 KiB response: 4 rounds after a
+    /// first flight of 14.1 KiB".
+    pub detail: String,
+}
+
+impl RoundTrip {
+    /// A part that cannot be saved.
+    pub fn needed(kind: RoundTripKind, count: u32, cost_ns: u64, detail: String) -> RoundTrip {
+        RoundTrip {
+            kind,
+            count,
+            cost_ns,
+            avoidable: 0,
+            avoidable_ns: 0,
+            rule: None,
+            fix: None,
+            detail,
+        }
+    }
+
+    /// Mark `avoidable` of its round trips (and `ns` of its cost, at most all of it) as saved
+    /// by `fix`, named by `rule`.
+    pub fn avoid(mut self, avoidable: u32, ns: u64, rule: RuleId, fix: RoundTripFix) -> RoundTrip {
+        self.avoidable = avoidable.min(self.count);
+        self.avoidable_ns = ns.min(self.cost_ns);
+        self.rule = Some(rule);
+        self.fix = Some(fix);
+        self
+    }
 }
 
 /// One URL request phase by phase (medians, ns), as `curl -w` / httpstat show it.
@@ -431,6 +580,10 @@ pub struct DiagnoseReport {
     /// A URL request's phases (URL targets).
     #[serde(default)]
     pub phases: Option<RequestPhases>,
+    /// The URL's host name looked up query by query as this host's resolver does it (the
+    /// name-queries step), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<super::names::NameLookup>,
     /// Round trips per minute idle and under load (when the load step ran).
     #[serde(default)]
     pub responsiveness: Option<Responsiveness>,
@@ -438,6 +591,9 @@ pub struct DiagnoseReport {
     /// cut short.
     #[serde(default)]
     pub max_time_ms: u64,
+    /// What the requests cost in round trips of the path, and the ones a fix would save.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_trips: Option<RoundTrips>,
 }
 
 impl DiagnoseReport {
@@ -512,6 +668,16 @@ impl DiagnoseReport {
 mod tests {
     use super::*;
 
+    /// A report written when `pre_tcp_kernel` said side "kernel" reads, as the server (the
+    /// host whose receive path it measured); new reports never write a layer for a side.
+    #[test]
+    fn the_old_kernel_side_reads_as_the_server() {
+        let s: Side = serde_json::from_str("\"kernel\"").unwrap();
+        assert_eq!(s, Side::Server);
+        assert_eq!(serde_json::to_string(&s).unwrap(), "\"server\"");
+        assert_eq!(Side::Server.name(), "server");
+    }
+
     /// The kernel's view of socket queueing was once a rule of its own: reports that name it
     /// still read, as the one rule; new reports only write the one name.
     #[test]
@@ -573,5 +739,88 @@ mod tests {
             "{:?}",
             r.unmeasurable()
         );
+    }
+
+    #[test]
+    fn every_rule_name_is_its_json_word_and_has_a_description() {
+        for (i, r) in RuleId::ALL.iter().enumerate() {
+            assert_eq!(
+                serde_json::to_value(r).ok(),
+                Some(serde_json::Value::from(r.name()))
+            );
+            assert!(RuleId::ALL[..i].iter().all(|o| o.name() != r.name()));
+            assert!(r.about().len() > 20, "{r:?}: {}", r.about());
+            assert!(!r.about().contains('\n'));
+        }
+        assert_eq!(
+            serde_json::from_str::<RuleId>("\"socket_read_wait\"").ok(),
+            Some(RuleId::SocketQueueing)
+        );
+    }
+
+    fn part(kind: RoundTripKind, count: u32, ms: u64) -> RoundTrip {
+        RoundTrip::needed(kind, count, ms * 1_000_000, String::new())
+    }
+
+    /// A request on a server that closes every connection, over TLS 1.2: TCP and the TLS
+    /// handshake are avoidable (4 round trips where 1 would do); DNS is no round trip of the path.
+    #[test]
+    fn an_account_counts_the_path_rounds_and_what_a_fix_saves() {
+        let r = RequestRounds {
+            request: RequestKind::Next,
+            measured_ns: 164_000_000,
+            idle_ms: None,
+            parts: vec![
+                part(RoundTripKind::Dns, 1, 3),
+                part(RoundTripKind::TcpHandshake, 1, 40).avoid(
+                    1,
+                    40_000_000,
+                    RuleId::ConnectionNotReused,
+                    RoundTripFix::KeepAlive,
+                ),
+                part(RoundTripKind::TlsHandshake, 2, 81).avoid(
+                    5,
+                    u64::MAX,
+                    RuleId::ConnectionNotReused,
+                    RoundTripFix::KeepAlive,
+                ),
+                part(RoundTripKind::Request, 1, 40),
+            ],
+        };
+        assert_eq!(r.round_trips(), 4);
+        assert_eq!(
+            r.needed(),
+            1,
+            "an avoidable count is capped at the part's count"
+        );
+        assert_eq!(
+            r.avoidable_ns(),
+            121_000_000,
+            "and its time at the part's cost"
+        );
+        assert_eq!(r.avoidable().count(), 2);
+        let all = RoundTrips {
+            rtt_ns: 40_000_000,
+            requests: vec![
+                RequestRounds {
+                    request: RequestKind::First,
+                    measured_ns: 80_000_000,
+                    idle_ms: None,
+                    parts: vec![part(RoundTripKind::Request, 2, 80)],
+                },
+                r,
+            ],
+        };
+        assert_eq!(
+            all.most_avoidable().map(|r| r.request),
+            Some(RequestKind::Next)
+        );
+        let json = serde_json::to_value(&all).unwrap();
+        assert_eq!(
+            json["requests"][1]["parts"][1]["rule"],
+            "connection_not_reused"
+        );
+        assert_eq!(json["requests"][1]["parts"][1]["fix"], "keep_alive");
+        assert!(json["requests"][0]["parts"][0].get("rule").is_none());
     }
 }

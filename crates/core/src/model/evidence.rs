@@ -118,6 +118,52 @@ pub struct ServerEvidence {
     pub counters: Observed<NsCounters>,
 }
 
+/// The server's agent's answer as the client's diagnose received it (`--server-agent`): the
+/// evidence, who sent it, and how its clock compares. Not part of any `--json` document; the
+/// steps of both ends receive it as data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerEnd {
+    /// The agent, as named on the command line with its address.
+    pub agent: String,
+    /// What it observed.
+    pub evidence: ServerEvidence,
+    /// The offset between the clocks, when the agent stamped the end of the window.
+    pub clock: Option<ClockOffset>,
+}
+
+/// How far the server's wall clock reads ahead of this host's (negative: behind), estimated
+/// from one exchange: the server stamped the moment it read our "done" between our sending it
+/// and our reading its answer, less the time it says it took to answer (NTP's estimate, RFC
+/// 5905 §8, with one server stamp), so the offset lies within ± half the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockOffset {
+    /// The server's clock minus this host's, ns.
+    pub server_ahead_ns: i64,
+    /// The estimate lies within ± this, ns.
+    pub uncertainty_ns: u64,
+}
+
+impl ClockOffset {
+    /// From our clock when "done" left (`sent`) and when the answer arrived (`answered`), the
+    /// server's clock when it read "done", and how long it then took to answer.
+    pub fn estimate(
+        sent_ns: u64,
+        answered_ns: u64,
+        server_ns: u64,
+        server_delay_ns: u64,
+    ) -> ClockOffset {
+        let half = answered_ns
+            .saturating_sub(sent_ns)
+            .saturating_sub(server_delay_ns)
+            / 2;
+        let mid = sent_ns.saturating_add(half);
+        ClockOffset {
+            server_ahead_ns: server_ns as i64 - mid as i64,
+            uncertainty_ns: half,
+        }
+    }
+}
+
 /// Differences of a network namespace's TCP counters (`nstat` names) over the measured span.
 #[derive(
     Clone,
@@ -225,6 +271,43 @@ pub struct StackEvidence {
     /// agent that predates it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_p90_ns: Option<f64>,
+    /// The same host's way out for the connections' packets it sends (the transmit stages;
+    /// absent from an agent that predates them, or where eBPF cannot see them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressEvidence>,
+}
+
+/// How long one host's own outgoing packets of the measured connections spent in each stage of
+/// its way out (`latscope stack --direction tx`): the stages add up, per packet, from the
+/// socket write to the TX completion.
+#[derive(
+    Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct EgressEvidence {
+    /// The stages with packets, in path order.
+    pub stages: Vec<EgressStage>,
+}
+
+/// One transmit stage's times.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct EgressStage {
+    /// The stage (`local-out`, `qdisc`, …).
+    pub stage: crate::model::stack::Probe,
+    /// Packets timed in it.
+    pub packets: u64,
+    /// Median, ns (log2 histogram estimate).
+    pub p50_ns: f64,
+    /// 99th percentile, ns (log2 histogram estimate).
+    pub p99_ns: f64,
+    /// Mean, ns (exact).
+    pub mean_ns: f64,
+}
+
+impl EgressEvidence {
+    /// The stage's figures, if it had packets.
+    pub fn stage(&self, stage: crate::model::stack::Probe) -> Option<&EgressStage> {
+        self.stages.iter().find(|s| s.stage == stage)
+    }
 }
 
 impl StackEvidence {
@@ -385,6 +468,19 @@ impl RunQueueWaits {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_offset_lies_within_half_the_exchange() {
+        // Sent at 1000, answered at 1400 (our clock); the server read "done" at 5200 (its
+        // clock): it is about 4000 ahead, ± 200.
+        let c = ClockOffset::estimate(1000, 1400, 5200, 0);
+        assert_eq!((c.server_ahead_ns, c.uncertainty_ns), (4000, 200));
+        let behind = ClockOffset::estimate(10_000, 10_010, 2_000, 0);
+        assert_eq!(behind.server_ahead_ns, 2_000 - 10_005);
+        // The server took 300 of the 400 to answer: the network's share is 100, ± 50.
+        let c = ClockOffset::estimate(1000, 1400, 1050, 300);
+        assert_eq!((c.server_ahead_ns, c.uncertainty_ns), (0, 50));
+    }
 
     #[test]
     fn requests_parse_strictly() {

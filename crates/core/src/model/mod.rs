@@ -2,15 +2,20 @@
 //! renderings are made from. Schemas are derived with `schemars` and committed under `schema/`.
 
 pub mod address;
+pub mod analyze;
+pub mod capture;
 pub mod connect;
 pub mod demo;
 pub mod diagnose;
 pub mod evidence;
 pub mod hoststack;
 pub mod http;
+pub mod names;
 pub mod ping;
+pub mod round_trips;
 pub mod rr;
 pub mod sockets;
+pub mod stack;
 pub mod stream;
 pub mod transfer;
 

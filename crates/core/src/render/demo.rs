@@ -2,7 +2,7 @@ use std::fmt::Write;
 
 use super::rr::server_text;
 use super::{Human, Page, Table};
-use crate::model::demo::DemoReport;
+use crate::model::demo::{DemoReport, DemoVerdict};
 use crate::model::diagnose::{DiagnoseReport, StepName};
 use crate::model::rr::Transport;
 use crate::units::format_ns;
@@ -50,26 +50,8 @@ impl Human for DemoReport {
                 server_text(&s.behaviour, Transport::Tcp)
             );
         }
-        let v = &self.verdict;
-        let _ = writeln!(
-            out,
-            "\n  Path: {} — {}",
-            if v.same_path {
-                "the same for both"
-            } else {
-                "differs between the two"
-            },
-            if v.same_path {
-                "the network is not what makes one server slow."
-            } else {
-                "the comparison is less clean."
-            }
-        );
-        if !v.stalled {
-            let _ = writeln!(
-                out,
-                "  No stall observed: this kernel did not delay the ACK the slow server waits for."
-            );
+        if let Some(v) = &self.verdict {
+            render_verdict(v, out);
         }
         for s in &self.servers {
             let d = &s.diagnosis;
@@ -89,5 +71,29 @@ impl Human for DemoReport {
                 "\n  (interrupted: figures cover what was measured before Ctrl-C)"
             );
         }
+    }
+}
+
+/// What the two diagnoses say together: the path, and whether a stall showed.
+fn render_verdict(v: &DemoVerdict, out: &mut Page) {
+    let _ = writeln!(
+        out,
+        "\n  Path: {} — {}",
+        if v.same_path {
+            "the same for both"
+        } else {
+            "differs between the two"
+        },
+        if v.same_path {
+            "the network is not what makes one server slow."
+        } else {
+            "the comparison is less clean."
+        }
+    );
+    if !v.stalled {
+        let _ = writeln!(
+            out,
+            "  No stall observed: this kernel did not delay the ACK the slow server waits for."
+        );
     }
 }

@@ -141,6 +141,12 @@ impl Human for DiagnoseReport {
             ]);
             t.render("    ", out);
         }
+        if let Some(n) = &self.names {
+            super::names::render_lookup(n, out);
+        }
+        if let Some(r) = &self.round_trips {
+            super::round_trips::render(r, out);
+        }
         if let Some(r) = &self.responsiveness {
             let _ = writeln!(
                 out,

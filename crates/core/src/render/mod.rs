@@ -1,14 +1,22 @@
 //! Renderings of the result model. The human view and `--json` are made from the same struct.
 
+/// Human rendering of `latscope analyze` (findings, counts, connections, the `--conn N` ladder).
+pub mod analyze;
+mod capture;
 mod connect;
 mod demo;
 mod diagnose;
 mod http;
+mod names;
 pub mod page;
 /// Human rendering of ping and trace reports (shared with the report crate).
 pub mod ping;
+/// Human rendering of diagnose's round-trip accounts (shared with the report crate).
+pub mod round_trips;
 mod rr;
 mod sockets;
+/// Human rendering of stack reports (`latscope stack`, its `-r` snapshots, `--list-probes`).
+pub mod stack;
 /// Human rendering of stream reports (shared with the report crate).
 pub mod stream;
 pub mod table;

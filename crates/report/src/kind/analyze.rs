@@ -1,8 +1,8 @@
 //! `latscope analyze`: the stall findings, the connections that lost the most time, the
 //! transaction-time spectrum, and the ladder around the longest gap of a `--conn N` result.
 
+use latscope_core::model::analyze::{AnalyzeReport, LadderRow};
 use latscope_core::units::{format_ns, format_si};
-use latscope_wire::report::{AnalyzeReport, LadderRow};
 
 use super::latency_block;
 use crate::error::ReportError;
@@ -77,6 +77,23 @@ pub(crate) fn body(r: &AnalyzeReport) -> Result<String, ReportError> {
         out += &ladder(&l.rows);
     }
     Ok(out)
+}
+
+impl crate::page::Page for AnalyzeReport {
+    fn body(&self) -> Result<String, ReportError> {
+        body(self)
+    }
+
+    fn headline(&self) -> Option<(&'static str, latscope_core::Summary)> {
+        self.analysis
+            .transaction_time
+            .clone()
+            .map(|s| ("transaction time", s))
+    }
+
+    fn not_comparable(&self) -> &'static str {
+        "the capture holds no complete transaction"
+    }
 }
 
 fn connections(r: &AnalyzeReport) -> Result<String, ReportError> {

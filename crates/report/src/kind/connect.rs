@@ -38,3 +38,16 @@ pub(crate) fn body(r: &ConnectReport) -> Result<String, ReportError> {
     out += &error_list("Error samples", &r.error_samples);
     Ok(out)
 }
+
+impl crate::page::Page for ConnectReport {
+    fn body(&self) -> Result<String, ReportError> {
+        body(self)
+    }
+
+    fn headline(&self) -> Option<(&'static str, latscope_core::Summary)> {
+        match &self.transaction {
+            Some(t) => Some(("transaction", t.clone())),
+            None => Some(("connect()", self.connect.clone())),
+        }
+    }
+}

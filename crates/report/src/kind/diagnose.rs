@@ -8,6 +8,7 @@ use super::{interrupted, latency_block};
 use crate::error::ReportError;
 use crate::html::{esc, facts, figure, para, table};
 use crate::plot::bars::{Bar, stacked};
+use latscope_core::model::diagnose::StepName;
 
 pub(crate) fn body(r: &DiagnoseReport) -> Result<String, ReportError> {
     let mut out = interrupted(r.interrupted);
@@ -40,6 +41,7 @@ pub(crate) fn body(r: &DiagnoseReport) -> Result<String, ReportError> {
              covers the host time, the cause is found.",
         );
     }
+    out += &super::round_trips::section(r.round_trips.as_ref())?;
     let rows: Vec<(String, &latscope_core::Summary)> = r
         .distributions
         .iter()
@@ -63,6 +65,21 @@ pub(crate) fn body(r: &DiagnoseReport) -> Result<String, ReportError> {
     out += "<h3>Steps</h3>\n";
     out += &table("steps", &["step", "status", "what it measured"], &steps);
     Ok(out)
+}
+
+impl crate::page::Page for DiagnoseReport {
+    fn body(&self) -> Result<String, ReportError> {
+        body(self)
+    }
+
+    fn headline(&self) -> Option<(&'static str, latscope_core::Summary)> {
+        self.distribution(StepName::OneRequest)
+            .map(|s| (StepName::OneRequest.label(), s.clone()))
+    }
+
+    fn not_comparable(&self) -> &'static str {
+        "the diagnosis measured no single request"
+    }
 }
 
 fn opt_ns(v: Option<u64>) -> String {

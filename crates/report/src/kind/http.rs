@@ -71,6 +71,19 @@ pub(crate) fn body(r: &HttpReport) -> Result<String, ReportError> {
     Ok(out)
 }
 
+impl crate::page::Page for HttpReport {
+    fn body(&self) -> Result<String, ReportError> {
+        body(self)
+    }
+
+    fn headline(&self) -> Option<(&'static str, latscope_core::Summary)> {
+        match &self.latency_from_intended {
+            Some(s) => Some(("latency from intended send time", s.clone())),
+            None => Some(("request → response", self.latency.clone())),
+        }
+    }
+}
+
 /// The error pages by status with their share (`1200 × 404 (100%)`), or `none`.
 fn error_responses(r: &HttpReport) -> String {
     let pages = latscope_core::model::http::error_responses(&r.status);

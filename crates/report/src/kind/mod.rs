@@ -6,6 +6,7 @@ mod connect;
 mod diagnose;
 mod http;
 mod ping;
+mod round_trips;
 mod rr;
 mod stack;
 mod stream;
@@ -15,27 +16,15 @@ use latscope_core::model::Meta;
 use latscope_core::units::format_si;
 use latscope_core::{LogBins, Summary};
 
-use crate::document::{Document, Input};
+use crate::document::Input;
 use crate::error::ReportError;
 use crate::html::{Section, figure, para, table};
 use crate::plot::hist::{Bin, from_bins, histograms};
 use crate::plot::spectrum::{Curve, spectrum};
 
-pub(crate) use trace::destination as trace_destination;
-
 /// The section of input `i`.
 pub(crate) fn section(i: usize, input: &Input) -> Result<Section, ReportError> {
-    let body = match &input.doc {
-        Document::Rr(r) => rr::body(r)?,
-        Document::Http(r) => http::body(r)?,
-        Document::Connect(r) => connect::body(r)?,
-        Document::Ping(r) => ping::body(r)?,
-        Document::Diagnose(r) => diagnose::body(r)?,
-        Document::Stream(r) => stream::body(r)?,
-        Document::Stack(r) => stack::body(r)?,
-        Document::Analyze(r) => analyze::body(r)?,
-        Document::Trace(r) => trace::body(r)?,
-    };
+    let body = input.doc.page().body()?;
     Ok(Section {
         id: format!("result-{}", i + 1),
         title: format!("{} — {}", input.doc.kind().command(), input.name),

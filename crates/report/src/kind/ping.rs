@@ -34,3 +34,13 @@ pub(crate) fn body(r: &PingReport) -> Result<String, ReportError> {
     }
     Ok(out)
 }
+
+impl crate::page::Page for PingReport {
+    fn body(&self) -> Result<String, ReportError> {
+        body(self)
+    }
+
+    fn headline(&self) -> Option<(&'static str, latscope_core::Summary)> {
+        Some(("RTT", self.rtt.clone()))
+    }
+}

@@ -20,6 +20,23 @@ pub(crate) fn body(r: &RrReport) -> Result<String, ReportError> {
     Ok(out)
 }
 
+impl crate::page::Page for RrReport {
+    fn body(&self) -> Result<String, ReportError> {
+        body(self)
+    }
+
+    fn headline(&self) -> Option<(&'static str, latscope_core::Summary)> {
+        match self.results.as_slice() {
+            [one] => Some(("round trip", one.rtt.clone())),
+            _ => None,
+        }
+    }
+
+    fn not_comparable(&self) -> &'static str {
+        "a --sizes sweep has one per size: compare single-size runs"
+    }
+}
+
 fn setup(r: &RrReport) -> Vec<(&'static str, String)> {
     let load = match &r.load {
         LoadMode::Closed => "closed loop".to_string(),

@@ -71,6 +71,22 @@ pub(crate) fn body(r: &StreamReport) -> Result<String, ReportError> {
     Ok(out)
 }
 
+impl crate::page::Page for StreamReport {
+    fn body(&self) -> Result<String, ReportError> {
+        body(self)
+    }
+
+    fn headline(&self) -> Option<(&'static str, latscope_core::Summary)> {
+        self.latency_probe
+            .as_ref()
+            .map(|p| ("latency probe under load", p.loaded.clone()))
+    }
+
+    fn not_comparable(&self) -> &'static str {
+        "run stream with its latency probe"
+    }
+}
+
 /// One line per (direction, side) view.
 fn views(r: &StreamReport) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = Vec::new();

@@ -66,6 +66,20 @@ pub(crate) fn body(r: &TraceReport) -> Result<String, ReportError> {
     Ok(out)
 }
 
+impl crate::page::Page for TraceReport {
+    fn body(&self) -> Result<String, ReportError> {
+        body(self)
+    }
+
+    fn headline(&self) -> Option<(&'static str, latscope_core::Summary)> {
+        destination(self).map(|s| ("round trip to the destination", s))
+    }
+
+    fn not_comparable(&self) -> &'static str {
+        "the destination never answered"
+    }
+}
+
 fn hop_count(r: &TraceReport) -> usize {
     r.report.as_ref().map_or(r.hops.len(), Vec::len)
 }
@@ -164,7 +178,7 @@ fn hop_table(r: &TraceReport) -> String {
 
 /// The destination's round trips (the comparison's headline): `--stats` keeps its summary; a
 /// plain trace's few probes are summarised here.
-pub(crate) fn destination(r: &TraceReport) -> Option<Summary> {
+fn destination(r: &TraceReport) -> Option<Summary> {
     if let Some(stats) = &r.report {
         return stats.iter().find(|h| h.destination).map(|h| h.rtt.clone());
     }
