@@ -20,7 +20,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
-use latscope_wire::report::StallKind;
+use latscope_core::model::analyze::StallKind;
 use latscope_wire::{AnalyzeOptions, Analyzer, CaptureReader, analyze_capture};
 
 /// What reading the packets said of a finding.
@@ -35,6 +35,9 @@ enum Verdict {
     /// False and still emitted, a limitation docs/analyze.md names: must still be emitted,
     /// so the docs are updated the day it goes.
     Open,
+    /// The capture cannot decide it: must not come back as a finding (it may be listed among
+    /// the undecided).
+    Undecided,
 }
 
 /// One judged finding.
@@ -67,7 +70,8 @@ fn judged() -> Vec<Judged> {
                 "false" => Verdict::False,
                 "missed" => Verdict::Missed,
                 "open" => Verdict::Open,
-                v => panic!("verdict is right, false, missed or open, not {v}: {l}"),
+                "undecided" => Verdict::Undecided,
+                v => panic!("verdict is right, false, missed, open or undecided, not {v}: {l}"),
             };
             Judged {
                 file: c[0].to_string(),
@@ -126,11 +130,12 @@ fn judged_findings_stay_judged() {
                 Verdict::Right | Verdict::Open => {
                     found.contains(&(j.kind, j.conn, j.since_frame, j.frame))
                 }
-                Verdict::False => found
+                Verdict::False | Verdict::Undecided => found
                     .iter()
                     .any(|&(k, c, _, f)| k == j.kind && c == j.conn && f == j.frame),
             };
-            if emitted != (j.verdict != Verdict::False) {
+            let must = matches!(j.verdict, Verdict::Right | Verdict::Open);
+            if emitted != must {
                 wrong.push(format!(
                     "{file} conn {} #{} → #{} {:?}: judged {:?} ({}), now {}",
                     j.conn,

@@ -142,7 +142,14 @@ fn think_time_is_not_nagle() {
         v["findings"]
     );
     let f = &v["findings"][0];
-    assert_eq!(f["count"], (CONNS * REQS) as u64);
+    assert_eq!(
+        f["count"],
+        (CONNS * REQS) as u64,
+        "{:#}\nundecided: {:#}\n{:#}",
+        v["findings"],
+        v["undecided"],
+        v["top_connections"]
+    );
     let mean = f["lost_ns"].as_u64().unwrap() / (CONNS * REQS) as u64;
     assert!(
         (55_000_000..200_000_000).contains(&mean),

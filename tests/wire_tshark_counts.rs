@@ -56,8 +56,8 @@ struct Reference {
     counts: [u64; 12],
 }
 
-fn references() -> BTreeMap<String, Reference> {
-    let text = std::fs::read_to_string(data("tshark_counts.tsv")).unwrap();
+fn references(file: &str) -> BTreeMap<String, Reference> {
+    let text = std::fs::read_to_string(data(file)).unwrap();
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
     assert_eq!(&header[2..], &FIELDS, "tshark_counts.tsv columns");
@@ -74,8 +74,8 @@ fn references() -> BTreeMap<String, Reference> {
 }
 
 /// (file, field) → (latscope, tshark) of every accepted difference.
-fn known() -> BTreeMap<(String, String), (u64, u64)> {
-    let text = std::fs::read_to_string(data("tshark_known.tsv")).unwrap();
+fn known(file: &str) -> BTreeMap<(String, String), (u64, u64)> {
+    let text = std::fs::read_to_string(data(file)).unwrap();
     text.lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
@@ -125,14 +125,38 @@ fn public_captures_count_as_tshark_does() {
         eprintln!("skipped: no ../shared/pcaps (set LATSCOPE_PCAPS_DIR to the public captures)");
         return;
     };
-    let refs = references();
+    let refs = references("tshark_counts.tsv");
     assert!(refs.len() >= 1000, "{} reference lines", refs.len());
+    compare(&dir, &refs, &known("tshark_known.tsv"));
+}
+
+/// The same on the judged sample's captures (`../shared/pcaps-judged`, beside the public set):
+/// captures no count was tuned on before.
+#[test]
+fn judged_captures_count_as_tshark_does() {
+    let Some(dir) = lab::wire::pcaps_dir()
+        .and_then(|d| d.parent().map(|p| p.join("pcaps-judged")))
+        .filter(|d| d.is_dir())
+    else {
+        eprintln!("skipped: no ../shared/pcaps-judged beside the public captures");
+        return;
+    };
+    let refs = references("tshark_counts_judged.tsv");
+    assert!(refs.len() >= 50, "{} reference lines", refs.len());
+    compare(&dir, &refs, &known("tshark_known_judged.tsv"));
+}
+
+/// Every file of `refs` in `dir` counted as tshark did, but for the differences `known` lists.
+fn compare(
+    dir: &Path,
+    refs: &BTreeMap<String, Reference>,
+    known: &BTreeMap<(String, String), (u64, u64)>,
+) {
     let files: Vec<(&String, &Reference)> = refs.iter().collect();
     let results: Vec<(String, Option<[u64; 12]>)> = std::thread::scope(|s| {
         let workers: Vec<_> = files
             .chunks(files.len().div_ceil(2))
             .map(|chunk| {
-                let dir = &dir;
                 s.spawn(move || {
                     chunk
                         .iter()
@@ -151,7 +175,6 @@ fn public_captures_count_as_tshark_does() {
             .flat_map(|w| w.join().unwrap())
             .collect()
     });
-    let known = known();
     let mut seen_known = 0;
     let mut failures = Vec::new();
     let mut equal = 0;

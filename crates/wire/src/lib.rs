@@ -1,7 +1,8 @@
 //! latscope's packet evidence, without syscalls: zero-copy packet views ([`packet`]), streaming
 //! pcap/pcapng reading and pcap writing ([`capfile`]), TCP flow tracking with Wireshark-style
-//! segment analysis and the stall detectors ([`analyze`]), the `analyze` report model
-//! ([`report`]) and its human rendering including the connection ladder ([`render`]).
+//! segment analysis and the stall detectors ([`analyze`]). The `analyze` and `capture` result
+//! models and their human renderings live in `latscope_core` (`model::analyze`,
+//! `model::capture`, `render::analyze`, `render::capture`): this crate fills them.
 //!
 //! Everything here works on bytes handed in by the caller, so every parser can be fuzzed and
 //! unit-tested without a network.
@@ -12,25 +13,22 @@ pub mod analyze;
 pub mod capfile;
 #[doc(hidden)]
 pub mod fuzzing;
+mod fxhash;
 pub mod handshake;
 pub mod packet;
-pub mod render;
-pub mod report;
 pub mod synth;
 
 pub use analyze::{AnalyzeOptions, Analyzer};
 pub use capfile::{CaptureReader, CaptureWriter, PcapNgWriter, PcapWriter, ReadError};
-pub use handshake::{HandshakeResends, HandshakeSegment, ResendTotal, SynResend, SynResends};
 pub use packet::{LinkType, decode};
 
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use latscope_core::model::Meta;
+use latscope_core::model::analyze::{Analysis, AnalyzeReport};
 
-use crate::analyze::Analysis;
 use crate::capfile::FileKind;
-use crate::report::AnalyzeReport;
 
 /// Read a whole capture through the analyzer. Stops early (keeping what was analysed) when
 /// `stop` becomes true; `progress` is called every 2^20 frames with the bytes read so far.

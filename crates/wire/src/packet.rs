@@ -16,25 +16,7 @@ mod link;
 pub use link::Juniper;
 use link::{Subframes, arcnet_payload, juniper_payload, llc_snap};
 
-/// Why a frame could not be decoded down to TCP/UDP. Counted as a skip, never fatal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SkipReason {
-    /// The capture's link type is not one we decode.
-    UnknownLinkType,
-    /// Not IPv4/IPv6 (ARP, LLDP, …).
-    NotIp,
-    /// Neither TCP nor UDP.
-    NotTcpUdp,
-    /// Cut short: a header does not fit in the captured bytes (snap length, corruption).
-    Truncated,
-    /// A header field is impossible (IHL < 5, TCP data offset < 5, bad version).
-    Malformed,
-    /// An IPv4 fragment other than the first: no transport header.
-    Fragment,
-    /// An 802.11 frame with the Protected bit (WEP/WPA/WPA2): its payload is encrypted and
-    /// cannot be read without the keys.
-    Encrypted,
-}
+use latscope_core::model::analyze::SkipReason;
 
 /// Link-layer header types (the pcap `LINKTYPE_*` registry) we decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -494,6 +476,24 @@ pub enum Transport<'a> {
     },
     /// UDP.
     Udp(UdpView<'a>),
+    /// An ICMP or ICMPv6 error quoting the start of a TCP segment (RFC 792, RFC 4443 §2.4):
+    /// the frame's addresses are the quoted segment's, as it was sent. No segment of the
+    /// connection, but tshark counts it a TCP frame of it.
+    IcmpTcp(QuotedTcp),
+}
+
+/// The TCP segment an ICMP error quotes, and what the error says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotedTcp {
+    /// The quoted segment's source port.
+    pub src_port: u16,
+    /// Its destination port.
+    pub dst_port: u16,
+    /// Its sequence number.
+    pub seq: u32,
+    /// "Fragmentation needed" (ICMP type 3 code 4, RFC 1191) or "packet too big" (ICMPv6 type
+    /// 2, RFC 8201): the next hop's MTU.
+    pub mtu: Option<u32>,
 }
 
 /// A frame decoded down to its transport header.
@@ -966,6 +966,8 @@ fn decode_ip(
                 ip_id: p.ip_id,
             })
         }
+        1 => icmp_error(p.l4, false),
+        58 => icmp_error(p.l4, true),
         4 if tunnel => inner(ETH_P_IP, p.l4),
         41 if tunnel => inner(ETH_P_IPV6, p.l4),
         47 if tunnel => {
@@ -974,6 +976,68 @@ fn decode_ip(
         }
         _ => Err(SkipReason::NotTcpUdp),
     }
+}
+
+/// An ICMP (`v6`: ICMPv6) message: an error quoting a TCP segment becomes
+/// [`Transport::IcmpTcp`] with the quoted segment's addresses; anything else is not TCP/UDP.
+/// Errors quote the offending packet's IP header and at least 8 bytes after it (RFC 792, RFC
+/// 4443 §2.4) — the ports and the sequence number — and its length fields are the original
+/// packet's, so the quoted header is read by hand, not by a view that checks its lengths.
+fn icmp_error(icmp: &[u8], v6: bool) -> Result<Decoded<'_>, SkipReason> {
+    let (&kind, &code) = (
+        icmp.first().ok_or(SkipReason::Truncated)?,
+        icmp.get(1).ok_or(SkipReason::Truncated)?,
+    );
+    // Destination unreachable, packet too big, time exceeded, parameter problem (ICMPv6
+    // 1–4; ICMP 3, 4, 11, 12). A redirect (5) quotes a packet that was delivered — tshark
+    // gives it no TCP stream — and is no error of the connection.
+    let error = if v6 {
+        (1..=4).contains(&kind)
+    } else {
+        matches!(kind, 3 | 4 | 11 | 12)
+    };
+    let quoted = icmp
+        .get(8..)
+        .filter(|_| error)
+        .ok_or(SkipReason::NotTcpUdp)?;
+    let mtu = match (v6, kind, code) {
+        (false, 3, 4) => be16(icmp, 6).map(u32::from),
+        (true, 2, _) => icmp
+            .get(4..8)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+        _ => None,
+    };
+    let (src, dst, proto, l4) = if v6 {
+        let h = quoted.get(..40).ok_or(SkipReason::Truncated)?;
+        let (mut s, mut d) = ([0u8; 16], [0u8; 16]);
+        s.copy_from_slice(&h[8..24]);
+        d.copy_from_slice(&h[24..40]);
+        (Addr::v6(s), Addr::v6(d), h[6], &quoted[40..])
+    } else {
+        let ihl = usize::from(quoted.first().ok_or(SkipReason::Truncated)? & 0x0f) * 4;
+        let h = quoted.get(..ihl.max(20)).ok_or(SkipReason::Truncated)?;
+        let s = [h[12], h[13], h[14], h[15]];
+        let d = [h[16], h[17], h[18], h[19]];
+        (Addr::v4(s), Addr::v4(d), h[9], &quoted[ihl.max(20)..])
+    };
+    // The quoted TCP header whole (tshark, too, counts a quote cut within it as no segment
+    // of a connection: a "host unreachable" quoting 8 bytes of a SYN).
+    let header = l4.get(12).map_or(usize::MAX, |o| usize::from(o >> 4) * 4);
+    if proto != 6 || header < 20 || l4.len() < header {
+        return Err(SkipReason::NotTcpUdp);
+    }
+    let q = QuotedTcp {
+        src_port: be16(l4, 0).ok_or(SkipReason::Truncated)?,
+        dst_port: be16(l4, 2).ok_or(SkipReason::Truncated)?,
+        seq: u32::from_be_bytes([l4[4], l4[5], l4[6], l4[7]]),
+        mtu,
+    };
+    Ok(Decoded {
+        src,
+        dst,
+        transport: Transport::IcmpTcp(q),
+        ip_id: None,
+    })
 }
 
 /// The packet a tunnel carries (`b`, of ethertype `et`, inside `outer`'s transport bytes).
@@ -1080,22 +1144,7 @@ pub(crate) mod tests {
         f.extend_from_slice(&ETH_P_IP.to_be_bytes());
         let thl = 20 + opts.len();
         let total = 20 + thl + payload.len();
-        f.extend_from_slice(&[
-            0x45,
-            0,
-            (total >> 8) as u8,
-            total as u8,
-            0,
-            0,
-            0x40,
-            0,
-            64,
-            6,
-            0,
-            0,
-        ]);
-        f.extend_from_slice(&src);
-        f.extend_from_slice(&dst);
+        crate::synth::ipv4_tcp_header(&mut f, total, src, dst);
         f.extend_from_slice(&sport.to_be_bytes());
         f.extend_from_slice(&dport.to_be_bytes());
         f.extend_from_slice(&seq.to_be_bytes());
@@ -1147,7 +1196,7 @@ pub(crate) mod tests {
     fn port(d: Result<Decoded<'_>, SkipReason>) -> Result<u16, SkipReason> {
         match d?.transport {
             Transport::Tcp { tcp, .. } => Ok(tcp.dst_port()),
-            Transport::Udp(_) => Err(SkipReason::NotTcpUdp),
+            _ => Err(SkipReason::NotTcpUdp),
         }
     }
 
@@ -1285,7 +1334,7 @@ pub(crate) mod tests {
         bogus[16..18].copy_from_slice(&4096u16.to_be_bytes());
         let len = |d: Decoded<'_>| match d.transport {
             Transport::Tcp { payload_len, .. } => payload_len,
-            Transport::Udp(_) => panic!(),
+            _ => panic!(),
         };
         let orig = bogus.len() as u32;
         assert_eq!(

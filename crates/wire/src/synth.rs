@@ -169,6 +169,16 @@ fn response(rng: &mut Rng, rtt: u64, think: u64, s: &mut Vec<Pkt>) {
     }
 }
 
+/// Append an IPv4 header for a TCP packet of `total` bytes from `src` to `dst`: no options,
+/// don't fragment, TTL 64, checksum left 0 (captures of offloaded sends carry none either).
+pub(crate) fn ipv4_tcp_header(buf: &mut Vec<u8>, total: usize, src: [u8; 4], dst: [u8; 4]) {
+    buf.extend_from_slice(&[0x45, 0]);
+    buf.extend_from_slice(&(total as u16).to_be_bytes());
+    buf.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0]);
+    buf.extend_from_slice(&src);
+    buf.extend_from_slice(&dst);
+}
+
 fn frame(c: &Conn, k: &Pkt, buf: &mut Vec<u8>) -> u32 {
     buf.clear();
     buf.extend_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00]);
@@ -178,22 +188,7 @@ fn frame(c: &Conn, k: &Pkt, buf: &mut Vec<u8>) -> u32 {
     } else {
         (c.server, c.client, 80u16, c.cport)
     };
-    buf.extend_from_slice(&[
-        0x45,
-        0,
-        (total >> 8) as u8,
-        total as u8,
-        0,
-        0,
-        0x40,
-        0,
-        64,
-        6,
-        0,
-        0,
-    ]);
-    buf.extend_from_slice(&src);
-    buf.extend_from_slice(&dst);
+    ipv4_tcp_header(buf, total as usize, src, dst);
     let (seq, ack) = if k.from_client {
         (c.cseq, c.sseq)
     } else {
@@ -386,7 +381,7 @@ mod tests {
                 .find(|f| f.kind == k)
                 .map_or(0, |f| f.count)
         };
-        use crate::report::StallKind::*;
+        use latscope_core::model::analyze::StallKind::*;
         assert_eq!(count(NagleDelayedAck), p.nagle_delayed_ack);
         assert_eq!(count(RtoRetransmission), p.rto_retransmission);
         assert_eq!(r.counts.retransmission, p.rto_retransmission);

@@ -3,12 +3,16 @@
 //! of the analysis reads.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
+
+use latscope_core::model::analyze::{HandshakeSegment, StallKind, TcpCounts, Transaction};
+
+use crate::fxhash::FxHasher;
+
+use super::ipid::IpIdCounter;
+use super::limits::MAX_TX_WORST;
 
 use crate::packet::{Addr, flags};
-use crate::report::{TcpCounts, Transaction};
-
-use super::transaction::{TxCur, TxState};
 
 /// A closed connection stays this long (capture time) so that stragglers — a FIN retransmitted
 /// because the last ACK was lost, the duplicate ACK answering it — are analysed in their
@@ -19,42 +23,13 @@ pub(super) const LINGER_NS: u64 = 2_000_000_000;
 /// 0.2 s doubling to 2 min), and each is a retransmission in this connection, as in Wireshark,
 /// not a new connection.
 pub(super) const LINGER_UNACKED_FIN_NS: u64 = 180_000_000_000;
-
-/// FxHash-style hasher: the flow key is trusted-size data from our own parser, and SipHash's
-/// DoS resistance is not worth its cost on the per-packet path.
-#[derive(Default, Clone, Copy)]
-pub struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..c.len()].copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(u64::from(i));
-    }
-    #[inline]
-    fn write_u16(&mut self, i: u16) {
-        self.write_u64(u64::from(i));
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// A connection expired after its linger is remembered this long (capture time), so that a
+/// straggler of it without SYN — a FIN resent minutes later because the last ACK was lost on
+/// the way — is no new connection (tshark keeps it in the old stream: `edonkey.pcap`'s FIN
+/// 12 s after the close).
+pub(super) const TOMBSTONE_NS: u64 = LINGER_UNACKED_FIN_NS;
+/// Expired connections remembered at most (each ~50 bytes), the oldest forgotten first.
+pub(super) const MAX_TOMBSTONES: usize = 65_536;
 
 /// A canonical (direction-independent) TCP flow key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,6 +101,10 @@ pub(super) struct Cadence {
     /// Smallest and largest time from the peer's last packet to a burst start over the run.
     lag_lo: u64,
     lag_hi: u64,
+    /// Smallest and largest time from the previous burst start to the peer's last packet
+    /// before the next one (the peer's reaction) over the run.
+    react_lo: u64,
+    react_hi: u64,
 }
 
 impl Cadence {
@@ -142,6 +121,7 @@ impl Cadence {
         }
         self.grid.on_burst(ts, self.last_start, lag);
         let iv = ts.saturating_sub(self.last_start);
+        let react = iv.saturating_sub(lag);
         if self.last_start != 0
             && self.interval != 0
             && iv.abs_diff(self.interval) <= Self::tolerance(self.interval)
@@ -149,19 +129,27 @@ impl Cadence {
             self.run += 1;
             self.lag_lo = self.lag_lo.min(lag);
             self.lag_hi = self.lag_hi.max(lag);
+            self.react_lo = self.react_lo.min(react);
+            self.react_hi = self.react_hi.max(react);
         } else {
             self.run = 0;
             (self.lag_lo, self.lag_hi) = (lag, lag);
+            (self.react_lo, self.react_hi) = (react, react);
         }
         self.interval = if self.last_start != 0 { iv } else { 0 };
         self.last_start = ts;
     }
 
     /// The latest burst kept a strict period (three equal intervals in a row) that is
-    /// independent of the peer (the time since the peer's last packet varied): the
-    /// application's clock released it, not an ACK, a timer or a request.
+    /// independent of the peer (the time since the peer's last packet varied, and so did when
+    /// that packet came after the previous burst): the application's clock released it, not
+    /// an ACK, a timer or a request. A server answering a ping-pong after a think time that
+    /// varies by a few milliseconds keeps near-equal intervals and a varying lag too, but the
+    /// client's reaction to each answer stays put (`tests/wire_stalls.rs`' 60 ms server on a
+    /// loaded machine had one answer in ten taken for a clock).
     pub(super) fn app_clock(&self) -> bool {
-        self.run >= 3 && self.lag_hi - self.lag_lo > Self::tolerance(self.interval)
+        let tol = Self::tolerance(self.interval);
+        self.run >= 3 && self.lag_hi - self.lag_lo > tol && self.react_hi - self.react_lo > tol
     }
 }
 
@@ -280,7 +268,6 @@ pub(super) struct Dir {
     /// however long the peer held that ACK — an upper bound of the round trip that holds even
     /// when the handshake's is inflated (a slow SYN-ACK) or missing.
     pub min_ack_rtt: Option<u64>,
-    pub lastacklen: u32,
     pub window: u32,
     /// -1 unknown, -2 no scaling, ≥ 0 the shift.
     pub win_scale: i8,
@@ -319,17 +306,39 @@ pub(super) struct Dir {
     pub linux_syn: Option<bool>,
     /// TSval of this side's last packet (TCP timestamps option).
     pub last_pkt_tsval: Option<u32>,
-    /// A timer retransmission not yet charged: the peer's next ACK may prove it spurious
-    /// with a D-SACK (RFC 2883), as for a tail-loss probe answered late.
+    /// This side's IPv4 identification: whether it sent packets the capture missed.
+    pub ip_ids: IpIdCounter,
+    /// The newest TSval of this side captured (RFC 7323 §5.2: TSval never goes back).
+    pub max_tsval: Option<u32>,
+    /// The TSvals of this side's latest captured packets (oldest first once full).
+    pub recent_tsvals: [u32; RECENT_TSVALS],
+    pub recent_len: u8,
+    /// Capture time of the latest proof that packets of this side are missing from the
+    /// capture: the peer echoed (TSecr) a TSval newer than any of this side's captured ones,
+    /// so it received a packet of this side the capture never saw (RFC 7323 §4.3: TSecr
+    /// echoes a TSval received).
+    pub unseen_pkts_ts: Option<u64>,
+    /// A timer retransmission not yet charged: the peer's ACK of it may prove it spurious,
+    /// with a D-SACK (RFC 2883) or by echoing an earlier transmission's TSval (RFC 3522).
     pub pending_rto: Option<PendingRto>,
+    /// The last timer retransmission charged, while a later D-SACK may still show it was
+    /// not needed.
+    pub charged_rto: Option<PendingRto>,
     /// (time, frame) of this side's segment that filled the peer's window, while it waits.
     pub win_full_since: Option<(u64, u64)>,
     /// The full-size segment this side is resending by timer without an ACK.
     pub stuck: Option<Stuck>,
-    /// The largest data segment of this side the peer acknowledged.
+    /// The largest data segment of this side the peer acknowledged that got through on its
+    /// first transmission.
     pub largest_acked: u32,
-    /// Capture time up to which this side's RTO waits are already counted.
-    pub rto_charged_until: u64,
+    /// The MTU an ICMP "fragmentation needed" / "packet too big" quoting this side's segment
+    /// named: path MTU discovery works on this path.
+    pub icmp_mtu: Option<u32>,
+    /// The ranges of this side's latest retransmissions (relative sequence numbers).
+    pub resent: [Option<(u32, u32)>; RESENT_RANGES],
+    /// (time, frame) of the transmission up to which this side's RTO waits are already
+    /// counted: a later resend of the same bytes is charged from there.
+    pub rto_charged_until: (u64, u64),
     /// (time, frame) of this side's first zero-window advertisement still in force.
     pub zero_since: Option<(u64, u64)>,
     /// The rhythm of this side's bursts of new data.
@@ -356,16 +365,39 @@ pub(super) struct PendingThink {
 /// identification, relative seq, ack, length, flags, raw window, TSval, capture time).
 pub(super) type SegKey = (u16, u32, u32, u32, u8, u32, Option<u32>, u64);
 
-/// A timer retransmission waiting for the peer's next ACK before it is charged.
+/// TSvals of a side's latest packets remembered, to tell an echo of a packet never captured.
+pub(super) const RECENT_TSVALS: usize = 8;
+
+/// A timer retransmission waiting for the peer's ACK of it before it is charged.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PendingRto {
     pub frame: u64,
+    /// The transmission before it, which the time lost is measured from.
     pub since_frame: u64,
+    pub since_ts: u64,
     pub lost: u64,
     /// Relative sequence range resent.
     pub seq: u32,
     pub end: u32,
+    /// The resend's TSval: an ACK echoing an older one was sent for an earlier
+    /// transmission (RFC 3522 §2).
+    pub tsval: Option<u32>,
+    /// Timer resends of these bytes so far (1: this is the first).
+    pub resends: u32,
+    /// The peer's newest TSval captured when the resend left, and that of its ACK of it:
+    /// an echo of a TSval between them that the capture never saw is a packet the peer sent
+    /// during the wait — perhaps the ACK whose absence made the resend a loss.
+    pub peer_before: Option<u32>,
+    pub peer_ack: Option<u32>,
 }
+
+/// Retransmitted ranges remembered per direction, to tell a segment that got through on its
+/// first transmission.
+pub(super) const RESENT_RANGES: usize = 8;
+
+/// RTO stalls charged to the resends of a [`Stuck`] segment, taken back if it turns out to be
+/// a path MTU black hole (that finding carries the wait).
+pub(super) const STUCK_CHARGES: usize = 4;
 
 /// A full-size segment resent by timer again and again without an ACK.
 #[derive(Debug, Clone, Copy)]
@@ -375,8 +407,99 @@ pub(super) struct Stuck {
     pub first_ts: u64,
     pub first_frame: u64,
     pub resends: u32,
-    /// Reported as a path MTU black hole already.
-    pub reported: bool,
+    /// Its latest transmission and when it left: (frame, time, length).
+    pub last: (u64, u64, u32),
+    /// Resent at full size often enough, while smaller segments passed: a black hole unless
+    /// full-size packets are shown to pass.
+    pub candidate: bool,
+    /// RTO stalls charged to its resends: (frame, ns).
+    pub rto_charges: [Option<(u64, u64)>; STUCK_CHARGES],
+}
+
+/// Where a connection is in its request/response cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TxState {
+    Idle,
+    Request,
+    Response,
+}
+
+/// The transaction in progress.
+#[derive(Debug)]
+pub(super) struct TxCur {
+    pub req_frame: u64,
+    pub req_start: u64,
+    pub req_last: u64,
+    pub resp_first: u64,
+    pub resp_last: u64,
+    pub resp_last_frame: u64,
+    pub http_request: String,
+    pub http_status: Option<u16>,
+    /// The largest stall charged to it.
+    pub stall: Option<StallKind>,
+    pub stall_lost: u64,
+    pub think: u64,
+    /// latscope's own peer-protocol set-up (greeting, test request): neither a transaction
+    /// nor think time of the application.
+    pub setup: bool,
+    /// The client sent again after a long silence with no answer between
+    /// (`transaction::UNANSWERED_NS`): it was not waiting for one (a heartbeat, a stream of reports),
+    /// so the server's next data is not shown to answer it.
+    pub unanswered: bool,
+    /// When the server's first acknowledgement of the request's last byte (without data)
+    /// arrived.
+    pub acked_ts: Option<u64>,
+    /// (time, TSval) of the request's latest resend, while no answer has come.
+    pub resent: Option<(u64, Option<u32>)>,
+    /// A machine's request on a protocol otherwise paced by a person (an SSH key exchange).
+    pub machine: bool,
+}
+
+/// One transmission of a SYN or SYN-ACK.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HsTx {
+    pub ts: u64,
+    pub frame: u64,
+    pub tsval: Option<u32>,
+    /// IPv4 identification (None: IPv6, or 0, which tells no copy from a resend).
+    pub ip_id: Option<u16>,
+}
+
+/// A resent SYN or SYN-ACK held until the set-up shows whether it was needed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SetUpWait {
+    pub segment: HandshakeSegment,
+    pub frame: u64,
+    /// The transmission its wait is timed from.
+    pub since_frame: u64,
+    pub lost: u64,
+    pub tsval: Option<u32>,
+}
+
+/// Resent SYNs and SYN-ACKs held at once, waiting for the set-up to complete.
+pub(super) const SETUP_PENDING: usize = 4;
+
+/// The connection's set-up: its SYNs and SYN-ACKs and the resends waiting for a verdict.
+#[derive(Debug, Default)]
+pub(super) struct SetUp {
+    /// The client's latest SYN and the server's latest SYN-ACK.
+    pub syn: Option<HsTx>,
+    pub syn_ack: Option<HsTx>,
+    /// (TSval, TSecr) of the latest SYN-ACKs: which SYN each answered.
+    pub syn_acks: [Option<(u32, u32)>; SETUP_PENDING],
+    /// A SYN arrived since the latest SYN-ACK: the next SYN-ACK answers it.
+    pub syn_since_syn_ack: bool,
+    /// The server answered the latest SYN with a RST.
+    pub refused: bool,
+    /// The client acknowledged a SYN-ACK.
+    pub completed: bool,
+    /// After that, the client sent its data again.
+    pub client_resent: bool,
+    /// The server sent something other than its SYN-ACK.
+    pub taken: bool,
+    /// (time, frame) up to which the set-up's waits are charged.
+    pub charged_until: (u64, u64),
+    pub pending: [Option<SetUpWait>; SETUP_PENDING],
 }
 
 /// One tracked TCP connection.
@@ -400,7 +523,7 @@ pub(super) struct Conn {
     pub tx_state: TxState,
     pub tx: Option<TxCur>,
     /// Transactions kept: the first `tx_keep` of the traced connection, else the
-    /// [`super::MAX_TX_WORST`] that lost the most time, in order.
+    /// [`MAX_TX_WORST`] that lost the most time, in order.
     pub txs: Vec<Transaction>,
     /// How many transactions `txs` keeps.
     pub tx_keep: usize,
@@ -415,8 +538,23 @@ pub(super) struct Conn {
     pub gap_ts: Option<u64>,
     /// Human-paced: a protocol of keystrokes and screen updates (see [`interactive_port`]).
     pub interactive: bool,
+    /// The set-up's SYNs and SYN-ACKs.
+    pub setup: SetUp,
+    /// Think times charged on this connection so far: (count, ns), to be taken back at once if
+    /// the server turns out to send on its own.
+    pub think_charged: (u64, u64),
+    /// The server's delayed-ACK timer, as a transaction of this connection showed it: the
+    /// request acknowledged that late, the answer at least 10 ms after.
+    pub server_ack_timer: Option<u64>,
+    /// Bursts the server sent on its own: ≥ 1 s after its previous data with no data of the
+    /// client's between (see `detect/think_time.rs`).
+    pub server_pushes: u8,
+    /// A segment no TCP stack sends was seen (SYN with FIN or RST, RFC 9293 §3.10.7): a
+    /// scanner's or a fuzzer's packets, whose sequence and acknowledgement numbers mean
+    /// nothing. No detector judges the connection.
+    pub crafted: bool,
     /// The client sent again after a long silence with no answer between (see
-    /// [`super::transaction::UNANSWERED_NS`]): its messages are not requests.
+    /// `transaction::UNANSWERED_NS`): its messages are not requests.
     pub client_unanswered: bool,
 }
 
@@ -498,13 +636,18 @@ impl Conn {
             tx_state: TxState::Idle,
             tx: None,
             txs: Vec::new(),
-            tx_keep: super::MAX_TX_WORST,
+            tx_keep: MAX_TX_WORST,
             tx_count: 0,
             stall_lost: 0,
             client_isn: None,
             expire_at: None,
             gap_ts: None,
             interactive: interactive_port(server.1),
+            crafted: false,
+            setup: SetUp::default(),
+            think_charged: (0, 0),
+            server_pushes: 0,
+            server_ack_timer: None,
             client_unanswered: false,
         }
     }
@@ -529,6 +672,20 @@ impl Conn {
     pub(super) fn release_window(&self, d: usize) -> u64 {
         self.quickest_rtt_to_sender(d)
             .map_or(2_000_000, |v| v.saturating_mul(2).saturating_add(1_000_000))
+    }
+
+    /// The latest a segment the peer's packet released can show at the capture point: the
+    /// peer's packet reaches the sender and the segment comes back, one round trip to the
+    /// sender, plus half of it (at least 3 ms: a slow endpoint's reaction, a path's jitter)
+    /// and 1 ms; 2 ms without a handshake. A segment later than that left on the sender's own time (a response 27 ms
+    /// after the ACK reached the server across a 31.6 ms path, `iphone.pcap`), not on the
+    /// ACK's — a stack sends what an ACK releases as it processes the ACK
+    /// (`tcp_data_snd_check()` in Linux's `tcp_rcv_established()`).
+    pub(super) fn release_latest(&self, d: usize) -> u64 {
+        self.quickest_rtt_to_sender(d).map_or(2_000_000, |v| {
+            v.saturating_add((v / 2).max(3_000_000))
+                .saturating_add(1_000_000)
+        })
     }
 
     /// Round trip between the capture point and the sender of direction `d`: the handshake's,
@@ -576,9 +733,23 @@ impl Conn {
         self.dirs[0].seen && self.dirs[1].seen
     }
 
+    /// What every detector that weighs both sides needs: both directions captured, and
+    /// packets a TCP stack sent (not a crafted or fuzzed exchange).
+    pub(super) fn judgeable(&self) -> bool {
+        self.both_directions() && !self.crafted
+    }
+
     /// No segment went missing from the capture since `ts`.
     pub(super) fn unbroken_since(&self, ts: u64) -> bool {
         self.gap_ts.is_none_or(|g| g < ts)
+    }
+}
+
+/// "ip:port", with IPv6 addresses in brackets.
+pub(super) fn endpoint(a: (Addr, u16)) -> String {
+    match a.0.ip() {
+        std::net::IpAddr::V4(v4) => format!("{v4}:{}", a.1),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]:{}", a.1),
     }
 }
 
@@ -601,6 +772,10 @@ pub(super) struct FlowTable {
     /// per linger, so each stays ordered.
     closed: VecDeque<(u64, usize, u64)>,
     closed_unacked: VecDeque<(u64, usize, u64)>,
+    /// Flow keys of expired connections and until when their stragglers belong to them.
+    tombstones: HashMap<FlowKey, u64, BuildHasherDefault<FxHasher>>,
+    /// The same, in order of expiry.
+    tomb_order: VecDeque<(u64, FlowKey)>,
     /// Connections created so far (the next connection's id).
     pub next_id: u64,
     /// Connections tracked now.
@@ -702,8 +877,31 @@ impl FlowTable {
                 Some((k, c)) if c.id == id && c.expire_at == Some(deadline) => *k,
                 _ => continue,
             };
+            self.bury(key, now);
             return self.remove(&key);
         }
+    }
+
+    /// Remember expired flow `key` at capture time `now`; forget what is past its time.
+    fn bury(&mut self, key: FlowKey, now: u64) {
+        while let Some(&(t, k)) = self.tomb_order.front() {
+            if t >= now && self.tomb_order.len() < MAX_TOMBSTONES {
+                break;
+            }
+            self.tomb_order.pop_front();
+            if self.tombstones.get(&k) == Some(&t) {
+                self.tombstones.remove(&k);
+            }
+        }
+        let until = now.saturating_add(TOMBSTONE_NS);
+        self.tombstones.insert(key, until);
+        self.tomb_order.push_back((until, key));
+    }
+
+    /// A segment of flow `key` (no live connection has it) at `now` that belongs to a
+    /// connection already expired: its tombstone still stands.
+    pub(super) fn straggler(&self, key: &FlowKey, now: u64) -> bool {
+        self.tombstones.get(key).is_some_and(|&t| now <= t)
     }
 
     /// Every connection still tracked, in connection order, removed from the table.

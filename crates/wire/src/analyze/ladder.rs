@@ -1,11 +1,9 @@
 //! The `--conn N` ladder: one row per frame of the traced connection, with the analysis and
 //! stall notes the other parts attach while the segment is processed.
 
-use crate::packet::flags;
-use crate::report::LadderRow;
+use latscope_core::model::analyze::LadderRow;
 
-/// Ladder rows kept for `--conn`.
-pub const MAX_LADDER_ROWS: usize = 100_000;
+use crate::packet::flags;
 
 /// Notes about the segment being processed; built only when its connection is traced, so the
 /// untraced per-packet path formats nothing.

@@ -45,44 +45,38 @@
 //! trip to the server, SYN-ACK→ACK the round trip to the client.
 
 mod detect;
+mod detector;
+mod evidence;
 mod explain;
 mod flow;
+mod ipid;
 mod ladder;
+mod limits;
 mod pipeline;
+mod segment;
 mod seq;
+mod seqnum;
 #[cfg(test)]
 mod tests;
 mod transaction;
 
 use latscope_core::LatencyHistogram;
+use latscope_core::model::analyze::{
+    Analysis, CaptureQuality, ConnSummary, Ladder, SkipReason, Skipped, TcpCounts,
+};
 use latscope_core::summary::Summary;
 
-use crate::handshake::{HandshakeSegment, SynResend, SynResends};
-use crate::packet::{Addr, Decoded, SkipReason, TcpView, Transport, flags};
-pub use crate::report::Analysis;
-use crate::report::{CaptureQuality, ConnSummary, Ladder, Skipped, StallKind, TcpCounts};
+use crate::packet::{Addr, Decoded, QuotedTcp, TcpView, Transport, flags};
 
-pub use detect::DEFAULT_EXAMPLES;
+pub use crate::fxhash::FxHasher;
 pub use explain::explain;
-pub use flow::FxHasher;
-pub use ladder::MAX_LADDER_ROWS;
-pub use transaction::{MAX_TX_KEPT, MAX_TX_WORST};
+pub use limits::{
+    COALESCE_NS, DEFAULT_EXAMPLES, EXACT_UNACKED, MAX_LADDER_ROWS, MAX_TX_KEPT, MAX_TX_WORST,
+    MAX_UNACKED,
+};
 
-use flow::{Conn, FlowKey, FlowTable};
+use flow::{Conn, FlowKey, FlowTable, endpoint};
 use pipeline::{Acc, RawSegment};
-
-/// Entries of a direction's unacknowledged list (each 24 bytes). The first
-/// [`EXACT_UNACKED`] are single segments; beyond, a segment that continues the newest entry
-/// within [`COALESCE_NS`] of its first transmission is merged into it, and past this many
-/// entries the oldest is dropped (its retransmission is then timed from the newest data).
-pub const MAX_UNACKED: usize = 256;
-/// Unacknowledged segments listed one by one before contiguous ones are merged: every
-/// retransmission of a connection with up to this many segments in flight is timed from its
-/// own original.
-pub const EXACT_UNACKED: usize = 64;
-/// How close in time merged segments were sent: the most a retransmission's time lost can be
-/// overstated by when its original was merged into an earlier one (RTOs are ≥ 200 ms).
-pub const COALESCE_NS: u64 = 1_000_000;
 
 /// Options of one analysis run.
 #[derive(Debug, Clone)]
@@ -116,7 +110,6 @@ pub struct Analyzer {
     acc: Acc,
     top: Vec<ConnSummary>,
     ladder_conn: Option<ConnSummary>,
-    syn_resends: SynResends,
     quality: CaptureQuality,
     /// The previous frame's timestamp (time going backwards is counted).
     prev_ts: Option<u64>,
@@ -144,7 +137,6 @@ impl Analyzer {
             acc: Acc::default(),
             top: Vec::new(),
             ladder_conn: None,
-            syn_resends: SynResends::default(),
             quality: CaptureQuality::default(),
             prev_ts: None,
         }
@@ -198,10 +190,16 @@ impl Analyzer {
                             self.tcp_frames += 1;
                             tcp_seen = true;
                         }
-                        let resend = self.syn_resends.push(ts_ns, &d);
-                        self.on_tcp(frame, ts_ns, &d, &tcp, payload_len, resend);
+                        self.on_tcp(frame, ts_ns, &d, &tcp, payload_len);
                     }
                     Transport::Udp(_) => udp_seen = true,
+                    Transport::IcmpTcp(q) => {
+                        if !tcp_seen {
+                            self.tcp_frames += 1;
+                            tcp_seen = true;
+                        }
+                        self.on_icmp(frame, ts_ns, &d, &q);
+                    }
                 },
                 Err(r) => {
                     skip.get_or_insert(r);
@@ -229,7 +227,7 @@ impl Analyzer {
         src: (Addr, u16),
         dst: (Addr, u16),
         tcp: &TcpView<'_>,
-    ) -> usize {
+    ) -> Option<usize> {
         let fl = tcp.flags();
         let key = FlowKey::new(src.0, src.1, dst.0, dst.1);
         if let Some(i) = self.flows.slot(&key) {
@@ -243,11 +241,19 @@ impl Analyzer {
                     None => c.closed_at.is_some() || c.rst,
                 });
             if !reuse {
-                return i;
+                return Some(i);
             }
             if let Some(c) = self.flows.remove(&key) {
                 self.finalize(c);
             }
+        } else if fl & flags::SYN == 0 && self.flows.straggler(&key, ts) {
+            // A straggler of a connection already expired (a FIN resent long after the close):
+            // a TCP frame of that connection for tshark, no new one. Of its analysis only what
+            // needs no state is counted: a zero window.
+            if tcp.window() == 0 && fl & (flags::FIN | flags::RST) == 0 {
+                self.counts.zero_window += 1;
+            }
+            return None;
         }
         let id = self.flows.next_id;
         if self.opts.trace_conn == Some(id) {
@@ -257,20 +263,39 @@ impl Analyzer {
         if self.opts.trace_conn == Some(id) {
             c.tx_keep = MAX_TX_KEPT;
         }
-        self.flows.insert(key, c)
+        Some(self.flows.insert(key, c))
     }
 
-    fn on_tcp(
-        &mut self,
-        frame: u64,
-        ts: u64,
-        d: &Decoded<'_>,
-        tcp: &TcpView<'_>,
-        seglen: u32,
-        resend: Option<SynResend>,
-    ) {
+    /// An ICMP error quoting a segment of a connection: counted with it (as tshark does, a new
+    /// connection if none is known), and a "fragmentation needed" remembered for its sender —
+    /// the ICMP a path MTU black hole lacks reached the capture.
+    fn on_icmp(&mut self, frame: u64, ts: u64, d: &Decoded<'_>, q: &QuotedTcp) {
+        let (src, dst) = ((d.src, q.src_port), (d.dst, q.dst_port));
+        let key = FlowKey::new(src.0, src.1, dst.0, dst.1);
+        let slot = match self.flows.slot(&key) {
+            Some(i) => i,
+            None => {
+                let id = self.flows.next_id;
+                self.flows
+                    .insert(key, Conn::new(id, frame, ts, src, dst, flags::ACK))
+            }
+        };
+        let Some(c) = self.flows.get_mut(slot) else {
+            return;
+        };
+        c.frames += 1;
+        c.last_ts = c.last_ts.max(ts);
+        if q.mtu.is_some() {
+            let d = usize::from(src != c.client);
+            c.dirs[d].icmp_mtu = q.mtu;
+        }
+    }
+
+    fn on_tcp(&mut self, frame: u64, ts: u64, d: &Decoded<'_>, tcp: &TcpView<'_>, seglen: u32) {
         let src = (d.src, tcp.src_port());
-        let slot = self.conn_slot(frame, ts, src, (d.dst, tcp.dst_port()), tcp);
+        let Some(slot) = self.conn_slot(frame, ts, src, (d.dst, tcp.dst_port()), tcp) else {
+            return;
+        };
         let Some(c) = self.flows.get_mut(slot) else {
             return;
         };
@@ -284,26 +309,6 @@ impl Analyzer {
             ip_id: d.ip_id,
         };
         self.acc.process(c, &raw, tracing);
-        if let Some(r) = resend {
-            let what = match r.segment {
-                HandshakeSegment::Syn => "SYN",
-                HandshakeSegment::SynAck => "SYN-ACK",
-            };
-            let since = c.first_frame;
-            self.acc.stall(
-                c,
-                StallKind::SynRetransmission,
-                frame,
-                since,
-                r.waited_ns,
-                || {
-                    format!(
-                        "<< STALL set-up waited {} for this resent {what}",
-                        ladder::fmt_ms(r.waited_ns)
-                    )
-                },
-            );
-        }
         self.flows.note_closed(slot);
     }
 
@@ -398,7 +403,8 @@ impl Analyzer {
             think_time: summary(self.acc.tx.think_hist.as_ref()),
             handshake_rtt: summary(self.acc.hs_hist.as_ref()),
             findings: self.acc.stalls.findings(),
-            handshake_resends: self.syn_resends.totals(),
+            undecided: self.acc.stalls.undecided(),
+            handshake_resends: self.acc.stalls.handshake,
             capture_quality: CaptureQuality {
                 duplicate_frames: self.acc.duplicate_frames,
                 ..self.quality
@@ -412,11 +418,4 @@ impl Analyzer {
 
 fn summary(h: Option<&LatencyHistogram>) -> Option<Summary> {
     h.filter(|h| !h.is_empty()).map(LatencyHistogram::summary)
-}
-
-fn endpoint(a: (Addr, u16)) -> String {
-    match a.0.ip() {
-        std::net::IpAddr::V4(v4) => format!("{v4}:{}", a.1),
-        std::net::IpAddr::V6(v6) => format!("[{v6}]:{}", a.1),
-    }
 }

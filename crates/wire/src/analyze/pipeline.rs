@@ -3,14 +3,19 @@
 //! per-direction state the detectors look back at, and the ladder row.
 
 use latscope_core::LatencyHistogram;
+use latscope_core::model::analyze::LadderRow;
 
 use crate::packet::{Addr, TcpView, flags};
-use crate::report::{LadderRow, StallKind};
 
-use super::detect::{DETECTORS, Segment, Sink, Stalls};
-use super::flow::{Conn, DataSeg};
-use super::ladder::{MAX_LADDER_ROWS, Notes, Trace, flag_string};
-use super::seq::{self, A_ACK_LOST, A_LOST, A_RESENT};
+use super::detect::DETECTORS;
+use super::detector::{Sink, Stalls};
+use super::flow::{Conn, DataSeg, RECENT_TSVALS};
+use super::ipid::IdEvidence;
+use super::ladder::{Notes, Trace, flag_string};
+use super::limits::MAX_LADDER_ROWS;
+use super::segment::{A_ACK_LOST, A_FAST, A_LOST, A_RESENT, A_RETRANS, Segment};
+use super::seq;
+use super::seqnum;
 use super::transaction::TxStats;
 use crate::handshake::SAME_PACKET_NS;
 
@@ -58,8 +63,16 @@ impl Acc {
                 .record(rtt.max(1));
         }
         let mut s = relative(c, d, raw);
+        s.echoes_unseen = timestamp_evidence(c, &s);
+        // RFC 9293 §3.10.7: no stack sends a SYN with FIN or RST.
+        if s.flags & flags::SYN != 0 && s.flags & (flags::FIN | flags::RST) != 0 {
+            c.crafted = true;
+        }
         let advances = s.len > 0 && (c.dirs[d].nextseq == 0 || s.seq == c.dirs[d].nextseq);
         s.duplicate = is_duplicate(c, raw, &s);
+        if !s.duplicate {
+            s.id_evidence = id_evidence(c, &s);
+        }
         if s.duplicate {
             self.duplicate_frames += 1;
             self.notes.push(|| "captured twice".to_string());
@@ -83,7 +96,12 @@ impl Acc {
                 c.dirs[d].cadence.on_data(s.ts, idle, lag);
                 c.on_line(d, super::flow::text_line(s.payload));
                 s.held = held_segment(c, &s);
-                s.first_response = self.tx.on_data(c, d, s.frame, s.ts, s.payload);
+                s.first_response = self.tx.on_data(c, d, s.frame, s.ts, s.payload, s.tsecr);
+            } else if d == 0 && s.len > 0 && s.analysis & (A_RETRANS | A_FAST) != 0 {
+                self.tx.on_request_resent(c, s.ts, s.tsval);
+            }
+            if d == 1 && s.len == 0 && s.flags & flags::ACK != 0 && s.ack == c.dirs[0].nextseq {
+                self.tx.on_server_ack(c, s.ts);
             }
             let mut sink = Sink {
                 stalls: &mut self.stalls,
@@ -113,27 +131,6 @@ impl Acc {
 }
 
 impl Acc {
-    /// A stall found outside the per-segment detectors (a resent SYN), with its ladder note.
-    pub(super) fn stall(
-        &mut self,
-        c: &mut Conn,
-        kind: StallKind,
-        frame: u64,
-        since: u64,
-        lost: u64,
-        note: impl FnOnce() -> String,
-    ) {
-        if self.notes.on {
-            self.trace.note_on(frame, note());
-        }
-        let mut sink = Sink {
-            stalls: &mut self.stalls,
-            notes: &mut self.notes,
-            trace: &mut self.trace,
-        };
-        sink.stall(c, kind, frame, since, lost);
-    }
-
     /// Connection `c` ends: settle what the detectors held back.
     pub(super) fn close(&mut self, c: &mut Conn) {
         let mut sink = Sink {
@@ -141,7 +138,9 @@ impl Acc {
             notes: &mut self.notes,
             trace: &mut self.trace,
         };
-        super::detect::close(c, &mut sink);
+        for det in DETECTORS {
+            det.close(c, &mut sink);
+        }
     }
 }
 
@@ -222,7 +221,7 @@ fn relative<'p>(c: &mut Conn, d: usize, raw: &RawSegment<'_, 'p>) -> Segment<'p>
     let peer_base = c.dirs[r].base;
     let dsack = o
         .first_sack
-        .filter(|&(left, _)| ackf && seq::lt(left, raw_ack))
+        .filter(|&(left, _)| ackf && seqnum::lt(left, raw_ack))
         .map(|(left, right)| (left.wrapping_sub(peer_base), right.wrapping_sub(peer_base)));
     Segment {
         frame: raw.frame,
@@ -249,10 +248,60 @@ fn relative<'p>(c: &mut Conn, d: usize, raw: &RawSegment<'_, 'p>) -> Segment<'p>
         held: None,
         first_response: None,
         duplicate: false,
+        ip_id: raw.ip_id,
+        id_evidence: IdEvidence::Uncounted,
+        echoes_unseen: false,
         tsval: o.timestamps.map(|t| t.0),
         tsecr: o.timestamps.map(|t| t.1),
         dsack,
     }
+}
+
+/// What the TCP timestamps (RFC 7323) show of the capture itself: a TSecr newer than every
+/// TSval of the peer captured so far, or one within the peer's latest captured TSvals but
+/// none of them, echoes a packet of the peer's the capture missed (a capture that drops
+/// packets, or one side's packets on another path). Returns whether `s` shows one.
+fn timestamp_evidence(c: &mut Conn, s: &Segment<'_>) -> bool {
+    let mut unseen = false;
+    if let (Some(ecr), true) = (s.tsecr, s.flags & flags::ACK != 0) {
+        let peer = &mut c.dirs[1 - s.d];
+        let recent = &peer.recent_tsvals[..usize::from(peer.recent_len)];
+        let newer = peer.max_tsval.is_some_and(|m| seqnum::gt(ecr, m));
+        let between = recent.len() == RECENT_TSVALS
+            && recent.iter().any(|&v| seqnum::lt(v, ecr))
+            && !recent.contains(&ecr);
+        if newer || between {
+            peer.unseen_pkts_ts = Some(s.ts);
+            unseen = true;
+        }
+    }
+    if let Some(v) = s.tsval {
+        let own = &mut c.dirs[s.d];
+        if own.max_tsval.is_none_or(|m| seqnum::gt(v, m)) {
+            own.max_tsval = Some(v);
+        }
+        let n = usize::from(own.recent_len);
+        if n > 0 && own.recent_tsvals[n - 1] == v {
+            return unseen;
+        }
+        if n < RECENT_TSVALS {
+            own.recent_tsvals[n] = v;
+            own.recent_len += 1;
+        } else {
+            own.recent_tsvals.rotate_left(1);
+            own.recent_tsvals[RECENT_TSVALS - 1] = v;
+        }
+    }
+    unseen
+}
+
+/// What segment `s`'s IPv4 identification says about its sender's packets since the previous
+/// one captured (a frame of several segments merged by TSO/GRO steps the counter by each).
+fn id_evidence(c: &mut Conn, s: &Segment<'_>) -> IdEvidence {
+    let smss = c.sender_mss(s.d).max(1);
+    let prev = c.dirs[s.d].last_pkt_len;
+    let segs = u16::try_from(prev.div_ceil(smss)).unwrap_or(u16::MAX);
+    c.dirs[s.d].ip_ids.on_packet(s.ip_id, segs)
 }
 
 /// The same frame captured twice (on two interfaces or VLANs, or before and after a router

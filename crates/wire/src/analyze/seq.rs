@@ -3,49 +3,23 @@
 //! ACKed-unseen, then for segments that do not advance the sequence: spurious → fast
 //! retransmission → out-of-order → retransmission. Counts match `tshark`'s `tcp.analysis.*`.
 
-use crate::packet::flags;
-use crate::report::TcpCounts;
+use latscope_core::model::analyze::TcpCounts;
 
-use super::detect::Segment;
+use crate::packet::flags;
+
 use super::flow::{Conn, Dir, Unacked};
 use super::ladder::Notes;
-use super::{COALESCE_NS, EXACT_UNACKED, MAX_UNACKED};
-
-// Wireshark's per-segment analysis flags.
-pub(super) const A_RETRANS: u32 = 1 << 0;
-pub(super) const A_LOST: u32 = 1 << 1;
-pub(super) const A_ACK_LOST: u32 = 1 << 2;
-pub(super) const A_KEEP_ALIVE: u32 = 1 << 3;
-pub(super) const A_DUP_ACK: u32 = 1 << 4;
-pub(super) const A_ZERO_WIN: u32 = 1 << 5;
-pub(super) const A_ZWP: u32 = 1 << 6;
-pub(super) const A_ZWP_ACK: u32 = 1 << 7;
-pub(super) const A_KA_ACK: u32 = 1 << 8;
-pub(super) const A_OOO: u32 = 1 << 9;
-pub(super) const A_FAST: u32 = 1 << 10;
-pub(super) const A_WIN_UPDATE: u32 = 1 << 11;
-pub(super) const A_WIN_FULL: u32 = 1 << 12;
-pub(super) const A_SPURIOUS: u32 = 1 << 14;
-/// Any kind of resent (or reordered) segment: not new data.
-pub(super) const A_RESENT: u32 = A_RETRANS | A_FAST | A_SPURIOUS | A_OOO;
+use super::limits::{COALESCE_NS, EXACT_UNACKED, MAX_UNACKED};
+use super::segment::{
+    A_ACK_LOST, A_DUP_ACK, A_FAST, A_KA_ACK, A_KEEP_ALIVE, A_LOST, A_OOO, A_RESENT, A_RETRANS,
+    A_SPURIOUS, A_WIN_FULL, A_WIN_UPDATE, A_ZERO_WIN, A_ZWP, A_ZWP_ACK, Segment,
+};
+use super::seqnum::{gt, le, lt};
 
 /// Fast retransmission: within this long of the duplicate ACK that asked for it.
 const FAST_RETRANS_NS: u64 = 20_000_000;
 /// Out-of-order threshold when the handshake RTT is unknown.
 const OOO_DEFAULT_NS: u64 = 3_000_000;
-
-#[inline]
-pub(super) fn lt(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
-}
-#[inline]
-pub(super) fn gt(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
-}
-#[inline]
-fn le(a: u32, b: u32) -> bool {
-    !gt(a, b)
-}
 
 /// What the sequence analysis says about one segment.
 pub(super) struct SeqOutcome {
@@ -70,11 +44,17 @@ pub(super) fn analyze(c: &mut Conn, s: &Segment<'_>, notes: &mut Notes) -> SeqOu
     }
     update_state(c, s, a);
     if a & A_RESENT != 0 {
-        c.dirs[s.d].last_rexmit_ts = Some(s.ts);
+        let f = &mut c.dirs[s.d];
+        f.last_rexmit_ts = Some(s.ts);
+        if s.len > 0 {
+            f.resent.rotate_right(1);
+            f.resent[0] = Some((s.seq, s.seq.wrapping_add(s.len)));
+        }
     }
     count(&mut c.counts, a);
     notes.extend(|| {
         [
+            (A_RETRANS, "retransmission"),
             (A_FAST, "fast retransmission"),
             (A_SPURIOUS, "spurious retransmission"),
             (A_OOO, "out-of-order"),
@@ -187,7 +167,10 @@ fn classify_resend(c: &Conn, s: &Segment<'_>) -> (u32, Option<(u64, u64)>) {
             .wrapping_add(u32::from(s.syn_or_fin()));
         // A repeated SYN or FIN has the same length as the original, so it falls to the
         // retransmission test below like repeated data (its sequence byte counts in `end`).
-        if f.nextseq != end || (f.lastacklen == 0 && !s.syn_or_fin()) {
+        // A segment ending exactly at the next expected byte is a retransmission, also when
+        // a pure ACK moved that byte (tshark 4.0: `ultrasurf.pcap` #139, after a pure ACK
+        // beyond a gap).
+        if f.nextseq != end {
             return (A_OOO, None);
         }
     }
@@ -240,9 +223,6 @@ fn update_state(c: &mut Conn, s: &Segment<'_>, a: u32) {
         }
         record_unacked(f, s, nextseq);
     }
-    if f.nextseq == 0 || gt(nextseq, f.nextseq.wrapping_add(u32::from(synfin))) {
-        f.lastacklen = s.len;
-    }
     if (gt(nextseq, f.nextseq) || f.nextseq == 0) && a & A_ZWP == 0 {
         f.nextseq = nextseq;
         f.nextseq_ts = s.ts;
@@ -267,6 +247,7 @@ fn update_state(c: &mut Conn, s: &Segment<'_>, a: u32) {
         let mut largest = rv.largest_acked;
         let mut rtt = rv.min_ack_rtt;
         let resent_since = rv.last_rexmit_ts;
+        let resent = rv.resent;
         rv.unacked.retain_mut(|u| {
             if gt(ack, u.seq) && lt(ack, u.nextseq) {
                 u.seq = ack;
@@ -274,7 +255,13 @@ fn update_state(c: &mut Conn, s: &Segment<'_>, a: u32) {
             } else if gt(u.nextseq, ack) {
                 true
             } else {
-                if single {
+                // A segment that got through on its first transmission (none of the ranges
+                // resent lately overlaps it).
+                let once = !resent
+                    .iter()
+                    .flatten()
+                    .any(|&(a, b)| lt(a, u.nextseq) && gt(b, u.seq));
+                if single && once {
                     largest = largest.max(u.nextseq.wrapping_sub(u.seq));
                 }
                 // A round-trip sample: the segment this ACK ends at, never resent since (Karn).

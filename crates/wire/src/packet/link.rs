@@ -531,7 +531,7 @@ mod tests {
                     assert_eq!(payload_len, 5);
                     tcp.src_port()
                 }
-                super::super::Transport::Udp(_) => 0,
+                _ => 0,
             })
             .collect();
         assert_eq!(ports, [1234, 4321]);

@@ -8,15 +8,21 @@
 //! capture could have been the trigger); not a human-paced protocol (a keystroke 200 ms after
 //! the previous one is a typist, not a timer); and the segment before it full-size, since a
 //! corked socket sends nothing smaller before the timer (two small messages 200 ms apart in a
-//! public MPTCP capture were an application's pace).
+//! public MPTCP capture were an application's pace); and nothing in flight when it left: the
+//! 200 ms ceiling is Linux's zero-window-probe timer (`tcp_check_probe_timer()`), armed only
+//! when no data is unacknowledged — with data in flight the ACKs, Nagle or a loss probe time
+//! the next segment (`heuristic_tcp_ack_payload.pcap`: a 5-byte tail 217 ms after 5.5 KB left
+//! unacknowledged on a path that lost its first segment).
 
 use latscope_core::timer::TcpTimer;
 
-use crate::report::StallKind;
+use latscope_core::model::analyze::StallKind;
 
+use super::super::detector::{Detector, Sink};
 use super::super::flow::Conn;
 use super::super::ladder::fmt_ms;
-use super::{Detector, Segment, Sink};
+use super::super::segment::Segment;
+use super::super::seqnum::lt;
 
 /// Reports small segments flushed by the cork timer.
 pub(in super::super) struct Cork;
@@ -28,7 +34,7 @@ impl Detector for Cork {
         };
         let evidence = c.dirs[s.d].linux_syn == Some(true)
             && c.rtt_to_sender(s.d).is_some()
-            && c.both_directions()
+            && c.judgeable()
             && c.unbroken_since(d1.ts)
             && !c.interactive;
         if !evidence {
@@ -44,7 +50,9 @@ impl Detector for Cork {
             && !c.dirs[s.d].cadence.app_clock()
             && TcpTimer::classify(gap) == Some(TcpTimer::DelayedAckMaxOrRtoMin)
             && s.ts.saturating_sub(peer.last_pkt_ts) > c.release_window(s.d)
-            && peer.last_data_ts <= d1.ts;
+            && peer.last_data_ts <= d1.ts
+            // Everything the sender had sent was acknowledged before the segment left.
+            && !lt(peer.lastack, d1.end);
         if !corked {
             return;
         }

@@ -11,12 +11,14 @@
 //! response (the application's pace), a sender on its own clock, and paths shorter than
 //! [`LONG_PATH_NS`], where a round trip per window costs little.
 
-use crate::report::StallKind;
+use latscope_core::model::analyze::StallKind;
 
+use super::super::detector::{Detector, Sink};
+use super::super::evidence::release_by_delayed_ack;
 use super::super::flow::Conn;
 use super::super::ladder::fmt_ms;
-use super::super::seq::gt;
-use super::{Detector, Segment, Sink, delayed_ack};
+use super::super::segment::Segment;
+use super::super::seqnum::gt;
 
 /// Paths with a handshake round trip at least this long.
 const LONG_PATH_NS: u64 = 20_000_000;
@@ -38,10 +40,14 @@ impl Detector for CwndLimited {
         let window_wait = s.first_response.is_none()
             && c.unbroken_since(d1.ts)
             && !c.dirs[s.d].cadence.app_clock()
-            // About one round trip of silence (a quarter either way: a window released
-            // 207 ms after its ACKs across a 372 ms path, as in `ek_to_cryptowall4.pcapng`,
-            // left on an earlier ACK or the application's pace, not this round trip's).
-            && (rtt - rtt / 4..=rtt.saturating_add(rtt / 4)).contains(&gap)
+            // About one round trip of silence: from half of it — the ACK that releases the
+            // next window is the one for the first segment of the last, sent before the
+            // window's tail, and the handshake's round trip is not the data's to the
+            // millisecond (`cryptowall4_c2.pcapng`: a 372 ms handshake, windows 201–207 ms
+            // after the client's ACKs; `ek_to_cryptowall4`: 690 ms, windows 498 ms after
+            // them; judged right) — to a quarter more (longer, the application or a timer
+            // took the time).
+            && (rtt / 2..=rtt.saturating_add(rtt / 4)).contains(&gap)
             // A full window: two segments or more in flight when the sender stopped, and the
             // receiver's window had room for more.
             && u64::from(d1.in_flight) >= 2 * u64::from(smss)
@@ -49,7 +55,7 @@ impl Detector for CwndLimited {
             // The ACKs for it came back (acknowledging new data), with no peer data between.
             && gt(p.lastack, d1.end.wrapping_sub(d1.in_flight))
             && p.last_data_ts <= d1.ts
-            && delayed_ack::release(s, c, &d1).is_none();
+            && release_by_delayed_ack(s, c, &d1).is_none();
         if !window_wait {
             return;
         }

@@ -13,63 +13,31 @@
 //! * A full segment held although the sender had already had more in flight at once on this
 //!   connection and the receiver's window had room: **loss the capture did not see** — the
 //!   sender's own stack failed to send it (a netfilter or policer drop on its way out, which
-//!   TCP retries on the next ACK) or it was lost before the capture point.
+//!   TCP retries on the next ACK) or it was lost before the capture point. That is claimed
+//!   only when the sender's IPv4 identification counts its packets on this connection and
+//!   skipped numbers just before D2 (it sent packets the capture never saw), and the receiver
+//!   never echoed a timestamp of them (which would show they arrived and only the capture
+//!   missed them). Consecutive numbers refute it (nothing was sent unseen: a tunnel endpoint
+//!   sending one chunk per ACK, `tunnelbear.pcap`): a window-limited sender and a delayed
+//!   ACK. A sender whose identification counts nothing (zero, random, IPv6) leaves it
+//!   undecided.
 //!
 //! Evidence needed: both directions captured and no segment missing since D1; the release no
 //! sooner than three quarters of a round trip to the sender after the ACK (when the handshake gave it), and
 //! D2's TCP timestamp echo (when present) not older than the ACK's TSval — else D2 left before
 //! the ACK reached its sender and the ACK released nothing.
 
-use crate::report::StallKind;
+use latscope_core::model::analyze::{StallKind, Undecided};
 
+use super::super::detector::{Detector, Sink};
+use super::super::evidence::release_by_delayed_ack;
 use super::super::flow::{Conn, DataSeg};
+use super::super::ipid::IdEvidence;
 use super::super::ladder::fmt_ms;
-use super::super::seq::lt;
-use super::{Detector, Segment, Sink, delayed_ack_ceiling_ns, delayed_ack_floor_ns};
+use super::super::segment::Segment;
 
 /// Reports segments released by a delayed ACK (Nagle × delayed ACK, or delayed ACK alone).
 pub(in super::super) struct DelayedAckRelease;
-
-/// The delayed ACK that released new data segment `s` after the sender's previous data `d1`:
-/// (how late the ACK was, its frame), if one did.
-pub(super) fn release(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> Option<(u64, u64)> {
-    let p = &c.dirs[1 - s.d];
-    // The ACK must reach the sender and D2 come back: at the capture point that takes a
-    // round trip to the sender (a quarter of it is allowed for jitter: msnms.pcap's 48
-    // bytes 68 ms after an ACK across a 99 ms round trip had left before it). A segment seen at once
-    // after the ACK across a long path left before the ACK arrived (a window-limited
-    // sender), it was not released by it.
-    let min_release = c.quickest_rtt_to_sender(s.d).map_or(0, |r| r - r / 4);
-    // D2's timestamp echo names the newest peer segment its sender had seen: one older than
-    // the ACK's own TSval means D2 left before that ACK arrived (RFC 7323 §4.3).
-    let echo_predates =
-        matches!((s.tsecr, p.last_pkt_tsval), (Some(ecr), Some(val)) if lt(ecr, val));
-    let released = !echo_predates
-        && c.both_directions()
-        && c.unbroken_since(d1.ts)
-        && p.last_pkt_pure_ack
-        // The ACK that first acknowledged D1's end, not a window update or a duplicate
-        // repeating an ACK sent at once (`ek_to_cryptowall4.pcapng`: D1 ACKed after 0.9 ms,
-        // a window update 25 ms later, the next data 611 ms after that).
-        && p.ack_advanced_ts == p.last_pkt_ts
-        && p.last_pkt_ts >= d1.ts
-        && p.last_data_ts <= d1.ts
-        && p.last_pkt_ack == d1.end
-        && (min_release..=c.release_window(s.d)).contains(&s.ts.saturating_sub(p.last_pkt_ts));
-    if !released {
-        return None;
-    }
-    let ack_delay = p
-        .last_pkt_ts
-        .saturating_sub(d1.ts)
-        .saturating_sub(c.rtt_to_receiver(s.d).unwrap_or(0));
-    // A receiver ACKs at least every second full segment (RFC 5681 §4.2): with two or more
-    // unacknowledged when D1 left, its silence is not the delayed-ACK timer (a printer that
-    // ACKs four segments 28–70 ms late in a public capture was slow, not delaying).
-    let timer = (delayed_ack_floor_ns()..=delayed_ack_ceiling_ns()).contains(&ack_delay)
-        && d1.in_flight < 2 * c.sender_mss(s.d);
-    timer.then_some((ack_delay, p.last_pkt_frame))
-}
 
 /// Whether the sender of `s`, released by a delayed ACK after `d1`, was held back by neither
 /// window: it had already had at least two more full segments in flight at once on this
@@ -94,6 +62,22 @@ fn window_was_open(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> bool {
         && room >= u64::from(d1.in_flight) + u64::from(s.len.min(smss))
 }
 
+/// Whether the sender of `s`, held since `d1` with its windows open, sent packets the
+/// capture never saw just before `s` (its IPv4 identification skipped numbers), which the
+/// receiver did not show it received. `Err`: the capture cannot tell.
+fn unseen_sends(s: &Segment<'_>, c: &Conn, d1: &DataSeg) -> Result<bool, Undecided> {
+    match s.id_evidence {
+        IdEvidence::Continuous => Ok(false),
+        IdEvidence::Uncounted => Err(Undecided::SenderUncounted),
+        // The receiver echoed a timestamp of the sender's the capture never saw: what the
+        // capture missed reached it.
+        IdEvidence::Unseen(_) if c.dirs[s.d].unseen_pkts_ts.is_some_and(|t| t >= d1.ts) => {
+            Err(Undecided::CaptureMissedPackets)
+        }
+        IdEvidence::Unseen(_) => Ok(true),
+    }
+}
+
 impl Detector for DelayedAckRelease {
     fn inspect(&self, s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
         let Some(d1) = s.held else {
@@ -103,7 +87,7 @@ impl Detector for DelayedAckRelease {
         if c.dirs[s.d].cadence.app_clock() {
             return;
         }
-        let Some((ack_delay, ack_frame)) = release(s, c, &d1) else {
+        let Some((ack_delay, ack_frame)) = release_by_delayed_ack(s, c, &d1) else {
             return;
         };
         let smss = c.sender_mss(s.d);
@@ -113,14 +97,21 @@ impl Detector for DelayedAckRelease {
         // ACK too (`evilprogram.pcap`'s 869-byte tail from a server whose SYN-ACK carried a
         // lone MSS). Only a SYN laid out as Linux's shows the Minshall variant.
         let classic = c.dirs[s.d].linux_syn != Some(true);
+        let gap = s.ts.saturating_sub(d1.ts);
         let kind = if s.len < smss && (d1.len < smss || classic) {
             StallKind::NagleDelayedAck
         } else if window_was_open(s, c, &d1) {
-            StallKind::UnseenLoss
+            match unseen_sends(s, c, &d1) {
+                Ok(true) => StallKind::UnseenLoss,
+                Ok(false) => StallKind::DelayedAck,
+                Err(reason) => {
+                    out.undecided(c, StallKind::UnseenLoss, reason, s.frame, d1.frame, gap);
+                    return;
+                }
+            }
         } else {
             StallKind::DelayedAck
         };
-        let gap = s.ts.saturating_sub(d1.ts);
         out.notes.push(|| {
             format!(
                 "<< STALL {}: held since #{} ({}), released by delayed ACK #{} ({} late)",

@@ -1,6 +1,6 @@
 //! Path MTU black hole: a full-size segment resent by timer again and again and never
-//! acknowledged, while smaller segments of the same sender were acknowledged and the peer is
-//! still there. A link with a smaller MTU drops the large packets, and the ICMP
+//! acknowledged at that size, while smaller segments of the same sender were acknowledged and
+//! the peer is still there. A link with a smaller MTU drops the large packets, and the ICMP
 //! "fragmentation needed" / "packet too big" that would tell the sender (RFC 1191, RFC 8201)
 //! does not reach it. Linux's `tcp_mtu_probing` eventually resends smaller: the capture then
 //! shows the same bytes get through in smaller segments.
@@ -8,14 +8,25 @@
 //! Evidence needed: both directions; the resent segment is full-size (the sender's MSS, or
 //! at least [`FULL_SEGMENT_MIN`] and its largest); [`MIN_RESENDS`] timer resends of the same
 //! sequence with no ACK covering it; a smaller data segment of the same sender acknowledged
-//! (so the path delivers small packets both ways).
+//! after its first transmission (so the path delivers small packets both ways).
+//!
+//! What refutes it, so it is decided only when the stuck bytes are finally acknowledged after
+//! a smaller resend, or the connection ends: the stuck segment acknowledged after a
+//! full-size transmission (`alexa-app.pcapng`: after its second resend), or any segment of
+//! the same sender at least as large acknowledged after its first transmission
+//! (`heuristic_tcp_ack_payload.pcap`: a 1,460-byte segment beside the stuck one passed) —
+//! full-size packets do get through, and the resends were loss on a lossy path, the RTO
+//! stalls they are; so does an ICMP "fragmentation needed" quoting the sender's segment in
+//! the capture (the message the black hole lacks got through). Once decided, the waits of its
+//! resends are the black hole's, not RTO stalls.
 
-use crate::report::{PmtuEvidence, StallKind};
+use latscope_core::model::analyze::{PmtuEvidence, StallKind};
 
-use super::super::flow::{Conn, FULL_SEGMENT_MIN, Stuck};
+use super::super::detector::{Detector, Sink};
+use super::super::flow::{Conn, FULL_SEGMENT_MIN, STUCK_CHARGES, Stuck, endpoint};
 use super::super::ladder::fmt_ms;
-use super::super::seq::gt;
-use super::{Detector, Segment, Sink};
+use super::super::segment::{A_RESENT, Segment};
+use super::super::seqnum::gt;
 
 /// Timer resends of the same full-size segment before it is called a black hole (one lost
 /// segment and a lost resend happen on a lossy path; a third loss of exactly the large
@@ -27,10 +38,23 @@ pub(in super::super) struct PmtuBlackHole;
 
 impl Detector for PmtuBlackHole {
     fn inspect(&self, s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
-        // An ACK covering the stuck segment: it got through after all.
+        // An ACK covering the stuck segment: at full size it got through (no black hole); after
+        // a smaller resend, the black hole is shown.
         if let Some(k) = c.dirs[1 - s.d].stuck {
             if gt(s.ack, k.seq) {
                 c.dirs[1 - s.d].stuck = None;
+                if k.candidate && k.last.2 < k.len {
+                    report(c, 1 - s.d, &k, s.ts, out);
+                }
+            }
+        }
+        if s.len == 0 || !c.judgeable() {
+            return;
+        }
+        // Another transmission of the stuck bytes: remember its size.
+        if let Some(k) = &mut c.dirs[s.d].stuck {
+            if s.seq == k.seq && s.analysis & A_RESENT != 0 {
+                k.last = (s.frame, s.ts, s.len);
             }
         }
         let Some((t0, f0)) = s.rto_since else {
@@ -39,10 +63,10 @@ impl Detector for PmtuBlackHole {
         let smss = c.sender_mss(s.d);
         let dir = &c.dirs[s.d];
         let full = s.len >= smss || (s.len >= FULL_SEGMENT_MIN && s.len >= dir.max_seg);
-        if s.len == 0 || !full {
+        if !full {
             return;
         }
-        let k = match dir.stuck {
+        let mut k = match dir.stuck {
             Some(k) if k.seq == s.seq => Stuck {
                 resends: k.resends + 1,
                 ..k
@@ -53,44 +77,72 @@ impl Detector for PmtuBlackHole {
                 first_ts: t0,
                 first_frame: f0,
                 resends: 1,
-                reported: false,
+                last: (s.frame, s.ts, s.len),
+                candidate: false,
+                rto_charges: [None; STUCK_CHARGES],
             },
         };
-        let confirmed = !k.reported
-            && k.resends >= MIN_RESENDS
-            && c.both_directions()
-            && (1..k.len).contains(&dir.largest_acked);
-        c.dirs[s.d].stuck = Some(Stuck {
-            reported: k.reported || confirmed,
-            ..k
-        });
-        if !confirmed {
-            return;
+        k.candidate |= k.resends >= MIN_RESENDS && (1..k.len).contains(&dir.largest_acked);
+        c.dirs[s.d].stuck = Some(k);
+    }
+
+    /// The connection ends with the stuck segment never acknowledged: a black hole, unless
+    /// full-size segments of the sender were shown to pass.
+    fn close(&self, c: &mut Conn, out: &mut Sink<'_>) {
+        for d in 0..2 {
+            if let Some(k) = c.dirs[d].stuck.take() {
+                if k.candidate {
+                    report(c, d, &k, k.last.1, out);
+                }
+            }
         }
-        let lost = s.ts.saturating_sub(k.first_ts);
-        let ev = PmtuEvidence {
-            conn: c.id,
-            sender: super::super::endpoint(if s.d == 0 { c.client } else { c.server }),
-            lost_segment_bytes: k.len,
-            header_bytes: header_bytes(c, s.d),
-            resends: k.resends,
-            largest_acked_bytes: c.dirs[s.d].largest_acked,
-            advertised_mss: c.dirs[1 - s.d].mss_opt,
-            first_frame: k.first_frame,
-        };
+    }
+}
+
+/// Black hole `k` of direction `d`, settled at `end`: reported unless a segment of the sender
+/// as large as the stuck one got through on its first transmission; the RTO stalls of its
+/// resends are taken back.
+fn report(c: &mut Conn, d: usize, k: &Stuck, end: u64, out: &mut Sink<'_>) {
+    // A "fragmentation needed" for this sender reached the capture: path MTU discovery works;
+    // the resends were its recovery, not a black hole's.
+    if c.dirs[d].icmp_mtu.is_some() {
+        return;
+    }
+    if c.dirs[d].largest_acked >= k.len {
         out.notes.push(|| {
             format!(
-                "<< STALL path MTU black hole: {} bytes resent {} times since #{}, {} lost; {} bytes passed",
-                ev.lost_segment_bytes,
-                ev.resends,
-                ev.first_frame,
-                fmt_ms(lost),
-                ev.largest_acked_bytes
+                "{}-byte segments got through: #{}'s resends were loss, not a black hole",
+                c.dirs[d].largest_acked, k.first_frame
             )
         });
-        out.pmtu(ev);
-        out.stall(c, StallKind::PmtuBlackHole, s.frame, k.first_frame, lost);
+        return;
     }
+    for (frame, lost) in k.rto_charges.iter().flatten() {
+        out.retract(c, StallKind::RtoRetransmission, *frame, *lost);
+    }
+    let lost = end.saturating_sub(k.first_ts);
+    let ev = PmtuEvidence {
+        conn: c.id,
+        sender: endpoint(if d == 0 { c.client } else { c.server }),
+        lost_segment_bytes: k.len,
+        header_bytes: header_bytes(c, d),
+        resends: k.resends,
+        largest_acked_bytes: c.dirs[d].largest_acked,
+        advertised_mss: c.dirs[1 - d].mss_opt,
+        first_frame: k.first_frame,
+    };
+    out.note_on(k.last.0, || {
+        format!(
+            "<< STALL path MTU black hole: {} bytes resent {} times since #{}, {} lost; {} bytes passed",
+            ev.lost_segment_bytes,
+            ev.resends,
+            ev.first_frame,
+            fmt_ms(lost),
+            ev.largest_acked_bytes
+        )
+    });
+    out.pmtu(ev);
+    out.stall(c, StallKind::PmtuBlackHole, k.last.0, k.first_frame, lost);
 }
 
 /// IP and TCP header bytes of direction `d`'s segments: IPv4 20 / IPv6 40, TCP 20 plus the

@@ -6,15 +6,18 @@
 //!
 //! Evidence needed: both directions, no segment missing from the capture since, the peer sent
 //! no data in between (a new request is the application's pace, not the window's), the window
-//! never went to zero meanwhile (the zero-window detector's), and a wait of at least
-//! [`MIN_WAIT_NS`].
+//! never went to zero meanwhile (the zero-window detector's), the sender resent nothing
+//! meanwhile (a wait spent in loss recovery is the loss's: `smtp.pcap`'s 801 ms were path MTU
+//! discovery, a router's "fragmentation needed" for four full segments, resent smaller and
+//! then released at the congestion window's pace while the receiver's window had room), and a
+//! wait of at least [`MIN_WAIT_NS`].
 
-use crate::report::StallKind;
+use latscope_core::model::analyze::StallKind;
 
+use super::super::detector::{Detector, Sink};
 use super::super::flow::Conn;
 use super::super::ladder::fmt_ms;
-use super::super::seq::A_WIN_FULL;
-use super::{Detector, Segment, Sink};
+use super::super::segment::{A_WIN_FULL, Segment};
 
 /// Waits shorter than this are not reported (a LAN round trip).
 const MIN_WAIT_NS: u64 = 1_000_000;
@@ -32,9 +35,10 @@ impl Detector for WindowFull {
             if let Some((t0, f0)) = c.dirs[s.d].win_full_since.take() {
                 let wait = s.ts.saturating_sub(t0);
                 let judged = wait >= MIN_WAIT_NS
-                    && c.both_directions()
+                    && c.judgeable()
                     && c.unbroken_since(t0)
-                    && c.dirs[1 - s.d].last_data_ts <= t0;
+                    && c.dirs[1 - s.d].last_data_ts <= t0
+                    && c.dirs[s.d].last_rexmit_ts.is_none_or(|r| r < t0);
                 if judged {
                     out.notes.push(|| {
                         format!(

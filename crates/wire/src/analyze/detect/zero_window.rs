@@ -1,11 +1,13 @@
 //! Zero-window stall: from a side's first zero-window advertisement to its next non-zero
 //! window; the receiving application did not read fast enough.
 
-use crate::packet::flags;
-use crate::report::StallKind;
+use latscope_core::model::analyze::StallKind;
 
+use crate::packet::flags;
+
+use super::super::detector::{Detector, Sink};
 use super::super::flow::Conn;
-use super::{Detector, Segment, Sink};
+use super::super::segment::Segment;
 
 /// Times each zero-window episode.
 pub(in super::super) struct ZeroWindow;

@@ -1,15 +1,22 @@
 //! The analyzer on hand-built segment sequences.
 
+mod proof;
+
+use latscope_core::model::analyze::StallKind;
+
 use super::*;
 use crate::packet::tests::eth_ipv4_tcp;
 use crate::packet::{LinkType, decode};
-use crate::report::StallKind;
 
 struct Sim {
     a: Analyzer,
     frame: u64,
     cseq: u32,
     sseq: u32,
+    /// IPv4 identification of the next packet of the client and of the server, when the
+    /// test wants each side to count its packets (otherwise 0, as for DF packets of stacks
+    /// that leave it so).
+    ids: Option<[u16; 2]>,
 }
 const C: [u8; 4] = [10, 0, 0, 1];
 const S: [u8; 4] = [10, 0, 0, 2];
@@ -24,6 +31,7 @@ impl Sim {
             frame: 0,
             cseq: 1000,
             sseq: 5000,
+            ids: None,
         }
     }
     fn pkt(&mut self, ms: f64, from_client: bool, fl: u8, payload: &[u8], opts: &[u8]) {
@@ -33,7 +41,14 @@ impl Sim {
         } else {
             (S, C, 80, 40000, self.sseq, self.cseq)
         };
-        let f = eth_ipv4_tcp(src, dst, sp, dp, seq, ack, fl, 1000, opts, payload);
+        let mut f = eth_ipv4_tcp(src, dst, sp, dp, seq, ack, fl, 1000, opts, payload);
+        if let Some(ids) = &mut self.ids {
+            let id = &mut ids[usize::from(!from_client)];
+            f[18..20].copy_from_slice(&id.to_be_bytes());
+            // A frame of several segments (TSO/GRO) used one number per segment.
+            let segs = payload.len().div_ceil(1460).max(1);
+            *id = id.wrapping_add(u16::try_from(segs).unwrap_or(1));
+        }
         let adv = payload.len() as u32 + u32::from(fl & (flags::SYN | flags::FIN) != 0);
         if from_client {
             self.cseq += adv;
@@ -42,6 +57,17 @@ impl Sim {
         }
         let ts = (ms * 1e6) as u64;
         self.a.push(self.frame, ts, decode(LinkType::Ethernet, &f));
+    }
+    /// Each side's IPv4 identification counts its packets from here on.
+    fn count_ids(&mut self) {
+        self.ids = Some([0x100, 0x9000]);
+    }
+    /// A packet of one side that used its next identification but was never captured.
+    fn sent_unseen(&mut self, from_client: bool) {
+        if let Some(ids) = &mut self.ids {
+            let id = &mut ids[usize::from(!from_client)];
+            *id = id.wrapping_add(1);
+        }
     }
     fn handshake(&mut self) {
         let mss = [2, 4, 0x05, 0xb4];
@@ -701,7 +727,7 @@ fn zero_length_old_sequence_is_not_a_retransmission() {
     );
 }
 
-fn finding(r: &Analysis, k: StallKind) -> Option<&crate::report::StallFinding> {
+fn finding(r: &Analysis, k: StallKind) -> Option<&latscope_core::model::analyze::StallFinding> {
     r.findings.iter().find(|f| f.kind == k)
 }
 
@@ -955,11 +981,13 @@ fn timestamps_tell_copies_without_ip_identification() {
 /// and the client's window had room: neither window held it back — the body's first send
 /// never reached the capture (a drop in the server's own output path, retried on the ACK).
 /// A server that never had more than one segment in flight (a congestion window locked at
-/// one) shows the same release as a delayed ACK, not as loss.
+/// one) shows the same release as a delayed ACK, not as loss. The server's IPv4
+/// identification counts its packets: the lost send used a number the capture never saw.
 #[test]
 fn release_with_the_window_open_is_unseen_loss() {
     let run = |locked: bool| {
         let mut s = Sim::new();
+        s.count_ids();
         scaled_handshake(&mut s, 0.05, 0.1);
         let a = flags::ACK;
         let full = [0u8; 1460];
@@ -983,7 +1011,9 @@ fn release_with_the_window_open_is_unseen_loss() {
         }
         s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
         s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
-        // The client's delayed ACK of the header releases the body.
+        // The body's first send never reached the capture; the client's delayed ACK of the
+        // header releases it.
+        s.sent_unseen(false);
         s.pkt(t + 40.1, true, a, b"", &[]);
         s.pkt(t + 40.2, false, a, &full, &[]);
         s.pkt(t + 40.3, false, a | flags::PSH, &full, &[]);
@@ -1021,6 +1051,7 @@ fn release_with_the_window_open_is_unseen_loss() {
 #[test]
 fn merged_frames_do_not_set_the_segment_size_without_a_handshake() {
     let mut s = Sim::new();
+    s.count_ids();
     let a = flags::ACK;
     let mut t = 1.0;
     for _ in 0..4 {
@@ -1033,6 +1064,7 @@ fn merged_frames_do_not_set_the_segment_size_without_a_handshake() {
     }
     s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
     s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
+    s.sent_unseen(false);
     s.pkt(t + 40.1, true, a, b"", &[]);
     s.pkt(t + 40.2, false, a, &[0u8; 1448], &[]);
     s.pkt(t + 40.3, true, a, b"", &[]);
