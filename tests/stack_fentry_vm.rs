@@ -3,7 +3,8 @@
 //! `scripts/vm-kernel.sh`) under QEMU with an initramfs of busybox + virtio/9p modules, mounts
 //! the host's root read-only over 9p and runs `tests/lab/vm/guest.sh` there: latscope serve,
 //! stack and rr on the VM's loopback. Checks that the fentry/fexit hooks are the ones chosen,
-//! that every probe counts the traffic, and that nothing stays attached after Ctrl-C. Also
+//! receive and transmit, that every probe counts the traffic, and that nothing stays attached
+//! after Ctrl-C. Also
 //! `latscope sockets` on a kernel without sock_diag handlers (the VM has no tcp_diag module).
 //!
 //! Emulated (TCG), so ~30 s; the VM has no network device and touches nothing of the host's.
@@ -305,7 +306,9 @@ fn fentry_hooks_on_a_stock_kernel_count_every_packet_and_detach() {
             .unwrap()["hook_kind"]
     );
 
-    // Ctrl-C detached everything.
+    transmit_stages(&lines);
+
+    // Ctrl-C detached everything, the transmit programs included.
     assert_eq!(field(&lines, "LSVM-LEFT"), "0");
 
     // `latscope sockets` without sock_diag handlers (no tcp_diag/udp_diag module in the VM):
@@ -332,5 +335,134 @@ fn fentry_hooks_on_a_stock_kernel_count_every_packet_and_detach() {
     assert!(
         notes.contains("no sock_diag handler for tcp") && notes.contains("/proc/net"),
         "{notes}"
+    );
+}
+
+/// `stack --direction tx` under the same loopback rr: the write's and IP output's boundaries on
+/// fentry (this machine's kernel takes netfilter links and kprobes for them), the device layer
+/// on its tracepoints, and every packet in every stage once.
+fn transmit_stages(lines: &[String]) {
+    assert_eq!(
+        field(lines, "LSVM-TXSTACK-EXIT"),
+        "130",
+        "stack --direction tx: {}",
+        field(lines, "LSVM-TXSTDERR")
+    );
+    let doc: serde_json::Value = serde_json::from_str(field(lines, "LSVM-TXJSON")).unwrap();
+    let status = |probe: &str| -> (String, String) {
+        let p = doc["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["probe"] == probe)
+            .unwrap_or_else(|| panic!("{probe} not in {:#}", doc["probes"]));
+        (
+            p["hook"].as_str().unwrap_or("").to_string(),
+            p["hook_kind"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    // A stage is timed between two boundaries: its hook reads `start → end`. 6.1 still has
+    // do_tcp_sendpages(), so the TCP write takes the pair. IP output cannot be fentry there:
+    // ip6_xmit() has 7 arguments and x86 trampolines take 6 before 6.5 (-ENOTSUPP on attach),
+    // and netfilter links came in 6.4; its kprobes see every packet instead, and the refusals
+    // are named.
+    let write = "fentry/tcp_sendmsg_locked+do_tcp_sendpages";
+    let ip_out = "kprobe/__ip_local_out+__ip6_local_out+ip6_xmit";
+    let local_out_done = "fentry/ip_output+ip6_output";
+    let post_routing_done = "fentry/ip_finish_output+ip6_finish_output";
+    for (probe, from, to, kind) in [
+        ("tcp-send-queue", write, ip_out, "kprobe"),
+        (
+            "udp-send",
+            "fentry/udp_sendmsg+udpv6_sendmsg",
+            ip_out,
+            "kprobe",
+        ),
+        ("local-out", ip_out, local_out_done, "kprobe"),
+        ("post-routing", local_out_done, post_routing_done, "fentry"),
+        (
+            "dev-egress",
+            post_routing_done,
+            "tp_btf/net_dev_queue",
+            "tp_btf",
+        ),
+        (
+            "qdisc",
+            "tp_btf/net_dev_queue",
+            "tp_btf/net_dev_start_xmit",
+            "tp_btf",
+        ),
+        (
+            "driver",
+            "tp_btf/net_dev_start_xmit",
+            "tp_btf/net_dev_xmit",
+            "tp_btf",
+        ),
+        (
+            "tx-completion",
+            "tp_btf/net_dev_xmit",
+            "tp_btf/consume_skb",
+            "tp_btf",
+        ),
+    ] {
+        assert_eq!(
+            status(probe),
+            (format!("{from} → {to}"), kind.to_string()),
+            "{probe}: {:#}",
+            doc["probes"]
+        );
+    }
+    let refused = doc["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["probe"] == "local-out")
+        .map(|p| p["refused"].to_string())
+        .unwrap_or_default();
+    assert!(
+        refused.contains("lsstk_io_fex6") && refused.contains("ENOTSUPP"),
+        "{refused}"
+    );
+    let hists = doc["histograms"].as_array().unwrap();
+    let count = |probe: &str| -> u64 {
+        hists
+            .iter()
+            .filter(|h| h["probe"] == probe)
+            .map(|h| h["count"].as_u64().unwrap())
+            .sum()
+    };
+    // Each transaction is two writes (the request, the response) per transport, each one
+    // packet on loopback.
+    let (tcp, udp) = (count("tcp-send-queue"), count("udp-send"));
+    assert!(
+        tcp >= 2 * N && udp >= 2 * N,
+        "tcp {tcp}, udp {udp}: {hists:#?}"
+    );
+    // Every packet IP sends passes each stage from IP output to the driver once (handshakes and
+    // pure ACKs too, which no write starts): the counts agree.
+    let path = ["local-out", "post-routing", "dev-egress", "qdisc", "driver"];
+    let counts: Vec<u64> = path.iter().map(|p| count(p)).collect();
+    assert!(
+        counts[0] >= tcp + udp,
+        "{counts:?} against {tcp} + {udp} writes"
+    );
+    for c in &counts {
+        assert!(
+            c.abs_diff(counts[0]) <= counts[0] / 50,
+            "{path:?}: {counts:?}"
+        );
+    }
+    // Loopback hands every skb to its receive path: no completion to time, said so.
+    assert_eq!(count("tx-completion"), 0, "{hists:#?}");
+    let handed = doc["stamps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["probe"] == "tx-completion")
+        .and_then(|s| s["handed_on"].as_u64())
+        .unwrap_or(0);
+    assert!(
+        handed >= counts[4] * 9 / 10,
+        "handed on {handed} of {counts:?}"
     );
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use lab::stack::{BIN, Lab, Stack, hist, report};
-use latscope_ebpf::Probe;
+use latscope_core::model::stack::Probe;
 
 #[test]
 fn veth_traffic_reaches_every_available_probe_with_plausible_counts() {
@@ -397,25 +397,39 @@ fn prometheus_metrics_parse_and_buckets_are_cumulative() {
 fn list_probes_names_every_probe_and_its_hook() {
     require_root!();
     let _g = lab::timing_lock();
-    let out = lab::output(&["stack", "--list-probes"]);
+    let out = lab::output(&["stack", "--list-probes", "--direction", "both"]);
     lab::assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     for p in Probe::ALL {
         let line = text
             .lines()
-            .find(|l| l.starts_with(p.name()))
+            .find(|l| l.starts_with(&format!("{} ", p.name())))
             .unwrap_or_else(|| panic!("{p} missing: {text}"));
         assert!(
             line.contains("available") || line.contains("UNAVAILABLE"),
             "{line}"
         );
     }
-    let json = Command::new(BIN)
-        .args(["stack", "--list-probes", "--json"])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(v.as_array().unwrap().len(), 7);
+    // The default is the receive path, as netstacklat.
+    let json = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = Command::new(BIN)
+            .args(["stack", "--list-probes", "--json"])
+            .args(args)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_array().unwrap().clone()
+    };
+    assert_eq!(json(&[]).len(), 7);
+    let tx = json(&["--direction", "tx"]);
+    assert_eq!(tx.len(), 8);
+    // Every transmit stage that is attached names both its ends; one that is not, why.
+    for st in &tx {
+        match st["hook"].as_str() {
+            Some(h) => assert!(h.contains(" → "), "{st}"),
+            None => assert!(!st["refused"].as_array().unwrap().is_empty(), "{st}"),
+        }
+    }
 }
 
 #[test]

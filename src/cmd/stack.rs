@@ -1,5 +1,6 @@
-//! `latscope stack`: kernel receive-stack latency per hook point (netstacklat's probes) from
-//! eBPF log2 histograms; `--prometheus` serves them at /metrics.
+//! `latscope stack`: kernel receive-stack latency per hook point (netstacklat's probes) and the
+//! time transmitted packets spend in each stage of the way out, from eBPF log2 histograms;
+//! `--prometheus` serves them at /metrics.
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -9,18 +10,23 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use latscope_core::log2::format_estimate_ns;
 use latscope_core::model::Meta;
+use latscope_core::model::stack::{
+    Directions, Filters, GroupBy, HookKind, Probe, ProbeHistogram, ProbeStamps, StackInterval,
+    StackReport,
+};
+use latscope_core::render::stack as report;
 use latscope_core::render::{OutputFormat, Page, emit_event};
 use latscope_core::units::parse_duration;
 use latscope_ebpf::prometheus::{Snapshot, StackCollector};
-use latscope_ebpf::report::{self, ProbeHistogram, ProbeStamps, StackInterval, StackReport};
 use latscope_ebpf::session::RawHistogram;
-use latscope_ebpf::{Filters, GroupBy, HookMode, Probe, Session, StackConfig, sys};
+use latscope_ebpf::{HookMode, Session, StackConfig, sys};
 use latscope_exporter::{Limits, Server};
 use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
+use crate::interrupt::stop_flag;
 use crate::live::LongRunOutput;
-use crate::output::{stop_flag, unix_ms};
+use crate::output::unix_ms;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum GroupByArg {
@@ -30,12 +36,22 @@ pub enum GroupByArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DirectionArg {
+    /// The receive path: time since each packet's arrival at seven hook points (netstacklat's).
+    Rx,
+    /// The transmit path: time in each of eight stages, from the socket write to TX completion.
+    Tx,
+    /// Both.
+    Both,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum HooksArg {
-    /// fentry/fexit where the kernel allows, else tracepoint/cgroup_skb fallbacks.
+    /// fentry/fexit where the kernel allows, else tracepoint/cgroup_skb/netfilter/kprobe fallbacks.
     Auto,
     /// Only fentry/fexit (netstacklat's hooks).
     Fentry,
-    /// Only the tracepoint/tp_btf/raw_tp/cgroup_skb fallbacks.
+    /// Only the tracepoint/tp_btf/raw_tp/cgroup_skb/netfilter/kprobe fallbacks.
     Fallback,
 }
 
@@ -44,10 +60,12 @@ Examples:
   latscope stack --list-probes               which probes this kernel supports, and how
   latscope stack -I eth0                     all probes for packets received on eth0, every 5 s
   latscope stack --probes tcp-socket-enqueued,tcp-socket-read --pid $(pidof nginx)
-  latscope stack --group-by interface -i 10s -d 1m --json
+  latscope stack --direction tx --lport 443  where nginx's responses wait on their way out
+  latscope stack --direction both --group-by interface -i 10s -d 1m --json
   latscope stack --prometheus                serve /metrics on 127.0.0.1:9573 until Ctrl-C
 
-Latency = now − the packet's software receive timestamp, which latscope turns on while it runs.
+Receive: latency = now − the packet's software receive timestamp, which latscope turns on while it runs.
+Transmit: each stage's time, so a packet's stages add up from the write to its TX completion.
 Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF (exit code 4 otherwise).";
 
 #[derive(Args, Debug)]
@@ -56,7 +74,10 @@ pub struct StackArgs {
     /// Show each probe, whether this kernel supports it, the hook implementing it and why not.
     #[arg(long)]
     pub list_probes: bool,
-    /// Probes to attach, comma-separated (default: all seven).
+    /// The receive path, the transmit path, or both: every probe of that direction.
+    #[arg(long, value_enum, default_value = "rx", conflicts_with = "probes")]
+    pub direction: DirectionArg,
+    /// Probes to attach, comma-separated, of either direction (default: all of --direction).
     #[arg(
         long,
         short_alias = 'p',
@@ -64,28 +85,29 @@ pub struct StackArgs {
         value_name = "PROBE,..."
     )]
     pub probes: Vec<Probe>,
-    /// Only packets received on this interface (name in this namespace, or ifindex).
+    /// Only packets received (or sent) on this interface (name in this namespace, or ifindex).
     #[arg(short = 'I', long, value_name = "IFACE")]
     pub interface: Option<String>,
     /// Only packets in this network namespace (/proc/PID/ns/net, a name in /run/netns, or inode).
     #[arg(long, value_name = "NETNS")]
     pub netns: Option<String>,
-    /// Only reads by this process (applies to the socket-read probes).
+    /// Only reads by this process (socket-read probes), or packets of the sockets it writes to
+    /// (transmit stages).
     #[arg(long)]
     pub pid: Option<u32>,
     /// Only sockets in this cgroup v2 (directory or id); ip-start, which has no socket yet, then records nothing.
     #[arg(long, value_name = "CGROUP")]
     pub cgroup: Option<String>,
-    /// Only packets to this local port.
+    /// Only packets to (received) or from (sent) this local port.
     #[arg(long, value_name = "PORT")]
     pub lport: Option<u16>,
-    /// Only packets from this remote port.
+    /// Only packets from (received) or to (sent) this remote port.
     #[arg(long, value_name = "PORT")]
     pub rport: Option<u16>,
-    /// Only packets to this local address (IPv4 also matches dual-stack sockets).
+    /// Only packets of this local address (IPv4 also matches dual-stack sockets).
     #[arg(long, value_name = "ADDR")]
     pub laddr: Option<std::net::IpAddr>,
-    /// Only packets from this remote address.
+    /// Only packets of this remote address.
     #[arg(long, value_name = "ADDR")]
     pub raddr: Option<std::net::IpAddr>,
     /// One histogram per interface or per cgroup.
@@ -113,6 +135,10 @@ pub struct StackArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (PORT or HOST:PORT; loopback:9573 if empty).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9573")]
     pub prometheus: Option<String>,
+    /// Calibration for the overhead benches: the same programs on the same hooks, each
+    /// returning at once (nothing is recorded).
+    #[arg(long, hide = true)]
+    pub empty_programs: bool,
     #[command(flatten)]
     pub view: LongRunOutput,
 }
@@ -132,17 +158,20 @@ fn config(a: &StackArgs) -> anyhow::Result<StackConfig> {
         local_addr: a.laddr,
         remote_addr: a.raddr,
     };
-    if filters.tgid.is_some()
-        && !a.probes.is_empty()
-        && !a.probes.iter().any(|p| p.in_task_context())
-    {
+    if filters.tgid.is_some() && !a.probes.is_empty() && !a.probes.iter().any(|p| p.pid_applies()) {
         return Err(exit::coded(
             exit::USAGE,
-            "--pid applies only to tcp-socket-read and udp-socket-read; add one of them to --probes",
+            "--pid applies only to tcp-socket-read, udp-socket-read and the transmit stages; add one of them to --probes",
         ));
     }
     Ok(StackConfig {
         probes: a.probes.clone(),
+        direction: match a.direction {
+            DirectionArg::Rx => Directions::Rx,
+            DirectionArg::Tx => Directions::Tx,
+            DirectionArg::Both => Directions::Both,
+        },
+        empty_programs: a.empty_programs,
         mode: match a.hooks {
             HooksArg::Auto => HookMode::Auto,
             HooksArg::Fentry => HookMode::Fentry,
@@ -271,7 +300,7 @@ fn attach_note(session: &Session, cfg: &StackConfig, server: Option<&Server>) ->
     let fell_back: Vec<String> = session
         .status()
         .iter()
-        .filter(|s| s.available() && s.hook_kind != Some(latscope_ebpf::HookKind::Fentry))
+        .filter(|s| s.available() && s.hook_kind != Some(HookKind::Fentry))
         .filter(|s| {
             s.refused
                 .iter()
@@ -282,9 +311,11 @@ fn attach_note(session: &Session, cfg: &StackConfig, server: Option<&Server>) ->
     let on_fentry = session
         .status()
         .iter()
-        .any(|s| s.hook_kind == Some(latscope_ebpf::HookKind::Fentry));
+        .any(|s| s.hook_kind == Some(HookKind::Fentry));
     if !fell_back.is_empty() && !on_fentry {
-        note.push_str(" (fentry/fexit refused by this kernel: using tracepoint/cgroup_skb fallbacks; see --list-probes)");
+        note.push_str(
+            " (fentry/fexit refused by this kernel: using fallback hooks; see --list-probes)",
+        );
     } else if !fell_back.is_empty() {
         note.push_str(&format!(
             " (on fallback hooks, their fentry/fexit being unavailable here: {}; see --list-probes)",
@@ -338,10 +369,14 @@ fn print_interval(
 }
 
 /// The live view's empty state: the run ends after -d, or when stopped.
-fn live_state(duration: Option<Duration>) -> LiveState {
+fn live_state(duration: Option<Duration>, direction: Directions) -> LiveState {
     let goal = duration.map_or(Goal::Open, Goal::Duration);
     let mut st = LiveState::new(
-        "latscope stack  kernel receive-path latency per hook",
+        match direction {
+            Directions::Rx => "latscope stack  kernel receive-path latency per hook",
+            Directions::Tx => "latscope stack  time in each stage of the way out",
+            Directions::Both => "latscope stack  receive latency per hook, transmit time per stage",
+        },
         goal,
         RateUnit::PerSec("pkt/s"),
     );
@@ -522,7 +557,9 @@ pub fn run(a: &StackArgs) -> anyhow::Result<u8> {
     let note = attach_note(&session, &cfg, server.as_ref());
     // Always on stderr (stdout stays pure JSON with --json): scripts wait for this line.
     eprintln!("{note}. Ctrl-C to stop.");
-    let live = a.view.start_live(live_state(duration), &stop);
+    let live = a
+        .view
+        .start_live(live_state(duration, Directions::of(&cfg.wanted())), &stop);
     // The live view moves once a second; the printed snapshots keep -r.
     let interval = if live.is_some() {
         interval.min(Duration::from_secs(1))

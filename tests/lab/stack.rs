@@ -1,5 +1,6 @@
 //! Helpers for `latscope stack`: two network namespaces joined by a veth pair with traffic
-//! generators that run inside them, and a runner for the real binary (killed on drop).
+//! generators that run inside them (and, for the transmit path, a qdisc and netfilter rules on
+//! A's way out), and a runner for the real binary (killed on drop).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -9,8 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use latscope_core::Log2Histogram;
-use latscope_ebpf::Probe;
-use latscope_ebpf::report::StackReport;
+use latscope_core::model::stack::{Probe, StackReport};
 
 pub use super::BIN;
 use super::netns::{self, NetnsPair};
@@ -42,6 +42,143 @@ impl Lab {
     /// B's namespace file, as `--netns` takes it.
     pub fn netns_b(&self) -> String {
         netns::path(&self.ns_b)
+    }
+
+    /// A's namespace file.
+    pub fn netns_a(&self) -> String {
+        netns::path(&self.ns_a)
+    }
+
+    /// A's end of the veth pair.
+    pub fn dev_a(&self) -> &str {
+        &self.pair.dev_a
+    }
+
+    /// Run a command in A (must succeed); its stdout.
+    pub fn exec_a(&self, cmd: &[&str]) -> String {
+        self.pair.exec(&self.ns_a, cmd)
+    }
+
+    /// Start `latscope serve` in B on `port` (killed with the lab), and wait until it answers.
+    pub fn serve_in_b(&mut self, port: u16) {
+        let (ip, p) = (self.ip_b.to_string(), port.to_string());
+        self.pair.spawn(
+            &self.ns_b.clone(),
+            &["serve", "--bind", &ip, "--port", &p, "-q"],
+        );
+        let addr = SocketAddr::from((self.ip_b, port));
+        let t0 = Instant::now();
+        while netns::run_in(&self.ns_a, || {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err()
+        }) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "latscope serve did not start in B"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `latscope rr` from A to B's `port` (`n` transactions), as JSON.
+    pub fn rr_from_a(&self, port: u16, n: usize) -> serde_json::Value {
+        let target = format!("{}:{port}", self.ip_b);
+        let n = n.to_string();
+        let (code, out, err) = self
+            .pair
+            .run(&self.ns_a, &["rr", &target, "-n", &n, "--json"]);
+        assert_eq!(code, 0, "rr: {err}");
+        super::json_checked(&out, "rr")
+    }
+
+    /// `latscope stack --json --direction tx` for A's packets to B's `port`, plus `extra`.
+    pub fn tx_stack_to_port(&self, port: u16, extra: &[&str]) -> Stack {
+        let netns = self.netns_a();
+        let port = port.to_string();
+        let mut args = vec!["--json", "--netns", &netns, "--rport", &port];
+        if !extra.contains(&"--probes") {
+            args.extend(["--direction", "tx"]);
+        }
+        args.extend_from_slice(extra);
+        Stack::start(&args)
+    }
+
+    /// `n` nftables rules that match nothing on A's OUTPUT hook (every packet A sends walks all
+    /// of them), loaded with `nft -f` from a file.
+    pub fn output_rules_a(&self, n: u32) {
+        let table = format!("lstx{}", std::process::id());
+        let mut rules = format!(
+            "table inet {table} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n"
+        );
+        for i in 0..n {
+            rules.push_str(&format!(
+                "  ip daddr 192.0.2.{} tcp dport {} counter\n",
+                i % 250,
+                10_000 + i % 1000
+            ));
+        }
+        rules.push_str(" }\n}\n");
+        let path = std::env::temp_dir().join(format!("{table}.nft"));
+        std::fs::write(&path, rules).unwrap();
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns_a, "nft", "-f"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            out.status.success(),
+            "nft -f: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let listed = self.exec_a(&["nft", "list", "chain", "inet", &table, "out"]);
+        let counted = listed.lines().filter(|l| l.contains("counter")).count();
+        assert_eq!(counted, n as usize, "nft lists {counted} rules, not {n}");
+    }
+
+    /// UDP datagrams of `size` bytes A → B's `port`, back to back for `how_long` (nobody needs to
+    /// read them). The socket's send buffer is `sndbuf` bytes: a sender whose datagrams wait in a
+    /// slow qdisc blocks once they fill it and is woken as each leaves, so the queue stays as
+    /// full as the buffer allows, whatever the scheduler does. Returns how many were sent.
+    pub fn udp_flood(&self, port: u16, size: usize, sndbuf: i32, how_long: Duration) -> usize {
+        let addr = SocketAddr::from((self.ip_b, port));
+        netns::spawn_in(&self.ns_a, move || {
+            let c = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
+            // SAFETY: setsockopt on a valid descriptor with a correctly sized int.
+            let rc = unsafe {
+                libc::setsockopt(
+                    c.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_SNDBUF,
+                    (&sndbuf as *const i32).cast(),
+                    std::mem::size_of::<i32>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(rc, 0, "SO_SNDBUF");
+            c.connect(addr).unwrap();
+            let msg = vec![3u8; size];
+            let t0 = Instant::now();
+            let mut sent = 0;
+            while t0.elapsed() < how_long {
+                if c.send(&msg).is_ok() {
+                    sent += 1;
+                }
+            }
+            sent
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// The backlog of A's root qdisc on its veth, bytes, as `tc -s` reports it.
+    pub fn qdisc_backlog_a(&self) -> u64 {
+        let out = self.exec_a(&["tc", "-s", "-j", "qdisc", "show", "dev", &self.pair.dev_a]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["root"] == true)
+            .and_then(|q| q["backlog"].as_u64())
+            .unwrap_or_else(|| panic!("no root qdisc backlog in {out}"))
     }
 
     /// A TCP listener and a UDP socket on the same port in B.

@@ -32,7 +32,8 @@
 //! interval = "30s"
 //!
 //! [stack]                            # the kernel's view: `latscope stack`'s eBPF histograms
-//! probes = ["tcp-socket-read"]       # netstacklat's hook points (default: all)
+//! direction = "both"                 # rx (default), tx or both: every probe of that direction
+//! probes = ["tcp-socket-read"]       # or name them: hook points and transmit stages
 //! hooks = "auto"                     # auto (fentry, else fallbacks), fentry, fallback
 //! group_by = "none"                  # or "interface"
 //! sample = 1                         # time one packet in N
@@ -192,6 +193,7 @@ struct RawService {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawStack {
+    direction: Option<Spanned<String>>,
     #[serde(default)]
     probes: Vec<Spanned<String>>,
     hooks: Option<Spanned<String>>,
@@ -309,17 +311,19 @@ pub enum ServerAgent {
     At(String),
 }
 
-/// The `[stack]` section: `latscope stack`'s kernel receive-path histograms in the agent
-/// ([`crate::stack`]).
+/// The `[stack]` section: `latscope stack`'s kernel histograms (receive path, transmit path) in
+/// the agent ([`crate::stack`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stack {
-    /// Probes to attach, by netstacklat name (`tcp-socket-read`, …); empty = all.
-    pub probes: Vec<latscope_ebpf::Probe>,
+    /// Probes to attach, by name (`tcp-socket-read`, `qdisc`, …); empty = all of `direction`.
+    pub probes: Vec<latscope_core::model::stack::Probe>,
+    /// `rx` (the default), `tx` or `both`: the probes attached when none are named.
+    pub direction: latscope_core::model::stack::Directions,
     /// Which implementations may be used: `auto` (fentry where allowed, else tracepoint /
     /// cgroup_skb fallbacks), `fentry`, `fallback`.
     pub hooks: latscope_ebpf::HookMode,
     /// `none` (one histogram per probe) or `interface` (per receiving interface too).
-    pub group_by: latscope_ebpf::GroupBy,
+    pub group_by: latscope_core::model::stack::GroupBy,
     /// Time one packet in N at each probe (1: every packet).
     pub sample: u32,
 }
@@ -648,20 +652,44 @@ impl Ctx<'_> {
         let r = r.into_inner();
         let mut probes = Vec::new();
         for p in &r.probes {
-            let probe = p.get_ref().parse::<latscope_ebpf::Probe>().map_err(|_| {
-                let all: Vec<&str> = latscope_ebpf::Probe::ALL.iter().map(|p| p.name()).collect();
-                self.err(
-                    p.span(),
-                    format!(
-                        "unknown probe '{}'; the probes are {}",
-                        p.get_ref(),
-                        all.join(", ")
-                    ),
-                )
-            })?;
+            let probe = p
+                .get_ref()
+                .parse::<latscope_core::model::stack::Probe>()
+                .map_err(|_| {
+                    let all: Vec<&str> = latscope_core::model::stack::Probe::ALL
+                        .iter()
+                        .map(|p| p.name())
+                        .collect();
+                    self.err(
+                        p.span(),
+                        format!(
+                            "unknown probe '{}'; the probes are {}",
+                            p.get_ref(),
+                            all.join(", ")
+                        ),
+                    )
+                })?;
             if !probes.contains(&probe) {
                 probes.push(probe);
             }
+        }
+        let direction = match r
+            .direction
+            .as_ref()
+            .map(|d| (d.get_ref().as_str(), d.span()))
+        {
+            None | Some(("rx", _)) => latscope_core::model::stack::Directions::Rx,
+            Some(("tx", _)) => latscope_core::model::stack::Directions::Tx,
+            Some(("both", _)) => latscope_core::model::stack::Directions::Both,
+            Some((d, span)) => {
+                return Err(self.err(span, format!("direction = '{d}': use rx, tx or both")));
+            }
+        };
+        if let (Some(d), false) = (&r.direction, probes.is_empty()) {
+            return Err(self.err(
+                d.span(),
+                "give either direction or probes (direction picks every probe of a direction)",
+            ));
         }
         let hooks = match r.hooks.as_ref().map(|h| (h.get_ref().as_str(), h.span())) {
             None | Some(("auto", _)) => latscope_ebpf::HookMode::Auto,
@@ -676,8 +704,8 @@ impl Ctx<'_> {
             .as_ref()
             .map(|g| (g.get_ref().as_str(), g.span()))
         {
-            None | Some(("none", _)) => latscope_ebpf::GroupBy::None,
-            Some(("interface", _)) => latscope_ebpf::GroupBy::Interface,
+            None | Some(("none", _)) => latscope_core::model::stack::GroupBy::None,
+            Some(("interface", _)) => latscope_core::model::stack::GroupBy::Interface,
             Some((g, span)) => {
                 return Err(self.err(
                     span,
@@ -694,6 +722,7 @@ impl Ctx<'_> {
         };
         Ok(Some(Stack {
             probes,
+            direction,
             hooks,
             group_by,
             sample,
@@ -1426,12 +1455,12 @@ peers:
         assert_eq!(
             s.probes,
             [
-                latscope_ebpf::Probe::TcpSocketRead,
-                latscope_ebpf::Probe::IpStart
+                latscope_core::model::stack::Probe::TcpSocketRead,
+                latscope_core::model::stack::Probe::IpStart
             ]
         );
         assert_eq!(s.hooks, latscope_ebpf::HookMode::Fallback);
-        assert_eq!(s.group_by, latscope_ebpf::GroupBy::Interface);
+        assert_eq!(s.group_by, latscope_core::model::stack::GroupBy::Interface);
         assert_eq!(s.sample, 4);
         // An empty section: every probe, auto hooks, one histogram per probe, every packet.
         let d = parse(Path::new("a.toml"), "[stack]\n")
@@ -1439,8 +1468,24 @@ peers:
             .stack
             .unwrap();
         assert!(d.probes.is_empty());
+        assert_eq!(d.direction, latscope_core::model::stack::Directions::Rx);
         assert_eq!(d.hooks, latscope_ebpf::HookMode::Auto);
-        assert_eq!((d.group_by, d.sample), (latscope_ebpf::GroupBy::None, 1));
+        let both = parse(Path::new("a.toml"), "[stack]\ndirection = \"both\"\n")
+            .unwrap()
+            .stack
+            .unwrap();
+        assert_eq!(
+            both.direction,
+            latscope_core::model::stack::Directions::Both
+        );
+        let e = err("[stack]\ndirection = \"out\"\n");
+        assert!(e.message.contains("rx, tx or both"), "{e}");
+        let e = err("[stack]\ndirection = \"tx\"\nprobes = [\"qdisc\"]\n");
+        assert!(e.message.contains("either direction or probes"), "{e}");
+        assert_eq!(
+            (d.group_by, d.sample),
+            (latscope_core::model::stack::GroupBy::None, 1)
+        );
         let e = err("[stack]\nprobes = [\"tcp-read\"]\n");
         assert_eq!((e.line, e.column), (2, 11), "{e}");
         assert!(e.message.contains("tcp-socket-read"), "{e}");
@@ -1458,7 +1503,10 @@ peers:
             "stack:\n  probes: [ip-start]\n  hooks: auto\n",
         )
         .unwrap();
-        assert_eq!(y.stack.unwrap().probes, [latscope_ebpf::Probe::IpStart]);
+        assert_eq!(
+            y.stack.unwrap().probes,
+            [latscope_core::model::stack::Probe::IpStart]
+        );
     }
 
     #[test]

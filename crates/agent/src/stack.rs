@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use latscope_core::model::stack::{Filters, GroupBy, Probe, ProbeHistogram, ProbeStamps};
 use latscope_core::units::count;
 use latscope_ebpf::prometheus::Snapshot;
-use latscope_ebpf::report::{ProbeHistogram, ProbeStamps};
-use latscope_ebpf::{Filters, GroupBy, Session, StackConfig, StackError};
+use latscope_ebpf::{Session, StackConfig, StackError};
 
 use crate::config::Stack;
 use crate::{Shared, log};
@@ -59,6 +59,8 @@ impl StackWorker {
 fn stack_config(cfg: &Stack) -> StackConfig {
     StackConfig {
         probes: cfg.probes.clone(),
+        direction: cfg.direction,
+        empty_programs: false,
         mode: cfg.hooks,
         filters: Filters::default(),
         group_by: cfg.group_by,
@@ -72,11 +74,7 @@ fn run(cfg: &Stack, shared: &Shared, stop: &AtomicBool) {
     let session = match Session::start(&stack_config(cfg)) {
         Ok(s) => s,
         Err(e) => {
-            let requested = if cfg.probes.is_empty() {
-                latscope_ebpf::Probe::ALL.len()
-            } else {
-                cfg.probes.len()
-            };
+            let requested = stack_config(cfg).wanted().len();
             unavailable(shared, &e, requested, cap_eff());
             return;
         }
@@ -202,7 +200,7 @@ fn cap_eff() -> Option<u64> {
     u64::from_str_radix(hex.trim(), 16).ok()
 }
 
-fn attached_hooks(session: &Session) -> Vec<(latscope_ebpf::Probe, String)> {
+fn attached_hooks(session: &Session) -> Vec<(Probe, String)> {
     session
         .status()
         .iter()

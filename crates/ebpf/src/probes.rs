@@ -1,107 +1,30 @@
-//! The probe registry: netstacklat's seven hook points, and for each the implementations
-//! latscope can use, in the order they are tried at start-up.
+//! The probe registry: the receive path's seven hook points (netstacklat's) and the transmit
+//! path's eight stages, and for each the implementations latscope can use, in the order they are
+//! tried at start-up.
 //!
-//! Every implementation ends in the same BPF function (`record()` in `bpf/stack.bpf.c`): latency
-//! is "now − the skb's software receive timestamp". Implementations differ in *where* in the
-//! kernel "now" is taken; [`Hook::semantics`] says where, and docs/stack.md explains each.
+//! Receive: every implementation ends in the same BPF function (`record()` in
+//! `bpf/record.bpf.h`): latency is "now − the skb's software receive timestamp". Implementations
+//! differ in *where* in the kernel "now" is taken; [`Hook::semantics`] says where.
+//!
+//! Transmit: a stage is the time between two [`Boundary`]s a packet passes (`bpf/tx.bpf.h`);
+//! each boundary has its own implementations, shared by the two stages it separates.
+//! docs/stack.md explains each.
 
-use std::fmt;
-use std::str::FromStr;
+use latscope_core::model::stack::{HookKind, Probe};
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+/// The implementations of each probe: a probe's name and meaning are the result model's
+/// (`latscope_core::model::stack::Probe`); how the kernel is hooked for it is this crate's.
+pub trait ProbeHooks {
+    /// Implementations, in the order they are tried (receive probes; a transmit stage's are its
+    /// boundaries', [`ProbeHooks::span`]).
+    fn hooks(self) -> &'static [Hook];
 
-/// One of netstacklat's hook points. The discriminant is the probe id the BPF side uses.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Probe {
-    /// The packet enters the IP layer.
-    IpStart = 0,
-    /// The packet reaches TCP's receive function.
-    TcpStart = 1,
-    /// The datagram reaches UDP's receive function.
-    UdpStart = 2,
-    /// The segment is queued on the TCP socket's receive queue.
-    TcpSocketEnqueued = 3,
-    /// The datagram is queued on the UDP socket's receive queue.
-    UdpSocketEnqueued = 4,
-    /// The application reads the data from the TCP socket.
-    TcpSocketRead = 5,
-    /// The application reads the datagram from the UDP socket.
-    UdpSocketRead = 6,
+    /// A transmit stage's two boundaries (from, to); `None` for receive probes.
+    fn span(self) -> Option<(Boundary, Boundary)>;
 }
 
-impl Probe {
-    /// All probes, in packet-path order.
-    pub const ALL: [Probe; 7] = [
-        Probe::IpStart,
-        Probe::TcpStart,
-        Probe::UdpStart,
-        Probe::TcpSocketEnqueued,
-        Probe::UdpSocketEnqueued,
-        Probe::TcpSocketRead,
-        Probe::UdpSocketRead,
-    ];
-
-    /// The id used as `hist_key.probe` in BPF.
-    pub fn id(self) -> u32 {
-        self as u32
-    }
-
-    /// The probe with BPF id `id`.
-    pub fn from_id(id: u32) -> Option<Probe> {
-        Probe::ALL.get(id as usize).copied()
-    }
-
-    /// netstacklat's name, e.g. `tcp-socket-read`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Probe::IpStart => "ip-start",
-            Probe::TcpStart => "tcp-start",
-            Probe::UdpStart => "udp-start",
-            Probe::TcpSocketEnqueued => "tcp-socket-enqueued",
-            Probe::UdpSocketEnqueued => "udp-socket-enqueued",
-            Probe::TcpSocketRead => "tcp-socket-read",
-            Probe::UdpSocketRead => "udp-socket-read",
-        }
-    }
-
-    /// What reaching this point means (netstacklat's wording).
-    pub fn description(self) -> &'static str {
-        match self {
-            Probe::IpStart => {
-                "packet has reached the IP stack, i.e. past the traffic control layer"
-            }
-            Probe::TcpStart => {
-                "packet has reached the local TCP stack, i.e. past the IP (and routing) stack"
-            }
-            Probe::UdpStart => {
-                "packet has reached the local UDP stack, i.e. past the IP (and routing) stack"
-            }
-            Probe::TcpSocketEnqueued => {
-                "packet has been enqueued to a TCP socket, i.e. end of the kernel receive stack"
-            }
-            Probe::UdpSocketEnqueued => {
-                "packet has been enqueued to a UDP socket, i.e. end of the kernel receive stack"
-            }
-            Probe::TcpSocketRead => {
-                "packet payload has been read from a TCP socket, i.e. delivered to user space"
-            }
-            Probe::UdpSocketRead => {
-                "packet payload has been read from a UDP socket, i.e. delivered to user space"
-            }
-        }
-    }
-
-    /// Whether the current task is the reading application (so `--pid` can apply).
-    pub fn in_task_context(self) -> bool {
-        matches!(self, Probe::TcpSocketRead | Probe::UdpSocketRead)
-    }
-
-    /// Implementations, in the order they are tried.
-    pub fn hooks(self) -> &'static [Hook] {
+impl ProbeHooks for Probe {
+    fn hooks(self) -> &'static [Hook] {
         match self {
             Probe::IpStart => &IP_START,
             Probe::TcpStart => &TCP_START,
@@ -110,45 +33,24 @@ impl Probe {
             Probe::UdpSocketEnqueued => &UDP_ENQUEUED,
             Probe::TcpSocketRead => &TCP_READ,
             Probe::UdpSocketRead => &UDP_READ,
+            _ => &[],
         }
     }
-}
 
-impl fmt::Display for Probe {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+    fn span(self) -> Option<(Boundary, Boundary)> {
+        use Boundary as B;
+        Some(match self {
+            Probe::TcpSendQueue => (B::TcpWrite, B::IpOut),
+            Probe::UdpSend => (B::UdpWrite, B::IpOut),
+            Probe::LocalOut => (B::IpOut, B::LocalOutDone),
+            Probe::PostRouting => (B::LocalOutDone, B::PostRoutingDone),
+            Probe::DevEgress => (B::PostRoutingDone, B::DevQueue),
+            Probe::Qdisc => (B::DevQueue, B::DriverStart),
+            Probe::Driver => (B::DriverStart, B::DriverDone),
+            Probe::TxCompletion => (B::DriverDone, B::Freed),
+            _ => return None,
+        })
     }
-}
-
-/// `--probes` named something that is not a probe.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "unknown probe '{0}' (expected one of: ip-start, tcp-start, udp-start, tcp-socket-enqueued, udp-socket-enqueued, tcp-socket-read, udp-socket-read)"
-)]
-pub struct UnknownProbe(pub String);
-
-impl FromStr for Probe {
-    type Err = UnknownProbe;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Probe::ALL
-            .into_iter()
-            .find(|p| p.name() == s.trim())
-            .ok_or_else(|| UnknownProbe(s.to_string()))
-    }
-}
-
-/// The BPF program type an implementation uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum HookKind {
-    /// fentry/fexit on a kernel function: netstacklat's choice; needs BPF trampolines.
-    Fentry,
-    /// A BTF-typed raw tracepoint (stable tracepoint, typed arguments).
-    TpBtf,
-    /// A raw tracepoint (same events as tp_btf, untyped arguments; kernels without tp_btf).
-    RawTp,
-    /// A cgroup_skb ingress program on the root of the cgroup v2 hierarchy.
-    CgroupSkb,
 }
 
 /// One implementation of a probe.
@@ -325,6 +227,258 @@ const UDP_READ: [Hook; 3] = [
     },
 ];
 
+/// A point on the transmit path (`BND_*` in stack.bpf.c). A transmit stage is the time between
+/// two adjacent boundaries; each boundary's implementation is chosen once, for both stages it
+/// separates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Boundary {
+    /// A TCP write puts data in the socket.
+    TcpWrite,
+    /// A UDP `sendmsg()` starts.
+    UdpWrite,
+    /// IP output starts, before netfilter LOCAL_OUT.
+    IpOut,
+    /// Netfilter LOCAL_OUT is done.
+    LocalOutDone,
+    /// Netfilter POST_ROUTING is done.
+    PostRoutingDone,
+    /// The device layer queues the packet (`net:net_dev_queue`), right before the qdisc.
+    DevQueue,
+    /// The driver is handed the packet (`net:net_dev_start_xmit`).
+    DriverStart,
+    /// The driver's transmit returned (`net:net_dev_xmit`).
+    DriverDone,
+    /// The skb is freed after transmission (`skb:consume_skb`).
+    Freed,
+}
+
+impl Boundary {
+    /// Every boundary, in path order.
+    pub const ALL: [Boundary; 9] = [
+        Boundary::TcpWrite,
+        Boundary::UdpWrite,
+        Boundary::IpOut,
+        Boundary::LocalOutDone,
+        Boundary::PostRoutingDone,
+        Boundary::DevQueue,
+        Boundary::DriverStart,
+        Boundary::DriverDone,
+        Boundary::Freed,
+    ];
+
+    /// Implementations, in the order they are tried.
+    pub fn hooks(self) -> &'static [Hook] {
+        match self {
+            Boundary::TcpWrite => &TCP_WRITE,
+            Boundary::UdpWrite => &UDP_WRITE,
+            Boundary::IpOut => &IP_OUT,
+            Boundary::LocalOutDone => &LOCAL_OUT_DONE,
+            Boundary::PostRoutingDone => &POST_ROUTING_DONE,
+            Boundary::DevQueue => &DEV_QUEUE,
+            Boundary::DriverStart => &DRIVER_START,
+            Boundary::DriverDone => &DRIVER_DONE,
+            Boundary::Freed => &FREED,
+        }
+    }
+}
+
+/// The write, for TCP. Before 6.5, sendfile/splice and kTLS send through do_tcp_sendpages();
+/// from 6.5 everything goes through tcp_sendmsg_locked(), and do_tcp_sendpages() is gone.
+const TCP_WRITE: [Hook; 6] = [
+    Hook {
+        kind: HookKind::Fentry,
+        label: "fentry/tcp_sendmsg_locked+do_tcp_sendpages",
+        programs: &["lsstk_tw_fe", "lsstk_tw_fep"],
+        semantics: "entry of tcp_sendmsg_locked()/do_tcp_sendpages(): every write, sendfile and splice",
+    },
+    Hook {
+        kind: HookKind::Fentry,
+        label: "fentry/tcp_sendmsg_locked",
+        programs: &["lsstk_tw_fe"],
+        semantics: "entry of tcp_sendmsg_locked(): every write, sendfile and splice (6.5+)",
+    },
+    Hook {
+        kind: HookKind::TpBtf,
+        label: "tp_btf/tcp_sendmsg_locked",
+        programs: &["lsstk_tw_tp"],
+        semantics: "tcp:tcp_sendmsg_locked in tcp_sendmsg_locked()'s copy loop: every skb a write fills",
+    },
+    Hook {
+        kind: HookKind::RawTp,
+        label: "raw_tp/tcp_sendmsg_locked",
+        programs: &["lsstk_tw_raw"],
+        semantics: "tcp:tcp_sendmsg_locked in tcp_sendmsg_locked()'s copy loop: every skb a write fills",
+    },
+    Hook {
+        kind: HookKind::Kprobe,
+        label: "kprobe/tcp_sendmsg_locked+do_tcp_sendpages",
+        programs: &["lsstk_tw_kp", "lsstk_tw_kpp"],
+        semantics: "entry of tcp_sendmsg_locked()/do_tcp_sendpages(): every write, sendfile and splice",
+    },
+    Hook {
+        kind: HookKind::Kprobe,
+        label: "kprobe/tcp_sendmsg_locked",
+        programs: &["lsstk_tw_kp"],
+        semantics: "entry of tcp_sendmsg_locked(): every write, sendfile and splice (6.5+)",
+    },
+];
+
+/// The write, for UDP: no tracepoint marks the start of a UDP send.
+const UDP_WRITE: [Hook; 2] = [
+    Hook {
+        kind: HookKind::Fentry,
+        label: "fentry/udp_sendmsg+udpv6_sendmsg",
+        programs: &["lsstk_uw_fe", "lsstk_uw_fe6"],
+        semantics: "entry of udp_sendmsg()/udpv6_sendmsg()",
+    },
+    Hook {
+        kind: HookKind::Kprobe,
+        label: "kprobe/udp_sendmsg+udpv6_sendmsg",
+        programs: &["lsstk_uw_kp", "lsstk_uw_kp6"],
+        semantics: "entry of udp_sendmsg()/udpv6_sendmsg()",
+    },
+];
+
+const IP_OUT: [Hook; 3] = [
+    Hook {
+        kind: HookKind::Fentry,
+        label: "fentry/__ip_local_out+__ip6_local_out+ip6_xmit",
+        programs: &["lsstk_io_fe", "lsstk_io_fe6", "lsstk_io_fex6"],
+        semantics: "entry of __ip_local_out()/__ip6_local_out()/ip6_xmit(), right before netfilter LOCAL_OUT, in every namespace",
+    },
+    Hook {
+        kind: HookKind::Netfilter,
+        label: "netfilter/local_out@first",
+        programs: &["lsstk_io_nf"],
+        semantics: "a netfilter program at LOCAL_OUT's first priority (IPv4 and IPv6), in one network namespace",
+    },
+    Hook {
+        kind: HookKind::Kprobe,
+        label: "kprobe/__ip_local_out+__ip6_local_out+ip6_xmit",
+        programs: &["lsstk_io_kp", "lsstk_io_kp6", "lsstk_io_kpx6"],
+        semantics: "entry of __ip_local_out()/__ip6_local_out()/ip6_xmit(), right before netfilter LOCAL_OUT, in every namespace",
+    },
+];
+
+const LOCAL_OUT_DONE: [Hook; 3] = [
+    Hook {
+        kind: HookKind::Fentry,
+        label: "fentry/ip_output+ip6_output",
+        programs: &["lsstk_lo_fe", "lsstk_lo_fe6"],
+        semantics: "entry of ip_output()/ip6_output(), which dst_output() calls once LOCAL_OUT accepted the packet",
+    },
+    Hook {
+        kind: HookKind::Netfilter,
+        label: "netfilter/local_out@last",
+        programs: &["lsstk_lo_nf"],
+        semantics: "a netfilter program at LOCAL_OUT's last priority (IPv4 and IPv6), in one network namespace",
+    },
+    Hook {
+        kind: HookKind::Kprobe,
+        label: "kprobe/ip_output+ip6_output",
+        programs: &["lsstk_lo_kp", "lsstk_lo_kp6"],
+        semantics: "entry of ip_output()/ip6_output(), which dst_output() calls once LOCAL_OUT accepted the packet",
+    },
+];
+
+const POST_ROUTING_DONE: [Hook; 3] = [
+    Hook {
+        kind: HookKind::Fentry,
+        label: "fentry/ip_finish_output+ip6_finish_output",
+        programs: &["lsstk_pr_fe", "lsstk_pr_fe6"],
+        semantics: "entry of ip_finish_output()/ip6_finish_output(), POST_ROUTING's okfn",
+    },
+    Hook {
+        kind: HookKind::Netfilter,
+        label: "netfilter/post_routing@last",
+        programs: &["lsstk_pr_nf"],
+        semantics: "a netfilter program at POST_ROUTING's last priority (IPv4 and IPv6), in one network namespace",
+    },
+    Hook {
+        kind: HookKind::Kprobe,
+        label: "kprobe/ip_finish_output+ip6_finish_output",
+        programs: &["lsstk_pr_kp", "lsstk_pr_kp6"],
+        semantics: "entry of ip_finish_output()/ip6_finish_output(), POST_ROUTING's okfn",
+    },
+];
+
+const DEV_QUEUE: [Hook; 2] = [
+    Hook {
+        kind: HookKind::TpBtf,
+        label: "tp_btf/net_dev_queue",
+        programs: &["lsstk_dq_tp"],
+        semantics: "net:net_dev_queue in __dev_queue_xmit(): after netdev/tc egress, right before the qdisc",
+    },
+    Hook {
+        kind: HookKind::RawTp,
+        label: "raw_tp/net_dev_queue",
+        programs: &["lsstk_dq_raw"],
+        semantics: "net:net_dev_queue in __dev_queue_xmit(): after netdev/tc egress, right before the qdisc",
+    },
+];
+
+const DRIVER_START: [Hook; 2] = [
+    Hook {
+        kind: HookKind::TpBtf,
+        label: "tp_btf/net_dev_start_xmit",
+        programs: &["lsstk_ds_tp"],
+        semantics: "net:net_dev_start_xmit: the driver's ndo_start_xmit() is called",
+    },
+    Hook {
+        kind: HookKind::RawTp,
+        label: "raw_tp/net_dev_start_xmit",
+        programs: &["lsstk_ds_raw"],
+        semantics: "net:net_dev_start_xmit: the driver's ndo_start_xmit() is called",
+    },
+];
+
+const DRIVER_DONE: [Hook; 2] = [
+    Hook {
+        kind: HookKind::TpBtf,
+        label: "tp_btf/net_dev_xmit",
+        programs: &["lsstk_dd_tp"],
+        semantics: "net:net_dev_xmit: the driver's ndo_start_xmit() returned",
+    },
+    Hook {
+        kind: HookKind::RawTp,
+        label: "raw_tp/net_dev_xmit",
+        programs: &["lsstk_dd_raw"],
+        semantics: "net:net_dev_xmit: the driver's ndo_start_xmit() returned",
+    },
+];
+
+const FREED: [Hook; 2] = [
+    Hook {
+        kind: HookKind::TpBtf,
+        label: "tp_btf/consume_skb",
+        programs: &["lsstk_fr_tp"],
+        semantics: "skb:consume_skb: the driver's completion (or the qdisc layer) frees the skb after use",
+    },
+    Hook {
+        kind: HookKind::RawTp,
+        label: "raw_tp/consume_skb",
+        programs: &["lsstk_fr_raw"],
+        semantics: "skb:consume_skb: the driver's completion (or the qdisc layer) frees the skb after use",
+    },
+];
+
+/// Netfilter hook numbers (`enum nf_inet_hooks`).
+pub const NF_INET_LOCAL_OUT: u32 = 3;
+/// See [`NF_INET_LOCAL_OUT`].
+pub const NF_INET_POST_ROUTING: u32 = 4;
+
+/// Where a netfilter program attaches: (hook number, priority). The first and last priorities
+/// the kernel allows a BPF link (`NF_IP_PRI_FIRST`/`LAST` themselves are reserved) bracket
+/// every other hook function of the chain: nftables' and iptables' chains, conntrack, NAT.
+pub fn netfilter_point(program: &str) -> Option<(u32, i32)> {
+    match program {
+        "lsstk_io_nf" => Some((NF_INET_LOCAL_OUT, i32::MIN + 1)),
+        "lsstk_lo_nf" => Some((NF_INET_LOCAL_OUT, i32::MAX - 1)),
+        "lsstk_pr_nf" => Some((NF_INET_POST_ROUTING, i32::MAX - 1)),
+        _ => None,
+    }
+}
+
 /// Attach sites shared by several probes (`SITE_*` in stack.bpf.c): every program at a site runs
 /// the same dispatcher, which serves the probes whose bits are set in `site_mask[site]`, so a
 /// single program per site is attached once the probes are chosen.
@@ -353,6 +507,15 @@ pub fn all_program_names() -> Vec<&'static str> {
             v.extend(h.programs.iter().copied());
         }
     }
+    for b in Boundary::ALL {
+        for h in b.hooks() {
+            for n in h.programs {
+                if !v.contains(n) {
+                    v.push(n);
+                }
+            }
+        }
+    }
     v
 }
 
@@ -362,21 +525,16 @@ pub const NAME_PREFIX: &str = "lsstk_";
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use latscope_core::model::stack::{Direction, Directions};
+
     use super::*;
 
     #[test]
-    fn names_round_trip_and_ids_match_order() {
-        for (i, p) in Probe::ALL.iter().enumerate() {
-            assert_eq!(p.id() as usize, i);
-            assert_eq!(Probe::from_id(p.id()), Some(*p));
-            assert_eq!(p.name().parse::<Probe>().ok(), Some(*p));
-        }
-        assert!("tcp-begin".parse::<Probe>().is_err());
-    }
-
-    #[test]
     fn every_probe_has_fentry_and_a_fallback() {
-        for p in Probe::ALL {
+        for p in Probe::ALL
+            .into_iter()
+            .filter(|p| p.direction() == Direction::Rx)
+        {
             let hooks = p.hooks();
             let first = if p == Probe::TcpSocketRead {
                 HookKind::TpBtf
@@ -390,6 +548,41 @@ mod tests {
                 "{p} has no fallback"
             );
         }
+    }
+
+    #[test]
+    fn transmit_stages_chain_their_boundaries_in_path_order() {
+        let tx = Directions::Tx.probes();
+        assert_eq!(tx.len(), 8);
+        // The two socket stages end where IP output begins; each later stage starts where the
+        // one before it ends, so a packet's stages add up.
+        for pair in tx[1..].windows(2) {
+            let (a, b) = (pair[0].span().unwrap(), pair[1].span().unwrap());
+            assert_eq!(a.1, b.0, "{} → {}", pair[0], pair[1]);
+        }
+        assert_eq!(
+            Probe::TcpSendQueue.span().unwrap().1,
+            Probe::UdpSend.span().unwrap().1
+        );
+        // Boundary ids in BPF: IpOut = 1 … Freed = 7, stage = 7 + the boundary it ends at.
+        for p in &tx[2..] {
+            let end = p.span().unwrap().1;
+            let bnd = Boundary::ALL.iter().position(|b| *b == end).unwrap() - 1;
+            assert_eq!(p.id() as usize, 7 + bnd, "{p}");
+        }
+        for p in Directions::Rx.probes() {
+            assert!(p.span().is_none() && !p.hooks().is_empty(), "{p}");
+        }
+        for b in Boundary::ALL {
+            assert!(!b.hooks().is_empty(), "{b:?}");
+            for h in b.hooks() {
+                let nf = h.kind == HookKind::Netfilter;
+                for prog in h.programs {
+                    assert_eq!(netfilter_point(prog).is_some(), nf, "{prog}");
+                }
+            }
+        }
+        assert_eq!(Directions::Both.probes().len(), Probe::ALL.len());
     }
 
     #[test]

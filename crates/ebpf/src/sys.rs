@@ -1,5 +1,6 @@
 //! The few system interfaces the loader needs besides libbpf: RX software timestamping, clock
-//! offsets, BTF presence, the cgroup v2 root, and name → number resolution for filters.
+//! offsets, BTF presence, kprobe support, the cgroup v2 root, netfilter links in a network
+//! namespace, and name → number resolution for filters.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -136,6 +137,97 @@ pub fn check_btf() -> Result<(), StackError> {
     } else {
         Err(StackError::NoBtf)
     }
+}
+
+/// Whether the kernel has kprobes (`CONFIG_KPROBES`): its perf event source is then listed.
+pub fn has_kprobes() -> bool {
+    Path::new("/sys/bus/event_source/devices/kprobe").exists()
+}
+
+/// The network namespace with inode `inode` as a file to enter, `None` when it is latscope's own
+/// (nothing to enter). Looked for as `ip netns identify` does: the names in /run/netns, then the
+/// processes' /proc/PID/ns/net.
+pub fn netns_file(inode: u64) -> Result<Option<File>, String> {
+    let ino = |p: &Path| std::fs::metadata(p).map(|m| m.ino()).ok();
+    if ino(Path::new("/proc/self/ns/net")) == Some(inode) {
+        return Ok(None);
+    }
+    for path in latscope_sys::netns::namespace_paths() {
+        if ino(&path) == Some(inode) {
+            return File::open(&path)
+                .map(Some)
+                .map_err(|e| format!("opening {}: {e}", path.display()));
+        }
+    }
+    Err(format!(
+        "no /run/netns name or process is in network namespace {inode}, so latscope cannot enter it"
+    ))
+}
+
+/// Attach the netfilter program `prog_fd` at (`hooknum`, `priority`) for IPv4 and IPv6, in the
+/// network namespace `netns` (`None`: latscope's own). A netfilter link belongs to the namespace
+/// of the thread that creates it, so another namespace's are created on a helper thread that
+/// entered it. The kernel allows one BPF hook per priority: when another latscope (an agent, a
+/// diagnose run) holds it, the next priority inwards is taken (`step` is +1 for a first
+/// priority, −1 for a last), up to 16 of them. IPv6 is best effort (a kernel booted with
+/// `ipv6.disable=1` has no IPv6 hooks).
+pub fn netfilter_links(
+    prog_fd: i32,
+    hooknum: u32,
+    priority: i32,
+    netns: Option<&File>,
+) -> Result<Vec<OwnedFd>, String> {
+    let step = if priority < 0 { 1 } else { -1 };
+    let create = move || -> Result<Vec<OwnedFd>, String> {
+        let mut links = Vec::new();
+        for pf in [libc::NFPROTO_IPV4, libc::NFPROTO_IPV6] {
+            let mut last = 0;
+            for k in 0..16 {
+                last = netfilter_link(prog_fd, pf as u32, hooknum, priority + step * k);
+                if last != -libc::EBUSY {
+                    break;
+                }
+            }
+            if last >= 0 {
+                // SAFETY: `last` is a fresh link descriptor we own from here on.
+                links.push(unsafe { OwnedFd::from_raw_fd(last) });
+            } else if pf == libc::NFPROTO_IPV4 {
+                return Err(format!(
+                    "netfilter link: {}",
+                    std::io::Error::from_raw_os_error(-last)
+                ));
+            }
+        }
+        Ok(links)
+    };
+    match netns {
+        None => create(),
+        Some(ns) => {
+            let ns = ns
+                .try_clone()
+                .map_err(|e| format!("network namespace file: {e}"))?;
+            latscope_sys::netns::run_in(ns, create)
+                .map_err(|e| format!("entering the network namespace: {e}"))?
+        }
+    }
+}
+
+/// One BPF_LINK_CREATE of a netfilter program: the link's descriptor, or −errno.
+fn netfilter_link(prog_fd: i32, pf: u32, hooknum: u32, priority: i32) -> i32 {
+    use libbpf_rs::libbpf_sys as sys;
+    // SAFETY: a plain C struct of integers, pointers and a union of such, for which all-zero is
+    // the documented "no options" value.
+    let mut opts: sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
+    opts.sz = std::mem::size_of::<sys::bpf_link_create_opts>() as _;
+    opts.__bindgen_anon_1.netfilter = sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_5 {
+        pf,
+        hooknum,
+        priority,
+        flags: 0,
+    };
+    // SAFETY: prog_fd is a loaded netfilter program the caller keeps open; opts is a fully
+    // initialised bpf_link_create_opts of the size it declares.
+    unsafe { sys::bpf_link_create(prog_fd, 0, sys::BPF_NETFILTER, &opts) }
 }
 
 /// The mount point of the cgroup v2 hierarchy (unified or hybrid layout).

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs inside the test VM (a stock kernel with BPF trampolines), chrooted into the host's root
-# (read-only over 9p): `latscope stack` with its fentry/fexit hooks, under latscope rr traffic
-# on loopback. Results go to the console as LSVM-* lines for tests/stack_fentry_vm.rs.
+# (read-only over 9p): `latscope stack` with its fentry/fexit hooks, receive and transmit, under
+# latscope rr traffic on loopback. Results go to the console as LSVM-* lines for tests/stack_fentry_vm.rs.
 L=$1
 N=$2
 mount -t proc proc /proc
@@ -54,6 +54,22 @@ kill -INT $F
 wait $F
 echo "LSVM-FSTACK-EXIT $?"
 echo "LSVM-FJSON $(tr -d '\n' </run/fstack.json)"
+# The transmit stages: the write's and IP output's boundaries on fentry, the device layer on its
+# tracepoints, under the same loopback rr.
+"$L" stack --direction tx --json >/run/txstack.json 2>/run/txstack.err &
+T=$!
+i=0
+while ! grep -q attached /run/txstack.err && kill -0 $T 2>/dev/null && [ $i -lt 1200 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+"$L" rr 127.0.0.1 --udp -n "$N" >/dev/null 2>&1
+"$L" rr 127.0.0.1 -n "$N" >/dev/null 2>&1
+kill -INT $T
+wait $T
+echo "LSVM-TXSTACK-EXIT $?"
+echo "LSVM-TXSTDERR $(tr '\n' ' ' </run/txstack.err)"
+echo "LSVM-TXJSON $(tr -d '\n' </run/txstack.json)"
 kill $S
 wait $S 2>/dev/null
 echo "LSVM-LEFT $(bpftool prog list | grep -c lsstk_)"

@@ -93,6 +93,8 @@ static __always_inline void SFX(sk_addrs)(struct sock *sk, u32 *la, u32 *ra)
 static __always_inline int SFX(record_at)(u32 probe, struct sk_buff *skb, struct sock *sk, int nh_mode,
 					  int ctx_kind, u8 want, u64 pre_ts, u64 now_ts)
 {
+	if (empty)
+		return 0;
 	/* A queued/read TCP skb is owned by its socket (skb_set_owner_r()); UDP leaves skb->sk NULL
 	 * and reuses skb->dev as dev_scratch, so skb->dev is not trusted in task context. */
 	if (!sk && skb && ctx_kind == CTX_TASK)
@@ -224,6 +226,8 @@ static __always_inline int SFX(record)(u32 probe, struct sk_buff *skb, struct so
  * latscope uses), then record ip-start if this site serves it. */
 static __always_inline int SFX(rx)(struct sk_buff *skb, u32 site)
 {
+	if (empty)
+		return 0;
 	u64 addr = ADDR(skb);
 	u32 idx = stamp_index(addr);
 	struct stamp_slot *slot = bpf_map_lookup_elem(&lsstk_stamps, &idx);
@@ -294,6 +298,8 @@ static __always_inline int SFX(udp_push)(struct sock *sk)
  * queue, as site_mask[site] says. */
 static __always_inline int SFX(dready)(struct sock *sk, u32 site)
 {
+	if (empty)
+		return 0;
 	u8 proto = RD(sk, sk_protocol);
 	u32 mask = site_mask[site];
 	if (proto == IPPROTO_TCP_) {
@@ -311,6 +317,8 @@ static __always_inline int SFX(dready)(struct sock *sk, u32 site)
 /* UDP read fallback, read side: a successful non-peeking read consumed the FIFO's head. */
 static __always_inline int SFX(udp_pop)(struct sock *sk, int ret, int flags)
 {
+	if (empty)
+		return 0;
 	if (ret < 0 || (flags & MSG_PEEK_))
 		return 0;
 	if (RD(sk, sk_protocol) != IPPROTO_UDP_)

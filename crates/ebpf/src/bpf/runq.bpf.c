@@ -3,23 +3,18 @@
  * Run-queue latency of chosen processes, as bcc's runqlat: the time from a task becoming
  * runnable (sched_wakeup / sched_wakeup_new, or being preempted while still runnable at
  * sched_switch) to it getting a CPU (sched_switch to it). Only threads whose process (tgid) is in
- * `runq_tgids` are timed. One log2 histogram, per CPU; bucket k holds (2^(k-1), 2^k] ns as
- * latscope_core::log2. Program names start with "lsrq_".
+ * `runq_tgids` are timed. One log2 histogram, per CPU (log2.bpf.h). Program names start with
+ * "lsrq_".
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "log2.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-#define HIST_BUCKETS 65
 #define TASK_RUNNING 0
-
-struct hist_val {
-	u64 buckets[HIST_BUCKETS];
-	u64 sum_ns;
-};
 
 /* Processes to time (tgid → 1), filled by user space before attaching. */
 struct {
@@ -43,21 +38,6 @@ struct {
 	__type(key, u32);
 	__type(value, struct hist_val);
 } lsrq_hist SEC(".maps");
-
-static __always_inline u64 log2_bucket(u64 v)
-{
-	if (v <= 1)
-		return 0;
-	v -= 1;
-	u64 r = 0, shift;
-	shift = (v > 0xFFFFFFFFULL) << 5; v >>= shift; r |= shift;
-	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
-	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
-	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
-	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
-	r |= (v >> 1);
-	return r + 1;
-}
 
 static __always_inline void enqueued(struct task_struct *p)
 {
@@ -100,12 +80,6 @@ int BPF_PROG(lsrq_switch, bool preempt, struct task_struct *prev, struct task_st
 	struct hist_val *h = bpf_map_lookup_elem(&lsrq_hist, &zero);
 	if (!h)
 		return 0;
-	u64 b = log2_bucket(delta);
-	barrier_var(b);
-	if (b > HIST_BUCKETS - 1)
-		b = HIST_BUCKETS - 1;
-	barrier_var(b);
-	h->buckets[b] += 1;
-	h->sum_ns += delta;
+	hist_val_add(h, delta);
 	return 0;
 }

@@ -19,6 +19,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
+#include "log2.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -30,10 +31,18 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define PROBE_UDP_ENQUEUED 4
 #define PROBE_TCP_READ 5
 #define PROBE_UDP_READ 6
-#define NPROBES 7
-
-/* Bucket k holds (2^(k-1), 2^k] ns, as latscope_core::log2 (k = 0 holds 0 and 1 ns). */
-#define HIST_BUCKETS 65
+/* Transmit stages (tx.bpf.h): each the time between two adjacent boundaries. */
+#define PROBE_TCP_SENDQ 7    /* the write → IP output (TCP's send queue) */
+#define PROBE_UDP_SEND 8     /* sendmsg() → IP output */
+#define PROBE_LOCAL_OUT 9    /* IP output → end of netfilter LOCAL_OUT */
+#define PROBE_POST_ROUTING 10 /* → end of netfilter POST_ROUTING */
+#define PROBE_DEV_EGRESS 11  /* → net_dev_queue: neighbour, netdev/tc egress */
+#define PROBE_QDISC 12       /* → the driver's start_xmit */
+#define PROBE_DRIVER 13      /* → start_xmit returned */
+#define PROBE_TX_DONE 14     /* → the skb freed: TX completion */
+#define NPROBES 15
+/* The per-CPU sampling counter of transmitted packets (one decision per packet). */
+#define TX_SAMPLE_KEY NPROBES
 
 #define GROUP_NONE 0
 #define GROUP_IFACE 1
@@ -43,7 +52,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define STAT_FALLBACK_STAMP 0 /* skb->tstamp missing; used the stamp of our earliest hook */
 #define STAT_NO_STAMP 1	      /* no timestamp at all: sample dropped */
 #define STAT_BAD_STAMP 2      /* timestamp in the future: sample dropped */
-#define NSTATS 3
+#define STAT_HANDED_ON 3      /* TX: the device handed the skb on (no completion to time) */
+#define NSTATS 4
 
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
@@ -69,6 +79,10 @@ const volatile u32 filter_raddr[4] = {};
 const volatile u32 group_by = GROUP_NONE;
 /* Time one packet in `sample_every` at each probe (0 or 1: every packet). */
 const volatile u32 sample_every = 0;
+/* Transmit stages recorded (bit = probe id): the boundary programs run for their neighbours. */
+const volatile u32 tx_mask = 0;
+/* Calibration (benches): every program returns at once, to price the hooks themselves. */
+const volatile u32 empty = 0;
 /*
  * Attach sites shared by several probes. Each probe has its own program per site (so it can be
  * loaded and can fail on its own), but every program at a site runs the same dispatcher, and once
@@ -88,11 +102,6 @@ struct hist_key {
 	u32 probe;
 	u32 pad;
 	u64 group;
-};
-
-struct hist_val {
-	u64 buckets[HIST_BUCKETS];
-	u64 sum_ns;
 };
 
 struct {
@@ -121,7 +130,7 @@ struct {
 /* Per-CPU, per-probe packet counters for --sample. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, NPROBES);
+	__uint(max_entries, NPROBES + 1);
 	__type(key, u32);
 	__type(value, u64);
 } lsstk_sample SEC(".maps");
@@ -195,6 +204,86 @@ static __always_inline u64 fallback_stamp(u64 addr)
 		return slot->ts;
 	return 0;
 }
+
+
+/* ---------------------------------------------------------------------------------------------
+ * Transmit path state (tx.bpf.h).
+ */
+#define BND_IPOUT 1   /* IP output starts: __ip_local_out(), ip6_xmit(), or LOCAL_OUT's first hook */
+#define BND_LODONE 2  /* netfilter LOCAL_OUT done: ip_output(), or LOCAL_OUT's last hook */
+#define BND_PRDONE 3  /* netfilter POST_ROUTING done: ip_finish_output(), or its last hook */
+#define BND_QUEUE 4   /* net:net_dev_queue, right before the qdisc */
+#define BND_DSTART 5  /* net:net_dev_start_xmit */
+#define BND_DDONE 6   /* net:net_dev_xmit */
+#define BND_FREED 7   /* skb:consume_skb after the driver */
+
+/* A packet's cursor, in a direct-mapped table indexed like lsstk_stamps. A colliding packet
+ * takes the slot over (the older one is then timed no further); a slot only continues for the
+ * very skb address that wrote it. */
+struct tx_slot {
+	u64 skb;
+	u64 head;  /* skb->head when the driver returned: a recycled sk_buff has another */
+	u64 ts;    /* when it passed `bnd` (CLOCK_MONOTONIC) */
+	u64 group; /* decided at first sight */
+	u32 ifindex; /* the device whose driver it is in */
+	u8 bnd;    /* the last boundary passed */
+	u8 keep;   /* passed the filters and sampling */
+	u8 pad[2];
+};
+
+#define NTX 65536
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NTX);
+	__type(key, u32);
+	__type(value, struct tx_slot);
+} lsstk_tx SEC(".maps");
+
+/* The cursor a packet consumed between the qdisc and the driver (software GSO) leaves to its
+ * segments, which follow on the same CPU: `left` of them, of the same socket. */
+struct tx_handover {
+	u64 sk;
+	u64 ts;
+	u64 group;
+	u32 left;
+	u8 keep;
+	u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct tx_handover);
+} lsstk_txgso SEC(".maps");
+
+/* Per socket: its unsent writes (TCP) or its pending datagram (UDP), and its last writer. A
+ * hash keyed by socket address rather than socket storage: the netfilter programs that end the
+ * socket stage on kernels without fentry cannot use socket storage. */
+#define TXW_RING 32
+struct tx_sock {
+	u64 head; /* ring index of the oldest unsent write */
+	u64 tail; /* ring index of the next write */
+	u64 pending_udp; /* first sendmsg() of the datagram not yet sent, 0 if none */
+	u32 tgid;
+	u32 pad;
+	u32 seq[TXW_RING]; /* first sequence number of each write */
+	u64 ts[TXW_RING];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, u64);
+	__type(value, struct tx_sock);
+} lsstk_txsk SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct tx_sock);
+} lsstk_txzero SEC(".maps");
 
 /* The kernel before 6.11 had a 1-bit mono_delivery_time instead of the 2-bit tstamp_type. */
 struct sk_buff___old {
@@ -274,22 +363,6 @@ static __always_inline struct udp_fifo *udp_fifo_hash(struct sock *sk, bool crea
 	return bpf_map_lookup_elem(&lsstk_udpfifo, &key);
 }
 
-static __always_inline u64 log2_bucket(u64 v)
-{
-	/* smallest k with v <= 2^k, i.e. 64 - clz(v - 1) for v > 1 */
-	if (v <= 1)
-		return 0;
-	v -= 1;
-	u64 r = 0, shift;
-	shift = (v > 0xFFFFFFFFULL) << 5; v >>= shift; r |= shift;
-	shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
-	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
-	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
-	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
-	r |= (v >> 1);
-	return r + 1;
-}
-
 
 /* Where the IP header is: at the device layer skb->data points at it before network_header is
  * reset; later, head + network_header. */
@@ -349,19 +422,31 @@ static __always_inline void hist_add(u32 probe, u64 group, u64 lat)
 	}
 	if (!h)
 		return;
-	/* The clamp must bound the very register that indexes: left alone, the compiler checks
-	 * one copy (zero-extended, or before the bucket's final +1) and indexes with another,
-	 * which verifiers before ~6.3 cannot relate (6.1: "unbounded memory access"). Hence 64-bit
-	 * values and a barrier on each side of the clamp. */
-	u64 b = log2_bucket(lat);
-	barrier_var(b);
-	if (b > HIST_BUCKETS - 1)
-		b = HIST_BUCKETS - 1;
-	barrier_var(b);
-	/* Per-CPU values: no atomics needed (a socket read preempted by softirq on the same CPU
-	 * may lose an increment; negligible). */
-	h->buckets[b] += 1;
-	h->sum_ns += lat;
+	hist_val_add(h, lat);
+}
+
+/* The per-socket transmit state (writes not yet sent), created on the socket's first write. */
+static __always_inline struct tx_sock *tx_sock_get(u64 key, bool create)
+{
+	struct tx_sock *q = bpf_map_lookup_elem(&lsstk_txsk, &key);
+	if (q || !create)
+		return q;
+	u32 zero = 0;
+	struct tx_sock *z = bpf_map_lookup_elem(&lsstk_txzero, &zero);
+	if (!z)
+		return NULL;
+	bpf_map_update_elem(&lsstk_txsk, &key, z, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&lsstk_txsk, &key);
+}
+
+/* The stage that ends at boundary `bnd`. */
+#define TX_STAGE(bnd) (PROBE_TCP_SENDQ + (bnd))
+
+static __always_inline void tx_record(struct tx_slot *s, u32 bnd, u64 now)
+{
+	u32 stage = TX_STAGE(bnd);
+	if (s->keep && (tx_mask & BIT(stage)) && now >= s->ts)
+		hist_add(stage, s->group, now - s->ts);
 }
 
 /*
@@ -384,6 +469,7 @@ static __always_inline void hist_add(u32 probe, u64 group, u64 lat)
 #define ADDR(p) ptr_addr(p)
 #define SFX(name) name##_direct
 #include "record.bpf.h"
+#include "tx.bpf.h"
 #undef RD
 #undef RD_BITFIELD
 #undef CUR_NETNS
@@ -398,6 +484,7 @@ static __always_inline void hist_add(u32 probe, u64 group, u64 lat)
 #define ADDR(p) ((u64)(p))
 #define SFX(name) name##_probe
 #include "record.bpf.h"
+#include "tx.bpf.h"
 
 /* The stamper: the netif_receive_skb site without ip-start (e.g. when ip-start uses fentry). */
 SEC("tp_btf/netif_receive_skb")
@@ -479,6 +566,8 @@ extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
 /* The cgroup_skb site: tcp-start and/or udp-start, as site_mask[SITE_CG] says. */
 static __always_inline int cg_start(struct __sk_buff *ctx)
 {
+	if (empty)
+		return 1;
 	/* The kernel runs cgroup_skb ingress programs only for full sockets and points skb->sk at
 	 * the receiving socket meanwhile (__cgroup_bpf_run_filter_skb), so the socket is read
 	 * straight from the kernel skb: no bpf_sk_fullsock() call on this per-packet path. */
@@ -626,4 +715,248 @@ SEC("raw_tp/sock_recv_length")
 int BPF_PROG(lsstk_udpr_raw, struct sock *sk, int ret, int flags)
 {
 	return udp_pop_probe(sk, ret, flags);
+}
+
+/* =============================================================================================
+ * The transmit path (tx.bpf.h): one program per boundary and implementation; each runs the
+ * boundary's logic, which records the stage the boundary ends if tx_mask asks for it.
+ */
+
+/* The write. tcp_sendmsg_locked() serves write()/send()/sendmsg() and, from 6.5, sendfile and
+ * splice (MSG_SPLICE_PAGES) and kTLS; before 6.5 those go through do_tcp_sendpages(). The
+ * tcp:tcp_sendmsg_locked tracepoint (6.11+) fires in its copy loop, once per skb filled. */
+SEC("fentry/tcp_sendmsg_locked")
+int BPF_PROG(lsstk_tw_fe, struct sock *sk)
+{
+	tx_write_tcp_direct(sk);
+	return 0;
+}
+
+SEC("fentry/do_tcp_sendpages")
+int BPF_PROG(lsstk_tw_fep, struct sock *sk)
+{
+	tx_write_tcp_direct(sk);
+	return 0;
+}
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(lsstk_tw_tp, const struct sock *sk)
+{
+	tx_write_tcp_direct((struct sock *)sk);
+	return 0;
+}
+
+SEC("raw_tp/tcp_sendmsg_locked")
+int BPF_PROG(lsstk_tw_raw, const struct sock *sk)
+{
+	tx_write_tcp_probe((struct sock *)sk);
+	return 0;
+}
+
+SEC("kprobe/tcp_sendmsg_locked")
+int BPF_KPROBE(lsstk_tw_kp, struct sock *sk)
+{
+	tx_write_tcp_probe(sk);
+	return 0;
+}
+
+SEC("kprobe/do_tcp_sendpages")
+int BPF_KPROBE(lsstk_tw_kpp, struct sock *sk)
+{
+	tx_write_tcp_probe(sk);
+	return 0;
+}
+
+/* udpv6_sendmsg() hands v4-mapped destinations to udp_sendmsg(): the first stamp stands. */
+SEC("fentry/udp_sendmsg")
+int BPF_PROG(lsstk_uw_fe, struct sock *sk)
+{
+	tx_write_udp_direct(sk);
+	return 0;
+}
+
+SEC("fentry/udpv6_sendmsg")
+int BPF_PROG(lsstk_uw_fe6, struct sock *sk)
+{
+	tx_write_udp_direct(sk);
+	return 0;
+}
+
+SEC("kprobe/udp_sendmsg")
+int BPF_KPROBE(lsstk_uw_kp, struct sock *sk)
+{
+	tx_write_udp_probe(sk);
+	return 0;
+}
+
+SEC("kprobe/udpv6_sendmsg")
+int BPF_KPROBE(lsstk_uw_kp6, struct sock *sk)
+{
+	tx_write_udp_probe(sk);
+	return 0;
+}
+
+/* IP output starts. IPv4: __ip_local_out() (every local packet: TCP through ip_queue_xmit(),
+ * UDP, raw, ICMP). IPv6: TCP through ip6_xmit(), which runs LOCAL_OUT itself, the others through
+ * __ip6_local_out(). Netfilter: a program at LOCAL_OUT's first priority (6.4+, per namespace). */
+SEC("fentry/__ip_local_out")
+int BPF_PROG(lsstk_io_fe, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_direct(skb, BND_IPOUT);
+}
+
+SEC("fentry/__ip6_local_out")
+int BPF_PROG(lsstk_io_fe6, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_direct(skb, BND_IPOUT);
+}
+
+SEC("fentry/ip6_xmit")
+int BPF_PROG(lsstk_io_fex6, const struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_direct(skb, BND_IPOUT);
+}
+
+SEC("kprobe/__ip_local_out")
+int BPF_KPROBE(lsstk_io_kp, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_probe(skb, BND_IPOUT);
+}
+
+SEC("kprobe/__ip6_local_out")
+int BPF_KPROBE(lsstk_io_kp6, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_probe(skb, BND_IPOUT);
+}
+
+SEC("kprobe/ip6_xmit")
+int BPF_KPROBE(lsstk_io_kpx6, const struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_probe(skb, BND_IPOUT);
+}
+
+#define NF_ACCEPT_ 1
+
+SEC("netfilter")
+int lsstk_io_nf(struct bpf_nf_ctx *ctx)
+{
+	tx_at_direct(ctx->skb, BND_IPOUT);
+	return NF_ACCEPT_;
+}
+
+/* LOCAL_OUT done: dst_output() calls ip_output()/ip6_output(); netfilter: LOCAL_OUT's last
+ * priority. */
+SEC("fentry/ip_output")
+int BPF_PROG(lsstk_lo_fe, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_direct(skb, BND_LODONE);
+}
+
+SEC("fentry/ip6_output")
+int BPF_PROG(lsstk_lo_fe6, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_direct(skb, BND_LODONE);
+}
+
+SEC("kprobe/ip_output")
+int BPF_KPROBE(lsstk_lo_kp, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_probe(skb, BND_LODONE);
+}
+
+SEC("kprobe/ip6_output")
+int BPF_KPROBE(lsstk_lo_kp6, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_probe(skb, BND_LODONE);
+}
+
+SEC("netfilter")
+int lsstk_lo_nf(struct bpf_nf_ctx *ctx)
+{
+	tx_at_direct(ctx->skb, BND_LODONE);
+	return NF_ACCEPT_;
+}
+
+/* POST_ROUTING done: ip_output() hands the packet to ip_finish_output() (its okfn); netfilter:
+ * POST_ROUTING's last priority. */
+SEC("fentry/ip_finish_output")
+int BPF_PROG(lsstk_pr_fe, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_direct(skb, BND_PRDONE);
+}
+
+SEC("fentry/ip6_finish_output")
+int BPF_PROG(lsstk_pr_fe6, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_direct(skb, BND_PRDONE);
+}
+
+SEC("kprobe/ip_finish_output")
+int BPF_KPROBE(lsstk_pr_kp, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_probe(skb, BND_PRDONE);
+}
+
+SEC("kprobe/ip6_finish_output")
+int BPF_KPROBE(lsstk_pr_kp6, struct net *net, struct sock *sk, struct sk_buff *skb)
+{
+	return tx_at_probe(skb, BND_PRDONE);
+}
+
+SEC("netfilter")
+int lsstk_pr_nf(struct bpf_nf_ctx *ctx)
+{
+	tx_at_direct(ctx->skb, BND_PRDONE);
+	return NF_ACCEPT_;
+}
+
+/* The device layer: net:net_dev_queue (in __dev_queue_xmit(), after netdev/tc egress, right
+ * before the qdisc), net:net_dev_start_xmit / net:net_dev_xmit around the driver's
+ * ndo_start_xmit(), skb:consume_skb (the skb freed after use). */
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(lsstk_dq_tp, struct sk_buff *skb)
+{
+	return tx_at_direct(skb, BND_QUEUE);
+}
+
+SEC("raw_tp/net_dev_queue")
+int BPF_PROG(lsstk_dq_raw, struct sk_buff *skb)
+{
+	return tx_at_probe(skb, BND_QUEUE);
+}
+
+SEC("tp_btf/net_dev_start_xmit")
+int BPF_PROG(lsstk_ds_tp, const struct sk_buff *skb)
+{
+	return tx_at_direct((struct sk_buff *)skb, BND_DSTART);
+}
+
+SEC("raw_tp/net_dev_start_xmit")
+int BPF_PROG(lsstk_ds_raw, const struct sk_buff *skb)
+{
+	return tx_at_probe((struct sk_buff *)skb, BND_DSTART);
+}
+
+SEC("tp_btf/net_dev_xmit")
+int BPF_PROG(lsstk_dd_tp, struct sk_buff *skb, int rc, struct net_device *dev)
+{
+	return tx_driver_done_direct(skb, rc, dev);
+}
+
+SEC("raw_tp/net_dev_xmit")
+int BPF_PROG(lsstk_dd_raw, struct sk_buff *skb, int rc, struct net_device *dev)
+{
+	return tx_driver_done_probe(skb, rc, dev);
+}
+
+SEC("tp_btf/consume_skb")
+int BPF_PROG(lsstk_fr_tp, struct sk_buff *skb)
+{
+	return tx_freed_direct(skb);
+}
+
+SEC("raw_tp/consume_skb")
+int BPF_PROG(lsstk_fr_raw, struct sk_buff *skb)
+{
+	return tx_freed_probe(skb);
 }
