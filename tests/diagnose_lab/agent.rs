@@ -35,7 +35,7 @@ impl Drop for Agent {
 }
 
 /// The host and port of a lab target (`http://HOST:PORT/…`, `HOST:PORT`, `[V6]:PORT`).
-fn host_port(target: &str) -> Option<(String, u16)> {
+pub fn host_port(target: &str) -> Option<(String, u16)> {
     let (scheme, rest) = match target.split_once("://") {
         Some((s, r)) => (s, r),
         None => ("", target),
@@ -119,13 +119,19 @@ fn listening(ns: &str, ip: IpAddr, port: u16) -> bool {
         .unwrap_or(false)
 }
 
+/// The target's address (as the client resolves it) and the namespace that holds it, with the
+/// target's port.
+pub fn server_of(client_ns: &str, target: &str) -> Result<(IpAddr, String, u16), String> {
+    let (host, port) = host_port(target).ok_or_else(|| format!("target {target}: no host"))?;
+    resolve(client_ns, &host)
+        .into_iter()
+        .find_map(|ip| namespace_of(ip, client_ns).map(|ns| (ip, ns, port)))
+        .ok_or_else(|| format!("no namespace holds an address of {host}"))
+}
+
 /// Start the target's agent, or say why there is none.
 pub fn start(client_ns: &str, target: &str, tag: &str) -> Result<Agent, String> {
-    let (host, port) = host_port(target).ok_or_else(|| format!("target {target}: no host"))?;
-    let (ip, ns) = resolve(client_ns, &host)
-        .into_iter()
-        .find_map(|ip| namespace_of(ip, client_ns).map(|ns| (ip, ns)))
-        .ok_or_else(|| format!("no namespace holds an address of {host}"))?;
+    let (ip, ns, port) = server_of(client_ns, target)?;
     let key = std::env::temp_dir().join(format!("latscope-lab-agent-{}-{tag}", std::process::id()));
     let secret: String = format!("{:x}{:x}", rand_u64(), rand_u64());
     std::fs::write(&key, secret).map_err(|e| format!("key file: {e}"))?;

@@ -144,13 +144,17 @@ pub struct Resolver(PathBuf);
 
 impl Resolver {
     pub fn new(ns: &str, nameserver: &str) -> Resolver {
+        Resolver::with_conf(
+            ns,
+            &format!("nameserver {nameserver}\noptions timeout:2 attempts:1\n"),
+        )
+    }
+
+    /// A resolv.conf of `text` (nameservers, a search list, options) for namespace `ns`.
+    pub fn with_conf(ns: &str, text: &str) -> Resolver {
         let dir = PathBuf::from(format!("/etc/netns/{ns}"));
         std::fs::create_dir_all(&dir).expect("mkdir /etc/netns/NAME");
-        std::fs::write(
-            dir.join("resolv.conf"),
-            format!("nameserver {nameserver}\noptions timeout:2 attempts:1\n"),
-        )
-        .expect("resolv.conf");
+        std::fs::write(dir.join("resolv.conf"), text).expect("resolv.conf");
         Resolver(dir)
     }
 }
@@ -234,12 +238,31 @@ impl Outcome {
     }
 }
 
-/// Run `latscope diagnose TARGET --json ARGS` from `seat` in namespace `ns`, killed after
-/// `limit`.
-pub fn diagnose(seat: Seat, ns: &str, target: &str, args: &[String], limit: Duration) -> Outcome {
+/// Run `latscope diagnose TARGET --json ARGS` from `seat` in namespace `ns` (inside `cgroup`
+/// when given: the client's own CPU quota), killed after `limit`.
+pub fn diagnose(
+    seat: Seat,
+    ns: &str,
+    cgroup: Option<&Path>,
+    target: &str,
+    args: &[String],
+    limit: Duration,
+) -> Outcome {
     let t0 = Instant::now();
-    let child = seat
-        .command(ns, &[BIN, "diagnose", target, "--json"])
+    let mut cmd = seat.command(ns, &[BIN, "diagnose", target, "--json"]);
+    if let Some(cg) = cgroup {
+        // The shell joins the cgroup, then becomes `ip netns exec …`: the program and every
+        // process it starts inherit it (`ip netns exec` hides /sys/fs/cgroup afterwards, so
+        // nothing inside could join it).
+        let mut wrapped = Command::new("sh");
+        wrapped
+            .args(["-c", "echo $$ > \"$0/cgroup.procs\" && exec \"$@\""])
+            .arg(cg)
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        cmd = wrapped;
+    }
+    let child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -13,11 +13,14 @@
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Expect, Scenario, Set, Setup, nginx_in, pair, py_http};
+use super::{Build, Expect, NEAR, Scenario, Set, Setup, nginx_in, pair, py_http};
 use crate::fixtures::{Hosts, Proc, program, python, wait_tcp};
 use crate::lab::netns::{Netns, NetnsPair, link};
 use crate::lab::nginx::NginxConf;
 use crate::lab::probe::DelayLine;
+use crate::verify::{
+    Built, Check, Make, Verdict, curl, curls, in_ns, median, nstat, ok_if, py_probe, run_checks,
+};
 
 /// A Node.js server answering every request with `SIZE` bytes in one `res.end()`, every other
 /// setting Node's default (keep-alive, its own TCP_NODELAY). `node -e` passes ADDR PORT SIZE.
@@ -84,25 +87,6 @@ fn node(ns: &str, script: &str, args: &[&str]) -> Proc {
     let mut cmd = vec![node.as_str(), "-e", script];
     cmd.extend_from_slice(args);
     Proc::start(ns, &cmd)
-}
-
-/// A built scenario and the namespaces its check looks into.
-pub struct Built {
-    pub setup: Setup,
-    /// Where the server runs.
-    pub server_ns: String,
-    /// The router between client and server, when there is one.
-    pub router_ns: Option<String>,
-}
-
-impl Built {
-    fn direct(setup: Setup, server_ns: &str) -> Built {
-        Built {
-            setup,
-            server_ns: server_ns.into(),
-            router_ns: None,
-        }
-    }
 }
 
 /// 1 MiB: a download that needs many windows of 64 KiB.
@@ -289,9 +273,8 @@ fn dual_stack(net: u8, v6_forwarding: bool) -> Built {
         .keep(srv)
         .keep(hosts);
     Built {
-        setup,
-        server_ns,
         router_ns: Some(router),
+        ..Built::direct(setup, &server_ns)
     }
 }
 
@@ -403,9 +386,8 @@ fn routed_asymmetric() -> Built {
         .keep(srv_ns)
         .keep(ng);
     Built {
-        setup,
-        server_ns,
         router_ns: Some(router),
+        ..Built::at(setup, &server_ns, Duration::from_millis(25))
     }
 }
 
@@ -446,7 +428,9 @@ pub const SCENARIOS: &[Scenario] = &[
         client: Expect::Rule("receive_window_limited"),
         set: Set::Holdout6,
         needs: &["node"],
-        build: b_no_window_scaling,
+        rtts: &[20],
+        at_zero: None,
+        build: Build::Fixed(b_no_window_scaling),
     },
     Scenario {
         name: "holdout6-client-tc-filters",
@@ -455,7 +439,9 @@ pub const SCENARIOS: &[Scenario] = &[
         client: Expect::Rule("client_host_stack"),
         set: Set::Holdout6,
         needs: &["python3", "tc"],
-        build: b_client_tc_filters,
+        rtts: NEAR,
+        at_zero: None,
+        build: Build::Fixed(b_client_tc_filters),
     },
     Scenario {
         name: "holdout6-node-somaxconn",
@@ -464,7 +450,9 @@ pub const SCENARIOS: &[Scenario] = &[
         client: Expect::Rule("slow_handshake"),
         set: Set::Holdout6,
         needs: &["node"],
-        build: b_node_somaxconn,
+        rtts: NEAR,
+        at_zero: None,
+        build: Build::Fixed(b_node_somaxconn),
     },
     Scenario {
         name: "holdout6-v6-not-forwarded",
@@ -473,7 +461,9 @@ pub const SCENARIOS: &[Scenario] = &[
         client: Expect::Rule("dead_address_family"),
         set: Set::Holdout6,
         needs: &["python3"],
-        build: b_v6_not_forwarded,
+        rtts: NEAR,
+        at_zero: None,
+        build: Build::Fixed(b_v6_not_forwarded),
     },
     Scenario {
         name: "holdout6-dual-stack-healthy",
@@ -482,7 +472,9 @@ pub const SCENARIOS: &[Scenario] = &[
         client: Expect::Clean,
         set: Set::Holdout6,
         needs: &["python3"],
-        build: b_dual_stack_healthy,
+        rtts: NEAR,
+        at_zero: None,
+        build: Build::Fixed(b_dual_stack_healthy),
     },
     Scenario {
         name: "holdout6-python-503",
@@ -491,7 +483,9 @@ pub const SCENARIOS: &[Scenario] = &[
         client: Expect::Rule("error_responses"),
         set: Set::Holdout6,
         needs: &["python3"],
-        build: b_python_503,
+        rtts: NEAR,
+        at_zero: None,
+        build: Build::Fixed(b_python_503),
     },
     Scenario {
         name: "holdout6-shaped-downlink",
@@ -500,140 +494,25 @@ pub const SCENARIOS: &[Scenario] = &[
         client: Expect::Rule("bottleneck_bandwidth"),
         set: Set::Holdout6,
         needs: &["node", "tc"],
-        build: b_shaped_downlink,
+        rtts: &[10],
+        at_zero: None,
+        build: Build::Fixed(b_shaped_downlink),
     },
     Scenario {
         name: "holdout6-routed-asymmetric",
         what: "healthy nginx behind a router, 3 ms out and 22 ms back (TUN delay line, then a veth hop)",
-        expect: Expect::Rule("path_dominates"),
-        client: Expect::Rule("path_dominates"),
+        expect: Expect::Clean,
+        client: Expect::Clean,
         set: Set::Holdout6,
         needs: &["nginx"],
-        build: b_routed_asymmetric,
+        rtts: &[25],
+        at_zero: None,
+        build: Build::Fixed(b_routed_asymmetric),
     },
 ];
 
 // The independent checks: each builds its scenario, measures the fault with tools that are not
 // latscope, and returns the figures (or what was missing).
-
-/// Run `argv` in namespace `ns`: (exit code, stdout, stderr).
-fn in_ns(ns: &str, argv: &[&str]) -> (i32, String, String) {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(argv)
-        .output()
-        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-    crate::lab::split(&out)
-}
-
-/// One curl transfer's figures (`-w`).
-#[derive(Debug, Clone)]
-struct Curl {
-    exit: i32,
-    status: u16,
-    connect_s: f64,
-    first_byte_s: f64,
-    total_s: f64,
-    bytes_per_s: f64,
-    remote_ip: String,
-}
-
-/// `curl ARGS URL` from namespace `ns`, body discarded, at most 5 s.
-fn curl(ns: &str, url: &str, args: &[&str]) -> Curl {
-    let mut argv = vec![
-        "curl",
-        "-s",
-        "-o",
-        "/dev/null",
-        "--max-time",
-        "5",
-        "-w",
-        "%{http_code} %{time_connect} %{time_starttransfer} %{time_total} %{speed_download} %{remote_ip}",
-    ];
-    argv.extend_from_slice(args);
-    argv.push(url);
-    let (exit, out, _) = in_ns(ns, &argv);
-    let f: Vec<&str> = out.split_whitespace().collect();
-    let num = |i: usize| f.get(i).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
-    Curl {
-        exit,
-        status: f.first().and_then(|v| v.parse().ok()).unwrap_or(0),
-        connect_s: num(1),
-        first_byte_s: num(2),
-        total_s: num(3),
-        bytes_per_s: num(4),
-        remote_ip: f.get(5).map(|s| s.to_string()).unwrap_or_default(),
-    }
-}
-
-fn curls(ns: &str, url: &str, args: &[&str], n: usize) -> Vec<Curl> {
-    (0..n).map(|_| curl(ns, url, args)).collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// A kernel counter of namespace `ns` (`nstat -asz NAME`: absolute, zeros shown, history left
-/// alone).
-fn nstat(ns: &str, name: &str) -> u64 {
-    let (_, out, _) = in_ns(ns, &["nstat", "-asz", name]);
-    out.lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            (f.next() == Some(name)).then(|| f.next().and_then(|v| v.parse().ok()))?
-        })
-        .unwrap_or(0)
-}
-
-/// A plain Python socket loop (not latscope): `n` connects to `host:port`, each followed by one
-/// HTTP/1.1 request on TCP_NODELAY, timed with perf_counter: the p25 of connect and of request,
-/// in µs.
-const PY_PROBE: &str = r#"
-import socket, sys, time
-host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-con, req = [], []
-for _ in range(n):
-    s = socket.socket()
-    t0 = time.perf_counter(); s.connect((host, port)); t1 = time.perf_counter()
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.sendall(b"GET / HTTP/1.1\r\nHost: lab\r\n\r\n")
-    b = b""
-    while b"\r\n\r\n" not in b:
-        b += s.recv(65536)
-    t2 = time.perf_counter(); s.close()
-    con.append(t1 - t0); req.append(t2 - t1)
-con.sort(); req.sort()
-print(f"{con[len(con)//4]*1e6:.0f} {req[len(req)//4]*1e6:.0f}")
-"#;
-
-/// (connect p25, request p25) in µs over `n` fresh connections, from namespace `ns`.
-fn py_probe(ns: &str, host: &str, port: u16, n: usize) -> (f64, f64) {
-    let (_, out, err) = in_ns(
-        ns,
-        &[
-            python(),
-            "-c",
-            PY_PROBE,
-            host,
-            &port.to_string(),
-            &n.to_string(),
-        ],
-    );
-    let f: Vec<f64> = out
-        .split_whitespace()
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    assert_eq!(f.len(), 2, "probe: {out} {err}");
-    (f[0], f[1])
-}
-
-type Verdict = Result<String, String>;
-
-fn ok_if(cond: bool, figures: String) -> Verdict {
-    if cond { Ok(figures) } else { Err(figures) }
-}
 
 fn check_no_window_scaling(b: &Built) -> Verdict {
     let ns = &b.setup.client_ns;
@@ -864,81 +743,49 @@ fn check_routed_asymmetric(b: &Built) -> Verdict {
     )
 }
 
-/// A scenario's builder and its independent check.
-struct Check {
-    name: &'static str,
-    build: fn() -> Built,
-    verify: fn(&Built) -> Verdict,
-}
-
 /// Each scenario with its independent check.
 const CHECKS: &[Check] = &[
     Check {
         name: "holdout6-no-window-scaling",
-        build: no_window_scaling,
+        make: Make::Fixed(no_window_scaling),
         verify: check_no_window_scaling,
     },
     Check {
         name: "holdout6-client-tc-filters",
-        build: client_tc_filters,
+        make: Make::Fixed(client_tc_filters),
         verify: check_client_tc_filters,
     },
     Check {
         name: "holdout6-node-somaxconn",
-        build: node_somaxconn,
+        make: Make::Fixed(node_somaxconn),
         verify: check_node_somaxconn,
     },
     Check {
         name: "holdout6-v6-not-forwarded",
-        build: v6_not_forwarded,
+        make: Make::Fixed(v6_not_forwarded),
         verify: check_v6_not_forwarded,
     },
     Check {
         name: "holdout6-dual-stack-healthy",
-        build: dual_stack_healthy,
+        make: Make::Fixed(dual_stack_healthy),
         verify: check_dual_stack_healthy,
     },
     Check {
         name: "holdout6-python-503",
-        build: python_503,
+        make: Make::Fixed(python_503),
         verify: check_python_503,
     },
     Check {
         name: "holdout6-shaped-downlink",
-        build: shaped_downlink,
+        make: Make::Fixed(shaped_downlink),
         verify: check_shaped_downlink,
     },
     Check {
         name: "holdout6-routed-asymmetric",
-        build: routed_asymmetric,
+        make: Make::Fixed(routed_asymmetric),
         verify: check_routed_asymmetric,
     },
 ];
-
-/// The namespaces this process made (`ls<tag><pid>x<n>`) that still exist.
-fn my_namespaces() -> Vec<String> {
-    let pid = (std::process::id() % 100_000).to_string();
-    let (_, out, _) = in_ns_free(&["ip", "netns", "list"]);
-    out.lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| {
-            n.strip_prefix("ls")
-                .map(|r| r.trim_start_matches(|c: char| c.is_ascii_alphabetic()))
-                .and_then(|r| r.split_once('x'))
-                .is_some_and(|(p, _)| p == pid)
-        })
-        .map(String::from)
-        .collect()
-}
-
-/// Run `argv` in this process's namespace.
-fn in_ns_free(argv: &[&str]) -> (i32, String, String) {
-    let out = Command::new(argv[0])
-        .args(&argv[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-    crate::lab::split(&out)
-}
 
 /// Build each held-back scenario of round 6 (`LAB_ONLY=a,b` picks some), check its fault with
 /// tools that are not latscope (never diagnose), print the figures, tear it down, and check that
@@ -947,49 +794,7 @@ fn in_ns_free(argv: &[&str]) -> (i32, String, String) {
 #[ignore = "manual: cargo test --release --test diagnose_lab -- --ignored --exact scenarios::holdout6::holdout6_faults --nocapture"]
 fn holdout6_faults() {
     require_root!();
-    let only: Vec<String> = std::env::var("LAB_ONLY")
-        .map(|v| v.split(',').map(String::from).collect())
-        .unwrap_or_default();
-    let _serial = crate::lab::timing_lock();
-    let mut failed = vec![];
-    for &Check {
-        name,
-        build,
-        verify,
-    } in CHECKS
-    {
-        if !only.is_empty() && !only.iter().any(|o| o == name) {
-            continue;
-        }
-        let s = super::by_name(name);
-        if let Some(why) = crate::fixtures::missing(s.needs) {
-            eprintln!("{name}: not run: {why}");
-            continue;
-        }
-        let built = build();
-        let netns_files: Vec<String> = [&built.setup.client_ns, &built.server_ns]
-            .iter()
-            .map(|n| format!("/etc/netns/{n}"))
-            .collect();
-        let verdict = verify(&built);
-        drop(built);
-        match &verdict {
-            Ok(figures) => eprintln!("{name}: as built: {figures}"),
-            Err(figures) => eprintln!("{name}: NOT AS BUILT: {figures}"),
-        }
-        if verdict.is_err() {
-            failed.push(name);
-        }
-        let left = my_namespaces();
-        assert!(left.is_empty(), "{name}: namespaces left behind: {left:?}");
-        for f in netns_files {
-            assert!(
-                !std::path::Path::new(&f).exists(),
-                "{name}: {f} left behind"
-            );
-        }
-    }
-    assert!(failed.is_empty(), "not as built: {failed:?}");
+    run_checks(CHECKS);
 }
 
 /// Every scenario of this set has its check, and is in the set.

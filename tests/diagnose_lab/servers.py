@@ -7,6 +7,7 @@ latscope expects: the lab starts them inside the namespaces it builds.
       HTTP/1.1 keep-alive server answering every request with a 1 KiB body.
       --split     header and body in two send() calls, TCP_NODELAY left off (Nagle on)
       --think-ms  sleep before answering (application time)
+      --work-ms   compute for MS of CPU time before answering (rendering, serialising)
       --pause-ms, --pause-every
                   every Nth request (counted over the whole server) waits MS first, as a
                   stop-the-world pause (garbage collection, a lock held by a periodic job) would
@@ -17,9 +18,12 @@ latscope expects: the lab starts them inside the namespaces it builds.
                   the next (per-connection book-keeping done on the acceptor)
       --close     answer with `Connection: close` and close after each response: every request
                   is a new connection
-  servers.py dns ADDR PORT NAME IPV4 DELAY_MS
+  servers.py dns ADDR PORT NAME IPV4 DELAY_MS [--no-aaaa] [--log FILE]
       A UDP DNS responder: A queries for NAME get IPV4 after DELAY_MS, everything else gets
       NXDOMAIN (also after the delay); AAAA for NAME gets an empty answer.
+      --no-aaaa   AAAA queries (for any name) get no answer at all, as from a resolver or a
+                  middlebox that drops them: the client waits for its timeout
+      --log       append "NAME TYPE" for every query received to FILE
 """
 
 import socket
@@ -48,6 +52,21 @@ def maybe_pause():
 CLOSE = {"on": False}
 
 
+WORK = {"s": 0.0}
+
+
+def work():
+    """Burn WORK["s"] of this thread's CPU time (not wall time: a throttled or preempted thread
+    takes longer)."""
+    if not WORK["s"]:
+        return
+    end = time.thread_time() + WORK["s"]
+    x = 0
+    while time.thread_time() < end:
+        for i in range(200):
+            x += i * i
+
+
 def http_conn(conn, split, think_s):
     buf = b""
     with conn:
@@ -63,6 +82,7 @@ def http_conn(conn, split, think_s):
             _, buf = buf.split(b"\r\n\r\n", 1)
             if think_s:
                 time.sleep(think_s)
+            work()
             maybe_pause()
             try:
                 respond(conn, split)
@@ -129,6 +149,8 @@ def http(args):
     think_s = 0.0
     if "--think-ms" in args:
         think_s = float(args[args.index("--think-ms") + 1]) / 1000.0
+    if "--work-ms" in args:
+        WORK["s"] = float(args[args.index("--work-ms") + 1]) / 1000.0
     if "--pause-every" in args:
         PAUSE["every"] = int(args[args.index("--pause-every") + 1])
         PAUSE["s"] = float(args[args.index("--pause-ms") + 1]) / 1000.0
@@ -184,11 +206,21 @@ def dns(args):
         args[3],
         float(args[4]) / 1000.0,
     )
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    no_aaaa = "--no-aaaa" in args
+    log = open(args[args.index("--log") + 1], "a", buffering=1) if "--log" in args else None
+    s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((addr, port))
     print("ready", flush=True)
 
     def answer(msg, peer):
+        try:
+            q, qtype, _ = qname(msg)
+        except (IndexError, struct.error):
+            return
+        if log:
+            log.write(f"{q} {qtype}\n")
+        if no_aaaa and qtype == 28:
+            return
         time.sleep(delay_s)
         try:
             s.sendto(dns_answer(msg, name, ipv4), peer)

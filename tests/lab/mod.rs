@@ -3,7 +3,9 @@
 //! - this file: the binary's path and runners, unique names, temp dirs, free ports, the timing
 //!   lock, and [`require_root!`] for tests that need root;
 //! - [`netns`]: network namespaces, veth pairs and routers ([`netns::Netns`],
-//!   [`netns::NetnsPair`]);
+//!   [`netns::NetnsPair`], whose [`netns::NetnsPair::with_rtt`] puts any round trip between its
+//!   two ends);
+//! - [`delay`]: distance — a TUN delay line between two namespaces ([`delay::TunLink`]);
 //! - [`nginx`]: private nginx instances ([`nginx::Nginx`]);
 //! - [`schema`]: validating JSON against the committed `schema/*.schema.json`;
 //! - [`server`]: a latscope server, in process or as a child process;
@@ -48,6 +50,7 @@ macro_rules! require_root {
 }
 
 pub mod cgroup;
+pub mod delay;
 pub mod diagnose;
 pub mod http;
 pub mod isolate;

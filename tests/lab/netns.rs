@@ -8,6 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::delay::{Delay, TunLink};
 use super::{BIN, sh, unique};
 
 /// A named network namespace with `lo` up, deleted on drop.
@@ -193,8 +194,8 @@ pub fn link(a: &Netns, a_if: &str, b: &Netns, b_if: &str) {
 }
 
 /// Two namespaces `a` (10.<net>.0.1) and `b` (10.<net>.0.2) joined by a veth pair, or with
-/// [`NetnsPair::routed`] a router between them; processes started in them are killed and the
-/// namespaces deleted on drop.
+/// [`NetnsPair::routed`] a router between them, or with [`NetnsPair::with_rtt`] a path of any
+/// round trip; processes started in them are killed and the namespaces deleted on drop.
 pub struct NetnsPair {
     pub a: String,
     pub b: String,
@@ -207,7 +208,16 @@ pub struct NetnsPair {
     pub router: Option<(String, String)>,
     /// With a router: its interface towards `a` (the place to shape the way to the client).
     pub router_to_a: Option<String>,
+    /// The IPv6 addresses of `a` and `b` (pairs made by [`NetnsPair::with_rtt`]).
+    pub addr6_a: Option<String>,
+    pub addr6_b: Option<String>,
+    /// The round trip the path adds ([`NetnsPair::with_rtt`]; zero otherwise).
+    pub rtt: Duration,
+    /// The far path's edges: (namespace, interface) of the router facing `a` and facing `b`.
+    edges: Option<[(String, String); 2]>,
     children: Vec<Child>,
+    /// The far path's delay line; stopped before the namespaces go.
+    delay: Option<TunLink>,
     /// Dropped after `children` are killed (fields drop after `Drop::drop`).
     namespaces: Vec<Netns>,
 }
@@ -232,7 +242,12 @@ impl NetnsPair {
             dev_b,
             router: None,
             router_to_a: None,
+            addr6_a: None,
+            addr6_b: None,
+            rtt: Duration::ZERO,
+            edges: None,
             children: vec![],
+            delay: None,
             namespaces: vec![a, b],
         }
     }
@@ -263,11 +278,188 @@ impl NetnsPair {
             addr_b: format!("10.{net}.2.2"),
             dev_a: va,
             dev_b: vb,
-            router: Some((r.name.clone(), rb)),
-            router_to_a: Some(ra),
+            router: Some((r.name.clone(), rb.clone())),
+            router_to_a: Some(ra.clone()),
+            addr6_a: None,
+            addr6_b: None,
+            rtt: Duration::ZERO,
+            edges: Some([(r.name.clone(), ra), (r.name.clone(), rb)]),
             children: vec![],
+            delay: None,
             namespaces: vec![a, r, b],
         }
+    }
+
+    /// `a` and `b` with a path of round trip `rtt` between them, over IPv4 and IPv6, MTU `mtu`
+    /// end to end, the delay half each way:
+    ///
+    /// - `rtt` zero: the lab's near world, a veth pair as [`NetnsPair::new`] makes (10.<net>.0.1
+    ///   — 10.<net>.0.2) with fd<net>::1 — fd<net>::2 (`net` in hex);
+    /// - otherwise a — veth — ra ≈ rb — veth — b: two routers joined by a [`TunLink`] whose
+    ///   forwarder holds each packet rtt/2 each way (a: 10.<net>.1.1, fd<net>:1::1; b:
+    ///   10.<net>.2.2, fd<net>:2::2; the delay line 10.<net>.3.0/24, fd<net>:3::/64). The ends
+    ///   keep veth interfaces (Ethernet, offloads) as on a real host; [`NetnsPair::edge_to_a`]
+    ///   and [`NetnsPair::edge_to_b`] name the routers' interfaces facing them (the places to
+    ///   shape a path's rate or drop on it).
+    pub fn with_rtt(tag: &str, net: u8, mtu: u32, rtt: Duration) -> NetnsPair {
+        if !rtt.is_zero() {
+            return NetnsPair::far(tag, net, mtu, Delay::rtt(rtt));
+        }
+        let mut p = NetnsPair::new(tag, net, mtu);
+        let (v6a, v6b) = (format!("fd{net:02x}::1"), format!("fd{net:02x}::2"));
+        for (ns, dev, addr) in [(&p.a, &p.dev_a, &v6a), (&p.b, &p.dev_b, &v6b)] {
+            sh(&[
+                "ip",
+                "-n",
+                ns,
+                "-6",
+                "addr",
+                "add",
+                &format!("{addr}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]);
+        }
+        p.namespaces[0].wait_route(&v6b);
+        (p.addr6_a, p.addr6_b) = (Some(v6a), Some(v6b));
+        p
+    }
+
+    /// a — veth — ra ≈ rb — veth — b with `delay` on the line between the routers (zero: the
+    /// same routers and forwarder, no hold), addressed as [`NetnsPair::with_rtt`] says.
+    pub fn far(tag: &str, net: u8, mtu: u32, delay: Delay) -> NetnsPair {
+        let (a, ra, rb, b) = (
+            Netns::new(tag),
+            Netns::new(tag),
+            Netns::new(tag),
+            Netns::new(tag),
+        );
+        let (va, ra_a, rb_b, vb) = (unique("va"), unique("ra"), unique("rb"), unique("vb"));
+        link(&a, &va, &ra, &ra_a);
+        link(&rb, &rb_b, &b, &vb);
+        let line = TunLink::new(&ra, &rb, "far", mtu, delay);
+        let mtu_s = mtu.to_string();
+        let v6 = |sub: u8, host: u8| format!("fd{net:02x}:{sub}::{host}");
+        for (ns, dev, sub, host) in [
+            (&a, &va, 1, 1),
+            (&ra, &ra_a, 1, 2),
+            (&rb, &rb_b, 2, 1),
+            (&b, &vb, 2, 2),
+        ] {
+            ns.ip(&[
+                "addr",
+                "add",
+                &format!("10.{net}.{sub}.{host}/24"),
+                "dev",
+                dev,
+            ]);
+            ns.ip(&[
+                "-6",
+                "addr",
+                "add",
+                &format!("{}/64", v6(sub, host)),
+                "dev",
+                dev,
+                "nodad",
+            ]);
+            ns.ip(&["link", "set", dev, "up", "mtu", &mtu_s]);
+        }
+        for (ns, me, peer, far_side) in [(&ra, 1, 2, 2), (&rb, 2, 1, 1)] {
+            ns.ip(&[
+                "addr",
+                "add",
+                &format!("10.{net}.3.{me}"),
+                "peer",
+                &format!("10.{net}.3.{peer}"),
+                "dev",
+                "far",
+            ]);
+            ns.ip(&[
+                "-6",
+                "addr",
+                "add",
+                &v6(3, me),
+                "peer",
+                &v6(3, peer),
+                "dev",
+                "far",
+                "nodad",
+            ]);
+            ns.ip(&[
+                "route",
+                "add",
+                &format!("10.{net}.{far_side}.0/24"),
+                "dev",
+                "far",
+            ]);
+            ns.ip(&[
+                "-6",
+                "route",
+                "add",
+                &format!("fd{net:02x}:{far_side}::/64"),
+                "dev",
+                "far",
+            ]);
+            ns.sysctl("net.ipv4.ip_forward=1");
+            ns.sysctl("net.ipv6.conf.all.forwarding=1");
+        }
+        for (ns, gw) in [(&a, 1), (&b, 2)] {
+            ns.ip(&[
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("10.{net}.{gw}.{}", 3 - gw),
+            ]);
+            ns.ip(&["-6", "route", "add", "default", "via", &v6(gw, 3 - gw)]);
+        }
+        a.wait_route(&v6(2, 2));
+        b.wait_route(&v6(1, 1));
+        NetnsPair {
+            a: a.name.clone(),
+            b: b.name.clone(),
+            addr_a: format!("10.{net}.1.1"),
+            addr_b: format!("10.{net}.2.2"),
+            dev_a: va,
+            dev_b: vb,
+            router: Some((rb.name.clone(), rb_b.clone())),
+            router_to_a: None,
+            addr6_a: Some(v6(1, 1)),
+            addr6_b: Some(v6(2, 2)),
+            rtt: delay.total(),
+            edges: Some([(ra.name.clone(), ra_a), (rb.name.clone(), rb_b)]),
+            children: vec![],
+            delay: Some(line),
+            namespaces: vec![a, ra, rb, b],
+        }
+    }
+
+    /// The router's namespace and interface facing `a` (routed and far pairs).
+    pub fn edge_to_a(&self) -> Option<(String, String)> {
+        self.edges.as_ref().map(|e| e[0].clone())
+    }
+
+    /// The router's namespace and interface facing `b` (routed and far pairs).
+    pub fn edge_to_b(&self) -> Option<(String, String)> {
+        self.edges.as_ref().map(|e| e[1].clone())
+    }
+
+    /// The far path's delay line ([`NetnsPair::with_rtt`] with a round trip).
+    pub fn delay_line(&self) -> Option<&TunLink> {
+        self.delay.as_ref()
+    }
+
+    /// The namespaces of the pair, a and b first, then any routers.
+    pub fn namespace_names(&self) -> Vec<String> {
+        let mut v = vec![self.a.clone(), self.b.clone()];
+        v.extend(
+            self.namespaces
+                .iter()
+                .map(|n| n.name.clone())
+                .filter(|n| *n != self.a && *n != self.b),
+        );
+        v
     }
 
     /// Run any command in namespace `ns`; panics if it fails.

@@ -33,6 +33,8 @@ pub struct NginxConf {
     pub extra: String,
     /// Parameters of the `listen` directive, e.g. `sndbuf=4k backlog=1`.
     pub listen_params: String,
+    /// More directives for the `server` block, e.g. `location = /old { return 302 /new; }`.
+    pub server_extra: String,
 }
 
 impl Default for NginxConf {
@@ -51,6 +53,7 @@ impl Default for NginxConf {
             addr: "127.0.0.1".into(),
             extra: String::new(),
             listen_params: String::new(),
+            server_extra: String::new(),
         }
     }
 }
@@ -95,8 +98,9 @@ impl NginxConf {
              events {{ worker_connections 4096; }}\n\
              http {{\n  {access}\n  sendfile {sendfile};\n  tcp_nodelay {nodelay};\n  keepalive_timeout {ka};\n  keepalive_requests {kar};\n\
              \x20 client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp; uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;\n\
-             \x20 {extra}\n\x20 server {{ {listen} root {d}/html; }}\n}}\n",
+             \x20 {extra}\n\x20 server {{ {listen} root {d}/html; {server_extra} }}\n}}\n",
             extra = self.extra,
+            server_extra = self.server_extra,
             access = if self.access_log {
                 format!("access_log {d}/logs/access.log;")
             } else {

@@ -1,19 +1,18 @@
 //! Test networks for `latscope ping` / `latscope trace`, built from network namespaces the test
 //! creates (names include the pid and a counter) and removes on Drop, even on failure:
 //! - [`Chain`]: client — R1 — R2 — R3 — destination, veth links, IPv4 and IPv6 forwarding;
-//! - [`DelayLine`]: two namespaces joined by two TUN devices and a forwarder that holds every
-//!   client→server packet (or server→client, or both) for a fixed delay (this kernel has no
-//!   netem);
+//! - [`DelayLine`]: two namespaces joined directly by the lab's delay line (`delay.rs`), holding
+//!   every client→server packet (or server→client, or both) for a fixed delay;
 //! - servers running inside a namespace on a thread that `setns`-ed into it.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+pub use super::delay::{Delay, TunLink};
 pub use super::netns::{Netns, link};
 pub use super::{BIN, unique};
 
@@ -197,136 +196,19 @@ pub fn udp_echo(ns: Option<&Netns>, addr: &str) -> Server {
     })
 }
 
-#[repr(C)]
-struct IfReq {
-    name: [u8; 16],
-    flags: libc::c_short,
-    _pad: [u8; 22],
-}
-
-/// Open a TUN device `name` in the calling thread's namespace (non-blocking, no packet info).
-fn open_tun(name: &str) -> OwnedFd {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/net/tun")
-        .expect("open /dev/net/tun");
-    let mut req = IfReq {
-        name: [0; 16],
-        flags: (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short,
-        _pad: [0; 22],
-    };
-    req.name[..name.len()].copy_from_slice(name.as_bytes());
-    // SAFETY: TUNSETIFF reads/writes an ifreq, which IfReq mirrors (name + flags, padded to 40 bytes).
-    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TUNSETIFF, &mut req) };
-    assert_eq!(r, 0, "TUNSETIFF: {}", std::io::Error::last_os_error());
-    // SAFETY: f's descriptor is transferred into the OwnedFd (into_raw_fd gives up ownership).
-    let fd = unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(f)) };
-    // SAFETY: plain fcntl on a descriptor we own.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    fd
-}
-
 /// A point-to-point link between namespaces `client` (10.8.0.1, fd08::1) and `server` (10.8.0.2,
-/// fd08::2) made of two TUN devices and a forwarder in this process. [`DelayLine::new`] holds
-/// packets from client to server for `delay` and forwards the way back directly;
+/// fd08::2): the lab's delay line ([`TunLink`]) with the two ends on it. [`DelayLine::new`]
+/// holds packets from client to server for `delay` and forwards the way back directly;
 /// [`DelayLine::asymmetric`] sets each direction's delay and the devices' MTU.
 pub struct DelayLine {
+    /// The forwarder (dropped first: fields drop in order, the namespaces after it).
+    pub link: TunLink,
     pub client: Netns,
     pub server: Netns,
     /// The client→server delay.
     pub delay: Duration,
     /// The server→client delay.
     pub delay_back: Duration,
-    /// How long each packet of a delayed direction was actually held (read → written).
-    held: Arc<Mutex<Vec<Duration>>>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-fn wait_readable(fd: i32, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: p is a valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 }
-}
-
-fn read_fd(fd: i32, buf: &mut [u8]) -> Option<usize> {
-    // SAFETY: buf is a writable buffer of buf.len() bytes.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    (n > 0).then_some(n as usize)
-}
-
-fn write_fd(fd: i32, buf: &[u8]) {
-    // SAFETY: buf is a readable buffer of buf.len() bytes.
-    unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-}
-
-/// Forward packets read from `from` to `to`, each held `delay` after it was read (straight
-/// through when `delay` is zero), until `stop`; the hold times go to `held`.
-fn forward(
-    from: Arc<OwnedFd>,
-    to: Arc<OwnedFd>,
-    delay: Duration,
-    stop: &Arc<AtomicBool>,
-    held: &Arc<Mutex<Vec<Duration>>>,
-) -> Vec<JoinHandle<()>> {
-    if delay.is_zero() {
-        let st = stop.clone();
-        return vec![std::thread::spawn(move || {
-            let mut buf = vec![0u8; 65536];
-            while !st.load(Ordering::SeqCst) {
-                if wait_readable(from.as_raw_fd(), 20) {
-                    while let Some(n) = read_fd(from.as_raw_fd(), &mut buf) {
-                        write_fd(to.as_raw_fd(), &buf[..n]);
-                    }
-                }
-            }
-        })];
-    }
-    // The reader stamps, the writer releases at stamp + delay.
-    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
-    let st = stop.clone();
-    let reader = std::thread::spawn(move || {
-        let mut buf = vec![0u8; 65536];
-        while !st.load(Ordering::SeqCst) {
-            if wait_readable(from.as_raw_fd(), 20) {
-                while let Some(n) = read_fd(from.as_raw_fd(), &mut buf) {
-                    let _ = tx.send((Instant::now(), buf[..n].to_vec()));
-                }
-            }
-        }
-    });
-    let (st, h) = (stop.clone(), held.clone());
-    let writer = std::thread::spawn(move || {
-        while !st.load(Ordering::SeqCst) {
-            let Ok((read_at, pkt)) = rx.recv_timeout(Duration::from_millis(20)) else {
-                continue;
-            };
-            let due = read_at + delay;
-            // Sleep to just before the due time, then spin: thread wake-up latency on a
-            // busy machine would otherwise add itself to the injected delay.
-            loop {
-                let left = due.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                if left > Duration::from_micros(300) {
-                    std::thread::sleep(left - Duration::from_micros(300));
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
-            write_fd(to.as_raw_fd(), &pkt);
-            if let Ok(mut h) = h.lock() {
-                h.push(read_at.elapsed());
-            }
-        }
-    });
-    vec![reader, writer]
 }
 
 impl DelayLine {
@@ -340,19 +222,18 @@ impl DelayLine {
     pub fn asymmetric(delay: Duration, delay_back: Duration, mtu: u32) -> DelayLine {
         let client = Netns::new("a").no_icmp_limits();
         let server = Netns::new("b").no_icmp_limits();
-        let tun_c = client
-            .spawn(|| open_tun("dl0"))
-            .join()
-            .expect("tun in client");
-        let tun_s = server
-            .spawn(|| open_tun("dl0"))
-            .join()
-            .expect("tun in server");
+        let link = TunLink::new(
+            &client,
+            &server,
+            "dl0",
+            mtu,
+            Delay {
+                to_b: delay,
+                to_a: delay_back,
+            },
+        );
         client.ip(&["addr", "add", "10.8.0.1", "peer", "10.8.0.2", "dev", "dl0"]);
         server.ip(&["addr", "add", "10.8.0.2", "peer", "10.8.0.1", "dev", "dl0"]);
-        let mtu = mtu.to_string();
-        client.ip(&["link", "set", "dl0", "mtu", &mtu, "up"]);
-        server.ip(&["link", "set", "dl0", "mtu", &mtu, "up"]);
         client.ip(&[
             "-6", "addr", "add", "fd08::1", "peer", "fd08::2", "dev", "dl0", "nodad",
         ]);
@@ -361,39 +242,29 @@ impl DelayLine {
         ]);
         client.wait_route("fd08::2");
         server.wait_route("fd08::1");
-        let stop = Arc::new(AtomicBool::new(false));
-        let held = Arc::new(Mutex::new(Vec::new()));
-        let (tun_c, tun_s) = (Arc::new(tun_c), Arc::new(tun_s));
-        let mut threads = forward(tun_c.clone(), tun_s.clone(), delay, &stop, &held);
-        threads.extend(forward(tun_s, tun_c, delay_back, &stop, &held));
         DelayLine {
+            link,
             client,
             server,
             delay,
             delay_back,
-            held,
-            stop,
-            threads,
         }
     }
 
-    /// The median time packets were actually held since the last call (the forwarder can be
-    /// late on a busy machine: that lateness is part of the delay the probes saw), and how
-    /// many packets.
+    /// The median time packets of the delayed directions were actually held since the last
+    /// call (the forwarder can be late on a busy machine: that lateness is part of the delay
+    /// the probes saw), and how many packets.
     pub fn take_held_median(&self) -> (Duration, usize) {
-        let mut h = std::mem::take(&mut *self.held.lock().expect("lock"));
+        let [to_server, to_client] = self.link.take_held();
+        let mut h = Vec::new();
+        for (held, delay) in [(to_server, self.delay), (to_client, self.delay_back)] {
+            if !delay.is_zero() {
+                h.extend(held);
+            }
+        }
         h.sort();
         let n = h.len();
         (h.get(n / 2).copied().unwrap_or(self.delay), n)
-    }
-}
-
-impl Drop for DelayLine {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The pipeline: run each step of [`steps::PIPELINE`] in order, each filling its field of the
 //! evidence, then apply the rules.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use latscope_core::Summary;
@@ -10,27 +10,12 @@ use latscope_core::model::diagnose::{
 };
 use latscope_core::units::format_ns;
 
-use super::evidence::Evidence;
-use super::locate::LocalServer;
-use super::steps::{self, Entry, Record, Running, Started};
-
-pub use crate::plan::{DEFAULT_MAX_TIME, Plan};
-
-/// What every step may look at: the plan and its stop flag — raised on Ctrl-C, and for a
-/// step when its time budget is spent; engines get it as their stop flag.
-pub struct Context<'a> {
-    pub plan: &'a Plan,
-    pub stop: &'a AtomicBool,
-    /// The server's namespace when it runs on this host (in any network namespace).
-    pub server: Option<LocalServer>,
-}
-
-impl Context<'_> {
-    /// Whether the step (or the run) was told to stop.
-    pub fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-}
+use crate::context::Context;
+use crate::evidence::Evidence;
+use crate::plan::Plan;
+use crate::steps;
+use crate::steps::server_agent;
+use crate::steps::step::{Entry, Record, Running, Started};
 
 /// The steps' records and the evidence they filled.
 struct Collected {
@@ -61,36 +46,6 @@ fn out_of_time(name: StepName, max: Duration) -> Record {
             format_ns(max.as_nanos() as f64)
         ),
     )
-}
-
-/// Run `f` with a stop flag raised when the run is interrupted or when `deadline` passes
-/// (checked every 20 ms by a watchdog thread). Returns `f`'s value and whether the deadline
-/// cut it short.
-pub(crate) fn bounded<T>(
-    interrupt: &AtomicBool,
-    deadline: Instant,
-    f: impl FnOnce(&AtomicBool) -> T,
-) -> (T, bool) {
-    let flag = AtomicBool::new(false);
-    let done = AtomicBool::new(false);
-    let cut = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !done.load(Ordering::Relaxed) {
-                if interrupt.load(Ordering::Relaxed) {
-                    flag.store(true, Ordering::Relaxed);
-                } else if Instant::now() >= deadline {
-                    cut.store(true, Ordering::Relaxed);
-                    flag.store(true, Ordering::Relaxed);
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-        let v = f(&flag);
-        done.store(true, Ordering::Relaxed);
-        (v, cut.load(Ordering::Relaxed))
-    })
 }
 
 /// Run every step in order, each within its time budget and the run's; observers start before
@@ -144,7 +99,7 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
             progress(name.label());
             let started = Instant::now();
             let deadline = (started + budget(cx.plan)).min(run_deadline);
-            let (mut rec, cut) = bounded(cx.stop, deadline, |flag| {
+            let (mut rec, cut) = crate::context::bounded(cx.stop, deadline, |flag| {
                 let step_cx = Context {
                     plan: cx.plan,
                     stop: flag,
@@ -188,10 +143,11 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         server: super::locate::locate(p.addr),
     };
     let mut c = collect(&cx, progress);
-    crate::remote::client::merge_steps(&cx, &mut c.steps, &c.evidence);
+    server_agent::merge_steps(&cx, &mut c.steps, &c.evidence);
     let findings = super::rules::apply(&c.evidence);
     let budget = super::budget(&c.evidence);
-    let verdict = super::verdict(&findings, &budget);
+    let round_trips = super::accounts::round_trips(&c.evidence, &findings);
+    let verdict = super::verdict(&findings, &budget, round_trips.as_ref());
     let mut report = DiagnoseReport {
         meta: steps::meta("diagnose"),
         target: p.target.to_string(),
@@ -207,12 +163,14 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         verdict,
         interrupted: cx.stopped(),
         phases: c.evidence.phases,
+        names: c.evidence.names.clone(),
         responsiveness: c.evidence.under_load.as_ref().map(|u| Responsiveness {
             idle_rpm: Responsiveness::rpm(u.idle.p50_ns),
             loaded_rpm: Responsiveness::rpm(u.loaded.p50_ns),
             load: u.load.describe(),
         }),
         max_time_ms: p.max_time.as_millis() as u64,
+        round_trips,
     };
     // No request completed (a server that accepts and never answers): a rule that states a cost
     // per completed request has nothing to stand on; only what explains the failure stays.
@@ -220,12 +178,17 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         report
             .findings
             .retain(|f| f.rule.explains_failed_requests());
-        report.verdict = super::verdict(&report.findings, &report.budget);
+        report.round_trips = super::accounts::round_trips(&c.evidence, &report.findings);
+        report.verdict = super::verdict(
+            &report.findings,
+            &report.budget,
+            report.round_trips.as_ref(),
+        );
     }
     if let Some(why) = report.unmeasurable() {
         report.verdict = format!("not measured — {why}");
     }
-    if let Some(note) = crate::remote::client::verdict_note(p, &report.steps) {
+    if let Some(note) = server_agent::verdict_note(p, &report.steps) {
         report.verdict.push_str(&note);
     }
     report

@@ -3,9 +3,11 @@
 
 use latscope_core::Summary;
 use latscope_core::model::diagnose::{RequestPhases, TargetKind};
+use latscope_core::model::names::NameLookup;
 
 pub use latscope_core::model::evidence::{
-    CpuEvidence, HeldPerPeriod, NsCounters, RunQueueWaits, ServerSockets, StackEvidence, Throttling,
+    CpuEvidence, EgressEvidence, EgressStage, HeldPerPeriod, NsCounters, RunQueueWaits, ServerEnd,
+    ServerSockets, StackEvidence, Throttling,
 };
 
 /// What the measurements found, by step.
@@ -40,10 +42,16 @@ pub struct Evidence {
     pub server_sockets: Option<ServerSockets>,
     /// What a packet capture of the single-request step showed.
     pub capture: Option<CaptureEvidence>,
-    /// Kernel receive-path latency of the server's packets (eBPF), medians in ns.
+    /// Kernel receive-path latency of the server's packets (eBPF), medians in ns, and the
+    /// server host's way out.
     pub stack: Option<StackEvidence>,
+    /// This (the client's) host's way out for its packets to the server: the transmit stages
+    /// (eBPF).
+    pub client_egress: Option<EgressEvidence>,
     /// A URL request phase by phase (medians).
     pub phases: Option<RequestPhases>,
+    /// The URL's host name looked up query by query as this host's stub resolver does it.
+    pub names: Option<NameLookup>,
     /// The server's threads waiting for a CPU (local servers).
     pub cpu: Option<CpuEvidence>,
     /// The path's bottleneck rate and what one request puts through it.
@@ -68,10 +76,45 @@ pub struct Evidence {
     pub client_host: Option<ClientHost>,
     /// What the server's agent observed at its end (`--server-agent`), when it answered; its
     /// figures are merged into the server-side fields above where this host saw nothing.
-    pub server_end: Option<crate::remote::client::ServerEnd>,
+    pub server_end: Option<ServerEnd>,
     /// A URL's response as this host received it on new connections (the request-phases
     /// step): its size, how long its transfer took, and the window this host advertised.
     pub download: Option<Download>,
+    /// latscope's own CPU while the requests ran: it is the client, and a client that cannot
+    /// run measures its own waiting.
+    pub client_cpu: Option<ClientCpu>,
+    /// A URL requested as a browser requests it (the request-phases step): first, next,
+    /// after a pause, a returning client's new connection; what the server let it reuse.
+    pub browser: Option<crate::rounds::probe::RoundTripProbe>,
+}
+
+/// latscope's own CPU over the request steps: its cgroup's throttling and its threads' time on
+/// a CPU and waiting for one (`/proc/self/task/*/schedstat`: the scheduler's run-queue wait of
+/// each thread, counted from its start for threads that began meanwhile).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientCpu {
+    /// The throttling of latscope's cgroup (its own or an ancestor with a CPU limit), when
+    /// one is limited or throttled.
+    pub throttling: Option<Throttling>,
+    /// Why its cgroup could not be read, when it could not: the quota is then unknown.
+    pub cgroup_unread: Option<String>,
+    /// Its threads' time on a CPU, summed, ns.
+    pub run_ns: u64,
+    /// Their time runnable and waiting for a CPU, summed, ns.
+    pub wait_ns: u64,
+    /// How many times they were put on a CPU.
+    pub slices: u64,
+    /// Threads counted.
+    pub threads: u32,
+    /// The span watched, ns.
+    pub span_ns: u64,
+}
+
+impl ClientCpu {
+    /// The threads' mean wait for a CPU each time they were put on one, ns (0: none counted).
+    pub fn wait_per_slice_ns(&self) -> u64 {
+        self.wait_ns.checked_div(self.slices).unwrap_or(0)
+    }
 }
 
 /// A response's transfer as the client received it: the median request of the request-phases
@@ -145,6 +188,12 @@ pub enum FamilyReach {
     /// No route, or an ICMP unreachable.
     Unreachable,
 }
+
+/// How long one fetch of the MSS experiment may take: a black hole hangs, so this bounds the
+/// step. Long enough for a connect and a few round trips of a slow path; a large response need
+/// not complete in it, its full-size segments arriving is what tells (see
+/// [`MssProbe::lowered_passes`]).
+pub const MSS_FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1_200);
 
 /// The MSS experiment's two fetches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -235,7 +284,10 @@ impl ClientHost {
     }
 }
 
-/// One time slice of the single-request step (about 100 ms).
+/// How long a time slice of a sliced request step lasts.
+pub const SLICE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// One time slice of the single-request step ([`SLICE`] long).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TimeSlice {
     /// Requests completed in it.

@@ -4,18 +4,25 @@
 //! in [`collect`] into the typed [`evidence`]; rules are pure and tested on their own. The
 //! `latscope` binary (`diagnose`, `demo`) and the fleet agent (on an SLO breach) both run it.
 
+pub mod accounts;
 pub mod collect;
+pub mod context;
 pub mod evidence;
 pub mod locate;
 pub mod plan;
 pub mod remote;
+pub mod resolv;
+pub mod rounds;
 pub mod rules;
 pub mod steps;
+pub mod stub;
 
 use latscope_core::model::diagnose::{Budget, DiagnoseReport, Diagnosis, RuleId};
+use latscope_core::model::diagnose::{RequestRounds, RoundTrips};
+use latscope_core::model::round_trips::RequestKind;
 use std::fmt::Write;
 
-use latscope_core::units::format_ns;
+use latscope_core::units::{count, format_ns};
 
 use evidence::Evidence;
 
@@ -70,9 +77,10 @@ fn server_app_ns(ev: &Evidence, host_ns: Option<u64>) -> Option<u64> {
 }
 
 /// One sentence: the answer to "where does the latency come from?", accounting for the
-/// budget — how much of a request the top finding explains, what it explains in turn, and
-/// with no finding where the time goes.
-pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
+/// budget — how much of a request the top finding explains, the round trips it costs, what it
+/// explains in turn, and with no finding where the time goes (over a long path: the path is
+/// the floor).
+pub fn verdict(findings: &[Diagnosis], budget: &Budget, rounds: Option<&RoundTrips>) -> String {
     if let Some(top) = findings.first() {
         let mut v = if top.rule == RuleId::ErrorResponses {
             // A finding about what was measured (error pages), not a share of the time.
@@ -92,16 +100,21 @@ pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
                 format_ns(top.explains_ns as f64)
             )
         };
-        if let Some(s) = budget
-            .single_request_ns
-            .filter(|&s| s >= top.explains_ns && s > 0 && top.explains_ns > 0)
-        {
+        // Of the request the finding's round trips are in, else of one request at a time.
+        let whole = rounds
+            .and_then(|r| account_saving(r, top.rule))
+            .map(|(a, _)| a.measured_ns)
+            .or(budget.single_request_ns);
+        if let Some(s) = whole.filter(|&s| s >= top.explains_ns && s > 0 && top.explains_ns > 0) {
             let _ = write!(
                 v,
                 " ({:.0}% of its {})",
                 100.0 * top.explains_ns as f64 / s as f64,
                 format_ns(s as f64)
             );
+        }
+        if let Some(r) = rounds.and_then(|r| rounds_saved(r, top.rule)) {
+            let _ = write!(v, "; {r}");
         }
         let effects: Vec<&str> = top
             .causes
@@ -118,7 +131,17 @@ pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
         {
             let _ = write!(v, " (note: {})", errors.title);
         }
+        // Figures taken by a client that could not always run are said to be so, whatever
+        // else was found.
+        if top.rule != RuleId::ClientCpuStarved
+            && let Some(starved) = findings.iter().find(|f| f.rule == RuleId::ClientCpuStarved)
+        {
+            let _ = write!(v, " (caveat: {})", starved.title);
+        }
         return v;
+    }
+    if let Some(floor) = rounds.and_then(|r| path_floor(r, budget)) {
+        return floor;
     }
     match (budget.single_request_ns, budget.path_rtt_ns, budget.host_ns) {
         (Some(s), Some(p), Some(h)) => {
@@ -143,6 +166,70 @@ pub fn verdict(findings: &[Diagnosis], budget: &Budget) -> String {
         ),
         _ => "nothing could be measured".into(),
     }
+}
+
+/// The account where `rule` saves the most, and what it saves there, when it saves any (the
+/// first of equals).
+fn account_saving(r: &RoundTrips, rule: RuleId) -> Option<(&RequestRounds, u64)> {
+    r.requests
+        .iter()
+        .map(|a| {
+            let saved = a
+                .avoidable()
+                .filter(|p| p.rule == Some(rule))
+                .map(|p| p.avoidable_ns)
+                .sum::<u64>();
+            (a, saved)
+        })
+        .filter(|&(_, saved)| saved > 0)
+        .fold(None, |best, (a, saved)| match best {
+            Some((_, b)) if b >= saved => best,
+            _ => Some((a, saved)),
+        })
+}
+
+/// "the next request: 4 round trips where 1 would do" for the account where `rule` saves the
+/// most, when it saves any.
+fn rounds_saved(r: &RoundTrips, rule: RuleId) -> Option<String> {
+    let (a, _) = account_saving(r, rule)?;
+    Some(format!(
+        "{}: {} where {} would do",
+        a.request.label(),
+        count(u64::from(a.round_trips()), "round trip"),
+        a.needed()
+    ))
+}
+
+/// The share of a request the path's round trip must be for the path to be the floor of a
+/// clean run's time (the rest in the hosts).
+const FLOOR_SHARE: f64 = 0.6;
+
+/// With nothing found over a long path: the path is the floor. "the path is the floor: nothing
+/// to save — the next request takes 1 round trip of 40.1ms (40.5ms measured); a first request
+/// 2 (80.9ms)". `None` over a short path, or where the path is not most of a request.
+fn path_floor(r: &RoundTrips, budget: &Budget) -> Option<String> {
+    let single = budget.single_request_ns?;
+    if r.rtt_ns < 1_000_000 || (r.rtt_ns as f64) < FLOOR_SHARE * single as f64 {
+        return None;
+    }
+    let next = r.requests.iter().find(|a| a.request == RequestKind::Next)?;
+    let mut v = format!(
+        "the path is the floor: nothing to save — {} takes {} of {} ({} measured)",
+        next.request.label(),
+        count(u64::from(next.round_trips()), "round trip"),
+        format_ns(r.rtt_ns as f64),
+        format_ns(next.measured_ns as f64)
+    );
+    if let Some(first) = r.requests.iter().find(|a| a.request == RequestKind::First) {
+        let _ = write!(
+            v,
+            "; {} {} ({}); only a shorter path (a server or a CDN closer to the clients) makes them faster",
+            first.request.label(),
+            first.round_trips(),
+            format_ns(first.measured_ns as f64)
+        );
+    }
+    Some(v)
 }
 
 /// What a run amounts to, which decides the exit code.

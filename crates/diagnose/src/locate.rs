@@ -31,23 +31,7 @@ fn here(addr: SocketAddr) -> (bool, bool) {
 fn namespaces(skip: u64) -> Vec<(u64, File)> {
     let mut seen: HashSet<u64> = HashSet::from([skip]);
     let mut out = Vec::new();
-    let named = std::fs::read_dir("/run/netns")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path());
-    let procs = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .map(|e| e.path().join("ns/net"));
-    for path in named.chain(procs) {
+    for path in latscope_sys::netns::namespace_paths() {
         let Ok(f) = File::open(&path) else { continue };
         let Ok(m) = f.metadata() else { continue };
         if seen.insert(m.ino()) {

@@ -1,9 +1,9 @@
 //! Two-ended diagnosis: the server's host observes its end of the client's connections while
 //! the client's steps run, and answers with typed evidence. The exchange's types — the
-//! [`EvidenceRequest`] a client sends and the [`ServerEvidence`] it gets back (`latscope schema
-//! evidence`) — are plain data in `latscope_core::model::evidence`, re-exported here; [`server`]
-//! answers requests (`latscope serve --evidence-ports`), [`client`] is the diagnose step that asks
-//! (`--server-agent`). The transport, authentication and rate limits are `latscope serve`'s
+//! `EvidenceRequest` a client sends and the `ServerEvidence` it gets back (`latscope schema
+//! evidence`) — are plain data in `latscope_core::model::evidence`; [`server`]
+//! answers requests (`latscope serve --evidence-ports`); the diagnose step that asks
+//! (`--server-agent`) is `steps::server_agent`. The transport, authentication and rate limits are `latscope serve`'s
 //! (`latscope_net::serve::evidence`), and so is the fuzzing of both ends' parsers
 //! (`latscope_net::serve::fuzzing::evidence`).
 //!
@@ -11,9 +11,4 @@
 //! observation window; the one cross-host time (when the client said it was done) only
 //! estimates the clocks' offset, and says so.
 
-pub mod client;
 pub mod server;
-
-pub use latscope_core::model::evidence::{
-    EVIDENCE_VERSION, EvidenceRequest, Observed, RequestError, ServerEvidence,
-};

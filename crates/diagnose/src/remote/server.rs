@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use latscope_core::model::evidence::{EVIDENCE_VERSION, EvidenceRequest, Observed, ServerEvidence};
 use latscope_net::proto::RefusalCode;
 use latscope_net::serve::evidence::{Done, EvidenceService, Observation, Refusal};
 
-use super::{EVIDENCE_VERSION, EvidenceRequest, Observed, ServerEvidence};
 use crate::evidence::NsCounters;
-use crate::steps::NotRun;
+use crate::steps::step::NotRun;
 use crate::steps::{counters, cpu, kernel_stack, server_sockets};
 
 /// Which local ports an agent reports on.

@@ -55,20 +55,17 @@ pub fn bottleneck_bandwidth(e: &Evidence) -> Option<Diagnosis> {
     }
     let mut evidence = Vec::new();
     let mut parts = Vec::new();
-    if let Some(up) = &b.up {
-        evidence.push(rate_line("client → server", up));
+    let directions = [
+        ("client → server", "request", &b.up),
+        ("server → client", "response", &b.down),
+    ];
+    for (dir, what, rate) in directions {
+        let Some(r) = rate else { continue };
+        evidence.push(rate_line(dir, r));
         parts.push(format!(
-            "the request's {} B take {}",
-            up.wire_bytes,
-            format_ns(up.serialisation_ns() as f64)
-        ));
-    }
-    if let Some(down) = &b.down {
-        evidence.push(rate_line("server → client", down));
-        parts.push(format!(
-            "the response's {} B take {}",
-            down.wire_bytes,
-            format_ns(down.serialisation_ns() as f64)
+            "the {what}'s {} B take {}",
+            r.wire_bytes,
+            format_ns(r.serialisation_ns() as f64)
         ));
     }
     evidence.push(format!(

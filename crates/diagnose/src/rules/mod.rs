@@ -10,16 +10,20 @@ pub use crate::evidence::*;
 
 mod bottleneck_bandwidth;
 mod bufferbloat;
+mod client_cpu_starved;
 mod client_host_stack;
+mod connection_not_reused;
 mod cpu_throttling;
 mod dead_address_family;
 mod delayed_ack;
 mod error_responses;
+mod host_egress;
 mod nagle_delayed_ack;
-mod path_dominates;
+mod old_tls_version;
 mod pmtu_black_hole;
 mod pre_tcp_kernel;
 mod receive_window_limited;
+mod redirects;
 mod retransmissions;
 mod run_queue_delay;
 mod send_buffer_limited;
@@ -27,23 +31,30 @@ mod server_tail_latency;
 mod shared;
 mod slow_dns;
 mod slow_handshake;
+mod slow_start_after_idle;
 mod slow_tls;
+mod small_initial_window;
 mod socket_queueing;
 mod think_time;
+mod tls_not_resumed;
 mod unexplained;
 
 pub use self::bottleneck_bandwidth::*;
 pub use self::bufferbloat::*;
+pub use self::client_cpu_starved::*;
 pub use self::client_host_stack::*;
+pub use self::connection_not_reused::*;
 pub use self::cpu_throttling::*;
 pub use self::dead_address_family::*;
 pub use self::delayed_ack::*;
 pub use self::error_responses::*;
+pub use self::host_egress::*;
 pub use self::nagle_delayed_ack::*;
-pub use self::path_dominates::*;
+pub use self::old_tls_version::*;
 pub use self::pmtu_black_hole::*;
 pub use self::pre_tcp_kernel::*;
 pub use self::receive_window_limited::*;
+pub use self::redirects::*;
 pub use self::retransmissions::*;
 pub use self::run_queue_delay::*;
 pub use self::send_buffer_limited::*;
@@ -51,37 +62,105 @@ pub use self::server_tail_latency::*;
 pub(crate) use self::shared::*;
 pub use self::slow_dns::*;
 pub use self::slow_handshake::*;
+pub use self::slow_start_after_idle::*;
 pub use self::slow_tls::*;
+pub use self::small_initial_window::*;
 pub use self::socket_queueing::*;
 pub use self::think_time::*;
+pub use self::tls_not_resumed::*;
 pub use self::unexplained::*;
 
-/// A rule: the evidence in, a finding out when it fires.
-pub type Rule = fn(&Evidence) -> Option<Diagnosis>;
+/// How a rule reads the run.
+#[derive(Clone, Copy)]
+pub enum Check {
+    /// From the evidence alone.
+    Evidence(fn(&Evidence) -> Option<Diagnosis>),
+    /// From the evidence and what the other rules found (the open world: what they leave).
+    Remainder(fn(&Evidence, &[Diagnosis]) -> Option<Diagnosis>),
+}
 
-/// Rules in the order they are tried; the report ranks what fires by [`rank`].
+/// A rule as registered: its id (whose name and description are the result model's,
+/// [`RuleId::name`], [`RuleId::about`]), the sides its findings may blame, and its check.
+#[derive(Clone, Copy)]
+pub struct Rule {
+    /// The finding's name.
+    pub id: RuleId,
+    /// The sides its findings name (checked on every finding the unit tests make).
+    pub sides: &'static [Side],
+    /// How it reads the run.
+    pub check: Check,
+}
+
+impl Rule {
+    const fn evidence(
+        id: RuleId,
+        sides: &'static [Side],
+        f: fn(&Evidence) -> Option<Diagnosis>,
+    ) -> Rule {
+        Rule {
+            id,
+            sides,
+            check: Check::Evidence(f),
+        }
+    }
+
+    const fn remainder(
+        id: RuleId,
+        sides: &'static [Side],
+        f: fn(&Evidence, &[Diagnosis]) -> Option<Diagnosis>,
+    ) -> Rule {
+        Rule {
+            id,
+            sides,
+            check: Check::Remainder(f),
+        }
+    }
+
+    /// The registered rule with `id`, if it has one (an id may be named before its rule exists).
+    pub fn of(id: RuleId) -> Option<&'static Rule> {
+        RULES.iter().find(|r| r.id == id)
+    }
+}
+
+/// The registry of rules, in the order they are tried (the report ranks what fires by
+/// [`rank`]); the rules that read what the others found come last. A new rule is one file in
+/// `rules/` and one line here (and its id in `RuleId`); `diagnose --help` and the docs' list are
+/// made from this table.
+#[rustfmt::skip]
 pub const RULES: &[Rule] = &[
-    nagle_delayed_ack,
-    think_time,
-    socket_queueing,
-    slow_handshake,
-    retransmissions,
-    delayed_ack,
-    pre_tcp_kernel,
-    bufferbloat,
-    path_dominates,
-    slow_dns,
-    slow_tls,
-    cpu_throttling,
-    run_queue_delay,
-    bottleneck_bandwidth,
-    self::server_tail_latency::server_tail_latency,
-    client_host_stack,
-    error_responses,
-    pmtu_black_hole,
-    dead_address_family,
-    receive_window_limited,
-    send_buffer_limited,
+    Rule::evidence(RuleId::NagleDelayedAck, &[Side::Server], nagle_delayed_ack),
+    Rule::evidence(RuleId::ThinkTime, &[Side::Server], think_time),
+    Rule::evidence(RuleId::SocketQueueing, &[Side::Server], socket_queueing),
+    Rule::evidence(RuleId::SlowHandshake, &[Side::Network, Side::Server], slow_handshake),
+    Rule::evidence(RuleId::Retransmissions, &[Side::Network], retransmissions),
+    Rule::evidence(RuleId::DelayedAck, &[Side::Client], delayed_ack),
+    Rule::evidence(RuleId::PreTcpKernel, &[Side::Server], pre_tcp_kernel),
+    Rule::evidence(RuleId::Bufferbloat, &[Side::Network, Side::Both], bufferbloat),
+    Rule::evidence(RuleId::SlowDns, &[Side::Client], slow_dns),
+    Rule::evidence(RuleId::SlowTls, &[Side::Server], slow_tls),
+    Rule::evidence(RuleId::CpuThrottling, &[Side::Server], cpu_throttling),
+    Rule::evidence(RuleId::RunQueueDelay, &[Side::Server], run_queue_delay),
+    Rule::evidence(RuleId::BottleneckBandwidth, &[Side::Network], bottleneck_bandwidth),
+    Rule::evidence(RuleId::ServerTailLatency, &[Side::Server], self::server_tail_latency::server_tail_latency),
+    Rule::evidence(RuleId::ClientHostStack, &[Side::Client], client_host_stack),
+    Rule::evidence(RuleId::HostEgress, &[Side::Client, Side::Server], host_egress),
+    Rule::evidence(RuleId::ErrorResponses, &[Side::Server], error_responses),
+    Rule::evidence(RuleId::PmtuBlackHole, &[Side::Network], pmtu_black_hole),
+    Rule::evidence(RuleId::DeadAddressFamily, &[Side::Server], dead_address_family),
+    Rule::evidence(RuleId::ReceiveWindowLimited, &[Side::Client], receive_window_limited),
+    Rule::evidence(RuleId::SendBufferLimited, &[Side::Server], send_buffer_limited),
+    Rule::evidence(RuleId::ClientCpuStarved, &[Side::Client], client_cpu_starved),
+    // The round trips a fix would save: a request over a long path is counted in them (see
+    // `crate::accounts`); the path that is left is the floor, no finding of its own.
+    // Resumption before the version: where both cost the same round trip, the missing
+    // resumption is said first (ranking keeps the order of equals).
+    Rule::evidence(RuleId::ConnectionNotReused, &[Side::Server], connection_not_reused),
+    Rule::evidence(RuleId::TlsNotResumed, &[Side::Server], tls_not_resumed),
+    Rule::evidence(RuleId::OldTlsVersion, &[Side::Server], old_tls_version),
+    Rule::evidence(RuleId::SlowStartAfterIdle, &[Side::Server], slow_start_after_idle),
+    Rule::evidence(RuleId::SmallInitialWindow, &[Side::Server], small_initial_window),
+    Rule::evidence(RuleId::Redirects, &[Side::Both], redirects),
+    Rule::remainder(RuleId::Unexplained, &[Side::Server, Side::Both], unexplained),
 ];
 
 /// Apply every rule, then rank: root causes first (most latency explained first), each
@@ -90,12 +169,76 @@ pub const RULES: &[Rule] = &[
 /// Then the open world: what the findings leave of a request, when material, is a finding of
 /// its own ([`unexplained`]), never silence.
 pub fn apply(e: &Evidence) -> Vec<Diagnosis> {
-    let mut found = rank(e, RULES.iter().filter_map(|r| r(e)).collect());
-    if let Some(u) = unexplained(e, &found) {
-        found.push(u);
-        found = rank(e, found);
+    let mut found = rank(
+        e,
+        RULES
+            .iter()
+            .filter_map(|r| match r.check {
+                Check::Evidence(f) => f(e),
+                Check::Remainder(_) => None,
+            })
+            .filter(|f| material(e, f))
+            .collect(),
+    );
+    for r in RULES {
+        if let Check::Remainder(f) = r.check
+            && let Some(d) = f(e, &found)
+        {
+            found.push(d);
+            found = rank(e, found);
+        }
+    }
+    #[cfg(test)]
+    for f in &found {
+        let sides = Rule::of(f.rule).map_or(&[][..], |r| r.sides);
+        assert!(
+            sides.contains(&f.side),
+            "{:?} blames {:?}, not a side its registration names ({sides:?})",
+            f.rule,
+            f.side
+        );
     }
     found
+}
+
+/// The least share of a request a finding must explain to be one: 1/20. Below it the finding
+/// is a figure about a mechanism that cost the requests nothing that matters (a `slow_handshake`
+/// of 54 ns in a 17 µs request, issue 41), and "a latency problem found" would be false.
+pub const MATERIAL_SHARE: f64 = 0.05;
+
+/// …and the least time: 10 µs (a wake-up on an idle host).
+pub const MATERIAL_FLOOR_NS: u64 = 10_000;
+
+/// The request a finding's cost is a share of: the single request's median, or a URL's whole
+/// request on a new connection (its phases) when that is longer — the set-up costs (DNS, TCP,
+/// TLS) are paid there. `None` when no request was measured.
+pub fn request_ns(e: &Evidence) -> Option<u64> {
+    let single = e.single.as_ref().map(|s| s.p50_ns);
+    let phases = e
+        .phases
+        .as_ref()
+        .filter(|p| p.requests > 0)
+        .map(|p| p.total_ns());
+    single.max(phases).filter(|&r| r > 0)
+}
+
+/// Whether a finding explains something material of a request: what it costs a request
+/// ([`Diagnosis::explains_ns`]) at least [`MATERIAL_FLOOR_NS`] and [`MATERIAL_SHARE`] of the
+/// request ([`request_ns`]). A tail finding is about the requests of the tail, and its wait is
+/// measured against theirs (its rule already asked for a heavy tail over enough requests); error
+/// pages are a finding about what was measured, not a cost; with no request measured, nothing
+/// to compare with, every finding stands on its own evidence.
+pub fn material(e: &Evidence, f: &Diagnosis) -> bool {
+    // Error pages, and a client that could not run, are findings about what was measured,
+    // not costs: said whatever their share.
+    if matches!(f.rule, RuleId::ErrorResponses | RuleId::ClientCpuStarved) {
+        return true;
+    }
+    let Some(request) = request_ns(e) else {
+        return true;
+    };
+    let cost = f.explains_ns;
+    cost >= MATERIAL_FLOOR_NS && cost as f64 >= MATERIAL_SHARE * request as f64
 }
 
 /// One finding explaining another: `cause` makes `effect` happen, when `holds` says the
@@ -115,31 +258,72 @@ pub struct Link {
 /// fill the bottleneck makes the probe wait behind them. Every link also needs its cause to
 /// explain something itself ([`explains_something`]).
 pub const CHAINS: &[Link] = &[
+    // A slow link makes a response's later packets wait for its earlier ones in the sender's
+    // qdisc (or the driver's ring): that wait is the serialisation the bottleneck rule names,
+    // when it covers half of it, not a queue to configure away.
+    Link {
+        cause: RuleId::BottleneckBandwidth,
+        effect: RuleId::HostEgress,
+        holds: |e, b, h| {
+            held_by_the_device(e, h.side) && b.explains_ns.saturating_mul(2) >= h.explains_ns
+        },
+    },
+    // The client's host holding every packet is what a stage of its way out costs: the stage
+    // (named, with its fix) is the cause when it is the client's and covers a quarter of the
+    // host's cost (an exchange sends the request and an ACK through it, and the host's figure
+    // counts the way in too).
+    Link {
+        cause: RuleId::HostEgress,
+        effect: RuleId::ClientHostStack,
+        holds: |_, c, h| c.side == Side::Client && c.explains_ns.saturating_mul(4) >= h.explains_ns,
+    },
+    // A client that could not run times its own waiting: a tail the requests show, as long as
+    // its holds, is the client's — a server's tail or unexplained time seen from it is its
+    // consequence when the client's own tail covers half of it.
+    Link {
+        cause: RuleId::ClientCpuStarved,
+        effect: RuleId::ServerTailLatency,
+        holds: |_, c, t| c.explains_ns.saturating_mul(2) >= t.explains_ns,
+    },
+    Link {
+        cause: RuleId::ClientCpuStarved,
+        effect: RuleId::Unexplained,
+        holds: |e, c, u| cost_per_request(e, c).saturating_mul(2) >= cost_per_request(e, u),
+    },
     Link {
         cause: RuleId::PreTcpKernel,
         effect: RuleId::SocketQueueing,
         // Each request is at least two packets through the slow path, and the concurrent
         // requests wait for each other's: the kernel accounts for the queueing when that
         // covers half of it.
-        holds: |e, c, q| {
-            let n = e
-                .concurrent
-                .as_ref()
-                .map_or(1, |c| u64::from(c.connections));
-            c.explains_ns.saturating_mul(2 * n) * 2 >= q.explains_ns
-        },
+        holds: |e, c, q| c.explains_ns.saturating_mul(2 * connections(e)) * 2 >= q.explains_ns,
     },
     Link {
         // A cgroup that runs out of CPU quota in most periods cannot serve faster than its
         // quota: concurrent requests queue behind the throttled periods, whatever its workers.
         cause: RuleId::CpuThrottling,
         effect: RuleId::SocketQueueing,
-        holds: |e, _, _| {
-            e.cpu
-                .as_ref()
-                .and_then(|c| c.throttling.as_ref())
-                .is_some_and(|t| t.throttled.saturating_mul(2) >= t.periods.max(1))
-        },
+        holds: |e, _, _| server_throttled(e).is_some_and(throttled_mostly),
+    },
+    // The same holds make the symptoms the requests show — a server slow before its first
+    // byte, a heavy tail, time no rule names — whichever requests met them in a run (issue 37:
+    // a throttled server read as think_time once, cpu_throttling the next): they are the
+    // throttling's when the group was held in most periods and the symptom is no longer than
+    // a hold (a request waits out at most the rest of one).
+    Link {
+        cause: RuleId::CpuThrottling,
+        effect: RuleId::ThinkTime,
+        holds: |e, _, t| within_a_hold(e, t.explains_ns),
+    },
+    Link {
+        cause: RuleId::CpuThrottling,
+        effect: RuleId::ServerTailLatency,
+        holds: |e, _, t| within_a_hold(e, t.explains_ns),
+    },
+    Link {
+        cause: RuleId::CpuThrottling,
+        effect: RuleId::Unexplained,
+        holds: |e, _, u| within_a_hold(e, u.explains_ns),
     },
     Link {
         // A server that spends milliseconds of CPU on every handshake works through them one
@@ -147,13 +331,7 @@ pub const CHAINS: &[Link] = &[
         // accounts for the queueing when N concurrent handshakes cover half of it.
         cause: RuleId::SlowTls,
         effect: RuleId::SocketQueueing,
-        holds: |e, c, q| {
-            let n = e
-                .concurrent
-                .as_ref()
-                .map_or(1, |c| u64::from(c.connections));
-            c.explains_ns.saturating_mul(n) * 2 >= q.explains_ns
-        },
+        holds: |e, c, q| c.explains_ns.saturating_mul(connections(e)) * 2 >= q.explains_ns,
     },
     Link {
         cause: RuleId::PreTcpKernel,
@@ -217,6 +395,19 @@ pub const CHAINS: &[Link] = &[
         holds: |e, _, _| load_fills_bottleneck(e),
     },
     Link {
+        // A server that stops now and then even for one request at a time (a CPU quota, a
+        // collector's pauses) stops the more under a load sent to it: a probe arriving during a
+        // stop waits it out, while the load's closed loop is served in the bursts between, so
+        // the probe waits many times its fair share (the lab's cpu-starved from the client
+        // alone: stalls of 9 ms idle, 89 ms under 64 connections, in one run of three).
+        cause: RuleId::ServerTailLatency,
+        effect: RuleId::Bufferbloat,
+        holds: |e, _, b| {
+            b.side == Side::Both
+                && self::server_tail_latency::tail_of(e).is_some_and(|t| t.quantile == "stalls")
+        },
+    },
+    Link {
         // A server that serves one request at a time makes a probe wait behind the requests of a
         // load sent to that same server (an HTTP ramp: the finding blames both sides). A bulk
         // transfer that fills the path (blamed on the network) is a cause of its own.
@@ -226,20 +417,41 @@ pub const CHAINS: &[Link] = &[
     },
 ];
 
+/// The connections the requests ran on at once (one when the run was not concurrent).
+fn connections(e: &Evidence) -> u64 {
+    e.concurrent
+        .as_ref()
+        .map_or(1, |c| u64::from(c.connections))
+}
+
+/// The server's cgroup throttling, when its CPU was observed.
+fn server_throttled(e: &Evidence) -> Option<&Throttling> {
+    e.cpu.as_ref()?.throttling.as_ref()
+}
+
+/// The server's group was throttled in most periods ([`throttled_mostly`]) and `ns` is no
+/// longer than a throttled period held it (wall clock, with half again for the requests'
+/// own time around it).
+fn within_a_hold(e: &Evidence, ns: u64) -> bool {
+    server_throttled(e)
+        .filter(|t| throttled_mostly(t))
+        .and_then(Throttling::held_per_period)
+        .is_some_and(|h| ns <= h.held_ns.saturating_mul(3) / 2)
+}
+
 /// What a finding costs the average request, to rank findings by: its `explains_ns`, except
 /// for a tail finding, whose `explains_ns` only the requests of the tail lose (one in a hundred
-/// at a p99, one in a thousand at a p99.9). A 6 ms tail at the p99 costs a request 64 µs on
+/// at a p99, one in a thousand at a p99.9, the stalls counted). A 6 ms tail at the p99 costs a request 64 µs on
 /// average: less than a 98 µs wait every request has.
 pub fn cost_per_request(e: &Evidence, f: &Diagnosis) -> u64 {
     let single = e.single.as_ref();
     if !self::server_tail_latency::is_tail(f, single.map(|s| s.p50_ns)) {
         return f.explains_ns;
     }
-    let share = match single.and_then(self::server_tail_latency::heavy_tail) {
-        Some(t) if t.quantile == "p99.9" => 1_000,
-        _ => 100,
-    };
-    f.explains_ns / share
+    match self::server_tail_latency::tail_of(e) {
+        Some(t) => t.per_request_ns(f.explains_ns),
+        None => f.explains_ns / 100,
+    }
 }
 
 /// A cause explains another finding only if it explains something itself: at least
@@ -249,7 +461,14 @@ pub fn cost_per_request(e: &Evidence, f: &Diagnosis) -> u64 {
 /// loss, while no request measured waited for it — cannot be why the handshakes cost 65 ms a
 /// request (the lab's accept-queue from the client's seat, round 7).
 pub fn explains_something(e: &Evidence, cause: &Diagnosis, effect: &Diagnosis) -> bool {
-    cost_per_request(e, cause).saturating_mul(CAUSE_SHARE) >= cost_per_request(e, effect)
+    // A tail explains what the requests that meet it lose: its own figure, not its average.
+    let cause_ns = if self::server_tail_latency::is_tail(cause, e.single.as_ref().map(|s| s.p50_ns))
+    {
+        cause.explains_ns
+    } else {
+        cost_per_request(e, cause)
+    };
+    cause_ns.saturating_mul(CAUSE_SHARE) >= cost_per_request(e, effect)
 }
 
 /// The smallest share of an effect's cost its cause must explain, as a divisor: 1/100. The
@@ -299,5 +518,7 @@ pub fn rank(e: &Evidence, mut found: Vec<Diagnosis>) -> Vec<Diagnosis> {
     found
 }
 
+#[cfg(test)]
+mod round_trip_tests;
 #[cfg(test)]
 mod tests;

@@ -54,7 +54,7 @@ pub fn pmtu_black_hole(e: &Evidence) -> Option<Diagnosis> {
         rule: RuleId::PmtuBlackHole,
         title: "a path-MTU black hole: full-size segments never arrive, smaller ones do".into(),
         // A request never completes: at least the time the fetch waited for it.
-        explains_ns: crate::steps::MSS_FETCH_TIMEOUT.as_nanos() as u64,
+        explains_ns: crate::evidence::MSS_FETCH_TIMEOUT.as_nanos() as u64,
         confidence: 0.9,
         side: Side::Network,
         evidence,

@@ -3,7 +3,9 @@
 use super::*;
 
 /// Pre-TCP kernel latency: packets wait between the IP layer and TCP (netfilter rules,
-/// routing) — netstacklat's ip-start → tcp-start gap.
+/// routing) — netstacklat's ip-start → tcp-start gap. The kernel stack observer watches the
+/// server's receive path (on this host, or by the server's agent): the host to fix is the
+/// server.
 pub fn pre_tcp_kernel(e: &Evidence) -> Option<Diagnosis> {
     let st = e.stack.as_ref()?;
     let ip = st.ip_start_ns?;
@@ -23,7 +25,7 @@ pub fn pre_tcp_kernel(e: &Evidence) -> Option<Diagnosis> {
         title: "packets wait inside the kernel before TCP (netfilter rules or routing)".into(),
         explains_ns: gap as u64,
         confidence: if at == "TCP" { 0.75 } else { 0.65 },
-        side: Side::Kernel,
+        side: Side::Server,
         evidence: vec![format!(
             "kernel stack (eBPF), server side: packets reach the IP layer after {} and {at} after {} (median): {} between them",
             format_ns(ip),

@@ -88,8 +88,9 @@ fn server_sees_it(e: &Evidence) -> Option<TransferLimits> {
         .then_some(l)
 }
 
-/// What a limit on a transfer costs a request: the download's transfer beyond one round trip
-/// (what a window that fits the path would leave of it), less the bottleneck's serialisation
+/// What a limit on a transfer costs a request: the download's transfer beyond what a window
+/// that fits the path would leave of it — one round trip, or over a long path the round trips
+/// slow start needs for the response from ten segments —, less the bottleneck's serialisation
 /// when a rate above the transfer's was measured; without a download, `share` of the single
 /// request's time beyond the path. Never more than the single request measured beyond the path.
 pub(crate) fn transfer_cost(e: &Evidence, share: f64) -> u64 {
@@ -106,7 +107,16 @@ pub(crate) fn transfer_cost(e: &Evidence, share: f64) -> u64 {
         .and_then(|b| b.down)
         .filter(|r| r.rate_bps > 1.5 * d.rate_bps())
         .map_or(0, |r| (d.body_bytes as f64 * 8.0 / r.rate_bps * 1e9) as u64);
-    let cost = d.transfer_ns.saturating_sub(path).saturating_sub(wire);
+    let mss = e
+        .browser
+        .as_ref()
+        .and_then(|b| b.first_exchange.mss)
+        .unwrap_or(1448);
+    let slow_start = u64::from(crate::rounds::flights::floor_rounds(d.body_bytes, mss)) * path;
+    let cost = d
+        .transfer_ns
+        .saturating_sub(path.max(slow_start))
+        .saturating_sub(wire);
     if beyond_path > 0 {
         cost.min(beyond_path)
     } else {

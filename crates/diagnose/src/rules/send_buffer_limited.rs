@@ -9,6 +9,8 @@
 
 use latscope_core::units::format_bytes;
 
+use crate::rounds::flights::plateau;
+
 use super::*;
 
 /// The share of the server's busy sending time the send buffer must hold it back for: a tenth,
@@ -20,12 +22,19 @@ use super::*;
 /// window ([`send_buffer_limited`]), not this share.
 pub const SNDBUF_SHARE: f64 = 0.1;
 
+/// The server's send buffer limits a transfer, as its own socket says ([`seen_by_server`]) or,
+/// from the client alone over a long path, as the response's flights show it
+/// ([`seen_by_client`]).
+pub fn send_buffer_limited(e: &Evidence) -> Option<Diagnosis> {
+    seen_by_server(e).or_else(|| seen_by_client(e))
+}
+
 /// The server's socket says its send buffer held it back for a material part of its busy
 /// time, more than the client's window did, and the buffer is smaller than the congestion
 /// window (the network would let more in flight than the buffer holds). A network-limited
 /// sender also finds its buffer full while it waits for ACKs, but auto-tuning keeps that
 /// buffer at twice the congestion window: there the network is the limit, not the buffer.
-pub fn send_buffer_limited(e: &Evidence) -> Option<Diagnosis> {
+fn seen_by_server(e: &Evidence) -> Option<Diagnosis> {
     let ss = e.server_sockets.as_ref()?;
     let l = ss.limits?;
     let share = l.share(l.sndbuf_limited_us);
@@ -79,8 +88,69 @@ pub fn send_buffer_limited(e: &Evidence) -> Option<Diagnosis> {
         confidence: 0.8,
         side: Side::Server,
         evidence,
-        fix: "let the server's send buffer reach the path's bandwidth × RTT: do not set SO_SNDBUF that small (nginx `listen … sndbuf=`, setsockopt in the application; setting it turns auto-tuning off), or raise the third value of net.ipv4.tcp_wmem on the server host".into(),
+        fix: FIX.into(),
         caused_by: None,
         causes: Vec::new(),
     })
 }
+
+/// From the client alone: the browser's first response arrived in flights of one size round
+/// after round ([`plateau`]), at most half the window the client advertised, with a pause
+/// between flights (a link that set the pace would leave none): the sender kept a fixed amount
+/// in flight per round trip whatever the window and the path allowed. A congestion window grows
+/// round by round instead, even after a loss. What a buffer costs is the round trips beyond
+/// those slow start needs from ten segments. A send buffer and an application that writes that
+/// much per round trip look alike from here: the confidence is lower, and the evidence says
+/// which host can tell them apart.
+fn seen_by_client(e: &Evidence) -> Option<Diagnosis> {
+    let (p, rtt) = browser(e)?;
+    let x = &p.first_exchange;
+    let mss = x.mss?;
+    let flat = plateau(&x.flights, mss)?;
+    let window = x.window?;
+    if flat.bytes.saturating_mul(2) > u64::from(window) {
+        return None;
+    }
+    let floor = x.floor_rounds();
+    let explains = x.rounds_saving(floor, rtt);
+    if explains < PHASE_FLOOR_NS {
+        return None;
+    }
+    let evidence = vec![
+        format!(
+            "a new connection's response of {} took {} of {} after its first flight; then {} flights in a row of about {} each, a pause between them",
+            format_bytes(x.wire_bytes as f64),
+            count(u64::from(x.further_rounds()), "round trip"),
+            format_ns(rtt as f64),
+            flat.rounds,
+            format_bytes(flat.bytes as f64)
+        ),
+        format!(
+            "the client advertised a window of {}, more than twice that: the window was not the limit, and the pauses say the link was not either",
+            format_bytes(f64::from(window))
+        ),
+        format!(
+            "from ten segments, doubling, the response would need {}: {} lost",
+            count(u64::from(floor), "round trip"),
+            format_ns(explains as f64)
+        ),
+        format!(
+            "the server's socket is not visible from here: a send buffer and an application that writes {} per round trip look alike from the client; the server's host (or `--server-agent`) tells them apart (tcpi_sndbuf_limited)",
+            format_bytes(flat.bytes as f64)
+        ),
+    ];
+    Some(Diagnosis {
+        rule: RuleId::SendBufferLimited,
+        title: "the server's send buffer limits the transfer: it holds less than the path carries per round trip".into(),
+        explains_ns: explains,
+        confidence: 0.6,
+        side: Side::Server,
+        evidence,
+        fix: FIX.into(),
+        caused_by: None,
+        causes: Vec::new(),
+    })
+}
+
+/// What to change for a send buffer that is too small.
+const FIX: &str = "let the server's send buffer reach the path's bandwidth × RTT: do not set SO_SNDBUF that small (nginx `listen … sndbuf=`, setsockopt in the application; setting it turns auto-tuning off), or raise the third value of net.ipv4.tcp_wmem on the server host";

@@ -320,3 +320,9 @@ pub(crate) fn server_observed(e: &Evidence) -> bool {
 pub(crate) fn server_end_located(e: &Evidence) -> bool {
     server_observed(e) || client_host_ruled_out(e)
 }
+
+/// The round-trip step's requests and the path's RTT they are counted in, when both were
+/// measured.
+pub(crate) fn browser(e: &Evidence) -> Option<(&crate::rounds::probe::RoundTripProbe, u64)> {
+    Some((e.browser.as_ref()?, e.path.as_ref()?.p50_ns))
+}

@@ -2,16 +2,30 @@
 
 use super::*;
 
-/// A slow TLS handshake: beyond its two round trips at most (TLS 1.2; 1.3 needs one), the
-/// handshake spends milliseconds — the server's key exchange and signature, a long
-/// certificate chain, or OCSP fetched inline.
+/// What the handshake spends beyond its round trips must be at least this share of the
+/// request: over a long path a millisecond of the server's signature is no finding beside the
+/// round trips (those are the round-trip rules').
+const BEYOND_SHARE: f64 = 0.05;
+
+/// A slow TLS handshake: beyond its round trips (as the browser's first connection negotiated
+/// them — one for TLS 1.3, two for a full TLS 1.2 handshake —, else two at most), the
+/// handshake spends milliseconds — the server's key exchange and signature, a long certificate
+/// chain, or OCSP fetched inline.
 pub fn slow_tls(e: &Evidence) -> Option<Diagnosis> {
     let ph = e.phases.as_ref()?;
     let tls = ph.tls_ns?;
     let path = e.path.as_ref().map_or(ph.connect_ns, |p| p.p50_ns);
-    let beyond = tls.saturating_sub(2 * path);
+    let rounds = e
+        .browser
+        .as_ref()
+        .and_then(|b| b.first.tls)
+        .map_or(2, |t| t.round_trips());
+    let beyond = tls.saturating_sub(u64::from(rounds) * path);
     let total = ph.total_ns();
-    if beyond < PHASE_FLOOR_NS || (tls as f64) < PHASE_SHARE * total as f64 {
+    if beyond < PHASE_FLOOR_NS
+        || (tls as f64) < PHASE_SHARE * total as f64
+        || (beyond as f64) < BEYOND_SHARE * total as f64
+    {
         return None;
     }
     Some(Diagnosis {
@@ -21,12 +35,13 @@ pub fn slow_tls(e: &Evidence) -> Option<Diagnosis> {
         confidence: 0.8,
         side: Side::Server,
         evidence: vec![format!(
-            "request phases (median of {}): TLS handshake {} of a {} request ({:.0}%), {} beyond two round trips of the path ({} each)",
+            "request phases (median of {}): TLS handshake {} of a {} request ({:.0}%), {} beyond its {} of the path ({} each)",
             ph.requests,
             format_ns(tls as f64),
             format_ns(total as f64),
             100.0 * tls as f64 / total.max(1) as f64,
             format_ns(beyond as f64),
+            count(u64::from(rounds), "round trip"),
             format_ns(path as f64)
         )],
         fix: "on the server: an ECDSA certificate instead of a large RSA key, a short chain, OCSP stapling, TLS 1.3 and session resumption; on the client, reuse connections".into(),

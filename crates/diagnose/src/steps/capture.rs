@@ -6,14 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use latscope_core::model::analyze::{Analysis, StallKind};
 use latscope_core::model::diagnose::StepName;
-use latscope_wire::analyze::Analysis;
-use latscope_wire::report::StallKind;
 
 use super::delivery::Delivery;
+use super::step::{NotRun, Observe, requests_target};
 use super::trains::{self, Trains};
-use super::{NotRun, Observe, requests_target};
-use crate::collect::Context;
+use crate::context::Context;
 use crate::evidence::{
     Bottleneck, CaptureEvidence, Evidence, LinkRate, NagleStalls, RateSource, StallExample,
     StallTotal,
@@ -166,7 +165,7 @@ fn capture_and_analyze(
 
 /// The analysis counts resent SYNs and SYN-ACKs with the data's retransmissions, as tshark
 /// does, but keeps them out of its timer stalls (the wire analyzer's own handshake finding,
-/// `latscope_wire::SynResends`): set them apart from the retransmissions too.
+/// `syn_retransmission`): set them apart from the retransmissions too.
 fn set_apart(mut ev: CaptureEvidence, syn: Option<StallTotal>) -> CaptureEvidence {
     let Some(syn) = syn else {
         return ev;

@@ -7,8 +7,8 @@ use latscope_core::model::diagnose::StepName;
 use latscope_core::units::format_ns;
 
 use super::engines::app_run;
-use super::{Measure, NotRun, requests_target};
-use crate::collect::Context;
+use super::step::{Measure, NotRun, requests_target};
+use crate::context::Context;
 use crate::evidence::{Concurrent, Evidence, RequestConnects};
 
 pub struct Concurrency;

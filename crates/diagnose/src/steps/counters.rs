@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use latscope_core::model::diagnose::StepName;
 
-use super::{NotRun, Observe};
-use crate::collect::Context;
+use super::step::{NotRun, Observe};
+use crate::context::Context;
 use crate::evidence::{Evidence, NsCounters, TcpCounters};
 
 pub struct Counters;

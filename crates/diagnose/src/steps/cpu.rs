@@ -12,8 +12,8 @@ use latscope_ebpf::runq::RunQueue;
 use latscope_inspect::scan::{Selection, scan};
 
 use super::engines::meta;
-use super::{NotRun, Observe, requests_target};
-use crate::collect::Context;
+use super::step::{NotRun, Observe, requests_target};
+use crate::context::Context;
 use crate::evidence::{CpuEvidence, Evidence, RunQueueWaits, Throttling};
 
 pub struct Cpu;
@@ -30,7 +30,7 @@ pub struct Watching {
 
 /// A cgroup with a `cpu.stat` that counts throttling.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Cgroup {
+pub(crate) struct Cgroup {
     /// Its path in the hierarchy, as /proc/PID/cgroup shows it.
     name: String,
     dir: PathBuf,
@@ -39,7 +39,7 @@ struct Cgroup {
 
 /// The throttling counters of `cpu.stat`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct CpuStat {
+pub(crate) struct CpuStat {
     periods: u64,
     throttled: u64,
     throttled_ns: u64,
@@ -112,13 +112,7 @@ impl Observe for Cpu {
 /// threads' waits as well (when the server is not this process).
 pub(crate) fn watch(port: u16, netns: u64, client_too: bool) -> Result<Watching, NotRun> {
     let (process, pids) = listeners(port, netns)?;
-    let mut cgroups: Vec<Cgroup> = pids.iter().flat_map(|&p| cgroups_of(p)).collect();
-    cgroups.sort();
-    cgroups.dedup();
-    let before = cgroups
-        .into_iter()
-        .filter_map(|c| read_stat(&c.dir).map(|s| (c, s)))
-        .collect();
+    let before = cgroup_stats(&pids);
     let cpus = cpus_allowed(&pids);
     let runq = RunQueue::start(&pids).map_err(|e| e.to_string());
     // latscope's own threads too, unless the server is this process (`latscope demo`):
@@ -140,33 +134,7 @@ pub(crate) fn watch(port: u16, netns: u64, client_too: bool) -> Result<Watching,
 
 /// Stop watching: the counters' differences and the run-queue histograms.
 pub(crate) fn finish_watch(w: Watching) -> Result<CpuEvidence, NotRun> {
-    // The cgroup (the server's own or an ancestor) that held it back the longest.
-    let throttling = w
-        .before
-        .iter()
-        .filter_map(|(c, b)| {
-            let a = read_stat(&c.dir)?;
-            let quota = quota(&c.dir, c.v2);
-            Some(Throttling {
-                cgroup: c.name.clone(),
-                limit: quota.map(|(q, p)| {
-                    format!(
-                        "{} of CPU per {}",
-                        format_ns(q as f64 * 1000.0),
-                        format_ns(p as f64 * 1000.0)
-                    )
-                }),
-                periods: a.periods.saturating_sub(b.periods),
-                throttled: a.throttled.saturating_sub(b.throttled),
-                throttled_ns: a.throttled_ns.saturating_sub(b.throttled_ns),
-                quota_us: quota.map(|(q, _)| q),
-                period_us: quota.map(|(_, p)| p),
-                cpus: w.cpus,
-            })
-        })
-        // A cgroup without a limit never throttles: only limited ones are worth a line.
-        .filter(|t| t.limit.is_some() || t.throttled > 0)
-        .max_by_key(|t| (t.throttled_ns, t.periods));
+    let throttling = throttling_since(&w.before, w.cpus);
     let run_queue = match &w.runq {
         Ok(rq) => {
             let h = rq.histogram().map_err(|e| NotRun::Failed(e.to_string()))?;
@@ -193,6 +161,69 @@ pub(crate) fn finish_watch(w: Watching) -> Result<CpuEvidence, NotRun> {
         run_queue,
         client_run_queue,
     })
+}
+
+/// The cgroups whose CPU limit applies to `pids` (theirs and their ancestors', v1 and v2) that
+/// count throttling, with their counters now.
+pub(crate) fn cgroup_stats(pids: &[u32]) -> Vec<(Cgroup, CpuStat)> {
+    let mut cgroups: Vec<Cgroup> = pids.iter().flat_map(|&p| cgroups_of(p)).collect();
+    cgroups.sort();
+    cgroups.dedup();
+    cgroups
+        .into_iter()
+        .filter_map(|c| read_stat(&c.dir).map(|s| (c, s)))
+        .collect()
+}
+
+/// Why the cgroup file system holding `pid`'s CPU limit cannot be read here, if it cannot:
+/// its `/proc/PID/cgroup` is unreadable, or no mount of the hierarchies it names is reachable
+/// (our mount namespace has none, as under `ip netns exec`, and no other process's root that
+/// we may enter has one).
+pub(crate) fn cgroups_unreadable(pid: u32) -> Option<String> {
+    if let Err(e) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) {
+        return Some(format!("/proc/{pid}/cgroup: {e}"));
+    }
+    let (v2, v1) = mounts();
+    let reachable = [v2, v1]
+        .into_iter()
+        .flatten()
+        .any(|p| std::fs::read_dir(p).is_ok());
+    (!reachable).then(|| {
+        "no cgroup file system is mounted where this process can reach it (`ip netns exec` mounts a /sys of its own, and no other process's root with one could be entered)".into()
+    })
+}
+
+/// The throttling of the cgroup (the processes' own or an ancestor) that held them back the
+/// longest since `before`, when one has a limit or was throttled.
+pub(crate) fn throttling_since(
+    before: &[(Cgroup, CpuStat)],
+    cpus: Option<u32>,
+) -> Option<Throttling> {
+    before
+        .iter()
+        .filter_map(|(c, b)| {
+            let a = read_stat(&c.dir)?;
+            let quota = quota(&c.dir, c.v2);
+            Some(Throttling {
+                cgroup: c.name.clone(),
+                limit: quota.map(|(q, p)| {
+                    format!(
+                        "{} of CPU per {}",
+                        format_ns(q as f64 * 1000.0),
+                        format_ns(p as f64 * 1000.0)
+                    )
+                }),
+                periods: a.periods.saturating_sub(b.periods),
+                throttled: a.throttled.saturating_sub(b.throttled),
+                throttled_ns: a.throttled_ns.saturating_sub(b.throttled_ns),
+                quota_us: quota.map(|(q, _)| q),
+                period_us: quota.map(|(_, p)| p),
+                cpus,
+            })
+        })
+        // A cgroup without a limit never throttles: only limited ones are worth a line.
+        .filter(|t| t.limit.is_some() || t.throttled > 0)
+        .max_by_key(|t| (t.throttled_ns, t.periods))
 }
 
 /// The processes listening on `port` in namespace `netns` (0: any), and the first one's name.
@@ -363,7 +394,7 @@ fn quota(dir: &Path, v2: bool) -> Option<(u64, u64)> {
 
 /// How many CPUs `pids` may run on together: the union of their `Cpus_allowed_list`
 /// (sched_setaffinity and the cpuset both narrow it), `None` when none could be read.
-fn cpus_allowed(pids: &[u32]) -> Option<u32> {
+pub(crate) fn cpus_allowed(pids: &[u32]) -> Option<u32> {
     let mut cpus = std::collections::BTreeSet::new();
     for pid in pids {
         let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {

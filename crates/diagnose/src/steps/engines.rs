@@ -11,10 +11,11 @@ use latscope_core::model::hoststack::{HostStackTimes, StageTimes};
 use latscope_core::model::rr::{ServerBehaviour, Transport};
 use latscope_net::NetError;
 use latscope_net::proto::{RefusalCode, Start, TestKind};
-use latscope_net::rr::{RrConfig, StopAfter, open_session};
+use latscope_net::rr::{RrConfig, StopAfter};
+use latscope_net::session::open_session;
 
-use crate::collect::Plan;
-use crate::evidence::{ClientHost, RequestConnects, Responses, SLOW_FLOOR_NS};
+use crate::evidence::{ClientHost, RequestConnects, Responses, SLICE, SLOW_FLOOR_NS};
+use crate::plan::Plan;
 use latscope_core::units::unix_ms;
 
 pub fn meta(cmd: &str) -> Meta {
@@ -294,9 +295,6 @@ pub fn app_latency_sized(
         }),
     }
 }
-
-/// How long a time slice of a sliced request step lasts.
-pub const SLICE: Duration = Duration::from_millis(100);
 
 /// A request step cut into time slices as the engine reports them, placed on this process's
 /// clock: each slice's requests and their slow values.

@@ -11,9 +11,10 @@ use latscope_core::units::format_ns;
 use latscope_net::sock::Target;
 use latscope_probe::Family;
 
-use super::{Measure, NotRun};
-use crate::collect::{Context, Plan};
+use super::step::{Measure, NotRun};
+use crate::context::Context;
 use crate::evidence::{Evidence, FamilyProbe, FamilyReach};
+use crate::plan::Plan;
 
 pub struct Families;
 

@@ -12,9 +12,10 @@ use latscope_net::connect::ConnectConfig;
 use latscope_net::rr::StopAfter;
 
 use super::engines::{is_latscope, meta};
-use super::{Measure, NotRun};
-use crate::collect::{Context, Plan};
+use super::step::{Measure, NotRun};
+use crate::context::Context;
 use crate::evidence::{ConnectBurst, ConnectFailures, Evidence};
+use crate::plan::Plan;
 
 pub struct Handshakes;
 
@@ -56,7 +57,7 @@ impl Measure for Handshakes {
         // One at a time within part of the step's budget, so that the burst below is always
         // measured (its first round of connects at least): only it shows a listen queue that
         // overflows, and a burst cut by the budget read as a queue that never did.
-        let (r, _) = crate::collect::bounded(cx.stop, Instant::now() + SEQUENTIAL_MAX, |stop| {
+        let (r, _) = crate::context::bounded(cx.stop, Instant::now() + SEQUENTIAL_MAX, |stop| {
             latscope_net::connect::run(&cc, meta("connect"), stop)
         });
         let r = r.map_err(|e| NotRun::Failed(e.to_string()))?;

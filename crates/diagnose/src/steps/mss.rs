@@ -14,16 +14,14 @@ use latscope_core::model::diagnose::{StepName, TargetKind};
 use latscope_core::units::{format_bytes, format_ns};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::{Measure, NotRun};
-use crate::collect::{Context, Plan};
+use super::step::{Measure, NotRun};
+use crate::context::Context;
 use crate::evidence::{Evidence, MssProbe};
+use crate::plan::Plan;
 
 pub struct MssExperiment;
 
-/// How long one fetch may take: a black hole hangs, so this bounds the step. Long enough for a
-/// connect and a few round trips of a slow path; a large response need not complete in it, its
-/// full-size segments arriving is what tells (see `MssProbe::lowered_passes`).
-pub const FETCH_TIMEOUT: Duration = Duration::from_millis(1_200);
+use crate::evidence::MSS_FETCH_TIMEOUT as FETCH_TIMEOUT;
 /// The MSS announced in the second fetch: IPv6's minimum MTU (1280) less 40 bytes of IPv6 and
 /// 20 of TCP with room for options — a size every path must carry, IPv4 or IPv6 (RFC 8200).
 pub const LOWERED_MSS: u32 = 1_200;

@@ -7,9 +7,11 @@ use latscope_core::Summary;
 use latscope_core::model::diagnose::StepName;
 use latscope_core::units::format_ns;
 
-use super::{Measure, NotRun, engines::meta};
-use crate::collect::{Context, Plan};
+use super::engines::meta;
+use super::step::{Measure, NotRun};
+use crate::context::Context;
 use crate::evidence::Evidence;
+use crate::plan::Plan;
 
 pub struct Path;
 

@@ -1,22 +1,29 @@
 //! A URL request broken into phases, as `curl -w` / httpstat show it: DNS, connect, TLS, time to
 //! first byte, transfer. Each request is a new connection (the phases of a first request), and
-//! the medians of a few go into the evidence.
+//! the medians of a few go into the evidence. The first is a browser's ([`browser`]): on its
+//! connection the next request, and another after an idle pause, show what the server lets a
+//! client reuse and the rounds each response needs; the other samples are made during the
+//! pause.
 
 use std::time::{Duration, Instant};
 
 use latscope_core::model::diagnose::{RequestPhases, StepName, TargetKind};
 use latscope_core::units::format_ns;
 
+use super::browser::{self, Browser};
 use super::engines::http_options;
-use super::{Measure, NotRun, requests_target};
-use crate::collect::{Context, Plan};
+use super::step::{Measure, NotRun, requests_target};
+use crate::context::Context;
 use crate::evidence::{Download, Evidence};
+use crate::plan::Plan;
+use crate::rounds::probe::RoundTripProbe;
 
 pub struct Phases;
 
 /// Requests measured (each a new connection), at most.
 const REQUESTS: usize = 5;
-/// Time allowed for all of them.
+/// Time allowed for all of them, the browser's requests included: its first request is the
+/// first sample, and samples are made while its connection idles.
 const TIME: Duration = Duration::from_millis(2500);
 
 impl Measure for Phases {
@@ -31,19 +38,32 @@ impl Measure for Phases {
             return Err(NotRun::Skipped("URL targets only".into()));
         };
         let until = Instant::now() + TIME;
+        let rtt = ev.path.as_ref().map_or(0, |p| p.p50_ns);
         let mut got = Vec::with_capacity(REQUESTS);
-        let mut last_err = None;
-        while got.len() < REQUESTS && Instant::now() < until && !cx.stopped() {
-            let left = until.saturating_duration_since(Instant::now());
-            let mut o = http_options(url, 1, false, Duration::from_secs(1));
-            o.timeout = left.max(Duration::from_millis(100));
-            match latscope_http::request_phases(&o) {
-                Ok(p) => got.push(p),
-                Err(e) => {
-                    last_err = Some(e.to_string());
-                    break;
-                }
+        let (mut browser, mut last_err) = match Browser::open(url, rtt, until) {
+            Ok(b) => {
+                got.push(b.first);
+                (Some(b), None)
             }
+            Err(e) => (None, Some(e)),
+        };
+        if let Some(b) = browser.as_mut().filter(|_| !cx.stopped()) {
+            b.returning(until);
+            // Samples while the first connection idles; a sample the pause's end cut short is
+            // made again after it.
+            let _ = samples(
+                cx,
+                url,
+                &mut got,
+                b.pause_ends().unwrap_or(until).min(until),
+            );
+            b.after_pause(until);
+        }
+        if let Some(e) = samples(cx, url, &mut got, until) {
+            last_err = Some(e);
+        }
+        if let Some(b) = browser.as_mut().filter(|_| !cx.stopped()) {
+            b.follow(url, until);
         }
         if got.is_empty() {
             return Err(NotRun::Failed(
@@ -53,6 +73,7 @@ impl Measure for Phases {
         Ok(Measured {
             phases: medians(&got),
             download: download(&got),
+            browser: browser.map(|b| b.probe),
         })
     }
 
@@ -71,7 +92,11 @@ impl Measure for Phases {
             p.tls_ns.map(f).unwrap_or_else(|| "-".into()),
             f(p.ttfb_ns),
             f(p.transfer_ns)
-        )
+        ) + &m
+            .browser
+            .as_ref()
+            .map(|b| format!("; {}", browser::detail(b)))
+            .unwrap_or_default()
     }
 
     /// Its requests share TIME.
@@ -82,13 +107,39 @@ impl Measure for Phases {
     fn store(ev: &mut Evidence, m: Measured) {
         ev.phases = Some(m.phases);
         ev.download = m.download;
+        ev.browser = m.browser;
     }
 }
 
-/// The phases' medians, and the median request's transfer as the client received it.
+/// Phase samples — each a new connection with a full TLS handshake — until there are
+/// [`REQUESTS`] or `end` comes, each started only when the last one's time still fits. The
+/// error of a sample that failed, if one did.
+fn samples(
+    cx: &Context,
+    url: &str,
+    got: &mut Vec<latscope_http::Phases>,
+    end: Instant,
+) -> Option<String> {
+    loop {
+        let expect = Duration::from_nanos(got.last().map_or(0, |p| p.total_ns()));
+        if got.len() >= REQUESTS || cx.stopped() || Instant::now() + expect >= end {
+            return None;
+        }
+        let mut o = http_options(url, 1, false, Duration::from_secs(1));
+        o.timeout = browser::left(end).max(Duration::from_millis(100));
+        match latscope_http::request_phases(&o) {
+            Ok(p) => got.push(p),
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+}
+
+/// The phases' medians, the median request's transfer as the client received it, and the
+/// browser's requests.
 pub struct Measured {
     phases: RequestPhases,
     download: Option<Download>,
+    browser: Option<RoundTripProbe>,
 }
 
 /// The transfer of the request with the median transfer time, with its client socket's limits

@@ -10,9 +10,10 @@ use latscope_core::model::diagnose::StepName;
 use latscope_core::units::format_ns;
 
 use super::engines::app_latency;
-use super::{Measure, NotRun, requests_target};
-use crate::collect::{Context, Plan};
+use super::step::{Measure, NotRun, requests_target};
+use crate::context::Context;
 use crate::evidence::Evidence;
+use crate::plan::Plan;
 
 pub struct QuickAck;
 

@@ -14,8 +14,8 @@ use latscope_inspect::InspectError;
 use latscope_inspect::scan::{Selection, scan};
 
 use super::engines::meta;
-use super::{NotRun, Observe, requests_target};
-use crate::collect::Context;
+use super::step::{NotRun, Observe, requests_target};
+use crate::context::Context;
 use crate::evidence::{self, Evidence};
 
 pub struct ServerSockets;

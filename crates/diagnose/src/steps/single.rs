@@ -11,8 +11,8 @@ use latscope_core::model::diagnose::StepName;
 use latscope_core::units::{format_bytes, format_ns};
 
 use super::engines::{Sizes, Slices, app_latency_sized, client_host};
-use super::{Measure, NotRun, requests_target};
-use crate::collect::Context;
+use super::step::{Measure, NotRun, requests_target};
+use crate::context::Context;
 use crate::evidence::{ClientHost, Evidence, Responses, TimeSlice};
 
 pub struct Single;

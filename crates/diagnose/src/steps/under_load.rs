@@ -14,9 +14,10 @@ use latscope_net::proto::StreamSpec;
 use latscope_net::stream::StreamConfig;
 
 use super::engines::{http_latency, http_options, meta};
-use super::{Measure, NotRun, requests_target};
-use crate::collect::{Context, Plan};
+use super::step::{Measure, NotRun, requests_target};
+use crate::context::Context;
 use crate::evidence::{Bottleneck, Evidence, LinkRate, Load, RateSource, UnderLoad as Loaded};
+use crate::plan::Plan;
 
 pub struct UnderLoad;
 

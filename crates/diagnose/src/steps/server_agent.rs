@@ -1,4 +1,4 @@
-//! The client's end: the `server agent` step asks the server's agent (`--server-agent`) to
+//! The client's end of a two-ended diagnosis (`crate::remote`): the `server agent` step asks the server's agent (`--server-agent`) to
 //! observe the target's port while the other steps run, and merges what it saw into the same
 //! evidence fields the server-side steps fill when the server is on this host — so the same
 //! rules fire. Each merged step's line says it was measured at the server's end. An agent that
@@ -14,10 +14,17 @@ use latscope_net::proto::{self, ClientHello, Reply, ServerHello, Start, TestKind
 use latscope_net::serve::evidence::{MAX_WINDOW, MIN_WINDOW};
 use latscope_net::sock::{Conn, Target};
 
-use super::{EVIDENCE_VERSION, EvidenceRequest, Observed, ServerEvidence};
-use crate::collect::{Context, Plan};
+pub use latscope_core::model::evidence::{ClockOffset, ServerEnd};
+use latscope_core::model::evidence::{EVIDENCE_VERSION, EvidenceRequest, Observed, ServerEvidence};
+
+use super::counters;
+use super::cpu;
+use super::kernel_stack;
+use super::server_sockets;
+use super::step::{NotRun, Observe};
+use crate::context::Context;
 use crate::evidence::Evidence;
-use crate::steps::{NotRun, Observe, counters, cpu, kernel_stack, server_sockets};
+use crate::plan::Plan;
 
 pub struct ServerAgent;
 
@@ -35,47 +42,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Asking {
     agent: String,
     conn: Conn,
-}
-
-/// The agent's answer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ServerEnd {
-    /// The agent, as named on the command line with its address.
-    pub agent: String,
-    pub evidence: ServerEvidence,
-    /// The offset between the clocks, when the agent stamped the end of the window.
-    pub clock: Option<ClockOffset>,
-}
-
-/// How far the server's wall clock reads ahead of this host's (negative: behind), estimated
-/// from one exchange: the server stamped the moment it read our "done" between our sending it
-/// and our reading its answer, less the time it says it took to answer (NTP's estimate, RFC
-/// 5905 §8, with one server stamp), so the offset lies within ± half the rest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClockOffset {
-    pub server_ahead_ns: i64,
-    pub uncertainty_ns: u64,
-}
-
-impl ClockOffset {
-    /// From our clock when "done" left (`sent`) and when the answer arrived (`answered`), the
-    /// server's clock when it read "done", and how long it then took to answer.
-    pub fn estimate(
-        sent_ns: u64,
-        answered_ns: u64,
-        server_ns: u64,
-        server_delay_ns: u64,
-    ) -> ClockOffset {
-        let half = answered_ns
-            .saturating_sub(sent_ns)
-            .saturating_sub(server_delay_ns)
-            / 2;
-        let mid = sent_ns.saturating_add(half);
-        ClockOffset {
-            server_ahead_ns: server_ns as i64 - mid as i64,
-            uncertainty_ns: half,
-        }
-    }
 }
 
 fn unix_ns() -> u64 {
@@ -319,7 +285,7 @@ pub fn merge_steps(cx: &Context, steps: &mut Vec<Step>, ev: &Evidence) {
             <cpu::Cpu as Observe>::detail(cx, v)
         }),
         server_step(StepName::KernelStack, &e.kernel_stack, |v| {
-            <kernel_stack::KernelStack as Observe>::detail(cx, v)
+            kernel_stack::describe(cx, v)
         }),
         server_step(StepName::TcpCounters, &e.counters, |v| {
             format!("server namespace: {}", counters::describe(v))
@@ -347,19 +313,6 @@ pub fn verdict_note(plan: &Plan, steps: &[Step]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_offset_lies_within_half_the_exchange() {
-        // Sent at 1000, answered at 1400 (our clock); the server read "done" at 5200 (its
-        // clock): it is about 4000 ahead, ± 200.
-        let c = ClockOffset::estimate(1000, 1400, 5200, 0);
-        assert_eq!((c.server_ahead_ns, c.uncertainty_ns), (4000, 200));
-        let behind = ClockOffset::estimate(10_000, 10_010, 2_000, 0);
-        assert_eq!(behind.server_ahead_ns, 2_000 - 10_005);
-        // The server took 300 of the 400 to answer: the network's share is 100, ± 50.
-        let c = ClockOffset::estimate(1000, 1400, 1050, 300);
-        assert_eq!((c.server_ahead_ns, c.uncertainty_ns), (0, 50));
-    }
 
     #[test]
     fn agent_evidence_fills_only_what_the_client_could_not_see() {
