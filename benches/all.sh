@@ -18,7 +18,7 @@ export BENCH_SUMMARY="$LOGS/summary.tsv"
 : >"$BENCH_SUMMARY"
 cargo build --release --quiet || exit 2
 export NO_BUILD=1
-ONLY=${ONLY:-stream http rr ping analyze sockets tui stack}
+ONLY=${ONLY:-stream http rr ping analyze sockets tui stack startup}
 short() { [ -z "${FULL:-}" ]; }
 
 # name, then the command (short settings unless FULL is set).
@@ -43,6 +43,7 @@ if short; then
   bench sockets benches/sockets.sh 500 50000
   bench tui env SECS=2 ROUNDS=1 benches/tui_overhead.sh
   bench stack python3 benches/stack_overhead.py --seconds 8 --phase 2 --workloads udp
+  bench startup python3 benches/startup.py --runs 10
 else
   bench stream benches/stream_vs_iperf3.sh
   bench http benches/http_vs_wrk.sh
@@ -52,6 +53,7 @@ else
   bench sockets benches/sockets.sh
   bench tui benches/tui_overhead.sh
   bench stack python3 benches/stack_overhead.py
+  bench startup python3 benches/startup.py
 fi
 
 python3 - "$BENCH_SUMMARY" "$LOGS" <<'PY'

@@ -1,8 +1,10 @@
-//! The command line: one clap definition produces parsing and `--help`.
+//! The command line: one clap definition produces parsing and `--help`; [`run`] hands the
+//! parsed command to its module in `cmd/`.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::cmd;
+use crate::interrupt::{self, OnInterrupt};
 
 const ABOUT: &str = "Measure network latency and throughput at every layer, and explain where the latency comes from.";
 
@@ -76,6 +78,58 @@ pub enum Command {
     Completions(cmd::completions::CompletionsArgs),
     /// Print the man page (roff) for `latscope` and every subcommand.
     Man(cmd::completions::ManArgs),
+}
+
+/// Run the parsed command; returns the exit code.
+pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    interrupt::catch(on_interrupt(&cli.command));
+    match cli.command {
+        Command::Demo(a) => cmd::demo::run(&a),
+        Command::Diagnose(a) => cmd::diagnose::run(&a),
+        Command::Serve(a) => cmd::serve::run(&a),
+        Command::Rr(a) => cmd::rr::run(&a),
+        Command::Connect(a) => cmd::connect::run(&a),
+        Command::Stream(a) => cmd::stream::run(&a),
+        Command::Http(a) => cmd::http::run(&a),
+        Command::Schema(a) => cmd::schema::run(&a),
+        Command::Ping(a) => cmd::ping::run(&a),
+        Command::Trace(a) => cmd::trace::run(&a),
+        Command::Sockets(a) => cmd::sockets::run(&a),
+        Command::Stack(a) => cmd::stack::run(&a),
+        Command::Agent(a) => cmd::agent::run(&a),
+        Command::Capture(a) => cmd::capture::run(&a),
+        Command::Analyze(a) => cmd::analyze::run(&a),
+        Command::Report(a) => cmd::report::run(&a),
+        Command::Completions(a) => cmd::completions::completions(&a, Cli::command()),
+        Command::Man(a) => cmd::completions::man(&a, Cli::command()),
+    }
+}
+
+/// What Ctrl-C does to a command: the runs stop and print what they measured, from their
+/// first instant (the handler is in place before the command sets up).
+fn on_interrupt(c: &Command) -> OnInterrupt {
+    match c {
+        Command::Demo(_)
+        | Command::Diagnose(_)
+        | Command::Serve(_)
+        | Command::Rr(_)
+        | Command::Connect(_)
+        | Command::Stream(_)
+        | Command::Http(_)
+        | Command::Ping(_)
+        | Command::Trace(_)
+        | Command::Sockets(_)
+        | Command::Stack(_)
+        | Command::Analyze(_) => OnInterrupt::Partial,
+        // Its stop flushes the file: a second signal must not leave half a capture.
+        Command::Capture(_) => OnInterrupt::Finishing,
+        // The agent handles its signals itself (SIGHUP reloads); the rest end at once.
+        Command::Agent(_)
+        | Command::Schema(_)
+        | Command::Report(_)
+        | Command::Completions(_)
+        | Command::Man(_) => OnInterrupt::Default,
+    }
 }
 
 /// A usage error in latscope's one-line form, keeping what clap says besides its first line:

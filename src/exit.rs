@@ -148,7 +148,7 @@ pub fn class_of(e: &(dyn Error + 'static)) -> Option<Exit> {
     }
     if e.is::<UnitError>()
         || e.is::<latscope_ebpf::sys::FilterError>()
-        || e.is::<latscope_ebpf::probes::UnknownProbe>()
+        || e.is::<latscope_core::model::stack::UnknownProbe>()
     {
         return Some(Exit::Usage);
     }

@@ -9,6 +9,7 @@
 mod cli;
 mod cmd;
 mod exit;
+mod interrupt;
 mod live;
 mod output;
 mod progress;
@@ -19,11 +20,9 @@ use std::process::ExitCode;
 /// The kinds `latscope schema KIND` accepts, as spelt on the command line: one per JSON document
 /// (`schema/<kind>.schema.json`).
 pub fn schema_kinds() -> Vec<String> {
-    use clap::ValueEnum;
-    cmd::schema::SchemaKind::value_variants()
+    latscope_core::registry::KINDS
         .iter()
-        .filter_map(|k| k.to_possible_value())
-        .map(|v| v.get_name().to_string())
+        .map(|k| k.name.to_string())
         .collect()
 }
 
@@ -51,7 +50,7 @@ where
         }
     };
     latscope_core::render::page::set_width(output::terminal_width(wide));
-    match cmd::run(cli) {
+    match cli::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(err) if broken_pipe(&err) => {
             // The reader of stdout went away (`latscope … | head`): nothing left to report to,

@@ -1,8 +1,6 @@
-//! The output options every measuring command shares, and the Ctrl-C flag.
+//! The output options every measuring command shares.
 
 use std::io::IsTerminal;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 use latscope_core::render::{OutputFormat, page};
@@ -73,35 +71,6 @@ fn stdout_columns() -> Option<usize> {
     // SAFETY: TIOCGWINSZ writes one winsize through the valid pointer and nothing else.
     let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
     (rc == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
-}
-
-/// Whether a second Ctrl-C exits at once (see [`stop_flag_finishing`]).
-static EXIT_ON_SECOND: AtomicBool = AtomicBool::new(true);
-
-/// [`stop_flag`] for a run whose stop is itself bounded and must not be cut short (a capture
-/// flushing its file): a second Ctrl-C does not exit, the run ends as after the first.
-pub fn stop_flag_finishing() -> Arc<AtomicBool> {
-    EXIT_ON_SECOND.store(false, Ordering::SeqCst);
-    stop_flag()
-}
-
-/// Set by the first Ctrl-C (SIGINT/SIGTERM); engines poll it and stop with partial results.
-/// A second Ctrl-C exits at once with code 130 (unless [`stop_flag_finishing`] was asked).
-pub fn stop_flag() -> Arc<AtomicBool> {
-    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
-    FLAG.get_or_init(|| {
-        let flag = Arc::new(AtomicBool::new(false));
-        let f = flag.clone();
-        // Failing to install the handler (another one exists, e.g. in tests) only costs the
-        // graceful stop; the default action still ends the process.
-        let _ = ctrlc::set_handler(move || {
-            if f.swap(true, Ordering::SeqCst) && EXIT_ON_SECOND.load(Ordering::SeqCst) {
-                std::process::exit(i32::from(crate::exit::INTERRUPTED));
-            }
-        });
-        flag
-    })
-    .clone()
 }
 
 /// Milliseconds since the Unix epoch, for report metadata.

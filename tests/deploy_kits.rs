@@ -176,6 +176,7 @@ mod k8s {
     pub struct Container {
         pub name: String,
         pub image: String,
+        pub image_pull_policy: Option<String>,
         #[serde(default)]
         pub args: Vec<String>,
         #[serde(default)]
@@ -318,8 +319,14 @@ fn k8s_parse<T: serde::de::DeserializeOwned>(
     })
 }
 
-#[test]
-fn kubernetes_manifest_matches_the_api_schema() {
+/// The manifest's three objects, parsed with the API's types.
+struct Manifest {
+    cm: k8s::ConfigMap,
+    svc: k8s::Service,
+    ds: k8s::DaemonSet,
+}
+
+fn load_manifest() -> Manifest {
     use k8s::*;
     let text = std::fs::read_to_string(root().join("deploy/kubernetes/latscope-agent.yaml"))
         .expect("manifest");
@@ -334,9 +341,34 @@ fn kubernetes_manifest_matches_the_api_schema() {
             (v, k) => panic!("unexpected object {v} {k}"),
         }
     }
-    let ([cm], [svc], [ds]) = (cms.as_slice(), svcs.as_slice(), dss.as_slice()) else {
-        panic!("want one ConfigMap, one Service, one DaemonSet");
-    };
+    assert!(
+        cms.len() == 1 && svcs.len() == 1 && dss.len() == 1,
+        "want one ConfigMap, one Service, one DaemonSet"
+    );
+    Manifest {
+        cm: cms.remove(0),
+        svc: svcs.remove(0),
+        ds: dss.remove(0),
+    }
+}
+
+/// The version of the binary under test (`latscope --version`: "latscope X.Y.Z").
+fn binary_version() -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_latscope"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.trim()
+        .strip_prefix("latscope ")
+        .unwrap_or_else(|| panic!("--version says {text:?}"))
+        .to_string()
+}
+
+#[test]
+fn kubernetes_manifest_matches_the_api_schema() {
+    use k8s::*;
+    let Manifest { cm, svc, ds } = load_manifest();
     for m in [&cm.metadata, &svc.metadata, &ds.metadata] {
         assert!(dns_label(m.name.as_deref().unwrap_or("")), "{m:?}");
         assert_eq!(m.namespace, cm.metadata.namespace, "one namespace");
@@ -440,6 +472,20 @@ fn kubernetes_manifest_matches_the_api_schema() {
             );
             assert!(quantity(q), "quantity {q}");
         }
+        // The image is the one this repository builds, at this version (scripts/build-image.sh
+        // tags it so; docs/agent.md says how to push it to one's own registry).
+        assert_eq!(
+            c.image,
+            format!("localhost/latscope:{}", binary_version()),
+            "container {}: the image scripts/build-image.sh builds",
+            c.name
+        );
+        assert_eq!(
+            c.image_pull_policy.as_deref(),
+            Some("IfNotPresent"),
+            "container {}: an image imported on the node (no registry) must not be pulled",
+            c.name
+        );
         // The args are latscope's: its parser accepts them (`--help` stops after parsing).
         let out = Command::new(env!("CARGO_BIN_EXE_latscope"))
             .args(&c.args)
@@ -983,4 +1029,453 @@ fn grafana_dashboard_queries_what_the_agent_exports() {
         }
     }
     let _ = std::fs::remove_file(&file);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The DaemonSet's containers in the image this repository builds (scripts/build-image.sh): the
+// image's filesystem holds the binary, what it loads and a CA bundle, and nothing that runs
+// besides them; podman runs `serve` and `agent` with the manifest's arguments, mounts and added
+// capabilities (everything else dropped), on the host's network.
+
+/// podman with a store and a configuration of its own in a temp directory: the test's image,
+/// containers, locks and their cgroups (under a parent named for this process) go with it, and
+/// the host's images, containers and podman settings are left alone. runc, not crun: crun
+/// refuses a host whose cgroup2 hierarchy holds controllers beside cgroup v1's (this build
+/// machine's).
+struct Podman {
+    dir: lab::TempDir,
+    cgroup_parent: String,
+}
+
+impl Podman {
+    fn new() -> Podman {
+        let dir = lab::TempDir::new();
+        let d = dir.0.display();
+        std::fs::write(
+            dir.path("storage.conf"),
+            format!(
+                "[storage]\ndriver = \"vfs\"\ngraphroot = \"{d}/storage\"\nrunroot = \"{d}/run\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path("containers.conf"),
+            format!(
+                "[engine]\nruntime = \"runc\"\nevents_logger = \"none\"\nlock_type = \"file\"\ntmp_dir = \"{d}/tmp\"\n"
+            ),
+        )
+        .unwrap();
+        Podman {
+            cgroup_parent: format!("/{}", lab::unique("img")),
+            dir,
+        }
+    }
+
+    /// `program` with podman's configuration pointed at this store.
+    fn with_env(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        c.env("CONTAINERS_STORAGE_CONF", self.dir.path("storage.conf"))
+            .env("CONTAINERS_CONF", self.dir.path("containers.conf"));
+        c
+    }
+
+    fn cmd(&self) -> Command {
+        self.with_env("podman")
+    }
+
+    /// `podman run` with the host's network, every capability dropped, and the host's own
+    /// resource limits: podman's default raises them to 1048576 as root, which a host without
+    /// CAP_SYS_RESOURCE (a container, as this build machine) refuses.
+    fn run(&self) -> Command {
+        let limit = |res| {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit fills the struct we own.
+            assert_eq!(unsafe { libc::getrlimit(res, &mut l) }, 0);
+            l.rlim_max
+        };
+        // podman lowers its own process limit to 32768 before it starts the runtime.
+        let nproc = limit(libc::RLIMIT_NPROC).min(32768);
+        let nofile = limit(libc::RLIMIT_NOFILE);
+        let mut c = self.cmd();
+        c.args(["run", "--cgroup-parent", &self.cgroup_parent])
+            .args(["--ulimit", &format!("nofile={nofile}:{nofile}")])
+            .args(["--ulimit", &format!("nproc={nproc}:{nproc}")])
+            .args(["--network", "host", "--cap-drop", "all"]);
+        c
+    }
+
+    fn output(&self, args: &[&str]) -> std::process::Output {
+        self.cmd().args(args).output().expect("podman")
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        let _ = self.output(&["rm", "--all", "--force", "--time", "0"]);
+        let _ = self.output(&["rmi", "--all", "--force"]);
+        // The containers' cgroups, in every hierarchy; conmon's leaves a moment after its
+        // container.
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        for line in mounts.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            if f.len() > 2 && (f[2] == "cgroup" || f[2] == "cgroup2") {
+                let top = Path::new(f[1]).join(self.cgroup_parent.trim_start_matches('/'));
+                for _ in 0..50 {
+                    if remove_cgroup_tree(&top) {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        }
+    }
+}
+
+/// Remove a cgroup directory and its children (rmdir, deepest first); whether none is left.
+fn remove_cgroup_tree(dir: &Path) -> bool {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+    !dir.exists()
+}
+
+/// Every file under `root` (relative paths) with its mode, symbolic links as mode 0.
+fn tree(root: &Path) -> std::collections::BTreeMap<String, u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.file_type().is_symlink() {
+                out.insert(rel, 0);
+            } else {
+                out.insert(rel, meta.permissions().mode());
+            }
+        }
+    }
+    out
+}
+
+/// The image archive's configuration and its filesystem, unpacked into `into`.
+fn unpack_docker_archive(archive: &Path, into: &Path) -> (Vec<String>, serde_json::Value) {
+    let raw = into.join("archive");
+    let rootfs = into.join("rootfs");
+    std::fs::create_dir_all(&raw).unwrap();
+    std::fs::create_dir_all(&rootfs).unwrap();
+    lab::sh(&[
+        "tar",
+        "-xf",
+        archive.to_str().unwrap(),
+        "-C",
+        raw.to_str().unwrap(),
+    ]);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(raw.join("manifest.json")).unwrap()).unwrap();
+    let image = &manifest[0];
+    let tags: Vec<String> = image["RepoTags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(raw.join(image["Config"].as_str().unwrap())).unwrap(),
+    )
+    .unwrap();
+    for layer in image["Layers"].as_array().unwrap() {
+        lab::sh(&[
+            "tar",
+            "-xpf",
+            raw.join(layer.as_str().unwrap()).to_str().unwrap(),
+            "-C",
+            rootfs.to_str().unwrap(),
+        ]);
+    }
+    (tags, config)
+}
+
+/// Check the image's filesystem and configuration (no engine needed): what it holds, that the
+/// binary runs on its libraries alone (chroot), and its entry point, ports and labels.
+fn check_image_archive(archive: &Path, version: &str, work: &Path) {
+    let (tags, config) = unpack_docker_archive(archive, work);
+    assert_eq!(tags, [format!("localhost/latscope:{version}")]);
+    let c = &config["config"];
+    assert_eq!(c["Entrypoint"], serde_json::json!(["/usr/bin/latscope"]));
+    assert_eq!(c["Labels"]["org.opencontainers.image.version"], version);
+    for port in ["7373/tcp", "7373/udp", "7374/tcp", "9573/tcp"] {
+        assert!(c["ExposedPorts"].get(port).is_some(), "{port} not exposed");
+    }
+    let rootfs = work.join("rootfs");
+    let files = tree(&rootfs);
+    // Nothing runs in it but latscope and the dynamic loader: no shell, no package manager, no
+    // compiler. The rest are the libraries and the CA bundle.
+    let executables: Vec<&String> = files
+        .iter()
+        .filter(|(_, mode)| *mode & 0o111 != 0)
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(
+        executables,
+        ["lib64/ld-linux-x86-64.so.2", "usr/bin/latscope"],
+        "{files:#?}"
+    );
+    for (path, mode) in &files {
+        let library =
+            (path.starts_with("lib") || path.starts_with("usr/lib")) && path.contains(".so");
+        assert!(
+            library || executables.contains(&path) || path == "etc/ssl/certs/ca-certificates.crt",
+            "{path} (mode {mode:o}, 0 for a symbolic link) is none of the binary, a library, the CA bundle"
+        );
+    }
+    let bundle = std::fs::read_to_string(rootfs.join("etc/ssl/certs/ca-certificates.crt"))
+        .expect("the CA bundle");
+    assert!(bundle.matches("-----BEGIN CERTIFICATE-----").count() > 100);
+    // The image's libraries are enough for the binary (and its copy is the version tested).
+    let out = lab::sh(&[
+        "chroot",
+        rootfs.to_str().unwrap(),
+        "/usr/bin/latscope",
+        "--version",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("latscope {version}")
+    );
+    // Stripped: no symbol table, no debug info.
+    let sections = lab::sh(&[
+        "readelf",
+        "-S",
+        rootfs.join("usr/bin/latscope").to_str().unwrap(),
+    ]);
+    let sections = String::from_utf8_lossy(&sections.stdout);
+    assert!(
+        !sections.contains(".symtab") && !sections.contains(".debug_info"),
+        "the image's binary is not stripped"
+    );
+}
+
+/// `podman run` failed before latscope ran: the engine cannot run containers on this host.
+fn engine_failure(stderr: &str) -> bool {
+    [
+        "OCI runtime",
+        "runc:",
+        "crun:",
+        "conmon",
+        "cgroup",
+        "rlimit",
+    ]
+    .iter()
+    .any(|m| stderr.contains(m))
+}
+
+/// A container's `podman run` arguments from the DaemonSet: its added capabilities, and its
+/// mounts (the ConfigMap from `config_dir`, an emptyDir as a tmpfs, the optional Secret left out
+/// as a pod without it would).
+fn pod_options(m: &Manifest, c: &k8s::Container, config_dir: &Path) -> Vec<String> {
+    let mut out = vec![];
+    for cap in c
+        .security_context
+        .iter()
+        .flat_map(|s| s.capabilities.iter())
+        .flat_map(|c| c.add.iter())
+    {
+        out.extend(["--cap-add".to_string(), cap.clone()]);
+    }
+    for mount in &c.volume_mounts {
+        let vol =
+            m.ds.spec
+                .template
+                .spec
+                .volumes
+                .iter()
+                .find(|v| v.name == mount.name)
+                .unwrap();
+        if vol.config_map.is_some() {
+            out.extend([
+                "-v".into(),
+                format!("{}:{}:ro", config_dir.display(), mount.mount_path),
+            ]);
+        } else if vol.empty_dir.is_some() {
+            out.extend(["--tmpfs".into(), mount.mount_path.clone()]);
+        }
+    }
+    out
+}
+
+/// The agent's `/metrics` once its series for `kinds` have samples (30 s at most).
+fn wait_for_samples(metrics: std::net::SocketAddr, kinds: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = http_get(metrics, "/metrics").unwrap_or_default();
+        let sampled = |kind: &str| {
+            text.lines().any(|l| {
+                l.starts_with("latscope_latency_seconds_count{")
+                    && l.contains(&format!("kind=\"{kind}\""))
+                    && l.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()) > Some(0.0)
+            })
+        };
+        if kinds.iter().all(|k| sampled(k)) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {kinds:?} samples within 30 s:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_daemonsets_containers_run_in_the_image_this_repository_builds() {
+    if !lab::is_root() {
+        eprintln!("skipped: building and running the image needs root (rootful podman)");
+        return;
+    }
+    assert!(
+        Command::new("podman").arg("--version").output().is_ok(),
+        "podman missing: run scripts/setup.sh (scripts/packages.d/package.txt)"
+    );
+    let podman = Podman::new();
+    let version = binary_version();
+    let out_dir = podman.dir.path("out");
+    let build = podman
+        .with_env("bash")
+        .arg("scripts/build-image.sh")
+        .args(["--binary", env!("CARGO_BIN_EXE_latscope"), "--out"])
+        .arg(&out_dir)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    lab::assert_success(&build);
+    let said = String::from_utf8_lossy(&build.stdout);
+    let image = format!("localhost/latscope:{version}");
+    assert!(
+        said.starts_with(&format!("build-image: {image} (")),
+        "{said}"
+    );
+    let archive = out_dir.join(format!("latscope_{version}_image.tar"));
+    check_image_archive(&archive, &version, &podman.dir.path("unpacked"));
+
+    // Can this host run containers at all? Where it cannot, the checks above are what is left.
+    let probe = podman
+        .run()
+        .args(["--rm", &image, "--version"])
+        .output()
+        .unwrap();
+    let (code, stdout, stderr) = lab::split(&probe);
+    if code != 0 && engine_failure(&stderr) {
+        eprintln!(
+            "SKIP running the image: podman cannot run containers here ({}); its filesystem and configuration were checked",
+            stderr.trim()
+        );
+        return;
+    }
+    assert_eq!(
+        (code, stdout.trim()),
+        (0, format!("latscope {version}").as_str()),
+        "{stderr}"
+    );
+
+    let m = load_manifest();
+    let containers = &m.ds.spec.template.spec.containers;
+    let pick = |cmd: &str| {
+        containers
+            .iter()
+            .find(|c| c.args.first().map(String::as_str) == Some(cmd))
+            .unwrap_or_else(|| panic!("no {cmd} container in the DaemonSet"))
+    };
+    let (serve, agent) = (pick("serve"), pick("agent"));
+    let config_dir = podman.dir.path("config");
+    std::fs::create_dir_all(&config_dir).unwrap();
+
+    // serve, as the DaemonSet runs it (on a free port: the host's network is shared).
+    let port = lab::free_port();
+    let started = podman
+        .run()
+        .args(["-d", "--name", "serve"])
+        .args(pod_options(&m, serve, &config_dir))
+        .arg(&image)
+        .args(&serve.args)
+        .args(["--port", &port.to_string()])
+        .output()
+        .unwrap();
+    lab::assert_success(&started);
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve in the container never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // An rr from the host against it.
+    let rr = lab::json_run(
+        &["rr", "127.0.0.1", "-p", &port.to_string(), "-d", "500ms"],
+        0,
+    );
+    assert_eq!(rr["peer"], "latscope");
+    assert!(
+        rr["results"][0]["transactions"].as_u64() > Some(100),
+        "{rr}"
+    );
+
+    // The agent, as the DaemonSet runs it (its config where the ConfigMap is mounted): rr
+    // against serve, and SYN probes, which need the raw socket the DaemonSet's NET_RAW grants.
+    let metrics: std::net::SocketAddr = ([127, 0, 0, 1], lab::free_port()).into();
+    std::fs::write(
+        config_dir.join("agent.toml"),
+        format!(
+            "listen = \"{metrics}\"\nfindings_log = \"/var/lib/latscope/findings.jsonl\"\n\
+             [[target]]\nname = \"serve\"\naddress = \"127.0.0.1\"\nmeasure = [\n\
+             {{ kind = \"rr\", port = {port}, interval = \"200ms\" }},\n\
+             {{ kind = \"syn\", port = {port}, interval = \"200ms\" }},\n]\n"
+        ),
+    )
+    .unwrap();
+    let started = podman
+        .run()
+        .args(["-d", "--name", "agent"])
+        .args(pod_options(&m, agent, &config_dir))
+        .arg(&image)
+        .args(&agent.args)
+        .output()
+        .unwrap();
+    lab::assert_success(&started);
+    let text = wait_for_samples(metrics, &["rr", "syn"]);
+    let failures: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("latscope_probe_failures_total{") && !l.ends_with(" 0"))
+        .collect();
+    assert!(failures.is_empty(), "probes failed: {failures:?}");
+    // The readiness and liveness probes' path.
+    assert_eq!(
+        http_get(metrics, "/healthz").as_deref().map(str::trim),
+        Some("ok")
+    );
+
+    // Both stop cleanly on the SIGTERM Kubernetes sends (as PID 1: no default action).
+    let stop = podman.output(&["stop", "--time", "10", "agent", "serve"]);
+    lab::assert_success(&stop);
+    for name in ["agent", "serve"] {
+        let code = podman.output(&["inspect", "--format", "{{.State.ExitCode}}", name]);
+        assert_eq!(
+            String::from_utf8_lossy(&code.stdout).trim(),
+            "0",
+            "{name} did not exit cleanly on SIGTERM: {}",
+            String::from_utf8_lossy(&podman.output(&["logs", name]).stderr)
+        );
+    }
 }

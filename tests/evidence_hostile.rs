@@ -13,8 +13,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use latscope_core::model::evidence::{Observed, ServerEvidence};
 use latscope_core::model::rr::ServerBehaviour;
-use latscope_diagnose::remote::{Observed, ServerEvidence};
 use latscope_net::auth::AuthKey;
 use latscope_net::proto::{self, ClientHello, RefusalCode, Reply, ServerHello, Start, TestKind};
 

@@ -4,8 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use latscope_core::render::{Human, human_text};
-use serde::de::DeserializeOwned;
+use latscope_core::registry::{KINDS, kind};
 
 fn examples() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
@@ -22,37 +21,24 @@ fn examples() -> Vec<PathBuf> {
     files
 }
 
-fn parse<T: DeserializeOwned + Human + 'static>(text: &str, path: &Path) -> Box<dyn Human> {
-    let report: T = serde_json::from_str(text)
-        .unwrap_or_else(|e| panic!("{} does not match its model: {e}", path.display()));
-    Box::new(report)
-}
-
-/// The example's report, by the command its `meta` names.
-fn load(path: &Path) -> (String, Box<dyn Human>) {
-    use latscope_core::model;
+/// The example's command (its `meta.command`, a result kind of the registry) and its JSON.
+fn load(path: &Path) -> (String, String) {
     let text = std::fs::read_to_string(path).expect("readable example");
     let v: serde_json::Value = serde_json::from_str(&text).expect("JSON example");
     let command = v["meta"]["command"]
         .as_str()
         .expect("meta.command")
         .to_string();
-    let report = match command.as_str() {
-        "rr" => parse::<model::rr::RrReport>(&text, path),
-        "http" => parse::<model::http::HttpReport>(&text, path),
-        "connect" => parse::<model::connect::ConnectReport>(&text, path),
-        "ping" => parse::<model::ping::PingReport>(&text, path),
-        "trace" => parse::<model::ping::TraceReport>(&text, path),
-        "stream" => parse::<model::stream::StreamReport>(&text, path),
-        "diagnose" => parse::<model::diagnose::DiagnoseReport>(&text, path),
-        "demo" => parse::<model::demo::DemoReport>(&text, path),
-        "sockets" => parse::<model::sockets::SocketsReport>(&text, path),
-        "stack" => parse::<latscope_ebpf::report::StackReport>(&text, path),
-        "analyze" => parse::<latscope_wire::report::AnalyzeReport>(&text, path),
-        "capture" => parse::<latscope_wire::report::CaptureReport>(&text, path),
-        other => panic!("{}: no renderer known for '{other}'", path.display()),
-    };
-    (command, report)
+    (command, text)
+}
+
+/// The example's human view at `width`, through the registry's renderer for its kind.
+fn render(path: &Path, command: &str, text: &str, width: usize) -> String {
+    let kind = kind(command)
+        .unwrap_or_else(|| panic!("{}: '{command}' is no result kind", path.display()));
+    kind.render_human(text, width)
+        .unwrap_or_else(|| panic!("{}: '{command}' has no human view", path.display()))
+        .unwrap_or_else(|e| panic!("{} does not match its model: {e}", path.display()))
 }
 
 /// Lines that head a latency table: they name p50, p99 and max.
@@ -71,11 +57,10 @@ fn every_command_fits_80_and_100_columns() {
     let mut commands: Vec<String> = Vec::new();
     let mut failures = Vec::new();
     for path in &files {
-        let (command, report) = load(path);
-        commands.push(command);
-        let wide = human_text(report.as_ref(), 1000);
+        let (command, json) = load(path);
+        let wide = render(path, &command, &json, 1000);
         for width in [80, 100] {
-            let text = human_text(report.as_ref(), width);
+            let text = render(path, &command, &json, width);
             for line in text.lines() {
                 let w = line.chars().count();
                 if w > width {
@@ -92,17 +77,16 @@ fn every_command_fits_80_and_100_columns() {
                 ));
             }
         }
+        commands.push(command);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    commands.sort();
-    commands.dedup();
-    for c in [
-        "analyze", "capture", "connect", "demo", "diagnose", "http", "ping", "rr", "sockets",
-        "stack", "stream", "trace",
-    ] {
+    // Every kind with a human view has an example (a new kind's first example goes in
+    // tests/data/render/).
+    for k in KINDS.iter().filter(|k| k.has_human()) {
         assert!(
-            commands.iter().any(|x| x == c),
-            "no example result for '{c}' in tests/data"
+            commands.iter().any(|x| x == k.name),
+            "no example result for '{}' in tests/data",
+            k.name
         );
     }
 }
@@ -110,13 +94,13 @@ fn every_command_fits_80_and_100_columns() {
 #[test]
 fn narrow_terminals_drop_columns_and_say_so() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report/rr.json");
-    let (_, report) = load(&path);
-    let wide = human_text(report.as_ref(), 200);
+    let (command, json) = load(&path);
+    let wide = render(&path, &command, &json, 200);
     assert!(
         wide.contains("p99.99") && !wide.contains("left out"),
         "{wide}"
     );
-    let narrow = human_text(report.as_ref(), 80);
+    let narrow = render(&path, &command, &json, 80);
     let header = narrow.lines().find(|l| l.contains("p50")).expect("a table");
     assert!(!header.contains("p99.99"), "{narrow}");
     assert!(narrow.contains("left out to fit 80 columns"), "{narrow}");

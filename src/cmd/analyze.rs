@@ -21,7 +21,8 @@ use latscope_capture::{CaptureConfig, LiveCapture};
 
 use crate::cmd::capture::open_writer;
 use crate::exit;
-use crate::output::{OutputArgs, stop_flag, unix_ms};
+use crate::interrupt::stop_flag;
+use crate::output::{OutputArgs, unix_ms};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:

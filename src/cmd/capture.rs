@@ -10,13 +10,14 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use latscope_capture::{CaptureConfig, FilterMode, LiveCapture};
 use latscope_core::model::Meta;
+use latscope_core::model::capture::CaptureReport;
 use latscope_core::render::emit;
 use latscope_core::units::{parse_count, parse_duration, parse_size};
-use latscope_wire::report::CaptureReport;
 use latscope_wire::{CaptureWriter, LinkType, PcapNgWriter, PcapWriter};
 
 use crate::exit;
-use crate::output::{OutputArgs, stop_flag_finishing, unix_ms};
+use crate::interrupt::stop_flag;
+use crate::output::{OutputArgs, unix_ms};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -89,7 +90,7 @@ pub fn run(a: &CaptureArgs) -> anyhow::Result<u8> {
     );
     // The stop takes at most ~0.2 s (one poll, the drain) plus the flush: a second Ctrl-C waits
     // for it instead of leaving a truncated file.
-    let stop = stop_flag_finishing();
+    let stop = stop_flag();
     // A live packet count for people (stderr is a terminal), never when writing to stdout.
     let bar = (a.output.progress() && a.write != "-").then(|| {
         let b = indicatif::ProgressBar::new_spinner();

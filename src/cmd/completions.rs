@@ -1,5 +1,6 @@
 //! `latscope completions SHELL` and `latscope man`: shell completions and the man page, both
-//! generated from the one clap definition in [`crate::cli`] (so they never drift from `--help`).
+//! generated from the one clap definition in `crate::cli`, handed down as a `clap::Command` (so
+//! they never drift from `--help`).
 //! `scripts/install.sh` writes them where bash, zsh, fish and man look.
 
 use std::io::Write;
@@ -7,10 +8,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_complete::Shell;
 
-use crate::cli::Cli;
 use crate::exit;
 
 #[derive(Args, Debug)]
@@ -34,18 +34,17 @@ pub struct ManArgs {
     pub out_dir: Option<PathBuf>,
 }
 
-/// Print the completion script for `a.shell`.
-pub fn completions(a: &CompletionsArgs) -> anyhow::Result<u8> {
-    let mut cmd = Cli::command();
+/// Print the completion script of `cmd` (the whole command line) for `a.shell`.
+pub fn completions(a: &CompletionsArgs, mut cmd: clap::Command) -> anyhow::Result<u8> {
     let mut out = std::io::stdout().lock();
     clap_complete::generate(a.shell, &mut cmd, "latscope", &mut out);
     out.flush()?;
     Ok(exit::OK)
 }
 
-/// Print the top-level man page (roff), or write every page into `--out-dir`.
-pub fn man(a: &ManArgs) -> anyhow::Result<u8> {
-    let cmd = Cli::command();
+/// Print the top-level man page (roff) of `cmd` (the whole command line), or write every page
+/// into `--out-dir`.
+pub fn man(a: &ManArgs, cmd: clap::Command) -> anyhow::Result<u8> {
     match &a.out_dir {
         Some(dir) => {
             if !dir.is_dir() {

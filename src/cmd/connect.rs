@@ -16,7 +16,8 @@ use latscope_net::rr::StopAfter;
 use latscope_net::sock::Target;
 
 use crate::exit;
-use crate::output::{OutputArgs, stop_flag, unix_ms};
+use crate::interrupt::stop_flag;
+use crate::output::{OutputArgs, unix_ms};
 use crate::progress::Progress;
 
 #[derive(Args, Debug)]

@@ -4,7 +4,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use crate::exit;
-use crate::output::{OutputArgs, stop_flag};
+use crate::interrupt::stop_flag;
+use crate::output::OutputArgs;
 use crate::progress::Progress;
 use clap::Args;
 use latscope_core::render::emit;
@@ -13,8 +14,26 @@ use latscope_diagnose::Outcome;
 use latscope_diagnose::collect;
 use latscope_diagnose::plan::{Plan, PlanError, Request};
 
-#[derive(Args, Debug)]
-#[command(after_help = "\
+/// The help's text after the options: examples, then the rules as the registry lists them
+/// (`latscope_diagnose::rules::RULES`), then what a run does and its exit codes.
+fn after_help() -> String {
+    use latscope_diagnose::rules::{Check, RULES};
+    let names = |remainder: bool| {
+        RULES
+            .iter()
+            .filter(|r| matches!(r.check, Check::Remainder(_)) == remainder)
+            .map(|r| r.id.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "{HELP_EXAMPLES}Findings are named rules ({}){HELP_FINDINGS}\n{}",
+        names(false),
+        HELP_AFTER.replace("{remainder}", &names(true))
+    )
+}
+
+const HELP_EXAMPLES: &str = "\
 Examples:
   latscope diagnose 10.0.0.2             a latscope server: path, one request, the quick-ack
                                          experiment, concurrency, latency under load
@@ -27,13 +46,20 @@ Examples:
                                          --auth-file key --evidence-ports 80`) observes its
                                          sockets, run queue, cgroup, kernel stack and counters
 
-Findings are named rules (nagle_delayed_ack, delayed_ack, think_time, socket_queueing, pre_tcp_kernel, slow_handshake, retransmissions, bufferbloat, bottleneck_bandwidth, path_dominates, cpu_throttling, run_queue_delay, server_tail_latency, slow_dns, slow_tls, client_host_stack, pmtu_black_hole, dead_address_family, error_responses), the root cause first (a finding another explains is marked as its consequence), then by the latency per request they explain, each with its evidence, a confidence, the side to fix and the fix.
-Time that no rule explains is said as such (unexplained), with where it sits and what was ruled out.
+";
+
+const HELP_FINDINGS: &str = "), the root cause first (a finding another explains is marked as its consequence), then by the latency per request they explain, each with its evidence, a confidence, the side to fix and the fix.";
+
+const HELP_AFTER: &str = "\
+Time that no rule explains is said as such ({remainder}), with where it sits and what was ruled out.
 A run takes at most --max-time; steps it stops are listed as cut short.
 When nothing is wrong it says so and shows the budget: network path against time in the hosts.
 With --server-agent, each step says which end measured it ([client] or [server]); an agent that cannot be reached or refuses leaves the run client-only, and the verdict says so (the exit code is the run's as usual).
 
-Exit codes: 0 measured, no finding; 1 findings; 2 bad input; 3 the target could not be measured (unreachable, refused, name lookup failed); 4 missing privileges; 130 interrupted.")]
+Exit codes: 0 measured, no finding; 1 findings; 2 bad input; 3 the target could not be measured (unreachable, refused, name lookup failed); 4 missing privileges; 130 interrupted.";
+
+#[derive(Args, Debug)]
+#[command(after_help = after_help())]
 pub struct DiagnoseArgs {
     /// An http:// or https:// URL, or HOST[:PORT]: a latscope server (port 7373 by default) or
     /// any TCP service.

@@ -146,7 +146,7 @@ pub fn run(args: &HttpArgs) -> anyhow::Result<u8> {
     let cfg = Config::new(&opts)?;
     let format = args.view.output.format();
     let started = output::unix_ms();
-    let stop = output::stop_flag();
+    let stop = crate::interrupt::stop_flag();
 
     let live = args.view.start_live(live_state(args, &cfg), &stop);
     let bar = (args.view.output.progress() && live.is_none()).then(|| spinner(&cfg));

@@ -21,32 +21,6 @@ pub mod trace;
 
 use clap::Args;
 
-use crate::cli::{Cli, Command};
-
-/// Run the parsed command; returns the exit code.
-pub fn run(cli: Cli) -> anyhow::Result<u8> {
-    match cli.command {
-        Command::Demo(a) => demo::run(&a),
-        Command::Diagnose(a) => diagnose::run(&a),
-        Command::Serve(a) => serve::run(&a),
-        Command::Rr(a) => rr::run(&a),
-        Command::Connect(a) => connect::run(&a),
-        Command::Stream(a) => stream::run(&a),
-        Command::Http(a) => http::run(&a),
-        Command::Schema(a) => schema::run(&a),
-        Command::Ping(a) => ping::run(&a),
-        Command::Trace(a) => trace::run(&a),
-        Command::Sockets(a) => sockets::run(&a),
-        Command::Stack(a) => stack::run(&a),
-        Command::Agent(a) => agent::run(&a),
-        Command::Capture(a) => capture::run(&a),
-        Command::Analyze(a) => analyze::run(&a),
-        Command::Report(a) => report::run(&a),
-        Command::Completions(a) => completions::completions(&a),
-        Command::Man(a) => completions::man(&a),
-    }
-}
-
 /// TARGET (`HOST[:PORT]` or `unix:PATH`) with `-p/--port`: the port comes from TARGET, else
 /// from `--port`, else `default`; TARGET and `--port` naming two different ports is refused.
 pub fn parse_target(

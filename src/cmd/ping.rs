@@ -151,7 +151,7 @@ pub fn run(args: &PingArgs) -> anyhow::Result<u8> {
         _ => 0,
     };
     let format = args.output.format();
-    let stop = output::stop_flag();
+    let stop = crate::interrupt::stop_flag();
     let mut stdout = std::io::stdout();
     if format == OutputFormat::Human {
         let _ = writeln!(

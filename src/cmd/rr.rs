@@ -16,8 +16,9 @@ use latscope_net::sock::Target;
 use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
+use crate::interrupt::stop_flag;
 use crate::live::LongRunOutput;
-use crate::output::{stop_flag, unix_ms};
+use crate::output::unix_ms;
 
 /// `--peer` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -15,7 +15,7 @@ use latscope_net::proto::{DEFAULT_PORT, Limits};
 use latscope_net::serve::{Budget, ServeConfig, ServeEvent, Server};
 
 use super::serve_log::{BARE_SUMMARY_EVERY, ServeLog};
-use crate::output::stop_flag;
+use crate::interrupt::stop_flag;
 
 #[derive(Args, Debug)]
 #[command(after_help = "\

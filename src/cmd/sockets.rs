@@ -94,7 +94,7 @@ fn watch(args: &SocketsArgs) -> anyhow::Result<u8> {
         return Err(InspectError::NoSuchProcess(p).into());
     }
     let meta = meta();
-    let stop = output::stop_flag();
+    let stop = crate::interrupt::stop_flag();
     let mut watcher = Watcher::open()?;
     let scope = args
         .pid

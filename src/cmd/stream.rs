@@ -18,8 +18,9 @@ use latscope_net::stream::StreamConfig;
 use latscope_tui::{Goal, LiveState, RateUnit, Tick};
 
 use crate::exit;
+use crate::interrupt::stop_flag;
 use crate::live::LongRunOutput;
-use crate::output::{stop_flag, unix_ms};
+use crate::output::unix_ms;
 
 #[derive(Args, Debug)]
 #[command(after_help = "\

@@ -243,7 +243,7 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<u8> {
     let (mut prober, reason, port) = open_prober(args, dst, mode)?;
     let mode = prober.mode();
     let format = args.output.format();
-    let stop = output::stop_flag();
+    let stop = crate::interrupt::stop_flag();
     let opts = trace_options(args);
     let wait = opts.wait;
     let mut report = TraceReport {

@@ -51,7 +51,7 @@ pub enum HttpError {
     #[error("{phase} failed: {source}")]
     Exchange {
         /// The phase that failed.
-        phase: crate::phases::Phase,
+        phase: Phase,
         /// What failed (a timeout is `TimedOut`, a bad response `InvalidData`).
         source: std::io::Error,
     },
@@ -87,5 +87,29 @@ impl HttpError {
                 | HttpError::Config(_)
                 | HttpError::Tls(_)
         )
+    }
+}
+
+/// The phase of a request that failed ([`HttpError::Exchange`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The TLS handshake.
+    Tls,
+    /// Writing the request.
+    Request,
+    /// Waiting for the first byte of the response.
+    FirstByte,
+    /// Reading the rest of the response.
+    Transfer,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Tls => "TLS handshake",
+            Phase::Request => "sending the request",
+            Phase::FirstByte => "waiting for the response",
+            Phase::Transfer => "reading the response",
+        })
     }
 }

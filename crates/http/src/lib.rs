@@ -14,12 +14,14 @@
 
 pub mod error;
 pub mod fuzzing;
+pub mod head;
 pub mod hoststack;
 pub mod http2;
 pub mod not_http;
 pub mod parse;
 pub mod phases;
 pub mod request;
+pub mod reuse;
 pub mod stats;
 mod sys;
 pub mod tls;
@@ -39,9 +41,8 @@ use latscope_sys::happy::{self, RaceConfig, ResolveError};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
-pub use error::HttpError;
-pub use latscope_core::model::http::{StatusClass, StatusCount};
-pub use phases::{Phase, Phases, request_phases};
+pub use error::{HttpError, Phase};
+pub use phases::{Phases, request_phases};
 pub use request::{Scheme, Url};
 pub use stats::{ErrorKind, Stats};
 

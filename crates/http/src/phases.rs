@@ -16,7 +16,8 @@ use latscope_core::model::transfer::TransferLimits;
 use latscope_sys::txstamp::Stamper;
 use rustls::ClientConnection;
 
-use crate::error::HttpError;
+use crate::error::{HttpError, Phase};
+use crate::head::HeadFacts;
 use crate::parse::{ResponseParser, Step};
 use crate::{Config, Options, sys};
 
@@ -51,30 +52,6 @@ impl Phases {
     /// The whole request: the sum of the phases.
     pub fn total_ns(&self) -> u64 {
         self.dns_ns + self.connect_ns + self.tls_ns.unwrap_or(0) + self.ttfb_ns + self.transfer_ns
-    }
-}
-
-/// The phase of a request that failed ([`HttpError::Exchange`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// The TLS handshake.
-    Tls,
-    /// Writing the request.
-    Request,
-    /// Waiting for the first byte of the response.
-    FirstByte,
-    /// Reading the rest of the response.
-    Transfer,
-}
-
-impl std::fmt::Display for Phase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Phase::Tls => "TLS handshake",
-            Phase::Request => "sending the request",
-            Phase::FirstByte => "waiting for the response",
-            Phase::Transfer => "reading the response",
-        })
     }
 }
 
@@ -171,12 +148,42 @@ fn exchange(phase: Phase, source: io::Error) -> HttpError {
 
 /// What the response reading saw.
 pub(crate) struct Received {
-    first_byte_ns: u64,
-    last_byte_ns: u64,
-    status: u16,
-    body_bytes: u64,
+    pub(crate) first_byte_ns: u64,
+    pub(crate) last_byte_ns: u64,
+    pub(crate) status: u16,
+    pub(crate) body_bytes: u64,
     /// The server closes the connection after this response.
     pub(crate) close: bool,
+    /// What the final response's head says (its first bytes read with httparse), when it
+    /// parsed.
+    pub(crate) facts: Option<HeadFacts>,
+}
+
+/// One read from a connection's socket: when it returned and how many bytes it carried (TLS
+/// records included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    /// CLOCK_MONOTONIC, ns.
+    pub at_ns: u64,
+    /// Bytes read.
+    pub bytes: u32,
+}
+
+/// Reads recorded per response at most; later ones are added to the last record (its time
+/// moved on), so the bytes still add up.
+const MAX_ARRIVALS: usize = 65_536;
+
+/// Record a read of `n` bytes at `at_ns`.
+pub(crate) fn record(a: &mut Vec<Arrival>, at_ns: u64, n: usize) {
+    let bytes = u32::try_from(n).unwrap_or(u32::MAX);
+    let full = a.len() >= MAX_ARRIVALS;
+    match a.last_mut() {
+        Some(last) if full => {
+            last.at_ns = at_ns;
+            last.bytes = last.bytes.saturating_add(bytes);
+        }
+        _ => a.push(Arrival { at_ns, bytes }),
+    }
 }
 
 /// The socket as rustls and the response reader use it: plain reads and writes, or through a
@@ -184,14 +191,22 @@ pub(crate) struct Received {
 struct Wire<'a> {
     stream: &'a TcpStream,
     stamper: Option<&'a mut Stamper>,
+    /// Where each read's time and size go, when they are recorded.
+    arrivals: Option<&'a mut Vec<Arrival>>,
 }
 
 impl Read for Wire<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self.stamper.as_deref_mut() {
+        let n = match self.stamper.as_deref_mut() {
             Some(s) => s.recv(buf),
             None => (&*self.stream).read(buf),
+        }?;
+        if n > 0
+            && let Some(a) = self.arrivals.as_deref_mut()
+        {
+            record(a, sys::monotonic_ns(), n);
         }
+        Ok(n)
     }
 }
 
@@ -212,8 +227,11 @@ impl Write for Wire<'_> {
 pub(crate) struct Conn {
     pub(crate) stream: TcpStream,
     pub(crate) stamper: Option<Stamper>,
-    tls: Option<ClientConnection>,
+    pub(crate) tls: Option<ClientConnection>,
     pub(crate) deadline_ns: u64,
+    /// When set, every read from the socket is recorded: when, and how many bytes (TLS
+    /// records included).
+    pub(crate) arrivals: Option<Vec<Arrival>>,
 }
 
 impl Conn {
@@ -223,6 +241,7 @@ impl Conn {
             stamper,
             tls: None,
             deadline_ns,
+            arrivals: None,
         }
     }
 
@@ -245,6 +264,7 @@ impl Conn {
         let wire = Wire {
             stream: &self.stream,
             stamper: self.stamper.as_mut(),
+            arrivals: self.arrivals.as_mut(),
         };
         Ok((wire, self.tls.as_mut(), self.deadline_ns))
     }
@@ -302,6 +322,8 @@ impl Conn {
         let mut pending: Vec<u8> = Vec::new();
         let mut chunk = vec![0u8; 64 * 1024];
         let mut first_byte_ns = None;
+        // The response's first bytes, for what its head says (see `crate::head`).
+        let mut head: Vec<u8> = Vec::new();
         loop {
             let phase = if first_byte_ns.is_some() {
                 Phase::Transfer
@@ -317,6 +339,8 @@ impl Conn {
                 let r = parser.eof().map_err(|e| exchange(phase, invalid(e)))?;
                 Some(r)
             } else {
+                let room = crate::parse::MAX_HEAD_BYTES.saturating_sub(head.len());
+                head.extend_from_slice(&chunk[..n.min(room)]);
                 pending.extend_from_slice(&chunk[..n]);
                 match parser
                     .feed(&pending)
@@ -336,6 +360,7 @@ impl Conn {
                     status: r.status,
                     body_bytes: r.body_bytes,
                     close: r.close,
+                    facts: crate::head::facts(&head),
                 });
             }
         }
@@ -360,4 +385,21 @@ fn timed_out(e: io::Error) -> io::Error {
 
 fn invalid(e: crate::parse::ParseError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_are_bounded_and_keep_their_bytes() {
+        let mut a = Vec::new();
+        for i in 0..(MAX_ARRIVALS + 10) {
+            record(&mut a, i as u64, 100);
+        }
+        assert_eq!(a.len(), MAX_ARRIVALS);
+        let total: u64 = a.iter().map(|x| u64::from(x.bytes)).sum();
+        assert_eq!(total, 100 * (MAX_ARRIVALS as u64 + 10));
+        assert_eq!(a.last().unwrap().at_ns, MAX_ARRIVALS as u64 + 9);
+    }
 }

@@ -85,6 +85,49 @@ impl Url {
         })
     }
 
+    /// Where a redirect's `Location` points from this URL (RFC 9110 §10.2.2, RFC 3986 §5.2):
+    /// an absolute http(s) URL, a scheme-relative `//host/path`, an absolute path, or a path
+    /// relative to this URL's directory (dot segments are left to the server).
+    pub fn join(&self, location: &str) -> Result<Url, HttpError> {
+        let location = location.trim();
+        // A scheme (letters up to a colon before any '/', '?' or '#'): an absolute URI, which
+        // `parse` takes or refuses (only http and https).
+        let first = location.find(['/', '?', '#', ':']);
+        if first.is_some_and(|i| i > 0 && location.as_bytes()[i] == b':') {
+            return Url::parse(location);
+        }
+        let scheme = match self.scheme {
+            Scheme::Http => "http:",
+            Scheme::Https => "https:",
+        };
+        if location.starts_with("//") {
+            return Url::parse(&format!("{scheme}{location}"));
+        }
+        let origin = format!("{scheme}//{}", self.host_header());
+        if location.starts_with('/') {
+            return Url::parse(&format!("{origin}{location}"));
+        }
+        let path = self.path.split('?').next().unwrap_or("/");
+        let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
+        Url::parse(&format!("{origin}{dir}{location}"))
+    }
+
+    /// Same scheme, host and port: a client asks both on one connection.
+    pub fn same_origin(&self, other: &Url) -> bool {
+        self.scheme == other.scheme
+            && self.host.eq_ignore_ascii_case(&other.host)
+            && self.port == other.port
+    }
+
+    /// The URL as text, e.g. `https://example.org:8443/a?b`.
+    pub fn text(&self) -> String {
+        let scheme = match self.scheme {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        };
+        format!("{scheme}://{}{}", self.host_header(), self.path)
+    }
+
     /// The `Host` header value: the port only when it is not the scheme's default.
     pub fn host_header(&self) -> String {
         let default_port = if self.scheme == Scheme::Https {
@@ -183,6 +226,22 @@ pub fn check_method(m: &str) -> Result<(), HttpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_location_is_resolved_against_the_url_it_answers() {
+        let base = Url::parse("http://example.org:8080/a/b.html?q=1").unwrap();
+        let j = |l: &str| base.join(l).unwrap().text();
+        assert_eq!(j("https://example.org/x"), "https://example.org/x");
+        assert_eq!(j("//cdn.example.net/y"), "http://cdn.example.net/y");
+        assert_eq!(j("/sub/"), "http://example.org:8080/sub/");
+        assert_eq!(j("c.html"), "http://example.org:8080/a/c.html");
+        assert!(base.join("ftp://example.org/").is_err());
+        let to = base.join("/elsewhere").unwrap();
+        assert!(base.same_origin(&to));
+        assert!(!base.same_origin(&base.join("https://example.org:8080/").unwrap()));
+        let v6 = Url::parse("http://[::1]:81/x").unwrap();
+        assert_eq!(v6.join("/y").unwrap().text(), "http://[::1]:81/y");
+    }
 
     #[test]
     fn urls() {

@@ -4,10 +4,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use latscope_core::model::sockets::{SocketMemory, TcpStats};
+use latscope_core::model::sockets::SocketMemory;
 
 use crate::error::{InspectError, Result};
 use crate::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST, Netlink, u32_at};
+use crate::socket::{DiagSocket, Proto};
 use crate::tcpinfo;
 
 const NETLINK_SOCK_DIAG: i32 = 4;
@@ -18,67 +19,6 @@ const INET_DIAG_CONG: u16 = 4;
 const INET_DIAG_SKMEMINFO: u16 = 7;
 /// `struct inet_diag_msg` is 72 bytes before its attributes.
 const DIAG_MSG_LEN: usize = 72;
-
-/// Transport protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Proto {
-    /// TCP.
-    Tcp,
-    /// UDP.
-    Udp,
-}
-
-impl Proto {
-    /// "tcp" / "udp".
-    pub fn name(self) -> &'static str {
-        match self {
-            Proto::Tcp => "tcp",
-            Proto::Udp => "udp",
-        }
-    }
-}
-
-/// One socket as sock_diag describes it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DiagSocket {
-    /// TCP or UDP.
-    pub proto: Proto,
-    /// Local address and port.
-    pub local: SocketAddr,
-    /// Remote address and port (unspecified for listeners and unconnected UDP).
-    pub remote: SocketAddr,
-    /// Kernel TCP state number (TCP_ESTABLISHED = 1, ...; UDP uses 1 connected, 7 unconnected).
-    pub state: u8,
-    /// Socket inode (matches `/proc/PID/fd/N` → `socket:[INODE]`).
-    pub inode: u64,
-    /// Owner uid.
-    pub uid: u32,
-    /// tcp_info (INET_DIAG_INFO), TCP only.
-    pub tcp: Option<TcpStats>,
-    /// Queue and buffer memory (INET_DIAG_SKMEMINFO).
-    pub mem: Option<SocketMemory>,
-}
-
-/// `ss`'s name for a kernel TCP state.
-pub fn state_name(proto: Proto, state: u8) -> &'static str {
-    match (proto, state) {
-        (Proto::Udp, 1) => "ESTAB",
-        (Proto::Udp, _) => "UNCONN",
-        (_, 1) => "ESTAB",
-        (_, 2) => "SYN-SENT",
-        (_, 3) => "SYN-RECV",
-        (_, 4) => "FIN-WAIT-1",
-        (_, 5) => "FIN-WAIT-2",
-        (_, 6) => "TIME-WAIT",
-        (_, 7) => "CLOSE",
-        (_, 8) => "CLOSE-WAIT",
-        (_, 9) => "LAST-ACK",
-        (_, 10) => "LISTEN",
-        (_, 11) => "CLOSING",
-        (_, 12) => "SYN-RECV",
-        _ => "UNKNOWN",
-    }
-}
 
 /// The sockets of one namespace, and what the reader should know about how they were read.
 #[derive(Debug, Default)]
@@ -251,6 +191,7 @@ pub fn parse_msg(proto: Proto, b: &[u8]) -> Result<DiagSocket> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::socket::state_name;
 
     #[test]
     fn parses_a_v4_message_with_attributes() {

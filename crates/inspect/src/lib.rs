@@ -3,7 +3,8 @@
 //!
 //! - [`procfs`]: processes, their names, network namespaces and socket fds (`/proc`).
 //! - [`diag`] + [`tcpinfo`]: every TCP/UDP socket of a namespace with tcp_info, congestion
-//!   control and memory (NETLINK_SOCK_DIAG, hand-written on [`netlink`]).
+//!   control and memory (NETLINK_SOCK_DIAG, hand-written on [`netlink`]); [`socket`]: one such
+//!   socket, whichever reader found it.
 //! - [`netns`]: running those queries inside another network namespace (containers);
 //!   [`procnet`]: `/proc/PID/net/*` for namespaces latscope may not enter.
 //! - [`sockopt`]: pidfd_open + pidfd_getfd, then getsockopt on the duplicate.
@@ -21,6 +22,7 @@ pub mod procfs;
 pub mod procnet;
 pub mod route;
 pub mod scan;
+pub mod socket;
 pub mod sockopt;
 pub use latscope_sys::tcpinfo;
 pub mod watch;

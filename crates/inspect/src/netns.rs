@@ -1,10 +1,8 @@
-//! Running code inside another network namespace (a container's): a helper thread joins the
-//! namespace with setns(CLONE_NEWNET) — only that thread moves, the rest of latscope stays where
-//! it is — runs the closure, and ends. Netlink sockets opened there see that namespace.
+//! Running code inside another network namespace (a container's), on the helper thread of
+//! [`latscope_sys::netns::run_in`]. Netlink sockets opened there see that namespace.
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 
 use crate::error::{InspectError, Result};
 
@@ -29,29 +27,16 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
 {
-    let handle = std::thread::Builder::new()
-        .name("netns-helper".into())
-        .spawn(move || -> Result<T> {
-            // SAFETY: setns on a valid namespace fd; it only changes this helper thread's
-            // namespace, and the thread ends right after `f`.
-            let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-            if rc != 0 {
-                let e = io::Error::last_os_error();
-                return Err(if e.kind() == io::ErrorKind::PermissionDenied {
-                    InspectError::Privilege {
-                        what: format!("entering {what}"),
-                        capability: "CAP_SYS_ADMIN",
-                    }
-                } else {
-                    InspectError::io(format!("entering {what}"), e)
-                });
+    latscope_sys::netns::run_in(ns, f)
+        .map_err(|e| {
+            if e.kind() == io::ErrorKind::PermissionDenied {
+                InspectError::Privilege {
+                    what: format!("entering {what}"),
+                    capability: "CAP_SYS_ADMIN",
+                }
+            } else {
+                InspectError::io(format!("entering {what}"), e)
             }
-            drop(ns);
-            f()
         })
-        .map_err(|e| InspectError::io("starting a namespace helper thread", e))?;
-    handle.join().map_err(|_| InspectError::Malformed {
-        what: "namespace helper thread".into(),
-        detail: "it panicked".into(),
-    })?
+        .and_then(|r| r)
 }

@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::diag::{DiagSocket, Proto};
+use crate::socket::{DiagSocket, Proto};
 
 fn parse_addr(s: &str) -> Option<SocketAddr> {
     let (ip, port) = s.split_once(':')?;

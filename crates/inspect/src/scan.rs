@@ -12,9 +12,10 @@ use latscope_core::model::Meta;
 use latscope_core::model::sockets::{Access, Owner, RouteLimits, SocketRow, SocketsReport};
 use latscope_sys::snmp::Counters;
 
-use crate::diag::{self, DiagSocket};
+use crate::diag;
 use crate::error::{InspectError, Result};
 use crate::procfs::{self, ProcError};
+use crate::socket::{self, DiagSocket, Proto};
 use crate::sockopt::{self, OptError, Pidfd};
 use crate::{findings, netns, procnet, route};
 
@@ -344,9 +345,9 @@ fn read_options(rows: &mut [SocketRow], notes: &mut Vec<String>) -> u32 {
     let mut denied = 0u32;
     for row in rows.iter_mut() {
         let proto = if row.proto == "tcp" {
-            diag::Proto::Tcp
+            Proto::Tcp
         } else {
-            diag::Proto::Udp
+            Proto::Udp
         };
         let mut first_err = None;
         for owner in &row.owners {
@@ -589,7 +590,7 @@ fn row_from(s: &DiagSocket, netns: u64, own: bool, owners: Vec<Owner>) -> Socket
     SocketRow {
         proto: s.proto.name().into(),
         family: if s.local.is_ipv4() { "ipv4" } else { "ipv6" }.into(),
-        state: diag::state_name(s.proto, s.state).into(),
+        state: socket::state_name(s.proto, s.state).into(),
         local: fmt_addr(&s.local),
         remote: fmt_addr(&s.remote),
         inode: s.inode,

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use latscope_core::model::sockets::SocketOptions;
 
-use crate::diag::Proto;
+use crate::socket::Proto;
 
 /// Why a socket's options could not be read.
 #[derive(Clone, Debug, PartialEq, Eq)]

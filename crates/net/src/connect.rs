@@ -18,7 +18,8 @@ use latscope_core::model::rr::ServerBehaviour;
 use crate::NetError;
 use crate::auth::AuthKey;
 use crate::proto::{Start, TestKind};
-use crate::rr::{StopAfter, handshake, open_session};
+use crate::rr::StopAfter;
+use crate::session::{handshake, open_session};
 use crate::sock::{Conn, Target};
 
 /// Distinct error messages kept for the report.

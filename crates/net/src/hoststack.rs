@@ -11,7 +11,7 @@ use latscope_sys::txstamp::Stamper;
 
 use crate::NetError;
 use crate::proto::{Start, TestKind};
-use crate::rr::{Peer, RrConfig, open_session};
+use crate::rr::{Peer, RrConfig};
 
 /// Exchanges timed at most.
 pub const EXCHANGES: u32 = 200;
@@ -38,14 +38,7 @@ fn exchanges(cfg: &RrConfig, req: u32, resp: u32) -> Result<HostStackTimes, NetE
         stream: None,
         join: None,
     };
-    let session = open_session(
-        &cfg.target,
-        cfg.addr,
-        cfg.connect_timeout,
-        cfg.auth.as_ref(),
-        &start,
-        &[],
-    )?;
+    let session = cfg.open_session(&start)?;
     let conn = session.conn;
     conn.apply(&cfg.client)
         .map_err(|e| NetError::io("setting socket options", e))?;

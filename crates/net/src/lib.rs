@@ -1,5 +1,6 @@
-//! latscope's socket engines: the peer protocol ([`proto`]), the server ([`serve`]), and the
-//! request/response ([`rr`]) and connection ([`connect`]) measurements.
+//! latscope's socket engines: the peer protocol ([`proto`]), the server ([`serve`]), a client's
+//! test session with it ([`session`]), and the request/response ([`rr`]) and connection
+//! ([`connect`]) measurements.
 //!
 //! `missing_docs` is warned: every public item (types, fields, variants, functions) says what
 //! it is, in the units it uses.
@@ -10,6 +11,7 @@ pub mod auth;
 pub mod error;
 pub mod proto;
 pub mod serve;
+pub mod session;
 pub mod sock;
 
 pub use error::NetError;

@@ -5,7 +5,7 @@
 //! kernel, so the tool adds as little as possible to what it measures. Samples go into a
 //! per-thread HDR histogram (no allocation per sample); histograms are merged at the end.
 
-use std::io::{self, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,17 +22,14 @@ use latscope_core::sweep::find_jump;
 use latscope_sys::mem::PageAligned;
 
 use crate::NetError;
-use crate::auth::{AuthKey, AuthProof};
+use crate::auth::AuthKey;
 use crate::pace::{Schedule, precise_timers, sleep_until};
-use crate::proto::{
-    self, ClientHello, FrameError, Reply, ServerHello, Start, TestKind, UDP_HEADER_LEN, UdpHeader,
-};
-use crate::sock::{Conn, Target, connect, set_int, set_nodelay};
+use crate::proto::{self, ServerHello, Start, TestKind, UDP_HEADER_LEN, UdpHeader};
+use crate::session::{Session, open_session};
+use crate::sock::{Conn, Target, connect, set_int};
 
 /// Blocked reads wake this often to look at the stop flag.
 const POLL: Duration = Duration::from_millis(100);
-/// Time a latscope server has to greet us.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Extra lifetime asked of the server beyond warm-up + duration.
 const SERVER_SLACK: Duration = Duration::from_secs(2);
 /// An open-loop request sent later than this after its due time counts as a late send.
@@ -83,6 +80,18 @@ pub struct RrConfig {
 }
 
 impl RrConfig {
+    /// Connect to the target and ask for the test `start` (nothing pipelined behind it).
+    pub fn open_session(&self, start: &Start) -> Result<Session, NetError> {
+        open_session(
+            &self.target,
+            self.addr,
+            self.connect_timeout,
+            self.auth.as_ref(),
+            start,
+            &[],
+        )
+    }
+
     /// A latency probe of `target`: one connection exchanging 64 B each way with TCP_NODELAY on
     /// both sides, closed loop for 10 s without warm-up, a 10 s request timeout, 3 s to connect,
     /// 1 s intervals, against `latscope serve` without a key. Callers change what differs with
@@ -138,141 +147,6 @@ fn sockperf_header(buf: &mut [u8], seq: u64) {
     buf[10..14].copy_from_slice(&len.to_be_bytes());
 }
 
-/// Accepted test: the connection, the behaviour the server will apply, the UDP token.
-pub struct Session {
-    /// The control (and, for stream tests, data) connection.
-    pub conn: Conn,
-    /// The behaviour the server will apply.
-    pub server: ServerBehaviour,
-    /// UDP and stream tests: the test's token.
-    pub udp_token: Option<u64>,
-    /// The server's greeting.
-    pub hello: ServerHello,
-}
-
-/// Connect, greet and ask for a test. `first_message` (a request) may be pipelined behind the
-/// test request so that a connect-request-response transaction costs one round trip.
-pub fn open_session(
-    target: &Target,
-    addr: Option<SocketAddr>,
-    connect_timeout: Duration,
-    auth: Option<&AuthKey>,
-    start: &Start,
-    first_message: &[u8],
-) -> Result<Session, NetError> {
-    let conn = connect(target, addr, connect_timeout)?;
-    handshake(conn, target, auth, start, first_message)
-}
-
-/// Greet and ask for a test on an already connected socket. With a key, the client waits for
-/// the server's greeting (its challenge) before sending its own; without, greeting, request and
-/// `first_message` go out at once.
-pub fn handshake(
-    mut conn: Conn,
-    target: &Target,
-    auth: Option<&AuthKey>,
-    start: &Start,
-    first_message: &[u8],
-) -> Result<Session, NetError> {
-    let name = target.to_string();
-    let io_err = |e: io::Error| NetError::io(format!("talking to {name}"), e);
-    conn.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-        .map_err(io_err)?;
-    if conn.is_tcp() {
-        set_nodelay(conn.as_raw_fd(), true).map_err(io_err)?;
-    }
-    let greet = |auth: Option<AuthProof>, out: &mut Vec<u8>| {
-        let hello = ClientHello {
-            software: format!("latscope {}", env!("CARGO_PKG_VERSION")),
-            auth,
-        };
-        proto::encode_greeting(&hello, out);
-        proto::encode_frame(start, out);
-        out.extend_from_slice(first_message);
-    };
-    let mut out = Vec::with_capacity(256 + first_message.len());
-    let server: ServerHello = if let Some(key) = auth {
-        let server: ServerHello =
-            proto::read_greeting(&mut conn).map_err(|e| greeting_error(&name, e, None))?;
-        let proof = match &server.challenge {
-            Some(c) => Some(key.prove(c)?),
-            None => None,
-        };
-        greet(proof, &mut out);
-        conn.write_all(&out).map_err(io_err)?;
-        server
-    } else {
-        greet(None, &mut out);
-        // A peer that is not latscope may close or reset as soon as it sees our greeting: read
-        // its answer before deciding what went wrong.
-        let write_res = conn.write_all(&out);
-        match proto::read_greeting(&mut conn) {
-            Ok(h) => h,
-            Err(e) => return Err(greeting_error(&name, e, write_res.err())),
-        }
-    };
-    let reply: Reply = proto::read_frame(&mut conn).map_err(|e| match e {
-        FrameError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-            NetError::Protocol(format!("{name} closed the connection during the handshake"))
-        }
-        e => NetError::Protocol(format!("{name}: {e}")),
-    })?;
-    match reply {
-        Reply::Accepted {
-            server: behaviour,
-            udp_token,
-            ..
-        } => Ok(Session {
-            conn,
-            server: behaviour,
-            udp_token,
-            hello: server,
-        }),
-        Reply::Refused { code, message, .. } => Err(NetError::ServerRefused { code, message }),
-    }
-}
-
-fn greeting_error(name: &str, e: FrameError, write_err: Option<io::Error>) -> NetError {
-    match e {
-        FrameError::NotLatscope(bytes) => NetError::WrongProtocol {
-            target: name.into(),
-            detail: format!("it answered {}", proto::printable(&bytes)),
-        },
-        FrameError::Version(v) => NetError::WrongProtocol {
-            target: name.into(),
-            detail: format!(
-                "it speaks latscope protocol version {v}, this latscope speaks {}; use matching versions",
-                proto::VERSION
-            ),
-        },
-        FrameError::Io(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            NetError::WrongProtocol {
-                target: name.into(),
-                detail: format!(
-                    "no latscope greeting within {}",
-                    latscope_core::units::format_duration(HANDSHAKE_TIMEOUT)
-                ),
-            }
-        }
-        FrameError::Io(e) => NetError::WrongProtocol {
-            target: name.into(),
-            detail: format!(
-                "it closed the connection without a latscope greeting ({})",
-                write_err.unwrap_or(e)
-            ),
-        },
-        other => NetError::WrongProtocol {
-            target: name.into(),
-            detail: other.to_string(),
-        },
-    }
-}
-
 /// What a worker measured.
 struct WorkerOut {
     hist: LatencyHistogram,
@@ -323,6 +197,28 @@ fn worker_out(open: bool) -> WorkerOut {
 }
 
 impl WorkerPlan {
+    /// A worker's empty tally and its own copy of the open-loop schedule.
+    fn start(&self) -> (WorkerOut, Option<Schedule>) {
+        (worker_out(self.schedule.is_some()), self.schedule.clone())
+    }
+
+    /// Wait for the next request's due time (open loop) and start it: its due time and start,
+    /// or None when the worker is finished.
+    #[inline]
+    fn next(
+        &self,
+        schedule: &mut Option<Schedule>,
+        out: &WorkerOut,
+        stop: &AtomicBool,
+    ) -> Option<(Option<Instant>, Instant)> {
+        let due = schedule.as_mut().map(Schedule::next_due);
+        if let Some(d) = due {
+            sleep_until(d);
+        }
+        let t0 = Instant::now();
+        (!self.finished(out, t0, stop)).then_some((due, t0))
+    }
+
     fn finished(&self, out: &WorkerOut, now: Instant, stop: &AtomicBool) -> bool {
         stop.load(Ordering::Relaxed)
             || self.quota.is_some_and(|q| out.count >= q)
@@ -366,8 +262,7 @@ fn stream_worker(
     stop: &AtomicBool,
     live: Option<&Mutex<Live>>,
 ) -> WorkerOut {
-    let mut out = worker_out(plan.schedule.is_some());
-    let mut schedule = plan.schedule.clone();
+    let (mut out, mut schedule) = plan.start();
     if let Err(e) = conn.apply(&plan.client) {
         out.error = Some(format!("conn {}: setting socket options: {e}", plan.index));
         return out;
@@ -379,15 +274,7 @@ fn stream_worker(
     let mut req = vec![b'q'; plan.req];
     let mut resp = PageAligned::zeroed(plan.resp);
     let mut seq = 0u64;
-    loop {
-        let due = schedule.as_mut().map(Schedule::next_due);
-        if let Some(d) = due {
-            sleep_until(d);
-        }
-        let t0 = Instant::now();
-        if plan.finished(&out, t0, stop) {
-            break;
-        }
+    while let Some((due, t0)) = plan.next(&mut schedule, &out, stop) {
         if plan.peer == Peer::Sockperf {
             seq += 1;
             sockperf_header(&mut req, seq);
@@ -471,22 +358,13 @@ fn udp_worker(
     stop: &AtomicBool,
     live: Option<&Mutex<Live>>,
 ) -> WorkerOut {
-    let mut out = worker_out(plan.schedule.is_some());
-    let mut schedule = plan.schedule.clone();
+    let (mut out, mut schedule) = plan.start();
     let wait = POLL.min(plan.timeout);
     let _ = udp.set_read_timeout(Some(wait));
     let mut req = vec![b'q'; plan.req];
     let mut buf = PageAligned::zeroed(plan.resp.max(UDP_HEADER_LEN) + 1);
     let mut seq = 0u64;
-    loop {
-        let due = schedule.as_mut().map(Schedule::next_due);
-        if let Some(d) = due {
-            sleep_until(d);
-        }
-        let t0 = Instant::now();
-        if plan.finished(&out, t0, stop) {
-            break;
-        }
+    while let Some((due, t0)) = plan.next(&mut schedule, &out, stop) {
         seq += 1;
         match token {
             Some(token) => UdpHeader { token, seq }.write(&mut req),
@@ -693,28 +571,14 @@ fn open_sessions(cfg: &RrConfig, req: u32, resp: u32) -> Result<Vec<Option<Sessi
             // first asking for one hour and retrying with the announced limit if refused.
             start.duration_ms = 3_600_000;
         }
-        let session = match open_session(
-            &cfg.target,
-            cfg.addr,
-            cfg.connect_timeout,
-            cfg.auth.as_ref(),
-            &start,
-            &[],
-        ) {
+        let session = match cfg.open_session(&start) {
             Err(NetError::ServerRefused {
                 code: proto::RefusalCode::DurationLimit,
                 ..
             }) if lifetime.is_none() => {
                 let probe = open_probe_limits(cfg)?;
                 start.duration_ms = probe;
-                open_session(
-                    &cfg.target,
-                    cfg.addr,
-                    cfg.connect_timeout,
-                    cfg.auth.as_ref(),
-                    &start,
-                    &[],
-                )?
+                cfg.open_session(&start)?
             }
             other => other?,
         };
@@ -901,14 +765,7 @@ fn open_probe_limits(cfg: &RrConfig) -> Result<u64, NetError> {
         stream: None,
         join: None,
     };
-    let s = open_session(
-        &cfg.target,
-        cfg.addr,
-        cfg.connect_timeout,
-        cfg.auth.as_ref(),
-        &start,
-        &[],
-    )?;
+    let s = cfg.open_session(&start)?;
     Ok(s.hello.limits.max_duration_ms)
 }
 

@@ -30,7 +30,8 @@ use crate::proto::{
     Control, FlowFinal, FrameError, FrameReader, Join, Start, StreamDatagram, StreamSpec, TestKind,
     UDP_JOIN_SEQ,
 };
-use crate::rr::{self, RrConfig, StopAfter, handshake, open_session};
+use crate::rr::{self, RrConfig, StopAfter};
+use crate::session::{Session, handshake, open_session};
 use crate::sock::{Conn, Target, connect, connect_error};
 use crate::udp_batch;
 
@@ -413,7 +414,7 @@ fn is_local(ip: std::net::IpAddr) -> bool {
 }
 
 /// Ask for the test, open every flow and wait for the server's Go.
-fn start_test(cfg: &StreamConfig) -> Result<(rr::Session, FrameReader, Vec<Flow>, u64), NetError> {
+fn start_test(cfg: &StreamConfig) -> Result<(Session, FrameReader, Vec<Flow>, u64), NetError> {
     let spec = &cfg.spec;
     let start_req = Start {
         kind: TestKind::Stream,

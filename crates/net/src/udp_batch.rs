@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
 use latscope_sys::mem::PageAligned;
+use latscope_sys::msg;
 use latscope_sys::sockopt::{get_int, set_int};
 use socket2::SockAddr;
 
@@ -283,7 +284,9 @@ impl BatchReceiver {
             let len = m.msg_len as usize;
             self.lens[i] = len;
             self.fromlens[i] = m.msg_hdr.msg_namelen;
-            self.segs[i] = gro_size(&m.msg_hdr).unwrap_or(len);
+            // SAFETY: recvmmsg filled this header's control buffer and set its length.
+            let control = unsafe { msg::parse_control(&m.msg_hdr) };
+            self.segs[i] = control.gro_size.unwrap_or(len);
         }
         Ok(self.got)
     }
@@ -293,55 +296,13 @@ impl BatchReceiver {
         if i >= self.got {
             return None;
         }
-        let from = socket_addr(&self.froms[i], self.fromlens[i]);
+        let from = msg::socket_addr(&self.froms[i], self.fromlens[i]);
         Some(Message {
             data: &self.bufs[i * SLOT_BYTES..i * SLOT_BYTES + self.lens[i]],
             seg: self.segs[i],
             from,
         })
     }
-}
-
-/// The address the kernel wrote into `s` (`len` bytes), if it is IPv4 or IPv6.
-fn socket_addr(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
-    let len = len as usize;
-    match i32::from(s.ss_family) {
-        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says the storage holds a sockaddr_in, and it is long enough.
-            let a = unsafe { &*(s as *const _ as *const libc::sockaddr_in) };
-            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Some(SocketAddr::from((ip, u16::from_be(a.sin_port))))
-        }
-        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: the family says the storage holds a sockaddr_in6, and it is long enough.
-            let a = unsafe { &*(s as *const _ as *const libc::sockaddr_in6) };
-            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
-                ip,
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
-}
-
-/// The UDP_GRO segment size in a received message's control data, if the kernel coalesced it.
-fn gro_size(h: &libc::msghdr) -> Option<usize> {
-    // SAFETY: `h` was filled by recvmmsg; CMSG_FIRSTHDR/NXTHDR walk its control buffer within
-    // msg_controllen, and CMSG_DATA of a UDP_GRO cmsg holds an int.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(h);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
-                return usize::try_from(v).ok().filter(|v| *v > 0);
-            }
-            c = libc::CMSG_NXTHDR(h, c);
-        }
-    }
-    None
 }
 
 #[cfg(test)]

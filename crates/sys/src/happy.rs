@@ -419,24 +419,11 @@ fn wait_writable(pending: &[Pending], wait: Duration) -> Vec<usize> {
 /// poll() `fds` for writability until `wait`; the indexes that are ready (none on a timeout, an
 /// interruption or an error).
 fn poll_writable(fds: &[std::os::fd::RawFd], wait: Duration) -> Vec<usize> {
-    let mut fds: Vec<libc::pollfd> = fds
+    let revents = crate::poll::writable(fds, wait).unwrap_or_default();
+    revents
         .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLOUT,
-            revents: 0,
-        })
-        .collect();
-    // Round up: a wake-up a little late is fine, a busy loop of 0 ms polls is not.
-    let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the call's duration.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    if rc <= 0 {
-        return Vec::new();
-    }
-    fds.iter()
         .enumerate()
-        .filter(|(_, f)| f.revents != 0)
+        .filter(|(_, r)| **r != 0)
         .map(|(i, _)| i)
         .collect()
 }

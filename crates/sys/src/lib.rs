@@ -8,7 +8,10 @@
 //! - [`Family`]: the address-family preference of `-4` / `-6`; [`happy`]: every address of a
 //!   name tried as RFC 8305 (Happy Eyeballs v2) does;
 //! - [`mem`]: giving freed memory back to the kernel; [`net`]: the host's interfaces and
-//!   allowed congestion controls; [`snmp`]: a namespace's protocol counters (what `nstat` reads);
+//!   allowed congestion controls; [`netns`]: code run inside another network namespace;
+//!   [`snmp`]: a namespace's protocol counters (what `nstat` reads);
+//! - [`msg`]: `recvmsg` and its control messages (kernel timestamps, TTL, extended errors from
+//!   the error queue, GRO sizes), with the options that ask for them; [`poll`]: `ppoll`;
 //! - [`tcpinfo`]: `struct tcp_info` parsed at whatever length the kernel returns; [`txstamp`]:
 //!   the client host's own stack timed with SO_TIMESTAMPING on latscope's own sockets;
 //! - [`fuzz_seeds`]: the committed fuzz seeds, for the parsing crates' seed-replay tests.
@@ -28,7 +31,10 @@ pub mod family;
 pub mod fuzz_seeds;
 pub mod happy;
 pub mod mem;
+pub mod msg;
 pub mod net;
+pub mod netns;
+pub mod poll;
 pub mod snmp;
 pub mod sockopt;
 pub mod tcpinfo;

@@ -14,6 +14,7 @@ use std::os::fd::RawFd;
 use latscope_core::model::hoststack::{HostStackTimes, StageTimes};
 
 use crate::clock::realtime_ns;
+use crate::msg;
 
 /// Sends waiting for their timestamps; older ones are counted missing.
 pub const MAX_PENDING: usize = 256;
@@ -122,14 +123,14 @@ impl Stamper {
 
     /// recv() into `buf`, timing the driver's receive stamp → this call's return.
     pub fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let (n, stamp) = recvmsg(self.fd, buf, 0)?;
+        let m = msg::recv(self.fd, buf, 0)?;
         let t = realtime_ns();
-        if let Some(s) = stamp.and_then(|s| s.ns)
-            && n > 0
+        if let Some(s) = m.control.kernel_ns
+            && m.len > 0
         {
             push(&mut self.driver_to_recv, t.saturating_sub(s));
         }
-        Ok(n)
+        Ok(m.len)
     }
 
     /// Read every queued transmit stamp (non-blocking) and match it to its send.
@@ -138,14 +139,14 @@ impl Stamper {
             return;
         }
         let mut scratch = [0u8; 1];
-        while let Ok((_, Some(s))) = recvmsg(
-            self.fd,
-            &mut scratch,
-            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-        ) {
-            let (Some(ns), Some((kind, key))) = (s.ns, s.tx) else {
+        while let Ok(Some(m)) = msg::try_recv(self.fd, &mut scratch, libc::MSG_ERRQUEUE) {
+            let (Some(ns), Some(e)) = (m.control.kernel_ns, m.control.err) else {
                 continue;
             };
+            if e.origin != libc::SO_EE_ORIGIN_TIMESTAMPING {
+                continue;
+            }
+            let (kind, key) = (e.info, e.data);
             let Some(i) = self.pending.iter().position(|p| p.key == key) else {
                 continue;
             };
@@ -183,66 +184,6 @@ fn push(v: &mut Vec<u64>, ns: u64) {
     if v.len() < MAX_SAMPLES {
         v.push(ns);
     }
-}
-
-/// What a recvmsg's control messages said.
-#[derive(Default)]
-struct Stamp {
-    /// The software timestamp, CLOCK_REALTIME ns.
-    ns: Option<u64>,
-    /// On the error queue: (SCM_TSTAMP_* kind, OPT_ID key).
-    tx: Option<(u32, u32)>,
-}
-
-/// recvmsg with room for SCM_TIMESTAMPING and an extended error; Ok((bytes, stamp)). An empty
-/// error queue is `Ok((0, None))` via EAGAIN mapped by the caller's loop.
-fn recvmsg(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Option<Stamp>)> {
-    let mut control = [0u64; 32];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: msghdr is plain old data; every pointer set below outlives the call.
-    let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
-    mh.msg_iov = &mut iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = control.as_mut_ptr().cast();
-    mh.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: mh describes valid buffers (iov, control) for the duration of the call.
-    let n = unsafe { libc::recvmsg(fd, &mut mh, flags) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut stamp = Stamp::default();
-    // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen; each
-    // payload is read unaligned after its length is checked.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&mh);
-        while !c.is_null() {
-            let (level, ty) = ((*c).cmsg_level, (*c).cmsg_type);
-            let data = libc::CMSG_DATA(c);
-            let dlen = (*c).cmsg_len as usize - (data as usize - c as usize);
-            if level == libc::SOL_SOCKET
-                && ty == libc::SCM_TIMESTAMPING
-                && dlen >= 3 * size_of::<libc::timespec>()
-            {
-                // scm_timestamping: [0] software, [1] deprecated, [2] hardware.
-                let t = std::ptr::read_unaligned(data.cast::<[libc::timespec; 3]>());
-                let ns = t[0].tv_sec as u64 * 1_000_000_000 + t[0].tv_nsec as u64;
-                stamp.ns = (ns != 0).then_some(ns);
-            } else if ((level == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
-                || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR))
-                && dlen >= size_of::<libc::sock_extended_err>()
-            {
-                let ee = std::ptr::read_unaligned(data.cast::<libc::sock_extended_err>());
-                if ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
-                    stamp.tx = Some((ee.ee_info, ee.ee_data));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&mh, c);
-        }
-    }
-    Ok((n as usize, Some(stamp)))
 }
 
 #[cfg(test)]

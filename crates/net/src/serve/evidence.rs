@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::control::{Handshake, refuse};
+use super::test::{Handshake, refuse};
 use super::{ServeEvent, Shared, canonical};
 use crate::proto::{self, FrameError, RefusalCode, Reply, Start};
 use crate::sock::Conn;

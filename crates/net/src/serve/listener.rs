@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::{POLL, ServeConfig, ServeEvent, Server, Shared, admission, control, udp};
+use super::{POLL, ServeConfig, ServeEvent, Server, Shared, admission, control, udp, udp_usage};
 use crate::NetError;
 use crate::sock::Conn;
 use latscope_sys::error::MissingPrivilege;
@@ -104,7 +104,7 @@ impl Server {
             l.set_nonblocking(true)
                 .map_err(|e| NetError::io("listener", e))?;
         }
-        udp.set_read_timeout(Some(udp::UDP_IDLE))
+        udp.set_read_timeout(Some(udp_usage::UDP_IDLE))
             .map_err(|e| NetError::io("udp socket", e))?;
         let udp_out = udp.try_clone().ok();
         // Test buffers come from their own mappings and go back to the kernel when freed.
@@ -114,7 +114,7 @@ impl Server {
             udp,
             unix,
             shared: Arc::new(Shared {
-                udp_usage: Mutex::new(udp::UdpUsage::default()),
+                udp_usage: Mutex::new(udp_usage::UdpUsage::default()),
                 cfg,
                 stop,
                 conns: AtomicU32::new(0),

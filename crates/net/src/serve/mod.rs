@@ -7,8 +7,11 @@
 //! - [`listener`]: binding, the accept loop, one thread per connection;
 //! - `admission`: connection and test slots, the `--workers` queue, request validation;
 //! - `control`: the handshake (greeting, request, refusal) and dispatch to a test kind;
+//! - `test`: what control hands a test kind (`Test`) and gets back (`Ended`), the refusal frame
+//!   and the handshake's reader, below control and the kinds;
 //! - one file per test kind: `rr` (rr and crr), `udp_rr`, `stream` (+ `stream_join` for its
-//!   data connections); `udp` is the shared UDP socket's loop (echo, test datagrams).
+//!   data connections); `udp` is the shared UDP socket's loop (echo, test datagrams), and
+//!   `udp_usage` the CPU time it publishes for stream tests.
 //!
 //! Adding a test kind: a `TestKind` variant in [`crate::proto`], one file here with a
 //! `run(&mut Test) -> Ended`, and one line in `control::run_kind`.
@@ -21,8 +24,10 @@ pub mod listener;
 mod rr;
 mod stream;
 mod stream_join;
+mod test;
 mod udp;
 mod udp_rr;
+mod udp_usage;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
@@ -225,7 +230,7 @@ pub enum ServeEvent {
 
 /// State shared by every thread of one server.
 struct Shared {
-    udp_usage: Mutex<udp::UdpUsage>,
+    udp_usage: Mutex<udp_usage::UdpUsage>,
     cfg: ServeConfig,
     stop: Arc<AtomicBool>,
     conns: AtomicU32,

@@ -11,7 +11,7 @@ use latscope_core::model::rr::WriteMode;
 use latscope_sys::mem::PageAligned;
 use latscope_sys::sockopt::set_int;
 
-use super::control::{Ended, Test};
+use super::test::{Ended, Test};
 use super::{POLL, Shared, admission, admission::WorkerPermit};
 use crate::proto::TestKind;
 use crate::sock::Conn;

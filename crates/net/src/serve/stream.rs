@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use latscope_core::model::rr::Transport;
 
 use super::admission::{self, Held, Refusal, Resource};
-use super::control::{self, Ended, Test};
-use super::udp::{UdpUsage, udp_thread_usage, usage_now};
+use super::test::{self, Ended, Test};
+use super::udp_usage::{UdpUsage, udp_thread_usage, usage_now};
 use super::{POLL, Shared, canonical};
 use crate::fair::{RateLimit, Share};
 use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
@@ -131,7 +131,7 @@ pub(super) fn run(t: &mut Test) -> Ended {
     let guard = StreamGuard::register(t.sh, spec, t.token, t.peer_ip);
     size_udp_rcvbuf(t.sh, spec);
     if let Err((code, message)) = hold_udp_flows(t, &guard.test) {
-        let _ = control::refuse(t.conn, code, &message);
+        let _ = test::refuse(t.conn, code, &message);
         return Ended::new(0, message);
     }
     if !t.accept() {

@@ -10,8 +10,8 @@ use std::time::Instant;
 use latscope_core::model::rr::{ServerBehaviour, Transport};
 
 use super::admission::Held;
-use super::control::refuse;
 use super::stream::StreamTest;
+use super::test::refuse;
 use super::{POLL, Shared, canonical};
 use crate::flow::{self, DataSock};
 use crate::proto::{self, RefusalCode, Reply, Start, StreamDatagram, UDP_JOIN_SEQ};

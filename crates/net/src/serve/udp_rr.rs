@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::control::{Ended, Test};
+use super::test::{Ended, Test};
 use super::{POLL, Shared, admission, canonical, rr::read_full};
 use crate::fair::Share;
 use crate::proto::UdpHeader;

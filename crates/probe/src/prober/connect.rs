@@ -7,7 +7,7 @@ use super::*;
 /// sample (TCP_INFO); refusals and kernels without it are timed with the user-space clock.
 pub struct ConnectProber {
     dst: SocketAddr,
-    pending: Vec<(u16, OwnedFd)>,
+    pending: Vec<(u16, Socket)>,
     tx: HashMap<u16, (u64, bool)>,
     done: Vec<Response>,
 }
@@ -24,7 +24,7 @@ impl ConnectProber {
     }
 
     fn finish(&mut self, id: u16, err: Option<io::Error>, kernel_rtt_us: Option<u32>) {
-        let mut rx_ns = sys::realtime_ns();
+        let mut rx_ns = realtime_ns();
         let mut rx_kernel = false;
         if let (Some(us), Some(tx)) = (kernel_rtt_us, self.tx.get_mut(&id)) {
             rx_ns = tx.0 + u64::from(us) * 1000;
@@ -59,13 +59,13 @@ impl Prober for ConnectProber {
                 "TCP connect probes cannot trace; use --syn, --udp or --icmp".into(),
             ));
         }
-        let fd = sys::socket(domain(self.dst.is_ipv6()), libc::SOCK_STREAM, 0)
+        let fd = sys::socket(self.dst.is_ipv6(), Type::STREAM, 0)
             .map_err(|e| ProbeError::io("TCP socket", e))?;
-        let _ = sys::set_int(&fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+        let _ = latscope_sys::sockopt::set_nodelay(fd.as_raw_fd(), true);
         let _ = sys::set_linger_zero(&fd);
-        let t = sys::realtime_ns();
+        let t = realtime_ns();
         self.tx.insert(id, (t, false));
-        match sys::connect(&fd, self.dst) {
+        match fd.connect(&self.dst.into()) {
             Ok(()) => {
                 let rtt = sys::tcp_rtt_us(&fd);
                 self.finish(id, None, rtt)
@@ -82,13 +82,13 @@ impl Prober for ConnectProber {
     fn recv(&mut self, timeout: Duration, out: &mut Vec<Response>) -> Result<(), ProbeError> {
         if self.done.is_empty() && !self.pending.is_empty() {
             let fds: Vec<_> = self.pending.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
-            let rev = sys::poll_out(&fds, timeout).map_err(|e| ProbeError::io("poll", e))?;
+            let rev = poll::writable(&fds, timeout).map_err(|e| ProbeError::io("poll", e))?;
             let mut i = 0;
             let mut k = 0;
             while i < self.pending.len() {
                 if rev[k] != 0 {
                     let (id, fd) = self.pending.remove(i);
-                    let err = sys::take_error(&fd).unwrap_or_else(Some);
+                    let err = fd.take_error().unwrap_or_else(Some);
                     let rtt = if err.is_none() {
                         sys::tcp_rtt_us(&fd)
                     } else {

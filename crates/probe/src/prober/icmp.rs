@@ -6,7 +6,7 @@ use super::*;
 /// net.ipv4.ping_group_range) when possible, else a raw socket.
 pub struct IcmpProber {
     v6: bool,
-    fd: OwnedFd,
+    fd: Socket,
     raw: bool,
     ident: u16,
     size: usize,
@@ -26,9 +26,9 @@ impl IcmpProber {
         } else {
             libc::IPPROTO_ICMP
         };
-        let (fd, raw) = match sys::socket(domain(v6), libc::SOCK_DGRAM, proto) {
+        let (fd, raw) = match sys::socket(v6, Type::DGRAM, proto) {
             Ok(fd) => (fd, false),
-            Err(_) => match sys::socket(domain(v6), libc::SOCK_RAW, proto) {
+            Err(_) => match sys::socket(v6, Type::RAW, proto) {
                 Ok(fd) => (fd, true),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
                     return Err(ProbeError::Privilege(MissingPrivilege {
@@ -46,10 +46,9 @@ impl IcmpProber {
             (random_u32() & 0xffff) as u16
         } else {
             // The kernel uses the socket's "port" as the echo id.
-            sys::connect(&fd, SocketAddr::new(dst, 0)).map_err(|e| unreachable(dst, e))?;
-            sys::local_addr(&fd)
-                .map_err(|e| ProbeError::io("getsockname", e))?
-                .port()
+            fd.connect(&SocketAddr::new(dst, 0).into())
+                .map_err(|e| unreachable(dst, e))?;
+            sys::local_port(&fd).map_err(|e| ProbeError::io("getsockname", e))?
         };
         if raw {
             // Echo replies to us, destination unreachable, time exceeded: nothing else.
@@ -59,11 +58,12 @@ impl IcmpProber {
                 while let Ok(Some(_)) = sys::recv_msg(&fd, &mut scratch, false) {}
             }
         } else {
-            sys::enable_recv_err(&fd, v6).map_err(|e| ProbeError::io("IP_RECVERR", e))?;
+            msg::enable_recv_err(fd.as_raw_fd(), v6)
+                .map_err(|e| ProbeError::io("IP_RECVERR", e))?;
         }
-        let _ = sys::enable_recv_ttl(&fd, v6);
+        let _ = msg::enable_recv_ttl(fd.as_raw_fd(), v6);
         let ts = if kernel_ts {
-            sys::enable_timestamps(&fd)
+            msg::enable_timestamps(fd.as_raw_fd())
         } else {
             TsMode::None
         };
@@ -116,7 +116,7 @@ impl Prober for IcmpProber {
             let _ = self.drain();
             None
         };
-        let t = sys::realtime_ns();
+        let t = realtime_ns();
         match sys::send_to(&self.fd, &p, to) {
             Ok(_) => {}
             Err(e) if !self.raw && is_reported_icmp_error(&e) => {
@@ -131,7 +131,8 @@ impl Prober for IcmpProber {
 
     fn recv(&mut self, timeout: Duration, out: &mut Vec<Response>) -> Result<(), ProbeError> {
         if self.held.is_empty() {
-            sys::poll_in(&[self.fd.as_raw_fd()], timeout).map_err(|e| ProbeError::io("poll", e))?;
+            poll::readable(&[self.fd.as_raw_fd()], timeout)
+                .map_err(|e| ProbeError::io("poll", e))?;
         }
         let mut buf = std::mem::take(&mut self.buf);
         let (v6, ident, dst) = (self.v6, self.ident, self.dst);
@@ -156,38 +157,13 @@ impl Prober for IcmpProber {
             out.append(&mut self.held);
             buf = std::mem::take(&mut self.buf);
             r.and_then(|_| {
-                loop {
-                    let m = match sys::recv_msg(&self.fd, &mut buf, false) {
-                        Ok(Some(m)) => m,
-                        Ok(None) => return Ok(()),
-                        Err(e)
-                            if matches!(
-                                e.raw_os_error(),
-                                Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::ECONNREFUSED)
-                            ) =>
-                        {
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    let data = &buf[..m.len.min(buf.len())];
-                    let Some(msg) = packet::parse_icmp(v6, data) else {
-                        continue;
-                    };
+                read_datagrams(&self.fd, &mut buf, dst, out, |data| {
+                    let msg = packet::parse_icmp(v6, data)?;
                     let (IcmpKind::EchoReply, Some((_, seq))) = (msg.kind, msg.echo) else {
-                        continue;
+                        return None;
                     };
-                    out.push(Response {
-                        id: seq,
-                        from: m.from.map(|a| a.ip()).unwrap_or(dst),
-                        kind: ReplyKind::EchoReply,
-                        tcp_flags: None,
-                        ttl: m.ttl,
-                        size: m.len,
-                        rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
-                        rx_kernel: m.kernel_ns.is_some(),
-                    });
-                }
+                    Some((seq, ReplyKind::EchoReply))
+                })
             })
         };
         self.buf = buf;

@@ -9,15 +9,18 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use latscope_core::model::ping::{ProbeMode, ReplyKind};
 
 use crate::error::ProbeError;
 use crate::packet::{self, IcmpKind};
-use crate::sys::{self, TsMode, TsSource};
+use crate::sys::{self, Msg, TsMode, TsSource};
+use latscope_sys::clock::realtime_ns;
 use latscope_sys::error::MissingPrivilege;
+use latscope_sys::{msg, poll};
+use socket2::{Socket, Type};
 
 mod connect;
 mod icmp;
@@ -167,15 +170,15 @@ impl TxBook {
 /// Read TX timestamps from a socket's error queue into `book`; other queued errors are handed
 /// to `on_err`.
 fn drain_errqueue(
-    fd: &OwnedFd,
+    fd: &Socket,
     book: &mut TxBook,
     buf: &mut [u8],
-    mut on_err: impl FnMut(&sys::Msg, &[u8]),
+    mut on_err: impl FnMut(&Msg, &[u8]),
 ) -> io::Result<()> {
     while let Some(m) = sys::recv_msg(fd, buf, true)? {
-        match m.err {
+        match m.control.err {
             Some(e) if e.origin == libc::SO_EE_ORIGIN_TIMESTAMPING => {
-                if let Some(ns) = m.kernel_ns {
+                if let Some(ns) = m.control.kernel_ns {
                     book.kernel_tx(e.data, ns);
                 }
             }
@@ -201,7 +204,7 @@ struct QueuedIcmp {
 impl QueuedIcmp {
     /// The answer to probe `id`, `extra` bytes added to the quote's length.
     fn response(&self, id: u16, extra: usize) -> Response {
-        icmp_response(
+        response(
             id,
             self.from,
             self.kind,
@@ -215,7 +218,7 @@ impl QueuedIcmp {
 /// Read the error queue of a probe socket: TX timestamps into `book`, the ICMP errors (with
 /// the probe id `probe_id` finds in the quoted datagram) returned, other errors ignored.
 fn drain_icmp_errors(
-    fd: &OwnedFd,
+    fd: &Socket,
     book: &mut TxBook,
     buf: &mut [u8],
     v6: bool,
@@ -223,7 +226,7 @@ fn drain_icmp_errors(
 ) -> (Vec<QueuedIcmp>, io::Result<()>) {
     let mut errs = Vec::new();
     let r = drain_errqueue(fd, book, buf, |m, data| {
-        let Some(e) = m.err else { return };
+        let Some(e) = m.control.err else { return };
         if e.origin != libc::SO_EE_ORIGIN_ICMP && e.origin != libc::SO_EE_ORIGIN_ICMP6 {
             return;
         }
@@ -236,14 +239,15 @@ fn drain_icmp_errors(
             from,
             kind,
             len: m.len,
-            kernel_ns: m.kernel_ns,
+            kernel_ns: m.control.kernel_ns,
         });
     });
     (errs, r)
 }
 
-/// An ICMP answer to probe `id`, timed by the kernel's receive stamp when there is one.
-fn icmp_response(
+/// An answer to probe `id` (not a TCP segment), timed by the kernel's receive stamp when there
+/// is one.
+fn response(
     id: u16,
     from: IpAddr,
     kind: ReplyKind,
@@ -258,17 +262,13 @@ fn icmp_response(
         tcp_flags: None,
         ttl,
         size,
-        rx_ns: kernel_ns.unwrap_or_else(sys::realtime_ns),
+        rx_ns: kernel_ns.unwrap_or_else(realtime_ns),
         rx_kernel: kernel_ns.is_some(),
     }
 }
 
-fn domain(v6: bool) -> libc::c_int {
-    if v6 { libc::AF_INET6 } else { libc::AF_INET }
-}
-
-fn raw_socket(v6: bool, proto: libc::c_int, what: &str) -> Result<OwnedFd, ProbeError> {
-    sys::socket(domain(v6), libc::SOCK_RAW, proto).map_err(|e| match e.raw_os_error() {
+fn raw_socket(v6: bool, proto: libc::c_int, what: &str) -> Result<Socket, ProbeError> {
+    sys::socket(v6, Type::RAW, proto).map_err(|e| match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::EACCES) => privilege_error(what),
         _ => ProbeError::io(format!("raw socket for {what}"), e),
     })
@@ -292,7 +292,7 @@ pub fn have_raw(v6: bool) -> bool {
     } else {
         libc::IPPROTO_ICMP
     };
-    sys::socket(domain(v6), libc::SOCK_RAW, proto).is_ok()
+    sys::socket(v6, Type::RAW, proto).is_ok()
 }
 
 fn map_icmp(kind: IcmpKind) -> Option<ReplyKind> {
@@ -312,7 +312,7 @@ fn map_icmp(kind: IcmpKind) -> Option<ReplyKind> {
 /// Read every queued ICMP message of a raw ICMP socket; `matcher` maps a parsed message to a
 /// probe id.
 fn read_raw_icmp(
-    fd: &OwnedFd,
+    fd: &Socket,
     v6: bool,
     buf: &mut [u8],
     out: &mut Vec<Response>,
@@ -322,7 +322,7 @@ fn read_raw_icmp(
         let data = &buf[..m.len.min(buf.len())];
         let (icmp, from, ttl) = if v6 {
             match m.from {
-                Some(a) => (data, a.ip(), m.ttl),
+                Some(a) => (data, a.ip(), m.control.ttl),
                 None => continue,
             }
         } else {
@@ -338,10 +338,49 @@ fn read_raw_icmp(
             continue;
         };
         if let Some(id) = matcher(&msg, from) {
-            out.push(icmp_response(id, from, kind, ttl, m.len, m.kernel_ns));
+            out.push(response(id, from, kind, ttl, m.len, m.control.kernel_ns));
         }
     }
     Ok(())
+}
+
+/// Read every datagram queued on a connected UDP or ping socket; `answer` names the probe a
+/// datagram answers and how (None: not an answer). An ICMP error about an earlier probe is
+/// reported once on the normal queue too: it is skipped here (the error queue has it).
+fn read_datagrams(
+    fd: &Socket,
+    buf: &mut [u8],
+    dst: IpAddr,
+    out: &mut Vec<Response>,
+    mut answer: impl FnMut(&[u8]) -> Option<(u16, ReplyKind)>,
+) -> io::Result<()> {
+    loop {
+        let m = match sys::recv_msg(fd, buf, false) {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let Some((id, kind)) = answer(&buf[..m.len.min(buf.len())]) else {
+            continue;
+        };
+        let from = m.from.map_or(dst, |a| a.ip());
+        out.push(response(
+            id,
+            from,
+            kind,
+            m.control.ttl,
+            m.len,
+            m.control.kernel_ns,
+        ));
+    }
 }
 
 fn unreachable(dst: IpAddr, e: io::Error) -> ProbeError {
@@ -359,7 +398,7 @@ pub fn random_u32() -> u32 {
     if n == 4 {
         u32::from_ne_bytes(b)
     } else {
-        (sys::realtime_ns() as u32) ^ std::process::id()
+        (realtime_ns() as u32) ^ std::process::id()
     }
 }
 

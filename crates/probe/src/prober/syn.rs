@@ -11,10 +11,10 @@ pub struct SynProber {
     dst: IpAddr,
     dport: u16,
     sports: Vec<u16>,
-    _reserved: Vec<OwnedFd>,
+    _reserved: Vec<Socket>,
     seq_base: u32,
-    tcp: OwnedFd,
-    icmp: OwnedFd,
+    tcp: Socket,
+    icmp: Socket,
     book: TxBook,
     ttl: Option<u8>,
     buf: Vec<u8>,
@@ -46,28 +46,24 @@ impl SynProber {
         let mut sports = Vec::new();
         let mut reserved = Vec::new();
         for _ in 0..ports.max(1) {
-            let s = sys::socket(domain(v6), libc::SOCK_STREAM, 0)
-                .map_err(|e| ProbeError::io("TCP socket", e))?;
-            sys::bind(&s, SocketAddr::new(src, 0))
+            let s =
+                sys::socket(v6, Type::STREAM, 0).map_err(|e| ProbeError::io("TCP socket", e))?;
+            s.bind(&SocketAddr::new(src, 0).into())
                 .map_err(|e| ProbeError::io("reserving a source port", e))?;
-            sports.push(
-                sys::local_addr(&s)
-                    .map_err(|e| ProbeError::io("getsockname", e))?
-                    .port(),
-            );
+            sports.push(sys::local_port(&s).map_err(|e| ProbeError::io("getsockname", e))?);
             reserved.push(s);
         }
         let ts = if kernel_ts {
-            sys::enable_timestamps(&tcp)
+            msg::enable_timestamps(tcp.as_raw_fd())
         } else {
             TsMode::None
         };
         if kernel_ts {
-            sys::enable_timestamps(&icmp);
+            msg::enable_timestamps(icmp.as_raw_fd());
         }
         if v6 {
-            let _ = sys::enable_recv_ttl(&tcp, true);
-            let _ = sys::enable_recv_ttl(&icmp, true);
+            let _ = msg::enable_recv_ttl(tcp.as_raw_fd(), true);
+            let _ = msg::enable_recv_ttl(icmp.as_raw_fd(), true);
         }
         Ok(SynProber {
             v6,
@@ -110,7 +106,7 @@ impl Prober for SynProber {
             self.dport,
             self.seq_base.wrapping_add(u32::from(id)),
         );
-        let t = sys::realtime_ns();
+        let t = realtime_ns();
         sys::send_to(&self.tcp, &seg, Some(SocketAddr::new(self.dst, 0)))
             .map_err(|e| send_error(self.dst, e))?;
         self.book.sent(id, t);
@@ -120,7 +116,7 @@ impl Prober for SynProber {
     }
 
     fn recv(&mut self, timeout: Duration, out: &mut Vec<Response>) -> Result<(), ProbeError> {
-        sys::poll_in(&[self.tcp.as_raw_fd(), self.icmp.as_raw_fd()], timeout)
+        poll::readable(&[self.tcp.as_raw_fd(), self.icmp.as_raw_fd()], timeout)
             .map_err(|e| ProbeError::io("poll", e))?;
         let _ = drain_errqueue(&self.tcp, &mut self.book, &mut self.buf, |_, _| {});
         let mut buf = std::mem::take(&mut self.buf);
@@ -129,7 +125,7 @@ impl Prober for SynProber {
                 let data = &buf[..m.len.min(buf.len())];
                 let (from, seg_bytes, ttl) = if self.v6 {
                     match m.from {
-                        Some(a) => (a.ip(), data, m.ttl),
+                        Some(a) => (a.ip(), data, m.control.ttl),
                         None => continue,
                     }
                 } else {
@@ -169,8 +165,8 @@ impl Prober for SynProber {
                     tcp_flags: Some(seg.flags),
                     ttl,
                     size: m.len,
-                    rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
-                    rx_kernel: m.kernel_ns.is_some(),
+                    rx_ns: m.control.kernel_ns.unwrap_or_else(realtime_ns),
+                    rx_kernel: m.control.kernel_ns.is_some(),
                 });
             }
             let (dst, dport, sports, base) = (self.dst, self.dport, &self.sports, self.seq_base);

@@ -7,7 +7,7 @@ use super::*;
 /// exceeded, which the kernel queues on the socket's error queue (IP_RECVERR) — no privilege.
 pub struct UdpProber {
     v6: bool,
-    fd: OwnedFd,
+    fd: Socket,
     size: usize,
     book: TxBook,
     ttl: Option<u8>,
@@ -21,13 +21,13 @@ impl UdpProber {
     /// Probes to `dst`:`port` with `size` payload bytes; `kernel_ts` asks for kernel timestamps.
     pub fn new(dst: IpAddr, port: u16, size: usize, kernel_ts: bool) -> Result<Self, ProbeError> {
         let v6 = dst.is_ipv6();
-        let fd = sys::socket(domain(v6), libc::SOCK_DGRAM, 0)
-            .map_err(|e| ProbeError::io("UDP socket", e))?;
-        sys::connect(&fd, SocketAddr::new(dst, port)).map_err(|e| unreachable(dst, e))?;
-        sys::enable_recv_err(&fd, v6).map_err(|e| ProbeError::io("IP_RECVERR", e))?;
-        let _ = sys::enable_recv_ttl(&fd, v6);
+        let fd = sys::socket(v6, Type::DGRAM, 0).map_err(|e| ProbeError::io("UDP socket", e))?;
+        fd.connect(&SocketAddr::new(dst, port).into())
+            .map_err(|e| unreachable(dst, e))?;
+        msg::enable_recv_err(fd.as_raw_fd(), v6).map_err(|e| ProbeError::io("IP_RECVERR", e))?;
+        let _ = msg::enable_recv_ttl(fd.as_raw_fd(), v6);
         let ts = if kernel_ts {
-            sys::enable_timestamps(&fd)
+            msg::enable_timestamps(fd.as_raw_fd())
         } else {
             TsMode::None
         };
@@ -74,7 +74,7 @@ impl Prober for UdpProber {
         // Read queued ICMP errors first: that clears the socket error, which would otherwise
         // fail this send with ECONNREFUSED.
         let _ = self.drain();
-        let t = sys::realtime_ns();
+        let t = realtime_ns();
         match sys::send_to(&self.fd, &p, None) {
             Ok(_) => {}
             // An ICMP error that arrived since the drain, reported on this send: the probe did
@@ -91,43 +91,16 @@ impl Prober for UdpProber {
 
     fn recv(&mut self, timeout: Duration, out: &mut Vec<Response>) -> Result<(), ProbeError> {
         if self.held.is_empty() {
-            sys::poll_in(&[self.fd.as_raw_fd()], timeout).map_err(|e| ProbeError::io("poll", e))?;
+            poll::readable(&[self.fd.as_raw_fd()], timeout)
+                .map_err(|e| ProbeError::io("poll", e))?;
         }
         let r = self.drain();
         out.append(&mut self.held);
         let mut buf = std::mem::take(&mut self.buf);
-        let r2 = (|| -> io::Result<()> {
-            loop {
-                let m = match sys::recv_msg(&self.fd, &mut buf, false) {
-                    Ok(Some(m)) => m,
-                    Ok(None) => return Ok(()),
-                    // The pending ICMP error is reported once on the normal queue too.
-                    Err(e)
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH)
-                        ) =>
-                    {
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                let data = &buf[..m.len.min(buf.len())];
-                let Some(id) = packet::parse_udp_probe(data, packet::LSP_ECHO_REPLY) else {
-                    continue;
-                };
-                out.push(Response {
-                    id,
-                    from: m.from.map(|a| a.ip()).unwrap_or(self.dst),
-                    kind: ReplyKind::UdpEcho,
-                    tcp_flags: None,
-                    ttl: m.ttl,
-                    size: m.len,
-                    rx_ns: m.kernel_ns.unwrap_or_else(sys::realtime_ns),
-                    rx_kernel: m.kernel_ns.is_some(),
-                });
-            }
-        })();
+        let r2 = read_datagrams(&self.fd, &mut buf, self.dst, out, |data| {
+            let id = packet::parse_udp_probe(data, packet::LSP_ECHO_REPLY)?;
+            Some((id, ReplyKind::UdpEcho))
+        });
         self.buf = buf;
         r.and(r2).map_err(|e| ProbeError::io("receiving", e))
     }
