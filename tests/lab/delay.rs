@@ -361,8 +361,10 @@ impl Line {
             .is_some_and(|h| h.read_at + self.delay <= Instant::now())
         {
             let h = self.queue.pop_front().expect("front");
-            write_fd(self.to, &h.buf[..h.len]);
+            // Held until handed to the other side's kernel: the write itself is that kernel
+            // receiving the packet (on a veth or a NIC too), not time spent on the wire.
             let took = h.read_at.elapsed();
+            write_fd(self.to, &h.buf[..h.len]);
             late_max = late_max.max(took.saturating_sub(self.delay));
             self.held.push(took);
             packets += 1;
