@@ -1180,12 +1180,18 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "slow-link",
         what: "4 Mbit/s tbf both ways, short queue",
-        expect: Expect::Rule("bottleneck_bandwidth"),
-        client: Expect::Rule("bottleneck_bandwidth"),
+        // 20 ms away a request's 1 KiB fits the bucket's burst: a single request is not held
+        // by the shaper at all (ping -s 1400: 20.43 ms against 20.40 without the tbf), and the
+        // 5 ms queue is 1/4 of a round trip; naming the link would be a false finding there.
+        expect: Expect::Clean,
+        client: Expect::Clean,
         set: Set::Lab,
         needs: &["tc"],
         rtts: NEAR_FAR,
-        at_zero: None,
+        at_zero: Some((
+            Expect::Rule("bottleneck_bandwidth"),
+            Expect::Rule("bottleneck_bandwidth"),
+        )),
         build: Build::AtRtt(slow_link),
     },
     Scenario {
@@ -1338,10 +1344,10 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "send-buffer",
         what: "nginx `listen … sndbuf=4k`, 1 MiB page",
         expect: Expect::Rule("send_buffer_limited"),
-        client: Expect::Unobservable {
-            side: "server",
-            lacks: "the server's socket (its send buffer, tcpi_sndbuf_limited): from the client a send buffer and an application that writes slowly look alike",
-        },
+        // From the client alone: the responses' flights of one size round after round, with a
+        // pause between them (the finding says the server's host tells a buffer from a slow
+        // writer apart).
+        client: Expect::Rule("send_buffer_limited"),
         set: Set::Lab,
         needs: &["nginx"],
         rtts: NEAR_FAR_40,

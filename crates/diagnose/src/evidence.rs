@@ -108,7 +108,20 @@ pub struct ClientCpu {
     pub threads: u32,
     /// The span watched, ns.
     pub span_ns: u64,
+    /// The sampling thread's wake-ups (it sleeps 50 ms between reads).
+    pub wakes: u64,
+    /// Its wake-ups at least [`HELD_WAKE_NS`] late: a whole hold of latscope's threads, seen
+    /// even where its cgroup cannot be read (under `ip netns exec`, or a container without
+    /// its cgroup mounted).
+    pub held_wakes: u64,
+    /// The latest of its wake-ups, ns beyond the 50 ms asked.
+    pub max_late_ns: u64,
 }
+
+/// A wake-up of the client's sampling thread this late is latscope held off every CPU (a
+/// quota's throttled period, or a host busy for that long): 20 ms, a hundred times a loaded
+/// host's usual lateness.
+pub const HELD_WAKE_NS: u64 = 20_000_000;
 
 impl ClientCpu {
     /// The threads' mean wait for a CPU each time they were put on one, ns (0: none counted).
@@ -331,6 +344,14 @@ impl TcpCounters {
         match (self.server, self.shared) {
             (Some(s), true) => s.dsack_recv,
             (s, _) => self.client.dsack_recv + s.map_or(0, |s| s.dsack_recv),
+        }
+    }
+
+    /// Segments retransmitted on either side over the run (`RetransSegs`).
+    pub fn retransmitted(&self) -> u64 {
+        match (self.server, self.shared) {
+            (Some(s), true) => s.retrans_segs,
+            (s, _) => self.client.retrans_segs + s.map_or(0, |s| s.retrans_segs),
         }
     }
 }

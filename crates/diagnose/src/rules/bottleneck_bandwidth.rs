@@ -3,6 +3,12 @@
 
 use super::*;
 
+/// The least serialisation time worth a finding: 1 ms, a 125 kB response at 1 Gbit/s. Below it
+/// the "bottleneck" of a fast path is the hosts' own copying (a 1 MiB page over a veth reads as
+/// ~10 Gbit/s, 0.8 ms): every large healthy page would be named a bandwidth problem, and no link
+/// upgrade would save the time.
+pub const SERIALISATION_FLOOR_NS: u64 = 1_000_000;
+
 /// A prediction and the measurement it predicts agree: within a factor of 2 either way.
 fn matches(predicted: u64, measured: u64) -> bool {
     predicted > 0 && measured > 0 && predicted <= 2 * measured && measured <= 2 * predicted
@@ -50,7 +56,7 @@ pub fn bottleneck_bandwidth(e: &Evidence) -> Option<Diagnosis> {
     let b = e.bottleneck?;
     let single = e.single.as_ref()?.p50_ns;
     let ser = e.serialisation_share_ns()?;
-    if ser < 100_000 || (ser as f64) < 0.3 * single as f64 {
+    if ser < SERIALISATION_FLOOR_NS || (ser as f64) < 0.3 * single as f64 {
         return None;
     }
     let mut evidence = Vec::new();

@@ -20,7 +20,14 @@ pub(crate) struct Starved {
     pub wait_per_slice_ns: Option<u64>,
     /// Its sleeping thread's wake-ups: (median, p99) lateness, when the median is material.
     pub late: Option<(u64, u64)>,
+    /// Its sampler held ([`HELD_WAKE_NS`] late or more) in a material share of its wake-ups:
+    /// (held, wake-ups, the latest lateness).
+    pub held: Option<(u64, u64, u64)>,
 }
+
+/// The wake-ups of the sampler that must be held to starve the client: at least 4 and 1 in 25
+/// (a 10% quota held it in most of them; a loaded 2-core host, in none of hundreds).
+pub const HELD_WAKES: u64 = 4;
 
 impl Starved {
     /// How long a request can be held by it: a throttled period (wall clock), else the
@@ -33,10 +40,11 @@ impl Starved {
         {
             return h.held_ns;
         }
-        match (self.late, self.wait_per_slice_ns) {
-            (Some((_, p99)), _) => p99,
-            (None, Some(w)) => w,
-            (None, None) => 0,
+        match (self.late, self.held, self.wait_per_slice_ns) {
+            (Some((_, p99)), ..) => p99,
+            (None, Some((.., late)), _) => late,
+            (None, None, Some(w)) => w,
+            (None, None, None) => 0,
         }
     }
 }
@@ -58,17 +66,24 @@ pub(crate) fn client_starved(e: &Evidence) -> Option<Starved> {
         .as_ref()
         .filter(|n| n.p50_ns >= STARVED_WAIT_NS)
         .map(|n| (n.p50_ns, n.p99_ns));
-    (throttled.is_some() || wait_per_slice_ns.is_some() || late.is_some()).then_some(Starved {
-        throttled,
-        wait_per_slice_ns,
-        late,
-    })
+    let held = c
+        .filter(|c| c.held_wakes >= HELD_WAKES && c.held_wakes.saturating_mul(25) >= c.wakes)
+        .map(|c| (c.held_wakes, c.wakes, c.max_late_ns));
+    (throttled.is_some() || wait_per_slice_ns.is_some() || late.is_some() || held.is_some())
+        .then_some(Starved {
+            throttled,
+            wait_per_slice_ns,
+            late,
+            held,
+        })
 }
 
 /// The client's own CPU starved: latscope's cgroup ran out of its CPU quota (v1
 /// `cpu.cfs_quota_us`, v2 `cpu.max`; `cpu.stat` throttled periods), or its threads waited
 /// milliseconds for a CPU each time they were to run (`/proc/self/task/*/schedstat`), or its
-/// sleeping thread woke milliseconds late (the single-request step's wake-up lateness). A
+/// sleeping thread woke milliseconds late (the single-request step's wake-up lateness), or its
+/// sampling thread was held tens of milliseconds in a share of its wake-ups ([`HELD_WAKES`];
+/// what a quota shows where its cgroup cannot be read). A
 /// request latscope times then includes latscope's own waiting.
 ///
 /// Where the requests show it — a tail of at least a millisecond — that tail, up to what a
@@ -126,6 +141,19 @@ pub fn client_cpu_starved(e: &Evidence) -> Option<Diagnosis> {
             "latscope's sleeping thread woke {} late at the median, {} at the p99, while it timed the single requests",
             format_ns(p50 as f64),
             format_ns(p99 as f64)
+        ));
+    }
+    if let Some((held, wakes, latest)) = s.held {
+        what.push(format!(
+            "it was held off the CPUs {} or more {}",
+            format_ns(HELD_WAKE_NS as f64),
+            of(held, wakes, "time")
+        ));
+        evidence.push(format!(
+            "latscope's sampling thread, asleep for 50 ms at a time, woke {} or more late {} while the requests ran (the latest {} late): its threads could not run for that long",
+            format_ns(HELD_WAKE_NS as f64),
+            of(held, wakes, "time"),
+            format_ns(latest as f64)
         ));
     }
     if let Some(why) = e.client_cpu.as_ref().and_then(|c| c.cgroup_unread.as_ref()) {

@@ -455,4 +455,16 @@ fn a_send_buffer_seen_from_the_client() {
         )
     };
     assert_eq!(send_buffer_limited(&e), None);
+    // Slow start's growth hid the buffer in the first response; the next response on the
+    // kept connection shows the plateau, and says which response it read.
+    probe(&mut e).next = Some(Exchanged {
+        window: Some(400_000),
+        ..x.clone()
+    });
+    let f = send_buffer_limited(&e).expect("the next response's flights");
+    assert!(
+        f.evidence[0].starts_with("the next response on the same connection"),
+        "{:?}",
+        f.evidence
+    );
 }

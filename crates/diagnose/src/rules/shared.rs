@@ -16,15 +16,44 @@ pub(crate) fn host_excess(e: &Evidence) -> Option<(u64, u64, u64)> {
     ))
 }
 
+/// Whether the hosts' `excess` over the path is the server's own time and not the path's
+/// noise: at least 1 ms, and either 5× the path's round trip (near) or, on a path so long that
+/// 5× would hide whole round trips of waiting, a quarter of the request and 10× the path's own
+/// spread (its p90 beyond its median), so that a path's jitter is never read as thinking. A
+/// 30 ms wait before the first byte on a 40 ms path is the server's; 0.4 ms on it is the path's.
+pub(crate) fn beyond_the_path(e: &Evidence, excess: u64) -> bool {
+    if excess < 1_000_000 {
+        return false;
+    }
+    let Some(path) = e.path.as_ref() else {
+        return true;
+    };
+    if excess >= path.p50_ns.saturating_mul(5) {
+        return true;
+    }
+    let single = e.single.as_ref().map_or(0, |s| s.p50_ns);
+    let spread = path.p90_ns.saturating_sub(path.p50_ns);
+    excess.saturating_mul(4) >= single && excess >= spread.saturating_mul(10)
+}
+
 /// The capture's retransmissions less those the receivers reported as duplicates (D-SACKs in
 /// the kernel's counters): a retransmission whose original had arrived (a timer or a tail-loss
 /// probe that fired because the ACK was late, on a busy server) lost nothing. Plus the sends
 /// the capture never saw twice: a sender that stopped with both windows open and went on only
 /// on the peer's next segment had lost what it sent before it reached the capture point.
+///
+/// The D-SACKs are counted over the whole run and both hosts' namespaces, the capture's
+/// retransmissions on its connections only: where the run resent more than the capture saw (a
+/// load's bulk transfer, its concurrent connections), the duplicates can be those others', and
+/// only what they cannot hold — the D-SACKs beyond the run's other retransmissions — cancels
+/// the capture's (at 40 ms, a load's duplicates had cancelled every one of a lossy path's
+/// retransmissions). Where the run resent what the capture saw, every D-SACK is theirs.
 pub(crate) fn lost_on_wire(e: &Evidence, c: &CaptureEvidence) -> u64 {
-    c.retransmissions
-        .saturating_sub(e.counters.map_or(0, |k| k.spurious()))
-        + c.unseen_loss.map_or(0, |u| u.count)
+    let spurious = e.counters.map_or(0, |k| {
+        let elsewhere = k.retransmitted().saturating_sub(c.retransmissions);
+        k.spurious().saturating_sub(elsewhere)
+    });
+    c.retransmissions.saturating_sub(spurious) + c.unseen_loss.map_or(0, |u| u.count)
 }
 
 /// A loss rate that matters: at least one lost segment per 1000 frames.

@@ -354,11 +354,103 @@ fn a_throttled_server_is_why_requests_queue() {
     let rules: Vec<RuleId> = all.iter().map(|f| f.rule).collect();
     assert_eq!(rules, vec![RuleId::CpuThrottling, RuleId::SocketQueueing]);
     assert_eq!(all[1].caused_by, Some(RuleId::CpuThrottling));
+    // Throttled in 8 of 28 periods (a far run meets fewer): the queueing, 199 ms, is within
+    // eight requests waiting out a hold each (8 × 88 ms), so it is still the throttling's.
+    e.cpu.as_mut().unwrap().throttling = Some(throttled(8));
+    let all = apply(&e);
+    let q = all.iter().find(|f| f.rule == RuleId::SocketQueueing);
+    assert_eq!(
+        q.and_then(|f| f.caused_by),
+        Some(RuleId::CpuThrottling),
+        "{all:#?}"
+    );
     // Throttled now and then (3 periods in 28): the queueing is the server's own.
     e.cpu.as_mut().unwrap().throttling = Some(throttled(3));
     let all = apply(&e);
     assert_eq!(all[0].rule, RuleId::SocketQueueing);
     assert!(all.iter().all(|f| f.caused_by.is_none()));
+}
+
+/// 40 ms away, a server that waits 30 ms before its first byte thinks (5× the path would ask
+/// for 200 ms); the path's own jitter, or half a millisecond on it, is no thinking.
+#[test]
+fn think_time_far_away_is_weighed_against_the_request() {
+    let mut e = base(40_000, 70_000);
+    e.quickack = Some(s(70_000));
+    let f = think_time(&e).expect("30 ms before the first byte, 40 ms away");
+    assert_eq!(f.explains_ns, 30_000_000);
+    e.single = Some(s(40_500));
+    e.quickack = Some(s(40_500));
+    assert_eq!(think_time(&e), None, "0.5 ms on a 40 ms path");
+    // A path that swings by 4 ms (p90 beyond its median): 12 ms is within 10× its spread.
+    e.path = Some(Summary {
+        p90_ns: 44_000_000,
+        ..s(40_000)
+    });
+    e.single = Some(s(52_000));
+    e.quickack = Some(s(52_000));
+    assert_eq!(think_time(&e), None, "12 ms on a path that swings by 4 ms");
+    e.single = Some(s(90_000));
+    e.quickack = Some(s(90_000));
+    assert!(think_time(&e).is_some(), "50 ms on it");
+}
+
+/// On a far path a finding is weighed against what the request takes beyond the round trip:
+/// 300 µs of a 40.4 ms request is under 1/20 of it and all of what the hosts add.
+#[test]
+fn a_far_finding_is_material_against_the_time_beyond_the_path() {
+    let e = base(40_000, 40_400);
+    let f = |explains_ns| Diagnosis {
+        rule: RuleId::PreTcpKernel,
+        title: String::new(),
+        explains_ns,
+        confidence: 0.8,
+        side: Side::Server,
+        evidence: vec![],
+        fix: String::new(),
+        caused_by: None,
+        causes: vec![],
+    };
+    assert!(material(&e, &f(300_000)));
+    assert!(!material(&e, &f(90_000)), "under 100 µs");
+    let e = base(40_000, 50_000);
+    assert!(
+        !material(&e, &f(300_000)),
+        "300 µs of 10 ms beyond the path"
+    );
+    // Near, the share of the request decides as before.
+    let e = base(40, 400);
+    assert!(material(&e, &f(30_000)));
+    assert!(!material(&e, &f(15_000)));
+}
+
+/// The run's D-SACKs cancel the capture's retransmissions only as far as the run's other
+/// retransmissions (a load's) cannot hold them: 40 duplicates among 300 resent segments of a
+/// bulk transfer leave the capture's 6 lost; the same 40 when the run resent 44 in all: at
+/// least 2 of them are the capture's, 4 lost.
+#[test]
+fn the_runs_dsacks_cancel_only_what_its_other_retransmissions_cannot_hold() {
+    let mut e = base(20_000, 20_400);
+    let counters = |retrans_segs, dsack_recv| TcpCounters {
+        client: NsCounters {
+            retrans_segs,
+            dsack_recv,
+            ..NsCounters::default()
+        },
+        ..TcpCounters::default()
+    };
+    let c = CaptureEvidence {
+        frames: 2_000,
+        transactions: 300,
+        retransmissions: 6,
+        ..CaptureEvidence::default()
+    };
+    e.counters = Some(counters(300, 40));
+    assert_eq!(crate::rules::shared::lost_on_wire(&e, &c), 6);
+    e.counters = Some(counters(44, 40));
+    assert_eq!(crate::rules::shared::lost_on_wire(&e, &c), 4);
+    e.counters = None;
+    assert_eq!(crate::rules::shared::lost_on_wire(&e, &c), 6);
 }
 
 /// A measured rate one way, for a direction's bytes of one exchange.
@@ -2397,6 +2489,34 @@ fn a_client_that_ran_when_it_needed_to_is_not_starved() {
     });
     let f = client_cpu_starved(&e).expect("timers 2.5 ms late at the median");
     assert!(f.title.contains("timers woke 2.5ms late"), "{}", f.title);
+}
+
+/// A quota whose cgroup cannot be read (latscope under `ip netns exec`) still shows in the
+/// sampler's wake-ups: held tens of ms in many of them is starved; 3 held wake-ups, or 5 in
+/// 400, is a busy host's noise.
+#[test]
+fn a_client_held_off_the_cpus_is_starved_without_its_cgroup() {
+    let mut e = base(20, 45);
+    let held = |held_wakes, wakes| ClientCpu {
+        cgroup_unread: Some("no cgroup mount".into()),
+        wakes,
+        held_wakes,
+        max_late_ns: 88_000_000,
+        run_ns: 1_000_000,
+        slices: 1_000,
+        span_ns: 16_000_000_000,
+        ..ClientCpu::default()
+    };
+    e.client_cpu = Some(held(3, 100));
+    assert_eq!(client_cpu_starved(&e), None, "3 held wake-ups");
+    e.client_cpu = Some(held(5, 400));
+    assert_eq!(client_cpu_starved(&e), None, "5 in 400");
+    e.client_cpu = Some(held(40, 120));
+    let f = client_cpu_starved(&e).expect("held in 40 of 120 wake-ups");
+    assert_eq!(f.side, Side::Client);
+    assert!(f.title.contains("40 of 120 times"), "{}", f.title);
+    let v = crate::verdict(&apply(&e), &crate::budget(&e), None);
+    assert!(!v.starts_with("no latency problem"), "{v}");
 }
 
 /// A server's cgroup throttled in 26 of 28 periods (10 ms of CPU per 100 ms), as the kernel

@@ -4,7 +4,8 @@ use super::*;
 
 /// Application think time: the time before the first response byte that no TCP timer on the
 /// wire explains is the server's own (its application). It fires whenever the hosts add
-/// ≥ 1 ms and ≥ 5× the path and no timer is shown to be the cause (the quick-ack experiment
+/// ≥ 1 ms and ≥ 5× the path — on a far path, a quarter of the request and 10× the path's
+/// spread ([`beyond_the_path`]) — and no timer is shown to be the cause (the quick-ack experiment
 /// changed nothing, the capture shows no delayed-ACK releases). An excess of a timer's length
 /// without that evidence is still reported — with a lower confidence and a line saying which
 /// experiment would tell — rather than "no problem" while the hosts add 1,000× the path.
@@ -29,7 +30,7 @@ pub fn think_time(e: &Evidence) -> Option<Diagnosis> {
         host
     };
     let excess = before_first_byte(e, excess, path);
-    if excess < 1_000_000 || excess < 5 * path {
+    if !beyond_the_path(e, excess) {
         return None;
     }
     let timer = TcpTimer::classify(excess).filter(|t| t.is_delayed_ack());

@@ -20,7 +20,7 @@ use super::cpu::{
 };
 use super::step::{NotRun, Observe, requests_target};
 use crate::context::Context;
-use crate::evidence::{ClientCpu, Evidence};
+use crate::evidence::{ClientCpu, Evidence, HELD_WAKE_NS};
 
 pub struct ClientCpuStep;
 
@@ -71,6 +71,10 @@ impl SchedStat {
 struct Threads {
     first: HashMap<u32, SchedStat>,
     last: HashMap<u32, SchedStat>,
+    /// The sampler's own wake-ups: how many, how many held ([`HELD_WAKE_NS`] late), the latest.
+    wakes: u64,
+    held_wakes: u64,
+    max_late_ns: u64,
 }
 
 impl Threads {
@@ -114,10 +118,22 @@ fn sample_until(done: &AtomicBool) -> Threads {
     let mut t = Threads::default();
     t.sample(true);
     while !done.load(Ordering::Relaxed) {
+        let asleep = Instant::now();
         std::thread::sleep(SAMPLE_EVERY);
+        t.woke(asleep.elapsed().saturating_sub(SAMPLE_EVERY));
         t.sample(false);
     }
     t
+}
+
+impl Threads {
+    /// One wake-up of the sampler, `late` beyond the sleep it asked for.
+    fn woke(&mut self, late: Duration) {
+        let late = late.as_nanos() as u64;
+        self.wakes += 1;
+        self.held_wakes += u64::from(late >= HELD_WAKE_NS);
+        self.max_late_ns = self.max_late_ns.max(late);
+    }
 }
 
 impl Observe for ClientCpuStep {
@@ -162,6 +178,9 @@ impl Observe for ClientCpuStep {
             slices: sum.slices,
             threads: n,
             span_ns: w.started.elapsed().as_nanos() as u64,
+            wakes: threads.wakes,
+            held_wakes: threads.held_wakes,
+            max_late_ns: threads.max_late_ns,
         })
     }
 
@@ -186,7 +205,17 @@ impl Observe for ClientCpuStep {
             (None, Some(why)) => format!("its cgroup's CPU limit could not be read: {why}"),
             (None, None) => "no CPU limit on its cgroups".into(),
         };
-        format!("{threads}; {cgroup}")
+        let wakes = if c.held_wakes > 0 {
+            format!(
+                "; its sampler woke {} or more late {} (the latest {} late)",
+                format_ns(HELD_WAKE_NS as f64),
+                of(c.held_wakes, c.wakes, "time"),
+                format_ns(c.max_late_ns as f64)
+            )
+        } else {
+            String::new()
+        };
+        format!("{threads}; {cgroup}{wakes}")
     }
 
     fn store(ev: &mut Evidence, c: ClientCpu) {
@@ -197,6 +226,15 @@ impl Observe for ClientCpuStep {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn held_wake_ups_are_counted() {
+        let mut t = Threads::default();
+        for ms in [0, 1, 25, 3, 90, 19] {
+            t.woke(Duration::from_millis(ms));
+        }
+        assert_eq!((t.wakes, t.held_wakes, t.max_late_ns), (6, 2, 90_000_000));
+    }
 
     #[test]
     fn schedstat_lines() {
