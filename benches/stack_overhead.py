@@ -173,6 +173,9 @@ class Stack:
         self.prefix = list(prefix)
         self.proc = None
         self.periods = []  # (attached_at, detached_at) in time.monotonic()
+        # (started, exited): the loading of the programs (the verifier takes a CPU of a small
+        # machine for a while) and the tear-down are neither "with" nor "without".
+        self.busy = []
         self.attached_line = ""
         self.samples = []  # packets recorded, per attached period
 
@@ -180,6 +183,7 @@ class Stack:
         base = os.path.join(self.tmp, "stack-" + self.label.replace(" ", "_"))
         err = open(base + ".err", "w+")
         self.jsonpath = base + ".json"
+        self.started = time.monotonic()
         self.proc = subprocess.Popen(
             self.prefix + [self.binary, "stack", "-i", "1h", "--json"] + self.extra,
             stdout=open(self.jsonpath, "w"),
@@ -213,6 +217,7 @@ class Stack:
             self.proc.wait()
         self.proc = None
         self.periods.append((self.since, until))
+        self.busy.append((self.started, time.monotonic()))
         self.samples.append(self.recorded())
 
     def recorded(self):
@@ -250,7 +255,7 @@ class Stack:
         return any(s <= a and b <= e for s, e in self.periods)
 
     def detached_over(self, a, b, margin=0.05):
-        return not any(s - margin < b and a < e + margin for s, e in self.periods)
+        return not any(s - margin < b and a < e + margin for s, e in self.busy)
 
 
 def start_server(binary, path):
@@ -351,16 +356,17 @@ def classify(rows, stack, stacks, field=0):
     return on, off
 
 
-def phase_ratios(on, off, stack):
-    """Each attached period's mean against the mean of the detached intervals next to it."""
+def phase_ratios(on, off, stack, compare=lambda x, y: x / y):
+    """Each attached period's mean against the mean of the detached intervals next to it
+    (`compare(inside, around)`: their ratio, or their difference)."""
     ratios = []
     for s, e in stack.periods:
         inside = [v for a, v in on if s <= a <= e]
-        before = [v for a, v in off if s - 2 * (e - s) <= a < s]
-        after = [v for a, v in off if e < a <= e + 2 * (e - s)]
+        before = [v for a, v in off if s - 3 * (e - s) <= a < s]
+        after = [v for a, v in off if e < a <= e + 3 * (e - s)]
         around = before + after
         if inside and around:
-            ratios.append(statistics.mean(inside) / statistics.mean(around))
+            ratios.append(compare(statistics.mean(inside), statistics.mean(around)))
     return ratios
 
 
@@ -368,6 +374,7 @@ def measure(args, binary, path, name, unit, scale, cmd, stacks):
     """One workload with `stacks` attached in turn; prints and returns each one's figures."""
     for stack in stacks:
         stack.periods = []
+        stack.busy = []
     rows = run_workload(args, binary, path, cmd, stacks)
     res = {}
     for stack in stacks:
@@ -391,15 +398,24 @@ def measure(args, binary, path, name, unit, scale, cmd, stacks):
             lon, loff = classify(rows, stack, stacks, 1)
             p_on = statistics.median(v for _, v in lon) / 1e3
             p_off = statistics.median(v for _, v in loff) / 1e3
-            r.update(rtt_without_us=p_off, rtt_with_us=p_on, added_us=p_on - p_off)
+            # The same against the detached intervals around each attached period: the load
+            # of a shared machine drifts over a run, and a period is compared with its
+            # neighbours only.
+            deltas = [d / 1e3 for d in phase_ratios(lon, loff, stack, lambda x, y: x - y)]
+            r.update(rtt_without_us=p_off, rtt_with_us=p_on, added_us=p_on - p_off,
+                     added_us_phases=deltas)
+            local = (f"; per phase: median {statistics.median(deltas):+.2f} us, range "
+                     f"{min(deltas):+.2f} to {max(deltas):+.2f} over {len(deltas)}"
+                     if deltas else "")
             print(f"  {'':17} {'':11} median RTT without {p_off:.2f} us, with {p_on:.2f} us: "
-                  f"{p_on - p_off:+.2f} us per transaction")
+                  f"{p_on - p_off:+.2f} us per transaction{local}")
         res[stack.label] = r
     full, empty = res.get("all probes"), res.get("empty programs")
-    if full and empty and "added_us" in full:
-        if empty["added_us"] > 0.05:
-            print(f"  {'':17} added RTT, all probes / empty programs: "
-                  f"{full['added_us'] / empty['added_us']:.2f}x")
+    if full and empty and full.get("added_us_phases") and empty.get("added_us_phases"):
+        f, e = (statistics.median(x["added_us_phases"]) for x in (full, empty))
+        if e > 0.05:
+            print(f"  {'':17} added RTT (per-phase medians), all probes / empty programs: "
+                  f"{f / e:.2f}x")
     return res
 
 
@@ -494,8 +510,10 @@ def bench_path(args, binary, tmp, path, results):
                 print(f"  [{s.label}] {s.attached_line}")
             got = [n for n in s.samples if n is not None]
             if got:
+                loads = [p[0] - b[0] for p, b in zip(s.periods, s.busy)]
                 print(f"  [{s.label}] packets recorded per attached period: "
-                      f"{min(got)}-{max(got)} over {len(got)}")
+                      f"{min(got)}-{max(got)} over {len(got)}; loading took "
+                      f"{min(loads):.1f}-{max(loads):.1f} s (the last workload's)")
         if args.stats_old != "" and args.cost_seconds > 0:
             print(f"BPF run time ({path.name}; kernel.bpf_stats_enabled, {args.cost_rounds} "
                   f"round(s) of {args.cost_seconds:g} s per workload, median):")
@@ -553,14 +571,24 @@ def summary(results):
             bpf = r.get("bpf", {})
             bf, be = bpf.get("all probes"), bpf.get("empty programs")
             cells = [f"{pname + ' ' + key:15}"]
+            def rate_cell(x):
+                pr = x.get("phase_ratios") or []
+                return f"{x['ratio']:.3f}x" + (
+                    f" (per phase {statistics.median(pr):.3f}x)" if pr else "")
+
+            def added_cell(x):
+                ph = x.get("added_us_phases") or []
+                return f"{x['added_us']:+.2f} us/tx" + (
+                    f" (per phase {statistics.median(ph):+.2f})" if ph else "")
+
             if full:
-                cells.append(f"rate {full['ratio']:.3f}x "
-                             f"({'met' if full['ratio'] >= RATE_TARGET else 'NOT met'})")
+                met = full["ratio"] >= RATE_TARGET
+                cells.append(f"rate {rate_cell(full)} ({'met' if met else 'NOT met'})")
             if empty:
-                cells.append(f"empty programs' rate {empty['ratio']:.3f}x")
+                cells.append(f"empty programs' rate {rate_cell(empty)}")
             if "added_us" in full:
-                cells.append(f"+{full['added_us']:.2f} us/tx (empty +{empty.get('added_us', 0):.2f})"
-                             if empty else f"+{full['added_us']:.2f} us/tx")
+                cells.append(f"{added_cell(full)}, empty {added_cell(empty)}"
+                             if "added_us" in empty else added_cell(full))
             if bf and be and be["ns_per_unit"] > 0:
                 ratio = bf["ns_per_unit"] / be["ns_per_unit"]
                 cells.append(f"BPF {bf['ns_per_unit']:.0f} / {be['ns_per_unit']:.0f} ns per "
