@@ -172,7 +172,8 @@ fn http_run(
     if r.stats.requests == 0 && r.stats.errors.total() == 0 && !r.interrupted {
         let mut o = http_options(url, connections, quickack, duration);
         o.duration = None;
-        o.requests = Some(u64::from(connections.max(1)) * 2);
+        // One a connection, at once: over a long path each can take seconds.
+        o.requests = Some(u64::from(connections.max(1)));
         o.warmup = Duration::ZERO;
         if let Ok(cfg) = latscope_http::Config::new(&o)
             && let Ok(again) = latscope_http::run(&cfg, stop, &mut |_, _| {})
