@@ -63,6 +63,11 @@ fn bad_input_gets_one_line_and_a_documented_code() {
             "-d 30s exceeds this server's limit of 10s",
         ),
         (
+            vec!["rr", &addr, "-d", "9s"],
+            3,
+            "-d 9s with its warm-up (200ms) and 2s of slack exceeds this server's limit of 10s",
+        ),
+        (
             vec!["stream", &addr, "-d", "1m"],
             3,
             "a 1m test exceeds this server's limit of 10s",

@@ -592,15 +592,22 @@ fn open_sessions(cfg: &RrConfig, req: u32, resp: u32) -> Result<Vec<Option<Sessi
                     StopAfter::Count(_) => Duration::ZERO,
                 };
                 let max = Duration::from_millis(open_probe_limits(cfg)?);
-                return Err(NetError::ServerRefused {
-                    code,
-                    message: format!(
-                        "-d {} exceeds this server's limit of {} (serve --max-duration; a test also asks for its warm-up and {} more)",
+                let message = if d > max {
+                    format!(
+                        "-d {} exceeds this server's limit of {} (serve --max-duration)",
                         format_span(d),
-                        format_span(max),
-                        format_span(SERVER_SLACK)
-                    ),
-                });
+                        format_span(max)
+                    )
+                } else {
+                    format!(
+                        "-d {} with its warm-up ({}) and {} of slack exceeds this server's limit of {} (serve --max-duration)",
+                        format_span(d),
+                        format_span(cfg.warmup),
+                        format_span(SERVER_SLACK),
+                        format_span(max)
+                    )
+                };
+                return Err(NetError::ServerRefused { code, message });
             }
             other => other?,
         };
