@@ -399,7 +399,10 @@ fn faults_end_with_partial_results_and_clear_errors() {
     );
     let (code, _, err) = run(&["stream", &addr_arg(srv.tcp_addr), "-t", "5s"]);
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("exceeds this server's limit of 2 s"), "{err}");
+    assert!(
+        err.contains("a 5s test exceeds this server's limit of 2s"),
+        "{err}"
+    );
     let (code, _, err) = run(&["stream", &addr_arg(srv.tcp_addr), "-P", "0"]);
     assert_eq!(code, 2, "{err}");
 }
