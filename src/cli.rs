@@ -60,7 +60,7 @@ pub enum Command {
     Schema(cmd::schema::SchemaArgs),
     /// RTT to a host with TCP SYN, TCP connect, UDP or ICMP echo probes (hping3-style).
     Ping(cmd::ping::PingArgs),
-    /// The hops to a host with one constant flow (Paris traceroute); --report for mtr-style statistics.
+    /// The hops to a host with one constant flow (Paris traceroute); --stats for mtr-style statistics.
     Trace(cmd::trace::TraceArgs),
     /// Options and TCP state of running processes' sockets (pidfd_getfd + sock_diag); --watch setsockopt calls.
     Sockets(cmd::sockets::SocketsArgs),
@@ -144,12 +144,16 @@ pub fn usage_error(e: &clap::Error) -> String {
         .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"));
     let first = lines.next().unwrap_or("invalid arguments");
     let mut line = first.strip_prefix("error: ").unwrap_or(first).to_string();
-    let details: Vec<&str> = lines.map(str::trim).filter(|l| !l.is_empty()).collect();
+    let details: Vec<String> = lines
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| tip(e, l))
+        .collect();
     if line.ends_with(':') && !details.is_empty() {
         // A list announced by its heading (missing arguments): its items, on the same line.
         let items: Vec<&str> = details
             .iter()
-            .copied()
+            .map(String::as_str)
             .take_while(|d| !d.starts_with("tip:"))
             .collect();
         line = format!("{line} {}", items.join(", "));
@@ -163,6 +167,38 @@ pub fn usage_error(e: &clap::Error) -> String {
         }
     }
     format!("{line} (see --help)")
+}
+
+/// One of clap's detail lines, made right for latscope: its similar names best first (clap
+/// lists the closest last: `stram` read "'trace', 'stack', 'stream'"), and no "use '-- -1'" for
+/// a negative number (`-d -1s`): no option of latscope takes one, and after `--` it would be a
+/// positional argument (issue 41).
+fn tip(e: &clap::Error, detail: &str) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    if !detail.starts_with("tip:") {
+        return detail.to_string();
+    }
+    if let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg)
+        && arg
+            .strip_prefix('-')
+            .is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit()))
+        && detail.contains(&format!("'-- {arg}'"))
+    {
+        return format!("tip: no option takes a negative value ('{arg}' reads as an option)");
+    }
+    for kind in [ContextKind::SuggestedSubcommand, ContextKind::SuggestedArg] {
+        if let Some(ContextValue::Strings(names)) = e.get(kind)
+            && names.len() > 1
+        {
+            let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+            let listed = quoted.join(", ");
+            if let Some(head) = detail.strip_suffix(&listed) {
+                let best_first: Vec<&str> = quoted.iter().rev().map(String::as_str).collect();
+                return format!("{head}{}", best_first.join(", "));
+            }
+        }
+    }
+    detail.to_string()
 }
 
 #[cfg(test)]

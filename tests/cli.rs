@@ -55,6 +55,23 @@ fn bad_input_gets_one_line_and_a_documented_code() {
             3,
             "exceeds this server's limit",
         ),
+        // In the user's terms, not the server's count with warm-up and slack ("a 7202 s test"
+        // for `-d 2h`, issue 41).
+        (
+            vec!["rr", &addr, "-d", "30s"],
+            3,
+            "-d 30s exceeds this server's limit of 10s",
+        ),
+        (
+            vec!["rr", &addr, "-d", "9s"],
+            3,
+            "-d 9s with its warm-up (200ms) and 2s of slack exceeds this server's limit of 10s",
+        ),
+        (
+            vec!["stream", &addr, "-d", "1m"],
+            3,
+            "a 1m test exceeds this server's limit of 10s",
+        ),
         (vec!["rr", &addr, "-d", "5parsecs"], 2, "invalid duration"),
         // One duration rule: the unit is required, and the error suggests it.
         (
@@ -348,5 +365,81 @@ fn every_subcommand_has_help_with_examples() {
         assert_eq!(code, 0, "{cmd}");
         assert!(out.contains("Examples:"), "{cmd} --help has examples");
         assert!(top.contains(cmd), "top-level help lists {cmd}");
+    }
+}
+
+/// Issue 41's words: the top-level help names each command's options as that command spells
+/// them; capture's help does not speak of analyze; clap's similar names come best first; a
+/// negative value gets no "use '-- -1'"; a name that does not resolve is worded one way.
+#[test]
+fn the_words_name_what_the_commands_take() {
+    let (_, top, _) = run(&["--help"]);
+    // Each command's summary, its wrapped lines joined.
+    let mut summaries: Vec<(String, String)> = Vec::new();
+    for line in top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+    {
+        match line.strip_prefix("  ") {
+            Some(rest) if !rest.starts_with(' ') => {
+                let (cmd, text) = rest.split_once(' ').unwrap_or((rest, ""));
+                summaries.push((cmd.to_string(), text.to_string()));
+            }
+            _ => {
+                if let Some(last) = summaries.last_mut() {
+                    last.1 += line;
+                }
+            }
+        }
+    }
+    assert!(summaries.iter().any(|(c, _)| c == "trace"), "{top}");
+    for (cmd, text) in &summaries {
+        let flags: Vec<&str> = text
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("--"))
+            .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()))
+            .filter(|w| !w.is_empty())
+            .collect();
+        if flags.is_empty() {
+            continue;
+        }
+        let (code, help, _) = run(&[cmd, "--help"]);
+        assert_eq!(code, 0, "{cmd}");
+        for f in flags {
+            assert!(
+                help.contains(&format!("--{f} ")) || help.contains(&format!("--{f}\n")),
+                "the top-level help says `{cmd} --{f}`, which `{cmd} --help` does not list"
+            );
+        }
+    }
+    let (_, capture, _) = run(&["capture", "--help"]);
+    assert!(!capture.contains("analyze:"), "{capture}");
+    let (code, _, err) = run(&["stram"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("exist: 'stream'"),
+        "the best match first: {err}"
+    );
+    let (code, _, err) = run(&["rr", "127.0.0.1", "-d", "-1s"]);
+    assert_eq!(code, 2);
+    assert!(
+        !err.contains("'-- -1'") && err.contains("negative"),
+        "{err}"
+    );
+    for args in [
+        &["rr", "no-such-host.invalid", "-n", "1"][..],
+        &["ping", "no-such-host.invalid", "-n", "1"],
+        &["http", "http://no-such-host.invalid/", "-n", "1"],
+    ] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 3, "{args:?}: {err}");
+        assert_one_line_error(&err);
+        assert!(
+            err.contains("cannot reach no-such-host.invalid")
+                && err.contains("the name 'no-such-host.invalid' does not resolve ("),
+            "{args:?}: {err}"
+        );
     }
 }

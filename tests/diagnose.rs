@@ -127,6 +127,15 @@ fn any_tcp_service_gets_the_path_and_the_skipped_steps() {
         .map(|s| s["name"].as_str().unwrap())
         .collect();
     assert!(skipped.contains(&"one request"), "{doc}");
+    // A step that did not apply was never cut short (issue 41: "cut short at its 0ns budget:
+    // an address, not a name").
+    for s in doc["steps"].as_array().unwrap() {
+        let detail = s["detail"].as_str().unwrap();
+        assert!(
+            s["status"] != "skipped" || !detail.contains("cut short"),
+            "{s}"
+        );
+    }
 }
 
 #[test]

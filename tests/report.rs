@@ -244,6 +244,20 @@ fn mixed_kinds_render_without_a_comparison() {
     let html = render(&[&data("rr.json"), &data("connect.json")], "mixed.html");
     assert!(!html.contains("id=\"compare-"));
     assert!(html.contains("id=\"result-1\"") && html.contains("id=\"result-2\""));
+    // Two streams, one without its latency probe, beside an rr: nothing of the streams to
+    // compare, and no box that says so at the top of the page (issue 41: an empty
+    // "Comparison of 2 stream results").
+    let html = render(
+        &[
+            &data("stream.json"),
+            &data("stream-udp.json"),
+            &data("rr.json"),
+        ],
+        "mixed-streams.html",
+    );
+    assert!(!html.contains("id=\"compare-"), "no comparison box");
+    assert!(!html.contains("Comparison of"), "no comparison box");
+    assert!(html.contains("id=\"result-3\""));
     // A result of an older version without histogram bins: its spectrum, no histogram.
     let old = render(&[&data("rr-nagle.json")], "old.html");
     let figs = assert_page(&old, &["spectrum"]);

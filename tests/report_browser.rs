@@ -352,3 +352,64 @@ fn long_names_fit_a_phone() {
     let found = overflow_at_phone_width(&page);
     assert_eq!(found, vec![format!("viewport {PHONE_WIDTH}")], "{found:#?}");
 }
+
+/// Width of the desktop check, CSS px: a laptop's window.
+const DESKTOP_WIDTH: u32 = 1280;
+
+/// The page in a `{W}` px frame; once loaded, every sideways-scrolling container whose content
+/// is wider than itself is listed in `<pre id="latscope-scrolls">`.
+const DESKTOP_WRAPPER: &str = r#"<!DOCTYPE html>
+<html><head><meta charset="utf-8"><style>
+body{margin:0}iframe{display:block;border:0;width:{W}px;height:2200px}
+</style></head><body><iframe id="page" src="{SRC}"></iframe><script>
+var frame = document.getElementById('page');
+frame.addEventListener('load', function () {
+  var d = frame.contentDocument, out = ['viewport ' + frame.contentWindow.innerWidth];
+  var all = d.querySelectorAll('.scroll');
+  for (var i = 0; i < all.length; i++) {
+    var e = all[i], t = e.firstElementChild;
+    if (e.scrollWidth > e.clientWidth + 1)
+      out.push('scrolls: ' + (t ? t.tagName.toLowerCase() + '.' + t.className : '?') + ' ' +
+        e.scrollWidth + ' px in ' + e.clientWidth);
+  }
+  var pre = document.createElement('pre');
+  pre.id = 'latscope-scrolls';
+  pre.textContent = out.join('\n');
+  document.body.appendChild(pre);
+});
+</script></body></html>
+"#;
+
+/// Issue 41: at 1280 px the http page's percentile table scrolled sideways and hid `max`.
+/// On a desktop window no table of a page needs to scroll.
+#[test]
+fn tables_fit_a_desktop_window() {
+    let dir = root().join("target/report-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("desktop-http.html");
+    render(&["http-open.json", "http.json", "diagnose.json"], &page);
+    let wrapper = page.with_extension("desktop.html");
+    std::fs::write(
+        &wrapper,
+        DESKTOP_WRAPPER
+            .replace("{W}", &DESKTOP_WIDTH.to_string())
+            .replace("{SRC}", page.file_name().unwrap().to_str().unwrap()),
+    )
+    .unwrap();
+    let (dom, stderr) = chromium(&wrapper, "--dump-dom", DESKTOP_WIDTH + 20);
+    let start = dom
+        .find("<pre id=\"latscope-scrolls\">")
+        .unwrap_or_else(|| panic!("the desktop check did not run: {stderr}"));
+    let text = &dom[start..];
+    let text = &text[text.find('>').unwrap() + 1..text.find("</pre>").unwrap()];
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some(format!("viewport {DESKTOP_WIDTH}").as_str()),
+        "{lines:?}"
+    );
+    assert!(
+        lines.len() == 1,
+        "tables wider than the page at {DESKTOP_WIDTH} px: {lines:?}"
+    );
+}

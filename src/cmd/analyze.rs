@@ -117,6 +117,8 @@ struct Source {
     /// `pcap`, `pcapng` or `live`.
     format: String,
     interrupted: bool,
+    /// The file ends in the middle of a packet: what was analysed is what came before it.
+    truncated: bool,
 }
 
 /// `analyze --live`: capture on an interface for the run's duration (optionally writing the
@@ -173,6 +175,7 @@ fn analyze_live(
         name: format!("live:{iface}"),
         format: "live".to_string(),
         interrupted: stats.interrupted,
+        truncated: false,
     })
 }
 
@@ -235,6 +238,7 @@ fn analyze_file(
         name,
         format: fmt.to_string(),
         interrupted: summary.interrupted,
+        truncated: summary.stats.truncated_tail,
     })
 }
 
@@ -252,6 +256,7 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
         name: source,
         format,
         interrupted,
+        truncated,
     } = if a.live {
         analyze_live(a, &mut analyzer, &stop, &mut warnings)?
     } else {
@@ -271,7 +276,9 @@ pub fn run(a: &AnalyzeArgs) -> anyhow::Result<u8> {
     a.report.write(&report)?;
     Ok(if interrupted {
         exit::INTERRUPTED
-    } else if report.analysis.nothing_readable() {
+    } else if report.analysis.nothing_readable() || truncated {
+        // A file cut short is input that cannot be wholly used (issue 41: it exited 0): the
+        // report of what came before it is printed, the code says it is not the whole capture.
         exit::USAGE
     } else if report.analysis.findings.is_empty() {
         exit::OK

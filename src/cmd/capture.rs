@@ -225,7 +225,7 @@ fn create_output(path: &Path) -> anyhow::Result<File> {
 /// How a live capture's kernel ring is set up (`capture`, and `analyze --live`).
 #[derive(Args, Debug, Clone)]
 pub struct RingArgs {
-    /// Bytes kept of each packet (analyze: with --live).
+    /// Bytes kept of each packet captured live.
     #[arg(
         long,
         short_alias = 's',
@@ -233,7 +233,7 @@ pub struct RingArgs {
         value_name = "BYTES"
     )]
     pub snaplen: u32,
-    /// Size of the kernel ring buffer (analyze: with --live).
+    /// Size of the kernel ring buffer of a live capture.
     #[arg(long, default_value = "32MiB", value_parser = parse_size, value_name = "SIZE")]
     pub buffer: u64,
 }

@@ -218,6 +218,19 @@ pub fn format_duration(d: Duration) -> String {
     format_ns(d.as_nanos() as f64)
 }
 
+/// A test's length as a user writes it (`-d 2h`, `--max-duration 90m`): whole hours, minutes or
+/// seconds in that unit, anything else as [`format_ns`] — never "a 7200 s test" for `-d 2h`.
+pub fn format_span(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0 => "0s".to_string(),
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ => format_duration(d),
+    }
+}
+
 /// Format a byte count with binary prefixes: `64 B`, `1.5 KiB`, `3.2 GiB`.
 pub fn format_bytes(bytes: f64) -> String {
     scaled(
@@ -333,6 +346,17 @@ pub fn utc_time(unix_ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn spans_read_as_written() {
+        use super::format_span;
+        use std::time::Duration;
+        assert_eq!(format_span(Duration::from_secs(7200)), "2h");
+        assert_eq!(format_span(Duration::from_secs(5400)), "90m");
+        assert_eq!(format_span(Duration::from_secs(7202)), "7202s");
+        assert_eq!(format_span(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format_span(Duration::ZERO), "0s");
+    }
+
     use super::*;
 
     #[test]

@@ -48,6 +48,24 @@ fn out_of_time(name: StepName, max: Duration) -> Record {
     )
 }
 
+/// Label a step whose budget ran out while it ran. One that measured keeps its partial figures
+/// as evidence and is listed as cut short; one that failed stays failed, saying why it ran out
+/// of time. One that skipped was never cut short: it did not apply (a zero budget, "an address,
+/// not a name"), and the watchdog's deadline passing meanwhile changes nothing of that (issue 41:
+/// "cut short at its 0ns budget: an address, not a name").
+fn cut_at_budget(rec: &mut Record, budget: Duration) {
+    match rec.step.status {
+        StepStatus::Skipped => return,
+        StepStatus::Ran => rec.step.status = StepStatus::CutShort,
+        StepStatus::Failed | StepStatus::CutShort => {}
+    }
+    rec.step.detail = format!(
+        "cut short at its {} budget: {}",
+        format_ns(budget.as_nanos() as f64),
+        rec.step.detail
+    );
+}
+
 /// Run every step in order, each within its time budget and the run's; observers start before
 /// their first step and finish after their last.
 fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
@@ -127,16 +145,7 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
                 run(&step_cx, &mut c.evidence)
             });
             if cut {
-                // A step that measured keeps its partial figures as evidence and is listed as
-                // cut short; one that failed stays failed, saying why it ran out of time.
-                if rec.step.status == StepStatus::Ran {
-                    rec.step.status = StepStatus::CutShort;
-                }
-                rec.step.detail = format!(
-                    "cut short at its {} budget: {}",
-                    format_ns(deadline.duration_since(started).as_nanos() as f64),
-                    rec.step.detail
-                );
+                cut_at_budget(&mut rec, deadline.duration_since(started));
             }
             saved = (saved + budget(cx.plan)).saturating_sub(started.elapsed());
             c.push(rec.took(started));
@@ -212,4 +221,33 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         report.verdict.push_str(&note);
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 41: a step that did not apply (a zero budget, an address where a name would be
+    /// looked up) read "cut short at its 0ns budget: an address, not a name".
+    #[test]
+    fn a_skipped_step_is_never_relabelled_as_cut_short() {
+        let mut rec = Record::plain(
+            StepName::NameQueries,
+            StepStatus::Skipped,
+            "an address, not a name",
+        );
+        cut_at_budget(&mut rec, Duration::ZERO);
+        assert_eq!(rec.step.status, StepStatus::Skipped);
+        assert_eq!(rec.step.detail, "an address, not a name");
+        // A step the budget stopped while it measured says so, and keeps what it measured.
+        let mut rec = Record::plain(StepName::OneRequest, StepStatus::Ran, "120 requests");
+        cut_at_budget(&mut rec, Duration::from_secs(2));
+        assert_eq!(rec.step.status, StepStatus::CutShort);
+        assert_eq!(rec.step.detail, "cut short at its 2s budget: 120 requests");
+        // One that failed stays failed, saying why.
+        let mut rec = Record::plain(StepName::OneRequest, StepStatus::Failed, "no answer");
+        cut_at_budget(&mut rec, Duration::from_secs(2));
+        assert_eq!(rec.step.status, StepStatus::Failed);
+        assert!(rec.step.detail.starts_with("cut short at its 2s budget"));
+    }
 }

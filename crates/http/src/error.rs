@@ -18,13 +18,13 @@ pub enum HttpError {
     #[error("invalid option: {0}")]
     /// An option is out of range or conflicts with another.
     Config(String),
-    #[error("cannot resolve '{host}': {source}")]
+    #[error("cannot reach {host}: {source}")]
     /// The host name did not resolve.
     Resolve {
         /// The name looked up.
         host: String,
-        /// The resolver's error.
-        source: std::io::Error,
+        /// The resolver's error (worded as every command words it).
+        source: latscope_sys::happy::ResolveError,
     },
     #[error(
         "cannot connect to {addr}: {source} (is a server listening there? check the URL or --connect-to)"

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use latscope_core::model::address::AddressChoice;
 use latscope_core::{LatencyHistogram, Summary};
-use latscope_sys::happy::{self, RaceConfig, ResolveError};
+use latscope_sys::happy::{self, RaceConfig};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 
@@ -280,15 +280,11 @@ fn target_host_port(o: &Options, url: &Url) -> Result<(String, u16), HttpError> 
 /// Every address of `host:port` (at least one) in RFC 8305 order, and how long resolving took,
 /// ns.
 fn resolve(host: &str, port: u16) -> Result<(Vec<SocketAddr>, u64), HttpError> {
-    latscope_sys::happy::resolve(host, port, latscope_sys::Family::Any).map_err(|e| match e {
-        ResolveError::Lookup { source, .. } => HttpError::Resolve {
+    latscope_sys::happy::resolve(host, port, latscope_sys::Family::Any).map_err(|source| {
+        HttpError::Resolve {
             host: host.to_string(),
             source,
-        },
-        other => HttpError::Resolve {
-            host: host.to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, other.to_string()),
-        },
+        }
     })
 }
 

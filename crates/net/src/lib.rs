@@ -19,6 +19,7 @@ pub mod connect;
 pub mod fair;
 pub mod flow;
 pub mod hoststack;
+pub mod interval_clock;
 pub mod pace;
 pub mod rr;
 pub mod stream;

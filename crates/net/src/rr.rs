@@ -19,6 +19,7 @@ use latscope_core::model::rr::{
 };
 use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::sweep::find_jump;
+use latscope_core::units::format_span;
 use latscope_sys::mem::PageAligned;
 
 use crate::NetError;
@@ -579,6 +580,34 @@ fn open_sessions(cfg: &RrConfig, req: u32, resp: u32) -> Result<Vec<Option<Sessi
                 let probe = open_probe_limits(cfg)?;
                 start.duration_ms = probe;
                 cfg.open_session(&start)?
+            }
+            // The server counts the warm-up and our slack too ("a 7202s test" for `-d 2h`):
+            // say it in the user's terms.
+            Err(NetError::ServerRefused {
+                code: code @ proto::RefusalCode::DurationLimit,
+                ..
+            }) if matches!(cfg.stop_after, StopAfter::Duration(_)) => {
+                let d = match cfg.stop_after {
+                    StopAfter::Duration(d) => d,
+                    StopAfter::Count(_) => Duration::ZERO,
+                };
+                let max = Duration::from_millis(open_probe_limits(cfg)?);
+                let message = if d > max {
+                    format!(
+                        "-d {} exceeds this server's limit of {} (serve --max-duration)",
+                        format_span(d),
+                        format_span(max)
+                    )
+                } else {
+                    format!(
+                        "-d {} with its warm-up ({}) and {} of slack exceeds this server's limit of {} (serve --max-duration)",
+                        format_span(d),
+                        format_span(cfg.warmup),
+                        format_span(SERVER_SLACK),
+                        format_span(max)
+                    )
+                };
+                return Err(NetError::ServerRefused { code, message });
             }
             other => other?,
         };

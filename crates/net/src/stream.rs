@@ -26,6 +26,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::NetError;
 use crate::auth::AuthKey;
 use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
+use crate::interval_clock::IntervalClock;
 use crate::proto::{
     Control, FlowFinal, FrameError, FrameReader, Join, Start, StreamDatagram, StreamSpec, TestKind,
     UDP_JOIN_SEQ,
@@ -654,9 +655,7 @@ fn coordinate(
     let counters = &shared.counters;
     let interval = Duration::from_millis(spec.interval_ms.max(10));
     let mut out = ControlOutcome::default();
-    let mut next = start + interval;
-    let mut last_tick = start;
-    let mut ivs = flow::IntervalState::default();
+    let mut clock = IntervalClock::new(start, interval, until.deadline);
     let tcp_fd = |i: u32| match flows.get(i as usize) {
         Some(Flow::Stream(s)) if s.is_tcp() => Some(s.fd()),
         _ => None,
@@ -673,7 +672,7 @@ fn coordinate(
         if poll_control(reader, control, &mut out, on_interval) {
             return out;
         }
-        if now >= next {
+        let mut report = |(from, to): (Instant, Instant), st: &mut flow::IntervalState| {
             for ev in flow::intervals(
                 spec,
                 true,
@@ -681,15 +680,16 @@ fn coordinate(
                 &shared.udp_rx,
                 &tcp_fd,
                 start,
-                last_tick,
-                now,
-                &mut ivs,
+                from,
+                to,
+                st,
             ) {
                 on_interval(&ev);
                 out.intervals.push(ev);
             }
-            last_tick = now;
-            next += interval;
+        };
+        if let Some(iv) = clock.due(now) {
+            report(iv, &mut clock.state);
         }
         let senders_done = handles
             .iter()
@@ -707,6 +707,10 @@ fn coordinate(
             now,
         );
         if stop_sent_at.is_none() && (ready || interrupted) {
+            // Our side's last interval, to the end of the transfer, before the server's.
+            if let Some(iv) = clock.end(now, counters) {
+                report(iv, &mut clock.state);
+            }
             if udp {
                 shared.recv_stop.store(true, Ordering::Relaxed);
             }

@@ -47,14 +47,12 @@ pub fn choose(
         .map(|r| (r.addr.ip(), r.choice))
         .map_err(|e| match e {
             ResolveError::WrongFamily { .. } => ProbeError::Invalid(e.to_string()),
-            ResolveError::Lookup { source, .. } => ProbeError::Unreachable {
-                target: name.to_string(),
-                reason: format!("the name does not resolve ({source})"),
-            },
-            ResolveError::NoAddress { .. } => ProbeError::Unreachable {
-                target: name.to_string(),
-                reason: e.to_string(),
-            },
+            ResolveError::Lookup { .. } | ResolveError::NoAddress { .. } => {
+                ProbeError::Unreachable {
+                    target: name.to_string(),
+                    reason: e.to_string(),
+                }
+            }
         })
 }
 

@@ -64,43 +64,41 @@ const COLUMNS: [(&str, Figure); 5] = [
     ("max", |s| s.max_ns as f64),
 ];
 
-/// The comparison section of one group (two or more inputs of one kind).
-pub(crate) fn section(group: &[&Input]) -> Result<Section, ReportError> {
+/// The comparison section of one group (two or more inputs of one kind); None when fewer than
+/// two of them carry the distribution a comparison overlays (a stream without its latency
+/// probe, a size sweep): a box saying there is nothing to compare would open the page empty
+/// (issue 41: "Comparison of 2 stream results" above a stream and a UDP stream).
+pub(crate) fn section(group: &[&Input]) -> Result<Option<Section>, ReportError> {
     let kind = group.first().map_or("?", |i| i.doc.kind().command());
     let found: Vec<(&Input, &'static str, Summary)> = group
         .iter()
         .filter_map(|i| i.doc.page().headline().map(|(what, s)| (*i, what, s)))
         .filter(|(_, _, s)| s.count > 0)
         .collect();
-    let mut body = String::new();
     if found.len() < 2 {
-        body += &para(
-            "note",
-            "Fewer than two of these results carry one comparable distribution (a size sweep, or no successful operation): see each result below.",
-        );
-    } else {
-        let curves: Vec<Curve<'_>> = found
-            .iter()
-            .map(|(i, _, s)| Curve {
-                label: i.name.clone(),
-                summary: s,
-            })
-            .collect();
-        let what = found[0].1;
-        body += &figure(
-            "compare-spectrum",
-            &spectrum(&curves)?,
-            &format!(
-                "{what}, one curve per result: where the curves part tells whether a change moved the typical request (left) or only the tail (right)."
-            ),
-        );
-        body += &ratio_table(&found);
+        return Ok(None);
     }
-    Ok(Section {
+    let curves: Vec<Curve<'_>> = found
+        .iter()
+        .map(|(i, _, s)| Curve {
+            label: i.name.clone(),
+            summary: s,
+        })
+        .collect();
+    let what = found[0].1;
+    let mut body = figure(
+        "compare-spectrum",
+        &spectrum(&curves)?,
+        &format!(
+            "{what}, one curve per result: where the curves part tells whether a change moved the typical request (left) or only the tail (right)."
+        ),
+    );
+    body += &ratio_table(&found);
+    Ok(Some(Section {
         id: format!("compare-{kind}"),
-        title: format!("Comparison of {} {kind} results", group.len()),
+        title: format!("Comparison of {} {kind} results", found.len()),
         body,
-    })
+    }))
 }
 
 /// hyperfine's "relative" view: each figure and its ratio to the input with the lowest p50.

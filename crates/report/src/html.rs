@@ -152,6 +152,7 @@ nav li,.legend li{min-width:0;overflow-wrap:anywhere}
 .legend{list-style:none;padding:0;margin:.2em 0;display:flex;flex-wrap:wrap;gap:.2em 1.2em;font-size:.9em}
 .swatch{display:inline-block;width:1.6em;height:.5em;margin-right:.4em;vertical-align:middle;border-radius:2px;-webkit-print-color-adjust:exact;print-color-adjust:exact}
 table.steps td,table.steps th{white-space:normal;text-align:left}
+table.percentiles tbody th{white-space:normal;min-width:7em}
 table.ladder td{text-align:left;font-family:ui-monospace,monospace;font-size:.88em}
 table.ladder td:last-child{white-space:normal;min-width:14em}
 tr.gap td{text-align:center;color:var(--warn);font-weight:600;border-bottom:2px dashed var(--warn)}

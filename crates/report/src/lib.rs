@@ -21,15 +21,18 @@ pub use document::{Document, Input, Kind};
 pub use error::ReportError;
 
 /// Render one page from one or more inputs, in the order given. Two or more inputs of the same
-/// kind also get a comparison section (overlaid spectra and a ratio table).
+/// kind that carry a comparable distribution also get a comparison section (overlaid spectra
+/// and a ratio table).
 pub fn render(inputs: &[Input]) -> Result<String, ReportError> {
     if inputs.is_empty() {
         return Err(ReportError::NoInput);
     }
     let mut sections = Vec::new();
     for group in compare::groups(inputs) {
-        if group.len() >= 2 {
-            sections.push(compare::section(&group)?);
+        if group.len() >= 2
+            && let Some(s) = compare::section(&group)?
+        {
+            sections.push(s);
         }
     }
     for (i, input) in inputs.iter().enumerate() {

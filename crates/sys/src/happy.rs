@@ -48,8 +48,9 @@ impl RaceConfig {
 /// Why a name gave no address to try.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    /// getaddrinfo failed.
-    #[error("name lookup of '{host}' failed: {source}")]
+    /// getaddrinfo failed. Every command words it so, after "cannot reach {target}: " (rr,
+    /// ping and http said it three ways, issue 41).
+    #[error("the name '{host}' does not resolve ({source})")]
     Lookup {
         /// The name.
         host: String,

@@ -4,8 +4,10 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use latscope_core::model::rr::Transport;
+use latscope_core::units::format_span;
 
 use super::{ServeConfig, Shared};
 use crate::fair::RateLimit;
@@ -308,9 +310,9 @@ fn check_duration(duration_ms: u64, limits: &Limits) -> Result<(), Refusal> {
         return Err((
             RefusalCode::DurationLimit,
             format!(
-                "a {} s test exceeds this server's limit of {} s (serve --max-duration)",
-                duration_ms / 1000,
-                limits.max_duration_ms / 1000
+                "a {} test exceeds this server's limit of {} (serve --max-duration)",
+                format_span(Duration::from_millis(duration_ms)),
+                format_span(Duration::from_millis(limits.max_duration_ms))
             ),
         ));
     }

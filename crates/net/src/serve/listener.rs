@@ -1,5 +1,6 @@
-//! Binding and the accept loop: one thread per accepted connection, which first takes a
-//! connection slot (see `admission`) and then runs the handshake (see `control`).
+//! Binding and the accept loop: one thread per accepted connection (reused from the last ones,
+//! see `conn_threads`), which first takes a connection slot (see `admission`) and then runs the
+//! handshake (see `control`).
 
 use std::collections::HashMap;
 use std::io;
@@ -14,10 +15,19 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::conn_threads::ConnThreads;
 use super::{POLL, ServeConfig, ServeEvent, Server, Shared, admission, control, udp, udp_usage};
 use crate::NetError;
 use crate::sock::Conn;
 use latscope_sys::error::MissingPrivilege;
+
+/// The listen backlog asked for: the kernel caps it at net.core.somaxconn (4096 since Linux
+/// 5.4). Connections the kernel has completed wait there for the accept loop; a client that
+/// opens and closes them as fast as it can (`latscope connect`, nginx's and haproxy's
+/// `backlog=` defaults are the same cap) must find room for a burst while the loop hands the
+/// last ones to their threads — with 1024 the queue overflowed once per `connect -d 1s` run and
+/// the dropped SYN was resent a second later (issue 41).
+const LISTEN_BACKLOG: i32 = 65_535;
 
 /// Bind TCP and UDP on the same port (with port 0, one the kernel picks free for both).
 fn bind_pair(bind: IpAddr, port: u16) -> io::Result<(TcpListener, UdpSocket)> {
@@ -35,7 +45,7 @@ fn bind_pair(bind: IpAddr, port: u16) -> io::Result<(TcpListener, UdpSocket)> {
         }
         tcp.set_reuse_address(true)?;
         tcp.bind(&SocketAddr::new(bind, port).into())?;
-        tcp.listen(1024)?;
+        tcp.listen(LISTEN_BACKLOG)?;
         let tcp: TcpListener = tcp.into();
         let actual = tcp.local_addr()?.port();
         let udp = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
@@ -194,6 +204,11 @@ fn accept_loop(sh: &Arc<Shared>, tcp: &TcpListener, unix: Option<&(UnixListener,
             revents: 0,
         });
     }
+    let threads = ConnThreads::new(
+        sh.stop.clone(),
+        admission::THREAD_STACK,
+        sh.cfg.max_connections as usize,
+    );
     let mut backoff = Duration::ZERO;
     while !sh.stopping() {
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the whole call.
@@ -213,7 +228,7 @@ fn accept_loop(sh: &Arc<Shared>, tcp: &TcpListener, unix: Option<&(UnixListener,
                 (Conn::Tcp(s), peer.to_string(), Some(peer.ip()))
             })
         };
-        let mut exhausted = drain(sh, &mut next_tcp);
+        let mut exhausted = drain(sh, &threads, &mut next_tcp);
         if let Some((l, p)) = unix {
             let mut next_unix = || {
                 l.accept().map(|(s, _)| {
@@ -221,7 +236,7 @@ fn accept_loop(sh: &Arc<Shared>, tcp: &TcpListener, unix: Option<&(UnixListener,
                     (Conn::Unix(s), format!("unix:{}", p.display()), None)
                 })
             };
-            exhausted |= drain(sh, &mut next_unix);
+            exhausted |= drain(sh, &threads, &mut next_unix);
         }
         if exhausted {
             backoff = (backoff * 2).clamp(Duration::from_millis(1), MAX_BACKOFF);
@@ -235,10 +250,14 @@ fn accept_loop(sh: &Arc<Shared>, tcp: &TcpListener, unix: Option<&(UnixListener,
 type Accepted = (Conn, String, Option<IpAddr>);
 
 /// Accept until the queue is empty; true if accept failed for lack of resources.
-fn drain(sh: &Arc<Shared>, next: &mut dyn FnMut() -> io::Result<Accepted>) -> bool {
+fn drain(
+    sh: &Arc<Shared>,
+    threads: &Arc<ConnThreads>,
+    next: &mut dyn FnMut() -> io::Result<Accepted>,
+) -> bool {
     loop {
         match next() {
-            Ok((conn, peer, ip)) => spawn_conn(sh, conn, peer, ip),
+            Ok((conn, peer, ip)) => spawn_conn(sh, threads, conn, peer, ip),
             Err(e) if latscope_sys::error::is_resource_exhaustion(&e) => return true,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             // ECONNABORTED and the like: that connection is gone, try the next.
@@ -249,19 +268,22 @@ fn drain(sh: &Arc<Shared>, next: &mut dyn FnMut() -> io::Result<Accepted>) -> bo
 }
 
 /// One thread per connection: take a connection slot (or refuse), then run the handshake.
-fn spawn_conn(sh: &Arc<Shared>, conn: Conn, peer: String, peer_ip: Option<IpAddr>) {
+fn spawn_conn(
+    sh: &Arc<Shared>,
+    threads: &Arc<ConnThreads>,
+    conn: Conn,
+    peer: String,
+    peer_ip: Option<IpAddr>,
+) {
     let sh2 = sh.clone();
     let peer2 = peer.clone();
-    let spawned = thread::Builder::new()
-        .name("serve-conn".into())
-        .stack_size(admission::THREAD_STACK)
-        .spawn(
-            move || match admission::take(&sh2, admission::Resource::Conn, peer_ip) {
-                Ok(slot) => control::handle_conn(&sh2, conn, slot, peer2, peer_ip),
-                Err(why) => control::refuse_connection(&sh2, conn, peer2, why),
-            },
-        );
-    if spawned.is_err() {
+    let ran = threads.run(Box::new(move || {
+        match admission::take(&sh2, admission::Resource::Conn, peer_ip) {
+            Ok(slot) => control::handle_conn(&sh2, conn, slot, peer2, peer_ip),
+            Err(why) => control::refuse_connection(&sh2, conn, peer2, why),
+        }
+    }));
+    if ran.is_err() {
         (sh.log)(ServeEvent::Refused {
             peer,
             reason: "cannot start a thread".into(),

@@ -5,6 +5,7 @@
 //!
 //! Layout, by job:
 //! - [`listener`]: binding, the accept loop, one thread per connection;
+//! - `conn_threads`: those threads, kept for the next connection once theirs ends;
 //! - `admission`: connection and test slots, the `--workers` queue, request validation;
 //! - `control`: the handshake (greeting, request, refusal) and dispatch to a test kind;
 //! - `test`: what control hands a test kind (`Test`) and gets back (`Ended`), the refusal frame
@@ -17,6 +18,7 @@
 //! `run(&mut Test) -> Ended`, and one line in `control::run_kind`.
 
 mod admission;
+mod conn_threads;
 mod control;
 pub mod evidence;
 pub mod fuzzing;
@@ -85,7 +87,9 @@ pub struct ServeConfig {
 /// - **threads** ≤ `max_connections` + 3: one per connection (a handshake, an rr test, a stream
 ///   test's control channel, or a joined data connection's flow thread), one per server-sent
 ///   UDP stream flow — which takes a connection slot too — plus the accept, UDP and main
-///   threads. Connection and flow threads have 256 KiB stacks.
+///   threads. A connection's thread waits (10 s at most) for the next connection once its own
+///   ends, while the pool holds no more than `max_connections` threads and 32 idle ones.
+///   Connection and flow threads have 256 KiB stacks.
 /// - **descriptors** ≤ `max_connections` + one memfd per zero-copy sending flow + 3 (listener,
 ///   UDP socket, unix listener); joined data connections count toward `max_connections`.
 /// - **memory**: each test reserves its buffers (rr: request + response; stream: per flow the

@@ -18,6 +18,7 @@ use super::udp_usage::{UdpUsage, udp_thread_usage, usage_now};
 use super::{POLL, Shared, canonical};
 use crate::fair::{RateLimit, Share};
 use crate::flow::{self, DataSock, FlowCounters, ThreadUsage, UdpRx, Until};
+use crate::interval_clock::IntervalClock;
 use crate::proto::{self, Control, FlowFinal, FrameReader, StreamSpec};
 use crate::sock::Conn;
 
@@ -163,9 +164,17 @@ pub(super) fn run(t: &mut Test) -> Ended {
     };
     let deadline = start + Duration::from_millis(limit_ms);
     let threads = spawn_flows(sh, test, &socks, start, deadline);
-    let (udp_sent, mut reason) = control_loop(sh, conn, test, &socks, start, deadline);
+    let every = Duration::from_millis(spec.interval_ms.max(10));
+    let mut clock = IntervalClock::new(start, every, (spec.duration_ms > 0).then_some(deadline));
+    let (udp_sent, mut reason) =
+        control_loop(sh, conn, test, &socks, (start, deadline), &mut clock);
     test.stop.store(true, Ordering::SeqCst);
     let outs: Vec<FlowThread> = threads.into_iter().filter_map(|h| h.join().ok()).collect();
+    // The last interval once the flows have ended: a receiver drains what was in flight when
+    // the client said Stop (a client that went away hears nothing more: the write fails).
+    if let Some(iv) = clock.end(Instant::now(), &test.counters) {
+        let _ = send_intervals(conn, test, &socks, start, iv, &mut clock.state);
+    }
     let (fin, total) = final_figures(sh, test, &socks, &outs, &udp_sent, udp_usage_start, start);
     let _ = proto::write_frame(conn, &fin);
     if let Some(e) = outs.iter().find_map(|o| o.error.clone()) {
@@ -307,25 +316,15 @@ fn spawn_flows(
     threads
 }
 
-/// Intervals out, Stop in, until the client stops the test, leaves, or the deadline passes.
-/// Returns the client's count of UDP datagrams sent per flow, and why the test ended.
-fn control_loop(
-    sh: &Shared,
+/// Send this side's figures of the interval (from, to) to the client; false if it went away.
+fn send_intervals(
     conn: &mut Conn,
     test: &StreamTest,
     socks: &[Option<Arc<DataSock>>],
     start: Instant,
-    deadline: Instant,
-) -> (Vec<(u32, u64)>, String) {
-    let spec = &test.spec;
-    let _ = conn.set_read_timeout(Some(Duration::from_millis(20)));
-    let mut reader = FrameReader::default();
-    let interval = Duration::from_millis(spec.interval_ms.max(10));
-    // The client says Stop once its senders are done; past the deadline, give it a little
-    // time to, then end the test ourselves.
-    let hard_deadline = deadline + STOP_GRACE;
-    let mut next = start + interval;
-    let mut ivs = flow::IntervalState::default();
+    (from, to): (Instant, Instant),
+    state: &mut flow::IntervalState,
+) -> bool {
     let tcp_fd = |i: u32| {
         socks
             .get(i as usize)
@@ -334,7 +333,37 @@ fn control_loop(
             .filter(|s| s.is_tcp())
             .map(|s| s.fd())
     };
-    let mut last_tick = start;
+    flow::intervals(
+        &test.spec,
+        false,
+        &test.counters,
+        &test.udp_rx,
+        &tcp_fd,
+        start,
+        from,
+        to,
+        state,
+    )
+    .into_iter()
+    .all(|ev| proto::write_frame(conn, &Control::Interval(ev)).is_ok())
+}
+
+/// Intervals out, Stop in, until the client stops the test, leaves, or the deadline passes
+/// (the test's last interval is the caller's, once its flows have ended).
+/// Returns the client's count of UDP datagrams sent per flow, and why the test ended.
+fn control_loop(
+    sh: &Shared,
+    conn: &mut Conn,
+    test: &StreamTest,
+    socks: &[Option<Arc<DataSock>>],
+    (start, deadline): (Instant, Instant),
+    clock: &mut IntervalClock,
+) -> (Vec<(u32, u64)>, String) {
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut reader = FrameReader::default();
+    // The client says Stop once its senders are done; past the deadline, give it a little
+    // time to, then end the test ourselves.
+    let hard_deadline = deadline + STOP_GRACE;
     loop {
         match reader.poll::<Control>(conn) {
             Ok(Some(Control::Stop { udp_sent })) => {
@@ -347,24 +376,10 @@ fn control_loop(
         if sh.stopping() || now >= hard_deadline {
             return (Vec::new(), "server stopping or test deadline".into());
         }
-        if now >= next {
-            for ev in flow::intervals(
-                spec,
-                false,
-                &test.counters,
-                &test.udp_rx,
-                &tcp_fd,
-                start,
-                last_tick,
-                now,
-                &mut ivs,
-            ) {
-                if proto::write_frame(conn, &Control::Interval(ev)).is_err() {
-                    return (Vec::new(), "the client went away".into());
-                }
-            }
-            last_tick = now;
-            next += interval;
+        if let Some(iv) = clock.due(now)
+            && !send_intervals(conn, test, socks, start, iv, &mut clock.state)
+        {
+            return (Vec::new(), "the client went away".into());
         }
     }
 }
