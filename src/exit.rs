@@ -216,9 +216,11 @@ fn http(e: &HttpError) -> Exit {
     use HttpError as H;
     match e {
         H::Url(_) | H::Header(_) | H::Method(_) | H::Config(_) | H::Tls(_) => Exit::Usage,
-        H::Resolve { .. } | H::Connect { .. } | H::Exchange { .. } | H::NotHttp { .. } => {
-            Exit::Target
-        }
+        H::Resolve { .. }
+        | H::Connect { .. }
+        | H::Exchange { .. }
+        | H::NotHttp { .. }
+        | H::Handshake { .. } => Exit::Target,
         H::System { .. } => Exit::System,
     }
 }

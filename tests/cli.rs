@@ -443,3 +443,44 @@ fn the_words_name_what_the_commands_take() {
         );
     }
 }
+
+/// A port already in use: `serve` and `agent --listen` exit with one documented code (2: the
+/// port the user chose cannot be used) and one line naming the address and the remedy, not a
+/// raw "Address already in use (os error 98)" with exit 5. `agent --check` counts the targets
+/// and measurements as the agent's start-up line does, the peers' included (it said "0 targets
+/// with 0 measurements, 2 peers" where the agent ran 2 targets, 4 measurements).
+#[test]
+fn a_port_in_use_is_exit_2_in_one_line_and_check_counts_as_start_up_does() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let at = format!("127.0.0.1:{port}");
+    let dir = TempDir::new();
+    std::fs::write(dir.path("peers.txt"), "127.0.0.2 b\n127.0.0.3 c\n").unwrap();
+    let cfg = dir.path("agent.toml");
+    std::fs::write(
+        &cfg,
+        "listen = \"127.0.0.1:0\"\n[peers]\nfile = \"peers.txt\"\n\
+         measure = [{ kind = \"connect\", port = 22 }, { kind = \"rr\" }]\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    for args in [
+        vec!["serve", "--port", &port],
+        vec!["agent", "--config", cfg, "--listen", &at],
+    ] {
+        let (code, _out, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_one_line_error(&err);
+        assert!(
+            err.contains(&at) && err.contains("already in use") && err.contains("choose another"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("os error"), "{args:?}: {err}");
+    }
+    let (code, out, err) = run(&["agent", "--config", cfg, "--check"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("ok (2 targets with 4 measurements, 2 peers"),
+        "{out}"
+    );
+}

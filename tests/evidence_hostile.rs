@@ -412,3 +412,58 @@ fn evidence_is_off_unless_configured() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--auth-file"), "{err}");
 }
+
+/// The one-server set-up of the two-ended mode (`serve --auth-file k --evidence-ports 7379` on
+/// port 7379): evidence about the server's own port is given, its owner named. It was refused
+/// as "nothing this server can read listens on port 7379 … CAP_SYS_PTRACE", even as root: a
+/// port scan leaves latscope's own process out.
+#[test]
+fn evidence_about_the_servers_own_port_is_given() {
+    let keys = lab::TempDir::new();
+    let key = keys.secret_file("key3", KEY);
+    let agent = Serve::start(&[
+        "--auth-file",
+        key.to_str().unwrap(),
+        "--evidence-ports",
+        "all",
+    ]);
+    let port = agent.addr.port();
+    let _ours = idle_connection(agent.addr, Ipv4Addr::LOCALHOST);
+    let (c, r) = ask(agent.addr, Ipv4Addr::LOCALHOST, 1000, &request(port));
+    assert_eq!(refusal(&r), None, "{r:?}");
+    let (e, _) = evidence(c);
+    assert_eq!(e.port, port);
+    match &e.sockets {
+        Observed::Ran(s) => assert_eq!(s.process, format!("latscope[{}]", agent.pid())),
+        other => panic!("the server's own sockets were not read: {other:?}"),
+    }
+}
+
+/// `serve --evidence-ports` with the default bind (loopback): the start-up says the evidence is
+/// for this host's clients only, and how to serve other hosts' (whose first request would
+/// otherwise meet "connection refused" with no hint why).
+#[test]
+fn a_loopback_only_evidence_server_says_so_at_start_up() {
+    let keys = lab::TempDir::new();
+    let key = keys.secret_file("key4", KEY);
+    let mut child = Command::new(BIN)
+        .args(["serve", "--port", "0", "--auth-file"])
+        .arg(&key)
+        .args(["--evidence-ports", "80"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let start_up: Vec<String> = lines.take(4).map(Result::unwrap).collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = start_up
+        .iter()
+        .find(|l| l.contains("evidence requests"))
+        .unwrap_or_else(|| panic!("no evidence line: {start_up:?}"));
+    assert!(
+        line.contains("from this host only") && line.contains("--bind 0.0.0.0"),
+        "{line}"
+    );
+}

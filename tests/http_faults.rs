@@ -209,6 +209,26 @@ fn server_closing_mid_body_is_closed_early() {
     assert_eq!(r.json["errors"]["malformed"], 0);
 }
 
+/// A run in which no response completed reports no bytes "read" (nor a rate of them): what
+/// came was parts of answers, not responses (it said "0 requests … read 5.06 MiB").
+#[test]
+fn a_run_without_responses_reports_no_bytes_read() {
+    let _serial = lab::timing_lock();
+    let srv = TestServer::start(|mut s: TcpStream| {
+        if read_request(&mut s) {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part");
+        }
+    });
+    let r = latscope(&["http", &srv.url(), "-d", "500ms", "-c", "2", "-t", "1"]);
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("0 requests in") && r.stdout.contains("no response completed"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("; read "), "{}", r.stdout);
+}
+
 #[test]
 fn silent_server_times_out() {
     let _serial = lab::timing_lock();

@@ -10,6 +10,8 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use lab::http::{Nginx, NginxConf, TestServer, free_port, make_certs, read_request};
+use latscope_http::handshake::HandshakeFailure;
+use latscope_http::tls::CertIssue;
 use latscope_http::{HttpError, Options, Phase, request_phases};
 
 const MS: u64 = 1_000_000;
@@ -45,20 +47,20 @@ fn plain_and_tls_requests_to_nginx() {
     // An RSA-2048 handshake costs the server a signature: far more than a loopback connect.
     let tls_ns = p.tls_ns.unwrap();
     assert!(tls_ns > p.connect_ns, "{p:?}");
-    // Without the CA the handshake fails, and says which phase failed.
+    // Without the CA the handshake fails, and says why and what to do about it.
     let e = request_phases(&Options::new(tls.url("/"))).unwrap_err();
     assert!(
         matches!(
             e,
-            HttpError::Exchange {
-                phase: Phase::Tls,
+            HttpError::Handshake {
+                failure: HandshakeFailure::Certificate(CertIssue::UnknownIssuer),
                 ..
             }
         ),
         "{e}"
     );
     assert!(
-        e.is_target() && e.to_string().contains("certificate"),
+        e.is_target() && e.to_string().contains("--cacert FILE"),
         "{e}"
     );
 }

@@ -39,7 +39,7 @@ Config (TOML, or YAML when the file ends in .yaml/.yml; every key is in docs/age
 Serves /metrics (OpenMetrics), /healthz and /probe?target=HOST[:PORT]&kind=KIND.
 SIGHUP reloads the configuration and the peer list (a broken file keeps the previous one); SIGTERM or SIGINT stop it cleanly.
 
-Exit codes: 0 stopped by a signal (or --check passed); 2 bad configuration (or an unreadable key file); 5 cannot listen.")]
+Exit codes: 0 stopped by a signal (or --check passed); 2 bad configuration, an unreadable key file, or an address already in use (as `latscope serve`); 5 cannot listen for another reason.")]
 pub struct AgentArgs {
     /// The configuration file: TOML, or YAML when it ends in .yaml or .yml.
     #[arg(long, value_name = "FILE")]
@@ -62,7 +62,7 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {
     if a.check {
         let cfg = latscope_agent::config::load(&a.config)
             .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
-        let mut peers = 0;
+        let mut peers = vec![];
         if let Some(file) = cfg.peers.as_ref().and_then(|p| p.file.as_ref()) {
             let text = std::fs::read_to_string(file).map_err(|e| {
                 exit::coded(
@@ -71,11 +71,13 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {
                 )
             })?;
             peers = latscope_agent::config::parse_peers(file, &text)
-                .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?
-                .len();
+                .map_err(|e| exit::coded(exit::USAGE, e.to_string()))?;
         }
+        // The targets as the running agent counts them at start-up: the file's, and one per
+        // peer with the [peers] measurements.
+        let targets = cfg.all_targets(&peers);
         let dns = cfg.peers.as_ref().map_or(0, |p| p.dns.len());
-        let measures: usize = cfg.targets.iter().map(|t| t.measures.len()).sum();
+        let measures: usize = targets.iter().map(|t| t.measures.len()).sum();
         let mut extra = String::new();
         if dns > 0 {
             extra.push_str(&format!(
@@ -102,9 +104,9 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {
         println!(
             "{}: ok ({} with {}, {}{extra})",
             a.config.display(),
-            latscope_core::units::count(cfg.targets.len() as u64, "target"),
+            latscope_core::units::count(targets.len() as u64, "target"),
             latscope_core::units::count(measures as u64, "measurement"),
-            latscope_core::units::count(peers as u64, "peer")
+            latscope_core::units::count(peers.len() as u64, "peer")
         );
         return Ok(exit::OK);
     }
@@ -120,6 +122,19 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<u8> {
                 latscope_agent::evidence::EndpointError::Key(_),
             )),
         ) => Err(exit::coded(exit::USAGE, e.to_string())),
+        // The port the user chose is taken: their input, as for `latscope serve` (exit 2).
+        Err(latscope_agent::AgentError::Listen { addr, source })
+            if source.kind() == std::io::ErrorKind::AddrInUse =>
+        {
+            Err(exit::coded(
+                exit::USAGE,
+                format!(
+                    "cannot listen on {addr}: the address is already in use (another agent or \
+                     server listens there): stop it, or choose another with --listen (or the \
+                     file's listen)"
+                ),
+            ))
+        }
         Err(e) => Err(exit::coded(exit::SYSTEM, e.to_string())),
     }
 }

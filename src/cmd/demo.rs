@@ -139,6 +139,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<u8> {
             max_time: DEFAULT_MAX_TIME,
             family: latscope_probe::Family::Any,
             server_agent: None,
+            tls: Default::default(),
         };
         let diagnosis = collect::run(&plan, &stop, &|s| {
             progress.set(format!("{name} server: {s}"))

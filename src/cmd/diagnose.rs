@@ -41,6 +41,8 @@ Examples:
                                          packet capture, the server's socket options
   latscope diagnose 10.0.0.2:443         any TCP service: the path (connect RTT, handshakes)
   latscope diagnose 10.0.0.2 --json
+  latscope diagnose https://localhost:8443/ --cacert cert.pem
+                                         certificates are verified (-k: not, and it says so)
   latscope diagnose http://10.0.0.2/ --server-agent 10.0.0.2 --auth-file key
                                          both ends: the server's host (`latscope serve
                                          --auth-file key --evidence-ports 80`) observes its
@@ -99,6 +101,8 @@ pub struct DiagnoseArgs {
     #[command(flatten)]
     pub client: super::ClientArgs,
     #[command(flatten)]
+    pub tls: super::TlsArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
     #[command(flatten)]
     pub report: crate::cmd::report::ReportFile,
@@ -136,6 +140,7 @@ fn plan(a: &DiagnoseArgs) -> anyhow::Result<Plan> {
         family: a.client.family.family(),
         auth: a.client.auth.key()?,
         server_agent: a.server_agent.clone(),
+        tls: a.tls.options(),
     };
     Plan::new(&r).map_err(|e| match e {
         PlanError::Usage(why) => exit::coded(exit::USAGE, why),

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use latscope_core::LatencyHistogram;
-use latscope_core::model::http::{HttpErrors, HttpInterval, HttpReport};
+use latscope_core::model::http::{CertificateCheck, HttpErrors, HttpInterval, HttpReport};
 use latscope_core::model::rr::LoadMode;
 use latscope_core::model::{IntervalEvent, Meta};
 use latscope_core::render::{OutputFormat, emit_event};
@@ -75,12 +75,8 @@ pub struct HttpArgs {
     /// Request body from a file.
     #[arg(long)]
     pub body_file: Option<PathBuf>,
-    /// HTTPS: do not verify the server's certificate.
-    #[arg(short = 'k', long)]
-    pub insecure: bool,
-    /// HTTPS: also trust the CA certificate(s) in this PEM file (repeatable).
-    #[arg(long)]
-    pub cacert: Vec<PathBuf>,
+    #[command(flatten)]
+    pub tls: super::TlsArgs,
     /// Connect to HOST:PORT instead of the URL's host (the URL still names the Host header).
     #[arg(long, value_name = "HOST:PORT")]
     pub connect_to: Option<String>,
@@ -131,8 +127,8 @@ fn options(args: &HttpArgs) -> anyhow::Result<Options> {
         rate_per_sec: args.rate,
         warmup: args.warmup,
         timeout: args.timeout,
-        insecure: args.insecure,
-        ca_files: args.cacert.clone(),
+        insecure: args.tls.insecure,
+        ca_files: args.tls.cacert.clone(),
         connect_to: args.connect_to.clone(),
         host: args.host.clone(),
         http2: args.http2,
@@ -312,6 +308,11 @@ pub fn build_report(cfg: &Config, r: &RunResult, meta: Meta) -> HttpReport {
         address: r.addr.to_string(),
         address_choice: Some(r.address_choice.clone()),
         tls: cfg.tls.is_some(),
+        certificate: cfg.tls.is_some().then_some(if cfg.insecure {
+            CertificateCheck::NotVerified
+        } else {
+            CertificateCheck::Verified
+        }),
         connections: cfg.connections,
         threads: cfg.threads,
         load: match cfg.rate_per_sec {

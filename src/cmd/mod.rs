@@ -107,6 +107,29 @@ impl FamilyArgs {
     }
 }
 
+/// `-k` / `--cacert`: how every command that speaks TLS (http, diagnose) checks the server's
+/// certificate.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// HTTPS: do not verify the server's certificate (the output says so).
+    #[arg(short = 'k', long)]
+    pub insecure: bool,
+    /// HTTPS: also trust the certificate(s) in this PEM file: a CA's, or the server's own
+    /// self-signed one, as curl --cacert does (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Vec<std::path::PathBuf>,
+}
+
+impl TlsArgs {
+    /// The engines' TLS options.
+    pub fn options(&self) -> latscope_http::tls::TlsOptions {
+        latscope_http::tls::TlsOptions {
+            insecure: self.insecure,
+            ca_files: self.cacert.clone(),
+        }
+    }
+}
+
 /// `--auth-file`: the key clients of an authenticating `latscope serve` prove they hold.
 #[derive(Args, Debug, Clone, Default)]
 pub struct AuthArgs {

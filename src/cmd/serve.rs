@@ -264,8 +264,16 @@ fn print_listening(ev: &ServeEvent, auth: bool, evidence: Option<&Ports>) {
             eprintln!("latscope serve: clients must prove they hold the --auth-file key");
         }
         if let Some(p) = evidence {
+            // The two-ended mode's client runs on another host, as a rule: a loopback-only
+            // server answers none of its requests (connection refused), so say so now.
+            let reach = if !exposed.is_empty() && exposed.iter().all(|(_, ip)| ip.is_loopback()) {
+                " from this host only (listening on loopback): for clients on other hosts, \
+                 --bind 0.0.0.0 or the address they reach"
+            } else {
+                ""
+            };
             eprintln!(
-                "latscope serve: answers evidence requests about {} (diagnose --server-agent)",
+                "latscope serve: answers evidence requests about {} (diagnose --server-agent){reach}",
                 p.describe()
             );
         }

@@ -198,6 +198,40 @@ pub struct Certs {
     pub key: PathBuf,
 }
 
+/// A self-signed certificate for localhost made as a newcomer makes one: `openssl req -x509
+/// -newkey rsa:2048 -nodes -subj /CN=localhost -addext subjectAltName=DNS:localhost` (OpenSSL's
+/// default configuration makes it a CA certificate, basicConstraints CA:TRUE). `ca` is the
+/// certificate itself.
+pub fn make_self_signed() -> Certs {
+    let dir = TempDir::new();
+    let (cert, key) = (dir.0.join("self.pem"), dir.0.join("self.key"));
+    let st = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(st.success(), "openssl req -x509");
+    Certs {
+        ca: cert.clone(),
+        cert,
+        key,
+        dir,
+    }
+}
+
 pub fn make_certs() -> Certs {
     let dir = TempDir::new();
     let p = |n: &str| dir.0.join(n);

@@ -8,6 +8,7 @@ use latscope_core::Summary;
 use latscope_core::model::diagnose::{
     DiagnoseReport, Responsiveness, Step, StepName, StepStatus, TargetKind,
 };
+use latscope_core::model::http::CertificateCheck;
 use latscope_core::units::format_ns;
 
 use crate::context::Context;
@@ -200,6 +201,11 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
         }),
         max_time_ms: p.max_time.as_millis() as u64,
         round_trips,
+        certificate: p.target_is_https().then_some(if p.tls.insecure {
+            CertificateCheck::NotVerified
+        } else {
+            CertificateCheck::Verified
+        }),
     };
     // No request completed (a server that accepts and never answers): a rule that states a cost
     // per completed request has nothing to stand on; only what explains the failure stays.

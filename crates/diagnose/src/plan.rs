@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use latscope_http::tls::TlsOptions;
 use latscope_net::NetError;
 use latscope_net::auth::AuthKey;
 use latscope_net::proto::DEFAULT_PORT;
@@ -37,6 +38,8 @@ pub struct Request {
     pub auth: Option<AuthKey>,
     /// HOST[:PORT] of the server's agent to ask for its end's evidence (`--server-agent`).
     pub server_agent: Option<String>,
+    /// How an https:// target's certificate is checked (`--insecure`, `--cacert`).
+    pub tls: TlsOptions,
 }
 
 impl Request {
@@ -54,6 +57,7 @@ impl Request {
             family: Family::Any,
             auth: None,
             server_agent: None,
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -112,9 +116,18 @@ pub struct Plan {
     /// default). Resolved when the step runs: an agent that cannot be reached leaves the run
     /// client-only.
     pub server_agent: Option<Target>,
+    /// How an https:// target's certificate is checked: verified unless `--insecure`.
+    pub tls: TlsOptions,
 }
 
 impl Plan {
+    /// Whether the target is an https:// URL.
+    pub fn target_is_https(&self) -> bool {
+        self.url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("https://"))
+    }
+
     /// Check a request's settings and resolve its target.
     pub fn new(r: &Request) -> Result<Plan, PlanError> {
         let usage = |why: &str| Err(PlanError::Usage(why.to_string()));
@@ -150,6 +163,11 @@ impl Plan {
         if matches!(target, Target::Unix(_)) {
             return usage("diagnose needs a network target (HOST[:PORT])");
         }
+        if r.target.starts_with("https://") {
+            // An unreadable --cacert is the caller's input, said before any step runs.
+            latscope_http::tls::client_config(r.tls.insecure, &r.tls.ca_files, b"http/1.1")
+                .map_err(|e| PlanError::Usage(e.to_string()))?;
+        }
         let addr = target.resolve(r.family).map_err(PlanError::Net)?;
         let server_agent = match r.server_agent.as_deref() {
             None => None,
@@ -175,6 +193,7 @@ impl Plan {
             max_time: r.max_time,
             family: r.family,
             server_agent,
+            tls: r.tls.clone(),
         })
     }
 }

@@ -44,6 +44,14 @@ pub enum HttpError {
         /// What the attempts got.
         what: crate::not_http::NotHttp,
     },
+    #[error("TLS handshake with {addr} failed: {failure}")]
+    /// The TLS handshake failed (in a load run: every one, the same way; the run stopped).
+    Handshake {
+        /// The address connected to.
+        addr: String,
+        /// How the handshakes failed.
+        failure: crate::handshake::HandshakeFailure,
+    },
     #[error("TLS set-up failed: {0}")]
     /// The TLS client could not be configured (CA file, server name).
     Tls(String),
@@ -74,6 +82,7 @@ impl HttpError {
                 | HttpError::Connect { .. }
                 | HttpError::Exchange { .. }
                 | HttpError::NotHttp { .. }
+                | HttpError::Handshake { .. }
         )
     }
 

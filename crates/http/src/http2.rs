@@ -24,6 +24,7 @@ use bytes::Bytes;
 use latscope_core::LatencyHistogram;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::handshake::{self, HandshakeFailure};
 use crate::stats::{ErrorKind, Stats};
 use crate::sys;
 use crate::worker::{LATE_NS, Share, WorkerResult};
@@ -47,6 +48,8 @@ struct State {
     acc_hist: LatencyHistogram,
     /// Open loop: latency from the actual send time (`acc_hist` is from the intended one).
     acc_raw_hist: Option<LatencyHistogram>,
+    /// Gives up when every TLS handshake fails the same way.
+    handshakes: handshake::Detector,
 }
 
 /// What the HTTP/2 engine needs to build requests, prepared once by [`crate::Config::new`].
@@ -160,7 +163,8 @@ impl Ctx {
     }
 
     fn wants_more(&self, now: u64) -> bool {
-        !self.over(now) && self.state.borrow().quota != Some(0)
+        let st = self.state.borrow();
+        !self.over(now) && st.quota != Some(0) && !st.handshakes.gave_up()
     }
 
     /// Reserve a request intended at `intended` (closed loop: now); returns whether it is
@@ -205,9 +209,29 @@ impl Ctx {
         }
     }
 
+    /// A connection attempt (TCP, TLS or HTTP/2 set-up) failed: counted as an error and, when
+    /// measured, as one of `-n`'s, so that a run against a target that fails every attempt ends.
+    fn attempt_failed(&self, kind: ErrorKind, msg: &dyn std::fmt::Display) {
+        self.error(kind, msg, false);
+        let mut st = self.state.borrow_mut();
+        if sys::monotonic_ns() >= self.measure_start_ns
+            && let Some(q) = st.quota.as_mut()
+        {
+            *q = q.saturating_sub(1);
+        }
+    }
+
+    /// A TLS handshake failed with `f` (for the detector, then as a failed attempt).
+    fn handshake_failed(&self, f: HandshakeFailure) {
+        self.state.borrow_mut().handshakes.failed(f.clone());
+        self.attempt_failed(ErrorKind::Tls, &f);
+    }
+
     fn finished(&self, now: u64) -> bool {
         let st = self.state.borrow();
-        self.over(now) || (st.quota == Some(0) && st.outstanding_measured == 0)
+        self.over(now)
+            || (st.quota == Some(0) && st.outstanding_measured == 0)
+            || st.handshakes.gave_up()
     }
 }
 
@@ -377,6 +401,7 @@ pub(crate) fn run_thread(
             acc_bytes: 0,
             acc_hist: LatencyHistogram::new(),
             acc_raw_hist: open.is_some().then(LatencyHistogram::new),
+            handshakes: handshake::Detector::new(share.ids.len()),
         }),
     });
     let local = tokio::task::LocalSet::new();
@@ -430,10 +455,12 @@ pub(crate) fn run_thread(
     drop(rt);
     let ctx = Rc::try_unwrap(ctx)
         .map_err(|_| std::io::Error::other("HTTP/2 tasks outlived their thread"))?;
+    let state = ctx.state.into_inner();
     Ok(WorkerResult {
-        stats: ctx.state.into_inner().stats,
+        stats: state.stats,
         finished_ns,
         not_http: None,
+        handshake: state.handshakes.into_verdict(),
     })
 }
 
@@ -480,12 +507,12 @@ async fn connection_loop(ctx: Rc<Ctx>) {
             match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(ctx.addr)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    ctx.error(ErrorKind::Connect, &e, false);
+                    ctx.attempt_failed(ErrorKind::Connect, &e);
                     tokio::time::sleep(RECONNECT_BACKOFF).await;
                     continue;
                 }
                 Err(_) => {
-                    ctx.error(ErrorKind::Connect, &"connection set-up timed out", false);
+                    ctx.attempt_failed(ErrorKind::Connect, &"connection set-up timed out");
                     continue;
                 }
             };
@@ -502,28 +529,26 @@ async fn connection_loop(ctx: Rc<Ctx>) {
                 match tokio::time::timeout(timeout, connector.connect(name.clone(), tcp)).await {
                     Ok(Ok(s)) => {
                         if s.get_ref().1.alpn_protocol() != Some(b"h2") {
-                            ctx.error(
-                                ErrorKind::Tls,
-                                &"the server did not agree to HTTP/2 (ALPN h2)",
-                                false,
-                            );
+                            ctx.handshake_failed(HandshakeFailure::NoProtocol { offered: "h2" });
                             tokio::time::sleep(RECONNECT_BACKOFF).await;
                             continue;
                         }
-                        ctx.state
-                            .borrow_mut()
-                            .stats
-                            .tls_handshake
-                            .record(sys::monotonic_ns() - t1);
+                        let mut st = ctx.state.borrow_mut();
+                        st.handshakes.completed();
+                        st.stats.tls_handshake.record(sys::monotonic_ns() - t1);
+                        drop(st);
                         Box::new(s)
                     }
                     Ok(Err(e)) => {
-                        ctx.error(ErrorKind::Tls, &e, false);
+                        match HandshakeFailure::of_io(&e, "h2") {
+                            Some(f) => ctx.handshake_failed(f),
+                            None => ctx.attempt_failed(ErrorKind::of_io(&e), &e),
+                        }
                         tokio::time::sleep(RECONNECT_BACKOFF).await;
                         continue;
                     }
                     Err(_) => {
-                        ctx.error(ErrorKind::Timeout, &"TLS handshake timed out", false);
+                        ctx.attempt_failed(ErrorKind::Timeout, &"TLS handshake timed out");
                         continue;
                     }
                 }
@@ -533,12 +558,12 @@ async fn connection_loop(ctx: Rc<Ctx>) {
         let (send, conn) = match tokio::time::timeout(timeout, h2::client::handshake(io)).await {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
-                ctx.error(classify(&e), &e, false);
+                ctx.attempt_failed(classify(&e), &e);
                 tokio::time::sleep(RECONNECT_BACKOFF).await;
                 continue;
             }
             Err(_) => {
-                ctx.error(ErrorKind::Timeout, &"HTTP/2 handshake timed out", false);
+                ctx.attempt_failed(ErrorKind::Timeout, &"HTTP/2 handshake timed out");
                 continue;
             }
         };

@@ -14,6 +14,7 @@
 
 pub mod error;
 pub mod fuzzing;
+pub mod handshake;
 pub mod head;
 pub mod hoststack;
 pub mod http2;
@@ -155,6 +156,8 @@ pub struct Config {
     pub interval_ns: u64,
     /// HTTPS: the client configuration and the server name to verify; `None` for `http://`.
     pub tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// HTTPS: the server's certificate is not verified (`--insecure`).
+    pub insecure: bool,
     /// HTTP/2 request parts (`--http2`); `None` for HTTP/1.1.
     pub h2: Option<http2::H2Parts>,
     /// HTTP/2: concurrent streams per connection.
@@ -213,11 +216,19 @@ impl Config {
             timeout_ns: o.timeout.as_nanos() as u64,
             interval_ns: 1_000_000_000,
             tls,
+            insecure: o.insecure,
             h2,
             h2_streams: o.streams,
             quickack: o.quickack,
             url,
         })
+    }
+}
+
+impl Config {
+    /// The protocol offered in ALPN: `h2` with `--http2`, else `http/1.1`.
+    pub fn alpn(&self) -> &'static str {
+        if self.h2.is_some() { "h2" } else { "http/1.1" }
     }
 }
 
@@ -539,6 +550,7 @@ pub fn run(
     let mut stats = Stats::default();
     let mut finished_ns = measure_start_ns;
     let mut not_http = None;
+    let mut handshake = None;
     for r in results {
         let r = r.map_err(|source| HttpError::System {
             what: "worker thread",
@@ -547,6 +559,7 @@ pub fn run(
         stats.merge(&r.stats);
         finished_ns = finished_ns.max(r.finished_ns);
         not_http = not_http.or(r.not_http);
+        handshake = handshake.or(r.handshake);
     }
     // A thread gives up only before any response; one that got answers on another thread
     // makes the run an HTTP server's, with its errors counted.
@@ -556,6 +569,15 @@ pub fn run(
         return Err(HttpError::NotHttp {
             addr: addr.to_string(),
             what,
+        });
+    }
+    // The same for TLS: a thread gives up only before any handshake completed.
+    if let Some(failure) = handshake
+        && stats.tls_handshake.count() == 0
+    {
+        return Err(HttpError::Handshake {
+            addr: addr.to_string(),
+            failure,
         });
     }
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);

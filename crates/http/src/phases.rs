@@ -17,6 +17,7 @@ use latscope_sys::txstamp::Stamper;
 use rustls::ClientConnection;
 
 use crate::error::{HttpError, Phase};
+use crate::handshake::HandshakeFailure;
 use crate::head::HeadFacts;
 use crate::parse::{ResponseParser, Step};
 use crate::{Config, Options, sys};
@@ -270,7 +271,17 @@ impl Conn {
     }
 
     fn handshake(&mut self) -> Result<(), HttpError> {
-        let err = |e| exchange(Phase::Tls, timed_out(e));
+        let addr = self.stream.peer_addr().map(|a| a.to_string());
+        let err = |e: io::Error| match HandshakeFailure::of_io(&e, "http/1.1") {
+            // The certificate refused, an alert: said for people, with the remedy.
+            Some(failure) => HttpError::Handshake {
+                addr: addr
+                    .as_ref()
+                    .map_or_else(|_| "the server".into(), Clone::clone),
+                failure,
+            },
+            None => exchange(Phase::Tls, timed_out(e)),
+        };
         while self.tls.as_ref().is_some_and(|t| t.is_handshaking()) {
             if let (mut wire, Some(tls), _) = self.split().map_err(err)? {
                 tls.complete_io(&mut wire).map_err(err)?;

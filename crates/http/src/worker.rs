@@ -24,6 +24,7 @@ use latscope_core::LatencyHistogram;
 use rustls::ClientConnection;
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::handshake::{self, HandshakeFailure};
 use crate::not_http::{Detector, NotHttp};
 use crate::parse::{MAX_HEAD_BYTES, ParseError, Response, ResponseParser, Step};
 use crate::stats::{ErrorKind, Stats};
@@ -148,6 +149,8 @@ pub(crate) struct Worker<'a> {
     open_loop: bool,
     /// Gives up when every attempt shows the port does not speak HTTP.
     not_http: Detector,
+    /// Gives up when every TLS handshake fails the same way.
+    handshakes: handshake::Detector,
     /// Give the core away once before sleeping ([`Worker::wait`]).
     yield_before_sleep: bool,
     /// The read buffer lent to the connection being read ([`Worker::lend_buf`]); empty while
@@ -162,6 +165,8 @@ pub(crate) struct WorkerResult {
     pub finished_ns: u64,
     /// The worker gave up: the port does not speak HTTP, and this is what it answered.
     pub not_http: Option<NotHttp>,
+    /// The worker gave up: every TLS handshake failed this way.
+    pub handshake: Option<HandshakeFailure>,
 }
 
 /// One thread's share of the run.
@@ -245,6 +250,7 @@ impl<'a> Worker<'a> {
             outstanding_measured: 0,
             open_loop,
             not_http: Detector::new(ids.len()),
+            handshakes: handshake::Detector::new(ids.len()),
             yield_before_sleep: cfg.threads > 1 && sys::is_local(addr.ip()),
             spare: vec![0u8; BUF_BYTES].into_boxed_slice(),
         })
@@ -305,6 +311,7 @@ impl<'a> Worker<'a> {
             stats: self.stats,
             finished_ns: end,
             not_http: self.not_http.into_verdict(),
+            handshake: self.handshakes.into_verdict(),
         }
     }
 
@@ -362,7 +369,12 @@ impl<'a> Worker<'a> {
         if self.end_ns.is_some_and(|e| now >= e) {
             return true;
         }
-        (self.quota == Some(0) && self.outstanding_measured == 0) || self.not_http.gave_up()
+        (self.quota == Some(0) && self.outstanding_measured == 0) || self.gave_up()
+    }
+
+    /// Whether the target showed it cannot be measured: not HTTP, or no TLS handshake succeeds.
+    fn gave_up(&self) -> bool {
+        self.not_http.gave_up() || self.handshakes.gave_up()
     }
 
     /// Whether the run still needs connections (not over, quota left, not stopped).
@@ -370,7 +382,7 @@ impl<'a> Worker<'a> {
         self.end_ns.is_none_or(|e| now < e)
             && self.quota != Some(0)
             && !self.stop.load(Ordering::Relaxed)
-            && !self.not_http.gave_up()
+            && !self.gave_up()
     }
 
     /// Whether a new request intended at `intended_ns` may start.
@@ -463,6 +475,15 @@ impl<'a> Worker<'a> {
             self.stats.errors.add(kind);
             self.stats.sample_error(kind, msg);
             self.acc.errors += 1;
+            // A failed connection attempt (connect, TLS handshake) is one of `-n`'s: a run
+            // against a target that fails every attempt ends, with that many errors.
+            if matches!(
+                c.phase,
+                Phase::Down { .. } | Phase::Connecting | Phase::Handshaking
+            ) && let Some(q) = self.quota.as_mut()
+            {
+                *q = q.saturating_sub(1);
+            }
         }
         self.close(i);
         let backoff = if kind == ErrorKind::Connect {
@@ -818,9 +839,15 @@ impl<'a> Worker<'a> {
             if let Err(e) = tls.process_new_packets() {
                 // Send the alert rustls queued, then give up on the connection.
                 let _ = tls.write_tls(&mut SockIo(sock));
+                if c.phase == Phase::Handshaking {
+                    let failure = HandshakeFailure::of(&e, self.cfg.alpn());
+                    self.handshakes.failed(failure.clone());
+                    return self.fail(i, ErrorKind::Tls, &failure, now);
+                }
                 return self.fail(i, ErrorKind::Tls, &e, now);
             }
             if c.phase == Phase::Handshaking && !tls.is_handshaking() {
+                self.handshakes.completed();
                 self.stats
                     .tls_handshake
                     .record(now - c.handshake_started_ns);
@@ -873,12 +900,10 @@ impl<'a> Worker<'a> {
                     self.fail(i, kind, &e, now)
                 }
             },
-            Phase::Handshaking => self.fail(
-                i,
-                ErrorKind::Tls,
-                &"connection closed during the TLS handshake",
-                now,
-            ),
+            Phase::Handshaking => {
+                self.handshakes.failed(HandshakeFailure::Closed);
+                self.fail(i, ErrorKind::Tls, &HandshakeFailure::Closed, now)
+            }
             // An idle keep-alive connection closed by the server: not an error, reconnect.
             _ if self.wants_more(now) => self.open(i, now),
             _ => self.close(i),

@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Meta;
+use super::http::CertificateCheck;
 use super::round_trips::{RequestKind, RoundTripFix, RoundTripKind};
 use crate::named::registry_enum;
 use crate::summary::Summary;
@@ -594,6 +595,9 @@ pub struct DiagnoseReport {
     /// What the requests cost in round trips of the path, and the ones a fix would save.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round_trips: Option<RoundTrips>,
+    /// How an https:// target's certificate was checked (absent for other targets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<CertificateCheck>,
 }
 
 impl DiagnoseReport {

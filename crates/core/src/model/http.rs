@@ -143,6 +143,9 @@ pub struct HttpReport {
     pub address: String,
     /// HTTPS (rustls).
     pub tls: bool,
+    /// HTTPS: how the server's certificate was checked (absent for http://).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<CertificateCheck>,
     /// Concurrent connections.
     pub connections: u32,
     /// Worker threads.
@@ -201,6 +204,16 @@ pub struct HttpReport {
     pub timeline: Vec<HttpInterval>,
     /// The run was cut short by Ctrl-C; figures cover what was measured.
     pub interrupted: bool,
+}
+
+/// How the server's certificate was checked in a run over TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CertificateCheck {
+    /// Verified: a Mozilla root or a `--cacert` certificate vouches for it, for the URL's name.
+    Verified,
+    /// Not verified (`--insecure`): the server's identity is unchecked.
+    NotVerified,
 }
 
 impl HttpReport {

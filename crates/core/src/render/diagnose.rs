@@ -2,6 +2,7 @@ use std::fmt::Write;
 
 use super::{Human, Page, Table};
 use crate::model::diagnose::{DiagnoseReport, Diagnosis, StepStatus};
+use crate::model::http::CertificateCheck;
 use crate::units::format_ns;
 
 /// What a finding costs a request; a finding whose cost was not measured says so rather than
@@ -86,6 +87,13 @@ impl Human for DiagnoseReport {
             self.target,
             self.target_kind.name()
         );
+        if self.certificate == Some(CertificateCheck::NotVerified) {
+            let _ = writeln!(
+                out,
+                "  TLS: the server's certificate is not verified (--insecure): its identity is \
+                 unchecked\n"
+            );
+        }
         render_steps(&self.steps, out);
         let b = &self.budget;
         let f = |v: Option<u64>| v.map(|n| format_ns(n as f64)).unwrap_or_else(|| "-".into());

@@ -2,7 +2,7 @@ use std::fmt::Write;
 
 use super::rr::load_text;
 use super::{Human, Page, Table};
-use crate::model::http::{HttpReport, error_responses};
+use crate::model::http::{CertificateCheck, HttpReport, error_responses};
 use crate::model::rr::LoadMode;
 use crate::summary::Summary;
 use crate::units::{count, format_bytes, format_ns, format_si};
@@ -33,7 +33,13 @@ impl HttpReport {
             self.protocol,
             self.method,
             self.address,
-            if self.tls { " (TLS)" } else { "" },
+            match (self.tls, self.certificate) {
+                (true, Some(CertificateCheck::NotVerified)) => {
+                    " (TLS, certificate not verified: --insecure)"
+                }
+                (true, _) => " (TLS)",
+                (false, _) => "",
+            },
             count(u64::from(self.connections), "connection"),
             self.streams_per_connection
                 .map(|s| format!(" × {}", count(u64::from(s), "stream")))
@@ -42,15 +48,24 @@ impl HttpReport {
             load_text(&self.load)
         );
         super::address_line(self.address_choice.as_ref(), out);
-        let _ = writeln!(
-            out,
-            "  {} in {}: {} req/s; read {} ({}/s)",
-            count(self.requests, "request"),
-            format_ns(self.elapsed_ns as f64),
-            format_si(self.requests_per_sec),
-            format_bytes(self.bytes_read as f64),
-            format_bytes(self.bytes_read_per_sec),
-        );
+        if self.requests == 0 {
+            // What was read then was handshakes and failed answers, not responses: no rate.
+            let _ = writeln!(
+                out,
+                "  0 requests in {}: no response completed",
+                format_ns(self.elapsed_ns as f64),
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "  {} in {}: {} req/s; read {} ({}/s)",
+                count(self.requests, "request"),
+                format_ns(self.elapsed_ns as f64),
+                format_si(self.requests_per_sec),
+                format_bytes(self.bytes_read as f64),
+                format_bytes(self.bytes_read_per_sec),
+            );
+        }
         if self.warmup_ns > 0 {
             let _ = writeln!(
                 out,

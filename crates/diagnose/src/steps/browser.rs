@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use latscope_core::units::{count, format_bytes, format_ns};
 use latscope_http::reuse::{Client, Connection, Exchange, Idle, closed_before_response};
+use latscope_http::tls::TlsOptions;
 
 use super::engines::http_options;
 use crate::rounds::flights::{flights, transfer_rounds};
@@ -35,6 +36,8 @@ const MAX_HOPS: usize = 4;
 /// The browser's requests so far, and the connection it keeps.
 pub struct Browser {
     client: Client,
+    /// How certificates are checked, for the hops the redirects lead to.
+    tls: TlsOptions,
     conn: Option<Connection>,
     rtt_ns: u64,
     /// When the kept connection went idle, and for how long it is to stay so.
@@ -48,9 +51,14 @@ pub struct Browser {
 impl Browser {
     /// The first request on a new connection, and the next one back to back when the server
     /// keeps the connection; `rtt_ns` is the path's (0: unknown).
-    pub fn open(url: &str, rtt_ns: u64, until: Instant) -> Result<Browser, String> {
-        let client =
-            Client::new(&http_options(url, 1, false, left(until))).map_err(|e| e.to_string())?;
+    pub fn open(
+        tls: &TlsOptions,
+        url: &str,
+        rtt_ns: u64,
+        until: Instant,
+    ) -> Result<Browser, String> {
+        let client = Client::new(&http_options(tls, url, 1, false, left(until)))
+            .map_err(|e| e.to_string())?;
         let mut conn = client.connect(left(until)).map_err(|e| e.to_string())?;
         let x1 = conn
             .request(&client, left(until))
@@ -67,6 +75,7 @@ impl Browser {
             limits: x1.limits,
         };
         let mut b = Browser {
+            tls: tls.clone(),
             probe: RoundTripProbe {
                 first: opened(&conn),
                 first_exchange: exchanged(&x1, rtt_ns),
@@ -181,7 +190,8 @@ impl Browser {
             if self.probe.redirects.len() >= MAX_HOPS || Instant::now() >= until {
                 break;
             }
-            let Ok(client) = Client::new(&http_options(&to.text(), 1, false, left(until))) else {
+            let o = http_options(&self.tls, &to.text(), 1, false, left(until));
+            let Ok(client) = Client::new(&o) else {
                 break;
             };
             let Ok(mut c) = client.connect(left(until)) else {

@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use latscope_core::model::diagnose::StepName;
 use latscope_core::units::{format_ns, of};
 use latscope_ebpf::runq::RunQueue;
-use latscope_inspect::scan::{Selection, scan};
 
-use super::engines::meta;
 use super::step::{NotRun, Observe, requests_target};
 use crate::context::Context;
 use crate::evidence::{CpuEvidence, Evidence, RunQueueWaits, Throttling};
@@ -228,8 +226,7 @@ pub(crate) fn throttling_since(
 
 /// The processes listening on `port` in namespace `netns` (0: any), and the first one's name.
 pub(crate) fn listeners(port: u16, netns: u64) -> Result<(String, Vec<u32>), NotRun> {
-    let r =
-        scan(Selection::Port(port), meta("sockets")).map_err(|e| NotRun::Failed(e.to_string()))?;
+    let r = super::server_sockets::port_and_own(port).map_err(|e| NotRun::Failed(e.to_string()))?;
     let suffix = format!(":{port}");
     let mut names = BTreeMap::new();
     for row in r.sockets.iter().filter(|row| {

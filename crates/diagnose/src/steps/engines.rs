@@ -9,6 +9,7 @@ use latscope_core::hist::LatencyHistogram;
 use latscope_core::model::Meta;
 use latscope_core::model::hoststack::{HostStackTimes, StageTimes};
 use latscope_core::model::rr::{ServerBehaviour, Transport};
+use latscope_http::tls::TlsOptions;
 use latscope_net::NetError;
 use latscope_net::proto::{RefusalCode, Start, TestKind};
 use latscope_net::rr::{RrConfig, StopAfter};
@@ -42,7 +43,7 @@ fn rr_cfg(p: &Plan, connections: u32, quickack: bool, duration: Duration) -> RrC
 pub fn client_host(p: &Plan) -> Option<ClientHost> {
     let t = match &p.url {
         Some(url) => {
-            let o = http_options(url, 1, false, latscope_http::hoststack::BUDGET);
+            let o = http_options(&p.tls, url, 1, false, latscope_http::hoststack::BUDGET);
             latscope_http::hoststack::measure(&o).ok()?
         }
         None => {
@@ -107,13 +108,14 @@ fn rr_run(
 
 /// Latency of GET `url` with `connections` connections for `duration` (HTTP load engine).
 pub fn http_latency(
+    tls: &TlsOptions,
     url: &str,
     connections: u32,
     quickack: bool,
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
-    http_run(url, connections, quickack, duration, stop, None).map(|r| r.latency)
+    http_run(tls, url, connections, quickack, duration, stop, None).map(|r| r.latency)
 }
 
 /// A sized request run: the latency, what each exchange weighed, and (HTTP) the responses by
@@ -148,6 +150,7 @@ impl Sizes {
 /// [`http_latency`], with the average sizes of the requests and responses it carried, cutting
 /// the requests into [`SLICE`]s when `slices` is given.
 fn http_run(
+    tls: &TlsOptions,
     url: &str,
     connections: u32,
     quickack: bool,
@@ -155,7 +158,7 @@ fn http_run(
     stop: &AtomicBool,
     mut slices: Option<&mut Slices>,
 ) -> Result<SizedRun, String> {
-    let o = http_options(url, connections, quickack, duration);
+    let o = http_options(tls, url, connections, quickack, duration);
     let mut cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
     if slices.is_some() {
         cfg.interval_ns = SLICE.as_nanos() as u64;
@@ -170,7 +173,7 @@ fn http_run(
     // complete none within it, and none failed: count a few instead of timing a window, within
     // the step's budget (its stop flag).
     if r.stats.requests == 0 && r.stats.errors.total() == 0 && !r.interrupted {
-        let mut o = http_options(url, connections, quickack, duration);
+        let mut o = http_options(tls, url, connections, quickack, duration);
         o.duration = None;
         // One a connection, at once: over a long path each can take seconds.
         o.requests = Some(u64::from(connections.max(1)));
@@ -212,8 +215,10 @@ fn http_run(
     })
 }
 
-/// The HTTP engine's options for GET `url` with `connections` connections.
+/// The HTTP engine's options for GET `url` with `connections` connections, its certificate
+/// checked as `tls` says (`--insecure`, `--cacert`).
 pub fn http_options(
+    tls: &TlsOptions,
     url: &str,
     connections: u32,
     quickack: bool,
@@ -231,8 +236,8 @@ pub fn http_options(
         rate_per_sec: None,
         warmup: Duration::from_millis(300),
         timeout: Duration::from_secs(5),
-        insecure: true,
-        ca_files: vec![],
+        insecure: tls.insecure,
+        ca_files: tls.ca_files.clone(),
         connect_to: None,
         host: None,
         http2: false,
@@ -251,7 +256,7 @@ pub fn app_latency(
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
     match &p.url {
-        Some(url) => http_latency(url, connections, quickack, duration, stop),
+        Some(url) => http_latency(&p.tls, url, connections, quickack, duration, stop),
         None => rr_run(p, connections, quickack, duration, stop, None),
     }
 }
@@ -265,7 +270,7 @@ pub fn app_run(
     stop: &AtomicBool,
 ) -> Result<SizedRun, String> {
     match &p.url {
-        Some(url) => http_run(url, connections, false, duration, stop, None),
+        Some(url) => http_run(&p.tls, url, connections, false, duration, stop, None),
         None => rr_run(p, connections, false, duration, stop, None).map(|latency| SizedRun {
             latency,
             sizes: None,
@@ -284,7 +289,7 @@ pub fn app_latency_sized(
     slices: &mut Slices,
 ) -> Result<SizedRun, String> {
     match &p.url {
-        Some(url) => http_run(url, 1, false, duration, stop, Some(slices)),
+        Some(url) => http_run(&p.tls, url, 1, false, duration, stop, Some(slices)),
         None => rr_run(p, 1, false, duration, stop, Some(slices)).map(|latency| SizedRun {
             latency,
             sizes: Some(Sizes {

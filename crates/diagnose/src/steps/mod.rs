@@ -82,6 +82,7 @@ mod tests {
             max_time: DEFAULT_MAX_TIME,
             family: latscope_probe::Family::Any,
             server_agent: None,
+            tls: Default::default(),
         };
         let total: Duration = PIPELINE
             .iter()

@@ -40,7 +40,7 @@ impl Measure for Phases {
         let until = Instant::now() + TIME;
         let rtt = ev.path.as_ref().map_or(0, |p| p.p50_ns);
         let mut got = Vec::with_capacity(REQUESTS);
-        let (mut browser, mut last_err) = match Browser::open(url, rtt, until) {
+        let (mut browser, mut last_err) = match Browser::open(&cx.plan.tls, url, rtt, until) {
             Ok(b) => {
                 got.push(b.first);
                 (Some(b), None)
@@ -125,7 +125,7 @@ fn samples(
         if got.len() >= REQUESTS || cx.stopped() || Instant::now() + expect >= end {
             return None;
         }
-        let mut o = http_options(url, 1, false, Duration::from_secs(1));
+        let mut o = http_options(&cx.plan.tls, url, 1, false, Duration::from_secs(1));
         o.timeout = browser::left(end).max(Duration::from_millis(100));
         match latscope_http::request_phases(&o) {
             Ok(p) => got.push(p),

@@ -159,6 +159,16 @@ fn one_scan(server: SocketAddr) -> Result<Scan, InspectError> {
     Ok(Scan { report, tuples })
 }
 
+/// The sockets of `port`, this process's own included: a port scan leaves latscope's own
+/// process out, and the server asked about may be this one (`latscope serve` asked for
+/// evidence about its own port, `latscope demo`).
+pub(crate) fn port_and_own(port: u16) -> Result<SocketsReport, InspectError> {
+    let mut report = scan(Selection::Port(port), meta("sockets"))?;
+    let own = scan(Selection::Pid(std::process::id()), meta("sockets"))?;
+    merge(&mut report, own);
+    Ok(report)
+}
+
 /// Scan until a server end with readable options shows up, or until `deadline`.
 fn first_scan(server: SocketAddr, deadline: Instant) -> Result<Scan, InspectError> {
     // Look once the requests are flowing; retry (bounded) until the server's end of one of our
@@ -192,7 +202,7 @@ fn first_scan(server: SocketAddr, deadline: Instant) -> Result<Scan, InspectErro
 /// connections whose remote address is `peer`: the server's agent answering an evidence
 /// request reports that peer's connections and no other client's.
 pub(crate) fn scan_peer(port: u16, peer: IpAddr, netns: u64) -> Result<Scan, InspectError> {
-    let mut report = scan(Selection::Port(port), meta("sockets"))?;
+    let mut report = port_and_own(port)?;
     report.sockets.retain(|r| {
         let (Ok(local), Ok(remote)) = (
             r.local.parse::<SocketAddr>(),

@@ -64,7 +64,8 @@ fn bind_pair(bind: IpAddr, port: u16) -> io::Result<(TcpListener, UdpSocket)> {
 fn bind_error(what: &str, e: io::Error) -> NetError {
     match e.kind() {
         io::ErrorKind::AddrInUse => NetError::Invalid(format!(
-            "{what}: address in use — another server runs there; pick another port"
+            "{what}: the address is already in use (another server listens there): stop it, or \
+             choose another port"
         )),
         io::ErrorKind::PermissionDenied => NetError::Privilege(MissingPrivilege {
             what: what.into(),
