@@ -12,7 +12,7 @@ use std::fmt;
 
 use rustls::AlertDescription;
 
-use crate::tls::CertIssue;
+use crate::cert::CertIssue;
 
 /// Why a TLS handshake failed, worded for the reader (each with its remedy where there is one).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+mod cert;
 pub mod error;
 pub mod fuzzing;
 pub mod handshake;
