@@ -86,17 +86,27 @@ fn ten_thousand_output_rules_show_at_local_out_only() {
     let mut lab = Lab::new("tn");
     let port = lab::free_port();
     lab.serve_in_b(port);
-    const N: usize = 300;
-    let (before, rr0) = rr_run(&lab, port, N);
+    // One measured transaction: nearly every packet A sends is then one of the exchanges rr
+    // stamps after its run (200), so the stages and the kernel's stamps time the same sends.
+    let (before, rr0) = rr_run(&lab, port, 1);
     lab.output_rules_a(10_000);
-    let (after, rr1) = rr_run(&lab, port, N);
-    let sched = |rr: &serde_json::Value| rr["client_stack"]["send_to_sched"]["p50_ns"].as_f64();
+    let (after, rr1) = rr_run(&lab, port, 1);
+    let stamped = |rr: &serde_json::Value| {
+        rr["client_stack"]["send_to_sched"]["samples"]
+            .as_u64()
+            .unwrap()
+    };
+    let n = stamped(&rr0).min(stamped(&rr1));
+    assert!(n >= 100, "{rr0} {rr1}");
+    // The kernel's own send() → qdisc on rr's socket (SO_TIMESTAMPING), as a mean: exact, and
+    // what a sum of stages is compared with (a median of a sum is no sum of medians).
+    let sched = |rr: &serde_json::Value| rr["client_stack"]["send_to_sched"]["mean_ns"].as_f64();
     eprintln!(
-        "before: {}\nafter: {}\nSO_TIMESTAMPING send→qdisc p50 {:?} → {:?}",
+        "before: {}\nafter: {}\nSO_TIMESTAMPING send→qdisc {} → {}",
         figures(&before),
         figures(&after),
-        sched(&rr0),
-        sched(&rr1)
+        rr0["client_stack"]["send_to_sched"],
+        rr1["client_stack"]["send_to_sched"]
     );
     for r in [&before, &after] {
         let st = r
@@ -106,11 +116,7 @@ fn ten_thousand_output_rules_show_at_local_out_only() {
             .unwrap();
         assert!(st.available(), "local-out: {:?}", st.refused);
         // Every request A sends passes LOCAL_OUT once.
-        assert!(
-            hist(r, Probe::LocalOut).count() >= N as u64,
-            "{}",
-            figures(r)
-        );
+        assert!(hist(r, Probe::LocalOut).count() >= n, "{}", figures(r));
     }
     // Means, not the log2 medians: these are exact, the medians only placed within a bucket.
     let mean = |r: &StackReport, p| hist(r, p).mean_ns();
@@ -119,7 +125,20 @@ fn ten_thousand_output_rules_show_at_local_out_only() {
         mean(&after, Probe::LocalOut),
     );
     assert!(lo0 < 20_000.0, "local-out without rules: {lo0} ns");
-    assert!(lo1 >= 100_000.0, "local-out with 10,000 rules: {lo1} ns");
+    // What 10,000 rules cost depends on the machine (a faster one walks them in ~90 µs, a
+    // slower one in 150): the growth must be material, and most of what the kernel's own
+    // timestamps on rr's socket saw send() → qdisc grow by (below, independently).
+    let (s0, s1) = (sched(&rr0).unwrap(), sched(&rr1).unwrap());
+    assert!(
+        lo1 - lo0 >= 30_000.0,
+        "local-out with 10,000 rules: {lo0:.0} → {lo1:.0} ns"
+    );
+    assert!(
+        lo1 - lo0 >= 0.8 * (s1 - s0),
+        "local-out grew by {:.0} ns, send() → qdisc by {:.0} ns: the rules' cost is not at local-out",
+        lo1 - lo0,
+        s1 - s0
+    );
     // The stages around it do not see the rules.
     for p in [
         Probe::TcpSendQueue,
@@ -136,7 +155,6 @@ fn ten_thousand_output_rules_show_at_local_out_only() {
     }
     // Independently, the kernel's timestamps on rr's own socket: send() → qdisc grew by what
     // the stages before the qdisc add up to (within a fifth).
-    let (s0, s1) = (sched(&rr0).unwrap(), sched(&rr1).unwrap());
     let (ours, kernels) = (to_the_qdisc_ns(&after) - to_the_qdisc_ns(&before), s1 - s0);
     assert!(
         (ours - kernels).abs() <= 0.2 * kernels,

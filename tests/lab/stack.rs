@@ -79,13 +79,15 @@ impl Lab {
         }
     }
 
-    /// `latscope rr` from A to B's `port` (`n` transactions), as JSON.
+    /// `latscope rr` from A to B's `port` (`n` transactions, no warm-up: every packet of the
+    /// run is one rr times or stamps, the same kind of send), as JSON.
     pub fn rr_from_a(&self, port: u16, n: usize) -> serde_json::Value {
         let target = format!("{}:{port}", self.ip_b);
         let n = n.to_string();
-        let (code, out, err) = self
-            .pair
-            .run(&self.ns_a, &["rr", &target, "-n", &n, "--json"]);
+        let (code, out, err) = self.pair.run(
+            &self.ns_a,
+            &["rr", &target, "-n", &n, "--warmup", "0s", "--json"],
+        );
         assert_eq!(code, 0, "rr: {err}");
         super::json_checked(&out, "rr")
     }

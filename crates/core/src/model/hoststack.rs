@@ -16,6 +16,10 @@ pub struct StageTimes {
     pub p50_ns: u64,
     /// 99th percentile, ns.
     pub p99_ns: u64,
+    /// Mean, ns (exact: what a sum of stages is compared with). Absent in results written
+    /// before it was recorded.
+    #[serde(default)]
+    pub mean_ns: u64,
 }
 
 impl StageTimes {
@@ -30,6 +34,8 @@ impl StageTimes {
             samples: samples.len() as u64,
             p50_ns: at(0.5),
             p99_ns: at(0.99),
+            mean_ns: (samples.iter().map(|&v| u128::from(v)).sum::<u128>() / samples.len() as u128)
+                as u64,
         })
     }
 }
@@ -55,7 +61,10 @@ mod tests {
     fn percentiles_of_samples() {
         let mut v: Vec<u64> = (1..=100).rev().collect();
         let s = StageTimes::of(&mut v).expect("samples");
-        assert_eq!((s.samples, s.p50_ns, s.p99_ns), (100, 51, 99));
+        assert_eq!(
+            (s.samples, s.p50_ns, s.p99_ns, s.mean_ns),
+            (100, 51, 99, 50)
+        );
         assert!(StageTimes::of(&mut []).is_none());
     }
 }
