@@ -47,9 +47,13 @@ def holds_marker(paths):
     """Whether any of the files holds one of the markers."""
     for p in paths:
         try:
+            # Read once: a second f.read() is empty, which had hidden every marker after the
+            # first (stack_cleanup, which counts eBPF programs, ran in the pool beside diagnose
+            # tests that load theirs).
             with open(p, encoding="utf-8", errors="replace") as f:
-                if any(m in f.read() for m in MARKERS):
-                    return True
+                text = f.read()
+            if any(m in text for m in MARKERS):
+                return True
         except OSError:
             pass
     return False
