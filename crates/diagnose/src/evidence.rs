@@ -32,6 +32,8 @@ pub struct Evidence {
     pub target: Option<TargetKind>,
     /// One request at a time.
     pub single: Option<Summary>,
+    /// What one of those requests and its response weighed.
+    pub sizes: Option<Sizes>,
     /// The same with TCP_QUICKACK re-armed by the client after every read.
     pub quickack: Option<Summary>,
     /// Several connections at once.
@@ -86,6 +88,24 @@ pub struct Evidence {
     /// A URL requested as a browser requests it (the request-phases step): first, next,
     /// after a pause, a returning client's new connection; what the server let it reuse.
     pub browser: Option<crate::rounds::probe::RoundTripProbe>,
+}
+
+/// What one exchange weighs, bytes: the latscope sizes asked for, or an HTTP request and its
+/// response as the sockets carried them (headers and TLS records included), averaged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    pub request: u64,
+    pub response: u64,
+}
+
+impl Sizes {
+    /// The average exchange of a run that moved `written` and `read` bytes in `exchanges`.
+    pub fn average(written: u64, read: u64, exchanges: u64) -> Option<Sizes> {
+        (exchanges > 0).then(|| Sizes {
+            request: written.div_ceil(exchanges),
+            response: read.div_ceil(exchanges),
+        })
+    }
 }
 
 /// latscope's own CPU over the request steps: its cgroup's throttling and its threads' time on

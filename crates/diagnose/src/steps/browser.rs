@@ -16,7 +16,7 @@ use latscope_core::units::{count, format_bytes, format_ns};
 use latscope_http::reuse::{Client, Connection, Exchange, Idle, closed_before_response};
 use latscope_http::tls::TlsOptions;
 
-use super::engines::http_options;
+use super::engines::{Reach, http_options};
 use crate::rounds::flights::{flights, transfer_rounds};
 use crate::rounds::probe::{
     AfterPause, Exchanged, HeadSaid, Hop, IdlePause, Opened, Reuse, RoundTripProbe, Visit,
@@ -57,8 +57,13 @@ impl Browser {
         rtt_ns: u64,
         until: Instant,
     ) -> Result<Browser, String> {
-        let client = Client::new(&http_options(tls, url, 1, false, left(until)))
-            .map_err(|e| e.to_string())?;
+        let client = Client::new(&http_options(
+            Reach::resolved(tls, url),
+            1,
+            false,
+            left(until),
+        ))
+        .map_err(|e| e.to_string())?;
         let mut conn = client.connect(left(until)).map_err(|e| e.to_string())?;
         let x1 = conn
             .request(&client, left(until))
@@ -190,7 +195,8 @@ impl Browser {
             if self.probe.redirects.len() >= MAX_HOPS || Instant::now() >= until {
                 break;
             }
-            let o = http_options(&self.tls, &to.text(), 1, false, left(until));
+            let to_url = to.text();
+            let o = http_options(Reach::resolved(&self.tls, &to_url), 1, false, left(until));
             let Ok(client) = Client::new(&o) else {
                 break;
             };

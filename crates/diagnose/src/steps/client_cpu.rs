@@ -112,6 +112,14 @@ impl Threads {
         }
         (sum, self.last.len() as u32)
     }
+
+    /// One wake-up of the sampler, `late` beyond the sleep it asked for.
+    fn woke(&mut self, late: Duration) {
+        let late = late.as_nanos() as u64;
+        self.wakes += 1;
+        self.held_wakes += u64::from(late >= HELD_WAKE_NS);
+        self.max_late_ns = self.max_late_ns.max(late);
+    }
 }
 
 fn sample_until(done: &AtomicBool) -> Threads {
@@ -124,16 +132,6 @@ fn sample_until(done: &AtomicBool) -> Threads {
         t.sample(false);
     }
     t
-}
-
-impl Threads {
-    /// One wake-up of the sampler, `late` beyond the sleep it asked for.
-    fn woke(&mut self, late: Duration) {
-        let late = late.as_nanos() as u64;
-        self.wakes += 1;
-        self.held_wakes += u64::from(late >= HELD_WAKE_NS);
-        self.max_late_ns = self.max_late_ns.max(late);
-    }
 }
 
 impl Observe for ClientCpuStep {

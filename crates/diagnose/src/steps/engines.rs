@@ -19,6 +19,39 @@ use crate::evidence::{ClientHost, RequestConnects, Responses, SLICE, SLOW_FLOOR_
 use crate::plan::Plan;
 use latscope_core::units::unix_ms;
 
+/// Where a URL's requests go: the URL (its `Host` and TLS name), how its certificate is
+/// checked, and the address to connect to — the plan's, resolved once at the start, so a
+/// measurement of the server neither waits for the resolver again nor reaches another of the
+/// name's addresses than every other step measured (a resolver that never answers AAAA made
+/// each HTTP run wait its 2 s timeout, and the load step's one-second rungs measured nothing).
+/// `None`: the engine resolves the URL's name itself (the steps that time the name's lookup).
+#[derive(Clone, Copy, Debug)]
+pub struct Reach<'a> {
+    pub tls: &'a TlsOptions,
+    pub url: &'a str,
+    pub addr: Option<std::net::SocketAddr>,
+}
+
+impl<'a> Reach<'a> {
+    /// The plan's URL at the plan's address (`None` for a latscope target).
+    pub fn of(p: &'a Plan) -> Option<Reach<'a>> {
+        Some(Reach {
+            tls: &p.tls,
+            url: p.url.as_deref()?,
+            addr: Some(p.addr),
+        })
+    }
+
+    /// `url` resolved by the engine, as a client that looks its name up would.
+    pub fn resolved(tls: &'a TlsOptions, url: &'a str) -> Reach<'a> {
+        Reach {
+            tls,
+            url,
+            addr: None,
+        }
+    }
+}
+
 pub fn meta(cmd: &str) -> Meta {
     Meta::new(cmd, env!("CARGO_PKG_VERSION"), unix_ms())
 }
@@ -41,9 +74,9 @@ fn rr_cfg(p: &Plan, connections: u32, quickack: bool, duration: Duration) -> RrC
 /// [`latscope_http::hoststack::BUDGET`]). `None` when it fails (no timestamps: the rules then
 /// fall back on the connects against the SYN ping).
 pub fn client_host(p: &Plan) -> Option<ClientHost> {
-    let t = match &p.url {
-        Some(url) => {
-            let o = http_options(&p.tls, url, 1, false, latscope_http::hoststack::BUDGET);
+    let t = match Reach::of(p) {
+        Some(r) => {
+            let o = http_options(r, 1, false, latscope_http::hoststack::BUDGET);
             latscope_http::hoststack::measure(&o).ok()?
         }
         None => {
@@ -108,14 +141,13 @@ fn rr_run(
 
 /// Latency of GET `url` with `connections` connections for `duration` (HTTP load engine).
 pub fn http_latency(
-    tls: &TlsOptions,
-    url: &str,
+    r: Reach<'_>,
     connections: u32,
     quickack: bool,
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
-    http_run(tls, url, connections, quickack, duration, stop, None).map(|r| r.latency)
+    http_run(r, connections, quickack, duration, stop, None).map(|r| r.latency)
 }
 
 /// A sized request run: the latency, what each exchange weighed, and (HTTP) the responses by
@@ -129,36 +161,19 @@ pub struct SizedRun {
     pub connects: Option<RequestConnects>,
 }
 
-/// What one exchange weighs, bytes: the latscope sizes asked for, or an HTTP request and its
-/// response as the sockets carried them (headers and TLS records included), averaged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sizes {
-    pub request: u64,
-    pub response: u64,
-}
-
-impl Sizes {
-    /// The average exchange of a run that moved `written` and `read` bytes in `exchanges`.
-    pub fn average(written: u64, read: u64, exchanges: u64) -> Option<Sizes> {
-        (exchanges > 0).then(|| Sizes {
-            request: written.div_ceil(exchanges),
-            response: read.div_ceil(exchanges),
-        })
-    }
-}
+pub use crate::evidence::Sizes;
 
 /// [`http_latency`], with the average sizes of the requests and responses it carried, cutting
 /// the requests into [`SLICE`]s when `slices` is given.
 fn http_run(
-    tls: &TlsOptions,
-    url: &str,
+    at: Reach<'_>,
     connections: u32,
     quickack: bool,
     duration: Duration,
     stop: &AtomicBool,
     mut slices: Option<&mut Slices>,
 ) -> Result<SizedRun, String> {
-    let o = http_options(tls, url, connections, quickack, duration);
+    let o = http_options(at, connections, quickack, duration);
     let mut cfg = latscope_http::Config::new(&o).map_err(|e| e.to_string())?;
     if slices.is_some() {
         cfg.interval_ns = SLICE.as_nanos() as u64;
@@ -173,7 +188,7 @@ fn http_run(
     // complete none within it, and none failed: count a few instead of timing a window, within
     // the step's budget (its stop flag).
     if r.stats.requests == 0 && r.stats.errors.total() == 0 && !r.interrupted {
-        let mut o = http_options(tls, url, connections, quickack, duration);
+        let mut o = http_options(at, connections, quickack, duration);
         o.duration = None;
         // One a connection, at once: over a long path each can take seconds.
         o.requests = Some(u64::from(connections.max(1)));
@@ -218,14 +233,14 @@ fn http_run(
 /// The HTTP engine's options for GET `url` with `connections` connections, its certificate
 /// checked as `tls` says (`--insecure`, `--cacert`).
 pub fn http_options(
-    tls: &TlsOptions,
-    url: &str,
+    at: Reach<'_>,
     connections: u32,
     quickack: bool,
     duration: Duration,
 ) -> latscope_http::Options {
+    let tls = at.tls;
     latscope_http::Options {
-        url: url.into(),
+        url: at.url.into(),
         method: "GET".into(),
         headers: vec![],
         body: vec![],
@@ -238,7 +253,7 @@ pub fn http_options(
         timeout: Duration::from_secs(5),
         insecure: tls.insecure,
         ca_files: tls.ca_files.clone(),
-        connect_to: None,
+        connect_to: at.addr.map(|a| a.to_string()),
         host: None,
         http2: false,
         streams: 1,
@@ -255,8 +270,8 @@ pub fn app_latency(
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<Summary, String> {
-    match &p.url {
-        Some(url) => http_latency(&p.tls, url, connections, quickack, duration, stop),
+    match Reach::of(p) {
+        Some(r) => http_latency(r, connections, quickack, duration, stop),
         None => rr_run(p, connections, quickack, duration, stop, None),
     }
 }
@@ -269,8 +284,8 @@ pub fn app_run(
     duration: Duration,
     stop: &AtomicBool,
 ) -> Result<SizedRun, String> {
-    match &p.url {
-        Some(url) => http_run(&p.tls, url, connections, false, duration, stop, None),
+    match Reach::of(p) {
+        Some(r) => http_run(r, connections, false, duration, stop, None),
         None => rr_run(p, connections, false, duration, stop, None).map(|latency| SizedRun {
             latency,
             sizes: None,
@@ -288,8 +303,8 @@ pub fn app_latency_sized(
     stop: &AtomicBool,
     slices: &mut Slices,
 ) -> Result<SizedRun, String> {
-    match &p.url {
-        Some(url) => http_run(&p.tls, url, 1, false, duration, stop, Some(slices)),
+    match Reach::of(p) {
+        Some(r) => http_run(r, 1, false, duration, stop, Some(slices)),
         None => rr_run(p, 1, false, duration, stop, Some(slices)).map(|latency| SizedRun {
             latency,
             sizes: Some(Sizes {
@@ -376,5 +391,32 @@ pub fn is_latscope(p: &Plan) -> bool {
         Ok(_) => true,
         Err(NetError::ServerRefused { code, .. }) => code == RefusalCode::Auth,
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Request;
+
+    /// The steps that measure the server connect to the address the plan resolved once; the
+    /// URL (its Host header, its TLS name) is unchanged, and the steps that time the name's
+    /// lookup still resolve it.
+    #[test]
+    fn a_urls_requests_go_to_the_plans_address() {
+        let p = Plan::new(&Request::new("http://localhost:8080/x")).expect("a URL");
+        let o = http_options(Reach::of(&p).expect("a URL target"), 2, false, SLICE);
+        assert_eq!(o.connect_to, Some(p.addr.to_string()));
+        assert_eq!(o.url, "http://localhost:8080/x");
+        assert_eq!(o.host, None);
+        let o = http_options(
+            Reach::resolved(&p.tls, "http://localhost:8080/x"),
+            1,
+            false,
+            SLICE,
+        );
+        assert_eq!(o.connect_to, None);
+        let rr = Plan::new(&Request::new("127.0.0.1")).expect("a host");
+        assert!(Reach::of(&rr).is_none());
     }
 }

@@ -11,7 +11,7 @@ use latscope_core::model::diagnose::{RequestPhases, StepName, TargetKind};
 use latscope_core::units::format_ns;
 
 use super::browser::{self, Browser};
-use super::engines::http_options;
+use super::engines::{Reach, http_options};
 use super::step::{Measure, NotRun, requests_target};
 use crate::context::Context;
 use crate::evidence::{Download, Evidence};
@@ -37,8 +37,8 @@ impl Measure for Phases {
         let Some(url) = &cx.plan.url else {
             return Err(NotRun::Skipped("URL targets only".into()));
         };
-        let until = Instant::now() + TIME;
         let rtt = ev.path.as_ref().map_or(0, |p| p.p50_ns);
+        let until = Instant::now() + time_for(ev.single.as_ref().map(|s| s.p50_ns), rtt);
         let mut got = Vec::with_capacity(REQUESTS);
         let (mut browser, mut last_err) = match Browser::open(&cx.plan.tls, url, rtt, until) {
             Ok(b) => {
@@ -111,6 +111,25 @@ impl Measure for Phases {
     }
 }
 
+/// The time the step's requests get: [`TIME`], or, where one request on a kept connection took
+/// longer than that leaves for a first one (a large page far away through a small window takes
+/// seconds), a new connection's request — the kept one's time, 25% more, and two round trips for
+/// the handshakes — at most [`LONGEST`]. The collector's deadline for the step (its budget and
+/// what the steps before it left) still bounds it: without a first request there is no split of
+/// the time before the first byte from the transfer.
+fn time_for(single_p50_ns: Option<u64>, rtt_ns: u64) -> Duration {
+    let first = single_p50_ns.map_or(Duration::ZERO, |p| {
+        Duration::from_nanos(
+            p.saturating_add(p / 4)
+                .saturating_add(rtt_ns.saturating_mul(2)),
+        )
+    });
+    TIME.max(first).min(LONGEST)
+}
+
+/// The most [`time_for`] gives a first request.
+const LONGEST: Duration = Duration::from_secs(10);
+
 /// Phase samples — each a new connection with a full TLS handshake — until there are
 /// [`REQUESTS`] or `end` comes, each started only when the last one's time still fits. The
 /// error of a sample that failed, if one did.
@@ -125,7 +144,12 @@ fn samples(
         if got.len() >= REQUESTS || cx.stopped() || Instant::now() + expect >= end {
             return None;
         }
-        let mut o = http_options(&cx.plan.tls, url, 1, false, Duration::from_secs(1));
+        let mut o = http_options(
+            Reach::resolved(&cx.plan.tls, url),
+            1,
+            false,
+            Duration::from_secs(1),
+        );
         o.timeout = browser::left(end).max(Duration::from_millis(100));
         match latscope_http::request_phases(&o) {
             Ok(p) => got.push(p),
@@ -180,5 +204,23 @@ fn medians(all: &[latscope_http::Phases]) -> RequestPhases {
             .then(|| med(&|p| p.tls_ns.unwrap_or(0))),
         ttfb_ns: med(&|p| p.ttfb_ns),
         transfer_ns: med(&|p| p.transfer_ns),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LONGEST, TIME, time_for};
+    use std::time::Duration;
+
+    #[test]
+    fn a_slow_page_gets_the_time_of_one_first_request() {
+        assert_eq!(time_for(None, 0), TIME);
+        assert_eq!(time_for(Some(1_000_000), 20_000_000), TIME);
+        // 2.2 s through a 128 KiB window 120 ms away: 2.75 s and 0.24 s of handshakes.
+        assert_eq!(
+            time_for(Some(2_200_000_000), 120_000_000),
+            Duration::from_millis(2_990)
+        );
+        assert_eq!(time_for(Some(60_000_000_000), 0), LONGEST);
     }
 }

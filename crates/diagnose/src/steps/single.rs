@@ -149,6 +149,7 @@ impl Measure for Single {
 
     fn store(ev: &mut Evidence, o: Outcome) {
         ev.single = Some(o.latency);
+        ev.sizes = o.sizes;
         ev.host_noise = o.noise;
         ev.slices = o.slices;
         ev.responses = o.responses;

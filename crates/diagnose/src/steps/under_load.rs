@@ -10,11 +10,10 @@ use latscope_core::model::diagnose::{StepName, TargetKind};
 use latscope_core::model::rr::Transport;
 use latscope_core::model::stream::{Direction, DirectionResult, StreamOptions};
 use latscope_core::units::format_ns;
-use latscope_http::tls::TlsOptions;
 use latscope_net::proto::StreamSpec;
 use latscope_net::stream::StreamConfig;
 
-use super::engines::{http_latency, http_options, meta};
+use super::engines::{Reach, http_latency, http_options, meta};
 use super::step::{Measure, NotRun, requests_target};
 use crate::context::Context;
 use crate::evidence::{Bottleneck, Evidence, LinkRate, Load, RateSource, UnderLoad as Loaded};
@@ -78,8 +77,10 @@ impl Measure for UnderLoad {
             return Err(NotRun::Skipped("--no-load".into()));
         }
         if kind == TargetKind::Http {
-            let url = cx.plan.url.as_deref().unwrap_or_default();
-            return http_ramp(&cx.plan.tls, url, cx.stop).map(|latency| Outcome {
+            let Some(at) = Reach::of(cx.plan) else {
+                return Err(NotRun::Failed("no URL to load".into()));
+            };
+            return http_ramp(at, cx.stop).map(|latency| Outcome {
                 latency,
                 rates: None,
             });
@@ -168,22 +169,21 @@ const SATURATED_GAIN: f64 = 1.1;
 /// until the request rate stops growing (as the IETF responsiveness method ramps its load to
 /// "working conditions"), while one probe connection measures a GET meanwhile. Idle is the same
 /// probe alone.
-fn http_ramp(tls: &TlsOptions, url: &str, stop: &AtomicBool) -> Result<Loaded, NotRun> {
-    let idle = http_latency(tls, url, 1, false, RAMP_STEP, stop).map_err(NotRun::Failed)?;
+fn http_ramp(at: Reach<'_>, stop: &AtomicBool) -> Result<Loaded, NotRun> {
+    let idle = http_latency(at, 1, false, RAMP_STEP, stop).map_err(NotRun::Failed)?;
     let mut top: Option<Loaded> = None;
     let mut last_rate = 0.0;
     for n in RAMP {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let cfg =
-            latscope_http::Config::new(&http_options(tls, url, n, false, RAMP_STEP + RAMP_SETTLE))
-                .map_err(|e| NotRun::Failed(e.to_string()))?;
+        let cfg = latscope_http::Config::new(&http_options(at, n, false, RAMP_STEP + RAMP_SETTLE))
+            .map_err(|e| NotRun::Failed(e.to_string()))?;
         let load_stop = Arc::new(AtomicBool::new(false));
         let flag = load_stop.clone();
         let load = std::thread::spawn(move || latscope_http::run(&cfg, &flag, &mut |_, _| {}));
         std::thread::sleep(RAMP_SETTLE);
-        let probe = http_latency(tls, url, 1, false, RAMP_STEP - RAMP_SETTLE, stop);
+        let probe = http_latency(at, 1, false, RAMP_STEP - RAMP_SETTLE, stop);
         if stop.load(Ordering::Relaxed) {
             load_stop.store(true, Ordering::Relaxed);
         }
