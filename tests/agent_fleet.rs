@@ -457,8 +457,8 @@ fn mesh_with_a_lossy_edge_and_a_killed_agent() {
     // the capture's evidence, slow_handshake still suggests the server's listen backlog.
     assert!(
         rules.contains(&"retransmissions") || rules.contains(&"slow_handshake"),
-        "rules {rules:?}; report: {}",
-        line["report"]["verdict"]
+        "rules {rules:?}; the findings log's line: {line}\n{}",
+        logs()
     );
     eprintln!("took {:?}", t0.elapsed());
 }
@@ -637,7 +637,7 @@ fn a_breach_on_an_edge_is_diagnosed_with_the_peers_evidence() {
         ("side", "server"),
         ("ends", "client_and_server"),
     ]);
-    // On failure: what b's agent saw of the CPU, and the verdict.
+    // On failure: the verdict and what each step measured (b's agent's CPU among them).
     let report_of = |t: &str| {
         let log = std::fs::read_to_string(dir.path("findings-a.jsonl")).unwrap_or_default();
         log.lines()
@@ -645,10 +645,15 @@ fn a_breach_on_an_edge_is_diagnosed_with_the_peers_evidence() {
             .find(|l| l["target"] == t)
             .map(|l| {
                 let steps = l["report"]["steps"].as_array().cloned().unwrap_or_default();
+                // Every step: a verdict without the finding is read against what each measured.
                 let cpu: Vec<String> = steps
                     .iter()
-                    .filter(|s| s["name"] == "cpu scheduling")
-                    .map(|s| format!("{} {}: {}", s["measured_at"], s["status"], s["detail"]))
+                    .map(|s| {
+                        format!(
+                            "{} {} {}: {}",
+                            s["name"], s["measured_at"], s["status"], s["detail"]
+                        )
+                    })
                     .collect();
                 format!("{}\n{}", l["report"]["verdict"], cpu.join("\n"))
             })

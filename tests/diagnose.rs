@@ -117,7 +117,7 @@ fn any_tcp_service_gets_the_path_and_the_skipped_steps() {
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || for _s in l.incoming().take(400) {});
     let (code, doc) = diagnose(&format!("127.0.0.1:{port}"), &[]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 0, "a plain TCP service, nothing to find: {doc}");
     assert_eq!(doc["target_kind"], "tcp");
     let skipped: Vec<&str> = doc["steps"]
         .as_array()

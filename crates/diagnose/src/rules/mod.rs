@@ -35,6 +35,7 @@ mod slow_start_after_idle;
 mod slow_tls;
 mod small_initial_window;
 mod socket_queueing;
+mod tail;
 mod think_time;
 mod tls_not_resumed;
 mod unexplained;
@@ -66,6 +67,7 @@ pub use self::slow_start_after_idle::*;
 pub use self::slow_tls::*;
 pub use self::small_initial_window::*;
 pub use self::socket_queueing::*;
+pub use self::tail::*;
 pub use self::think_time::*;
 pub use self::tls_not_resumed::*;
 pub use self::unexplained::*;
@@ -251,11 +253,11 @@ pub const FAR_SAVING_FLOOR_NS: u64 = 100_000;
 /// the single request's median beyond the path. 10,000 netfilter rules cost 0.3 ms of a 40 ms
 /// request (under 1/20 of it) and are all of what the hosts add.
 pub fn saves_beyond_the_path(e: &Evidence, cost: u64) -> bool {
-    let (Some(path), Some(single)) = (e.path.as_ref(), e.single.as_ref()) else {
+    let (Some(path), Some(single)) = (far_path(e), e.single.as_ref()) else {
         return false;
     };
-    let beyond = single.p50_ns.saturating_sub(path.p50_ns);
-    path.p50_ns >= 1_000_000 && cost >= FAR_SAVING_FLOOR_NS && cost.saturating_mul(4) >= beyond
+    let beyond = single.p50_ns.saturating_sub(path);
+    cost >= FAR_SAVING_FLOOR_NS && cost.saturating_mul(4) >= beyond
 }
 
 /// One finding explaining another: `cause` makes `effect` happen, when `holds` says the
@@ -433,8 +435,7 @@ pub const CHAINS: &[Link] = &[
         cause: RuleId::ServerTailLatency,
         effect: RuleId::Bufferbloat,
         holds: |e, _, b| {
-            b.side == Side::Both
-                && self::server_tail_latency::tail_of(e).is_some_and(|t| t.quantile == "stalls")
+            b.side == Side::Both && self::tail::tail_of(e).is_some_and(|t| t.quantile == "stalls")
         },
     },
     Link {
@@ -478,7 +479,7 @@ pub fn cost_per_request(e: &Evidence, f: &Diagnosis) -> u64 {
     if !self::server_tail_latency::is_tail(f, single.map(|s| s.p50_ns)) {
         return f.explains_ns;
     }
-    match self::server_tail_latency::tail_of(e) {
+    match self::tail::tail_of(e) {
         Some(t) => t.per_request_ns(f.explains_ns),
         None => f.explains_ns / 100,
     }

@@ -68,7 +68,7 @@ pub fn window_pace(e: &Evidence) -> Option<WindowPace> {
 
 /// Whether the client's window could grow no further: its buffer is at `tcp_rmem`'s ceiling,
 /// or the connection has no window scaling (a window then stops at 64 KiB).
-fn window_cannot_grow(d: &Download) -> bool {
+pub(crate) fn window_cannot_grow(d: &Download) -> bool {
     let unscaled = d.client.is_some_and(|c| c.rcv_wscale.is_none());
     d.buffer_at_ceiling() || unscaled
 }

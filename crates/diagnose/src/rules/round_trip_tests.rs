@@ -467,4 +467,40 @@ fn a_send_buffer_seen_from_the_client() {
         "{:?}",
         f.evidence
     );
+    // Neither end's own instrument may contradict it (the lab's receive-window @ 20 ms from the
+    // server's host read send_buffer_limited first, 3 of 3 runs): a client whose buffer is at
+    // tcp_rmem's ceiling may be the limit itself…
+    let limits = |rcvbuf| latscope_core::model::transfer::TransferLimits {
+        rcv_wnd: Some(8_064),
+        rcv_wscale: Some(7),
+        rcvbuf_bytes: Some(rcvbuf),
+        ..Default::default()
+    };
+    let dl = |rcvbuf| crate::evidence::Download {
+        body_bytes: 262_144,
+        transfer_ns: 17 * rtt,
+        client: Some(limits(rcvbuf)),
+        rmem_max: Some(16_384),
+    };
+    e.download = Some(dl(16_384));
+    assert_eq!(send_buffer_limited(&e), None);
+    e.download = Some(dl(8_192));
+    assert!(send_buffer_limited(&e).is_some());
+    // …and a server whose socket was read and says its buffer did not hold it back is not.
+    e.server_sockets = Some(crate::evidence::ServerSockets {
+        process: "nginx[9]".into(),
+        connections: 1,
+        nagle_on: 0,
+        corked: 0,
+        snd_mss: Some(1_448),
+        limits: Some(latscope_core::model::transfer::TransferLimits {
+            busy_us: 1_720_000,
+            rwnd_limited_us: 976_000,
+            sndbuf_limited_us: 0,
+            sndbuf_bytes: Some(103_680),
+            ..Default::default()
+        }),
+        cwnd_bytes: Some(14_480),
+    });
+    assert_eq!(send_buffer_limited(&e), None);
 }

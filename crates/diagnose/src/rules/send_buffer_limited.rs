@@ -108,7 +108,22 @@ fn seen_by_server(e: &Evidence) -> Option<Diagnosis> {
 /// decides it), the next response on the same connection is read: its congestion window has
 /// grown, so a fixed amount per round trip there is the buffer's (the lab's 16 KiB buffer at
 /// 20 ms: a plateau in one run of three from the first response, in all three from the next).
+///
+/// Neither end's own instrument may contradict it: where the server's socket was read, its
+/// counters decide ([`seen_by_server`]; a server 0% send-buffer-limited and 57% waiting for the
+/// client's window is no send buffer); and where the client's own window could grow no further
+/// (its buffer at `tcp_rmem`'s ceiling, or no window scaling), a fixed amount per round trip may
+/// be that window — the one read after the response is fully open, not what a full buffer's
+/// overhead left of it while the flights arrived (the lab's 16 KiB `tcp_rmem`: flights of
+/// 2.8 KiB under a window read as 7.9 KiB).
 fn seen_by_client(e: &Evidence) -> Option<Diagnosis> {
+    if e.server_sockets
+        .as_ref()
+        .is_some_and(|ss| ss.limits.is_some())
+        || e.download.is_some_and(|d| window_cannot_grow(&d))
+    {
+        return None;
+    }
     let (p, rtt) = browser(e)?;
     let limited = |x: &'_ crate::rounds::probe::Exchanged| {
         let flat = plateau(&x.flights, x.mss?)?;

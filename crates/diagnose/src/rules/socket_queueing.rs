@@ -22,10 +22,19 @@ pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
                 "one request at a time: p50 {}",
                 format_ns(single as f64)
             ));
-            evidence.push(format!(
-                "{n} at once: p50 {} — {ratio:.1}× longer, close to {n}× (serialised)",
-                format_ns(conc as f64)
-            ));
+            match far_path(e) {
+                Some(path) => evidence.push(format!(
+                    "{n} at once: p50 {} — beyond the path's round trip of {} (paid by every request at once, never queued), {} against {}: {ratio:.1}× longer, close to {n}× (serialised)",
+                    format_ns(conc as f64),
+                    format_ns(path as f64),
+                    format_ns(conc.saturating_sub(path) as f64),
+                    format_ns(single.saturating_sub(path) as f64)
+                )),
+                None => evidence.push(format!(
+                    "{n} at once: p50 {} — {ratio:.1}× longer, close to {n}× (serialised)",
+                    format_ns(conc as f64)
+                )),
+            }
             (
                 "requests wait in the server's socket queue: it serves one at a time",
                 conc.saturating_sub(single),
@@ -61,23 +70,57 @@ pub fn socket_queueing(e: &Evidence) -> Option<Diagnosis> {
     })
 }
 
-/// N concurrent requests take about N times as long as one alone (at least 0.6 N): the
-/// connections, the single and the concurrent medians, and their ratio. Not when the single
-/// request is too fast for the ratio to mean anything, nor when serialisation at the bottleneck
-/// explains it (the requests queue on the link, not in the server), nor when the wait is
-/// measured to be spent on this host ([`wait_on_client`]).
-pub(crate) fn concurrency_scaling(e: &Evidence) -> Option<(u32, u64, u64, f64)> {
+/// A server that serves one request at a time makes N at once take up to N times its time
+/// (each waits for those before it); beyond this many times N, its requests are served slower
+/// together than one by one — a CPU quota a period's work uses up, a lock, a pool — which is
+/// no longer one worker's queue ([`super::unexplained`] says what is known of it).
+pub const SERIAL_MAX_PER_CONNECTION: f64 = 2.0;
+
+/// The path's round trip when it is far (1 ms or more): every request pays it, the concurrent
+/// ones at the same time, so only what a request takes beyond it can queue at the server.
+pub(crate) fn far_path(e: &Evidence) -> Option<u64> {
+    e.path
+        .as_ref()
+        .map(|p| p.p50_ns)
+        .filter(|&p| p >= 1_000_000)
+}
+
+/// What the server's end can queue of a request that took `ns`: beyond a far path's round
+/// trip ([`far_path`]); all of it on a near path (its round trip is within the noise of the
+/// hosts' time, and the lab's near rules were measured that way).
+pub(crate) fn queueable_ns(e: &Evidence, ns: u64) -> u64 {
+    far_path(e).map_or(ns, |path| ns.saturating_sub(path))
+}
+
+/// The concurrent requests' time against one alone's, in what the server's end can queue of
+/// each ([`queueable_ns`]): the connections, the single and the concurrent medians, and the
+/// ratio. Not when the single request is too fast for the ratio to mean anything (under
+/// 200 µs), nor when serialisation at the bottleneck explains it (the requests queue on the
+/// link, not in the server), nor when the wait is measured to be spent on this host
+/// ([`wait_on_client`]).
+pub(crate) fn concurrency_ratio(e: &Evidence) -> Option<(u32, u64, u64, f64)> {
     let c = e.concurrent.as_ref()?;
     let (n, conc) = (c.connections, c.latency.p50_ns);
     let single = e.single.as_ref()?.p50_ns;
-    if n < 2 || single < 200_000 || bandwidth_explains_concurrency(e) {
+    let (alone, together) = (queueable_ns(e, single), queueable_ns(e, conc));
+    if n < 2 || alone < 200_000 || bandwidth_explains_concurrency(e) {
         return None;
     }
     if wait_on_client(e, n, conc.saturating_sub(single)).is_some() {
         return None;
     }
-    let ratio = conc as f64 / single as f64;
-    (ratio >= 0.6 * f64::from(n)).then_some((n, single, conc, ratio))
+    Some((n, single, conc, together as f64 / alone as f64))
+}
+
+/// N concurrent requests take about N times as long as one alone (at least 0.6 N, at most
+/// [`SERIAL_MAX_PER_CONNECTION`] N), counted beyond a far path's round trip
+/// ([`concurrency_ratio`]): 8 at once 20 ms away from a one-worker server that takes 2 ms a
+/// request wait ~16 ms each, 1.7× the whole request but 8× its server's share.
+pub(crate) fn concurrency_scaling(e: &Evidence) -> Option<(u32, u64, u64, f64)> {
+    let (n, single, conc, ratio) = concurrency_ratio(e)?;
+    let n_f = f64::from(n);
+    (ratio >= 0.6 * n_f && ratio <= SERIAL_MAX_PER_CONNECTION * n_f)
+        .then_some((n, single, conc, ratio))
 }
 
 /// The server's kernel had requests queued on the socket for a millisecond or more (median) and

@@ -70,10 +70,92 @@ fn left_over(e: &Evidence, found: &[Diagnosis], host: u64) -> u64 {
 pub fn unexplained(e: &Evidence, found: &[Diagnosis]) -> Option<Diagnosis> {
     unexplained_share(e, found).or_else(|| {
         if found.is_empty() {
-            unexplained_concurrent_tail(e)
+            unexplained_concurrent_tail(e).or_else(|| unexplained_concurrent_wait(e))
         } else {
             None
         }
+    })
+}
+
+/// Fewest concurrent requests for their median to stand on.
+const CONCURRENT_MIN_SAMPLES: u64 = 20;
+
+/// Requests at once that each wait far more than a server serving one at a time would make
+/// them: their median, beyond what one alone takes of the server's end ([`concurrency_ratio`]:
+/// beyond a far path's round trip), over [`SERIAL_MAX_PER_CONNECTION`] × N times it — the
+/// server serves them slower together than one by one. Its CPU quota used up within a period,
+/// a lock or a pool that runs out: from the client the cause cannot be named, and calling it
+/// clean (the path the floor) would hide a server that cannot take a handful of users at once.
+/// The wait must be material on its own: at least 1 ms and a quarter of one request.
+///
+/// The lab's cpu-throttled at 20 ms from the client alone (a threaded Python server, 2 ms of
+/// CPU a request, 10 ms of CPU per 100 ms): one at a time 22.5 ms over a 20.3 ms path, 8 at once
+/// p50 103 ms, p99 598 ms (35 requests) — 37× the server's 2.2 ms share where one worker would
+/// make it 8×; no tail of 25 medians, so the tail branch is silent.
+fn unexplained_concurrent_wait(e: &Evidence) -> Option<Diagnosis> {
+    let c = e.concurrent.as_ref()?;
+    if c.latency.count < CONCURRENT_MIN_SAMPLES || data_loss_material(e) {
+        return None;
+    }
+    let (n, single, conc, ratio) = concurrency_ratio(e)?;
+    let wait = conc.saturating_sub(single);
+    if ratio <= SERIAL_MAX_PER_CONNECTION * f64::from(n)
+        || wait < 1_000_000
+        || wait.saturating_mul(4) < single
+    {
+        return None;
+    }
+    let alone = queueable_ns(e, single);
+    let mut evidence = vec![format!(
+        "one request at a time: p50 {}; {n} at once: p50 {}, p99 {} over {}",
+        format_ns(single as f64),
+        format_ns(conc as f64),
+        format_ns(c.latency.p99_ns as f64),
+        count(c.latency.count, "request")
+    )];
+    evidence.push(match far_path(e) {
+        Some(path) => format!(
+            "beyond the path's round trip of {} (every request pays it at the same time), a request takes {} alone and {} with {n} at once: {ratio:.0}× — a server that serves one at a time makes it {n}× at most",
+            format_ns(path as f64),
+            format_ns(alone as f64),
+            format_ns(queueable_ns(e, conc) as f64)
+        ),
+        None => format!(
+            "{ratio:.0}× longer with {n} at once — a server that serves one at a time makes it {n}× at most"
+        ),
+    });
+    if let Some(u) = &e.under_load
+        && let Load::Http {
+            connections,
+            requests_per_sec,
+            ..
+        } = u.load
+    {
+        evidence.push(format!(
+            "under load ({connections} requests at once, served at {requests_per_sec:.0}/s): a probe request p50 {} against {} idle",
+            format_ns(u.loaded.p50_ns as f64),
+            format_ns(u.idle.p50_ns as f64)
+        ));
+    }
+    evidence.push(ruled_out(e));
+    let (side, place, fix) = concurrency_place(
+        e,
+        &mut evidence,
+        "look at the server while requests arrive together: its CPU quota (cgroup `cpu.max`, `cpu.cfs_quota_us`, `nr_throttled` in `cpu.stat`) and run queue, its worker or connection pool, locks, garbage collection; run `latscope diagnose` on its host (or with its agent) to see them",
+    );
+    Some(Diagnosis {
+        rule: RuleId::Unexplained,
+        title: format!(
+            "with {n} requests at once each waits {} more than alone, {ratio:.0}× what the server's end takes of one — more than a server serving one at a time makes them wait, and no named cause explains it: {place}",
+            format_ns(wait as f64)
+        ),
+        explains_ns: wait,
+        confidence: 0.5,
+        side,
+        evidence,
+        fix: fix.into(),
+        caused_by: None,
+        causes: Vec::new(),
     })
 }
 
@@ -171,7 +253,7 @@ const CONCURRENT_TAIL_FLOOR_NS: u64 = 2 * TAIL_FLOOR_NS;
 /// Healthy servers in the same runs: p99 at most 1.6 ms under 8 connections.
 fn unexplained_concurrent_tail(e: &Evidence) -> Option<Diagnosis> {
     let c = e.concurrent.as_ref()?;
-    let t = self::server_tail_latency::tail_over(&c.latency, CONCURRENT_TAIL_FLOOR_NS)?;
+    let t = self::tail::tail_over(&c.latency, CONCURRENT_TAIL_FLOOR_NS)?;
     if t.quantile != "p99" || data_loss_material(e) || bandwidth_explains_concurrency(e) {
         return None;
     }
@@ -196,26 +278,11 @@ fn unexplained_concurrent_tail(e: &Evidence) -> Option<Diagnosis> {
     evidence.extend(path);
     evidence.push(quiet);
     evidence.push(ruled_out(e));
-    let (side, place, fix) = if server_end_located(e) {
-        if !server_observed(e) {
-            evidence.push(
-                "the server's CPU quota, run queue, locks and sockets are not visible from here"
-                    .into(),
-            );
-        }
-        (
-            Side::Server,
-            "it sits at the server's end",
-            "look at the server while requests arrive together: its CPU quota (cgroup `cpu.max`, `cpu.cfs_quota_us`) and run queue, its worker or connection pool, locks, garbage collection; run `latscope diagnose` on its host (or with its agent) to see them",
-        )
-    } else {
-        evidence.push("neither this host's own stack nor the server's was measured: the time can be in either host".into());
-        (
-            Side::Both,
-            "in the hosts beyond the path (this one's or the server's: neither was measured)",
-            "measure each end: run with CAP_NET_RAW (kernel timestamps of this host's stack), and `latscope diagnose` on the server's host (or with its agent)",
-        )
-    };
+    let (side, place, fix) = concurrency_place(
+        e,
+        &mut evidence,
+        "look at the server while requests arrive together: its CPU quota (cgroup `cpu.max`, `cpu.cfs_quota_us`) and run queue, its worker or connection pool, locks, garbage collection; run `latscope diagnose` on its host (or with its agent) to see them",
+    );
     Some(Diagnosis {
         rule: RuleId::Unexplained,
         title: format!(
@@ -231,6 +298,32 @@ fn unexplained_concurrent_tail(e: &Evidence) -> Option<Diagnosis> {
         caused_by: None,
         causes: Vec::new(),
     })
+}
+
+/// Where a wait that only requests arriving together show sits, with the line that says what
+/// could not be seen: the server's end (its fix `server_fix`) when something places it there,
+/// else either host. (side, the place in the title's words, the fix)
+fn concurrency_place(
+    e: &Evidence,
+    evidence: &mut Vec<String>,
+    server_fix: &'static str,
+) -> (Side, &'static str, &'static str) {
+    if server_end_located(e) {
+        if !server_observed(e) {
+            evidence.push(
+                "the server's CPU quota, run queue, locks and sockets are not visible from here"
+                    .into(),
+            );
+        }
+        (Side::Server, "it sits at the server's end", server_fix)
+    } else {
+        evidence.push("neither this host's own stack nor the server's was measured: the time can be in either host".into());
+        (
+            Side::Both,
+            "in the hosts beyond the path (this one's or the server's: neither was measured)",
+            "measure each end: run with CAP_NET_RAW (kernel timestamps of this host's stack), and `latscope diagnose` on the server's host (or with its agent)",
+        )
+    }
 }
 
 /// The line that says what the measurements ruled out.
