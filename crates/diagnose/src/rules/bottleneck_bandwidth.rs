@@ -29,6 +29,36 @@ pub(crate) fn bandwidth_explains_concurrency(e: &Evidence) -> bool {
     )
 }
 
+/// Whether an end's own instrument says a window or a buffer paced the responses, so that the
+/// rate they settled at is that limit's pace and no link's: the client's window could open no
+/// wider and the transfer ran at its pace over the path's round trip (seen by the client, or by
+/// the server's socket waiting for that window most of its busy time), or the server's socket
+/// waited for room in a send buffer smaller than its congestion window most of its busy time.
+/// The lab's 16 KiB `tcp_rmem` and `sndbuf=4k` on a veth: responses settling at 0.77–2.4
+/// Gbit/s, read as a link of that rate while the server's tcp_info said 94% receive-window- or
+/// send-buffer-limited. A link's queue instead inflates the round trip the transfer sees, so a
+/// transfer behind one falls far below window ÷ the idle path's round trip.
+fn paced_by_an_end(e: &Evidence) -> bool {
+    let limits = e.server_sockets.as_ref().and_then(|s| s.limits);
+    let held = |us: u64, l: &latscope_core::model::transfer::TransferLimits| {
+        us >= MIN_LIMITED_US && l.share(us) >= LIMITED_SHARE
+    };
+    let at_window_pace = window_pace(e).is_some_and(|p| p.ratio() >= WINDOW_PACED);
+    let window = at_window_pace
+        && (e.download.is_some_and(|d| window_cannot_grow(&d))
+            || limits.is_some_and(|l| held(l.rwnd_limited_us, &l)));
+    let cwnd = e.server_sockets.as_ref().and_then(|s| s.cwnd_bytes);
+    let buffer = limits.is_some_and(|l| {
+        held(l.sndbuf_limited_us, &l)
+            && l.sndbuf_limited_us >= l.rwnd_limited_us
+            && l
+                .sndbuf_bytes
+                .zip(cwnd)
+                .is_some_and(|(b, c)| u64::from(b) < c)
+    });
+    window || buffer
+}
+
 /// How a direction's rate was measured, for the evidence.
 fn rate_line(dir: &str, r: &LinkRate) -> String {
     let rate = latscope_core::units::format_bitrate(r.rate_bps);
@@ -54,6 +84,12 @@ fn rate_line(dir: &str, r: &LinkRate) -> String {
 /// and the queueing of N requests is claimed only when the concurrent step measured it.
 pub fn bottleneck_bandwidth(e: &Evidence) -> Option<Diagnosis> {
     let b = e.bottleneck?;
+    if b.down.is_some_and(|r| matches!(r.source, RateSource::Delivery { .. }))
+        && b.up.is_none()
+        && paced_by_an_end(e)
+    {
+        return None;
+    }
     let single = e.single.as_ref()?.p50_ns;
     let ser = e.serialisation_share_ns()?;
     if ser < SERIALISATION_FLOOR_NS || (ser as f64) < 0.3 * single as f64 {

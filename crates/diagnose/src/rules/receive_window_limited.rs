@@ -28,6 +28,19 @@ pub const LIMITED_SHARE: f64 = 0.5;
 /// full window happen on every healthy path.
 pub const MIN_LIMITED_US: u64 = 10_000;
 
+/// The least a window seen by the server alone must cost a request: 1 ms. On a fast path a
+/// sender waits for the window whenever the receiving application reads slower than it writes
+/// (a healthy client on a veth), so tcpi_rwnd_limited alone names a window only where the time
+/// it costs could not be a reader's lag.
+pub const SERVER_SEEN_FLOOR_NS: u64 = 1_000_000;
+
+/// The least a window the client's own socket shows at its ceiling, the transfer at its pace,
+/// must cost: 100 µs (and, as every finding, a material share of the request). Its cause is
+/// proven whatever the distance: the lab's 16 KiB `tcp_rmem` on a 37 µs path made a 256 KiB
+/// page take 1.0 ms — 27 windows of 9.6 KB, 94% of the server's sending waiting for them —
+/// where the 1 ms floor of the server's view called it clean.
+pub const CLIENT_SEEN_FLOOR_NS: u64 = 100_000;
+
 /// The client's view of a download: its pace against what the client's own window allows.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WindowPace {
@@ -136,7 +149,12 @@ pub fn receive_window_limited(e: &Evidence) -> Option<Diagnosis> {
     }
     let share = server.map_or(1.0, |l| l.share(l.rwnd_limited_us));
     let explains = transfer_cost(e, share);
-    if explains < 1_000_000 {
+    let floor = if client.is_some() {
+        CLIENT_SEEN_FLOOR_NS
+    } else {
+        SERVER_SEEN_FLOOR_NS
+    };
+    if explains < floor {
         return None;
     }
     let mut evidence = Vec::new();

@@ -2942,3 +2942,72 @@ fn the_clients_measured_stack_is_never_the_servers_think_time() {
         "{f:#?}"
     );
 }
+
+#[test]
+fn a_capped_window_on_a_fast_path_is_named_from_the_clients_socket() {
+    // The lab's receive-window at ~0: a 256 KiB page through a 9.6 KB window over a 37 µs path
+    // — 27 windows, 1.19 ms, 1.76 Gbit/s of the 2.07 the window allows — with the client's
+    // 16 KiB buffer at tcp_rmem's ceiling; the server's socket 94% receive-window-limited. The
+    // responses settled at 2.39 Gbit/s: the window's pace, no link's.
+    let mut e = base(37, 1_020);
+    download(&mut e, 262_144, 230, 1_190, 9_600, 16_384, 16_384);
+    e.server_sockets = Some(server_limits(72_000, 67_700, 0, 338_688, 60_000));
+    e.bottleneck = Some(Bottleneck {
+        up: None,
+        down: rate(2.39e9, RateSource::Delivery { responses: 1530 }, 270_000),
+    });
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::ReceiveWindowLimited, "{all:#?}");
+    assert_eq!(all[0].side, Side::Client);
+    assert!(
+        (500_000..=1_000_000).contains(&all[0].explains_ns),
+        "{}",
+        all[0].explains_ns
+    );
+    // The same counters from the server alone, no download: under 1 ms of a fast path's
+    // transfer waiting for the window may be a client that reads slower than nginx writes.
+    let mut s = base(37, 1_020);
+    s.server_sockets = Some(server_limits(72_000, 67_700, 0, 338_688, 60_000));
+    assert_eq!(receive_window_limited(&s), None);
+    // A window the transfer did not fill (a 1.4 MB window at 1.76 Gbit/s: 4% of what it
+    // allows) is nobody's limit, whatever the buffer.
+    let mut e = base(37, 1_020);
+    download(&mut e, 262_144, 230, 1_190, 1_400_000, 6_291_456, 6_291_456);
+    assert_eq!(receive_window_limited(&e), None);
+}
+
+#[test]
+fn responses_paced_by_an_ends_limit_are_no_link() {
+    // A 1 MiB page settling at 771 Mbit/s (10.9 ms of 'serialisation' in a 12 ms request) while
+    // the server's socket waited for room in its 8 KiB send buffer, smaller than its 60 KB
+    // congestion window, 90% of its busy sending: the buffer's pace.
+    let mut e = base(40, 12_000);
+    e.bottleneck = Some(Bottleneck {
+        up: None,
+        down: rate(771e6, RateSource::Delivery { responses: 900 }, 1_085_000),
+    });
+    assert!(bottleneck_bandwidth(&e).is_some(), "without the server's counters: a link");
+    e.server_sockets = Some(server_limits(100_000, 0, 90_000, 8_192, 60_000));
+    assert_eq!(bottleneck_bandwidth(&e), None);
+    // A buffer larger than the congestion window held nothing back the network would take.
+    e.server_sockets = Some(server_limits(100_000, 0, 90_000, 262_144, 60_000));
+    assert!(bottleneck_bandwidth(&e).is_some());
+    // A server waiting for the client's window, the transfer far below window ÷ the idle
+    // round trip (a link's queue stretched the round trips): the link's.
+    let mut e = base(40, 12_000);
+    download(&mut e, 1_048_576, 100, 10_900, 262_144, 6_291_456, 6_291_456);
+    e.server_sockets = Some(server_limits(100_000, 90_000, 0, 8_192, 60_000));
+    e.bottleneck = Some(Bottleneck {
+        up: None,
+        down: rate(771e6, RateSource::Delivery { responses: 900 }, 1_085_000),
+    });
+    assert!(bottleneck_bandwidth(&e).is_some());
+    // A packet-train rate is the link's spacing of back-to-back segments: no window sets it.
+    let mut e = base(40, 12_000);
+    e.server_sockets = Some(server_limits(100_000, 0, 90_000, 8_192, 60_000));
+    e.bottleneck = Some(Bottleneck {
+        up: None,
+        down: rate(771e6, RateSource::PacketTrains { pairs: 50 }, 1_085_000),
+    });
+    assert!(bottleneck_bandwidth(&e).is_some());
+}
