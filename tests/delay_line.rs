@@ -231,8 +231,12 @@ fn adds_the_round_trip_it_is_set_to() {
     }
 }
 
-/// The forwarder's own account: every packet held at least its delay, and 99% of them less
-/// than 2% of the round trip longer (its wake-up and copy).
+/// The forwarder's own account: every packet held at least its delay; half of them at most 1%
+/// of the round trip longer (its wake-up and copy), and 99% at most 5% longer — the bound the
+/// added round trip is held to, packet by packet. The tail is the machine's timer: on this
+/// 2-core VM an idle vCPU halts and its wake-up comes 70 µs late at the median, 190–370 µs at
+/// the 99th percentile of 530 packets and up to 1.5 ms at worst (with both CPUs busy, 20 µs and
+/// 80–100 µs: they never halt); 2% at p99 (400 µs at 20 ms) failed on a quiet machine.
 fn check_forwarder(what: &str, p: &NetnsPair) {
     let line = p.delay_line().unwrap();
     let d = line.delay;
@@ -253,9 +257,13 @@ fn check_forwarder(what: &str, p: &NetnsPair) {
         p99 * 1e3,
         max * 1e3
     );
-    let bound = 0.02 * d.total().as_secs_f64() * 1e3;
+    let rtt_ms = d.total().as_secs_f64() * 1e3;
     assert!(
-        p99 <= bound,
+        p50 <= 0.01 * rtt_ms,
+        "{what}: half the packets held over {p50:.3} ms beyond the delay"
+    );
+    assert!(
+        p99 <= 0.05 * rtt_ms,
         "{what}: 1% of packets held over {p99:.3} ms beyond the delay"
     );
 }

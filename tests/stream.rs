@@ -32,6 +32,7 @@ fn findings_code(doc: &serde_json::Value) -> i32 {
     let p = &doc["latency_probe"];
     let jumped = p.is_object() && {
         let (idle, loaded) = (u(&p["idle"]["p50_ns"]), u(&p["loaded"]["p50_ns"]));
+        eprintln!("latency probe: idle p50 {idle} ns, loaded p50 {loaded} ns");
         loaded >= 2 * idle && loaded >= idle + 1_000_000
     };
     i32::from(lost > 0 || jumped)
@@ -281,6 +282,9 @@ fn shaped_link_rate_matches_the_limit_and_iperf3() {
     // The bucket counts frames: a full segment carries 1448 payload bytes (MSS 1460 less 12
     // of timestamps) in 1514 (TCP 32, IP 20, Ethernet 14), so the payload's rate is 95.6% of it.
     let tcp_payload = limit * 1448.0 / 1514.0;
+    eprintln!(
+        "TCP: latscope {ours:.0}, iperf3 {theirs:.0}, the limit's payload share {tcp_payload:.0} bit/s"
+    );
     assert!(
         (ours / tcp_payload - 1.0).abs() < 0.05,
         "TCP {ours} vs the limit's payload share {tcp_payload}"
@@ -299,6 +303,7 @@ fn shaped_link_rate_matches_the_limit_and_iperf3() {
     assert_eq!(code, findings_code(&doc), "{err}");
     let r = &doc["results"][0];
     let rate = r["rate_bps"].as_f64().unwrap();
+    eprintln!("UDP at 45M: delivered {rate:.0} bit/s");
     assert!(
         (rate / 45e6 - 1.0).abs() < 0.05,
         "UDP at 45M delivered {rate}"
@@ -326,6 +331,7 @@ fn shaped_link_rate_matches_the_limit_and_iperf3() {
         "UDP delivered {delivered}"
     );
     let theirs = iperf3_rate(&mut lab, &["-u", "-b", "70M", "-l", "1400"]);
+    eprintln!("UDP at 70M: {loss:.1}% lost, delivered {delivered:.0} bit/s, iperf3 {theirs:.0}");
     assert!(
         (delivered / theirs - 1.0).abs() < 0.05,
         "UDP latscope {delivered} vs iperf3 {theirs}"
@@ -340,6 +346,7 @@ fn shaped_link_rate_matches_the_limit_and_iperf3() {
     let doc = json_checked(&out, "stream");
     let p = &doc["latency_probe"];
     let (idle, loaded) = (u(&p["idle"]["p50_ns"]), u(&p["loaded"]["p50_ns"]));
+    eprintln!("latency probe: idle p50 {idle} ns, loaded p50 {loaded} ns");
     // The probe waits in the bucket's queue: many times its idle round trip, and at least the
     // 1 ms above idle that makes a latency jump (how full the queue is at the median varies
     // with the bulk flow: one run from a fresh clone on a quiet machine measured 1.97 ms against
