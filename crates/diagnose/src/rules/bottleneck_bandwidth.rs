@@ -51,8 +51,7 @@ fn paced_by_an_end(e: &Evidence) -> bool {
     let buffer = limits.is_some_and(|l| {
         held(l.sndbuf_limited_us, &l)
             && l.sndbuf_limited_us >= l.rwnd_limited_us
-            && l
-                .sndbuf_bytes
+            && l.sndbuf_bytes
                 .zip(cwnd)
                 .is_some_and(|(b, c)| u64::from(b) < c)
     });
@@ -84,7 +83,8 @@ fn rate_line(dir: &str, r: &LinkRate) -> String {
 /// and the queueing of N requests is claimed only when the concurrent step measured it.
 pub fn bottleneck_bandwidth(e: &Evidence) -> Option<Diagnosis> {
     let b = e.bottleneck?;
-    if b.down.is_some_and(|r| matches!(r.source, RateSource::Delivery { .. }))
+    if b.down
+        .is_some_and(|r| matches!(r.source, RateSource::Delivery { .. }))
         && b.up.is_none()
         && paced_by_an_end(e)
     {

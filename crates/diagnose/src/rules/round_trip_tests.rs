@@ -184,7 +184,11 @@ fn a_server_that_closes_every_connection() {
     let found = apply(&e);
     assert_eq!(found[0].rule, RuleId::ConnectionNotReused, "{found:#?}");
     let setup = e.browser.as_ref().unwrap().new_connection();
-    assert_eq!(found[0].explains_ns, 2 * rtt, "two round trips of the path");
+    assert_eq!(
+        found[0].explains_ns,
+        2 * rtt + 50_000,
+        "the connects' median (the round trip and the hosts' 50 µs) and TLS's round trip"
+    );
     assert!(
         found[0].explains_ns <= setup.total_ns(),
         "never more than measured"
@@ -205,12 +209,26 @@ fn a_server_that_closes_every_connection() {
     probe(&mut e).first_exchange.head.http10 = true;
     let f = connection_not_reused(&e).unwrap();
     assert!(f.evidence[0].contains("HTTP/1.0"), "{:?}", f.evidence);
-    // 60 µs away every request still pays its handshake's round trip: a quarter of it.
+    // 60 µs away every request still pays its connect: the round trip and the hosts' work,
+    // 110 µs as the connects measured it.
     let mut near = far(60_000, false);
     probe(&mut near).reuse = Reuse::SaidClose;
     let found = apply(&near);
     assert_eq!(found[0].rule, RuleId::ConnectionNotReused, "{found:#?}");
-    assert_eq!(found[0].explains_ns, 60_000);
+    assert_eq!(found[0].explains_ns, 110_000);
+    assert!(
+        found[0]
+            .evidence
+            .iter()
+            .any(|l| l.contains("connects took 110us at the median")),
+        "{:?}",
+        found[0].evidence
+    );
+    // Never more than this connection's own connect, never less than the round trip.
+    near.handshake = Some(s(400_000));
+    assert_eq!(connection_not_reused(&near).unwrap().explains_ns, 110_000);
+    near.handshake = Some(s(20_000));
+    assert_eq!(connection_not_reused(&near).unwrap().explains_ns, 60_000);
     // A TLS 1.2 server without resumption 60 µs away: a round trip of 60 µs on new connections
     // only is no finding.
     let mut near = far(60_000, true);

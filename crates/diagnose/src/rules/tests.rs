@@ -2986,7 +2986,10 @@ fn responses_paced_by_an_ends_limit_are_no_link() {
         up: None,
         down: rate(771e6, RateSource::Delivery { responses: 900 }, 1_085_000),
     });
-    assert!(bottleneck_bandwidth(&e).is_some(), "without the server's counters: a link");
+    assert!(
+        bottleneck_bandwidth(&e).is_some(),
+        "without the server's counters: a link"
+    );
     e.server_sockets = Some(server_limits(100_000, 0, 90_000, 8_192, 60_000));
     assert_eq!(bottleneck_bandwidth(&e), None);
     // A buffer larger than the congestion window held nothing back the network would take.
@@ -2995,7 +2998,9 @@ fn responses_paced_by_an_ends_limit_are_no_link() {
     // A server waiting for the client's window, the transfer far below window ÷ the idle
     // round trip (a link's queue stretched the round trips): the link's.
     let mut e = base(40, 12_000);
-    download(&mut e, 1_048_576, 100, 10_900, 262_144, 6_291_456, 6_291_456);
+    download(
+        &mut e, 1_048_576, 100, 10_900, 262_144, 6_291_456, 6_291_456,
+    );
     e.server_sockets = Some(server_limits(100_000, 90_000, 0, 8_192, 60_000));
     e.bottleneck = Some(Bottleneck {
         up: None,
