@@ -34,6 +34,10 @@ pub struct Phases {
     pub connect_ns: u64,
     /// TLS handshake: established → handshake complete; `None` for `http://`.
     pub tls_ns: Option<u64>,
+    /// This client's own CPU over the TLS handshake (its thread's CPU time: the key exchange,
+    /// the certificate chain's verification), ns; `None` for `http://`. The rest of the
+    /// handshake beyond its round trips is the server's.
+    pub tls_client_cpu_ns: Option<u64>,
     /// Request write started → first response byte: one round trip plus the server's time
     /// (httpstat's "server processing"; curl's `time_starttransfer - time_pretransfer`).
     pub ttfb_ns: u64,
@@ -71,12 +75,16 @@ pub fn request_phases(o: &Options) -> Result<Phases, HttpError> {
     let (stream, addr) = connect(&cfg, deadline_ns)?;
     let connected = sys::monotonic_ns();
     let mut conn = Conn::new(stream, None, deadline_ns);
-    let tls_ns = match &cfg.tls {
+    let (tls_ns, tls_client_cpu_ns) = match &cfg.tls {
         Some(_) => {
+            let cpu = sys::thread_cpu_ns();
             conn.start_tls(&cfg)?;
-            Some(sys::monotonic_ns() - connected)
+            (
+                Some(sys::monotonic_ns() - connected),
+                Some(sys::thread_cpu_ns().saturating_sub(cpu)),
+            )
         }
-        None => None,
+        None => (None, None),
     };
     let sent = sys::monotonic_ns();
     conn.send(&cfg.request)?;
@@ -89,6 +97,7 @@ pub fn request_phases(o: &Options) -> Result<Phases, HttpError> {
         dns_ns: cfg.resolve_ns,
         connect_ns: connected - connect_start,
         tls_ns,
+        tls_client_cpu_ns,
         ttfb_ns: r.first_byte_ns.saturating_sub(sent),
         transfer_ns: r.last_byte_ns.saturating_sub(r.first_byte_ns),
         status: r.status,

@@ -9,6 +9,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// so absolute timer deadlines and measured times agree).
 pub use latscope_sys::clock::monotonic_ns;
 
+/// The calling thread's CPU time, ns (latscope-sys).
+pub use latscope_sys::clock::thread_cpu_ns;
+
 /// An epoll instance.
 #[derive(Debug)]
 pub struct Epoll {

@@ -19,6 +19,13 @@ pub fn monotonic_ns() -> u64 {
     read(libc::CLOCK_MONOTONIC)
 }
 
+/// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), ns: what it spent running, not
+/// waiting (a blocking read, a poll, a run queue).
+#[inline]
+pub fn thread_cpu_ns() -> u64 {
+    read(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
 /// CLOCK_REALTIME in nanoseconds since the Unix epoch: the clock of kernel software
 /// timestamps. It can jump (NTP, the administrator): do not measure intervals with it.
 #[inline]

@@ -524,6 +524,11 @@ pub struct RequestPhases {
     pub connect_ns: u64,
     /// TLS handshake (`None` for http://).
     pub tls_ns: Option<u64>,
+    /// The client's own CPU over the TLS handshake (its key exchange and the certificate's
+    /// verification): a part of `tls_ns` that is not the server's. Absent for http://, and in
+    /// reports written before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_cpu_ns: Option<u64>,
     /// Request sent → first response byte (one round trip plus the server's time).
     pub ttfb_ns: u64,
     /// First → last response byte.

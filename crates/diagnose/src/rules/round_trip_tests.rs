@@ -407,6 +407,7 @@ fn slow_tls_counts_the_handshakes_own_round_trips() {
         dns_ns: 0,
         connect_ns: rtt,
         tls_ns: Some(2 * rtt + MS),
+        tls_client_cpu_ns: None,
         ttfb_ns: rtt,
         transfer_ns: 0,
     });

@@ -370,6 +370,7 @@ mod tests {
             dns_ns: dns_ms * MS,
             connect_ns: MS,
             tls_ns: None,
+            tls_client_cpu_ns: None,
             ttfb_ns: MS,
             transfer_ns: 0,
         }

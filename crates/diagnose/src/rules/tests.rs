@@ -680,6 +680,7 @@ fn slow_handshakes_are_why_requests_queue_behind_them() {
         dns_ns: 600,
         connect_ns: 35_000,
         tls_ns: Some(4_540_000),
+        tls_client_cpu_ns: None,
         ttfb_ns: 62_000,
         transfer_ns: 0,
     });
@@ -869,6 +870,7 @@ fn server_time_is_named_without_timer_evidence() {
         dns_ns: 3_000,
         connect_ns: 20_000,
         tls_ns: None,
+        tls_client_cpu_ns: None,
         ttfb_ns: 15_010_000,
         transfer_ns: 1_000,
     });
@@ -887,6 +889,7 @@ fn server_time_is_named_without_timer_evidence() {
         dns_ns: 1_000,
         connect_ns: 60_000,
         tls_ns: None,
+        tls_client_cpu_ns: None,
         ttfb_ns: 58_000,
         transfer_ns: 1_000,
     });
@@ -1225,6 +1228,7 @@ fn dns_and_tls_when_they_dominate() {
         dns_ns: dns_ms * 1_000_000,
         connect_ns: 100_000,
         tls_ns: tls_ms.map(|t| t * 1_000_000),
+        tls_client_cpu_ns: None,
         ttfb_ns: 300_000,
         transfer_ns: 10_000,
     };
@@ -1240,6 +1244,42 @@ fn dns_and_tls_when_they_dominate() {
     assert_eq!(slow_tls(&e), None);
     e.phases = Some(ph(0, Some(1)));
     assert_eq!(slow_dns(&e), None);
+}
+
+#[test]
+fn the_clients_own_handshake_cpu_is_not_the_servers() {
+    // A healthy ECDSA handshake on a slow 2-core VM: 1.19 ms over a 41 µs path, 1.11 ms beyond
+    // its two round trips — over the millisecond floor — of which the client's own key exchange
+    // and verification were 400 µs.
+    let phases = |client_cpu_ns| latscope_core::model::diagnose::RequestPhases {
+        requests: 5,
+        dns_ns: 0,
+        connect_ns: 80_000,
+        tls_ns: Some(1_190_000),
+        tls_client_cpu_ns: client_cpu_ns,
+        ttfb_ns: 155_000,
+        transfer_ns: 0,
+    };
+    let mut e = base(41, 106);
+    e.phases = Some(phases(None));
+    assert_eq!(
+        slow_tls(&e).expect("unmeasured: all of it").explains_ns,
+        1_108_000
+    );
+    e.phases = Some(phases(Some(400_000)));
+    assert_eq!(slow_tls(&e), None);
+    // A server's slow signature stays the server's: 6 ms beyond the round trips and the
+    // client's 400 µs.
+    let mut slow = phases(Some(400_000));
+    slow.tls_ns = Some(6_482_000);
+    e.phases = Some(slow);
+    let f = slow_tls(&e).expect("the server's");
+    assert_eq!(f.explains_ns, 6_000_000);
+    assert!(
+        f.evidence[0].contains("the client's own 400us of CPU"),
+        "{:?}",
+        f.evidence
+    );
 }
 
 /// A server with Nagle on that also thinks 15 ms: the delayed ACK and the think time are
@@ -1875,6 +1915,7 @@ fn download(
         dns_ns: 0,
         connect_ns: e.path.as_ref().map_or(0, |p| p.p50_ns),
         tls_ns: None,
+        tls_client_cpu_ns: None,
         ttfb_ns: ttfb_us * 1000,
         transfer_ns: transfer_us * 1000,
     });

@@ -73,6 +73,7 @@ impl Browser {
             dns_ns: client.resolve_ns(),
             connect_ns: conn.setup.connect_ns,
             tls_ns: conn.setup.tls.map(|t| t.handshake_ns),
+            tls_client_cpu_ns: None,
             ttfb_ns: x1.ttfb_ns,
             transfer_ns: x1.transfer_ns,
             status: x1.status,

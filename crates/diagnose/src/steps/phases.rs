@@ -202,6 +202,12 @@ fn medians(all: &[latscope_http::Phases]) -> RequestPhases {
             .iter()
             .all(|p| p.tls_ns.is_some())
             .then(|| med(&|p| p.tls_ns.unwrap_or(0))),
+        // Over the requests that timed it (the round-trip probe's first connection does not).
+        tls_client_cpu_ns: {
+            let mut v: Vec<u64> = all.iter().filter_map(|p| p.tls_client_cpu_ns).collect();
+            v.sort_unstable();
+            v.get(v.len() / 2).copied()
+        },
         ttfb_ns: med(&|p| p.ttfb_ns),
         transfer_ns: med(&|p| p.transfer_ns),
     }
