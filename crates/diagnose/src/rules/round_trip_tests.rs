@@ -522,4 +522,34 @@ fn a_send_buffer_seen_from_the_client() {
         cwnd_bytes: Some(14_480),
     });
     assert_eq!(send_buffer_limited(&e), None);
+    // Counters that name no limit contradict nothing where the buffer is smaller than the
+    // congestion window (the lab's send-buffer 20 ms away, the server's host, one run of three:
+    // 0% of 300 ms busy, an 8 KiB buffer under 154 KiB, "no latency problem found"): the
+    // flights decide, and the evidence says what the socket showed.
+    let quiet = |sndbuf_bytes, cwnd| crate::evidence::ServerSockets {
+        process: "nginx[9]".into(),
+        connections: 2,
+        nagle_on: 2,
+        corked: 0,
+        snd_mss: Some(1_448),
+        limits: Some(latscope_core::model::transfer::TransferLimits {
+            busy_us: 300_000,
+            sndbuf_bytes: Some(sndbuf_bytes),
+            ..Default::default()
+        }),
+        cwnd_bytes: Some(cwnd),
+    };
+    e.server_sockets = Some(quiet(8_192, 157_696));
+    let f = send_buffer_limited(&e).expect("a buffer under the window, counters silent");
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("counters named no limit")),
+        "{:?}",
+        f.evidence
+    );
+    assert_eq!(f.side, Side::Server);
+    // A buffer that holds the congestion window is not the limit, whatever the flights.
+    e.server_sockets = Some(quiet(262_144, 157_696));
+    assert_eq!(send_buffer_limited(&e), None);
 }

@@ -412,10 +412,15 @@ fn think_time_far_away_is_weighed_against_the_request() {
     e.single = Some(s(40_500));
     e.quickack = Some(s(40_500));
     assert_eq!(think_time(&e), None, "0.5 ms on a 40 ms path");
-    // A path that swings by 4 ms (p90 beyond its median): 12 ms is within 10× its spread.
+    // A path that swings by 4 ms (p90 beyond its median), in its SYN pings and its connects:
+    // 12 ms is within 10× its spread.
     e.path = Some(Summary {
         p90_ns: 44_000_000,
         ..s(40_000)
+    });
+    e.handshake = Some(Summary {
+        p90_ns: 44_500_000,
+        ..s(40_100)
     });
     e.single = Some(s(52_000));
     e.quickack = Some(s(52_000));
@@ -423,6 +428,40 @@ fn think_time_far_away_is_weighed_against_the_request() {
     e.single = Some(s(90_000));
     e.quickack = Some(s(90_000));
     assert!(think_time(&e).is_some(), "50 ms on it");
+}
+
+/// The lab's think-time 20 ms away, first run, from the client alone: the SYN pings met a
+/// moment of this host's noise (p90 22.4 against a p50 of 20.56 ms), the connects seconds later
+/// did not (p90 20.58 against 20.43 ms), and each request took 15 ms more than the path, to
+/// within 0.2 ms. The path swings by the least its measurements show: 15 ms is the server's.
+/// Were the connects as wide as the pings, the same 15 ms would be within the path's jitter.
+#[test]
+fn a_far_paths_spread_is_the_least_its_pings_and_connects_show() {
+    let mut e = base(20_562, 35_717);
+    e.path = Some(Summary {
+        p90_ns: 22_396_927,
+        ..s(20_562)
+    });
+    e.handshake = Some(Summary {
+        p90_ns: 20_578_303,
+        ..s(20_431)
+    });
+    e.single = Some(Summary {
+        p90_ns: 35_913_727,
+        ..s(35_717)
+    });
+    e.quickack = Some(s(35_800));
+    let f = think_time(&e).expect("15 ms before each first byte over a steady 20 ms path");
+    assert_eq!(f.side, Side::Server);
+    e.handshake = Some(Summary {
+        p90_ns: 22_300_000,
+        ..s(20_431)
+    });
+    assert_eq!(
+        think_time(&e),
+        None,
+        "a path whose pings and connects both swing by 1.8 ms"
+    );
 }
 
 /// On a far path a finding is weighed against what the request takes beyond the round trip:
