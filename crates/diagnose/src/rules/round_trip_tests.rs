@@ -522,10 +522,24 @@ fn a_send_buffer_seen_from_the_client() {
         cwnd_bytes: Some(14_480),
     });
     assert_eq!(send_buffer_limited(&e), None);
-    // Counters that name no limit contradict nothing where the buffer is smaller than the
-    // congestion window (the lab's send-buffer 20 ms away, the server's host, one run of three:
-    // 0% of 300 ms busy, an 8 KiB buffer under 154 KiB, "no latency problem found"): the
-    // flights decide, and the evidence says what the socket showed.
+}
+
+/// Counters that name no limit contradict nothing where the server's buffer is smaller than
+/// its congestion window: the flights decide ([`a_send_buffer_seen_from_the_client`]'s plateau).
+#[test]
+fn silent_server_counters_let_the_flights_decide() {
+    let rtt = 40 * MS;
+    let buffered = [
+        13_000, 16_000, 16_400, 16_100, 16_300, 16_200, 16_000, 16_300, 5_000,
+    ];
+    let mut e = far(rtt, false);
+    probe(&mut e).first_exchange = Exchanged {
+        window: Some(400_000),
+        ..large(rtt, &buffered)
+    };
+    // The lab's send-buffer 20 ms away, the server's host, one run of three: 0% of 300 ms busy,
+    // an 8 KiB buffer under 154 KiB, "no latency problem found". The evidence says what the
+    // socket showed.
     let quiet = |sndbuf_bytes, cwnd| crate::evidence::ServerSockets {
         process: "nginx[9]".into(),
         connections: 2,
