@@ -16,7 +16,7 @@ pub fn old_tls_version(e: &Evidence) -> Option<Diagnosis> {
     if t.version != TlsVersion::Tls12 || t.kind == TlsKind::Resumed {
         return None;
     }
-    let explains = handshake_saving(&t, 1, rtt);
+    let explains = p.tls_round_trip_ns(rtt).min(handshake_saving(&t, 1, rtt));
     if explains < PHASE_FLOOR_NS {
         return None;
     }

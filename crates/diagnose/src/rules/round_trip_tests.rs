@@ -278,6 +278,24 @@ fn tls_12_without_resumption() {
     assert_eq!((back.round_trips(), back.needed()), (4, 3));
     let first = account(&e, RequestKind::First);
     assert_eq!((first.round_trips(), first.needed()), (4, 3));
+    // The two handshakes measured apart, the returning one a millisecond quicker than two of
+    // the path's round trips (host noise on the pings): the round trip both findings save is
+    // priced the same, and the order stays.
+    let p = probe(&mut e);
+    p.first.tls.as_mut().unwrap().handshake_ns = 2 * rtt + MS;
+    p.returning
+        .as_mut()
+        .unwrap()
+        .opened
+        .tls
+        .as_mut()
+        .unwrap()
+        .handshake_ns = 2 * rtt - MS;
+    let found = apply(&e);
+    let names: Vec<RuleId> = found.iter().map(|f| f.rule).collect();
+    assert_eq!(names, vec![RuleId::TlsNotResumed, RuleId::OldTlsVersion]);
+    assert_eq!(found[0].explains_ns, rtt - MS / 2);
+    assert_eq!(found[1].explains_ns, rtt - MS / 2);
     // Resumed: only the version is left, on first connections.
     probe(&mut e).returning.as_mut().unwrap().opened.tls =
         Some(tls(TlsVersion::Tls12, TlsKind::Resumed, rtt));

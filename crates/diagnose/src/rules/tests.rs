@@ -168,6 +168,34 @@ fn queueing_scales_with_concurrency() {
     assert!(socket_queueing(&e).is_some(), "queued in the application");
 }
 
+/// 8 at once 1.57 ms slower than one alone over a 20.4 ms path — 7× the 262 µs a request took
+/// beyond it — on a host that woke a sleeping thread 2.1 ms late at its p99: the host's
+/// contention, not a server that serves one at a time (the lab's healthy nginx 20 ms away, one
+/// run of three). On a quiet host the same figures are a queue.
+#[test]
+fn a_wait_within_the_hosts_noise_is_no_queue() {
+    let mut e = base(20_410, 20_672);
+    e.concurrent = Some(eight_at_once(s(22_244)));
+    e.host_noise = Some(Summary {
+        count: 500,
+        p50_ns: 60_000,
+        p99_ns: 2_100_000,
+        ..Summary::default()
+    });
+    assert_eq!(
+        socket_queueing(&e),
+        None,
+        "within twice the host's p99 wake-up"
+    );
+    e.host_noise = Some(Summary {
+        count: 500,
+        p50_ns: 20_000,
+        p99_ns: 300_000,
+        ..Summary::default()
+    });
+    assert!(socket_queueing(&e).is_some(), "a quiet host: a queue");
+}
+
 #[test]
 fn capture_evidence_strengthens_and_adds() {
     let mut e = base(40, 44_000);
@@ -464,6 +492,51 @@ fn a_far_paths_spread_is_the_least_its_pings_and_connects_show() {
     );
 }
 
+/// The lab's think-time 20 ms away from the client alone, on a day its delay line swung by
+/// 4.5 ms (SYN pings p50 21.0, p90 25.5 ms; connects p90 6.5 ms beyond their median): 10× the
+/// spread is more than the request, and the verdict read "no latency problem found" beside 15.4
+/// ms of server time. The fastest of 26 requests took 35.5 ms, 10 ms beyond nine pings in ten:
+/// every request paid the wait, which no jitter does. Requests that swing with the path (their
+/// fastest under the pings' p90) leave the same medians to the path.
+#[test]
+fn a_wait_every_request_pays_stands_clear_of_a_jittery_path() {
+    let mut e = base(21_004, 36_766);
+    e.path = Some(Summary {
+        min_ns: 20_238_991,
+        p90_ns: 25_477_119,
+        ..s(21_004)
+    });
+    e.handshake = Some(Summary {
+        p90_ns: 28_901_375,
+        ..s(22_397)
+    });
+    let single = |min_ns| Summary {
+        count: 26,
+        min_ns,
+        p90_ns: 39_419_903,
+        ..s(36_766)
+    };
+    e.single = Some(single(35_488_772));
+    e.quickack = Some(s(37_618));
+    let f = think_time(&e).expect("15 ms before every first byte over a jittery 21 ms path");
+    assert_eq!(f.side, Side::Server);
+    assert!(f.explains_ns > 15_000_000, "{}", f.explains_ns);
+    // The fastest request within the pings' spread: the path's jitter can hold the medians apart.
+    e.single = Some(single(24_000_000));
+    assert_eq!(
+        think_time(&e),
+        None,
+        "a request as fast as the path's quiet moments"
+    );
+    // Above the pings' p90, but by less than half the time in question.
+    e.single = Some(single(25_600_000));
+    assert_eq!(
+        think_time(&e),
+        None,
+        "4.6 ms clear of the median for 15.8 ms"
+    );
+}
+
 /// On a far path a finding is weighed against what the request takes beyond the round trip:
 /// 300 µs of a 40.4 ms request is under 1/20 of it and all of what the hosts add.
 #[test]
@@ -487,6 +560,19 @@ fn a_far_finding_is_material_against_the_time_beyond_the_path() {
         !material(&e, &f(300_000)),
         "300 µs of 10 ms beyond the path"
     );
+    // A noisy run: the medians 10 ms apart, the floors 0.8 ms — 300 µs of every request is
+    // material against what every request pays.
+    let mut e = base(40_000, 50_000);
+    e.path = Some(Summary {
+        min_ns: 39_800_000,
+        ..s(40_000)
+    });
+    e.single = Some(Summary {
+        min_ns: 40_600_000,
+        ..s(50_000)
+    });
+    assert!(material(&e, &f(300_000)), "300 µs of a 0.8 ms floor");
+    assert!(!material(&e, &f(150_000)), "150 µs of it");
     // Near, the share of the request decides as before.
     let e = base(40, 400);
     assert!(material(&e, &f(30_000)));

@@ -20,7 +20,9 @@ pub fn tls_not_resumed(e: &Evidence) -> Option<Diagnosis> {
         return None;
     }
     let extra = again.round_trips().saturating_sub(1);
-    let explains = handshake_saving(&again, extra, rtt);
+    // Each extra round trip priced as every TLS finding prices it (`tls_round_trip_ns`).
+    let explains =
+        (u64::from(extra) * p.tls_round_trip_ns(rtt)).min(handshake_saving(&again, extra, rtt));
     if extra == 0 || explains < PHASE_FLOOR_NS {
         return None;
     }
