@@ -509,17 +509,49 @@ fn client_seat_is_isolated() {
         1 << 13 | 1 << 12,
         "{client:?}"
     );
+    // A client put in a CPU-limited cgroup (a pod, a CI runner) reads that limit as the root of
+    // its own hierarchy, and no other cgroup: the server's, in another cgroup of the same host,
+    // stays out of sight.
+    let mine = fixtures::CpuCgroup::new(10_000);
+    let theirs = fixtures::CpuCgroup::new(20_000);
+    let look = Seat::ClientOnly.command(
+        &setup.client_ns,
+        &[
+            "sh",
+            "-c",
+            "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/unified/cpu.max 2>/dev/null; find /sys/fs/cgroup -mindepth 2 -type d",
+        ],
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", "echo $$ > \"$0/cgroup.procs\" && exec \"$@\""])
+        .arg(&mine.dir)
+        .arg(look.get_program())
+        .args(look.get_args())
+        .output()
+        .expect("look around from a cgroup");
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        seen.lines().next().is_some_and(|l| l.starts_with("10000")),
+        "the client's own quota: {seen:?} {:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !seen.contains("20000") && seen.lines().count() == 1,
+        "nothing but its own cgroup: {seen:?}"
+    );
+    drop(theirs);
 }
 
-// The CI subset (nine scenarios, about 70 s): one per family of cause, from the server's host —
-// a healthy server, its workers (socket queueing), its CPU quota, its kernel (netfilter), the
-// path's rate (a slow link) — and from the client alone a healthy server, loss, error pages, and
-// a cause it cannot see (a CPU quota: its throttling happens in every run, where a co-scheduled
-// CPU hog slowed the server in some runs only and left nothing to see in others). The
-// application's socket options (Nagle) are diagnosed in CI by tests/diagnose.rs (latscope serve),
+// The CI subset (eight scenarios, about 75 s): one per family of cause, from the server's host —
+// a healthy server, its CPU quota, its kernel (netfilter), the path's rate (a slow link) — and
+// from the client alone a healthy server, loss, error pages, and a cause it cannot see (a CPU
+// quota: its throttling happens in every run, where a co-scheduled CPU hog slowed the server in
+// some runs only and left nothing to see in others). The server's workers (socket queueing:
+// `one-worker` here) are diagnosed in CI by tests/diagnose.rs (`latscope serve --workers 1`
+// under eight connections) and the application's socket options (Nagle) by tests/diagnose.rs,
 // diagnose_http.rs (an HTTP server writing head and body in two calls) and diagnose_nginx.rs
-// (nginx); the path's length, loss from the server's host, Nagle in the lab and the other healthy
-// server are in the full lab (scripts/diagnose-lab.sh).
+// (nginx); the path's length, loss from the server's host, Nagle and one worker in the lab and
+// the other healthy server are in the full lab (scripts/diagnose-lab.sh).
 
 macro_rules! ci {
     ($($test:ident => $name:literal at $rtt:literal ms from $seat:ident),* $(,)?) => {
@@ -535,7 +567,6 @@ macro_rules! ci {
 
 ci! {
     healthy_nginx => "healthy-nginx" at 0 ms from ServerHost,
-    one_worker => "one-worker" at 0 ms from ServerHost,
     cpu_starved => "cpu-starved" at 0 ms from ServerHost,
     netfilter_bloat => "netfilter-bloat" at 0 ms from ServerHost,
     slow_link => "slow-link" at 0 ms from ServerHost,

@@ -4,9 +4,10 @@
 //!   diagnose may find the server in another namespace of the same host and read its sockets,
 //!   its processes, its cgroups and its kernel stack (what the lab did until round 5);
 //! - [`Seat::ClientOnly`]: a user on another machine. The same client network namespace, but
-//!   diagnose also gets a PID namespace and a mount namespace of its own (`unshare --pid --mount
-//!   --fork --mount-proc`: /proc lists only its own processes; an empty tmpfs hides
-//!   /sys/fs/cgroup) and loses CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE from its
+//!   diagnose also gets PID, mount and cgroup namespaces of its own (`unshare --pid --mount
+//!   --cgroup --fork --mount-proc`: /proc lists only its own processes; a read-only tmpfs over
+//!   /sys/fs/cgroup holds only the client's own cgroup where it was put in one, as a container's
+//!   does: `lab::isolate`) and loses CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE from its
 //!   bounding and inheritable sets (`setpriv`), so it can neither enter other namespaces, read
 //!   other processes' sockets, load eBPF nor open perf events. CAP_NET_RAW and CAP_NET_ADMIN
 //!   stay: it can capture its own traffic, as `tcpdump` on a laptop can;
@@ -95,6 +96,9 @@ pub struct View {
     pub bpf: bool,
     /// The effective capability set (`CapEff`).
     pub cap_eff: u64,
+    /// Cgroups below the roots of the hierarchies mounted at /sys/fs/cgroup: none, where the
+    /// seat shows at most the client's own cgroup (as the root of its namespace).
+    pub cgroups: Vec<String>,
 }
 
 /// The script [`observe`] runs: sections separated by marker lines.
@@ -103,6 +107,7 @@ echo '@ss'; ss -tanp
 echo '@proc'; for d in /proc/[0-9]*; do tr '\0\n' '  ' < "$d/cmdline" 2>/dev/null; echo; done
 echo '@bpf'; if bpftool prog list >/dev/null 2>&1; then echo yes; else echo no; fi
 echo '@cap'; sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status
+echo '@cgroup'; find /sys/fs/cgroup -mindepth 2 -type d 2>/dev/null
 "#;
 
 /// Look around from `seat` in namespace `ns`.
@@ -118,11 +123,12 @@ pub fn observe(seat: Seat, ns: &str) -> View {
         processes: vec![],
         bpf: false,
         cap_eff: 0,
+        cgroups: vec![],
     };
     for line in text.lines() {
         if let Some(s) = line.strip_prefix('@') {
             section = match s {
-                "ss" | "proc" | "bpf" | "cap" => s,
+                "ss" | "proc" | "bpf" | "cap" | "cgroup" => s,
                 _ => section,
             };
             continue;
@@ -132,6 +138,7 @@ pub fn observe(seat: Seat, ns: &str) -> View {
             "proc" if !line.trim().is_empty() => v.processes.push(line.trim().into()),
             "bpf" => v.bpf = line.trim() == "yes",
             "cap" => v.cap_eff = u64::from_str_radix(line.trim(), 16).unwrap_or(u64::MAX),
+            "cgroup" if !line.trim().is_empty() => v.cgroups.push(line.trim().into()),
             _ => {}
         }
     }
@@ -140,13 +147,14 @@ pub fn observe(seat: Seat, ns: &str) -> View {
 
 impl View {
     /// Why this view is not a client's alone, or `None` when it is: no socket tied to a
-    /// process, no process but the look-around's own (its shell, `ss`/`tr`/`sed`/`bpftool`, and
-    /// pid 1, the `sh -c` the seat starts), no eBPF, none of the dropped capabilities.
+    /// process, no process but the look-around's own (its shell, `ss`/`tr`/`sed`/`bpftool`/`find`,
+    /// and pid 1, the `sh -c` the seat starts), no eBPF, none of the dropped capabilities, no
+    /// cgroup but its own.
     pub fn leaks(&self) -> Option<String> {
         let own = |p: &str| {
             let prog = p.split_whitespace().next().unwrap_or("");
             let base = prog.rsplit('/').next().unwrap_or(prog);
-            matches!(base, "sh" | "tr" | "sed" | "bpftool" | "ss")
+            matches!(base, "sh" | "tr" | "sed" | "bpftool" | "ss" | "find")
         };
         if !self.sockets_with_process.is_empty() {
             return Some(format!(
@@ -164,6 +172,12 @@ impl View {
             return Some(format!(
                 "CapEff {:x} keeps one of {DROPPED:?}",
                 self.cap_eff
+            ));
+        }
+        if !self.cgroups.is_empty() {
+            return Some(format!(
+                "/sys/fs/cgroup shows other cgroups: {:?}",
+                self.cgroups
             ));
         }
         None
