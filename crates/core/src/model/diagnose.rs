@@ -319,8 +319,10 @@ pub enum RuleId {
 impl RuleId {
     /// Whether the finding stands on evidence about connections, the path or the server's
     /// limits, so it can explain requests that never completed (lost SYNs, retransmission
-    /// timeouts, a slow DNS or TLS set-up, CPU quota). The other rules state a cost per
-    /// completed request (a queue wait, think time, a timer): without one they have no basis.
+    /// timeouts, a slow DNS or TLS set-up, CPU quota — the server's, or latscope's own: under
+    /// 5 ms of CPU per 100 ms, throttled in 22 of 32 periods, it completed no request and read
+    /// "not measured"). The other rules state a cost per completed request (a queue wait, think
+    /// time, a timer): without one they have no basis.
     pub const fn explains_failed_requests(self) -> bool {
         matches!(
             self,
@@ -333,6 +335,7 @@ impl RuleId {
                 | RuleId::DeadAddressFamily
                 | RuleId::ErrorResponses
                 | RuleId::ClientHostStack
+                | RuleId::ClientCpuStarved
         )
     }
 }
@@ -735,6 +738,10 @@ mod tests {
             None,
             "loss explains requests that never completed"
         );
+        // latscope itself starved of CPU (its cgroup throttled in 22 of 32 periods): why no
+        // request completed, said as such rather than "not measured".
+        r.findings[0].rule = RuleId::ClientCpuStarved;
+        assert_eq!(r.unmeasurable(), None, "the client's own starvation");
         r.findings[0].rule = RuleId::SocketQueueing;
         r.findings.truncate(1);
         assert!(

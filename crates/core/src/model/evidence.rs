@@ -393,6 +393,17 @@ pub struct HeldPerPeriod {
 }
 
 impl Throttling {
+    /// The cgroup as a person reads it: its path, and for "/" with a limit — a hierarchy's root
+    /// never has one, so that is the root of a cgroup namespace, a container's own cgroup —
+    /// says so.
+    pub fn cgroup_label(&self) -> String {
+        if self.cgroup == "/" && self.limit.is_some() {
+            "/ (the root of its cgroup namespace: a container's own cgroup)".into()
+        } else {
+            self.cgroup.clone()
+        }
+    }
+
     /// The wall-clock time a throttled period held the group back — what a request arriving
     /// as it was throttled waits for the next period — or `None` when nothing was throttled.
     ///
@@ -468,6 +479,27 @@ impl RunQueueWaits {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limited_root_cgroup_is_a_namespaces_root() {
+        let t = |cgroup: &str, limit: Option<&str>| Throttling {
+            cgroup: cgroup.into(),
+            limit: limit.map(String::from),
+            periods: 10,
+            throttled: 2,
+            throttled_ns: 1_000_000,
+            quota_us: None,
+            period_us: None,
+            cpus: None,
+        };
+        assert!(
+            t("/", Some("10ms of CPU per 100ms"))
+                .cgroup_label()
+                .contains("cgroup namespace")
+        );
+        assert_eq!(t("/", None).cgroup_label(), "/");
+        assert_eq!(t("/ci/job7", Some("x")).cgroup_label(), "/ci/job7");
+    }
 
     #[test]
     fn the_offset_lies_within_half_the_exchange() {

@@ -109,7 +109,7 @@ pub fn client_cpu_starved(e: &Evidence) -> Option<Diagnosis> {
         ));
         evidence.push(format!(
             "latscope's cgroup {} ({}): throttled in {} while the requests ran, {} held back summed over its CPUs{}",
-            t.cgroup,
+            t.cgroup_label(),
             t.limit.as_deref().unwrap_or("limit set"),
             of(t.throttled, t.periods, "period"),
             format_ns(t.throttled_ns as f64),

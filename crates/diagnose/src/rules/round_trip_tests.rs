@@ -360,6 +360,17 @@ fn a_small_initial_window() {
     // A small first flight that does not grow is the application's pace, not a window.
     probe(&mut e).first_exchange = large(rtt, &[5_000, 5_000, 5_000, 5_000, 5_000, 5_000]);
     assert_eq!(small_initial_window(&e), None);
+    // The client's own window under ten segments (7.9 KiB) bounds the flights: a head alone in
+    // the first one, then what that window lets through, is no initial window of the server's.
+    let mut head_first = large(rtt, &[243, 5_800, 7_300, 8_064, 5_200, 8_064, 8_064]);
+    head_first.window = Some(8_064);
+    probe(&mut e).first_exchange = head_first;
+    assert_eq!(small_initial_window(&e), None);
+    probe(&mut e).first_exchange.window = Some(262_144);
+    assert!(
+        small_initial_window(&e).is_some(),
+        "the same flights under a wide window"
+    );
 }
 
 /// A redirect is said whatever it costs (every other step measured it, not the page), with

@@ -29,6 +29,13 @@ pub fn small_initial_window(e: &Evidence) -> Option<Diagnosis> {
     if (f1 as f64) >= SMALL_SHARE * iw as f64 || (f2 as f64) < GROWTH * f1 as f64 {
         return None;
     }
+    // A client that advertised less than ten segments bounds every flight itself: what the
+    // server would have sent first cannot show (the lab's receive-window 20 ms away, a 7.9 KiB
+    // window: a 243 B head alone in the first flight read as "an initial window of 0 segments"
+    // in one run of three). `receive_window_limited` names that window.
+    if x.window.is_some_and(|w| u64::from(w) < iw) {
+        return None;
+    }
     let floor = x.floor_rounds();
     let extra = x.further_rounds().saturating_sub(floor);
     let explains = x.rounds_saving(floor, rtt);

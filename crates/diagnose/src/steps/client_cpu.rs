@@ -195,7 +195,7 @@ impl Observe for ClientCpuStep {
         let cgroup = match (&c.throttling, &c.cgroup_unread) {
             (Some(t), _) => format!(
                 "its cgroup {} ({}): throttled in {}, {} held back summed over its CPUs",
-                t.cgroup,
+                t.cgroup_label(),
                 t.limit.as_deref().unwrap_or("no limit"),
                 of(t.throttled, t.periods, "period"),
                 format_ns(t.throttled_ns as f64)
