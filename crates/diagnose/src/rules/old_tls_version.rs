@@ -3,8 +3,6 @@
 
 use latscope_core::model::round_trips::{TlsKind, TlsVersion};
 
-use crate::rounds::probe::handshake_saving;
-
 use super::*;
 
 /// The round-trip step's first connection (latscope offers TLS 1.3 and 1.2) got a full TLS
@@ -16,7 +14,8 @@ pub fn old_tls_version(e: &Evidence) -> Option<Diagnosis> {
     if t.version != TlsVersion::Tls12 || t.kind == TlsKind::Resumed {
         return None;
     }
-    let explains = p.tls_round_trip_ns(rtt).min(handshake_saving(&t, 1, rtt));
+    // `t` is a full handshake: the price is never more than its own share per round trip.
+    let explains = p.tls_round_trip_ns(rtt);
     if explains < PHASE_FLOOR_NS {
         return None;
     }

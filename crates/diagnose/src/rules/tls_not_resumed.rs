@@ -5,8 +5,6 @@
 
 use latscope_core::model::round_trips::TlsKind;
 
-use crate::rounds::probe::handshake_saving;
-
 use super::*;
 
 /// The round-trip step's second connection offered the first one's session and got a full
@@ -20,9 +18,9 @@ pub fn tls_not_resumed(e: &Evidence) -> Option<Diagnosis> {
         return None;
     }
     let extra = again.round_trips().saturating_sub(1);
-    // Each extra round trip priced as every TLS finding prices it (`tls_round_trip_ns`).
-    let explains =
-        (u64::from(extra) * p.tls_round_trip_ns(rtt)).min(handshake_saving(&again, extra, rtt));
+    // Each extra round trip priced as every TLS finding prices it (`tls_round_trip_ns`), never
+    // more than `again`'s own share per round trip: it is a full handshake.
+    let explains = u64::from(extra) * p.tls_round_trip_ns(rtt);
     if extra == 0 || explains < PHASE_FLOOR_NS {
         return None;
     }
