@@ -138,6 +138,47 @@ fn any_tcp_service_gets_the_path_and_the_skipped_steps() {
     }
 }
 
+/// Issue 37: latscope itself under 1 ms of CPU per 100 ms (a pod's or a CI runner's limit) spent
+/// two minutes loading its kernel probes and ran 147 s against a --max-time of 30 s. It keeps its
+/// deadline now: the probes are skipped, saying why, and the verdict names its own starvation.
+#[test]
+fn a_client_starved_by_its_own_cgroup_keeps_its_deadline() {
+    require_root!();
+    let _serial = lab::timing_lock();
+    let srv = ServeProcess::start(&[]);
+    let cg = lab::cgroup::CpuCgroup::new(1_000);
+    let t0 = std::time::Instant::now();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec {BIN} diagnose {} -d 500ms --no-load --max-time 8s --json",
+            cg.dir.display(),
+            srv.target()
+        ))
+        .output()
+        .unwrap();
+    let wall = t0.elapsed();
+    let doc = json_checked(&String::from_utf8_lossy(&out.stdout), "diagnose");
+    assert!(
+        wall < Duration::from_secs(8 + 5),
+        "ran {wall:?} against --max-time 8s: {doc}"
+    );
+    let stack = step(&doc, "kernel stack");
+    assert_eq!(stack["status"], "skipped", "{stack}");
+    assert!(
+        stack["detail"]
+            .as_str()
+            .unwrap()
+            .contains("own cgroup allows it 1ms of CPU per 100ms"),
+        "{stack}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{doc}");
+    assert!(
+        rules(&doc).contains(&"client_cpu_starved".to_string()),
+        "{doc}"
+    );
+}
+
 #[test]
 fn without_privileges_the_verdict_is_reduced_but_correct() {
     require_root!();

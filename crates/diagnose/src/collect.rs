@@ -67,6 +67,36 @@ fn cut_at_budget(rec: &mut Record, budget: Duration) {
     );
 }
 
+/// Why an observer whose start costs about `cpu` of CPU time is not started with `left` of the
+/// run, when latscope's own cgroup allows it `limit` (quota, period, µs): at that rate the start
+/// alone would take more than half of what is left, and the measurements after it would be cut
+/// or the run overrun its --max-time. (At 10 ms per 100 ms, the kernel-stack probes' second of
+/// CPU waits ~10 s: they still run; at 1 ms per 100 ms, ~100 s: they do not.)
+fn too_starved_to_start(
+    cpu: Duration,
+    limit: Option<(u64, u64)>,
+    left: Duration,
+) -> Option<String> {
+    let (quota, period) = limit?;
+    if cpu.is_zero() || quota == 0 || period == 0 {
+        return None;
+    }
+    let share = (quota as f64 / period as f64).min(1.0);
+    let wait = cpu.as_secs_f64() / share;
+    (wait > left.as_secs_f64() / 2.0).then(|| {
+        format!(
+            "not run: latscope's own cgroup allows it {} of CPU per {}, and starting this step \
+             (loading its eBPF programs, about {} of CPU) would take about {} of the {} left of \
+             the run; raise latscope's CPU limit to observe it",
+            format_ns(quota as f64 * 1e3),
+            format_ns(period as f64 * 1e3),
+            format_ns(cpu.as_nanos() as f64),
+            format_ns(wait * 1e9),
+            format_ns(left.as_nanos() as f64),
+        )
+    })
+}
+
 /// Run every step in order, each within its time budget and the run's; observers start before
 /// their first step and finish after their last.
 fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
@@ -76,6 +106,9 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
         evidence: Evidence::default(),
     };
     let run_deadline = Instant::now() + cx.plan.max_time;
+    // latscope's own CPU limit, read once: under a quota of a few ms per period, an observer
+    // that loads eBPF programs would wait minutes for its start alone (issue 37).
+    let own_limit = std::cell::LazyCell::new(steps::cpu::own_cpu_limit);
     let observers: Vec<&Entry> = steps::PIPELINE
         .iter()
         .filter(|e| matches!(e, Entry::Observe { .. }))
@@ -108,6 +141,7 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
                 from,
                 until,
                 start,
+                start_cpu,
             } = o
                 && from == name
             {
@@ -117,6 +151,11 @@ fn collect(cx: &Context, progress: &dyn Fn(&str)) -> Collected {
                 }
                 if spent {
                     c.push(out_of_time(*on, cx.plan.max_time));
+                    continue;
+                }
+                let left = run_deadline.saturating_duration_since(Instant::now());
+                if let Some(why) = too_starved_to_start(start_cpu(cx), *own_limit, left) {
+                    c.push(Record::plain(*on, StepStatus::Skipped, why));
                     continue;
                 }
                 let t0 = Instant::now();
@@ -232,6 +271,26 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 37: latscope under 1 ms of CPU per 100 ms loaded its kernel-stack probes for two
+    /// minutes and ran 147 s against its --max-time of 30 s; under 10 ms per 100 ms they still
+    /// start, and without a limit (or with a start that costs nothing) nothing is skipped.
+    #[test]
+    fn an_observer_too_slow_to_start_under_latscopes_own_limit_is_skipped() {
+        let second = Duration::from_secs(1);
+        let left = Duration::from_secs(26);
+        let why = too_starved_to_start(second, Some((1_000, 100_000)), left).unwrap();
+        assert!(why.contains("1ms of CPU per 100ms"), "{why}");
+        assert!(why.contains("about 100s"), "{why}");
+        assert!(too_starved_to_start(second, Some((10_000, 100_000)), left).is_none());
+        assert!(too_starved_to_start(second, None, left).is_none());
+        assert!(too_starved_to_start(Duration::ZERO, Some((1_000, 100_000)), left).is_none());
+        // A quota above one CPU does not make the start faster than one CPU runs it.
+        assert!(
+            too_starved_to_start(second, Some((400_000, 100_000)), Duration::from_secs(1))
+                .is_some()
+        );
+    }
 
     /// Issue 41: a step that did not apply (a zero budget, an address where a name would be
     /// looked up) read "cut short at its 0ns budget: an address, not a name".

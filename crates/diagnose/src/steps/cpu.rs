@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use latscope_core::model::diagnose::StepName;
 use latscope_core::units::{format_ns, of};
@@ -56,6 +57,15 @@ impl Observe for Cpu {
             return Err(NotRun::Skipped("the server is not on this host".into()));
         };
         watch(cx.plan.addr.port(), server.netns_inode, true)
+    }
+
+    /// Two run-queue programs (the server's threads and latscope's own): a few tenths of a
+    /// second of CPU to load, like the kernel-stack probes' smallest set.
+    fn start_cpu(cx: &Context) -> Duration {
+        match cx.server {
+            Some(_) => Duration::from_millis(250),
+            None => Duration::ZERO,
+        }
     }
 
     fn finish(_cx: &Context, w: Watching) -> Result<CpuEvidence, NotRun> {
@@ -368,6 +378,15 @@ fn parse_stat(text: &str) -> Option<CpuStat> {
         }
     }
     seen.then_some(s)
+}
+
+/// The tightest CPU limit on this process's cgroups (its own and its ancestors', v1 and v2) as
+/// (quota, period) in µs; `None` when none is limited or none can be read.
+pub(crate) fn own_cpu_limit() -> Option<(u64, u64)> {
+    cgroups_of(std::process::id())
+        .iter()
+        .filter_map(|c| quota(&c.dir, c.v2))
+        .min_by(|a, b| (a.0 as f64 / a.1 as f64).total_cmp(&(b.0 as f64 / b.1 as f64)))
 }
 
 /// The cgroup's CPU quota and period, µs; `None` when unlimited ("max", v1's -1).

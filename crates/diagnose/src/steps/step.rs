@@ -68,6 +68,12 @@ pub trait Observe {
     type Running: 'static;
     type Output;
     fn start(cx: &Context, ev: &Evidence) -> Result<Self::Running, NotRun>;
+    /// About how much CPU time [`start`](Observe::start) takes (loading and verifying eBPF
+    /// programs costs most of a second): the run skips the observer when latscope's own CPU
+    /// limit would stretch that beyond what is left of its time budget.
+    fn start_cpu(_cx: &Context) -> Duration {
+        Duration::ZERO
+    }
     fn finish(cx: &Context, running: Self::Running) -> Result<Self::Output, NotRun>;
     fn detail(cx: &Context, out: &Self::Output) -> String;
     fn store(ev: &mut Evidence, out: Self::Output);
@@ -121,6 +127,7 @@ pub enum Entry {
         from: StepName,
         until: StepName,
         start: fn(&Context, &Evidence) -> Started,
+        start_cpu: fn(&Context) -> Duration,
     },
 }
 
@@ -141,6 +148,7 @@ impl Entry {
             from: S::FROM,
             until: S::UNTIL,
             start: start_observe::<S>,
+            start_cpu: S::start_cpu,
         }
     }
 }
