@@ -262,6 +262,11 @@ pub fn run(p: &Plan, stop: &AtomicBool, progress: &dyn Fn(&str)) -> DiagnoseRepo
     if let Some(why) = report.unmeasurable() {
         report.verdict = format!("not measured — {why}");
     }
+    // A client throttled now and then by its own CPU limit is said to be so, whatever the
+    // verdict: never a clean "nothing to save" over figures its waiting may be in (issue 37).
+    if let Some(caveat) = super::rules::throttled_caveat(&c.evidence) {
+        report.verdict.push_str(&format!(" (caveat: {caveat})"));
+    }
     if let Some(note) = server_agent::verdict_note(p, &report.steps) {
         report.verdict.push_str(&note);
     }

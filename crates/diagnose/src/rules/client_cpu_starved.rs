@@ -78,6 +78,29 @@ pub(crate) fn client_starved(e: &Evidence) -> Option<Starved> {
         })
 }
 
+/// A caveat for a client whose own cgroup throttled it while it measured, too seldom to starve
+/// it ([`client_starved`] says no): a request timed in one of those periods includes up to a
+/// throttled period of latscope's own waiting, so the tail is unreliable while the medians stand.
+/// None when it was never throttled (at least a millisecond held back), or when it was starved.
+pub(crate) fn throttled_caveat(e: &Evidence) -> Option<String> {
+    if client_starved(e).is_some() {
+        return None;
+    }
+    let t = e.client_cpu.as_ref()?.throttling.as_ref()?;
+    if t.throttled == 0 || t.throttled_ns < 1_000_000 {
+        return None;
+    }
+    Some(format!(
+        "latscope's own cgroup {} ({}) throttled it in {} while it measured{}: a request timed then includes its own waiting, so the tail figures are not the server's or the path's",
+        t.cgroup_label(),
+        t.limit.as_deref().unwrap_or("limit set"),
+        of(t.throttled, t.periods, "period"),
+        t.held_per_period()
+            .map(|h| format!(", up to {} at a time", format_ns(h.held_ns as f64)))
+            .unwrap_or_default()
+    ))
+}
+
 /// The client's own CPU starved: latscope's cgroup ran out of its CPU quota (v1
 /// `cpu.cfs_quota_us`, v2 `cpu.max`; `cpu.stat` throttled periods), or its threads waited
 /// milliseconds for a CPU each time they were to run (`/proc/self/task/*/schedstat`), or its

@@ -79,6 +79,37 @@ fn burst(p50_ns: u64, p99_ns: u64, waited: f64, wait_ns: f64) -> Option<ConnectB
     })
 }
 
+/// The lab's nginx policed by nftables on its way out, from the client alone: TCP_QUICKACK on
+/// the client took the 43.8 ms stall away, and the capture saw 28 of 73 transactions released
+/// by the client's delayed ACK — full segments every time, never a Nagle-held one. Nagle holds
+/// no full segment: it is not named (a congestion window the policer cut held them).
+#[test]
+fn full_segments_held_for_a_delayed_ack_are_not_nagle() {
+    let mut e = base(4, 43_808);
+    e.quickack = Some(s(35));
+    e.capture = Some(CaptureEvidence {
+        frames: 445,
+        transactions: 73,
+        delayed_ack: stalls(28, 1_230_000_000),
+        ..CaptureEvidence::default()
+    });
+    assert_eq!(nagle_delayed_ack(&e), None);
+    let all = apply(&e);
+    assert_eq!(
+        all.first().map(|f| f.rule),
+        Some(RuleId::DelayedAck),
+        "{all:#?}"
+    );
+    assert!(
+        all[0].fix.contains("congestion window small"),
+        "{}",
+        all[0].fix
+    );
+    // The same releases with one Nagle-held segment among them leave Nagle possible.
+    e.capture.as_mut().unwrap().nagle = nagle(1, 40_000_000, (0, 5, 6));
+    assert!(nagle_delayed_ack(&e).is_some());
+}
+
 #[test]
 fn nagle_needs_the_quickack_evidence() {
     let mut e = base(40, 44_000);
@@ -194,6 +225,48 @@ fn a_wait_within_the_hosts_noise_is_no_queue() {
         ..Summary::default()
     });
     assert!(socket_queueing(&e).is_some(), "a quiet host: a queue");
+}
+
+/// The lab's single-threaded `python3 -m http.server` on a near path, beside its agent: 8 at
+/// once 2.86 ms slower than one alone (463 µs), in a run where this host woke a thread 1.65 ms
+/// late at its p99 — within twice that, read as noise, while the server's own thread had waited
+/// only 324 µs for a CPU at its p99: it got a CPU at once and kept the requests waiting itself.
+/// The healthy nginx whose wait the noise explains had waited 1.61 ms for a CPU at its p99.
+#[test]
+fn a_server_that_got_a_cpu_at_once_queued_the_requests_itself() {
+    let mut e = base(4, 463);
+    e.concurrent = Some(eight_at_once(s(3_316)));
+    e.host_noise = Some(Summary {
+        count: 500,
+        p50_ns: 60_000,
+        p99_ns: 1_650_000,
+        ..Summary::default()
+    });
+    assert_eq!(
+        socket_queueing(&e),
+        None,
+        "the host's noise alone: no queue"
+    );
+    let run_queue = |p99_ns: f64| CpuEvidence {
+        process: "python3[5286]".into(),
+        throttling: None,
+        run_queue: Some(RunQueueWaits {
+            waits: 72_097,
+            total_ns: 1_740_000_000,
+            p50_ns: 2_040.0,
+            p99_ns,
+        }),
+        client_run_queue: None,
+    };
+    e.cpu = Some(run_queue(324_000.0));
+    let f = socket_queueing(&e).expect("its thread ran at once: the queue is the server's");
+    assert_eq!(f.explains_ns, 3_316_000 - 463_000);
+    e.cpu = Some(run_queue(1_610_000.0));
+    assert_eq!(
+        socket_queueing(&e),
+        None,
+        "its thread waited for a CPU too: contention"
+    );
 }
 
 #[test]
@@ -2163,6 +2236,31 @@ fn a_connection_without_window_scaling_is_paced_by_64_kib_whatever_tcp_info_says
     assert_eq!(receive_window_limited(&e), None);
 }
 
+/// The lab's 16 KiB `tcp_rmem` at ~0 from the client alone: a 256 KiB page in 762 µs through a
+/// 9.4 KiB window, over a 5 µs SYN ping but 45.5 µs connects. Against the ping the window
+/// allows 15 Gbit/s and the transfer reached 18% of it; against the round trip a window waits
+/// for (the receiving application's read and its ACK, which a connect's accept measures and the
+/// ping does not) it ran at the window's pace. The same figures with connects as fast as the
+/// ping: not the window's pace.
+#[test]
+fn a_window_at_its_ceiling_on_a_near_path_waits_for_the_hosts_round_trip() {
+    let mut e = base(5, 916);
+    download(&mut e, 262_144, 123, 762, 9_600, 16_384, 16_384);
+    e.handshake = Some(s(45));
+    let f = receive_window_limited(&e).expect("the window's pace over the hosts' round trip");
+    assert_eq!(f.side, Side::Client);
+    assert!(f.explains_ns >= 500_000, "{}", f.explains_ns);
+    e.handshake = Some(s(6));
+    assert_eq!(receive_window_limited(&e), None);
+    // Connects a jittery far path makes longer by milliseconds do not stand for the round trip.
+    let mut e = base(20_000, 720_000);
+    download(
+        &mut e, 1_048_576, 21_000, 322_000, 218_648, 425_984, 6_291_456,
+    );
+    e.handshake = Some(s(26_000));
+    assert_eq!(receive_window_limited(&e), None);
+}
+
 #[test]
 fn a_window_that_could_still_grow_or_a_short_transfer_is_no_receive_window_limit() {
     // The same pace under a window auto-tuning can still open (buffer 256 KiB of 6 MiB): slow
@@ -2715,6 +2813,17 @@ fn a_client_that_ran_when_it_needed_to_is_not_starved() {
     e.client_cpu = Some(c.clone());
     assert_eq!(client_cpu_starved(&e), None, "3 of 164 periods");
     assert_eq!(apply(&e), vec![]);
+    // Not starved, but its figures are still said to include a few throttled periods (the
+    // lab's client in a 10 ms per 100 ms quota, throttled in 3 of 48).
+    let caveat = throttled_caveat(&e).expect("throttled in 3 periods: a caveat");
+    assert!(
+        caveat.contains("throttled it in 3 of 164 periods"),
+        "{caveat}"
+    );
+    c.throttling.as_mut().unwrap().throttled = 0;
+    c.throttling.as_mut().unwrap().throttled_ns = 0;
+    e.client_cpu = Some(c.clone());
+    assert_eq!(throttled_caveat(&e), None, "never throttled: no caveat");
     c.throttling = None;
     c.wait_ns = 8_000_000_000;
     c.slices = 4_000;
