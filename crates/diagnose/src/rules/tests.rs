@@ -794,6 +794,11 @@ fn handshakes_bloat_and_path() {
         RuleId::Bufferbloat,
         "ranked by latency explained"
     );
+    // The same wait measured by a client its own CPU quota starved: its probe waited behind
+    // its own load generator.
+    e.client_cpu = Some(client_in_a_quota());
+    assert_eq!(bufferbloat(&e), None);
+    assert_eq!(apply(&e)[0].rule, RuleId::ClientCpuStarved);
 }
 
 fn slow_connects() -> Evidence {
