@@ -616,6 +616,10 @@ pub struct CaptureEvidence {
     /// The sender filled the receiver's advertised window and waited for it to open
     /// (Wireshark's `tcp.analysis.window_full`), and zero windows.
     pub window_full: Option<StallTotal>,
+    /// Segments that filled the receiver's advertised window (Wireshark's
+    /// `tcp.analysis.window_full`) or met a zero window, however short the wait after them:
+    /// `window_full` keeps only waits a person would notice.
+    pub window_full_segments: u64,
     /// The bottleneck rate from the dispersion of the responses' packet trains, when the
     /// responses were long enough to measure it (bit/s), and the pairs it came from.
     pub train_rate_bps: Option<(f64, u64)>,

@@ -108,6 +108,27 @@ fn client_sees_it(e: &Evidence) -> Option<WindowPace> {
     (pace.ratio() >= WINDOW_PACED && window_cannot_grow(&e.download?)).then_some(pace)
 }
 
+/// Window-filling segments per captured exchange, on average, that show a sender held at the
+/// receiver's window in every exchange: a response that needs more than a window meets its
+/// edge at least once per window it waits for.
+pub const WIRE_FILLS_PER_EXCHANGE: u64 = 2;
+
+/// The wire's instrument: the client's capture saw the server fill the client's window again
+/// and again (at least [`WIRE_FILLS_PER_EXCHANGE`] window-filling segments per exchange, and
+/// at least eight), the window could not open wider, and the transfer lasted the round trips a
+/// pace needs. What each window then waits for does not matter: on a near path it is mostly
+/// both hosts' own work (the reader's wake-up, the ACK's way back), which no ping measures, so
+/// the pace over the ping's round trip says nothing there — the fills do.
+fn wire_sees_it(e: &Evidence) -> Option<(WindowPace, u64)> {
+    let c = e.capture.as_ref()?;
+    let fills = c.window_full_segments;
+    let enough = c.transactions > 0
+        && fills >= 8
+        && fills >= WIRE_FILLS_PER_EXCHANGE.saturating_mul(c.transactions);
+    let pace = window_pace(e)?;
+    (enough && window_cannot_grow(&e.download?)).then_some((pace, fills))
+}
+
 /// The server's own instrument: its end of our connections spent most of its busy sending time
 /// waiting for the client's window (tcpi_rwnd_limited).
 fn server_sees_it(e: &Evidence) -> Option<TransferLimits> {
@@ -157,7 +178,8 @@ pub(crate) fn transfer_cost(e: &Evidence, share: f64) -> u64 {
 /// maximum, or no window scaling), or the server's socket spent most of its busy time with the
 /// client's window full. The cause is on the client: the window, not the path's bandwidth.
 pub fn receive_window_limited(e: &Evidence) -> Option<Diagnosis> {
-    let client = client_sees_it(e);
+    let wire = wire_sees_it(e);
+    let client = client_sees_it(e).or(wire.map(|(p, _)| p));
     let server = server_sees_it(e);
     if client.is_none() && server.is_none() {
         return None;
@@ -177,12 +199,25 @@ pub fn receive_window_limited(e: &Evidence) -> Option<Diagnosis> {
         evidence.push(download_line(e, &d));
     }
     if let Some(p) = client.or_else(|| window_pace(e)) {
+        let paced = if p.ratio() >= WINDOW_PACED {
+            "paced by the window"
+        } else {
+            "each window also waited for both hosts' own work, which the round trip measured does not hold"
+        };
         evidence.push(format!(
-            "the client advertised a window of {}: over the path's round trip that allows {}, and the transfer reached {} ({:.0}%) — paced by the window",
+            "the client advertised a window of {}: over the path's round trip that allows {}, and the transfer reached {} ({:.0}%) — {paced}",
             format_bytes(f64::from(p.window)),
             format_bitrate(p.allowed_bps),
             format_bitrate(p.reached_bps),
             100.0 * p.ratio()
+        ));
+    }
+    if let (Some((_, fills)), Some(c)) = (wire, e.capture.as_ref()) {
+        evidence.push(format!(
+            "on the wire: {} filled the client's window, {:.1} per exchange over {} (Wireshark's tcp.analysis.window_full): the server sent as far as the window let it, again and again",
+            count(fills, "segment"),
+            fills as f64 / c.transactions.max(1) as f64,
+            count(c.transactions, "exchange")
         ));
     }
     if let Some(d) = e.download {

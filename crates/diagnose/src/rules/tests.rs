@@ -2266,6 +2266,53 @@ fn a_window_at_its_ceiling_on_a_near_path_waits_for_the_hosts_round_trip() {
     assert_eq!(receive_window_limited(&e), None);
 }
 
+/// The lab's 16 KiB `tcp_rmem` at ~0 from the client alone, the run it read clean: 256 KiB in
+/// 1.13 ms under a 9.4 KiB window, connects of 19 µs, so the transfer reached 46% of window ÷
+/// the connects' round trip (each window also waited for the reader's wake-up and the ACK's way
+/// back). The capture saw the server fill the window in every exchange: that is the window's
+/// pace whatever the round trip it waited for.
+#[test]
+fn a_window_the_wire_saw_filled_in_every_exchange_limits_the_transfer() {
+    let near = || {
+        let mut e = base(5, 1_300);
+        download(&mut e, 262_144, 123, 1_127, 9_600, 16_384, 16_384);
+        e.handshake = Some(s(19));
+        e
+    };
+    let capture = |fills, transactions| CaptureEvidence {
+        frames: 90_000,
+        transactions,
+        window_full_segments: fills,
+        ..CaptureEvidence::default()
+    };
+    let e = near();
+    assert_eq!(receive_window_limited(&e), None, "46% of the window's pace");
+    let mut e = near();
+    e.capture = Some(capture(27 * 1_900, 1_900));
+    let f = receive_window_limited(&e).expect("the server filled the window, every exchange");
+    assert_eq!(f.side, Side::Client);
+    assert!(f.explains_ns >= 500_000, "{}", f.explains_ns);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|l| l.contains("filled the client's window")),
+        "{:#?}",
+        f.evidence
+    );
+    assert_eq!(apply(&e)[0].rule, RuleId::ReceiveWindowLimited);
+    // A window met now and then, not in every exchange: no proof.
+    let mut e = near();
+    e.capture = Some(capture(1_900, 1_900));
+    assert_eq!(receive_window_limited(&e), None);
+    // Filled every time, but the window could still grow (256 KiB of a 6 MiB ceiling): the
+    // reader is slow, its window is not the cap.
+    let mut e = base(5, 1_300);
+    download(&mut e, 262_144, 123, 1_127, 9_600, 262_144, 6_291_456);
+    e.handshake = Some(s(19));
+    e.capture = Some(capture(27 * 1_900, 1_900));
+    assert_eq!(receive_window_limited(&e), None);
+}
+
 #[test]
 fn a_window_that_could_still_grow_or_a_short_transfer_is_no_receive_window_limit() {
     // The same pace under a window auto-tuning can still open (buffer 256 KiB of 6 MiB): slow

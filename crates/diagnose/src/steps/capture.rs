@@ -58,11 +58,28 @@ impl Observe for Capture {
 
     fn detail(_cx: &Context, c: &CaptureEvidence) -> String {
         format!(
-            "{} frames, {} transactions, {} Nagle × delayed-ACK stalls, {} retransmissions{}{}; {}",
+            "{} frames, {} transactions, {} Nagle × delayed-ACK stalls, {} retransmissions{}{}{}; {}",
             c.frames,
             c.transactions,
             c.nagle.map(|n| n.total.count).unwrap_or(0),
             c.retransmissions,
+            match (
+                c.window_full_segments,
+                c.window_full.filter(|w| w.count > 0)
+            ) {
+                (0, None) => String::new(),
+                (n, None) => format!(
+                    ", {} filled the receiver's window",
+                    latscope_core::units::count(n, "segment")
+                ),
+                (n, Some(w)) => {
+                    let (waits, waited) = count_and_time(w, "wait");
+                    format!(
+                        ", {} filled the receiver's window ({waits} of 1 ms or more: {waited})",
+                        latscope_core::units::count(n, "segment")
+                    )
+                }
+            },
             c.unseen_loss
                 .map(|u| {
                     let (sends, lost) = count_and_time(u, "send");
@@ -212,6 +229,7 @@ fn evidence_of(r: &Analysis) -> CaptureEvidence {
             total(StallKind::ReceiveWindowFull),
             total(StallKind::ZeroWindow),
         ),
+        window_full_segments: r.counts.window_full + r.counts.zero_window,
         train_rate_bps: None,
         delivery_rate_bps: None,
         wire_bytes_per_transaction: None,

@@ -17,6 +17,7 @@ mod pmtu;
 mod rto;
 mod syn_wait;
 mod think_time;
+mod unseen_resend;
 mod window_full;
 mod zero_window;
 
@@ -30,6 +31,8 @@ pub(super) static DETECTORS: &[&dyn Detector] = &[
     &pmtu::PmtuBlackHole,
     &syn_wait::SynWait,
     &delayed_ack::DelayedAckRelease,
+    // After the delayed-ACK detector: a release by a delayed ACK is its, whatever was unseen.
+    &unseen_resend::UnseenResend,
     &cork::Cork,
     &think_time::ThinkTime,
     &zero_window::ZeroWindow,

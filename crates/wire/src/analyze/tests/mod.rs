@@ -1081,3 +1081,72 @@ fn merged_frames_do_not_set_the_segment_size_without_a_handshake() {
         r.findings
     );
 }
+
+/// A policer on the server's way out (nginx, 64 KiB pages, `limit rate over 2 mbytes/second
+/// drop` in its OUTPUT chain; captured at the client): in the middle of a response the server
+/// sent a window the capture never saw, the client had acknowledged everything it got, and
+/// 206 ms later the server's retransmission timer sent one segment of the lost bytes again —
+/// to the client new data in order, no retransmission. Its IPv4 identification skipped the
+/// numbers of what was dropped: loss before the capture, the timer's wait. Without the
+/// skipped numbers the same silence proves nothing (a server that paused mid-response); nor
+/// does a burst after it (an application resuming, not a timer's one segment), nor a silence
+/// of seconds (an idle sender, across which a host-wide counter moves with other traffic).
+#[test]
+fn a_silence_ended_by_the_senders_timer_after_unseen_sends_is_loss() {
+    let run = |dropped: bool, silence_ms: f64, burst: bool| {
+        let mut s = Sim::new();
+        s.count_ids();
+        scaled_handshake(&mut s, 0.05, 0.1);
+        let a = flags::ACK;
+        let full = [0u8; 1460];
+        let mut t = 1.0;
+        for _ in 0..5 {
+            s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
+            s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
+            for k in 0..4 {
+                s.pkt(t + 0.11 + 0.01 * f64::from(k), false, a, &full, &[]);
+            }
+            s.pkt(t + 0.2, true, a, b"", &[]);
+            t += 50.0;
+        }
+        s.pkt(t, true, a | flags::PSH, b"GET / HTTP/1.1\r\n\r\n", &[]);
+        s.pkt(t + 0.1, false, a | flags::PSH, &[b'h'; 240], &[]);
+        s.pkt(t + 0.11, false, a, &full, &[]);
+        s.pkt(t + 0.12, false, a, &full, &[]);
+        s.pkt(t + 0.2, true, a, b"", &[]);
+        if dropped {
+            for _ in 0..3 {
+                s.sent_unseen(false);
+            }
+        }
+        let t = t + silence_ms;
+        if burst {
+            s.pkt(t, false, a, &[0u8; 2920], &[]);
+        } else {
+            s.pkt(t, false, a, &full, &[]);
+            s.pkt(t + 40.0, true, a, b"", &[]);
+        }
+        s.pkt(t + 40.1, false, a | flags::PSH, &full, &[]);
+        s.pkt(t + 40.2, true, a, b"", &[]);
+        s.a.finish()
+    };
+    let r = run(true, 206.0, false);
+    let unseen = finding(&r, StallKind::UnseenLoss).expect("loss before the capture");
+    assert_eq!(unseen.count, 1, "{:?}", r.findings);
+    assert!(
+        (205_000_000..=207_000_000).contains(&unseen.lost_ns),
+        "{unseen:?}"
+    );
+    for (dropped, silence_ms, burst) in [
+        (false, 206.0, false),
+        (true, 206.0, true),
+        (true, 10_000.0, false),
+    ] {
+        let r = run(dropped, silence_ms, burst);
+        assert!(
+            finding(&r, StallKind::UnseenLoss).is_none(),
+            "{dropped} {silence_ms} {burst}: {:?}",
+            r.findings
+        );
+    }
+}
