@@ -146,9 +146,10 @@ impl StallKind {
             }
             StallKind::UnseenLoss => {
                 "The sender stopped with less in flight than it had already sent at once on this connection \
-    and room in the receiver's window, and went on only when the receiver's (delayed) ACK reached it. Neither window held \
-    it back, Nagle holds no full segment and an application writes on its own clock, not the ACK's: what it \
-    sent was lost before the capture point, and TCP sent it again on the next ACK or its timer without the capture seeing a \
+    and room in the receiver's window, and went on only when the receiver's (delayed) ACK reached it or, with everything \
+    acknowledged, when its own retransmission timer sent one segment after numbering packets the capture never saw (its \
+    IPv4 identification skipped them). Neither window held it back, Nagle holds no full segment and an application writes \
+    on its own clock, not the ACK's: what it sent was lost before the capture point, and TCP sent it again on the next ACK or its timer without the capture seeing a \
     retransmission (a drop in the sender's own netfilter OUTPUT path or a policer fails the send locally; a tail lost on the \
     path is resent unseen). Look for drops on the sender's host (nstat IpOutRequests vs IpOutTransmits, nft/iptables \
     counters, tc -s qdisc) and along the path towards the receiver."

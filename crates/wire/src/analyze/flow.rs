@@ -324,6 +324,9 @@ pub(super) struct Dir {
     /// The last timer retransmission charged, while a later D-SACK may still show it was
     /// not needed.
     pub charged_rto: Option<PendingRto>,
+    /// A lone segment that ended a silence after packets sent unseen, waiting to be shown a
+    /// timer's resend: nothing more from this side before the peer's ACK of it.
+    pub pending_unseen: Option<PendingUnseen>,
     /// (time, frame) of this side's segment that filled the peer's window, while it waits.
     pub win_full_since: Option<(u64, u64)>,
     /// The full-size segment this side is resending by timer without an ACK.
@@ -367,6 +370,19 @@ pub(super) type SegKey = (u16, u32, u32, u32, u8, u32, Option<u32>, u64);
 
 /// TSvals of a side's latest packets remembered, to tell an echo of a packet never captured.
 pub(super) const RECENT_TSVALS: usize = 8;
+
+/// A silence that may have been a timer's after unseen sends (`detect/unseen_resend.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PendingUnseen {
+    pub frame: u64,
+    pub since_frame: u64,
+    pub lost: u64,
+    /// The silence before it, and the identification numbers skipped.
+    pub wait: u64,
+    pub unseen: u16,
+    /// Relative sequence number just past the segment.
+    pub end: u32,
+}
 
 /// A timer retransmission waiting for the peer's ACK of it before it is charged.
 #[derive(Debug, Clone, Copy)]

@@ -1090,13 +1090,15 @@ fn merged_frames_do_not_set_the_segment_size_without_a_handshake() {
 /// numbers of what was dropped: loss before the capture, the timer's wait. Without the
 /// skipped numbers the same silence proves nothing (a server that paused mid-response); nor
 /// does a burst after it (an application resuming, not a timer's one segment), nor a silence
-/// of seconds (an idle sender, across which a host-wide counter moves with other traffic).
+/// of seconds (an idle sender, across which a host-wide counter moves with other traffic), nor
+/// a segment that answered the receiver's packet just before it (the ACK clock).
 #[test]
 fn a_silence_ended_by_the_senders_timer_after_unseen_sends_is_loss() {
-    let run = |dropped: bool, silence_ms: f64, burst: bool| {
+    let run = |dropped: bool, silence_ms: f64, burst: bool, clocked: bool| {
         let mut s = Sim::new();
         s.count_ids();
-        scaled_handshake(&mut s, 0.05, 0.1);
+        // A path of 1.5 ms when the segment may have answered the window update.
+        scaled_handshake(&mut s, 0.05, if clocked { 1.5 } else { 0.1 });
         let a = flags::ACK;
         let full = [0u8; 1460];
         let mut t = 1.0;
@@ -1120,8 +1122,16 @@ fn a_silence_ended_by_the_senders_timer_after_unseen_sends_is_loss() {
             }
         }
         let t = t + silence_ms;
+        if clocked {
+            // The receiver's window update 1.2 ms before, under a round trip of 1.5 ms: the
+            // segment may have answered it.
+            s.pkt(t - 1.2, true, a, b"", &[]);
+        }
         if burst {
-            s.pkt(t, false, a, &[0u8; 2920], &[]);
+            // Two segments half a millisecond apart (each one segment long), before any ACK.
+            s.pkt(t, false, a, &full, &[]);
+            s.pkt(t + 0.5, false, a, &full, &[]);
+            s.pkt(t + 40.0, true, a, b"", &[]);
         } else {
             s.pkt(t, false, a, &full, &[]);
             s.pkt(t + 40.0, true, a, b"", &[]);
@@ -1130,22 +1140,23 @@ fn a_silence_ended_by_the_senders_timer_after_unseen_sends_is_loss() {
         s.pkt(t + 40.2, true, a, b"", &[]);
         s.a.finish()
     };
-    let r = run(true, 206.0, false);
+    let r = run(true, 206.0, false, false);
     let unseen = finding(&r, StallKind::UnseenLoss).expect("loss before the capture");
     assert_eq!(unseen.count, 1, "{:?}", r.findings);
     assert!(
         (205_000_000..=207_000_000).contains(&unseen.lost_ns),
         "{unseen:?}"
     );
-    for (dropped, silence_ms, burst) in [
-        (false, 206.0, false),
-        (true, 206.0, true),
-        (true, 10_000.0, false),
+    for (dropped, silence_ms, burst, clocked) in [
+        (false, 206.0, false, false),
+        (true, 206.0, true, false),
+        (true, 10_000.0, false, false),
+        (true, 206.0, false, true),
     ] {
-        let r = run(dropped, silence_ms, burst);
+        let r = run(dropped, silence_ms, burst, clocked);
         assert!(
             finding(&r, StallKind::UnseenLoss).is_none(),
-            "{dropped} {silence_ms} {burst}: {:?}",
+            "{dropped} {silence_ms} {burst} {clocked}: {:?}",
             r.findings
         );
     }
