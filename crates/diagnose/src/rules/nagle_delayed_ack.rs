@@ -107,29 +107,9 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
                 .unwrap_or_default()
         ));
     }
-    if let Some(ss) = &e.server_sockets
-        && ss.connections > 0
-    {
-        evidence.push(format!(
-            "the server's sockets ({}): {}{}",
-            ss.process,
-            match ss.nagle_on {
-                0 => format!(
-                    "TCP_NODELAY on all {}",
-                    count(ss.connections as u64, "connection")
-                ),
-                n => format!(
-                    "TCP_NODELAY off on {}",
-                    of(n as u64, ss.connections as u64, "connection")
-                ),
-            },
-            if ss.corked > 0 {
-                format!(", TCP_CORK on {}", ss.corked)
-            } else {
-                String::new()
-            }
-        ));
-        confidence = if ss.nagle_on > 0 {
+    if let Some((line, nagle_on)) = server_sockets_line(e) {
+        evidence.push(line);
+        confidence = if nagle_on {
             f64::max(confidence, 0.97)
         } else {
             0.75
@@ -153,4 +133,30 @@ pub fn nagle_delayed_ack(e: &Evidence) -> Option<Diagnosis> {
         caused_by: None,
         causes: Vec::new(),
     })
+}
+
+/// The server's sockets as the evidence names them ("TCP_NODELAY off on 3 of 4 connections"),
+/// and whether any has Nagle on; `None` when none were read.
+fn server_sockets_line(e: &Evidence) -> Option<(String, bool)> {
+    let ss = e.server_sockets.as_ref().filter(|ss| ss.connections > 0)?;
+    let line = format!(
+        "the server's sockets ({}): {}{}",
+        ss.process,
+        match ss.nagle_on {
+            0 => format!(
+                "TCP_NODELAY on all {}",
+                count(ss.connections as u64, "connection")
+            ),
+            n => format!(
+                "TCP_NODELAY off on {}",
+                of(n as u64, ss.connections as u64, "connection")
+            ),
+        },
+        if ss.corked > 0 {
+            format!(", TCP_CORK on {}", ss.corked)
+        } else {
+            String::new()
+        }
+    );
+    Some((line, ss.nagle_on > 0))
 }
