@@ -136,8 +136,8 @@ fn resolve(s: &Segment<'_>, c: &mut Conn, out: &mut Sink<'_>) {
         c.dirs[sender].pending_unseen = None;
         out.notes.push(|| {
             format!(
-                "<< STALL lost before the capture: {} packet(s) sent unseen after #{}, resent alone by timer at #{} ({} of silence)",
-                p.unseen,
+                "<< STALL lost before the capture: {} sent unseen after #{}, resent alone by timer at #{} ({} of silence)",
+                latscope_core::units::count(u64::from(p.unseen), "packet"),
                 p.since_frame,
                 p.frame,
                 fmt_ms(p.wait)
