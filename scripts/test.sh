@@ -94,8 +94,12 @@ if [ -z "$clippy_driver" ]; then
   beside_failed=" clippy"
 fi
 lint_env=(env "RUSTC_WORKSPACE_WRAPPER=$clippy_driver" CLIPPY_ARGS=)
-"${lint_env[@]}" cargo test --workspace --release --locked --no-run --message-format=json \
+# --timings: cargo's report of each unit's compile time (target/cargo-timings/), summed up by
+# scripts/lib/cargo-timings.py into target/build-times.txt and printed at the end.
+rm -f target/cargo-timings/cargo-timing.html
+"${lint_env[@]}" cargo test --workspace --release --locked --no-run --timings --message-format=json \
   | python3 scripts/lib/cargo-messages.py target/test-binaries.json target/lints.txt || test_rc=1
+python3 scripts/lib/cargo-timings.py > target/build-times.txt 2>&1 || true
 lints=$(cat target/lints.txt 2>/dev/null || echo "?")
 if [ -n "$clippy_driver" ] && [ "$lints" != 0 ]; then beside_failed=" clippy"; fi
 if [ "$test_rc" -eq 0 ]; then
@@ -135,6 +139,7 @@ stage ""
   printf '%s\n' "${stages[@]}"
   echo "  (beside the build and the tests, at the lowest priority:${beside_took%,})"
 } > target/stage-times.txt
+if [ -f target/build-times.txt ]; then cat target/build-times.txt; fi
 if [ -f target/test-times.txt ]; then cat target/test-times.txt; fi
 cat target/stage-times.txt
 cat target/stage-times.txt >> target/test-times.txt
