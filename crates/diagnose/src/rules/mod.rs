@@ -399,7 +399,9 @@ pub const CHAINS: &[Link] = &[
     Link {
         cause: RuleId::Retransmissions,
         effect: RuleId::DelayedAck,
-        holds: |e, _, _| loss_explains_ack_stalls(e),
+        holds: |e, _, _| {
+            loss_explains_ack_stalls(e) || retransmissions::loss_inferred_from_timer(e).is_some()
+        },
     },
     Link {
         cause: RuleId::Retransmissions,

@@ -64,7 +64,7 @@ pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
     let wire = capture_loss(e);
     let counters = counter_loss(e);
     if wire.is_none() && counters.is_empty() {
-        return None;
+        return loss_inferred_from_timer(e).map(|tail| inferred(e, tail));
     }
     // What a request loses to it on average: the timeouts seen on the wire and the waits for
     // the client's ACK the loss caused, or else what the lost segments can have cost
@@ -91,6 +91,98 @@ pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
         caused_by: None,
         causes: Vec::new(),
     })
+}
+
+/// Requests whose tail waited a retransmission timer: which ones, their median and their p99.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct TimerTail {
+    pub what: &'static str,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub path_ns: u64,
+}
+
+/// Loss the client's seat infers where it counts none: no retransmission reached its capture
+/// and the server's counters are out of its reach, yet the server behaves as after losses —
+/// every segment that waited for the client's delayed ACK was a full one, in a tenth of the
+/// transactions or more (its congestion window held them, not Nagle: see
+/// [`super::nagle_delayed_ack::wire_holds_full_segments`]), and the slowest requests waited a
+/// retransmission timer beyond their median (TCP_RTO_MIN past the path's round trip, which no
+/// delayed ACK, slow-start round or queue on a path that short makes). A policer or a drop on
+/// the server's way out does both: the server resends what never left before the client's
+/// capture can see a gap, and its window stays cut (the lab's nginx policed by nftables, from
+/// the client alone: concurrent p99 479–676 ms over a 44 ms median on a 20 µs path, three runs).
+/// Where the server's counters are readable they decide, and this is not asked.
+pub(crate) fn loss_inferred_from_timer(e: &Evidence) -> Option<TimerTail> {
+    let c = e.capture.as_ref()?;
+    let server_counted = e.counters.is_some_and(|k| k.server.is_some());
+    if c.retransmissions > 0
+        || c.unseen_loss.is_some_and(|u| u.count > 0)
+        || server_counted
+        || e.server_sockets.is_some()
+        || !super::nagle_delayed_ack::wire_holds_full_segments(e)
+    {
+        return None;
+    }
+    let path_ns = e.path.as_ref().or(e.handshake.as_ref())?.p50_ns;
+    let rto_floor = *TcpTimer::DelayedAckMaxOrRtoMin.band_ns().start();
+    let tails = [
+        ("single requests", e.single.as_ref()),
+        (
+            "concurrent requests",
+            e.concurrent.as_ref().map(|c| &c.latency),
+        ),
+    ];
+    tails
+        .into_iter()
+        .filter_map(|(what, s)| {
+            let s = s.filter(|s| s.count > 0)?;
+            (s.p99_ns.saturating_sub(s.p50_ns) >= rto_floor + path_ns).then_some(TimerTail {
+                what,
+                p50_ns: s.p50_ns,
+                p99_ns: s.p99_ns,
+                path_ns,
+            })
+        })
+        .max_by_key(|t| t.p99_ns - t.p50_ns)
+}
+
+/// The finding for loss inferred from the server's behaviour ([`loss_inferred_from_timer`]):
+/// it costs a request the waits for the client's ACK its cut window made (counted on the
+/// wire), and at least one request in a hundred its timer's wait.
+fn inferred(e: &Evidence, tail: TimerTail) -> Diagnosis {
+    let (held, transactions) = e
+        .capture
+        .as_ref()
+        .and_then(|c| c.delayed_ack.map(|d| (d, c.transactions)))
+        .unwrap_or_default();
+    let per_request = held.lost_ns.checked_div(transactions).unwrap_or(0);
+    let timer_share = (tail.p99_ns - tail.p50_ns) / 100;
+    Diagnosis {
+        rule: RuleId::Retransmissions,
+        title: "packet loss before this host saw it: the server resends on its timer".into(),
+        explains_ns: per_request + timer_share,
+        confidence: 0.6,
+        side: Side::Network,
+        evidence: vec![
+            format!(
+                "no retransmission reached this capture, yet the server sent as after losses: in {} every segment that waited for the client's delayed ACK was a full one — its congestion window held them ({} in all)",
+                of(held.count, transactions, "transaction"),
+                format_ns(held.lost_ns as f64)
+            ),
+            format!(
+                "the slowest {} waited a retransmission timer: p99 {} against a median of {} on a {} path (TCP_RTO_MIN is 200 ms)",
+                tail.what,
+                format_ns(tail.p99_ns as f64),
+                format_ns(tail.p50_ns as f64),
+                format_ns(tail.path_ns as f64)
+            ),
+            "from the client alone the server's drops cannot be counted: a policer or a drop on its way out is resent before this capture sees a gap; the server's agent (`latscope serve --evidence-ports`) or `nstat -az TcpRetransSegs IpOutRequests IpOutTransmits` on the server counts them".into(),
+        ],
+        fix: "on the server, find what drops its output: a policer or shaper (`nft list ruleset`, `tc -s qdisc`), `nstat -az IpOutRequests IpOutTransmits TcpRetransSegs`; then the path's drops (`ip -s link`, the routers' counters)".into(),
+        caused_by: None,
+        causes: Vec::new(),
+    }
 }
 
 /// What the loss costs a request when no wait for it was timed on the wire: the single requests'

@@ -106,8 +106,56 @@ fn full_segments_held_for_a_delayed_ack_are_not_nagle() {
         all[0].fix
     );
     // The same releases with one Nagle-held segment among them leave Nagle possible.
+    let full_only = e.clone();
     e.capture.as_mut().unwrap().nagle = nagle(1, 40_000_000, (0, 5, 6));
     assert!(nagle_delayed_ack(&e).is_some());
+
+    // The slowest concurrent requests waited a retransmission timer (the lab's three runs: p99
+    // 479–676 ms over a 44 ms median, on a path of 20 µs): the server lost what it sent before
+    // the client's capture could see it, and the delayed ACKs are the loss's.
+    let timed = |p99_ns: u64| {
+        let mut e = full_only.clone();
+        e.concurrent = Some(Concurrent {
+            connections: 8,
+            latency: Summary {
+                count: 160,
+                p50_ns: 44_000_000,
+                p99_ns,
+                ..Summary::default()
+            },
+        });
+        e
+    };
+    let e = timed(479_000_000);
+    let all = apply(&e);
+    assert_eq!(
+        all.iter().map(|f| f.rule).collect::<Vec<_>>(),
+        vec![RuleId::Retransmissions, RuleId::DelayedAck],
+        "{all:#?}"
+    );
+    assert_eq!(all[1].caused_by, Some(RuleId::Retransmissions));
+    assert!(
+        all[0].evidence.iter().any(|l| l.contains("p99 479ms")),
+        "{:?}",
+        all[0].evidence
+    );
+    // A tail short of the timer is the path's or the server's: the delayed ACKs stay alone.
+    let all = apply(&timed(200_000_000));
+    assert_eq!(all[0].rule, RuleId::DelayedAck, "{all:#?}");
+    // Where the server's counters are read and count no loss, they decide.
+    let mut e = timed(479_000_000);
+    e.counters = counters(NsCounters {
+        out_segs: 3_000,
+        in_segs: 900,
+        ..NsCounters::default()
+    });
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::DelayedAck, "{all:#?}");
+    assert!(retransmissions(&e).is_none());
+    // A Nagle-held segment among the releases: not the window's, nothing inferred.
+    let mut e = timed(479_000_000);
+    e.capture.as_mut().unwrap().nagle = nagle(1, 40_000_000, (0, 5, 6));
+    assert!(retransmissions(&e).is_none());
 }
 
 #[test]
