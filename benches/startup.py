@@ -149,7 +149,7 @@ def main():
             print(f"== no image {image} (bash scripts/build-image.sh): container start-up not measured")
             return
         # The host's own limits (podman's default raises them, which a host without
-        # CAP_SYS_RESOURCE refuses) and runc (see tests/deploy_kits.rs).
+        # CAP_SYS_RESOURCE refuses) and runc (see tests/integration/deploy_kits.rs).
         import resource
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 32768)

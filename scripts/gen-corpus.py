@@ -3,7 +3,7 @@
 (no scapy needed), each a few TCP conversations with known events — handshake, data, a timer
 retransmission, duplicate ACKs and a fast retransmission, an out-of-order segment, zero-length
 segments with an old sequence number, FIN close — wrapped in each link layer and encapsulation
-latscope decodes. tests/wire_corpus.rs checks latscope's counts on every file against tshark's.
+latscope decodes. tests/integration/wire_corpus.rs checks latscope's counts on every file against tshark's.
 
 Deterministic: the same bytes on every run. Usage: scripts/gen-corpus.py [OUT_DIR]
 """

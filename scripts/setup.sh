@@ -66,6 +66,6 @@ if ! cargo fuzz --version 2>/dev/null | grep -qF "$CARGO_FUZZ_VERSION"; then
   cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION" ||
     { echo "setup: could not install cargo-fuzz $CARGO_FUZZ_VERSION" >&2; exit 1; }
 fi
-# The stock kernel tests/stack_fentry_vm.rs boots (fentry/fexit need BPF trampolines).
+# The stock kernel tests/integration/stack_fentry_vm.rs boots (fentry/fexit need BPF trampolines).
 $SUDO bash scripts/vm-kernel.sh
 echo "setup: ready ($(rustc --version))"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tshark's reference counts for every capture in a directory, one TSV line per file, for
-# tests/wire_tshark_counts.rs (which compares `latscope analyze` against them without running
+# tests/integration/wire_tshark_counts.rs (which compares `latscope analyze` against them without running
 # tshark, so the suite stays fast):
 #   scripts/tshark-counts.sh ../shared/pcaps > tests/data/tshark_counts.tsv
 # Columns: file, size in bytes (the test checks it read the same file), then the counts

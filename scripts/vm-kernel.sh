@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the kernel that tests/stack_fentry_vm.rs boots under QEMU: Debian 12's stock kernel
+# Fetch the kernel that tests/integration/stack_fentry_vm.rs boots under QEMU: Debian 12's stock kernel
 # (linux-image-amd64, 6.1), whose BPF trampolines make fentry/fexit work — the path real servers
 # take and this build machine's kernel refuses. Keeps only vmlinuz and the modules the test's
 # initramfs loads (virtio, 9p). Safe to rerun: does nothing when the kernel is already there.

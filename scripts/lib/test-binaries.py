@@ -16,6 +16,8 @@ way scripts/test.sh wants them, and say where the time went.
   wait on namespaces, timeouts and child processes, not on a CPU), and up to LATSCOPE_TEST_JOBS
   such binaries (default 2) run at once.
 - Each binary runs from its package's directory, as `cargo test` runs it.
+- The package's integration tests are one binary (tests/integration/main.rs, a module per
+  subject): each module runs as a binary of its own, in its own process, under its name.
 - When LATSCOPE_TEST_SERIAL_AFTER names files (separated by spaces), the binaries that run alone
   wait until they all exist (at most an hour): scripts/test.sh runs its fuzz stage and the doc
   tests beside the pool and writes one such file when each is over, so the timing tests
@@ -192,21 +194,31 @@ def marked_tests(src_path):
     return {q for q, h in tests if h}, {q for q, _ in tests}
 
 
-def split(b):
-    """A binary that runs alone, as parts: its listed tests that hold a marker (or that the source
-    scan could not find, counted as holding one) alone, the rest in the pool — each part runs the
-    binary with its test names (`--exact`). A binary whose tests all hold a marker, or that cannot
-    be listed or read, stays one part."""
-    found = marked_tests(b["src"]) if b["serial"] else None
+# Test binaries that hold many subjects, one module each: the package's integration tests are one
+# binary (tests/integration/main.rs, so that the lab and the crates' generic code are compiled
+# and linked once), and each of its modules runs here as its own binary did — its tests given by
+# name, in a process of its own, labelled with the module's name, alone or in the pool by the
+# same scan.
+BY_MODULE = {"integration"}
+
+
+def listed_tests(b):
+    """The binary's test names (`--list`), or None when it cannot be listed."""
+    try:
+        out = subprocess.run([b["exe"], "--list", "--format=terse"], cwd=b["cwd"],
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {ln[:-len(": test")] for ln in out.splitlines() if ln.endswith(": test")}
+
+
+def parts(b, names, found):
+    """A binary (or one module of it) as parts: its listed tests that hold a marker (or that the
+    source scan could not find, counted as holding one) alone, the rest in the pool — each part
+    runs the binary with its test names (`--exact`). All of them marked, or no scan: one part."""
     if found is None:
         return [b]
     marked, known = found
-    try:
-        listed = subprocess.run([b["exe"], "--list", "--format=terse"], cwd=b["cwd"],
-                                capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return [b]
-    names = {ln[:-len(": test")] for ln in listed.splitlines() if ln.endswith(": test")}
     alone = {t for t in names if t in marked or t not in known}
     if not names or alone == names:
         return [b]
@@ -215,6 +227,28 @@ def split(b):
     return [
         dict(b, label=f"{b['label']} [{len(names - alone)} shared]", serial=False, only=sorted(names - alone)),
         dict(b, label=f"{b['label']} [{len(alone)} alone]", only=sorted(alone)),
+    ]
+
+
+def split(b):
+    """A binary that runs alone, as parts ([`parts`]); a binary of [`BY_MODULE`], one binary per
+    module first. A binary that cannot be listed or read stays one part."""
+    by_module = b["label"] in BY_MODULE
+    found = marked_tests(b["src"]) if b["serial"] else None
+    if found is None and not by_module:
+        return [b]
+    names = listed_tests(b)
+    if names is None:
+        return [b]
+    if not by_module:
+        return parts(b, names, found)
+    modules = {}
+    for t in names:
+        modules.setdefault(t.split("::")[0], set()).add(t)
+    return [
+        p
+        for module, tests in sorted(modules.items())
+        for p in parts(dict(b, label=module, only=sorted(tests)), tests, found)
     ]
 
 
@@ -244,6 +278,12 @@ def binaries(cargo_json):
                 }
             )
     return out
+
+
+def short(b, name):
+    """A test's name without its module's, when the module is the binary's label."""
+    module = b["label"].split(" [")[0] + "::"
+    return name[len(module):] if name.startswith(module) else name
 
 
 TIMED = re.compile(r"^test (.+?) \.\.\. (\w+) <([0-9.]+)s>")
@@ -355,7 +395,7 @@ def main():
         status = "ok" if b["rc"] == 0 else f"FAILED (exit {b['rc']})"
         lines.append(f"  {b['secs']:7.1f} s  {b['label']:<34} {b['threads']} thread(s)  {status}")
     tests = sorted(
-        ((s, f"{b['label']}: {name}", r) for b in bins for (s, name, r) in b["tests"]),
+        ((s, f"{b['label']}: {short(b, name)}", r) for b in bins for (s, name, r) in b["tests"]),
         reverse=True,
     )
     lines.append("== the ten slowest tests")

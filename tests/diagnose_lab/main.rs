@@ -547,8 +547,8 @@ fn client_seat_is_isolated() {
 // from the client alone a healthy server, loss, error pages, and a cause it cannot see (a CPU
 // quota: its throttling happens in every run, where a co-scheduled CPU hog slowed the server in
 // some runs only and left nothing to see in others). The server's workers (socket queueing:
-// `one-worker` here) are diagnosed in CI by tests/diagnose.rs (`latscope serve --workers 1`
-// under eight connections) and the application's socket options (Nagle) by tests/diagnose.rs,
+// `one-worker` here) are diagnosed in CI by tests/integration/diagnose.rs (`latscope serve --workers 1`
+// under eight connections) and the application's socket options (Nagle) by tests/integration/diagnose.rs,
 // diagnose_http.rs (an HTTP server writing head and body in two calls) and diagnose_nginx.rs
 // (nginx); the path's length, loss from the server's host, Nagle and one worker in the lab and
 // the other healthy server are in the full lab (scripts/diagnose-lab.sh).

@@ -14,8 +14,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

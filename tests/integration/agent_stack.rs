@@ -4,8 +4,7 @@
 //! capabilities are missing, in its log and in `latscope_stack_unavailable`, and keeps probing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -1,8 +1,7 @@
 //! The command line as a user meets it: bad input, schemas, progress-free JSON, Ctrl-C, demo.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -5,8 +5,7 @@
 //! behind, also when the test that built it panics.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -507,7 +506,7 @@ fn leaves_nothing_behind_also_when_its_test_panics() {
 /// Build a far pair (`LAB_RTT_MS`, default 40) and keep it up for `LAB_HOLD_SECS` (default 60),
 /// printing its namespaces and addresses: to look at it with other tools.
 #[test]
-#[ignore = "manual: LAB_RTT_MS=40 cargo test --release --test delay_line -- --ignored --exact hold --nocapture"]
+#[ignore = "manual: LAB_RTT_MS=40 cargo test --release --test integration -- --ignored --exact delay_line::hold --nocapture"]
 fn hold() {
     require_root!();
     let env = |k: &str, d: u64| {

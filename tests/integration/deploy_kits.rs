@@ -6,8 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::path::Path;
 use std::process::Command;

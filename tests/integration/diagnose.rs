@@ -1,8 +1,7 @@
 //! latscope diagnose names the cause: each case is a server with a known fault.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,12 +1,11 @@
-//! diagnose names a host's own way out (`host_egress`): the fault `tests/stack_tx.rs` reads back
+//! diagnose names a host's own way out (`host_egress`): the fault `tests/integration/stack_tx.rs` reads back
 //! at `local-out` (10,000 nftables rules on OUTPUT, ~140–220 µs a packet there, checked against
 //! the kernel's SO_TIMESTAMPING) put on the client's host, with the server in another namespace
 //! over a veth pair; the same pair without the rules names nothing there. The finding's cost is
 //! checked against the kernel's own send → qdisc times on rr's socket.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::process::Command;
 

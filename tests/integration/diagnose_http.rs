@@ -4,8 +4,7 @@
 //! byte is named.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::io::Write;
 use std::net::TcpStream;

@@ -6,8 +6,7 @@
 //! timed) and dig, asked type by type, are the independent checks.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream, UdpSocket};

@@ -2,8 +2,7 @@
 //! delayed ACK on the server; `tcp_nodelay on` gets no latency finding.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use lab::nginx::{Nginx, NginxConf};
 use lab::*;

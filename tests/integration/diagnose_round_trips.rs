@@ -4,8 +4,7 @@
 //! (`tests/diagnose_lab/far.rs`) run the others from every seat.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::time::Duration;
 

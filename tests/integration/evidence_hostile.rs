@@ -6,7 +6,7 @@
 //! names no process but the port's owner, and leaves no eBPF program behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lab;
+use crate::lab;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};

@@ -7,8 +7,7 @@
 //! meaning.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;

@@ -4,8 +4,7 @@
 //! after the hook. All inside a namespace of the test's own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use lab::netns::Netns;
 use serde_json::Value;

@@ -2,8 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use lab::TempDir;
 use lab::http::{Nginx, NginxConf, latscope, make_certs, make_self_signed, ms, wrk_p50_ms};

@@ -3,8 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

@@ -3,8 +3,7 @@
 //! `latscope sockets` then reads from the socket. And `--watch` on this test's own calls.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;

@@ -2,8 +2,7 @@
 //! another network namespace; privilege reduction; processes and sockets that vanish mid-scan.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};

@@ -10,8 +10,7 @@
 //! code when it had already finished).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};

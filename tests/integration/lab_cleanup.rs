@@ -2,8 +2,7 @@
 //! started in them, also when the test that made them panics.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::process::Command;
 

@@ -4,8 +4,7 @@
 //! a stop, after a normal end, and after an error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::path::PathBuf;
 use std::process::Command;

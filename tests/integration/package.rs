@@ -5,13 +5,12 @@
 //! the agent's check of its packaged configuration, an upgrade that keeps an edited conffile),
 //! removed and purged, leaving nothing behind. And the registry build of the image
 //! (deploy/container/Containerfile) installs what the binary links and builds with what
-//! scripts/setup.sh installs; its last stage is the offline image's (tests/deploy_kits.rs runs
+//! scripts/setup.sh installs; its last stage is the offline image's (tests/integration/deploy_kits.rs runs
 //! that).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

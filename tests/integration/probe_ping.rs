@@ -1,8 +1,7 @@
 //! `latscope ping` against delay lines, namespaces and loopback; agreement with hping3;
 //! behaviour without CAP_NET_RAW.
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! `latscope trace` in a namespace lab: client — R1 — R2 — R3 — destination.
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use lab::probe::Chain;
 use serde_json::Value;

@@ -3,8 +3,7 @@
 //! agrees with them, or this test says what to change.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -3,8 +3,7 @@
 //! from results this test measures itself; errors; size and time bounds on large inputs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

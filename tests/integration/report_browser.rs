@@ -5,8 +5,7 @@
 //! width (390 px) nothing may stick out sideways except inside a sideways-scrolling container.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,8 +1,7 @@
 //! serve + rr/connect over TCP, UDP and unix, in-process and through the binary.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;

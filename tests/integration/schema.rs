@@ -3,8 +3,7 @@
 //! against these files in each command's own tests, through `lab::validate`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use latscope::schema_kinds as kinds;
 

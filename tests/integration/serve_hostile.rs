@@ -5,7 +5,7 @@
 //! the budget the server documents.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lab;
+use crate::lab;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};

@@ -2,8 +2,7 @@
 //! error during start-up. One test, so no other stack run of this binary overlaps the checks.
 #![allow(clippy::unwrap_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::net::TcpListener;
 use std::process::Command;

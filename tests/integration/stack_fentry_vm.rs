@@ -10,8 +10,7 @@
 //! Emulated (TCG), so ~30 s; the VM has no network device and touches nothing of the host's.
 #![allow(clippy::unwrap_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,8 +1,7 @@
 //! `latscope stack` against real traffic in two test namespaces joined by veth (needs root).
 #![allow(clippy::unwrap_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -12,8 +12,7 @@
 //!   (veth hands the skb to B's receive path), which the report says.
 #![allow(clippy::unwrap_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::time::Duration;
 

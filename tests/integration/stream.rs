@@ -2,8 +2,7 @@
 //! rate-limited link compared with iperf3, latency under load, and faults.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,7 @@
 //! sizes are fast again. The sweep must flag that window and nothing else. Needs root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::time::Duration;
 

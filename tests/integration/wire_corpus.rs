@@ -7,13 +7,12 @@
 //!
 //! Skipped (with a note) when tshark is not installed; `scripts/setup.sh` installs it, so CI
 //! runs it. The same comparison over any directory of captures (e.g. the public samples):
-//! `LATSCOPE_CORPUS_DIR=../shared/pcaps cargo test --release --test wire_corpus -- --ignored
-//! --nocapture` prints every file that differs and a tally, without failing.
+//! `LATSCOPE_CORPUS_DIR=../shared/pcaps cargo test --release --test integration -- --ignored
+//! wire_corpus:: --nocapture` prints every file that differs and a tally, without failing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

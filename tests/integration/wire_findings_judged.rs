@@ -12,8 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;

@@ -188,7 +188,7 @@ fn every_judgment_holds() {
     );
 }
 
-const DOCS_BEGIN: &str = "<!-- judged corpus: made by tests/wire_judged_corpus.rs -->";
+const DOCS_BEGIN: &str = "<!-- judged corpus: made by tests/integration/wire_judged_corpus.rs -->";
 const DOCS_END: &str = "<!-- /judged corpus -->";
 
 /// The per-kind precision and recall as docs/analyze.md quotes them (every stall kind, in the

@@ -14,12 +14,11 @@
 //! (about a thousand files in a few seconds in a release build).
 //!
 //! To check the committed figures against tshark itself (slow: tshark starts once per file):
-//! `LATSCOPE_CORPUS_DIR=../shared/pcaps cargo test --release --test wire_corpus -- --ignored`.
+//! `LATSCOPE_CORPUS_DIR=../shared/pcaps cargo test --release --test integration -- --ignored wire_corpus::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[macro_use]
-mod lab;
+use crate::lab;
 
 use std::collections::BTreeMap;
 use std::fs::File;

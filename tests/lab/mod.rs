@@ -16,8 +16,9 @@
 //!   runner), [`wire`] (captures, tcpdump, tshark); `vm/` holds the fentry VM's guest files.
 //!
 //! Everything a helper creates (namespaces, processes, files) carries this process's pid and is
-//! removed by a guard's `Drop`, also when the test fails. Each test file includes the lab with
-//! `#[macro_use] mod lab;` and uses what it needs; the rest is dead code in that binary.
+//! removed by a guard's `Drop`, also when the test fails. The integration-test binary
+//! (`tests/integration/main.rs`) and the diagnose lab's (`tests/diagnose_lab/main.rs`) each
+//! include it once with `#[macro_use] mod lab;`; each module uses what it needs.
 // Each test binary uses part of the lab: the rest (and the re-exports that let a test file
 // import one family's helpers from one place) is unused there.
 #![allow(

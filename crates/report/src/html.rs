@@ -128,7 +128,7 @@ pub(crate) fn page(inputs: &[Input], sections: &[Section]) -> String {
 }
 
 /// Responsive (figures shrink to the screen, tables scroll sideways on a phone, long names
-/// wrap: tests/report_browser.rs checks nothing is wider than a 390 px phone) and printable
+/// wrap: tests/integration/report_browser.rs checks nothing is wider than a 390 px phone) and printable
 /// (no backgrounds, figures kept whole on a page). A fact's value breaks only where it would
 /// not fit on a line of its own (its box grows to hold `127.0.0.1:52727` whole); on a phone a
 /// plot keeps at least 540 px (labels ≥ 12 px) and scrolls sideways instead of shrinking its

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs inside the test VM (a stock kernel with BPF trampolines), chrooted into the host's root
 # (read-only over 9p): `latscope stack` with its fentry/fexit hooks, receive and transmit, under
-# latscope rr traffic on loopback. Results go to the console as LSVM-* lines for tests/stack_fentry_vm.rs.
+# latscope rr traffic on loopback. Results go to the console as LSVM-* lines for tests/integration/stack_fentry_vm.rs.
 L=$1
 N=$2
 mount -t proc proc /proc

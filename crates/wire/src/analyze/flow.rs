@@ -145,7 +145,7 @@ impl Cadence {
     /// that packet came after the previous burst): the application's clock released it, not
     /// an ACK, a timer or a request. A server answering a ping-pong after a think time that
     /// varies by a few milliseconds keeps near-equal intervals and a varying lag too, but the
-    /// client's reaction to each answer stays put (`tests/wire_stalls.rs`' 60 ms server on a
+    /// client's reaction to each answer stays put (`tests/integration/wire_stalls.rs`' 60 ms server on a
     /// loaded machine had one answer in ten taken for a clock).
     pub(super) fn app_clock(&self) -> bool {
         let tol = Self::tolerance(self.interval);
