@@ -161,12 +161,17 @@ def module_of(path, root_dir):
     return [p for p in rel if p]
 
 
-def marked_tests(src_path):
+def marked_tests(src_path, module=None):
     """For a test target: (its test names whose code — or a function it calls, transitively,
     in the target or in tests/lab/ — holds a marker, every test name found), or None when its
-    sources cannot be read."""
+    sources cannot be read. With `module`, only that module's file (or folder) of the target
+    and the lab: functions are matched by name, and another module's function of the same name
+    must not mark this one's tests."""
     root_dir = os.path.dirname(src_path)
-    if os.path.basename(src_path) in ("main.rs", "lib.rs"):
+    if module is not None:
+        folder = os.path.join(root_dir, module)
+        own = rust_files(folder) if os.path.isdir(folder) else [os.path.join(root_dir, module + ".rs")]
+    elif os.path.basename(src_path) in ("main.rs", "lib.rs"):
         own = rust_files(root_dir)
     else:
         own = [src_path]
@@ -234,7 +239,7 @@ def split(b):
     """A binary that runs alone, as parts ([`parts`]); a binary of [`BY_MODULE`], one binary per
     module first. A binary that cannot be listed or read stays one part."""
     by_module = b["label"] in BY_MODULE
-    found = marked_tests(b["src"]) if b["serial"] else None
+    found = marked_tests(b["src"]) if b["serial"] and not by_module else None
     if found is None and not by_module:
         return [b]
     names = listed_tests(b)
@@ -245,11 +250,15 @@ def split(b):
     modules = {}
     for t in names:
         modules.setdefault(t.split("::")[0], set()).add(t)
-    return [
-        p
-        for module, tests in sorted(modules.items())
-        for p in parts(dict(b, label=module, only=sorted(tests)), tests, found)
-    ]
+    out = []
+    for module, tests in sorted(modules.items()):
+        part = dict(b, label=module, only=sorted(tests))
+        # Alone or pooled by the module's own scan (its file and the lab's helpers).
+        marked = marked_tests(b["src"], module) if b["serial"] else None
+        if marked is not None and not marked[0]:
+            part["serial"] = False
+        out += parts(part, tests, marked)
+    return out
 
 
 def binaries(cargo_json):
