@@ -93,12 +93,14 @@ pub fn retransmissions(e: &Evidence) -> Option<Diagnosis> {
     })
 }
 
-/// Requests whose tail waited a retransmission timer: which ones, their median and their p99.
+/// Requests whose tail waited a retransmission timer: which ones, their median, and the
+/// quantile that shows it (`p99`, or `max` when fewer than one in a hundred met the timer).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct TimerTail {
     pub what: &'static str,
     pub p50_ns: u64,
-    pub p99_ns: u64,
+    pub quantile: &'static str,
+    pub tail_ns: u64,
     pub path_ns: u64,
 }
 
@@ -133,18 +135,27 @@ pub(crate) fn loss_inferred_from_timer(e: &Evidence) -> Option<TimerTail> {
             e.concurrent.as_ref().map(|c| &c.latency),
         ),
     ];
+    let timed =
+        |s: &latscope_core::Summary, ns: u64| ns.saturating_sub(s.p50_ns) >= rto_floor + path_ns;
     tails
         .into_iter()
         .filter_map(|(what, s)| {
             let s = s.filter(|s| s.count > 0)?;
-            (s.p99_ns.saturating_sub(s.p50_ns) >= rto_floor + path_ns).then_some(TimerTail {
+            // A timer's wait is at least TCP_RTO_MIN: one request that met it is as plain as a
+            // hundredth (the lab's three runs: p99 264–700 ms, a set a little luckier has it
+            // only in its slowest).
+            let (quantile, tail_ns) = [("p99", s.p99_ns), ("max", s.max_ns)]
+                .into_iter()
+                .find(|&(_, ns)| timed(s, ns))?;
+            Some(TimerTail {
                 what,
                 p50_ns: s.p50_ns,
-                p99_ns: s.p99_ns,
+                quantile,
+                tail_ns,
                 path_ns,
             })
         })
-        .max_by_key(|t| t.p99_ns - t.p50_ns)
+        .max_by_key(|t| (t.quantile == "p99", t.tail_ns - t.p50_ns))
 }
 
 /// The finding for loss inferred from the server's behaviour ([`loss_inferred_from_timer`]):
@@ -157,7 +168,11 @@ fn inferred(e: &Evidence, tail: TimerTail) -> Diagnosis {
         .and_then(|c| c.delayed_ack.map(|d| (d, c.transactions)))
         .unwrap_or_default();
     let per_request = held.lost_ns.checked_div(transactions).unwrap_or(0);
-    let timer_share = (tail.p99_ns - tail.p50_ns) / 100;
+    let timer_share = if tail.quantile == "p99" {
+        (tail.tail_ns - tail.p50_ns) / 100
+    } else {
+        0
+    };
     Diagnosis {
         rule: RuleId::Retransmissions,
         title: "packet loss before this host saw it: the server resends on its timer".into(),
@@ -171,9 +186,10 @@ fn inferred(e: &Evidence, tail: TimerTail) -> Diagnosis {
                 format_ns(held.lost_ns as f64)
             ),
             format!(
-                "the slowest {} waited a retransmission timer: p99 {} against a median of {} on a {} path (TCP_RTO_MIN is 200 ms)",
+                "the slowest {} waited a retransmission timer: {} {} against a median of {} on a {} path (TCP_RTO_MIN is 200 ms)",
                 tail.what,
-                format_ns(tail.p99_ns as f64),
+                tail.quantile,
+                format_ns(tail.tail_ns as f64),
                 format_ns(tail.p50_ns as f64),
                 format_ns(tail.path_ns as f64)
             ),

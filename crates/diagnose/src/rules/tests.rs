@@ -142,6 +142,16 @@ fn full_segments_held_for_a_delayed_ack_are_not_nagle() {
     // A tail short of the timer is the path's or the server's: the delayed ACKs stay alone.
     let all = apply(&timed(200_000_000));
     assert_eq!(all[0].rule, RuleId::DelayedAck, "{all:#?}");
+    // Fewer than one request in a hundred met the timer: the slowest shows it.
+    let mut e = timed(200_000_000);
+    e.concurrent.as_mut().unwrap().latency.max_ns = 251_000_000;
+    let all = apply(&e);
+    assert_eq!(all[0].rule, RuleId::Retransmissions, "{all:#?}");
+    assert!(
+        all[0].evidence.iter().any(|l| l.contains("max 251ms")),
+        "{:?}",
+        all[0].evidence
+    );
     // Where the server's counters are read and count no loss, they decide.
     let mut e = timed(479_000_000);
     e.counters = counters(NsCounters {
