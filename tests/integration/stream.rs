@@ -493,13 +493,14 @@ fn a_small_client_receive_buffer_limits_the_servers_sender() {
     // The server's sending socket (its tcp_info, reported at the end of the test): held back
     // by the client's window for a material share of the time it had data to send. How much
     // depends on how fast the client reads (on an idle loopback the window reopens within
-    // microseconds: 31% measured; 56–80% on a loaded machine), so the share is compared with
-    // the same transfer into default buffers below rather than with a fixed majority.
+    // microseconds: 18–31% measured on a quiet machine, a fresh-clone CI run 18%; 56–80% on a
+    // loaded one), so the share is compared with the same transfer into default buffers below,
+    // and the window's effect is measured where it is plainest: the rate it allows.
     let l = &r["tcp"]["limits"];
     let busy = u(&l["busy_us"]);
     let small_share = u(&l["rwnd_limited_us"]) as f64 / busy.max(1) as f64;
     assert!(
-        small_share >= 0.2,
+        small_share >= 0.1,
         "receive-window-limited {:.0}% of {busy} µs: {l}",
         small_share * 100.0
     );
@@ -519,5 +520,21 @@ fn a_small_client_receive_buffer_limits_the_servers_sender() {
         "default buffers {:.0}% against {:.0}% with 4 KiB: {bl}",
         big_share * 100.0,
         small_share * 100.0
+    );
+    // A 4 KiB window per round trip caps the rate: at most half of what default buffers carry
+    // on the same loopback (1.4 Gbit/s against 18–32 measured on a quiet machine).
+    let rate = |doc: &serde_json::Value| doc["results"][0]["rate_bps"].as_f64().unwrap();
+    eprintln!(
+        "4 KiB: {:.0}% window-limited, {:.2} Gbit/s; default buffers: {:.0}%, {:.2} Gbit/s",
+        small_share * 100.0,
+        rate(&small) / 1e9,
+        big_share * 100.0,
+        rate(&big) / 1e9
+    );
+    assert!(
+        rate(&small) * 2.0 <= rate(&big),
+        "4 KiB: {:.2} Gbit/s, default buffers {:.2} Gbit/s",
+        rate(&small) / 1e9,
+        rate(&big) / 1e9
     );
 }
