@@ -432,8 +432,19 @@ mod tests {
         assert_eq!(o.layers[0].0, "tcp_handshake");
         assert!(o.layers[0].1 > 0 && o.layers[0].1 < 500_000_000);
         drop(l);
+        // A port held by a socket that is bound but never listens: a connection to it is
+        // refused, and while it is held no other socket takes it, nor can the connect pick it
+        // as its own source port (a dropped listener's port is an ephemeral one: a connect to it
+        // could open a connection to itself, as one CI run saw).
+        let closed =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        closed
+            .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        let port = closed.local_addr().unwrap().as_socket().unwrap().port();
         let o = r.run("127.0.0.1", &measure(Kind::Connect, port), &stop);
         assert_eq!(o.failure, Some(Failure::Refused), "{o:?}");
+        drop(closed);
     }
 
     #[test]
