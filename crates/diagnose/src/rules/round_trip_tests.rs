@@ -553,6 +553,58 @@ fn a_send_buffer_seen_from_the_client() {
     assert_eq!(send_buffer_limited(&e), None);
 }
 
+/// A shaped link seen from the client alone: the reader's wake-ups cut an even stream into
+/// "flights" of one size, but the capture rated the responses' delivery — paced by a link, not
+/// clocked by the round trip — and at that rate the response takes its whole transfer. The
+/// link is the limit, not a send buffer (the lab's held-back 20 Mbit/s tbf 10 ms away: 21
+/// flights of 11.3 KiB, a 512 KiB page delivered at 20.5 Mbit/s in 206 ms of 218 ms).
+#[test]
+fn a_shaped_links_even_stream_is_no_send_buffer() {
+    let rtt = 10 * MS;
+    let mut flights = vec![14_480, 11_500];
+    flights.extend([11_570; 19]);
+    flights.push(250_000);
+    let mut e = far(rtt, false);
+    e.single = Some(s(218 * MS));
+    let x = Exchanged {
+        window: Some(410_000),
+        transfer_ns: 206 * MS,
+        wire_bytes: 527_000,
+        body_bytes: 524_288,
+        ..large(rtt, &flights)
+    };
+    probe(&mut e).first_exchange = x.clone();
+    probe(&mut e).next = Some(x.clone());
+    // Without a rate for the way down, the flights read as a buffer.
+    assert_eq!(
+        send_buffer_limited(&e).map(|f| f.rule),
+        Some(RuleId::SendBufferLimited)
+    );
+    let down = |rate_bps, source| crate::evidence::Bottleneck {
+        up: None,
+        down: Some(crate::evidence::LinkRate {
+            rate_bps,
+            source,
+            wire_bytes: 545_000,
+        }),
+    };
+    e.bottleneck = Some(down(20.5e6, RateSource::Delivery { responses: 11 }));
+    assert_eq!(send_buffer_limited(&e), None);
+    assert_eq!(
+        rules(&e).first(),
+        Some(&RuleId::BottleneckBandwidth),
+        "{:?}",
+        rules(&e)
+    );
+    // A link that would carry the response in a fraction of its transfer leaves the buffer…
+    e.bottleneck = Some(down(200e6, RateSource::Delivery { responses: 11 }));
+    assert!(send_buffer_limited(&e).is_some());
+    // …and so does a capacity measured from packet trains: it says what the link could carry,
+    // not that the responses were paced by it.
+    e.bottleneck = Some(down(20.5e6, RateSource::PacketTrains { pairs: 40 }));
+    assert!(send_buffer_limited(&e).is_some());
+}
+
 /// Counters that name no limit contradict nothing where the server's buffer is smaller than
 /// its congestion window: the flights decide ([`a_send_buffer_seen_from_the_client`]'s plateau).
 #[test]

@@ -145,6 +145,9 @@ fn seen_by_client(e: &Evidence) -> Option<Diagnosis> {
             )
         }
     };
+    if link_paced(e, x) {
+        return None;
+    }
     let floor = x.floor_rounds();
     let explains = x.rounds_saving(floor, rtt);
     if explains < PHASE_FLOOR_NS {
@@ -187,6 +190,26 @@ fn seen_by_client(e: &Evidence) -> Option<Diagnosis> {
         caused_by: None,
         causes: Vec::new(),
     })
+}
+
+/// Whether the client's capture saw the responses paced by a link, not sent in bursts a round
+/// trip apart: it rated their delivery ([`RateSource::Delivery`], which refuses a transfer whose
+/// arrivals the round trip clocks), and the response's bytes at that rate take three quarters
+/// of its transfer or more. A buffer holds the sender to a burst per round trip, with the link
+/// idle in between; a link (or a shaper) that takes the whole transfer to serialise the
+/// response is what limited it, and the flights' pauses are the reader's wake-ups between
+/// chunks of an even stream (the lab's held-back 20 Mbit/s tbf 10 ms away, from the client
+/// alone: "21 flights of 11.3 KiB" in a 512 KiB page delivered at 20.5 Mbit/s, 206 ms of its
+/// 218 ms request — named a send buffer in 3 runs of 3).
+fn link_paced(e: &Evidence, x: &crate::rounds::probe::Exchanged) -> bool {
+    let Some(r) = e.bottleneck.and_then(|b| b.down) else {
+        return false;
+    };
+    if !matches!(r.source, RateSource::Delivery { .. }) || r.rate_bps <= 0.0 {
+        return false;
+    }
+    let serialise_ns = x.wire_bytes as f64 * 8.0 / r.rate_bps * 1e9;
+    serialise_ns * 4.0 >= x.transfer_ns as f64 * 3.0
 }
 
 /// Where the server's socket was read and its counters name no limit — neither its send buffer
