@@ -400,10 +400,15 @@ pub struct LinkRate {
 impl LinkRate {
     /// Time to serialise this direction's bytes of one exchange, ns.
     pub fn serialisation_ns(&self) -> u64 {
+        self.serialise_ns(self.wire_bytes)
+    }
+
+    /// Time to serialise `bytes` at this rate, ns (0 for a rate that is not one).
+    pub fn serialise_ns(&self, bytes: u64) -> u64 {
         if self.rate_bps <= 0.0 {
             return 0;
         }
-        (self.wire_bytes as f64 * 8.0 / self.rate_bps * 1e9) as u64
+        (bytes as f64 * 8.0 / self.rate_bps * 1e9) as u64
     }
 }
 

@@ -155,7 +155,7 @@ pub(crate) fn transfer_cost(e: &Evidence, share: f64) -> u64 {
         .bottleneck
         .and_then(|b| b.down)
         .filter(|r| r.rate_bps > 1.5 * d.rate_bps())
-        .map_or(0, |r| (d.body_bytes as f64 * 8.0 / r.rate_bps * 1e9) as u64);
+        .map_or(0, |r| r.serialise_ns(d.body_bytes));
     let mss = e
         .browser
         .as_ref()

@@ -208,8 +208,7 @@ fn link_paced(e: &Evidence, x: &crate::rounds::probe::Exchanged) -> bool {
     if !matches!(r.source, RateSource::Delivery { .. }) || r.rate_bps <= 0.0 {
         return false;
     }
-    let serialise_ns = x.wire_bytes as f64 * 8.0 / r.rate_bps * 1e9;
-    serialise_ns * 4.0 >= x.transfer_ns as f64 * 3.0
+    r.serialise_ns(x.wire_bytes).saturating_mul(4) >= x.transfer_ns.saturating_mul(3)
 }
 
 /// Where the server's socket was read and its counters name no limit — neither its send buffer
