@@ -72,6 +72,13 @@ fn rate_line(dir: &str, r: &LinkRate) -> String {
             "the client's capture: large responses ({dir}) arrive at {rate} once their transfer settles, evenly paced as a link drains its queue (median of {})",
             count(responses, "response")
         ),
+        RateSource::Carried {
+            connections,
+            one_bps,
+        } => format!(
+            "{connections} requests at once carried {rate} {dir}, where one response alone arrived at {}: the path's bottleneck is at least that",
+            latscope_core::units::format_bitrate(one_bps as f64)
+        ),
     }
 }
 

@@ -312,16 +312,19 @@ pub(crate) fn sender_held_back(e: &Evidence) -> Option<String> {
 /// Whether the measured bottleneck is the pace a window or buffer set: the slowest measured rate
 /// is no more than twice the rate the download reached (a link faster than that would have
 /// let the transfer go faster, had the window allowed it). Without a download, a rate measured
-/// from the responses themselves (their trains or delivery) is theirs.
+/// from the responses themselves (their trains or delivery) is theirs; a bulk transfer's, or
+/// what many requests carried at once, is the path's.
 pub(crate) fn limit_paces_bottleneck(e: &Evidence) -> bool {
     let Some(b) = e.bottleneck else {
         return false;
     };
     match (e.download, b.slowest_bps()) {
         (Some(d), Some(r)) => d.rate_bps() > 0.0 && r <= 2.0 * d.rate_bps(),
-        _ => [b.up, b.down]
-            .iter()
-            .flatten()
-            .all(|r| r.source != RateSource::BulkTransfer),
+        _ => [b.up, b.down].iter().flatten().all(|r| {
+            !matches!(
+                r.source,
+                RateSource::BulkTransfer | RateSource::Carried { .. }
+            )
+        }),
     }
 }

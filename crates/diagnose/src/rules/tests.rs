@@ -3362,6 +3362,41 @@ fn a_capped_window_on_a_fast_path_is_named_from_the_clients_socket() {
 }
 
 #[test]
+fn a_rate_many_requests_exceeded_at_once_is_no_bottleneck() {
+    // The lab's send-buffer at ~0 (nginx `sndbuf=4k`, 1 MiB page, a veth): one page delivered
+    // at 6.65 Gbit/s, 1.3 ms of a 1.5 ms request read as serialisation at a bottleneck — while
+    // the HTTP load's 64 requests at once carried 23.4 Gbit/s over the same path. At that rate
+    // the page takes 0.37 ms: under the floor, no link to upgrade.
+    let mut e = base(25, 1_500);
+    e.bottleneck = Some(Bottleneck {
+        up: None,
+        down: rate(6.65e9, RateSource::Delivery { responses: 1600 }, 1_085_000),
+    });
+    assert!(bottleneck_bandwidth(&e).is_some(), "one page's pace alone");
+    if let Some(b) = e.bottleneck.as_mut() {
+        b.carried(64, 23.4e9);
+    }
+    assert_eq!(bottleneck_bandwidth(&e), None);
+    // A 20 Mbit/s link behind a slow request: the load could carry no more, the finding stays,
+    // and a rate raised by a load that still leaves material serialisation is named with it.
+    let mut e = base(10_000, 500_000);
+    e.bottleneck = Some(Bottleneck {
+        up: None,
+        down: rate(10e6, RateSource::Delivery { responses: 11 }, 540_000),
+    });
+    if let Some(b) = e.bottleneck.as_mut() {
+        b.carried(64, 20e6);
+    }
+    let d = bottleneck_bandwidth(&e).expect("a 20 Mbit/s bottleneck");
+    assert!(
+        d.evidence
+            .iter()
+            .any(|l| l.contains("64 requests at once carried 20 Mbit/s")),
+        "{d:#?}"
+    );
+}
+
+#[test]
 fn responses_paced_by_an_ends_limit_are_no_link() {
     // A 1 MiB page settling at 771 Mbit/s (10.9 ms of 'serialisation' in a 12 ms request) while
     // the server's socket waited for room in its 8 KiB send buffer, smaller than its 60 KB

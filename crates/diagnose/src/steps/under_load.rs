@@ -152,6 +152,19 @@ impl Measure for UnderLoad {
             b.up = r.up.or(b.up);
             b.down = r.down.or(b.down);
         }
+        // An HTTP load's responses crossed the same path, many at once: a link carries no
+        // more than its rate, so what they carried is the least the bottleneck is.
+        if let (
+            Load::Http {
+                connections,
+                bytes_per_sec,
+                ..
+            },
+            Some(b),
+        ) = (o.latency.load, ev.bottleneck.as_mut())
+        {
+            b.carried(connections, bytes_per_sec * 8.0);
+        }
         ev.under_load = Some(o.latency);
     }
 }
@@ -241,5 +254,77 @@ mod tests {
         // One direction measured: the other stays unknown.
         let b = rates(&[result("client→server", 50e6)], 64, 1024);
         assert_eq!(b.down, None);
+    }
+
+    fn http_load(bytes_per_sec: f64) -> Outcome {
+        Outcome {
+            latency: Loaded {
+                idle: Default::default(),
+                loaded: Default::default(),
+                load: Load::Http {
+                    connections: 64,
+                    requests_per_sec: bytes_per_sec / 1_048_576.0,
+                    bytes_per_sec,
+                },
+            },
+            rates: None,
+        }
+    }
+
+    fn delivered(rate_bps: f64) -> Evidence {
+        Evidence {
+            bottleneck: Some(Bottleneck {
+                up: None,
+                down: Some(LinkRate {
+                    rate_bps,
+                    source: RateSource::Delivery { responses: 1600 },
+                    wire_bytes: 1_085_000,
+                }),
+            }),
+            ..Evidence::default()
+        }
+    }
+
+    #[test]
+    fn what_many_requests_carried_at_once_is_the_least_the_bottleneck_is() {
+        // The lab's nginx with `sndbuf=4k` on a veth: one 1 MiB page delivered at 6.65 Gbit/s
+        // (1.3 ms of "serialisation"), 64 of them at once 2.93 GB/s (23.4 Gbit/s).
+        let mut ev = delivered(6.65e9);
+        UnderLoad::store(&mut ev, http_load(2.93e9));
+        let down = ev.bottleneck.and_then(|b| b.down).expect("down");
+        assert_eq!(
+            down.source,
+            RateSource::Carried {
+                connections: 64,
+                one_bps: 6_650_000_000
+            }
+        );
+        assert_eq!(down.rate_bps, 2.93e9 * 8.0);
+        assert!(down.serialisation_ns() < 400_000, "{down:?}");
+        // A 20 Mbit/s link: 64 requests at once carry no more than one did (their bytes
+        // without the headers): the measured rate stays.
+        let mut ev = delivered(20.5e6);
+        UnderLoad::store(&mut ev, http_load(2.4e6));
+        assert_eq!(ev.bottleneck, delivered(20.5e6).bottleneck);
+        // Within the margin (a shared link where 64 flows take a larger share than one): kept.
+        let mut ev = delivered(20.5e6);
+        UnderLoad::store(&mut ev, http_load(3.5e6));
+        assert_eq!(ev.bottleneck, delivered(20.5e6).bottleneck);
+        // A bulk transfer's rate is the path's own.
+        let mut b = Bottleneck {
+            up: None,
+            down: Some(LinkRate {
+                rate_bps: 1e9,
+                source: RateSource::BulkTransfer,
+                wire_bytes: 1_085,
+            }),
+        };
+        let before = b;
+        b.carried(64, 5e9);
+        assert_eq!(b, before);
+        // No rate measured: nothing to raise.
+        let mut ev = Evidence::default();
+        UnderLoad::store(&mut ev, http_load(2.93e9));
+        assert_eq!(ev.bottleneck, None);
     }
 }
