@@ -6,7 +6,10 @@ use super::*;
 /// The least serialisation time worth a finding: 1 ms, a 125 kB response at 1 Gbit/s. Below it
 /// the "bottleneck" of a fast path is the hosts' own copying (a 1 MiB page over a veth reads as
 /// ~10 Gbit/s, 0.8 ms): every large healthy page would be named a bandwidth problem, and no link
-/// upgrade would save the time.
+/// upgrade would save the time. The floor alone is a machine's speed (the same veth delivered
+/// 6.65 Gbit/s on a slower machine, 1.26 ms): what an HTTP load carried at once over the same
+/// path raises the rate to the least the path's bottleneck is
+/// ([`crate::evidence::Bottleneck::carried`]), so one response's pace is not read as a link's.
 pub const SERIALISATION_FLOOR_NS: u64 = 1_000_000;
 
 /// A prediction and the measurement it predicts agree: within a factor of 2 either way.
