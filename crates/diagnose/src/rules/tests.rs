@@ -166,6 +166,37 @@ fn full_segments_held_for_a_delayed_ack_are_not_nagle() {
     let mut e = timed(479_000_000);
     e.capture.as_mut().unwrap().nagle = nagle(1, 40_000_000, (0, 5, 6));
     assert!(retransmissions(&e).is_none());
+    // One resend on the wire, the client's own, which the server reported a duplicate of
+    // (the lab's fourth run: 1 retransmitted, 1 D-SACK received, the server's counters out of
+    // reach): it lost nothing, so nothing counted the loss and it is still inferred.
+    let spurious = |dsack_recv: u64| {
+        let mut e = timed(700_000_000);
+        e.capture.as_mut().unwrap().retransmissions = 1;
+        e.counters = Some(TcpCounters {
+            client: NsCounters {
+                out_segs: 814,
+                in_segs: 591,
+                retrans_segs: 1,
+                dsack_recv,
+                ..NsCounters::default()
+            },
+            server: None,
+            shared: false,
+        });
+        e
+    };
+    let all = apply(&spurious(1));
+    assert_eq!(all[0].rule, RuleId::Retransmissions, "{all:#?}");
+    assert!(
+        all[0]
+            .evidence
+            .iter()
+            .any(|l| l.contains("no retransmission reached this capture")),
+        "{:?}",
+        all[0].evidence
+    );
+    // The same resend without the D-SACK was a loss the wire counted: no inference.
+    assert!(super::retransmissions::loss_inferred_from_timer(&spurious(0)).is_none());
 }
 
 #[test]
