@@ -3408,8 +3408,9 @@ fn a_rate_many_requests_exceeded_at_once_is_no_bottleneck() {
         b.carried(64, 23.4e9);
     }
     assert_eq!(bottleneck_bandwidth(&e), None);
-    // A 20 Mbit/s link behind a slow request: the load could carry no more, the finding stays,
-    // and a rate raised by a load that still leaves material serialisation is named with it.
+    // One response at 10 Mbit/s, 64 at once 20 Mbit/s (a shared link where one flow gets half
+    // of it): the rate rises to 20 Mbit/s, at which the 540 kB still take 216 ms of a 500 ms
+    // request — the finding stays, and its evidence names what the load carried.
     let mut e = base(10_000, 500_000);
     e.bottleneck = Some(Bottleneck {
         up: None,
